@@ -1,0 +1,16 @@
+//! Compiles the `.proto` files with the protoc that ships in `protoc-bin-vendored`.
+
+fn main() -> Result<(), Box<dyn std::error::Error>> {
+    let protos = [
+        "proto/raylet/v1/common.proto",
+        "proto/raylet/v1/head.proto",
+        "proto/raylet/v1/node_manager.proto",
+    ];
+    for proto in protos {
+        println!("cargo:rerun-if-changed={proto}");
+    }
+    let mut config = tonic_prost_build::Config::new();
+    config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
+    tonic_prost_build::configure().compile_with_config(config, &protos, &["proto"])?;
+    Ok(())
+}

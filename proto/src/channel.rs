@@ -1,0 +1,123 @@
+//! Authenticated gRPC channels, with bounded retry and backoff while the peer
+//! is not reachable yet.
+
+use std::time::{Duration, Instant};
+
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::auth::{AuthToken, ClientAuth};
+use crate::error::error_chain;
+use crate::v1::head_service_client::HeadServiceClient;
+use crate::v1::node_manager_service_client::NodeManagerServiceClient;
+use crate::{Error, Result};
+
+/// A channel whose every call carries the token and protocol version.
+pub type AuthedChannel = InterceptedService<Channel, ClientAuth>;
+/// Client of the head's cluster state service.
+pub type HeadClient = HeadServiceClient<AuthedChannel>;
+/// Client of a node manager's service.
+pub type NodeManagerClient = NodeManagerServiceClient<AuthedChannel>;
+
+const FIRST_BACKOFF: Duration = Duration::from_millis(50);
+const MAX_BACKOFF: Duration = Duration::from_secs(1);
+
+/// Checks that `address` is `HOST:PORT` and makes an endpoint for it.
+pub fn endpoint(address: &str) -> Result<Endpoint> {
+    let bare = address.trim().trim_start_matches("http://");
+    let valid = bare
+        .rsplit_once(':')
+        .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
+    if !valid {
+        return Err(Error::InvalidArgument(format!(
+            "address '{address}' is not of the form HOST:PORT"
+        )));
+    }
+    let endpoint = Endpoint::from_shared(format!("http://{bare}"))
+        .map_err(|e| Error::InvalidArgument(format!("address '{address}': {e}")))?;
+    Ok(endpoint
+        .connect_timeout(Duration::from_secs(2))
+        .tcp_nodelay(true))
+}
+
+/// Connects to `address`, retrying with exponential backoff until `patience`
+/// has passed, then fails with an error that says how long it tried.
+pub async fn connect(
+    address: &str,
+    token: &AuthToken,
+    patience: Duration,
+) -> Result<AuthedChannel> {
+    let endpoint = endpoint(address)?;
+    let started = Instant::now();
+    let mut backoff = FIRST_BACKOFF;
+    let mut attempts = 0u32;
+    loop {
+        attempts += 1;
+        match endpoint.connect().await {
+            Ok(channel) => return Ok(InterceptedService::new(channel, ClientAuth::new(token))),
+            Err(error) if started.elapsed() + backoff >= patience => {
+                return Err(Error::Unavailable(format!(
+                    "could not reach {address} after {attempts} attempts over {:.1}s: {}",
+                    started.elapsed().as_secs_f64(),
+                    error_chain(&error)
+                )));
+            }
+            Err(error) => {
+                tracing::debug!(%address, attempts, error = %error_chain(&error), "peer not reachable yet");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_BACKOFF);
+            }
+        }
+    }
+}
+
+/// Connects to the head's cluster state service.
+pub async fn connect_head(
+    address: &str,
+    token: &AuthToken,
+    patience: Duration,
+) -> Result<HeadClient> {
+    Ok(HeadServiceClient::new(
+        connect(address, token, patience).await?,
+    ))
+}
+
+/// Connects to a node manager's service.
+pub async fn connect_node_manager(
+    address: &str,
+    token: &AuthToken,
+    patience: Duration,
+) -> Result<NodeManagerClient> {
+    Ok(NodeManagerServiceClient::new(
+        connect(address, token, patience).await?,
+    ))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_must_be_host_and_port() {
+        assert!(endpoint("127.0.0.1:6380").is_ok());
+        assert!(endpoint("http://localhost:1").is_ok());
+        for bad in ["", "6380", "host:", ":6380", "host:99999", "a b:1"] {
+            assert!(endpoint(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[tokio::test]
+    async fn connecting_to_nothing_fails_after_bounded_retries() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        drop(listener);
+        let started = Instant::now();
+        let error = connect(&address, &AuthToken::generate(), Duration::from_millis(500))
+            .await
+            .unwrap_err()
+            .to_string();
+        assert!(started.elapsed() < Duration::from_secs(3));
+        assert!(error.contains("could not reach"), "{error}");
+        assert!(error.contains("attempts"), "{error}");
+    }
+}

@@ -1,0 +1,22 @@
+//! raylet's wire protocol: the generated gRPC services, ids, resource sets,
+//! the shared error type, token authentication and channel set-up.
+
+pub mod auth;
+pub mod channel;
+pub mod error;
+pub mod ids;
+pub mod resources;
+
+pub use error::{Error, Result};
+pub use ids::NodeId;
+pub use resources::{Amount, ResourceSet};
+
+/// The version of the wire protocol. Peers that speak another version are
+/// rejected with both versions named.
+pub const PROTOCOL_VERSION: u32 = 1;
+
+/// Generated protobuf messages and tonic services of package `raylet.v1`.
+pub mod v1 {
+    #![allow(clippy::all, missing_docs)]
+    tonic::include_proto!("raylet.v1");
+}

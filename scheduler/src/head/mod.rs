@@ -1,0 +1,76 @@
+//! The head: keeps the table of node incarnations, marks silent nodes dead,
+//! and answers `raylet status`.
+
+mod node_table;
+mod service;
+
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use raylet_proto::auth::AuthToken;
+use raylet_proto::v1::head_service_server::HeadServiceServer;
+use tokio::net::TcpListener;
+
+pub use node_table::{Heartbeat, HeartbeatOutcome, NodeTable, Registration};
+
+use crate::Result;
+use service::HeadServiceImpl;
+
+/// Settings of a head.
+#[derive(Clone, Debug)]
+pub struct HeadConfig {
+    pub token: AuthToken,
+    /// A node whose heartbeats stop for this long is marked dead.
+    pub heartbeat_timeout: Duration,
+}
+
+impl HeadConfig {
+    pub const DEFAULT_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(5);
+
+    pub fn new(token: AuthToken) -> Self {
+        HeadConfig {
+            token,
+            heartbeat_timeout: Self::DEFAULT_HEARTBEAT_TIMEOUT,
+        }
+    }
+
+    pub fn heartbeat_timeout(mut self, timeout: Duration) -> Self {
+        self.heartbeat_timeout = timeout;
+        self
+    }
+}
+
+/// Runs a head on `listener` until `shutdown` resolves.
+pub async fn run(
+    config: HeadConfig,
+    listener: TcpListener,
+    shutdown: impl Future<Output = ()>,
+) -> Result<()> {
+    let table = Arc::new(Mutex::new(NodeTable::new(config.heartbeat_timeout)));
+    let service = HeadServiceServer::new(HeadServiceImpl {
+        table: table.clone(),
+    });
+    let server = crate::grpc_server::serve(service, config.token, listener, shutdown);
+    tokio::select! {
+        result = server => result,
+        never = detect_failures(table, config.heartbeat_timeout) => match never {},
+    }
+}
+
+/// Checks for silent nodes several times per timeout, forever.
+async fn detect_failures(
+    table: Arc<Mutex<NodeTable>>,
+    timeout: Duration,
+) -> std::convert::Infallible {
+    let period = (timeout / 5).max(Duration::from_millis(20));
+    let mut ticker = tokio::time::interval(period);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        ticker.tick().await;
+        let mut table = table
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        table.detect_failures(Instant::now());
+    }
+}

@@ -1,0 +1,337 @@
+//! The head's table of node incarnations: registration, heartbeats and
+//! failure detection. Time is passed in, so the logic is deterministic.
+
+use std::collections::HashMap;
+use std::time::{Duration, Instant, SystemTime};
+
+use raylet_proto::{NodeId, ResourceSet};
+
+use crate::status::{ClusterStatus, NodeState, NodeStats, NodeStatus, unix_ms};
+
+/// How many dead incarnations are kept for `raylet status`.
+const MAX_DEAD_RECORDS: usize = 1000;
+
+/// What a node manager says about itself when it registers.
+#[derive(Clone, Debug)]
+pub struct Registration {
+    pub node_id: NodeId,
+    pub address: String,
+    pub hostname: String,
+    pub is_head_node: bool,
+    pub total: ResourceSet,
+}
+
+/// What a node manager reports in each heartbeat.
+#[derive(Clone, Debug)]
+pub struct Heartbeat {
+    pub node_id: NodeId,
+    pub incarnation: u64,
+    pub total: ResourceSet,
+    pub available: ResourceSet,
+    pub stats: NodeStats,
+}
+
+/// How the head answered a heartbeat.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum HeartbeatOutcome {
+    Accepted,
+    /// The incarnation is dead or superseded; the node must register anew.
+    MustReregister,
+}
+
+struct Entry {
+    status: NodeStatus,
+    last_heartbeat: Instant,
+}
+
+/// All incarnations of all nodes. At most one incarnation of a node is alive.
+pub struct NodeTable {
+    heartbeat_timeout: Duration,
+    entries: Vec<Entry>,
+    latest_incarnation: HashMap<NodeId, u64>,
+}
+
+impl NodeTable {
+    pub fn new(heartbeat_timeout: Duration) -> Self {
+        NodeTable {
+            heartbeat_timeout,
+            entries: Vec::new(),
+            latest_incarnation: HashMap::new(),
+        }
+    }
+
+    /// Adds a new incarnation of the node. A still-alive older incarnation of
+    /// the same node is marked dead: the two are never merged.
+    pub fn register(&mut self, registration: Registration, now: Instant) -> u64 {
+        let node_id = registration.node_id;
+        let incarnation = self.latest_incarnation.get(&node_id).map_or(1, |i| i + 1);
+        let reason = format!("superseded by incarnation {incarnation}");
+        self.mark_dead_where(
+            |s| s.node_id == node_id && s.state == NodeState::Alive,
+            &reason,
+        );
+        self.latest_incarnation.insert(node_id, incarnation);
+        let wall = unix_ms(SystemTime::now());
+        let status = NodeStatus {
+            node_id,
+            incarnation,
+            address: registration.address,
+            hostname: registration.hostname,
+            is_head_node: registration.is_head_node,
+            state: NodeState::Alive,
+            available: registration.total.clone(),
+            total: registration.total,
+            stats: NodeStats::default(),
+            registered_unix_ms: wall,
+            last_heartbeat_unix_ms: wall,
+            died_unix_ms: None,
+            death_reason: None,
+        };
+        tracing::info!(%node_id, incarnation, address = %status.address, "node registered");
+        self.entries.push(Entry {
+            status,
+            last_heartbeat: now,
+        });
+        self.forget_oldest_dead();
+        incarnation
+    }
+
+    /// Records a heartbeat of an alive incarnation.
+    pub fn heartbeat(&mut self, heartbeat: Heartbeat, now: Instant) -> HeartbeatOutcome {
+        let Some(entry) = self.alive_entry(heartbeat.node_id, heartbeat.incarnation) else {
+            return HeartbeatOutcome::MustReregister;
+        };
+        entry.last_heartbeat = now;
+        entry.status.last_heartbeat_unix_ms = unix_ms(SystemTime::now());
+        entry.status.total = heartbeat.total;
+        entry.status.available = heartbeat.available;
+        entry.status.stats = heartbeat.stats;
+        HeartbeatOutcome::Accepted
+    }
+
+    /// Marks an incarnation dead because it said it is leaving.
+    pub fn unregister(&mut self, node_id: NodeId, incarnation: u64, reason: &str) {
+        let reason = format!("left the cluster: {reason}");
+        self.mark_dead_where(
+            |s| s.node_id == node_id && s.incarnation == incarnation && s.state == NodeState::Alive,
+            &reason,
+        );
+    }
+
+    /// Marks dead every alive node whose last heartbeat is older than the
+    /// timeout, and returns how many it marked.
+    pub fn detect_failures(&mut self, now: Instant) -> usize {
+        let timeout = self.heartbeat_timeout;
+        let mut marked = 0;
+        for entry in &mut self.entries {
+            let silence = now.saturating_duration_since(entry.last_heartbeat);
+            if entry.status.state == NodeState::Alive && silence > timeout {
+                let reason = format!(
+                    "no heartbeat for {:.1}s (timeout {:.1}s)",
+                    silence.as_secs_f64(),
+                    timeout.as_secs_f64()
+                );
+                mark_dead(&mut entry.status, &reason);
+                marked += 1;
+            }
+        }
+        marked
+    }
+
+    /// Every incarnation, alive ones first, each group oldest first.
+    pub fn snapshot(&self) -> ClusterStatus {
+        let mut nodes: Vec<NodeStatus> = self.entries.iter().map(|e| e.status.clone()).collect();
+        nodes.sort_by_key(|n| (n.state != NodeState::Alive, n.registered_unix_ms));
+        ClusterStatus {
+            now_unix_ms: unix_ms(SystemTime::now()),
+            nodes,
+        }
+    }
+
+    fn alive_entry(&mut self, node_id: NodeId, incarnation: u64) -> Option<&mut Entry> {
+        self.entries.iter_mut().find(|e| {
+            e.status.node_id == node_id
+                && e.status.incarnation == incarnation
+                && e.status.state == NodeState::Alive
+        })
+    }
+
+    fn mark_dead_where(&mut self, matches: impl Fn(&NodeStatus) -> bool, reason: &str) {
+        for entry in &mut self.entries {
+            if matches(&entry.status) {
+                mark_dead(&mut entry.status, reason);
+            }
+        }
+    }
+
+    fn forget_oldest_dead(&mut self) {
+        let dead = self
+            .entries
+            .iter()
+            .filter(|e| e.status.state == NodeState::Dead)
+            .count();
+        if dead > MAX_DEAD_RECORDS {
+            let oldest = self
+                .entries
+                .iter()
+                .position(|e| e.status.state == NodeState::Dead);
+            if let Some(index) = oldest {
+                self.entries.remove(index);
+            }
+        }
+    }
+}
+
+fn mark_dead(status: &mut NodeStatus, reason: &str) {
+    status.state = NodeState::Dead;
+    status.died_unix_ms = Some(unix_ms(SystemTime::now()));
+    status.death_reason = Some(reason.to_string());
+    tracing::warn!(
+        node_id = %status.node_id,
+        incarnation = status.incarnation,
+        address = %status.address,
+        reason,
+        "node marked dead"
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use raylet_proto::Amount;
+    use raylet_proto::resources::CPU;
+
+    const TIMEOUT: Duration = Duration::from_secs(5);
+
+    fn registration(node_id: NodeId) -> Registration {
+        Registration {
+            node_id,
+            address: "127.0.0.1:1".into(),
+            hostname: "host".into(),
+            is_head_node: false,
+            total: ResourceSet::new().with(CPU, Amount::whole(4)),
+        }
+    }
+
+    fn heartbeat(node_id: NodeId, incarnation: u64) -> Heartbeat {
+        Heartbeat {
+            node_id,
+            incarnation,
+            total: ResourceSet::new().with(CPU, Amount::whole(4)),
+            available: ResourceSet::new().with(CPU, Amount::whole(3)),
+            stats: NodeStats::default(),
+        }
+    }
+
+    #[test]
+    fn heartbeats_keep_a_node_alive_and_update_its_resources() {
+        let mut table = NodeTable::new(TIMEOUT);
+        let start = Instant::now();
+        let node = NodeId::random();
+        assert_eq!(table.register(registration(node), start), 1);
+        for second in 1..=20 {
+            let now = start + Duration::from_secs(second);
+            assert_eq!(
+                table.heartbeat(heartbeat(node, 1), now),
+                HeartbeatOutcome::Accepted
+            );
+            assert_eq!(table.detect_failures(now), 0);
+        }
+        let status = table.snapshot();
+        assert_eq!(status.alive().count(), 1);
+        assert_eq!(status.available().get(CPU), Amount::whole(3));
+    }
+
+    #[test]
+    fn a_silent_node_is_marked_dead_only_after_the_timeout() {
+        let mut table = NodeTable::new(TIMEOUT);
+        let start = Instant::now();
+        let node = NodeId::random();
+        table.register(registration(node), start);
+        assert_eq!(table.detect_failures(start + TIMEOUT), 0);
+        assert_eq!(
+            table.detect_failures(start + TIMEOUT + Duration::from_millis(1)),
+            1
+        );
+        let status = table.snapshot();
+        assert_eq!(status.dead().count(), 1);
+        assert!(
+            status.nodes[0]
+                .death_reason
+                .as_ref()
+                .unwrap()
+                .contains("no heartbeat")
+        );
+        assert!(status.total().is_empty(), "dead nodes add no resources");
+    }
+
+    #[test]
+    fn a_node_that_comes_back_gets_a_new_incarnation_and_its_old_self_stays_dead() {
+        let mut table = NodeTable::new(TIMEOUT);
+        let start = Instant::now();
+        let node = NodeId::random();
+        table.register(registration(node), start);
+        let later = start + TIMEOUT * 2;
+        table.detect_failures(later);
+        assert_eq!(
+            table.heartbeat(heartbeat(node, 1), later),
+            HeartbeatOutcome::MustReregister
+        );
+        assert_eq!(table.register(registration(node), later), 2);
+        assert_eq!(
+            table.heartbeat(heartbeat(node, 2), later),
+            HeartbeatOutcome::Accepted
+        );
+        let status = table.snapshot();
+        let incarnations: Vec<_> = status
+            .nodes
+            .iter()
+            .map(|n| (n.incarnation, n.state))
+            .collect();
+        assert_eq!(incarnations, [(2, NodeState::Alive), (1, NodeState::Dead)]);
+    }
+
+    #[test]
+    fn registering_again_while_alive_supersedes_the_old_incarnation() {
+        let mut table = NodeTable::new(TIMEOUT);
+        let now = Instant::now();
+        let node = NodeId::random();
+        table.register(registration(node), now);
+        table.register(registration(node), now);
+        assert_eq!(
+            table.heartbeat(heartbeat(node, 1), now),
+            HeartbeatOutcome::MustReregister
+        );
+        let status = table.snapshot();
+        assert_eq!(status.alive().count(), 1);
+        let dead = status.dead().next().unwrap();
+        assert_eq!(
+            dead.death_reason.as_deref(),
+            Some("superseded by incarnation 2")
+        );
+    }
+
+    #[test]
+    fn unregistering_marks_the_node_dead_with_its_reason() {
+        let mut table = NodeTable::new(TIMEOUT);
+        let node = NodeId::random();
+        table.register(registration(node), Instant::now());
+        table.unregister(node, 1, "stopped by raylet stop");
+        let status = table.snapshot();
+        assert_eq!(status.alive().count(), 0);
+        assert!(
+            status.nodes[0]
+                .death_reason
+                .as_ref()
+                .unwrap()
+                .contains("raylet stop")
+        );
+    }
+
+    #[test]
+    fn heartbeats_from_unknown_nodes_must_reregister() {
+        let mut table = NodeTable::new(TIMEOUT);
+        let outcome = table.heartbeat(heartbeat(NodeId::random(), 1), Instant::now());
+        assert_eq!(outcome, HeartbeatOutcome::MustReregister);
+    }
+}

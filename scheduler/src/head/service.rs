@@ -1,0 +1,103 @@
+//! The gRPC face of the head: decode, validate, call the node table, encode.
+
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use raylet_proto::v1::head_service_server::HeadService;
+use raylet_proto::v1::{
+    ClusterStatus, GetClusterStatusRequest, HeartbeatReply, HeartbeatRequest, RegisterNodeReply,
+    RegisterNodeRequest, UnregisterNodeReply, UnregisterNodeRequest,
+};
+use raylet_proto::{Error, NodeId, ResourceSet, Result};
+use tonic::{Request, Response, Status};
+
+use super::node_table::{Heartbeat, HeartbeatOutcome, NodeTable, Registration};
+use crate::status::NodeStats;
+
+const MAX_TEXT_LEN: usize = 256;
+
+/// Serves [`HeadService`] over a shared [`NodeTable`].
+pub(crate) struct HeadServiceImpl {
+    pub(crate) table: Arc<Mutex<NodeTable>>,
+}
+
+impl HeadServiceImpl {
+    fn table(&self) -> std::sync::MutexGuard<'_, NodeTable> {
+        self.table
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+}
+
+#[tonic::async_trait]
+impl HeadService for HeadServiceImpl {
+    async fn register_node(
+        &self,
+        request: Request<RegisterNodeRequest>,
+    ) -> Result<Response<RegisterNodeReply>, Status> {
+        let registration = decode_registration(request.into_inner())?;
+        let incarnation = self.table().register(registration, Instant::now());
+        Ok(Response::new(RegisterNodeReply { incarnation }))
+    }
+
+    async fn heartbeat(
+        &self,
+        request: Request<HeartbeatRequest>,
+    ) -> Result<Response<HeartbeatReply>, Status> {
+        let heartbeat = decode_heartbeat(request.into_inner())?;
+        let outcome = self.table().heartbeat(heartbeat, Instant::now());
+        let must_reregister = outcome == HeartbeatOutcome::MustReregister;
+        Ok(Response::new(HeartbeatReply { must_reregister }))
+    }
+
+    async fn unregister_node(
+        &self,
+        request: Request<UnregisterNodeRequest>,
+    ) -> Result<Response<UnregisterNodeReply>, Status> {
+        let request = request.into_inner();
+        let node_id = NodeId::from_wire(&request.node_id)?;
+        let reason = bounded_text("reason", request.reason)?;
+        self.table()
+            .unregister(node_id, request.incarnation, &reason);
+        Ok(Response::new(UnregisterNodeReply {}))
+    }
+
+    async fn get_cluster_status(
+        &self,
+        _request: Request<GetClusterStatusRequest>,
+    ) -> Result<Response<ClusterStatus>, Status> {
+        Ok(Response::new(self.table().snapshot().to_proto()))
+    }
+}
+
+fn decode_registration(request: RegisterNodeRequest) -> Result<Registration> {
+    let address = bounded_text("address", request.address)?;
+    raylet_proto::channel::endpoint(&address)?;
+    Ok(Registration {
+        node_id: NodeId::from_wire(&request.node_id)?,
+        address,
+        hostname: bounded_text("hostname", request.hostname)?,
+        is_head_node: request.is_head_node,
+        total: ResourceSet::from_proto(&request.total.unwrap_or_default())?,
+    })
+}
+
+fn decode_heartbeat(request: HeartbeatRequest) -> Result<Heartbeat> {
+    Ok(Heartbeat {
+        node_id: NodeId::from_wire(&request.node_id)?,
+        incarnation: request.incarnation,
+        total: ResourceSet::from_proto(&request.total.unwrap_or_default())?,
+        available: ResourceSet::from_proto(&request.available.unwrap_or_default())?,
+        stats: NodeStats::from_proto(request.stats.unwrap_or_default()),
+    })
+}
+
+fn bounded_text(field: &str, text: String) -> Result<String> {
+    if text.len() > MAX_TEXT_LEN {
+        return Err(Error::InvalidArgument(format!(
+            "{field} is {} bytes long; the limit is {MAX_TEXT_LEN}",
+            text.len()
+        )));
+    }
+    Ok(text)
+}

@@ -1,0 +1,102 @@
+//! Registration with the head and the heartbeat loop, which registers anew
+//! when the head says this incarnation is no longer alive.
+
+use std::convert::Infallible;
+use std::sync::atomic::Ordering;
+use std::time::Duration;
+
+use raylet_proto::channel::HeadClient;
+use raylet_proto::error::error_chain;
+use raylet_proto::v1::{HeartbeatRequest, RegisterNodeRequest, UnregisterNodeRequest};
+use tonic::Request;
+
+use super::stats::StatsSampler;
+use super::{NodeShared, lock};
+use crate::Result;
+
+const UNREGISTER_TIMEOUT: Duration = Duration::from_secs(1);
+
+/// Registers this node and stores the incarnation the head gave it.
+pub(crate) async fn register(head: &mut HeadClient, shared: &NodeShared) -> Result<()> {
+    let config = &shared.config;
+    let request = RegisterNodeRequest {
+        node_id: config.node_id.as_bytes().to_vec(),
+        address: shared.address.to_string(),
+        hostname: sysinfo::System::host_name().unwrap_or_default(),
+        is_head_node: config.is_head_node,
+        total: Some(config.resources.to_proto()),
+    };
+    let incarnation = head.register_node(request).await?.into_inner().incarnation;
+    shared.incarnation.store(incarnation, Ordering::Release);
+    tracing::info!(node_id = %config.node_id, incarnation, head = %config.head_address, "registered with the head");
+    Ok(())
+}
+
+/// Sends a heartbeat every interval, forever. Failures are logged once per
+/// outage and retried; the head may come back.
+pub(crate) async fn run(mut head: HeadClient, shared: std::sync::Arc<NodeShared>) -> Infallible {
+    let interval = shared.config.heartbeat_interval;
+    let mut ticker = tokio::time::interval(interval);
+    ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut sampler = StatsSampler::new();
+    let mut head_reachable = true;
+    loop {
+        ticker.tick().await;
+        *lock(&shared.stats) = sampler.sample();
+        match send_heartbeat(&mut head, &shared, interval * 2).await {
+            Ok(must_reregister) => {
+                if !head_reachable {
+                    tracing::info!("the head is reachable again");
+                    head_reachable = true;
+                }
+                if must_reregister {
+                    reregister(&mut head, &shared).await;
+                }
+            }
+            Err(error) if head_reachable => {
+                tracing::warn!(%error, "heartbeat failed; retrying every interval");
+                head_reachable = false;
+            }
+            Err(_) => {}
+        }
+    }
+}
+
+async fn send_heartbeat(
+    head: &mut HeadClient,
+    shared: &NodeShared,
+    timeout: Duration,
+) -> Result<bool> {
+    let mut request = Request::new(HeartbeatRequest {
+        node_id: shared.config.node_id.as_bytes().to_vec(),
+        incarnation: shared.incarnation(),
+        total: Some(shared.config.resources.to_proto()),
+        available: Some(shared.available().to_proto()),
+        stats: Some(shared.stats().to_proto()),
+    });
+    request.set_timeout(timeout);
+    Ok(head.heartbeat(request).await?.into_inner().must_reregister)
+}
+
+async fn reregister(head: &mut HeadClient, shared: &NodeShared) {
+    tracing::warn!(
+        incarnation = shared.incarnation(),
+        "the head no longer counts this incarnation as alive; registering anew"
+    );
+    if let Err(error) = register(head, shared).await {
+        tracing::warn!(error = %error_chain(&error), "registering anew failed; will retry");
+    }
+}
+
+/// Tells the head this node is leaving; best effort, bounded in time.
+pub(crate) async fn unregister(head: &mut HeadClient, shared: &NodeShared, reason: &str) {
+    let mut request = Request::new(UnregisterNodeRequest {
+        node_id: shared.config.node_id.as_bytes().to_vec(),
+        incarnation: shared.incarnation(),
+        reason: reason.to_string(),
+    });
+    request.set_timeout(UNREGISTER_TIMEOUT);
+    if let Err(status) = head.unregister_node(request).await {
+        tracing::warn!(error = %status.message(), "could not tell the head that this node is leaving");
+    }
+}

@@ -1,0 +1,173 @@
+//! The node manager: one per machine. It registers with the head, sends a
+//! heartbeat with its resources and utilization every interval, registers
+//! anew when the head has marked it dead, and serves its own gRPC service.
+
+mod heartbeat;
+mod resources;
+mod service;
+mod stats;
+
+use std::future::Future;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use raylet_proto::auth::AuthToken;
+use raylet_proto::channel::HeadClient;
+use raylet_proto::v1::node_manager_service_server::NodeManagerServiceServer;
+use raylet_proto::{NodeId, ResourceSet};
+use tokio::net::TcpListener;
+
+pub use resources::{ResourceOverrides, resolve as resolve_resources};
+
+use crate::Result;
+use crate::status::NodeStats;
+
+/// Settings of a node manager.
+#[derive(Clone, Debug)]
+pub struct NodeConfig {
+    pub head_address: String,
+    pub token: AuthToken,
+    pub node_id: NodeId,
+    pub resources: ResourceSet,
+    pub is_head_node: bool,
+    pub heartbeat_interval: Duration,
+    /// How long to keep retrying an unreachable head before giving up.
+    pub connect_timeout: Duration,
+}
+
+impl NodeConfig {
+    pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
+    pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+
+    /// A config for a node that joins the head at `head_address`, with the
+    /// given total resources (see [`resolve_resources`]).
+    pub fn new(head_address: impl Into<String>, token: AuthToken, resources: ResourceSet) -> Self {
+        NodeConfig {
+            head_address: head_address.into(),
+            token,
+            node_id: NodeId::random(),
+            resources,
+            is_head_node: false,
+            heartbeat_interval: Self::DEFAULT_HEARTBEAT_INTERVAL,
+            connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
+        }
+    }
+
+    pub fn node_id(mut self, node_id: NodeId) -> Self {
+        self.node_id = node_id;
+        self
+    }
+
+    pub fn head_node(mut self, is_head_node: bool) -> Self {
+        self.is_head_node = is_head_node;
+        self
+    }
+
+    pub fn heartbeat_interval(mut self, interval: Duration) -> Self {
+        self.heartbeat_interval = interval;
+        self
+    }
+
+    pub fn connect_timeout(mut self, timeout: Duration) -> Self {
+        self.connect_timeout = timeout;
+        self
+    }
+}
+
+/// State that the heartbeat loop and the gRPC service share.
+pub(crate) struct NodeShared {
+    pub(crate) config: NodeConfig,
+    pub(crate) address: SocketAddr,
+    pub(crate) incarnation: AtomicU64,
+    pub(crate) available: Mutex<ResourceSet>,
+    pub(crate) stats: Mutex<NodeStats>,
+}
+
+impl NodeShared {
+    pub(crate) fn incarnation(&self) -> u64 {
+        self.incarnation.load(Ordering::Acquire)
+    }
+
+    pub(crate) fn available(&self) -> ResourceSet {
+        lock(&self.available).clone()
+    }
+
+    pub(crate) fn stats(&self) -> NodeStats {
+        *lock(&self.stats)
+    }
+}
+
+fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    mutex
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
+}
+
+/// A node manager that has registered with the head and is ready to run.
+pub struct NodeManager {
+    shared: Arc<NodeShared>,
+    head: HeadClient,
+    listener: TcpListener,
+}
+
+impl NodeManager {
+    /// Connects to the head (retrying with backoff up to the connect timeout)
+    /// and registers. Returns once the node is a member of the cluster.
+    pub async fn start(config: NodeConfig, listener: TcpListener) -> Result<Self> {
+        let address = listener.local_addr()?;
+        let mut head = raylet_proto::channel::connect_head(
+            &config.head_address,
+            &config.token,
+            config.connect_timeout,
+        )
+        .await?;
+        let shared = Arc::new(NodeShared {
+            available: Mutex::new(config.resources.clone()),
+            config,
+            address,
+            incarnation: AtomicU64::new(0),
+            stats: Mutex::new(NodeStats::default()),
+        });
+        heartbeat::register(&mut head, &shared).await?;
+        Ok(NodeManager {
+            shared,
+            head,
+            listener,
+        })
+    }
+
+    pub fn node_id(&self) -> NodeId {
+        self.shared.config.node_id
+    }
+
+    pub fn incarnation(&self) -> u64 {
+        self.shared.incarnation()
+    }
+
+    /// The address of this node manager's gRPC service.
+    pub fn address(&self) -> SocketAddr {
+        self.shared.address
+    }
+
+    /// Serves and heartbeats until `shutdown` resolves, then leaves the cluster.
+    pub async fn run(self, shutdown: impl Future<Output = ()>) -> Result<()> {
+        let NodeManager {
+            shared,
+            mut head,
+            listener,
+        } = self;
+        let service = NodeManagerServiceServer::new(service::NodeManagerServiceImpl {
+            shared: shared.clone(),
+        });
+        let token = shared.config.token.clone();
+        let server = crate::grpc_server::serve(service, token, listener, shutdown);
+        let result = tokio::select! {
+            result = server => result,
+            never = heartbeat::run(head.clone(), shared.clone()) => match never {},
+        };
+        heartbeat::unregister(&mut head, &shared, "node manager shut down").await;
+        result
+    }
+}

@@ -1,0 +1,170 @@
+//! The cluster view that `raylet status` shows: nodes, their state and
+//! resources, decoded from the head's reply.
+
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use raylet_proto::v1;
+use raylet_proto::{NodeId, ResourceSet, Result};
+use serde::Serialize;
+
+/// Whether a node is part of the cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum NodeState {
+    Alive,
+    Dead,
+}
+
+/// Utilization of a machine, read with sysinfo.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+pub struct NodeStats {
+    pub cpu_percent: f64,
+    pub memory_used_bytes: u64,
+    pub memory_total_bytes: u64,
+}
+
+/// One incarnation of one node, as the head knows it.
+#[derive(Clone, Debug, Serialize)]
+pub struct NodeStatus {
+    #[serde(serialize_with = "serialize_display")]
+    pub node_id: NodeId,
+    pub incarnation: u64,
+    pub address: String,
+    pub hostname: String,
+    pub is_head_node: bool,
+    pub state: NodeState,
+    pub total: ResourceSet,
+    pub available: ResourceSet,
+    pub stats: NodeStats,
+    pub registered_unix_ms: u64,
+    pub last_heartbeat_unix_ms: u64,
+    pub died_unix_ms: Option<u64>,
+    pub death_reason: Option<String>,
+}
+
+/// Every node the head knows, alive and dead.
+#[derive(Clone, Debug, Serialize)]
+pub struct ClusterStatus {
+    pub now_unix_ms: u64,
+    pub nodes: Vec<NodeStatus>,
+}
+
+impl ClusterStatus {
+    pub fn alive(&self) -> impl Iterator<Item = &NodeStatus> {
+        self.nodes.iter().filter(|n| n.state == NodeState::Alive)
+    }
+
+    pub fn dead(&self) -> impl Iterator<Item = &NodeStatus> {
+        self.nodes.iter().filter(|n| n.state == NodeState::Dead)
+    }
+
+    /// Resources of all alive nodes added up.
+    pub fn total(&self) -> ResourceSet {
+        sum(self.alive().map(|n| &n.total))
+    }
+
+    /// Available resources of all alive nodes added up.
+    pub fn available(&self) -> ResourceSet {
+        sum(self.alive().map(|n| &n.available))
+    }
+
+    pub fn from_proto(status: v1::ClusterStatus) -> Result<Self> {
+        let nodes = status.nodes.into_iter().map(NodeStatus::from_proto);
+        Ok(ClusterStatus {
+            now_unix_ms: status.now_unix_ms,
+            nodes: nodes.collect::<Result<_>>()?,
+        })
+    }
+
+    pub fn to_proto(&self) -> v1::ClusterStatus {
+        v1::ClusterStatus {
+            nodes: self.nodes.iter().map(NodeStatus::to_proto).collect(),
+            now_unix_ms: self.now_unix_ms,
+            protocol_version: raylet_proto::PROTOCOL_VERSION,
+        }
+    }
+}
+
+fn sum<'a>(sets: impl Iterator<Item = &'a ResourceSet>) -> ResourceSet {
+    let mut total = ResourceSet::new();
+    sets.for_each(|set| total.add(set));
+    total
+}
+
+impl NodeStatus {
+    fn from_proto(node: v1::NodeRecord) -> Result<Self> {
+        let state = match node.state() {
+            v1::NodeState::Alive => NodeState::Alive,
+            _ => NodeState::Dead,
+        };
+        Ok(NodeStatus {
+            node_id: NodeId::from_wire(&node.node_id)?,
+            incarnation: node.incarnation,
+            address: node.address,
+            hostname: node.hostname,
+            is_head_node: node.is_head_node,
+            state,
+            total: ResourceSet::from_proto(&node.total.unwrap_or_default())?,
+            available: ResourceSet::from_proto(&node.available.unwrap_or_default())?,
+            stats: NodeStats::from_proto(node.stats.unwrap_or_default()),
+            registered_unix_ms: node.registered_unix_ms,
+            last_heartbeat_unix_ms: node.last_heartbeat_unix_ms,
+            died_unix_ms: (node.died_unix_ms > 0).then_some(node.died_unix_ms),
+            death_reason: (!node.death_reason.is_empty()).then_some(node.death_reason),
+        })
+    }
+
+    fn to_proto(&self) -> v1::NodeRecord {
+        let state = match self.state {
+            NodeState::Alive => v1::NodeState::Alive,
+            NodeState::Dead => v1::NodeState::Dead,
+        };
+        v1::NodeRecord {
+            node_id: self.node_id.as_bytes().to_vec(),
+            incarnation: self.incarnation,
+            address: self.address.clone(),
+            hostname: self.hostname.clone(),
+            is_head_node: self.is_head_node,
+            state: state as i32,
+            total: Some(self.total.to_proto()),
+            available: Some(self.available.to_proto()),
+            stats: Some(self.stats.to_proto()),
+            registered_unix_ms: self.registered_unix_ms,
+            last_heartbeat_unix_ms: self.last_heartbeat_unix_ms,
+            died_unix_ms: self.died_unix_ms.unwrap_or(0),
+            death_reason: self.death_reason.clone().unwrap_or_default(),
+        }
+    }
+}
+
+impl NodeStats {
+    pub fn from_proto(stats: v1::NodeStats) -> Self {
+        NodeStats {
+            cpu_percent: stats.cpu_percent,
+            memory_used_bytes: stats.memory_used_bytes,
+            memory_total_bytes: stats.memory_total_bytes,
+        }
+    }
+
+    pub fn to_proto(self) -> v1::NodeStats {
+        v1::NodeStats {
+            cpu_percent: self.cpu_percent,
+            memory_used_bytes: self.memory_used_bytes,
+            memory_total_bytes: self.memory_total_bytes,
+        }
+    }
+}
+
+/// Milliseconds since the Unix epoch.
+pub fn unix_ms(time: SystemTime) -> u64 {
+    time.duration_since(UNIX_EPOCH)
+        .unwrap_or(Duration::ZERO)
+        .as_millis() as u64
+}
+
+fn serialize_display<T: std::fmt::Display, S: serde::Serializer>(
+    value: &T,
+    serializer: S,
+) -> Result<S::Ok, S::Error> {
+    serializer.collect_str(value)
+}
