@@ -1,0 +1,215 @@
+//! The CLI's clap structs, and their conversion into the library's config types.
+
+use std::net::IpAddr;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use anyhow::{Context, bail};
+use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
+use raylet::session::{DEFAULT_TEMP_DIR, TempRoot};
+use raylet_proto::ResourceSet;
+use raylet_proto::auth::AuthToken;
+use raylet_scheduler::head::HeadConfig;
+use raylet_scheduler::node_manager::{NodeConfig, ResourceOverrides};
+
+/// raylet: a Ray-like distributed runtime for ML workloads, in Rust.
+///
+/// Start a head with `raylet start --head`, join other machines to it with
+/// `raylet start --address HEAD:PORT`, look at the cluster with
+/// `raylet status`, and end it with `raylet stop`.
+#[derive(Debug, Parser)]
+#[command(name = "raylet", version, propagate_version = true)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Start the head of a new cluster (--head), or join this machine to one (--address).
+    ///
+    /// Without --block, the daemon is started in the background and this
+    /// command returns once it is ready, printing how to join and connect.
+    /// Pid files, the cluster token and logs go to the session directory,
+    /// <temp-dir>/session_latest.
+    Start(StartArgs),
+    /// Show the cluster's nodes (alive and dead), their resources and utilization.
+    Status(StatusArgs),
+    /// Stop every raylet process that this machine's sessions started.
+    Stop(StopArgs),
+}
+
+/// Where sessions live and how to authenticate.
+#[derive(Debug, Clone, Args)]
+pub struct SessionArgs {
+    /// Directory that holds the session directories.
+    #[arg(long, env = "RAYLET_TEMP_DIR", default_value = DEFAULT_TEMP_DIR, value_name = "DIR")]
+    pub temp_dir: PathBuf,
+    /// The cluster token. By default it is read from <temp-dir>/session_latest/token.
+    #[arg(
+        long,
+        env = "RAYLET_TOKEN",
+        hide_env_values = true,
+        value_name = "TOKEN"
+    )]
+    pub token: Option<String>,
+}
+
+impl SessionArgs {
+    pub fn root(&self) -> TempRoot {
+        TempRoot::new(&self.temp_dir)
+    }
+
+    /// The token from --token / RAYLET_TOKEN, else from the latest session.
+    pub fn resolve_token(&self) -> anyhow::Result<AuthToken> {
+        if let Some(text) = &self.token {
+            return AuthToken::parse(text).context("--token / RAYLET_TOKEN");
+        }
+        let session = self.root().require_latest()?;
+        match session.read_token()? {
+            Some(token) => Ok(token),
+            None => bail!(
+                "no cluster token: {} does not exist; pass --token or set RAYLET_TOKEN \
+                 (the head keeps it in <temp-dir>/session_latest/token on its machine)",
+                session.token_path().display()
+            ),
+        }
+    }
+
+    /// Extra flags to repeat in printed commands when the temp dir is not the default.
+    pub fn temp_dir_flag(&self) -> String {
+        if self.temp_dir == std::path::Path::new(DEFAULT_TEMP_DIR) {
+            String::new()
+        } else {
+            format!(" --temp-dir '{}'", self.temp_dir.display())
+        }
+    }
+}
+
+fn parse_duration(text: &str) -> Result<Duration, String> {
+    let duration =
+        humantime::parse_duration(text).map_err(|e| format!("{e} (examples: 5s, 500ms, 1m)"))?;
+    if duration.is_zero() {
+        return Err("must be longer than zero".into());
+    }
+    Ok(duration)
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(group(ArgGroup::new("role").required(true).args(["head", "address"])))]
+pub struct StartArgs {
+    /// Start the head of a new cluster on this machine.
+    #[arg(long)]
+    pub head: bool,
+    /// Join the cluster whose head listens at HOST:PORT.
+    #[arg(long, value_name = "HOST:PORT")]
+    pub address: Option<String>,
+    /// Port of the head's gRPC service; 0 picks a free one.
+    #[arg(long, default_value_t = 6380)]
+    pub port: u16,
+    /// IP address to bind to and advertise [default: 127.0.0.1, or for a
+    /// joining node the local address that routes to the head].
+    #[arg(long, value_name = "IP")]
+    pub node_ip: Option<IpAddr>,
+    /// CPUs this node offers [default: detected].
+    #[arg(long, allow_negative_numbers = true, value_name = "N")]
+    pub num_cpus: Option<f64>,
+    /// GPUs this node offers [default: counted with `nvidia-smi -L`].
+    #[arg(long, allow_negative_numbers = true, value_name = "N")]
+    pub num_gpus: Option<f64>,
+    /// Bytes of memory for tasks and actors [default: 70% of RAM].
+    #[arg(long, allow_negative_numbers = true, value_name = "BYTES")]
+    pub memory: Option<f64>,
+    /// Bytes of object store [default: 30% of RAM].
+    #[arg(long, allow_negative_numbers = true, value_name = "BYTES")]
+    pub object_store_memory: Option<f64>,
+    /// Custom resources as a JSON object, e.g. '{"TPU": 4}'.
+    #[arg(long, value_name = "JSON")]
+    pub resources: Option<String>,
+    /// Stay in the foreground instead of starting a daemon.
+    #[arg(long)]
+    pub block: bool,
+    /// (head) Mark a node dead when its heartbeats stop for this long.
+    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    pub heartbeat_timeout: Duration,
+    /// How often this node sends a heartbeat to the head.
+    #[arg(long, value_parser = parse_duration, default_value = "1s")]
+    pub heartbeat_interval: Duration,
+    /// (node) How long to retry an unreachable head before giving up.
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    pub connect_timeout: Duration,
+    #[command(flatten)]
+    pub session: SessionArgs,
+    /// The session directory the daemon uses; set by the starting process.
+    #[arg(long, hide = true)]
+    pub session_dir: Option<PathBuf>,
+    /// Where the daemon reports that it is ready; set by the starting process.
+    #[arg(long, hide = true)]
+    pub ready_file: Option<PathBuf>,
+}
+
+impl StartArgs {
+    /// The node's total resources: the flags, then detection. Validates them.
+    pub fn resolve_resources(&self) -> anyhow::Result<ResourceSet> {
+        let custom = match &self.resources {
+            Some(json) => ResourceSet::parse_custom_json(json)?,
+            None => ResourceSet::new(),
+        };
+        let overrides = ResourceOverrides {
+            num_cpus: self.num_cpus,
+            num_gpus: self.num_gpus,
+            memory: self.memory,
+            object_store_memory: self.object_store_memory,
+            custom,
+        };
+        Ok(raylet_scheduler::node_manager::resolve_resources(
+            &overrides,
+        )?)
+    }
+
+    pub fn head_config(&self, token: AuthToken) -> HeadConfig {
+        HeadConfig::new(token).heartbeat_timeout(self.heartbeat_timeout)
+    }
+
+    pub fn node_config(
+        &self,
+        head_address: &str,
+        token: AuthToken,
+        resources: ResourceSet,
+    ) -> NodeConfig {
+        NodeConfig::new(head_address, token, resources)
+            .head_node(self.head)
+            .heartbeat_interval(self.heartbeat_interval)
+            .connect_timeout(self.connect_timeout)
+    }
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+pub enum OutputFormat {
+    Text,
+    Json,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct StatusArgs {
+    /// The head's HOST:PORT [default: read from the latest session].
+    #[arg(long, env = "RAYLET_ADDRESS", value_name = "HOST:PORT")]
+    pub address: Option<String>,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
+    #[command(flatten)]
+    pub session: SessionArgs,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct StopArgs {
+    /// Directory that holds the session directories.
+    #[arg(long, env = "RAYLET_TEMP_DIR", default_value = DEFAULT_TEMP_DIR, value_name = "DIR")]
+    pub temp_dir: PathBuf,
+    /// Kill with SIGKILL at once instead of asking processes to exit.
+    #[arg(long)]
+    pub force: bool,
+    /// How long processes get to exit after SIGTERM before SIGKILL.
+    #[arg(long, value_parser = parse_duration, default_value = "10s")]
+    pub grace_period: Duration,
+}

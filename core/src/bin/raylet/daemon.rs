@@ -1,0 +1,113 @@
+//! Starting a daemon: the CLI re-executes itself with `--block` in the
+//! background, its output going to the session's log, and waits for the
+//! daemon to report through a ready file that it serves, or why it failed.
+
+use std::fs::{self, File};
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, anyhow, bail};
+use raylet::session::Session;
+use serde::{Deserialize, Serialize};
+
+const POLL_INTERVAL: Duration = Duration::from_millis(2);
+const LOG_TAIL_LINES: usize = 15;
+
+/// What a daemon reports once it serves, or why it could not start.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum ReadyReport {
+    Ready { address: String, node_id: String },
+    Failed { error: String },
+}
+
+impl ReadyReport {
+    /// Writes the report where the starting process looks for it.
+    pub fn write(&self, path: &Path) -> anyhow::Result<()> {
+        let staging = path.with_extension("tmp");
+        fs::write(&staging, serde_json::to_vec(self)?)?;
+        fs::rename(&staging, path).with_context(|| format!("writing {}", path.display()))
+    }
+
+    fn read(path: &Path) -> Option<ReadyReport> {
+        serde_json::from_slice(&fs::read(path).ok()?).ok()
+    }
+}
+
+/// A daemon that reported that it serves.
+pub struct Started {
+    pub pid: u32,
+    pub address: String,
+    pub node_id: String,
+    pub log: PathBuf,
+}
+
+/// Re-executes this command with `--block` in the background and waits up to
+/// `patience` for it to report.
+pub fn spawn_and_wait(
+    session: &Session,
+    log_name: &str,
+    patience: Duration,
+) -> anyhow::Result<Started> {
+    let ready_file = session.dir().join(format!("{log_name}.ready"));
+    let _ = fs::remove_file(&ready_file);
+    let log = session.log_path(log_name);
+    let log_file = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+    let mut child = Command::new(std::env::current_exe()?)
+        .args(std::env::args_os().skip(1))
+        .arg("--block")
+        .arg("--session-dir")
+        .arg(session.dir())
+        .arg("--ready-file")
+        .arg(&ready_file)
+        .stdin(Stdio::null())
+        .stdout(log_file.try_clone()?)
+        .stderr(log_file)
+        .process_group(0)
+        .spawn()
+        .context("starting the raylet daemon")?;
+    let started = Instant::now();
+    let outcome = loop {
+        if let Some(report) = ReadyReport::read(&ready_file) {
+            break Ok(report);
+        }
+        if let Some(status) = child.try_wait()? {
+            break ReadyReport::read(&ready_file)
+                .ok_or_else(|| anyhow!("the daemon exited ({status}) before it was ready"));
+        }
+        if started.elapsed() > patience {
+            let _ = child.kill();
+            let _ = child.wait();
+            break Err(anyhow!(
+                "the daemon was not ready after {patience:?}; it was killed"
+            ));
+        }
+        std::thread::sleep(POLL_INTERVAL);
+    };
+    let _ = fs::remove_file(&ready_file);
+    match outcome {
+        Ok(ReadyReport::Ready { address, node_id }) => Ok(Started {
+            pid: child.id(),
+            address,
+            node_id,
+            log,
+        }),
+        Ok(ReadyReport::Failed { error }) => {
+            let _ = child.wait();
+            bail!("{error}")
+        }
+        Err(error) => bail!(
+            "{error}\nlast lines of {}:\n{}",
+            log.display(),
+            log_tail(&log)
+        ),
+    }
+}
+
+fn log_tail(log: &Path) -> String {
+    let text = fs::read_to_string(log).unwrap_or_default();
+    let lines: Vec<&str> = text.lines().collect();
+    lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
+}

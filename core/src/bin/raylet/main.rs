@@ -1,0 +1,35 @@
+//! The `raylet` command line: start, inspect and stop raylet clusters.
+
+mod args;
+mod daemon;
+mod start;
+mod status;
+mod stop;
+
+use clap::Parser;
+
+use args::{Cli, Command};
+
+fn main() -> std::process::ExitCode {
+    let cli = Cli::parse();
+    let result = match cli.command {
+        Command::Start(args) => start::start(args),
+        Command::Status(args) => status::status(args),
+        Command::Stop(args) => stop::stop(args),
+    };
+    match result {
+        Ok(()) => std::process::ExitCode::SUCCESS,
+        Err(error) => {
+            eprintln!("error: {error:#}");
+            std::process::ExitCode::FAILURE
+        }
+    }
+}
+
+/// A tokio runtime for one command.
+fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
+    Ok(tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()?)
+}

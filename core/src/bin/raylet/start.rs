@@ -1,0 +1,308 @@
+//! `raylet start`: run a head (with its own node manager) or a joining node
+//! manager, in the foreground with `--block` or as a daemon.
+
+use std::future::Future;
+use std::io::ErrorKind;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs, UdpSocket};
+
+use anyhow::{Context, bail};
+use raylet::session::{ProcessRecord, ProcessRole, Session};
+use raylet_proto::ResourceSet;
+use raylet_proto::auth::AuthToken;
+use raylet_scheduler::head;
+use raylet_scheduler::node_manager::NodeManager;
+use tokio::net::TcpListener;
+use tokio::signal::unix::{SignalKind, signal};
+
+use crate::args::StartArgs;
+use crate::daemon::{self, ReadyReport, Started};
+
+/// How much longer than the connect timeout the CLI waits for a daemon.
+const READY_SLACK: std::time::Duration = std::time::Duration::from_secs(10);
+
+pub fn start(args: StartArgs) -> anyhow::Result<()> {
+    let resources = args.resolve_resources()?;
+    if args.block {
+        return run_foreground(args, resources);
+    }
+    let root = args.session.root();
+    let (session, is_new) = prepare_session(&args)?;
+    let patience = args.connect_timeout + READY_SLACK;
+    let log_name = match args.head {
+        true => "head".to_string(),
+        false => format!("node-{}", std::process::id()),
+    };
+    let started = match daemon::spawn_and_wait(&session, &log_name, patience) {
+        Ok(started) => started,
+        Err(error) if is_new => {
+            root.discard(session);
+            return Err(error);
+        }
+        Err(error) => return Err(error),
+    };
+    if is_new {
+        root.make_latest(&session)?;
+    }
+    match args.head {
+        true => print_head_started(&args, &session, &started),
+        false => print_node_started(&args, &started),
+    }
+    Ok(())
+}
+
+/// A head gets a new session with a new token. A node joins this machine's
+/// latest session, or makes one, and must have a token before it starts.
+/// Says whether the session is new: it becomes the latest once ready.
+fn prepare_session(args: &StartArgs) -> anyhow::Result<(Session, bool)> {
+    let root = args.session.root();
+    if args.head {
+        let session = root.create_session()?;
+        let token = match &args.session.token {
+            Some(text) => AuthToken::parse(text).context("--token / RAYLET_TOKEN")?,
+            None => AuthToken::generate(),
+        };
+        session.write_token(&token)?;
+        return Ok((session, true));
+    }
+    let token = args.session.resolve_token()?;
+    let (session, is_new) = match root.latest() {
+        Ok(Some(session)) => (session, false),
+        _ => (root.create_session()?, true),
+    };
+    if session.read_token().ok().flatten().is_none() {
+        session.write_token(&token)?;
+    }
+    Ok((session, is_new))
+}
+
+fn run_foreground(args: StartArgs, resources: ResourceSet) -> anyhow::Result<()> {
+    init_logging();
+    let ready_file = args.ready_file.clone();
+    let result = crate::runtime()?.block_on(async {
+        let session = match &args.session_dir {
+            Some(dir) => Session::open(dir)?,
+            None => foreground_session(&args)?,
+        };
+        if args.head {
+            run_head(&args, resources, &session).await
+        } else {
+            run_node(&args, resources, &session).await
+        }
+    });
+    if let (Err(error), Some(path)) = (&result, &ready_file) {
+        let _ = ReadyReport::Failed {
+            error: format!("{error:#}"),
+        }
+        .write(path);
+    }
+    result
+}
+
+/// A foreground daemon started by hand makes its own session, which becomes
+/// the latest at once: its errors go straight to the user's terminal.
+fn foreground_session(args: &StartArgs) -> anyhow::Result<Session> {
+    let (session, is_new) = prepare_session(args)?;
+    if is_new {
+        args.session.root().make_latest(&session)?;
+    }
+    Ok(session)
+}
+
+async fn run_head(
+    args: &StartArgs,
+    resources: ResourceSet,
+    session: &Session,
+) -> anyhow::Result<()> {
+    let token = session_token(args, session)?;
+    let ip = args.node_ip.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    let listener = bind(SocketAddr::new(ip, args.port)).await?;
+    let head_address = listener.local_addr()?.to_string();
+    session.write_head_address(&head_address)?;
+    let (stop_head, head_stopped) = tokio::sync::oneshot::channel::<()>();
+    let head_config = args.head_config(token.clone());
+    let head_task = tokio::spawn(head::run(head_config, listener, async {
+        let _ = head_stopped.await;
+    }));
+    let node_listener = bind(SocketAddr::new(ip, 0)).await?;
+    let node_config = args.node_config(&head_address, token, resources);
+    let node = NodeManager::start(node_config, node_listener).await?;
+    serve_until_signal(args, session, ProcessRole::Head, &head_address, node).await?;
+    let _ = stop_head.send(());
+    head_task.await??;
+    Ok(())
+}
+
+async fn run_node(
+    args: &StartArgs,
+    resources: ResourceSet,
+    session: &Session,
+) -> anyhow::Result<()> {
+    let token = session_token(args, session)?;
+    let head_address = args.address.clone().unwrap_or_default();
+    raylet_proto::channel::endpoint(&head_address).context("--address")?;
+    let ip = match args.node_ip {
+        Some(ip) => ip,
+        None => local_ip_towards(&head_address)?,
+    };
+    let listener = bind(SocketAddr::new(ip, 0)).await?;
+    let node_config = args.node_config(&head_address, token, resources);
+    let node = NodeManager::start(node_config, listener)
+        .await
+        .with_context(|| format!("joining the cluster at {head_address}"))?;
+    let address = node.address().to_string();
+    serve_until_signal(args, session, ProcessRole::Node, &address, node).await
+}
+
+/// Records the process, reports ready, and runs the node until SIGTERM or SIGINT.
+async fn serve_until_signal(
+    args: &StartArgs,
+    session: &Session,
+    role: ProcessRole,
+    address: &str,
+    node: NodeManager,
+) -> anyhow::Result<()> {
+    let pid = std::process::id();
+    let node_id = node.node_id().to_string();
+    session.record_process(&ProcessRecord {
+        pid,
+        role,
+        address: address.to_string(),
+        node_id: node_id.clone(),
+    })?;
+    if let Some(path) = &args.ready_file {
+        let ready = ReadyReport::Ready {
+            address: address.to_string(),
+            node_id,
+        };
+        ready.write(path)?;
+    }
+    tracing::info!(%address, ?role, "raylet is ready");
+    let result = node.run(termination_signal()?).await;
+    session.remove_process(pid);
+    tracing::info!("raylet stopped");
+    Ok(result?)
+}
+
+fn termination_signal() -> anyhow::Result<impl Future<Output = ()>> {
+    let mut terminate = signal(SignalKind::terminate())?;
+    let mut interrupt = signal(SignalKind::interrupt())?;
+    Ok(async move {
+        tokio::select! {
+            _ = terminate.recv() => tracing::info!("SIGTERM received; shutting down"),
+            _ = interrupt.recv() => tracing::info!("SIGINT received; shutting down"),
+        }
+    })
+}
+
+fn session_token(args: &StartArgs, session: &Session) -> anyhow::Result<AuthToken> {
+    if let Some(text) = &args.session.token {
+        return AuthToken::parse(text).context("--token / RAYLET_TOKEN");
+    }
+    match session.read_token()? {
+        Some(token) => Ok(token),
+        None => bail!("no cluster token: pass --token or set RAYLET_TOKEN"),
+    }
+}
+
+async fn bind(address: SocketAddr) -> anyhow::Result<TcpListener> {
+    match TcpListener::bind(address).await {
+        Ok(listener) => Ok(listener),
+        Err(e) if e.kind() == ErrorKind::AddrInUse => bail!(
+            "port {} on {} is already in use; is a raylet head already running there? \
+             (`raylet status` shows it, `raylet stop` ends it), or pick another port with --port",
+            address.port(),
+            address.ip()
+        ),
+        Err(e) if e.kind() == ErrorKind::AddrNotAvailable => {
+            bail!(
+                "cannot bind to {}: {} is not an address of this machine",
+                address,
+                address.ip()
+            )
+        }
+        Err(e) => Err(e).with_context(|| format!("binding {address}")),
+    }
+}
+
+/// Loopback when the head is on loopback; otherwise the local address the
+/// kernel would use to reach the head (a UDP connect sends no packet).
+fn local_ip_towards(head_address: &str) -> anyhow::Result<IpAddr> {
+    let head = head_address
+        .to_socket_addrs()
+        .with_context(|| format!("resolving {head_address}"))?
+        .next()
+        .with_context(|| format!("{head_address} resolves to no address"))?;
+    if head.ip().is_loopback() {
+        return Ok(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    }
+    let unspecified = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
+    let probe = UdpSocket::bind(unspecified)?;
+    probe
+        .connect(head)
+        .with_context(|| format!("no route to the head at {head_address}"))?;
+    Ok(probe.local_addr()?.ip())
+}
+
+fn init_logging() {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RAYLET_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .with_writer(std::io::stderr)
+        .init();
+}
+
+fn print_head_started(args: &StartArgs, session: &Session, started: &Started) {
+    let address = &started.address;
+    let flag = args.session.temp_dir_flag();
+    let ip = address
+        .rsplit_once(':')
+        .map_or(address.as_str(), |(ip, _)| ip);
+    println!("Local node IP: {ip}");
+    println!();
+    println!("--------------------");
+    println!("Raylet runtime started (head pid {}).", started.pid);
+    println!("--------------------");
+    println!();
+    println!("Next steps");
+    println!("  To add another node to this raylet cluster, run");
+    println!("    raylet start --address='{address}'{flag}");
+    println!(
+        "  on this machine; on another machine, pass the token in {}:",
+        session.token_path().display()
+    );
+    println!("    RAYLET_TOKEN=<token> raylet start --address='{address}'");
+    if ip.starts_with("127.") || ip == "::1" {
+        println!(
+            "  (the head listens on loopback only: start it with --node-ip <this machine's IP>"
+        );
+        println!("   to accept nodes from other machines)");
+    }
+    println!();
+    println!("  To connect to this cluster from a raylet program, run it with");
+    println!("    RAYLET_ADDRESS='{address}'");
+    println!();
+    println!("  To see the status of the cluster, use");
+    println!("    raylet status{flag}");
+    println!();
+    println!("  To terminate the raylet runtime, run");
+    println!("    raylet stop{flag}");
+    println!();
+    println!("  Logs: {}", started.log.display());
+}
+
+fn print_node_started(args: &StartArgs, started: &Started) {
+    let flag = args.session.temp_dir_flag();
+    let head = args.address.as_deref().unwrap_or_default();
+    println!("Raylet node started (pid {}).", started.pid);
+    println!(
+        "  node {} serves at {} and joined the head at {head}",
+        started.node_id, started.address
+    );
+    println!("  To see the status of the cluster, use");
+    println!("    raylet status --address='{head}'{flag}");
+    println!("  To terminate the raylet runtime on this machine, run");
+    println!("    raylet stop{flag}");
+    println!("  Logs: {}", started.log.display());
+}

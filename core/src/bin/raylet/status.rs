@@ -1,0 +1,149 @@
+//! `raylet status`: the node table and resource usage, as text or JSON.
+
+use std::fmt::Write;
+use std::time::{Duration, UNIX_EPOCH};
+
+use anyhow::Context;
+use raylet_proto::ResourceSet;
+use raylet_proto::resources::is_bytes;
+use raylet_proto::v1::GetClusterStatusRequest;
+use raylet_scheduler::status::{ClusterStatus, NodeStatus};
+use serde::Serialize;
+
+use crate::args::{OutputFormat, StatusArgs};
+
+/// How long `raylet status` waits for the head.
+const PATIENCE: Duration = Duration::from_secs(2);
+
+pub fn status(args: StatusArgs) -> anyhow::Result<()> {
+    let address = match &args.address {
+        Some(address) => address.clone(),
+        None => {
+            let session = args.session.root().require_latest()?;
+            session.read_head_address()?.with_context(|| {
+                format!(
+                    "{} has no head_address: no head runs in this session; pass --address",
+                    session.dir().display()
+                )
+            })?
+        }
+    };
+    let token = args.session.resolve_token()?;
+    let status = crate::runtime()?.block_on(fetch(&address, &token))?;
+    let output = match args.format {
+        OutputFormat::Json => serde_json::to_string_pretty(&StatusReport::new(&address, &status))?,
+        OutputFormat::Text => render_text(&address, &status),
+    };
+    println!("{output}");
+    Ok(())
+}
+
+async fn fetch(
+    address: &str,
+    token: &raylet_proto::auth::AuthToken,
+) -> anyhow::Result<ClusterStatus> {
+    let mut head = raylet_proto::channel::connect_head(address, token, PATIENCE)
+        .await
+        .with_context(|| format!("no raylet head answers at {address}"))?;
+    let reply = head.get_cluster_status(GetClusterStatusRequest {}).await;
+    let reply = reply
+        .map_err(raylet_proto::Error::from)
+        .with_context(|| format!("asking the head at {address}"))?;
+    Ok(ClusterStatus::from_proto(reply.into_inner())?)
+}
+
+/// The JSON form: a cluster summary and every node incarnation.
+#[derive(Serialize)]
+struct StatusReport<'a> {
+    head_address: &'a str,
+    alive_nodes: usize,
+    dead_nodes: usize,
+    total: ResourceSet,
+    available: ResourceSet,
+    #[serde(flatten)]
+    status: &'a ClusterStatus,
+}
+
+impl<'a> StatusReport<'a> {
+    fn new(head_address: &'a str, status: &'a ClusterStatus) -> Self {
+        StatusReport {
+            head_address,
+            alive_nodes: status.alive().count(),
+            dead_nodes: status.dead().count(),
+            total: status.total(),
+            available: status.available(),
+            status,
+        }
+    }
+}
+
+fn render_text(address: &str, status: &ClusterStatus) -> String {
+    let mut out = String::new();
+    let now =
+        humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(status.now_unix_ms));
+    let _ = writeln!(
+        out,
+        "======== Cluster status: {now} (head {address}) ========"
+    );
+    let _ = writeln!(out, "Node status");
+    let _ = writeln!(out, "{}", "-".repeat(64));
+    let _ = writeln!(out, "Alive: {} node(s)", status.alive().count());
+    for node in status.alive() {
+        let _ = writeln!(out, " {}", node_line(node));
+    }
+    let _ = writeln!(out, "Dead: {} node(s)", status.dead().count());
+    for node in status.dead() {
+        let reason = node.death_reason.as_deref().unwrap_or("unknown");
+        let _ = writeln!(out, " {}  ({reason})", node_line(node));
+    }
+    let _ = writeln!(out);
+    let _ = writeln!(out, "Resources");
+    let _ = writeln!(out, "{}", "-".repeat(64));
+    let _ = writeln!(out, "Total usage:");
+    out.push_str(&usage_lines(&status.total(), &status.available(), " "));
+    for node in status.alive() {
+        let stats = &node.stats;
+        let _ = writeln!(
+            out,
+            "Node {}: cpu {:.1}%, memory {} / {}",
+            node.node_id.short(),
+            stats.cpu_percent,
+            bytes(stats.memory_used_bytes as f64),
+            bytes(stats.memory_total_bytes as f64)
+        );
+        out.push_str(&usage_lines(&node.total, &node.available, "  "));
+    }
+    out.trim_end().to_string()
+}
+
+fn node_line(node: &NodeStatus) -> String {
+    let role = if node.is_head_node { "  (head)" } else { "" };
+    format!(
+        "node {}  {}  incarnation {}  host {}{role}",
+        node.node_id, node.address, node.incarnation, node.hostname
+    )
+}
+
+fn usage_lines(total: &ResourceSet, available: &ResourceSet, indent: &str) -> String {
+    let mut out = String::new();
+    for (name, amount) in total.iter() {
+        let used = amount - available.get(name);
+        let line = if is_bytes(name) {
+            format!("{}/{}", bytes(used.as_f64()), bytes(amount.as_f64()))
+        } else {
+            format!("{used}/{amount}")
+        };
+        let _ = writeln!(out, "{indent}{line} {name}");
+    }
+    out
+}
+
+fn bytes(count: f64) -> String {
+    const GIB: f64 = (1u64 << 30) as f64;
+    const MIB: f64 = (1u64 << 20) as f64;
+    if count >= GIB {
+        format!("{:.2}GiB", count / GIB)
+    } else {
+        format!("{:.2}MiB", count / MIB)
+    }
+}
