@@ -5,10 +5,10 @@ use std::future::Future;
 
 use raylet_proto::auth::{AuthToken, ServerAuth};
 use tokio::net::TcpListener;
-use tokio_stream::wrappers::TcpListenerStream;
 use tonic::server::NamedService;
 use tonic::service::InterceptorLayer;
 use tonic::transport::Server;
+use tonic::transport::server::TcpIncoming;
 
 use crate::Result;
 
@@ -34,7 +34,13 @@ where
     Server::builder()
         .layer(InterceptorLayer::new(ServerAuth::new(token)))
         .add_service(service)
-        .serve_with_incoming_shutdown(TcpListenerStream::new(listener), shutdown)
+        .serve_with_incoming_shutdown(incoming(listener), shutdown)
         .await?;
     Ok(())
+}
+
+/// Accepted connections with Nagle's algorithm off: small replies must not
+/// wait for a delayed ACK.
+fn incoming(listener: TcpListener) -> TcpIncoming {
+    TcpIncoming::from(listener).with_nodelay(Some(true))
 }
