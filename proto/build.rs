@@ -5,12 +5,15 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/raylet/v1/common.proto",
         "proto/raylet/v1/head.proto",
         "proto/raylet/v1/node_manager.proto",
+        "proto/raylet/v1/owner.proto",
+        "proto/raylet/v1/worker.proto",
     ];
     for proto in protos {
         println!("cargo:rerun-if-changed={proto}");
     }
     let mut config = tonic_prost_build::Config::new();
     config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
+    config.bytes([".raylet.v1.EncodedValue.data", ".raylet.v1.TaskArg.value"]);
     tonic_prost_build::configure().compile_with_config(config, &protos, &["proto"])?;
     Ok(())
 }

@@ -1,10 +1,34 @@
 //! The error type of the raylet crate.
 
 use std::path::PathBuf;
+use std::time::Duration;
+
+use raylet_proto::ObjectId;
+
+use crate::task::TaskError;
 
 /// An error from raylet's user API.
 #[derive(Debug, thiserror::Error)]
 pub enum Error {
+    /// The task that makes the object failed.
+    #[error(transparent)]
+    Task(#[from] TaskError),
+    /// The object holds a value of another type than the one asked for.
+    #[error("object {object} holds a {actual}, not a {expected}")]
+    WrongType {
+        object: ObjectId,
+        expected: String,
+        actual: String,
+    },
+    /// The object was not ready in time.
+    #[error("object {object} was not ready within {timeout:?}")]
+    GetTimeout { object: ObjectId, timeout: Duration },
+    /// The object is not known to its owner: it was freed, or its owner restarted.
+    #[error("object {0} is lost: its owner no longer has it")]
+    ObjectLost(ObjectId),
+    /// No cluster is running in this process.
+    #[error("no raylet cluster in this process: call raylet::init() first")]
+    NotInitialized,
     /// The cluster answered with an error, or could not be reached.
     #[error(transparent)]
     Cluster(#[from] raylet_proto::Error),
@@ -22,5 +46,11 @@ impl Error {
             path: path.into(),
             message: message.into(),
         }
+    }
+}
+
+impl From<std::io::Error> for Error {
+    fn from(error: std::io::Error) -> Self {
+        Error::Cluster(error.into())
     }
 }

@@ -1,12 +1,57 @@
 //! raylet: a Ray-like distributed runtime for ML workloads.
 //!
-//! This crate is the user-facing API. So far it holds the session directory,
-//! where `raylet start` keeps the token, the head's address, process records
-//! and logs; the `raylet` CLI binary is built from `src/bin/raylet`.
+//! ```ignore
+//! use raylet::prelude::*;
+//!
+//! #[raylet::remote]
+//! fn square(x: u64) -> u64 { x * x }
+//!
+//! fn main() -> raylet::Result<()> {
+//!     let cluster = raylet::init()?;
+//!     let refs: Vec<ObjectRef<u64>> =
+//!         (0..100).map(|x| square::remote(&cluster, x)).collect::<raylet::Result<_>>()?;
+//!     println!("{}", cluster.get_all(&refs)?.iter().sum::<u64>());
+//!     Ok(())
+//! }
+//! ```
+//!
+//! `raylet::init()` starts an embedded head and node in this process, or
+//! joins the cluster at `RAYLET_ADDRESS`. Workers are this same binary,
+//! started again: a hook that runs before `main` turns them into workers.
 
+mod cluster;
+mod config;
+mod core_worker;
+mod embedded;
 pub mod error;
+mod memory_store;
+mod net;
+mod object_ref;
+mod owner_service;
+mod registry;
 pub mod session;
+mod submitter;
+mod task;
+mod worker;
 
+pub use cluster::{Cluster, current, init, init_with};
+pub use config::Config;
 pub use error::{Error, Result};
+pub use net::local_ip_towards;
+pub use object_ref::{AnyObjectRef, ObjectRef};
+pub use raylet_macros::remote;
 pub use raylet_proto as proto;
 pub use raylet_scheduler as scheduler;
+pub use task::{Arg, IntoArg, TaskError, TaskErrorKind, TaskOptions};
+
+/// What the `#[raylet::remote]` expansion refers to. Not a public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::memory_store::EncodedValue;
+    pub use crate::registry::*;
+}
+
+/// The names most programs need.
+pub mod prelude {
+    pub use crate::{Cluster, Config, ObjectRef, TaskError, TaskErrorKind};
+}

@@ -85,6 +85,24 @@ define_id!(
     "NodeId"
 );
 
+define_id!(
+    /// Identifies one task submission; its retries keep the id.
+    TaskId,
+    "TaskId"
+);
+
+define_id!(
+    /// Identifies an object: a task's return value or a `put` value.
+    ObjectId,
+    "ObjectId"
+);
+
+define_id!(
+    /// Identifies a worker process.
+    WorkerId,
+    "WorkerId"
+);
+
 #[cfg(test)]
 mod tests {
     use super::*;

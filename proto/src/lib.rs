@@ -2,13 +2,17 @@
 //! the shared error type, token authentication and channel set-up.
 
 pub mod auth;
+pub mod binary_hash;
 pub mod channel;
+pub mod codec;
 pub mod error;
 pub mod ids;
 pub mod resources;
+pub mod server;
+pub mod worker_env;
 
 pub use error::{Error, Result};
-pub use ids::NodeId;
+pub use ids::{NodeId, ObjectId, TaskId, WorkerId};
 pub use resources::{Amount, ResourceSet};
 
 /// The version of the wire protocol. Peers that speak another version are

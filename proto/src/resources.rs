@@ -115,7 +115,7 @@ impl serde::Serialize for ResourceSet {
 }
 
 /// A set of named resource amounts. Absent names count as zero.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash)]
 pub struct ResourceSet(BTreeMap<String, Amount>);
 
 impl ResourceSet {

@@ -1,14 +1,12 @@
-//! Serves gRPC services on a bound listener until a shutdown future resolves,
-//! with the token and protocol checks in front of every call.
+//! Serves one gRPC service on a bound listener until a shutdown future
+//! resolves, behind the token and protocol checks.
 
 use std::future::Future;
 
-use raylet_proto::auth::{AuthToken, ServerAuth};
+use raylet_proto::auth::AuthToken;
+use raylet_proto::server::{authenticated, incoming};
 use tokio::net::TcpListener;
 use tonic::server::NamedService;
-use tonic::service::InterceptorLayer;
-use tonic::transport::Server;
-use tonic::transport::server::TcpIncoming;
 
 use crate::Result;
 
@@ -31,16 +29,9 @@ where
         + 'static,
     S::Future: Send + 'static,
 {
-    Server::builder()
-        .layer(InterceptorLayer::new(ServerAuth::new(token)))
+    authenticated(token)
         .add_service(service)
         .serve_with_incoming_shutdown(incoming(listener), shutdown)
         .await?;
     Ok(())
-}
-
-/// Accepted connections with Nagle's algorithm off: small replies must not
-/// wait for a delayed ACK.
-fn incoming(listener: TcpListener) -> TcpIncoming {
-    TcpIncoming::from(listener).with_nodelay(Some(true))
 }

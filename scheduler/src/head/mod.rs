@@ -12,7 +12,7 @@ use raylet_proto::auth::AuthToken;
 use raylet_proto::v1::head_service_server::HeadServiceServer;
 use tokio::net::TcpListener;
 
-pub use node_table::{Heartbeat, HeartbeatOutcome, NodeTable, Registration};
+pub use node_table::{Heartbeat, HeartbeatOutcome, NodeResourcesView, NodeTable, Registration};
 
 use crate::Result;
 use service::HeadServiceImpl;

@@ -39,6 +39,15 @@ pub enum HeartbeatOutcome {
     MustReregister,
 }
 
+/// An alive node's address and resources, for spillback decisions.
+#[derive(Clone, Debug)]
+pub struct NodeResourcesView {
+    pub node_id: NodeId,
+    pub address: String,
+    pub total: ResourceSet,
+    pub available: ResourceSet,
+}
+
 struct Entry {
     status: NodeStatus,
     last_heartbeat: Instant,
@@ -136,6 +145,20 @@ impl NodeTable {
             }
         }
         marked
+    }
+
+    /// The resources of every alive node.
+    pub fn alive_resources(&self) -> Vec<NodeResourcesView> {
+        self.entries
+            .iter()
+            .filter(|e| e.status.state == NodeState::Alive)
+            .map(|e| NodeResourcesView {
+                node_id: e.status.node_id,
+                address: e.status.address.clone(),
+                total: e.status.total.clone(),
+                available: e.status.available.clone(),
+            })
+            .collect()
     }
 
     /// Every incarnation, alive ones first, each group oldest first.

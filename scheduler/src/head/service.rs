@@ -5,13 +5,13 @@ use std::time::Instant;
 
 use raylet_proto::v1::head_service_server::HeadService;
 use raylet_proto::v1::{
-    ClusterStatus, GetClusterStatusRequest, HeartbeatReply, HeartbeatRequest, RegisterNodeReply,
-    RegisterNodeRequest, UnregisterNodeReply, UnregisterNodeRequest,
+    ClusterStatus, GetClusterStatusRequest, HeartbeatReply, HeartbeatRequest, NodeResources,
+    RegisterNodeReply, RegisterNodeRequest, UnregisterNodeReply, UnregisterNodeRequest,
 };
 use raylet_proto::{Error, NodeId, ResourceSet, Result};
 use tonic::{Request, Response, Status};
 
-use super::node_table::{Heartbeat, HeartbeatOutcome, NodeTable, Registration};
+use super::node_table::{Heartbeat, HeartbeatOutcome, NodeResourcesView, NodeTable, Registration};
 use crate::status::NodeStats;
 
 const MAX_TEXT_LEN: usize = 256;
@@ -45,9 +45,18 @@ impl HeadService for HeadServiceImpl {
         request: Request<HeartbeatRequest>,
     ) -> Result<Response<HeartbeatReply>, Status> {
         let heartbeat = decode_heartbeat(request.into_inner())?;
-        let outcome = self.table().heartbeat(heartbeat, Instant::now());
+        let mut table = self.table();
+        let outcome = table.heartbeat(heartbeat, Instant::now());
         let must_reregister = outcome == HeartbeatOutcome::MustReregister;
-        Ok(Response::new(HeartbeatReply { must_reregister }))
+        let cluster_view = table
+            .alive_resources()
+            .into_iter()
+            .map(encode_node_resources)
+            .collect();
+        Ok(Response::new(HeartbeatReply {
+            must_reregister,
+            cluster_view,
+        }))
     }
 
     async fn unregister_node(
@@ -90,6 +99,15 @@ fn decode_heartbeat(request: HeartbeatRequest) -> Result<Heartbeat> {
         available: ResourceSet::from_proto(&request.available.unwrap_or_default())?,
         stats: NodeStats::from_proto(request.stats.unwrap_or_default()),
     })
+}
+
+fn encode_node_resources(node: NodeResourcesView) -> NodeResources {
+    NodeResources {
+        node_id: node.node_id.as_bytes().to_vec(),
+        address: node.address,
+        total: Some(node.total.to_proto()),
+        available: Some(node.available.to_proto()),
+    }
 }
 
 fn bounded_text(field: &str, text: String) -> Result<String> {

@@ -7,11 +7,14 @@ use std::time::Duration;
 
 use raylet_proto::channel::HeadClient;
 use raylet_proto::error::error_chain;
-use raylet_proto::v1::{HeartbeatRequest, RegisterNodeRequest, UnregisterNodeRequest};
+use raylet_proto::v1::{
+    HeartbeatReply, HeartbeatRequest, NodeResources, RegisterNodeRequest, UnregisterNodeRequest,
+};
+use raylet_proto::{NodeId, ResourceSet};
 use tonic::Request;
 
 use super::stats::StatsSampler;
-use super::{NodeShared, lock};
+use super::{NodeShared, NodeView, lock};
 use crate::Result;
 
 const UNREGISTER_TIMEOUT: Duration = Duration::from_secs(1);
@@ -44,7 +47,11 @@ pub(crate) async fn run(mut head: HeadClient, shared: std::sync::Arc<NodeShared>
         ticker.tick().await;
         *lock(&shared.stats) = sampler.sample();
         match send_heartbeat(&mut head, &shared, interval * 2).await {
-            Ok(must_reregister) => {
+            Ok(reply) => {
+                let must_reregister = reply.must_reregister;
+                shared
+                    .leases
+                    .set_cluster_view(other_nodes(&shared, reply.cluster_view));
                 if !head_reachable {
                     tracing::info!("the head is reachable again");
                     head_reachable = true;
@@ -62,11 +69,26 @@ pub(crate) async fn run(mut head: HeadClient, shared: std::sync::Arc<NodeShared>
     }
 }
 
+/// The other alive nodes of the head's view; malformed entries are skipped.
+fn other_nodes(shared: &NodeShared, view: Vec<NodeResources>) -> Vec<NodeView> {
+    view.into_iter()
+        .filter_map(|node| {
+            Some(NodeView {
+                node_id: NodeId::from_wire(&node.node_id).ok()?,
+                address: node.address,
+                total: ResourceSet::from_proto(&node.total?).ok()?,
+                available: ResourceSet::from_proto(&node.available?).ok()?,
+            })
+        })
+        .filter(|node| node.node_id != shared.config.node_id)
+        .collect()
+}
+
 async fn send_heartbeat(
     head: &mut HeadClient,
     shared: &NodeShared,
     timeout: Duration,
-) -> Result<bool> {
+) -> Result<HeartbeatReply> {
     let mut request = Request::new(HeartbeatRequest {
         node_id: shared.config.node_id.as_bytes().to_vec(),
         incarnation: shared.incarnation(),
@@ -75,7 +97,7 @@ async fn send_heartbeat(
         stats: Some(shared.stats().to_proto()),
     });
     request.set_timeout(timeout);
-    Ok(head.heartbeat(request).await?.into_inner().must_reregister)
+    Ok(head.heartbeat(request).await?.into_inner())
 }
 
 async fn reregister(head: &mut HeadClient, shared: &NodeShared) {

@@ -2,10 +2,14 @@
 //! heartbeat with its resources and utilization every interval, registers
 //! anew when the head has marked it dead, and serves its own gRPC service.
 
+mod binary_cache;
 mod heartbeat;
+mod leasing;
+mod ledger;
 mod resources;
 mod service;
 mod stats;
+mod worker_process;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -19,10 +23,13 @@ use raylet_proto::v1::node_manager_service_server::NodeManagerServiceServer;
 use raylet_proto::{NodeId, ResourceSet};
 use tokio::net::TcpListener;
 
+pub use leasing::NodeView;
+pub use ledger::ResourceLedger;
 pub use resources::{ResourceOverrides, resolve as resolve_resources};
 
 use crate::Result;
 use crate::status::NodeStats;
+use leasing::{LeaseManager, WorkerContext};
 
 /// Settings of a node manager.
 #[derive(Clone, Debug)]
@@ -81,7 +88,7 @@ pub(crate) struct NodeShared {
     pub(crate) config: NodeConfig,
     pub(crate) address: SocketAddr,
     pub(crate) incarnation: AtomicU64,
-    pub(crate) available: Mutex<ResourceSet>,
+    pub(crate) leases: Arc<LeaseManager>,
     pub(crate) stats: Mutex<NodeStats>,
 }
 
@@ -91,7 +98,7 @@ impl NodeShared {
     }
 
     pub(crate) fn available(&self) -> ResourceSet {
-        lock(&self.available).clone()
+        self.leases.available()
     }
 
     pub(crate) fn stats(&self) -> NodeStats {
@@ -123,8 +130,14 @@ impl NodeManager {
             config.connect_timeout,
         )
         .await?;
+        let context = WorkerContext {
+            node_id: config.node_id,
+            node_manager_address: address.to_string(),
+            token: config.token.expose().to_string(),
+            bind_ip: address.ip().to_string(),
+        };
         let shared = Arc::new(NodeShared {
-            available: Mutex::new(config.resources.clone()),
+            leases: LeaseManager::new(context, config.resources.clone()),
             config,
             address,
             incarnation: AtomicU64::new(0),
@@ -167,6 +180,7 @@ impl NodeManager {
             result = server => result,
             never = heartbeat::run(head.clone(), shared.clone()) => match never {},
         };
+        shared.leases.kill_all();
         heartbeat::unregister(&mut head, &shared, "node manager shut down").await;
         result
     }

@@ -1,12 +1,30 @@
-//! The gRPC face of the node manager.
+//! The gRPC face of the node manager: node info, lease sessions, worker
+//! sessions and worker exits.
 
+use std::pin::Pin;
 use std::sync::Arc;
+use std::time::Duration;
 
+use raylet_proto::v1::lease_session_request::Kind as LeaseKind;
 use raylet_proto::v1::node_manager_service_server::NodeManagerService;
-use raylet_proto::v1::{GetNodeInfoRequest, NodeInfo};
-use tonic::{Request, Response, Status};
+use raylet_proto::v1::worker_session_message::Kind as WorkerKind;
+use raylet_proto::v1::{
+    GetNodeInfoRequest, GetWorkerExitRequest, LeaseSessionEvent, LeaseSessionRequest, NodeInfo,
+    WorkerExit, WorkerSessionEvent, WorkerSessionMessage,
+};
+use raylet_proto::{Error, ResourceSet, WorkerId};
+use tokio::sync::mpsc;
+use tokio_stream::Stream;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
 
 use super::NodeShared;
+use super::leasing::{LeaseManager, PendingLease};
+
+/// How long `GetWorkerExit` waits for a dying worker to be reaped.
+const EXIT_PATIENCE: Duration = Duration::from_secs(3);
+
+type EventStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
 /// Serves [`NodeManagerService`] from the node's shared state.
 pub(crate) struct NodeManagerServiceImpl {
@@ -15,6 +33,9 @@ pub(crate) struct NodeManagerServiceImpl {
 
 #[tonic::async_trait]
 impl NodeManagerService for NodeManagerServiceImpl {
+    type LeaseSessionStream = EventStream<LeaseSessionEvent>;
+    type WorkerSessionStream = EventStream<WorkerSessionEvent>;
+
     async fn get_node_info(
         &self,
         _request: Request<GetNodeInfoRequest>,
@@ -28,5 +49,113 @@ impl NodeManagerService for NodeManagerServiceImpl {
             available: Some(shared.available().to_proto()),
             stats: Some(shared.stats().to_proto()),
         }))
+    }
+
+    async fn lease_session(
+        &self,
+        request: Request<Streaming<LeaseSessionRequest>>,
+    ) -> Result<Response<Self::LeaseSessionStream>, Status> {
+        let mut inbound = request.into_inner();
+        let binary = match inbound.message().await?.and_then(|m| m.kind) {
+            Some(LeaseKind::Open(binary)) => binary,
+            _ => {
+                return Err(Error::InvalidArgument(
+                    "a lease session must start with `open`".into(),
+                )
+                .into());
+            }
+        };
+        let (events, receiver) = mpsc::unbounded_channel();
+        let leases = self.shared.leases.clone();
+        let session = leases.open_session(binary, events)?;
+        tokio::spawn(async move {
+            while let Ok(Some(message)) = inbound.message().await {
+                if let Some(kind) = message.kind {
+                    handle_lease_message(&leases, session, kind);
+                }
+            }
+            leases.close_session(session);
+        });
+        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(
+            receiver,
+        ))))
+    }
+
+    async fn worker_session(
+        &self,
+        request: Request<Streaming<WorkerSessionMessage>>,
+    ) -> Result<Response<Self::WorkerSessionStream>, Status> {
+        let mut inbound = request.into_inner();
+        let register = match inbound.message().await?.and_then(|m| m.kind) {
+            Some(WorkerKind::Register(register)) => register,
+            _ => {
+                return Err(Error::InvalidArgument(
+                    "a worker session must start with `register`".into(),
+                )
+                .into());
+            }
+        };
+        let worker_id = WorkerId::from_wire(&register.worker_id)?;
+        let leases = self.shared.leases.clone();
+        leases.register_worker(worker_id, register.address)?;
+        let (events, receiver) = mpsc::unbounded_channel();
+        let welcome = WorkerSessionEvent {
+            node_id: self.shared.config.node_id.as_bytes().to_vec(),
+        };
+        let _ = events.send(Ok(welcome));
+        tokio::spawn(async move {
+            while let Ok(Some(message)) = inbound.message().await {
+                if let Some(WorkerKind::Blocked(blocked)) = message.kind {
+                    leases.set_blocked(worker_id, blocked);
+                }
+            }
+            drop(events);
+        });
+        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(
+            receiver,
+        ))))
+    }
+
+    async fn get_worker_exit(
+        &self,
+        request: Request<GetWorkerExitRequest>,
+    ) -> Result<Response<WorkerExit>, Status> {
+        let worker_id = WorkerId::from_wire(&request.into_inner().worker_id)?;
+        let exit = self
+            .shared
+            .leases
+            .worker_exit(worker_id, EXIT_PATIENCE)
+            .await;
+        Ok(Response::new(WorkerExit {
+            exited: exit.is_some(),
+            description: exit.unwrap_or_default(),
+        }))
+    }
+}
+
+fn handle_lease_message(leases: &Arc<LeaseManager>, session: u64, kind: LeaseKind) {
+    match kind {
+        LeaseKind::Open(_) => {
+            tracing::warn!(session, "ignoring a second `open` in a lease session")
+        }
+        LeaseKind::Request(request) => {
+            match ResourceSet::from_proto(&request.resources.unwrap_or_default()) {
+                Ok(demand) => leases.request(PendingLease {
+                    session,
+                    request_id: request.request_id,
+                    demand,
+                    allow_spillback: request.allow_spillback,
+                }),
+                Err(error) => {
+                    tracing::warn!(session, %error, "ignoring a lease request with bad resources")
+                }
+            }
+        }
+        LeaseKind::ReturnLease(returned) => {
+            if let Ok(worker_id) = WorkerId::from_wire(&returned.worker_id) {
+                leases.return_lease(session, worker_id, returned.worker_failed);
+            }
+        }
+        LeaseKind::Cancel(cancel) => leases.cancel_request(session, cancel.request_id),
     }
 }

@@ -1,0 +1,490 @@
+//! `Cluster`: the handle a program uses to submit tasks and put, get, wait
+//! for and cancel objects; `init` makes one, embedded or joined.
+
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex, RwLock};
+use std::time::Duration;
+
+use raylet_proto::auth::AuthToken;
+use raylet_proto::server::{MAX_DATA_MESSAGE, authenticated, incoming};
+use raylet_proto::v1::owner_service_server::OwnerServiceServer;
+use raylet_proto::v1::{GetClusterStatusRequest, WorkerBinary};
+use raylet_proto::{ObjectId, TaskId};
+use raylet_scheduler::status::ClusterStatus;
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use tokio::sync::{mpsc, oneshot};
+
+use crate::config::Config;
+use crate::core_worker::CoreWorker;
+use crate::embedded::Embedded;
+use crate::memory_store::{EncodedValue, Outcome};
+use crate::object_ref::{AnyObjectRef, ObjectRef, RawRef};
+use crate::owner_service::OwnerServiceImpl;
+use crate::session::TempRoot;
+use crate::submitter::{Submission, Submitter, SubmitterEvent};
+use crate::task::{Arg, TaskOptions};
+use crate::{Error, Result};
+
+static CURRENT: RwLock<Option<Cluster>> = RwLock::new(None);
+
+/// Starts an embedded cluster, or joins the one at `RAYLET_ADDRESS`. Calling
+/// it again returns the same cluster.
+pub fn init() -> Result<Cluster> {
+    init_with(Config::from_env())
+}
+
+/// Like [`init`], with explicit settings.
+pub fn init_with(config: Config) -> Result<Cluster> {
+    if let Ok(cluster) = current() {
+        return Ok(cluster);
+    }
+    let cluster = Cluster::start(config)?;
+    set_current(cluster.clone());
+    Ok(cluster)
+}
+
+/// The cluster of this process: the one `init` made, or in a task, the
+/// cluster the task runs in.
+pub fn current() -> Result<Cluster> {
+    CURRENT
+        .read()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone()
+        .ok_or(Error::NotInitialized)
+}
+
+pub(crate) fn set_current(cluster: Cluster) {
+    *CURRENT.write().unwrap_or_else(|p| p.into_inner()) = Some(cluster);
+}
+
+/// A handle to a running cluster. Clones share it.
+#[derive(Clone)]
+pub struct Cluster {
+    inner: Arc<ClusterInner>,
+}
+
+struct ClusterInner {
+    core: Arc<CoreWorker>,
+    runtime: Mutex<Option<tokio::runtime::Runtime>>,
+    embedded: Mutex<Option<Embedded>>,
+    head_address: Option<String>,
+    stop_owner_service: Mutex<Option<oneshot::Sender<()>>>,
+}
+
+impl Cluster {
+    /// Joins the running cluster whose head is at `address`.
+    pub fn connect(address: &str) -> Result<Cluster> {
+        init_with(Config::from_env().address(address))
+    }
+
+    pub(crate) fn for_worker(core: Arc<CoreWorker>) -> Cluster {
+        Cluster {
+            inner: Arc::new(ClusterInner {
+                core,
+                runtime: Mutex::new(None),
+                embedded: Mutex::new(None),
+                head_address: None,
+                stop_owner_service: Mutex::new(None),
+            }),
+        }
+    }
+
+    fn start(config: Config) -> Result<Cluster> {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(2)
+            .thread_name("raylet")
+            .enable_all()
+            .build()?;
+        let handle = runtime.handle().clone();
+        let started = std::thread::scope(|scope| {
+            scope
+                .spawn(|| runtime.block_on(start_driver(config, handle)))
+                .join()
+                .unwrap_or_else(|_| {
+                    Err(Error::Cluster(raylet_proto::Error::Internal(
+                        "start panicked".into(),
+                    )))
+                })
+        })?;
+        Ok(Cluster {
+            inner: Arc::new(ClusterInner {
+                core: started.core,
+                runtime: Mutex::new(Some(runtime)),
+                embedded: Mutex::new(started.embedded),
+                head_address: started.head_address,
+                stop_owner_service: Mutex::new(Some(started.stop_owner_service)),
+            }),
+        })
+    }
+
+    pub(crate) fn core(&self) -> &Arc<CoreWorker> {
+        &self.inner.core
+    }
+
+    /// Submits a call of a remote function; `#[raylet::remote]` calls this.
+    pub fn submit_task<R>(&self, options: TaskOptions, args: Vec<Arg>) -> Result<ObjectRef<R>> {
+        let demand = options.demand()?;
+        let core = self.core();
+        let return_id = ObjectId::random();
+        core.store.add_pending(return_id);
+        let submission = Submission {
+            task_id: TaskId::random(),
+            return_id,
+            options,
+            demand,
+            args,
+        };
+        core.submitter
+            .send(SubmitterEvent::Submit(Box::new(submission)))
+            .map_err(|_| shut_down())?;
+        Ok(self.owned_ref(return_id).typed())
+    }
+
+    fn owned_ref(&self, id: ObjectId) -> AnyObjectRef {
+        let core = self.core();
+        AnyObjectRef::owned(
+            RawRef {
+                id,
+                owner: core.address.clone(),
+            },
+            &core.store,
+        )
+    }
+
+    /// Stores a value in the cluster and returns a reference to it.
+    pub fn put<T: Serialize>(&self, value: &T) -> Result<ObjectRef<T>> {
+        let id = ObjectId::random();
+        self.core().store.insert(id, EncodedValue::encode(value)?);
+        Ok(self.owned_ref(id).typed())
+    }
+
+    /// Waits for the object and returns its value, or its task's error.
+    pub fn get<T: DeserializeOwned>(&self, object: &ObjectRef<T>) -> Result<T> {
+        let outcome = self
+            .core()
+            .wait_outcome_blocking(object.as_untyped(), None)?;
+        decode(object.id(), outcome.expect("waiting without a timeout"))
+    }
+
+    /// Like [`Cluster::get`], but fails with `Error::GetTimeout` after `timeout`.
+    pub fn get_timeout<T: DeserializeOwned>(
+        &self,
+        object: &ObjectRef<T>,
+        timeout: Duration,
+    ) -> Result<T> {
+        match self
+            .core()
+            .wait_outcome_blocking(object.as_untyped(), Some(timeout))?
+        {
+            Some(outcome) => decode(object.id(), outcome),
+            None => Err(Error::GetTimeout {
+                object: object.id(),
+                timeout,
+            }),
+        }
+    }
+
+    /// Waits for the object without blocking a thread.
+    pub async fn get_async<T: DeserializeOwned>(&self, object: &ObjectRef<T>) -> Result<T> {
+        let outcome = self.core().wait_outcome(object.as_untyped(), None).await?;
+        decode(object.id(), outcome.expect("waiting without a deadline"))
+    }
+
+    /// The values of all objects, in order; the first failure is returned.
+    pub fn get_all<T: DeserializeOwned>(&self, objects: &[ObjectRef<T>]) -> Result<Vec<T>> {
+        objects.iter().map(|object| self.get(object)).collect()
+    }
+
+    /// Waits until `num_returns` of the objects are ready or `timeout`
+    /// passes. Returns the ready ones and the rest, each in input order.
+    pub fn wait<T>(
+        &self,
+        objects: &[ObjectRef<T>],
+        num_returns: usize,
+        timeout: Option<Duration>,
+    ) -> (Vec<ObjectRef<T>>, Vec<ObjectRef<T>>) {
+        let num_returns = num_returns.min(objects.len());
+        let core = self.core().clone();
+        let untyped: Vec<AnyObjectRef> = objects.iter().map(|o| o.as_untyped().clone()).collect();
+        let ready = core
+            .clone()
+            .block_on(async move { wait_ready(&core, &untyped, num_returns, timeout).await });
+        let mut split = (Vec::new(), Vec::new());
+        for (index, object) in objects.iter().enumerate() {
+            match ready.get(index).copied().unwrap_or(false) && split.0.len() < num_returns {
+                true => split.0.push(object.clone()),
+                false => split.1.push(object.clone()),
+            }
+        }
+        split
+    }
+
+    /// Cancels the task that makes `object`: a queued task never runs; a
+    /// running one is stopped only with `force`, which ends its worker.
+    /// Getting the object then fails with a `Cancelled` task error.
+    pub fn cancel<T>(&self, object: &ObjectRef<T>, force: bool) -> Result<()> {
+        let core = self.core();
+        if !core.owns(object.as_untyped()) {
+            return Err(Error::Cluster(raylet_proto::Error::FailedPrecondition(
+                format!(
+                    "only the owner of object {} can cancel its task",
+                    object.id()
+                ),
+            )));
+        }
+        core.submitter
+            .send(SubmitterEvent::Cancel {
+                object: object.id(),
+                force,
+            })
+            .map_err(|_| shut_down())
+    }
+
+    /// The nodes of the cluster and their resources, as `raylet status` shows them.
+    pub fn status(&self) -> Result<ClusterStatus> {
+        let head = match (
+            &self.inner.head_address,
+            self.inner
+                .embedded
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .as_ref(),
+        ) {
+            (Some(head), _) => head.clone(),
+            (None, Some(embedded)) => embedded.head_address.clone(),
+            (None, None) => {
+                return Err(Error::Cluster(raylet_proto::Error::FailedPrecondition(
+                    "a worker has no view of the cluster's head".into(),
+                )));
+            }
+        };
+        let core = self.core().clone();
+        core.clone().block_on(async move {
+            let mut client =
+                raylet_proto::channel::connect_head(&head, &core.token, Duration::from_secs(5))
+                    .await?;
+            let reply = client
+                .get_cluster_status(GetClusterStatusRequest {})
+                .await
+                .map_err(raylet_proto::Error::from)?;
+            Ok(ClusterStatus::from_proto(reply.into_inner())?)
+        })
+    }
+
+    /// Ends this program's use of the cluster: its workers are killed, and an
+    /// embedded cluster stops.
+    pub fn shutdown(&self) -> Result<()> {
+        let core = self.core().clone();
+        let (done, acknowledged) = oneshot::channel();
+        if core.submitter.send(SubmitterEvent::Shutdown(done)).is_ok() {
+            let _ = core.block_on(async move {
+                tokio::time::timeout(Duration::from_secs(5), acknowledged).await
+            });
+        }
+        if let Some(stop) = self
+            .inner
+            .stop_owner_service
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            let _ = stop.send(());
+        }
+        let embedded = self
+            .inner
+            .embedded
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take();
+        if let Some(embedded) = embedded {
+            core.block_on(embedded.stop())?;
+        }
+        let mut current = CURRENT.write().unwrap_or_else(|p| p.into_inner());
+        if current
+            .as_ref()
+            .is_some_and(|c| Arc::ptr_eq(&c.inner, &self.inner))
+        {
+            *current = None;
+        }
+        drop(current);
+        if let Some(runtime) = self
+            .inner
+            .runtime
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .take()
+        {
+            runtime.shutdown_background();
+        }
+        Ok(())
+    }
+}
+
+fn shut_down() -> Error {
+    Error::Cluster(raylet_proto::Error::Unavailable(
+        "the cluster handle was shut down".into(),
+    ))
+}
+
+fn decode<T: DeserializeOwned>(id: ObjectId, outcome: Outcome) -> Result<T> {
+    match outcome {
+        Ok(value) => value.decode(id),
+        Err(error) => Err(Error::Task(error)),
+    }
+}
+
+/// Which objects are ready, waiting until `num_returns` are or `timeout` passes.
+async fn wait_ready(
+    core: &Arc<CoreWorker>,
+    objects: &[AnyObjectRef],
+    num_returns: usize,
+    timeout: Option<Duration>,
+) -> Vec<bool> {
+    let mut ready: Vec<bool> = objects
+        .iter()
+        .map(|o| core.owns(o) && matches!(core.store.try_get(o.id()), Ok(Some(_))))
+        .collect();
+    let mut count = ready.iter().filter(|r| **r).count();
+    if count >= num_returns {
+        return ready;
+    }
+    let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+    let mut waits = tokio::task::JoinSet::new();
+    for (index, object) in objects.iter().enumerate().filter(|(i, _)| !ready[*i]) {
+        let (core, object) = (core.clone(), object.clone());
+        waits.spawn(async move {
+            (
+                index,
+                matches!(core.wait_outcome(&object, deadline).await, Ok(Some(_))),
+            )
+        });
+    }
+    while count < num_returns {
+        match waits.join_next().await {
+            Some(Ok((index, true))) => {
+                ready[index] = true;
+                count += 1;
+            }
+            Some(_) => {}
+            None => break,
+        }
+    }
+    waits.abort_all();
+    ready
+}
+
+/// What starting a driver produces.
+struct StartedDriver {
+    core: Arc<CoreWorker>,
+    embedded: Option<Embedded>,
+    head_address: Option<String>,
+    stop_owner_service: oneshot::Sender<()>,
+}
+
+async fn start_driver(config: Config, runtime: tokio::runtime::Handle) -> Result<StartedDriver> {
+    let binary = tokio::task::spawn_blocking(own_binary);
+    let (embedded, head_address, node_manager, token, ip) = match &config.address {
+        None => {
+            let embedded = Embedded::start(&config).await?;
+            let node_manager = embedded.node_manager.clone();
+            let token = embedded.token.clone();
+            (
+                Some(embedded),
+                None,
+                node_manager,
+                token,
+                std::net::Ipv4Addr::LOCALHOST.into(),
+            )
+        }
+        Some(address) => {
+            let token = resolve_token(&config)?;
+            let node_manager = pick_node_manager(address, &token).await?;
+            let ip = crate::net::local_ip_towards(address)?;
+            (None, Some(address.clone()), node_manager, token, ip)
+        }
+    };
+    let binary = binary
+        .await
+        .map_err(|e| Error::Cluster(raylet_proto::Error::Internal(e.to_string())))??;
+    let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, 0)).await?;
+    let (submitter, submissions) = mpsc::unbounded_channel();
+    let core = Arc::new(CoreWorker::new(
+        listener.local_addr()?.to_string(),
+        token.clone(),
+        node_manager,
+        binary,
+        submitter,
+        runtime,
+        config.log_to_driver,
+        None,
+    ));
+    Submitter::spawn(core.clone(), submissions);
+    let (stop_owner_service, stopped) = oneshot::channel::<()>();
+    let service = OwnerServiceServer::new(OwnerServiceImpl { core: core.clone() })
+        .max_decoding_message_size(MAX_DATA_MESSAGE)
+        .max_encoding_message_size(MAX_DATA_MESSAGE);
+    tokio::spawn(
+        authenticated(token)
+            .add_service(service)
+            .serve_with_incoming_shutdown(incoming(listener), async {
+                let _ = stopped.await;
+            }),
+    );
+    Ok(StartedDriver {
+        core,
+        embedded,
+        head_address,
+        stop_owner_service,
+    })
+}
+
+/// This executable and its content hash: workers run it.
+fn own_binary() -> Result<WorkerBinary> {
+    let path = std::env::current_exe()?;
+    let hash = raylet_proto::binary_hash::hash_file(&path)?;
+    Ok(WorkerBinary {
+        path: path.to_string_lossy().into_owned(),
+        hash,
+    })
+}
+
+fn resolve_token(config: &Config) -> Result<AuthToken> {
+    if let Some(token) = &config.token {
+        return Ok(AuthToken::parse(token)?);
+    }
+    let session = TempRoot::new(&config.temp_dir).require_latest()?;
+    session.read_token()?.ok_or_else(|| {
+        Error::session(
+            session.token_path(),
+            "does not exist: set RAYLET_TOKEN or Config::token",
+        )
+    })
+}
+
+/// The node manager on this machine, else the head's, else any alive one.
+async fn pick_node_manager(head: &str, token: &AuthToken) -> Result<String> {
+    let mut client =
+        raylet_proto::channel::connect_head(head, token, Duration::from_secs(10)).await?;
+    let reply = client
+        .get_cluster_status(GetClusterStatusRequest {})
+        .await
+        .map_err(raylet_proto::Error::from)?;
+    let status = ClusterStatus::from_proto(reply.into_inner())?;
+    let local_ip = crate::net::local_ip_towards(head)?.to_string();
+    let alive: Vec<_> = status.alive().collect();
+    let same_host = alive.iter().find(|n| {
+        n.address
+            .rsplit_once(':')
+            .is_some_and(|(ip, _)| ip == local_ip)
+    });
+    let chosen = same_host
+        .or_else(|| alive.iter().find(|n| n.is_head_node))
+        .or_else(|| alive.first())
+        .ok_or_else(|| {
+            Error::Cluster(raylet_proto::Error::Unavailable(format!(
+                "the cluster at {head} has no alive node"
+            )))
+        })?;
+    Ok(chosen.address.clone())
+}

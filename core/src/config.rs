@@ -1,0 +1,97 @@
+//! How `raylet::init` starts or joins a cluster.
+
+use std::path::PathBuf;
+
+use raylet_proto::ResourceSet;
+
+use crate::session::DEFAULT_TEMP_DIR;
+
+/// Settings for [`crate::init_with`]. `Config::from_env()` reads
+/// `RAYLET_ADDRESS`, `RAYLET_TOKEN`, `RAYLET_TEMP_DIR` and
+/// `RAYLET_LOG_TO_DRIVER`.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub(crate) address: Option<String>,
+    pub(crate) token: Option<String>,
+    pub(crate) temp_dir: PathBuf,
+    pub(crate) num_cpus: Option<f64>,
+    pub(crate) num_gpus: Option<f64>,
+    pub(crate) resources: ResourceSet,
+    pub(crate) log_to_driver: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            address: None,
+            token: None,
+            temp_dir: PathBuf::from(DEFAULT_TEMP_DIR),
+            num_cpus: None,
+            num_gpus: None,
+            resources: ResourceSet::new(),
+            log_to_driver: true,
+        }
+    }
+}
+
+impl Config {
+    /// An embedded cluster with detected resources.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// The defaults, overridden by the `RAYLET_*` environment variables.
+    pub fn from_env() -> Self {
+        let variable = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
+        let defaults = Config::default();
+        Config {
+            address: variable("RAYLET_ADDRESS"),
+            token: variable("RAYLET_TOKEN"),
+            temp_dir: variable("RAYLET_TEMP_DIR").map_or(defaults.temp_dir.clone(), PathBuf::from),
+            log_to_driver: variable("RAYLET_LOG_TO_DRIVER")
+                .is_none_or(|value| !matches!(value.as_str(), "0" | "false" | "no")),
+            ..defaults
+        }
+    }
+
+    /// Join the running cluster whose head is at `HOST:PORT`.
+    pub fn address(mut self, address: impl Into<String>) -> Self {
+        self.address = Some(address.into());
+        self
+    }
+
+    /// The cluster token when joining; by default from `RAYLET_TOKEN` or the session directory.
+    pub fn token(mut self, token: impl Into<String>) -> Self {
+        self.token = Some(token.into());
+        self
+    }
+
+    pub fn temp_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.temp_dir = dir.into();
+        self
+    }
+
+    /// CPUs of the embedded node [default: detected].
+    pub fn num_cpus(mut self, cpus: f64) -> Self {
+        self.num_cpus = Some(cpus);
+        self
+    }
+
+    /// GPUs of the embedded node [default: detected].
+    pub fn num_gpus(mut self, gpus: f64) -> Self {
+        self.num_gpus = Some(gpus);
+        self
+    }
+
+    /// Custom resources of the embedded node.
+    pub fn resources(mut self, resources: ResourceSet) -> Self {
+        self.resources = resources;
+        self
+    }
+
+    /// Whether workers' output is printed by the driver (default true).
+    pub fn log_to_driver(mut self, enabled: bool) -> Self {
+        self.log_to_driver = enabled;
+        self
+    }
+}

@@ -1,0 +1,209 @@
+//! The owner side of a process (driver or worker): the objects it owns, the
+//! task submitter, and fetching objects that other processes own.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use raylet_proto::auth::AuthToken;
+use raylet_proto::channel::AuthedChannel;
+use raylet_proto::server::MAX_DATA_MESSAGE;
+use raylet_proto::v1::owner_service_client::OwnerServiceClient;
+use raylet_proto::v1::{GetObjectRequest, WorkerBinary};
+use tokio::sync::mpsc;
+
+use crate::memory_store::{MemoryStore, Outcome, outcome_from_proto};
+use crate::object_ref::AnyObjectRef;
+use crate::submitter::SubmitterEvent;
+use crate::{Error, Result};
+
+const CONNECT_PATIENCE: Duration = Duration::from_secs(5);
+/// A borrowed object is asked for in slices of this length, so a lost
+/// owner is noticed.
+const FETCH_SLICE: Duration = Duration::from_secs(10);
+
+/// Called with `true` when a task starts waiting for an object and `false`
+/// when it resumes, so the node can lend the task's CPUs meanwhile.
+pub(crate) type BlockedHook = Box<dyn Fn(bool) + Send + Sync>;
+
+/// Everything a process needs to own objects and submit tasks.
+pub(crate) struct CoreWorker {
+    /// Where this process's owner service listens.
+    pub(crate) address: Arc<str>,
+    pub(crate) store: Arc<MemoryStore>,
+    pub(crate) token: AuthToken,
+    pub(crate) node_manager: String,
+    pub(crate) binary: WorkerBinary,
+    pub(crate) submitter: mpsc::UnboundedSender<SubmitterEvent>,
+    pub(crate) runtime: tokio::runtime::Handle,
+    pub(crate) log_to_driver: bool,
+    pub(crate) blocked_hook: Option<BlockedHook>,
+    channels: Mutex<HashMap<String, AuthedChannel>>,
+}
+
+impl CoreWorker {
+    #[allow(clippy::too_many_arguments)]
+    pub(crate) fn new(
+        address: String,
+        token: AuthToken,
+        node_manager: String,
+        binary: WorkerBinary,
+        submitter: mpsc::UnboundedSender<SubmitterEvent>,
+        runtime: tokio::runtime::Handle,
+        log_to_driver: bool,
+        blocked_hook: Option<BlockedHook>,
+    ) -> Self {
+        CoreWorker {
+            address: address.into(),
+            store: Arc::new(MemoryStore::default()),
+            token,
+            node_manager,
+            binary,
+            submitter,
+            runtime,
+            log_to_driver,
+            blocked_hook,
+            channels: Mutex::new(HashMap::new()),
+        }
+    }
+
+    pub(crate) fn owns(&self, object: &AnyObjectRef) -> bool {
+        *object.raw().owner == *self.address
+    }
+
+    /// An authenticated channel to `address`, reused across calls.
+    pub(crate) async fn channel(&self, address: &str) -> Result<AuthedChannel> {
+        if let Some(channel) = self
+            .channels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .get(address)
+        {
+            return Ok(channel.clone());
+        }
+        let channel =
+            raylet_proto::channel::connect(address, &self.token, CONNECT_PATIENCE).await?;
+        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
+        channels.insert(address.to_string(), channel.clone());
+        Ok(channel)
+    }
+
+    /// Waits for an object, owned or borrowed; `None` when `deadline` passed.
+    pub(crate) async fn wait_outcome(
+        &self,
+        object: &AnyObjectRef,
+        deadline: Option<tokio::time::Instant>,
+    ) -> Result<Option<Outcome>> {
+        if self.owns(object) {
+            return self.store.wait(object.id(), deadline).await;
+        }
+        loop {
+            let now = tokio::time::Instant::now();
+            let slice = deadline.map_or(FETCH_SLICE, |d| {
+                d.saturating_duration_since(now).min(FETCH_SLICE)
+            });
+            if let Some(outcome) = self.fetch(object, slice).await? {
+                return Ok(Some(outcome));
+            }
+            if deadline.is_some_and(|d| tokio::time::Instant::now() >= d) {
+                return Ok(None);
+            }
+        }
+    }
+
+    async fn fetch(&self, object: &AnyObjectRef, wait: Duration) -> Result<Option<Outcome>> {
+        let owner = object.owner_address();
+        let channel = self
+            .channel(owner)
+            .await
+            .map_err(|e| owner_unreachable(object, e))?;
+        let mut client =
+            OwnerServiceClient::new(channel).max_decoding_message_size(MAX_DATA_MESSAGE);
+        let request = GetObjectRequest {
+            object_id: object.id().as_bytes().to_vec(),
+            timeout_ms: wait.as_millis() as u64,
+        };
+        let reply = client.get_object(request).await.map_err(|status| {
+            let error = raylet_proto::Error::from(status);
+            match error {
+                raylet_proto::Error::NotFound(_) => Error::ObjectLost(object.id()),
+                other => owner_unreachable(object, other.into()),
+            }
+        })?;
+        Ok(reply.into_inner().outcome.map(outcome_from_proto))
+    }
+
+    /// Blocks this thread until the object is there or `timeout` passes.
+    /// A worker's task that waits lends its CPUs meanwhile.
+    pub(crate) fn wait_outcome_blocking(
+        self: &Arc<Self>,
+        object: &AnyObjectRef,
+        timeout: Option<Duration>,
+    ) -> Result<Option<Outcome>> {
+        if self.owns(object)
+            && let Some(outcome) = self.store.try_get(object.id())?
+        {
+            return Ok(Some(outcome));
+        }
+        let _blocked = BlockedGuard::new(self.blocked_hook.as_ref());
+        if self.owns(object) {
+            let deadline = timeout.map(|t| Instant::now() + t);
+            return self.store.wait_blocking(object.id(), deadline);
+        }
+        let core = Arc::clone(self);
+        let object = object.clone();
+        let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
+        self.block_on(async move { core.wait_outcome(&object, deadline).await })
+    }
+
+    /// Runs `future` on the cluster's runtime and blocks this thread for its
+    /// output; works from any thread, including runtime threads.
+    pub(crate) fn block_on<T: Send + 'static>(
+        &self,
+        future: impl Future<Output = T> + Send + 'static,
+    ) -> T {
+        let (sender, receiver) = std::sync::mpsc::sync_channel(1);
+        self.runtime.spawn(async move {
+            let _ = sender.send(future.await);
+        });
+        receiver
+            .recv()
+            .expect("the cluster runtime dropped a blocking call")
+    }
+}
+
+fn owner_unreachable(object: &AnyObjectRef, error: Error) -> Error {
+    let message = format!(
+        "the owner of object {} at {} is unreachable: {error}",
+        object.id(),
+        object.owner_address()
+    );
+    Error::Task(crate::TaskError::new(
+        crate::TaskErrorKind::OwnerDied,
+        "",
+        message,
+    ))
+}
+
+/// Tells the node that a task waits, and that it resumed when dropped.
+struct BlockedGuard<'a> {
+    hook: Option<&'a BlockedHook>,
+}
+
+impl<'a> BlockedGuard<'a> {
+    fn new(hook: Option<&'a BlockedHook>) -> Self {
+        if let Some(hook) = hook {
+            hook(true);
+        }
+        BlockedGuard { hook }
+    }
+}
+
+impl Drop for BlockedGuard<'_> {
+    fn drop(&mut self) {
+        if let Some(hook) = self.hook {
+            hook(false);
+        }
+    }
+}

@@ -1,0 +1,73 @@
+//! The embedded cluster: a head and one node manager inside the driver's own
+//! process, on loopback ports, started by `raylet::init()` with no address.
+
+use std::net::{Ipv4Addr, SocketAddr};
+use std::time::Duration;
+
+use raylet_proto::auth::AuthToken;
+use raylet_scheduler::head::{self, HeadConfig};
+use raylet_scheduler::node_manager::{
+    NodeConfig, NodeManager, ResourceOverrides, resolve_resources,
+};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+
+use crate::config::Config;
+use crate::{Error, Result};
+
+/// The running head and node manager, and how to stop them.
+pub(crate) struct Embedded {
+    stops: Vec<oneshot::Sender<()>>,
+    tasks: Vec<JoinHandle<raylet_proto::Result<()>>>,
+    pub(crate) node_manager: String,
+    pub(crate) head_address: String,
+    pub(crate) token: AuthToken,
+}
+
+impl Embedded {
+    pub(crate) async fn start(config: &Config) -> Result<Self> {
+        let overrides = ResourceOverrides {
+            num_cpus: config.num_cpus,
+            num_gpus: config.num_gpus,
+            custom: config.resources.clone(),
+            ..Default::default()
+        };
+        let resources = resolve_resources(&overrides)?;
+        let token = AuthToken::generate();
+        let loopback = SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 0);
+        let head_listener = TcpListener::bind(loopback).await?;
+        let head_address = head_listener.local_addr()?.to_string();
+        let (stop_head, head_stopped) = oneshot::channel::<()>();
+        let head_config = HeadConfig::new(token.clone());
+        let head = tokio::spawn(head::run(head_config, head_listener, async {
+            let _ = head_stopped.await;
+        }));
+        let node_config = NodeConfig::new(head_address.clone(), token.clone(), resources)
+            .head_node(true)
+            .connect_timeout(Duration::from_secs(5));
+        let node = NodeManager::start(node_config, TcpListener::bind(loopback).await?).await?;
+        let node_manager = node.address().to_string();
+        let (stop_node, node_stopped) = oneshot::channel::<()>();
+        let node = tokio::spawn(node.run(async {
+            let _ = node_stopped.await;
+        }));
+        Ok(Embedded {
+            stops: vec![stop_node, stop_head],
+            tasks: vec![node, head],
+            node_manager,
+            head_address,
+            token,
+        })
+    }
+
+    /// Stops the node manager (which kills its workers), then the head.
+    pub(crate) async fn stop(self) -> Result<()> {
+        for (stop, task) in self.stops.into_iter().zip(self.tasks) {
+            let _ = stop.send(());
+            task.await
+                .map_err(|e| Error::Cluster(raylet_proto::Error::Internal(e.to_string())))??;
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,43 @@
+//! The owner service of a process: other processes fetch the values of the
+//! objects this process owns.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use raylet_proto::ObjectId;
+use raylet_proto::v1::owner_service_server::OwnerService;
+use raylet_proto::v1::{GetObjectReply, GetObjectRequest};
+use tonic::{Request, Response, Status};
+
+use crate::Error;
+use crate::core_worker::CoreWorker;
+use crate::memory_store::outcome_to_proto;
+
+/// The longest a single `GetObject` call waits.
+const MAX_WAIT: Duration = Duration::from_secs(60);
+
+pub(crate) struct OwnerServiceImpl {
+    pub(crate) core: Arc<CoreWorker>,
+}
+
+#[tonic::async_trait]
+impl OwnerService for OwnerServiceImpl {
+    async fn get_object(
+        &self,
+        request: Request<GetObjectRequest>,
+    ) -> Result<Response<GetObjectReply>, Status> {
+        let request = request.into_inner();
+        let id = ObjectId::from_wire(&request.object_id)?;
+        let wait = Duration::from_millis(request.timeout_ms).min(MAX_WAIT);
+        let deadline = tokio::time::Instant::now() + wait;
+        match self.core.store.wait(id, Some(deadline)).await {
+            Ok(outcome) => Ok(Response::new(GetObjectReply {
+                outcome: outcome.as_ref().map(outcome_to_proto),
+            })),
+            Err(Error::ObjectLost(id)) => {
+                Err(Status::not_found(format!("object {id} is not owned here")))
+            }
+            Err(error) => Err(Status::internal(error.to_string())),
+        }
+    }
+}

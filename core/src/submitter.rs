@@ -1,0 +1,798 @@
+//! The task submitter of a process: it resolves arguments, leases workers
+//! from node managers per resource shape, pushes tasks to leased workers over
+//! one stream each with several in flight, retries tasks whose worker died,
+//! and returns leases that stay idle. One tokio task owns all of its state.
+
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::Arc;
+use std::time::Duration;
+
+use raylet_proto::server::MAX_DATA_MESSAGE;
+use raylet_proto::v1::lease_session_event::Kind as LeaseEvent;
+use raylet_proto::v1::lease_session_request::Kind as LeaseRequest;
+use raylet_proto::v1::node_manager_service_client::NodeManagerServiceClient;
+use raylet_proto::v1::worker_service_client::WorkerServiceClient;
+use raylet_proto::v1::{
+    self, CancelLeaseRequest, CancelTask, GetWorkerExitRequest, LeaseSessionEvent,
+    LeaseSessionRequest, RequestLease, ReturnLease, TaskArg, TaskBatch, TaskSpec, WorkerEvents,
+    task_arg,
+};
+use raylet_proto::{NodeId, ObjectId, ResourceSet, TaskId, WorkerId};
+use tokio::sync::{mpsc, oneshot};
+use tokio::time::Instant;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+use crate::core_worker::CoreWorker;
+use crate::memory_store::outcome_from_proto;
+use crate::task::{Arg, TaskError, TaskErrorKind, TaskOptions};
+
+/// Most tasks sent ahead to one leased worker.
+const PIPELINE_DEPTH: usize = 8;
+/// A task is queued behind others on a worker only when those are expected
+/// to finish within this long: long tasks must not hold short ones back
+/// while other workers could run them.
+const PIPELINE_BUDGET: Duration = Duration::from_micros(2_000);
+/// Lease requests outstanding per resource shape.
+const MAX_PENDING_LEASES: usize = 10;
+/// A leased worker with nothing to do is given back after this long.
+const LEASE_LINGER: Duration = Duration::from_millis(30);
+
+/// A task as the caller submitted it.
+pub(crate) struct Submission {
+    pub(crate) task_id: TaskId,
+    pub(crate) return_id: ObjectId,
+    pub(crate) options: TaskOptions,
+    pub(crate) demand: ResourceSet,
+    pub(crate) args: Vec<Arg>,
+}
+
+/// What the submitter reacts to.
+pub(crate) enum SubmitterEvent {
+    Submit(Box<Submission>),
+    Cancel {
+        object: ObjectId,
+        force: bool,
+    },
+    Lease {
+        node: Arc<str>,
+        event: LeaseSessionEvent,
+    },
+    LeaseSessionClosed {
+        node: Arc<str>,
+        reason: String,
+    },
+    Results {
+        worker: WorkerId,
+        events: WorkerEvents,
+    },
+    WorkerStreamClosed {
+        worker: WorkerId,
+    },
+    WorkerDied {
+        worker: WorkerId,
+        description: String,
+    },
+    Shutdown(oneshot::Sender<()>),
+}
+
+struct QueuedTask {
+    spec: TaskSpec,
+    return_id: ObjectId,
+    options: TaskOptions,
+    shape: ResourceSet,
+}
+
+impl QueuedTask {
+    fn task_id(&self) -> TaskId {
+        TaskId::from_wire(&self.spec.task_id).expect("specs are built with valid ids")
+    }
+}
+
+#[derive(Default)]
+struct Shape {
+    queue: VecDeque<QueuedTask>,
+    pending_leases: usize,
+    workers: Vec<WorkerId>,
+}
+
+struct LeasedWorker {
+    shape: ResourceSet,
+    node: Arc<str>,
+    node_id: Option<NodeId>,
+    pid: u32,
+    tasks: mpsc::UnboundedSender<TaskBatch>,
+    in_flight: HashMap<TaskId, QueuedTask>,
+    idle_since: Option<Instant>,
+    dying: bool,
+}
+
+struct PendingRequest {
+    shape: ResourceSet,
+    node: Arc<str>,
+    cancelled: bool,
+}
+
+pub(crate) struct Submitter {
+    core: Arc<CoreWorker>,
+    run_times: RunTimes,
+    events: mpsc::UnboundedSender<SubmitterEvent>,
+    shapes: HashMap<ResourceSet, Shape>,
+    workers: HashMap<WorkerId, LeasedWorker>,
+    sessions: HashMap<Arc<str>, mpsc::UnboundedSender<LeaseSessionRequest>>,
+    requests: HashMap<u64, PendingRequest>,
+    next_request: u64,
+    cancelled: HashSet<ObjectId>,
+}
+
+impl Submitter {
+    /// Starts the submitter on the core's runtime.
+    pub(crate) fn spawn(core: Arc<CoreWorker>, events: mpsc::UnboundedReceiver<SubmitterEvent>) {
+        let submitter = Submitter {
+            events: core.submitter.clone(),
+            core: core.clone(),
+            run_times: RunTimes::default(),
+            shapes: HashMap::new(),
+            workers: HashMap::new(),
+            sessions: HashMap::new(),
+            requests: HashMap::new(),
+            next_request: 1,
+            cancelled: HashSet::new(),
+        };
+        core.runtime.spawn(submitter.run(events));
+    }
+
+    async fn run(mut self, mut events: mpsc::UnboundedReceiver<SubmitterEvent>) {
+        loop {
+            let next_linger = self.next_linger_deadline();
+            let event = tokio::select! {
+                event = events.recv() => event,
+                _ = tokio::time::sleep_until(next_linger) => {
+                    self.return_idle_leases();
+                    continue;
+                }
+            };
+            match event {
+                None => return,
+                Some(SubmitterEvent::Shutdown(done)) => {
+                    self.sessions.clear();
+                    self.workers.clear();
+                    let _ = done.send(());
+                    return;
+                }
+                Some(event) => self.handle(event),
+            }
+        }
+    }
+
+    fn handle(&mut self, event: SubmitterEvent) {
+        match event {
+            SubmitterEvent::Submit(submission) => self.submit(*submission),
+            SubmitterEvent::Cancel { object, force } => self.cancel(object, force),
+            SubmitterEvent::Lease { node, event } => self.on_lease_event(node, event),
+            SubmitterEvent::LeaseSessionClosed { node, reason } => {
+                self.on_session_closed(node, reason)
+            }
+            SubmitterEvent::Results { worker, events } => self.on_results(worker, events),
+            SubmitterEvent::WorkerStreamClosed { worker } => self.on_stream_closed(worker),
+            SubmitterEvent::WorkerDied {
+                worker,
+                description,
+            } => self.on_worker_died(worker, &description),
+            SubmitterEvent::Shutdown(_) => unreachable!("handled in run"),
+        }
+    }
+
+    fn submit(&mut self, submission: Submission) {
+        if self.cancelled.remove(&submission.return_id) {
+            return;
+        }
+        let mut args = Vec::with_capacity(submission.args.len());
+        let mut waiting = Vec::new();
+        for arg in &submission.args {
+            match self.resolve_arg(arg) {
+                Ok(Some(resolved)) => args.push(resolved),
+                Ok(None) => waiting.push(match arg {
+                    Arg::Ref(object) => object.id(),
+                    Arg::Value(_) => unreachable!("values are always resolved"),
+                }),
+                Err(error) => {
+                    self.core.store.complete(submission.return_id, Err(error));
+                    return;
+                }
+            }
+        }
+        if !waiting.is_empty() {
+            self.resubmit_when_ready(submission, waiting);
+            return;
+        }
+        let spec = TaskSpec {
+            task_id: submission.task_id.as_bytes().to_vec(),
+            function: submission.options.function.to_string(),
+            binary_hash: self.core.binary.hash.clone(),
+            args,
+            attempt: 0,
+        };
+        let task = QueuedTask {
+            spec,
+            return_id: submission.return_id,
+            options: submission.options,
+            shape: submission.demand,
+        };
+        let shape = task.shape.clone();
+        self.shapes
+            .entry(shape.clone())
+            .or_default()
+            .queue
+            .push_back(task);
+        self.dispatch(&shape);
+    }
+
+    /// A value, or an owned object's value inlined, or a borrowed reference
+    /// for the worker to fetch; `None` while an owned object is pending.
+    fn resolve_arg(&self, arg: &Arg) -> Result<Option<TaskArg>, TaskError> {
+        let kind = match arg {
+            Arg::Value(bytes) => task_arg::Kind::Value(bytes.clone()),
+            Arg::Ref(object) if self.core.owns(object) => {
+                match self.core.store.try_get(object.id()) {
+                    Ok(Some(Ok(value))) => task_arg::Kind::Value(value.data),
+                    Ok(Some(Err(error))) => return Err(error),
+                    Ok(None) => return Ok(None),
+                    Err(lost) => {
+                        return Err(TaskError::new(
+                            TaskErrorKind::Argument,
+                            "",
+                            lost.to_string(),
+                        ));
+                    }
+                }
+            }
+            Arg::Ref(object) => task_arg::Kind::ObjectRef(v1::ObjectRefProto {
+                object_id: object.id().as_bytes().to_vec(),
+                owner_address: object.owner_address().to_string(),
+            }),
+        };
+        Ok(Some(TaskArg { kind: Some(kind) }))
+    }
+
+    fn resubmit_when_ready(&self, submission: Submission, waiting: Vec<ObjectId>) {
+        let store = self.core.store.clone();
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            for id in waiting {
+                let _ = store.wait(id, None).await;
+            }
+            let _ = events.send(SubmitterEvent::Submit(Box::new(submission)));
+        });
+    }
+
+    /// Sends queued tasks of a shape to its workers, and asks for more
+    /// workers while tasks are left; cancels requests when none are.
+    fn dispatch(&mut self, shape_key: &ResourceSet) {
+        let Some(shape) = self.shapes.get_mut(shape_key) else {
+            return;
+        };
+        for worker_id in &shape.workers {
+            let Some(worker) = self.workers.get_mut(worker_id).filter(|w| !w.dying) else {
+                continue;
+            };
+            let mut batch = TaskBatch::default();
+            while self
+                .run_times
+                .may_send(&worker.in_flight, shape.queue.front())
+            {
+                let Some(task) = shape.queue.pop_front() else {
+                    break;
+                };
+                batch.tasks.push(task.spec.clone());
+                worker.in_flight.insert(task.task_id(), task);
+            }
+            if !batch.tasks.is_empty() {
+                worker.idle_since = None;
+                let _ = worker.tasks.send(batch);
+            }
+        }
+        let wanted = shape.queue.len().min(MAX_PENDING_LEASES);
+        let missing = wanted.saturating_sub(shape.pending_leases);
+        if wanted == 0 && shape.pending_leases > 0 {
+            shape.pending_leases = 0;
+            self.cancel_requests_of(shape_key);
+        }
+        let local: Arc<str> = self.core.node_manager.as_str().into();
+        for _ in 0..missing {
+            self.request_lease(local.clone(), shape_key.clone(), true);
+        }
+    }
+
+    fn request_lease(&mut self, node: Arc<str>, shape: ResourceSet, allow_spillback: bool) {
+        let request_id = self.next_request;
+        self.next_request += 1;
+        let request = RequestLease {
+            request_id,
+            resources: Some(shape.to_proto()),
+            allow_spillback,
+        };
+        self.session(&node)
+            .send_request(LeaseRequest::Request(request));
+        self.shapes.entry(shape.clone()).or_default().pending_leases += 1;
+        self.requests.insert(
+            request_id,
+            PendingRequest {
+                shape,
+                node,
+                cancelled: false,
+            },
+        );
+    }
+
+    fn cancel_requests_of(&mut self, shape: &ResourceSet) {
+        let ids: Vec<(u64, Arc<str>)> = self
+            .requests
+            .iter_mut()
+            .filter(|(_, r)| r.shape == *shape && !r.cancelled)
+            .map(|(id, r)| {
+                r.cancelled = true;
+                (*id, r.node.clone())
+            })
+            .collect();
+        for (request_id, node) in ids {
+            self.session(&node)
+                .send_request(LeaseRequest::Cancel(CancelLeaseRequest { request_id }));
+        }
+    }
+
+    /// The lease session with `node`, opened on first use.
+    fn session(&mut self, node: &Arc<str>) -> SessionSender<'_> {
+        if !self.sessions.contains_key(node) {
+            let sender = open_lease_session(self.core.clone(), self.events.clone(), node.clone());
+            self.sessions.insert(node.clone(), sender);
+        }
+        SessionSender(&self.sessions[node])
+    }
+
+    fn on_lease_event(&mut self, node: Arc<str>, event: LeaseSessionEvent) {
+        match event.kind {
+            Some(LeaseEvent::Granted(granted)) => self.on_granted(node, granted),
+            Some(LeaseEvent::Refused(refused)) => {
+                let Some(request) = self.take_request(refused.request_id) else {
+                    return;
+                };
+                let kind = if refused.infeasible {
+                    TaskErrorKind::Infeasible
+                } else {
+                    TaskErrorKind::WorkerCrashed
+                };
+                self.fail_queued(&request.shape, kind, &refused.reason);
+            }
+            Some(LeaseEvent::Spillback(spillback)) => {
+                if let Some(request) = self.take_request(spillback.request_id) {
+                    self.request_lease(spillback.node_address.into(), request.shape, false);
+                }
+            }
+            None => {}
+        }
+    }
+
+    /// Forgets a request; returns it unless it was cancelled.
+    fn take_request(&mut self, request_id: u64) -> Option<PendingRequest> {
+        let request = self.requests.remove(&request_id)?;
+        if request.cancelled {
+            return None;
+        }
+        if let Some(shape) = self.shapes.get_mut(&request.shape) {
+            shape.pending_leases = shape.pending_leases.saturating_sub(1);
+        }
+        Some(request)
+    }
+
+    fn on_granted(&mut self, node: Arc<str>, granted: v1::LeaseGranted) {
+        let Ok(worker_id) = WorkerId::from_wire(&granted.worker_id) else {
+            return;
+        };
+        let Some(request) = self.take_request(granted.request_id) else {
+            self.session(&node)
+                .send_request(LeaseRequest::ReturnLease(ReturnLease {
+                    worker_id: granted.worker_id,
+                    worker_failed: false,
+                }));
+            return;
+        };
+        let tasks = connect_worker(
+            self.core.clone(),
+            self.events.clone(),
+            worker_id,
+            granted.worker_address,
+        );
+        let worker = LeasedWorker {
+            shape: request.shape.clone(),
+            node,
+            node_id: NodeId::from_wire(&granted.node_id).ok(),
+            pid: granted.pid,
+            tasks,
+            in_flight: HashMap::new(),
+            idle_since: Some(Instant::now()),
+            dying: false,
+        };
+        self.workers.insert(worker_id, worker);
+        self.shapes
+            .entry(request.shape.clone())
+            .or_default()
+            .workers
+            .push(worker_id);
+        self.dispatch(&request.shape);
+    }
+
+    fn fail_queued(&mut self, shape: &ResourceSet, kind: TaskErrorKind, reason: &str) {
+        let Some(shape) = self.shapes.get_mut(shape) else {
+            return;
+        };
+        for task in shape.queue.drain(..) {
+            let error = TaskError::new(kind, &task.options.shown_name(), reason);
+            self.core.store.complete(task.return_id, Err(error));
+        }
+    }
+
+    fn on_session_closed(&mut self, node: Arc<str>, reason: String) {
+        tracing::warn!(%node, %reason, "lease session closed");
+        self.sessions.remove(&node);
+        let lost: Vec<u64> = self
+            .requests
+            .iter()
+            .filter(|(_, r)| r.node == node)
+            .map(|(id, _)| *id)
+            .collect();
+        let mut shapes = HashSet::new();
+        for request_id in lost {
+            if let Some(request) = self.take_request(request_id) {
+                shapes.insert(request.shape);
+            }
+        }
+        let message = format!("the node manager at {node} is unreachable: {reason}");
+        for shape in shapes {
+            if *node == *self.core.node_manager {
+                self.fail_queued(&shape, TaskErrorKind::WorkerCrashed, &message);
+            } else {
+                self.dispatch(&shape);
+            }
+        }
+    }
+
+    fn on_results(&mut self, worker_id: WorkerId, events: WorkerEvents) {
+        let Some(worker) = self.workers.get_mut(&worker_id) else {
+            return;
+        };
+        if self.core.log_to_driver {
+            print_logs(worker, &events.logs);
+        }
+        let mut finished = Vec::with_capacity(events.results.len());
+        for result in events.results {
+            let Ok(task_id) = TaskId::from_wire(&result.task_id) else {
+                continue;
+            };
+            if let Some(task) = worker.in_flight.remove(&task_id) {
+                self.run_times
+                    .record(&task.spec.function, result.run_micros);
+                finished.push((task, result.outcome.unwrap_or_default()));
+            }
+        }
+        if worker.in_flight.is_empty() {
+            worker.idle_since = Some(Instant::now());
+        }
+        let shape = worker.shape.clone();
+        for (task, outcome) in finished {
+            self.finish(task, outcome_from_proto(outcome));
+        }
+        self.dispatch(&shape);
+    }
+
+    fn finish(&mut self, task: QueuedTask, outcome: crate::memory_store::Outcome) {
+        if self.cancelled.remove(&task.return_id) {
+            return;
+        }
+        match outcome {
+            Err(error)
+                if task.options.retry_exceptions && error.is_exception() && can_retry(&task) =>
+            {
+                tracing::info!(function = task.spec.function, %error, "retrying a task that failed");
+                self.requeue(task);
+            }
+            outcome => self.core.store.complete(task.return_id, outcome),
+        }
+    }
+
+    fn requeue(&mut self, mut task: QueuedTask) {
+        task.spec.attempt += 1;
+        let shape = task.shape.clone();
+        self.shapes.entry(shape).or_default().queue.push_front(task);
+    }
+
+    fn on_stream_closed(&mut self, worker_id: WorkerId) {
+        let Some(worker) = self.workers.get_mut(&worker_id) else {
+            return;
+        };
+        worker.dying = true;
+        let node = worker.node.clone();
+        let core = self.core.clone();
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            let description = worker_exit(&core, &node, worker_id).await;
+            let _ = events.send(SubmitterEvent::WorkerDied {
+                worker: worker_id,
+                description,
+            });
+        });
+    }
+
+    fn on_worker_died(&mut self, worker_id: WorkerId, description: &str) {
+        let Some(worker) = self.workers.remove(&worker_id) else {
+            return;
+        };
+        if let Some(shape) = self.shapes.get_mut(&worker.shape) {
+            shape.workers.retain(|id| *id != worker_id);
+        }
+        self.session(&worker.node)
+            .send_request(LeaseRequest::ReturnLease(ReturnLease {
+                worker_id: worker_id.as_bytes().to_vec(),
+                worker_failed: true,
+            }));
+        for task in worker.in_flight.into_values() {
+            if self.cancelled.remove(&task.return_id) {
+                continue;
+            }
+            if can_retry(&task) {
+                tracing::warn!(
+                    function = task.spec.function,
+                    pid = worker.pid,
+                    description,
+                    "worker died; retrying its task"
+                );
+                self.requeue(task);
+                continue;
+            }
+            let attempts = task.spec.attempt + 1;
+            let mut error = TaskError::new(
+                TaskErrorKind::WorkerCrashed,
+                &task.options.shown_name(),
+                format!(
+                    "the worker process {description} while running the task (ran {attempts} time(s))"
+                ),
+            );
+            error.node_id = worker.node_id;
+            error.pid = worker.pid;
+            error.attempt = task.spec.attempt;
+            self.core.store.complete(task.return_id, Err(error));
+        }
+        self.dispatch(&worker.shape);
+    }
+
+    fn cancel(&mut self, object: ObjectId, force: bool) {
+        let cancelled = || {
+            Err(TaskError::new(
+                TaskErrorKind::Cancelled,
+                "",
+                format!("object {object} was cancelled"),
+            ))
+        };
+        for shape in self.shapes.values_mut() {
+            if let Some(index) = shape.queue.iter().position(|t| t.return_id == object) {
+                let task = shape.queue.remove(index).expect("the index was just found");
+                let mut outcome = cancelled();
+                if let Err(error) = &mut outcome {
+                    error.function = task.options.shown_name();
+                }
+                self.core.store.complete(object, outcome);
+                return;
+            }
+        }
+        let running = self.workers.values().find_map(|w| {
+            w.in_flight
+                .values()
+                .find(|t| t.return_id == object)
+                .map(|t| (w.tasks.clone(), t.spec.task_id.clone()))
+        });
+        if let Some((tasks, task_id)) = running {
+            let _ = tasks.send(TaskBatch {
+                tasks: Vec::new(),
+                cancel: vec![CancelTask { task_id, force }],
+            });
+        }
+        if matches!(self.core.store.try_get(object), Ok(None)) {
+            self.cancelled.insert(object);
+            self.core.store.complete(object, cancelled());
+        }
+    }
+
+    fn next_linger_deadline(&self) -> Instant {
+        self.workers
+            .values()
+            .filter_map(|w| w.idle_since)
+            .min()
+            .map_or_else(
+                || Instant::now() + Duration::from_secs(3600),
+                |idle| idle + LEASE_LINGER,
+            )
+    }
+
+    fn return_idle_leases(&mut self) {
+        let now = Instant::now();
+        let expired: Vec<WorkerId> = self
+            .workers
+            .iter()
+            .filter(|(_, w)| {
+                w.in_flight.is_empty() && w.idle_since.is_some_and(|t| now >= t + LEASE_LINGER)
+            })
+            .filter(|(_, w)| self.shapes.get(&w.shape).is_none_or(|s| s.queue.is_empty()))
+            .map(|(id, _)| *id)
+            .collect();
+        for worker_id in expired {
+            let Some(worker) = self.workers.remove(&worker_id) else {
+                continue;
+            };
+            if let Some(shape) = self.shapes.get_mut(&worker.shape) {
+                shape.workers.retain(|id| *id != worker_id);
+            }
+            self.session(&worker.node)
+                .send_request(LeaseRequest::ReturnLease(ReturnLease {
+                    worker_id: worker_id.as_bytes().to_vec(),
+                    worker_failed: worker.dying,
+                }));
+        }
+    }
+}
+
+/// How long each function ran lately, to decide whether queueing a task
+/// behind others on one worker is worth it.
+#[derive(Default)]
+struct RunTimes {
+    micros: HashMap<String, f64>,
+}
+
+impl RunTimes {
+    fn record(&mut self, function: &str, micros: u64) {
+        let sample = micros as f64;
+        match self.micros.get_mut(function) {
+            Some(average) => *average = 0.8 * *average + 0.2 * sample,
+            None => {
+                self.micros.insert(function.to_string(), sample);
+            }
+        }
+    }
+
+    /// Whether `next` may go to a worker that runs `in_flight`: always when
+    /// it is idle; behind others only when all are known to be short.
+    fn may_send(&self, in_flight: &HashMap<TaskId, QueuedTask>, next: Option<&QueuedTask>) -> bool {
+        if in_flight.is_empty() {
+            return true;
+        }
+        if in_flight.len() >= PIPELINE_DEPTH {
+            return false;
+        }
+        let budget = PIPELINE_BUDGET.as_micros() as f64;
+        let expected = |task: &QueuedTask| {
+            self.micros
+                .get(&task.spec.function)
+                .copied()
+                .unwrap_or(f64::INFINITY)
+        };
+        let queued: f64 = in_flight.values().map(expected).sum();
+        queued + next.map_or(0.0, expected) <= budget
+    }
+}
+
+fn can_retry(task: &QueuedTask) -> bool {
+    task.spec.attempt < task.options.max_retries
+}
+
+/// A borrowed lease session sender.
+struct SessionSender<'a>(&'a mpsc::UnboundedSender<LeaseSessionRequest>);
+
+impl SessionSender<'_> {
+    fn send_request(&self, kind: LeaseRequest) {
+        let _ = self.0.send(LeaseSessionRequest { kind: Some(kind) });
+    }
+}
+
+/// Opens a lease session with the node manager at `node`; its events flow
+/// into the submitter.
+fn open_lease_session(
+    core: Arc<CoreWorker>,
+    events: mpsc::UnboundedSender<SubmitterEvent>,
+    node: Arc<str>,
+) -> mpsc::UnboundedSender<LeaseSessionRequest> {
+    let (requests, outbound) = mpsc::unbounded_channel();
+    let open = LeaseSessionRequest {
+        kind: Some(LeaseRequest::Open(core.binary.clone())),
+    };
+    let _ = requests.send(open);
+    tokio::spawn(async move {
+        let result: crate::Result<()> = async {
+            let channel = core.channel(&node).await?;
+            let mut client = NodeManagerServiceClient::new(channel);
+            let reply = client
+                .lease_session(UnboundedReceiverStream::new(outbound))
+                .await;
+            let mut inbound = reply.map_err(raylet_proto::Error::from)?.into_inner();
+            while let Some(event) = inbound.message().await.map_err(raylet_proto::Error::from)? {
+                let _ = events.send(SubmitterEvent::Lease {
+                    node: node.clone(),
+                    event,
+                });
+            }
+            Ok(())
+        }
+        .await;
+        let reason = match result {
+            Ok(()) => "the node manager ended the session".to_string(),
+            Err(error) => error.to_string(),
+        };
+        let _ = events.send(SubmitterEvent::LeaseSessionClosed { node, reason });
+    });
+    requests
+}
+
+/// Opens the task stream to a leased worker. Tasks sent before it connects
+/// wait in the channel.
+fn connect_worker(
+    core: Arc<CoreWorker>,
+    events: mpsc::UnboundedSender<SubmitterEvent>,
+    worker: WorkerId,
+    address: String,
+) -> mpsc::UnboundedSender<TaskBatch> {
+    let (tasks, outbound) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        let result: crate::Result<()> = async {
+            let channel = core.channel(&address).await?;
+            let mut client = WorkerServiceClient::new(channel)
+                .max_decoding_message_size(MAX_DATA_MESSAGE)
+                .max_encoding_message_size(MAX_DATA_MESSAGE);
+            let reply = client
+                .push_tasks(UnboundedReceiverStream::new(outbound))
+                .await;
+            let mut inbound = reply.map_err(raylet_proto::Error::from)?.into_inner();
+            while let Some(batch) = inbound.message().await.map_err(raylet_proto::Error::from)? {
+                let _ = events.send(SubmitterEvent::Results {
+                    worker,
+                    events: batch,
+                });
+            }
+            Ok(())
+        }
+        .await;
+        if let Err(error) = result {
+            tracing::debug!(%worker, %error, "worker stream ended");
+        }
+        let _ = events.send(SubmitterEvent::WorkerStreamClosed { worker });
+    });
+    tasks
+}
+
+/// How a worker exited, as its node manager saw it.
+async fn worker_exit(core: &CoreWorker, node: &str, worker: WorkerId) -> String {
+    let query = async {
+        let channel = core.channel(node).await?;
+        let request = GetWorkerExitRequest {
+            worker_id: worker.as_bytes().to_vec(),
+        };
+        let reply = NodeManagerServiceClient::new(channel)
+            .get_worker_exit(request)
+            .await;
+        Ok::<_, crate::Error>(reply.map_err(raylet_proto::Error::from)?.into_inner())
+    };
+    match query.await {
+        Ok(exit) if exit.exited => exit.description,
+        Ok(_) => "stopped answering".to_string(),
+        Err(error) => format!("was lost with its node ({error})"),
+    }
+}
+
+fn print_logs(worker: &LeasedWorker, logs: &[v1::LogLine]) {
+    let node = worker.node_id.map(|id| id.short()).unwrap_or_default();
+    for log in logs {
+        let function = log.function.rsplit("::").next().unwrap_or(&log.function);
+        let line = format!("({function} pid={} node={node}) {}", worker.pid, log.line);
+        if log.stderr {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    }
+}

@@ -1,0 +1,254 @@
+//! What a remote call is made of: its options, its arguments, and the error
+//! a failed task yields.
+
+use std::fmt;
+
+use bytes::Bytes;
+use raylet_proto::resources::{CPU, GPU, MEMORY};
+use raylet_proto::v1::{self, FailureKind};
+use raylet_proto::{Amount, NodeId, ResourceSet};
+use serde::Serialize;
+
+use crate::{ObjectRef, Result};
+
+/// Options of one remote call. `#[raylet::remote(..)]` sets the defaults and
+/// the generated `options()` builder changes them per call.
+#[derive(Clone, Debug)]
+pub struct TaskOptions {
+    pub(crate) function: &'static str,
+    pub(crate) display_name: Option<String>,
+    pub(crate) resources: Vec<(String, f64)>,
+    pub(crate) max_retries: u32,
+    pub(crate) retry_exceptions: bool,
+}
+
+impl TaskOptions {
+    /// Retries after a worker dies, unless set otherwise.
+    pub const DEFAULT_MAX_RETRIES: u32 = 3;
+
+    /// Options for the registered function `function`: 1 CPU, 3 retries.
+    pub fn new(function: &'static str) -> Self {
+        TaskOptions {
+            function,
+            display_name: None,
+            resources: vec![(CPU.to_string(), 1.0)],
+            max_retries: Self::DEFAULT_MAX_RETRIES,
+            retry_exceptions: false,
+        }
+    }
+
+    pub fn num_cpus(self, amount: f64) -> Self {
+        self.resource(CPU, amount)
+    }
+
+    pub fn num_gpus(self, amount: f64) -> Self {
+        self.resource(GPU, amount)
+    }
+
+    /// Bytes of memory the task needs.
+    pub fn memory(self, bytes: f64) -> Self {
+        self.resource(MEMORY, bytes)
+    }
+
+    /// Any resource by name, e.g. `resource("TPU", 1.0)`.
+    pub fn resource(mut self, name: &str, amount: f64) -> Self {
+        self.resources.retain(|(existing, _)| existing != name);
+        self.resources.push((name.to_string(), amount));
+        self
+    }
+
+    /// How often a task is retried when its worker dies (default 3).
+    pub fn max_retries(mut self, retries: u32) -> Self {
+        self.max_retries = retries;
+        self
+    }
+
+    /// Also retry when the function returns `Err` or panics.
+    pub fn retry_exceptions(mut self, retry: bool) -> Self {
+        self.retry_exceptions = retry;
+        self
+    }
+
+    /// A name to show for this call instead of the function's.
+    pub fn name(mut self, name: &str) -> Self {
+        self.display_name = Some(name.to_string());
+        self
+    }
+
+    /// The resource demand, validated.
+    pub(crate) fn demand(&self) -> Result<ResourceSet> {
+        let mut demand = ResourceSet::new();
+        for (name, amount) in &self.resources {
+            demand.set(name, Amount::parse(name, *amount)?);
+        }
+        Ok(demand)
+    }
+
+    pub(crate) fn shown_name(&self) -> String {
+        self.display_name
+            .clone()
+            .unwrap_or_else(|| self.function.to_string())
+    }
+}
+
+/// One argument of a remote call: an encoded value, or a reference that the
+/// worker resolves before the function runs.
+#[derive(Clone, Debug)]
+pub enum Arg {
+    Value(Bytes),
+    Ref(crate::AnyObjectRef),
+}
+
+/// Turns a value or an `ObjectRef` into an argument of type `T`.
+pub trait IntoArg<T> {
+    fn into_arg(self) -> Result<Arg>;
+}
+
+impl<T: Serialize> IntoArg<T> for T {
+    fn into_arg(self) -> Result<Arg> {
+        Ok(Arg::Value(raylet_proto::codec::encode(&self)?.into()))
+    }
+}
+
+impl<T> IntoArg<T> for ObjectRef<T> {
+    fn into_arg(self) -> Result<Arg> {
+        Ok(Arg::Ref(self.raw()))
+    }
+}
+
+impl<T> IntoArg<T> for &ObjectRef<T> {
+    fn into_arg(self) -> Result<Arg> {
+        Ok(Arg::Ref(self.raw()))
+    }
+}
+
+/// Why a task failed.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TaskErrorKind {
+    /// The function returned `Err`; the message is the error's.
+    Application,
+    /// The function panicked; the message is the panic's.
+    Panic,
+    /// The worker process died, on every attempt.
+    WorkerCrashed,
+    Cancelled,
+    /// No node of the cluster can ever fit the requested resources.
+    Infeasible,
+    /// The worker binary has no function of that name.
+    FunctionNotFound,
+    /// The worker runs another build of the binary than the caller.
+    BinaryMismatch,
+    /// An argument could not be decoded or fetched.
+    Argument,
+    /// The process that owned an object is gone.
+    OwnerDied,
+}
+
+/// A failed task, as its `ObjectRef` yields it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TaskError {
+    pub kind: TaskErrorKind,
+    pub function: String,
+    pub message: String,
+    pub node_id: Option<NodeId>,
+    pub pid: u32,
+    /// The attempt that failed last, from 0; above 0 means it was retried.
+    pub attempt: u32,
+}
+
+impl TaskError {
+    pub(crate) fn new(kind: TaskErrorKind, function: &str, message: impl Into<String>) -> Self {
+        TaskError {
+            kind,
+            function: function.to_string(),
+            message: message.into(),
+            node_id: None,
+            pid: 0,
+            attempt: 0,
+        }
+    }
+
+    pub(crate) fn from_proto(failure: v1::TaskFailure) -> Self {
+        let kind = match failure.kind() {
+            FailureKind::Application => TaskErrorKind::Application,
+            FailureKind::Panic => TaskErrorKind::Panic,
+            FailureKind::WorkerCrashed => TaskErrorKind::WorkerCrashed,
+            FailureKind::Cancelled => TaskErrorKind::Cancelled,
+            FailureKind::Infeasible => TaskErrorKind::Infeasible,
+            FailureKind::FunctionNotFound => TaskErrorKind::FunctionNotFound,
+            FailureKind::BinaryMismatch => TaskErrorKind::BinaryMismatch,
+            FailureKind::OwnerDied => TaskErrorKind::OwnerDied,
+            FailureKind::Argument | FailureKind::Unspecified => TaskErrorKind::Argument,
+        };
+        TaskError {
+            kind,
+            function: failure.function,
+            message: failure.message,
+            node_id: NodeId::from_wire(&failure.node_id).ok(),
+            pid: failure.pid,
+            attempt: failure.attempt,
+        }
+    }
+
+    pub(crate) fn to_proto(&self) -> v1::TaskFailure {
+        let kind = match self.kind {
+            TaskErrorKind::Application => FailureKind::Application,
+            TaskErrorKind::Panic => FailureKind::Panic,
+            TaskErrorKind::WorkerCrashed => FailureKind::WorkerCrashed,
+            TaskErrorKind::Cancelled => FailureKind::Cancelled,
+            TaskErrorKind::Infeasible => FailureKind::Infeasible,
+            TaskErrorKind::FunctionNotFound => FailureKind::FunctionNotFound,
+            TaskErrorKind::BinaryMismatch => FailureKind::BinaryMismatch,
+            TaskErrorKind::Argument => FailureKind::Argument,
+            TaskErrorKind::OwnerDied => FailureKind::OwnerDied,
+        };
+        v1::TaskFailure {
+            kind: kind as i32,
+            message: self.message.clone(),
+            function: self.function.clone(),
+            node_id: self
+                .node_id
+                .map(|id| id.as_bytes().to_vec())
+                .unwrap_or_default(),
+            pid: self.pid,
+            attempt: self.attempt,
+        }
+    }
+
+    /// Whether retrying on another worker may help.
+    pub(crate) fn is_exception(&self) -> bool {
+        matches!(self.kind, TaskErrorKind::Application | TaskErrorKind::Panic)
+    }
+}
+
+impl fmt::Display for TaskError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let what = match self.kind {
+            TaskErrorKind::Application => "returned an error",
+            TaskErrorKind::Panic => "panicked",
+            TaskErrorKind::WorkerCrashed => "lost its worker",
+            TaskErrorKind::Cancelled => "was cancelled",
+            TaskErrorKind::Infeasible => "cannot be scheduled",
+            TaskErrorKind::FunctionNotFound => "is not registered in the worker",
+            TaskErrorKind::BinaryMismatch => "was sent to another build of the binary",
+            TaskErrorKind::Argument => "could not get its arguments",
+            TaskErrorKind::OwnerDied => "lost the owner of an object",
+        };
+        write!(f, "task {} {what}", self.function)?;
+        if let Some(node) = self.node_id {
+            write!(f, " (node {}, pid {}", node.short(), self.pid)?;
+            if self.attempt > 0 {
+                write!(
+                    f,
+                    ", attempt {} after {} retries",
+                    self.attempt + 1,
+                    self.attempt
+                )?;
+            }
+            write!(f, ")")?;
+        }
+        write!(f, ": {}", self.message)
+    }
+}
+
+impl std::error::Error for TaskError {}

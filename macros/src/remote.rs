@@ -1,0 +1,236 @@
+//! The expansion of `#[raylet::remote]`.
+
+use proc_macro2::TokenStream;
+use quote::{format_ident, quote};
+use syn::parse::Parser;
+use syn::punctuated::Punctuated;
+use syn::spanned::Spanned;
+use syn::{
+    Expr, FnArg, GenericArgument, ItemFn, Lit, Meta, PathArguments, ReturnType, Token, Type,
+};
+
+/// Options given in the attribute; each becomes a builder call.
+#[derive(Default)]
+struct Options {
+    calls: Vec<TokenStream>,
+}
+
+impl Options {
+    fn parse(attr: TokenStream) -> syn::Result<Self> {
+        let metas = Punctuated::<Meta, Token![,]>::parse_terminated.parse2(attr)?;
+        let mut options = Options::default();
+        for meta in metas {
+            options.add(meta)?;
+        }
+        Ok(options)
+    }
+
+    fn add(&mut self, meta: Meta) -> syn::Result<()> {
+        let key = meta
+            .path()
+            .get_ident()
+            .map(|i| i.to_string())
+            .unwrap_or_default();
+        match (key.as_str(), meta) {
+            ("num_cpus" | "num_gpus" | "memory", Meta::NameValue(nv)) => {
+                let method = format_ident!("{}", key);
+                let value = number(&nv.value)?;
+                self.calls.push(quote! { .#method(#value) });
+            }
+            ("max_retries", Meta::NameValue(nv)) => {
+                let value = &nv.value;
+                self.calls.push(quote! { .max_retries(#value) });
+            }
+            ("retry_exceptions", Meta::NameValue(nv)) => {
+                let value = &nv.value;
+                self.calls.push(quote! { .retry_exceptions(#value) });
+            }
+            ("name", Meta::NameValue(nv)) => {
+                let value = &nv.value;
+                self.calls.push(quote! { .name(#value) });
+            }
+            ("resources", Meta::List(list)) => {
+                let pairs =
+                    list.parse_args_with(Punctuated::<Meta, Token![,]>::parse_terminated)?;
+                for pair in pairs {
+                    let Meta::NameValue(nv) = pair else {
+                        return Err(syn::Error::new(pair.span(), "expected NAME = amount"));
+                    };
+                    let name = nv
+                        .path
+                        .get_ident()
+                        .map(|i| i.to_string())
+                        .unwrap_or_default();
+                    let value = number(&nv.value)?;
+                    self.calls.push(quote! { .resource(#name, #value) });
+                }
+            }
+            (_, meta) => {
+                return Err(syn::Error::new(
+                    meta.span(),
+                    "unknown option; expected num_cpus, num_gpus, memory, resources(..), \
+                     max_retries, retry_exceptions or name",
+                ));
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A numeric literal as an `f64` expression.
+fn number(expr: &Expr) -> syn::Result<TokenStream> {
+    match expr {
+        Expr::Lit(lit) => match &lit.lit {
+            Lit::Int(int) => {
+                let value: f64 = int.base10_parse::<u64>()? as f64;
+                Ok(quote! { #value })
+            }
+            Lit::Float(float) => {
+                let value: f64 = float.base10_parse()?;
+                Ok(quote! { #value })
+            }
+            other => Err(syn::Error::new(other.span(), "expected a number")),
+        },
+        other => Ok(quote! { (#other) as f64 }),
+    }
+}
+
+/// `Result<R, E>` or `Result<R>` (by last path segment): the value type and
+/// whether the function can fail.
+fn value_type(output: &ReturnType) -> (Type, bool) {
+    let Type::Path(path) = (match output {
+        ReturnType::Default => return (syn::parse_quote!(()), false),
+        ReturnType::Type(_, ty) => ty.as_ref().clone(),
+    }) else {
+        let ReturnType::Type(_, ty) = output else {
+            unreachable!()
+        };
+        return (ty.as_ref().clone(), false);
+    };
+    let last = path.path.segments.last();
+    if let Some(segment) = last.filter(|s| s.ident == "Result")
+        && let PathArguments::AngleBracketed(args) = &segment.arguments
+        && let Some(GenericArgument::Type(value)) = args.args.first()
+    {
+        return (value.clone(), true);
+    }
+    (Type::Path(path), false)
+}
+
+pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
+    let options = Options::parse(attr)?;
+    let function: ItemFn = syn::parse2(item)?;
+    let signature = &function.sig;
+    if !signature.generics.params.is_empty() {
+        return Err(syn::Error::new(
+            signature.generics.span(),
+            "remote functions cannot be generic",
+        ));
+    }
+    let mut arg_names = Vec::new();
+    let mut arg_types = Vec::new();
+    for (index, input) in signature.inputs.iter().enumerate() {
+        let FnArg::Typed(typed) = input else {
+            return Err(syn::Error::new(
+                input.span(),
+                "remote functions cannot take self",
+            ));
+        };
+        arg_names.push(format_ident!("arg{}", index));
+        arg_types.push(typed.ty.as_ref().clone());
+    }
+    let vis = &function.vis;
+    let ident = &signature.ident;
+    let (value, fallible) = value_type(&signature.output);
+    let arity = arg_names.len();
+    let indices = 0..arity;
+    let call = if signature.asyncness.is_some() {
+        quote! { super::#ident(#(#arg_names),*).await }
+    } else {
+        quote! { super::#ident(#(#arg_names),*) }
+    };
+    let finish = if fallible {
+        quote! { ::raylet::__private::encode_result(NAME, output) }
+    } else {
+        quote! { ::raylet::__private::encode_value(NAME, &output) }
+    };
+    let invoke_body = quote! {
+        ::raylet::__private::check_arity(NAME, &args, #arity)?;
+        #( let #arg_names: #arg_types = ::raylet::__private::decode_arg(NAME, #indices, &args[#indices])?; )*
+        let output = #call;
+        #finish
+    };
+    let invoke = if signature.asyncness.is_some() {
+        quote! {
+            fn invoke(args: ::std::vec::Vec<::raylet::__private::Bytes>) -> ::raylet::__private::TaskFuture {
+                ::std::boxed::Box::pin(async move { #invoke_body })
+            }
+            const INVOKE: ::raylet::__private::Invoke = ::raylet::__private::Invoke::Async(invoke);
+        }
+    } else {
+        quote! {
+            fn invoke(args: ::std::vec::Vec<::raylet::__private::Bytes>) -> ::raylet::__private::TaskOutcome {
+                #invoke_body
+            }
+            const INVOKE: ::raylet::__private::Invoke = ::raylet::__private::Invoke::Sync(invoke);
+        }
+    };
+    let defaults = &options.calls;
+    let doc = format!("Remote calls of [`{ident}`](fn@{ident}).");
+    Ok(quote! {
+        #function
+
+        #[doc = #doc]
+        #[allow(non_snake_case, unused_imports, clippy::too_many_arguments)]
+        #vis mod #ident {
+            use super::*;
+
+            /// The name this function is registered under.
+            pub const NAME: &str = module_path!();
+
+            /// Submits a call with the options given in the attribute.
+            pub fn remote(
+                cluster: &::raylet::Cluster,
+                #( #arg_names: impl ::raylet::IntoArg<#arg_types> ),*
+            ) -> ::raylet::Result<::raylet::ObjectRef<#value>> {
+                options().remote(cluster, #(#arg_names),*)
+            }
+
+            /// Options for one call, starting from the attribute's.
+            pub fn options() -> Options {
+                Options(::raylet::TaskOptions::new(NAME) #(#defaults)*)
+            }
+
+            /// Per-call options of this remote function.
+            #[must_use]
+            pub struct Options(::raylet::TaskOptions);
+
+            impl Options {
+                pub fn num_cpus(self, amount: f64) -> Self { Options(self.0.num_cpus(amount)) }
+                pub fn num_gpus(self, amount: f64) -> Self { Options(self.0.num_gpus(amount)) }
+                pub fn memory(self, bytes: f64) -> Self { Options(self.0.memory(bytes)) }
+                pub fn resource(self, name: &str, amount: f64) -> Self { Options(self.0.resource(name, amount)) }
+                pub fn max_retries(self, retries: u32) -> Self { Options(self.0.max_retries(retries)) }
+                pub fn retry_exceptions(self, retry: bool) -> Self { Options(self.0.retry_exceptions(retry)) }
+                pub fn name(self, name: &str) -> Self { Options(self.0.name(name)) }
+
+                /// Submits the call; arguments are values or `ObjectRef`s.
+                pub fn remote(
+                    self,
+                    cluster: &::raylet::Cluster,
+                    #( #arg_names: impl ::raylet::IntoArg<#arg_types> ),*
+                ) -> ::raylet::Result<::raylet::ObjectRef<#value>> {
+                    let args = ::std::vec![ #( ::raylet::IntoArg::into_arg(#arg_names)? ),* ];
+                    cluster.submit_task(self.0, args)
+                }
+            }
+
+            #invoke
+
+            #[::raylet::__private::linkme::distributed_slice(::raylet::__private::REMOTE_FUNCTIONS)]
+            #[linkme(crate = ::raylet::__private::linkme)]
+            static REGISTRATION: ::raylet::__private::RemoteFunction =
+                ::raylet::__private::RemoteFunction { name: NAME, invoke: INVOKE };
+        }
+    })
+}

@@ -1,0 +1,49 @@
+//! The value codec: serde with postcard. Every value that crosses a process
+//! boundary (task arguments, results, `put` objects) goes through here.
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use crate::{Error, Result};
+
+/// Encodes a value.
+pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>> {
+    postcard::to_stdvec(value).map_err(|e| {
+        Error::InvalidArgument(format!(
+            "a value of type {} could not be encoded: {e}",
+            std::any::type_name::<T>()
+        ))
+    })
+}
+
+/// Decodes a value; bad bytes are an error, never a panic.
+pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
+    postcard::from_bytes(bytes).map_err(|e| {
+        Error::InvalidArgument(format!(
+            "{} bytes could not be decoded as {}: {e}",
+            bytes.len(),
+            std::any::type_name::<T>()
+        ))
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn values_round_trip() {
+        let value = (42u64, "text".to_string(), vec![1.5f32, 2.5]);
+        let bytes = encode(&value).unwrap();
+        assert_eq!(decode::<(u64, String, Vec<f32>)>(&bytes).unwrap(), value);
+    }
+
+    #[test]
+    fn garbage_is_an_error() {
+        let error = decode::<(String, Vec<u64>)>(&[0xff, 0xff, 0xff]).unwrap_err();
+        assert!(
+            error.to_string().contains("could not be decoded"),
+            "{error}"
+        );
+    }
+}

@@ -1,0 +1,646 @@
+//! Worker leases: owners ask for a worker with a resource shape, the node
+//! grants an idle or new worker when the shape fits, queues the request until
+//! it does, sends it to another node with room (spillback), or refuses it
+//! when no node can ever fit it.
+
+use std::collections::{HashMap, VecDeque};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use raylet_proto::resources::CPU;
+use raylet_proto::v1::lease_session_event::Kind as EventKind;
+use raylet_proto::v1::{
+    LeaseGranted, LeaseRefused, LeaseSessionEvent, LeaseSpillback, WorkerBinary,
+};
+use raylet_proto::worker_env::WorkerBootstrap;
+use raylet_proto::{Error, NodeId, ResourceSet, Result, WorkerId};
+use tokio::sync::mpsc;
+use tonic::Status;
+
+use super::binary_cache::BinaryCache;
+use super::ledger::ResourceLedger;
+use super::worker_process;
+
+/// Where a session's lease events go.
+pub(crate) type EventSender = mpsc::UnboundedSender<Result<LeaseSessionEvent, Status>>;
+
+/// Workers started at once for a new session, so its first tasks need not wait.
+const PRESTARTED_WORKERS: usize = 2;
+/// A worker that has not registered by then is killed.
+const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(30);
+/// A session whose workers die this often before registering is refused.
+const MAX_STARTUP_FAILURES: u32 = 3;
+const MAX_REMEMBERED_EXITS: usize = 4096;
+
+/// Another node, as the head last reported it.
+#[derive(Clone, Debug)]
+pub struct NodeView {
+    pub node_id: NodeId,
+    pub address: String,
+    pub total: ResourceSet,
+    pub available: ResourceSet,
+}
+
+/// A lease request waiting for room.
+#[derive(Clone, Debug)]
+pub(crate) struct PendingLease {
+    pub(crate) session: u64,
+    pub(crate) request_id: u64,
+    pub(crate) demand: ResourceSet,
+    pub(crate) allow_spillback: bool,
+}
+
+enum WorkerState {
+    /// Started; reserved for a request when `request` is set.
+    Starting {
+        request: Option<PendingLease>,
+    },
+    Idle {
+        address: String,
+    },
+    Leased {
+        address: String,
+    },
+}
+
+struct Worker {
+    session: u64,
+    pid: u32,
+    state: WorkerState,
+}
+
+struct Session {
+    binary: PathBuf,
+    binary_hash: String,
+    events: EventSender,
+    startup_failures: u32,
+}
+
+struct LeaseState {
+    ledger: ResourceLedger,
+    cluster_view: Vec<NodeView>,
+    sessions: HashMap<u64, Session>,
+    next_session: u64,
+    workers: HashMap<WorkerId, Worker>,
+    queue: VecDeque<PendingLease>,
+    exits: HashMap<WorkerId, String>,
+}
+
+/// What a node needs to know to start workers that can find it.
+#[derive(Clone, Debug)]
+pub(crate) struct WorkerContext {
+    pub(crate) node_id: NodeId,
+    pub(crate) node_manager_address: String,
+    pub(crate) token: String,
+    pub(crate) bind_ip: String,
+}
+
+/// The node's leases and worker processes.
+pub(crate) struct LeaseManager {
+    context: WorkerContext,
+    binaries: BinaryCache,
+    state: Mutex<LeaseState>,
+}
+
+impl LeaseManager {
+    pub(crate) fn new(context: WorkerContext, total: ResourceSet) -> Arc<Self> {
+        Arc::new(LeaseManager {
+            context,
+            binaries: BinaryCache::default(),
+            state: Mutex::new(LeaseState {
+                ledger: ResourceLedger::new(total),
+                cluster_view: Vec::new(),
+                sessions: HashMap::new(),
+                next_session: 1,
+                workers: HashMap::new(),
+                queue: VecDeque::new(),
+                exits: HashMap::new(),
+            }),
+        })
+    }
+
+    fn state(&self) -> MutexGuard<'_, LeaseState> {
+        self.state
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    pub(crate) fn available(&self) -> ResourceSet {
+        self.state().ledger.available()
+    }
+
+    pub(crate) fn set_cluster_view(self: &Arc<Self>, view: Vec<NodeView>) {
+        self.state().cluster_view = view;
+        self.pump();
+    }
+
+    /// Opens a session whose workers run `binary`, after checking that the
+    /// file there is the build the owner runs. Pre-starts a few workers.
+    pub(crate) fn open_session(
+        self: &Arc<Self>,
+        binary: WorkerBinary,
+        events: EventSender,
+    ) -> Result<u64> {
+        let path = PathBuf::from(&binary.path);
+        let actual = self.binaries.hash(&path)?;
+        if actual != binary.hash {
+            return Err(Error::FailedPrecondition(format!(
+                "the binary at {} has hash {actual}, but the caller runs a build with hash {}; \
+                 was it rebuilt while the program ran?",
+                path.display(),
+                binary.hash
+            )));
+        }
+        let session = {
+            let mut state = self.state();
+            let session = state.next_session;
+            state.next_session += 1;
+            state.sessions.insert(
+                session,
+                Session {
+                    binary: path,
+                    binary_hash: actual,
+                    events,
+                    startup_failures: 0,
+                },
+            );
+            session
+        };
+        for _ in 0..PRESTARTED_WORKERS {
+            self.spawn_worker(session, None)?;
+        }
+        Ok(session)
+    }
+
+    /// Kills the session's workers, frees their resources and drops its requests.
+    pub(crate) fn close_session(self: &Arc<Self>, session: u64) {
+        let doomed: Vec<u32> = {
+            let mut state = self.state();
+            state.sessions.remove(&session);
+            state.queue.retain(|p| p.session != session);
+            let ids: Vec<WorkerId> = state
+                .workers
+                .iter()
+                .filter(|(_, w)| w.session == session)
+                .map(|(id, _)| *id)
+                .collect();
+            ids.iter()
+                .filter_map(|id| {
+                    state.ledger.release(*id);
+                    state.workers.remove(id).map(|w| w.pid)
+                })
+                .collect()
+        };
+        doomed.into_iter().for_each(worker_process::kill_worker);
+        self.pump();
+    }
+
+    pub(crate) fn request(self: &Arc<Self>, pending: PendingLease) {
+        self.state().queue.push_back(pending);
+        self.pump();
+    }
+
+    pub(crate) fn cancel_request(self: &Arc<Self>, session: u64, request_id: u64) {
+        let mut state = self.state();
+        state
+            .queue
+            .retain(|p| !(p.session == session && p.request_id == request_id));
+        let reserved = state
+            .workers
+            .iter_mut()
+            .find_map(|(id, worker)| match &worker.state {
+                WorkerState::Starting { request: Some(p) }
+                    if p.session == session && p.request_id == request_id =>
+                {
+                    worker.state = WorkerState::Starting { request: None };
+                    Some(*id)
+                }
+                _ => None,
+            });
+        if let Some(worker) = reserved {
+            state.ledger.release(worker);
+        }
+        drop(state);
+        self.pump();
+    }
+
+    /// The owner is done with `worker`: it becomes idle, or is killed when
+    /// it failed or the session already has enough idle workers.
+    pub(crate) fn return_lease(self: &Arc<Self>, session: u64, worker_id: WorkerId, failed: bool) {
+        let kill_pid = {
+            let mut state = self.state();
+            state.ledger.release(worker_id);
+            let max_idle = state
+                .ledger
+                .total()
+                .get(raylet_proto::resources::CPU)
+                .as_f64()
+                .ceil()
+                .max(2.0) as usize;
+            let idle = state
+                .workers
+                .values()
+                .filter(|w| w.session == session && matches!(w.state, WorkerState::Idle { .. }))
+                .count();
+            match state.workers.get_mut(&worker_id) {
+                Some(worker) if worker.session == session => match &worker.state {
+                    WorkerState::Leased { address } if !failed && idle < max_idle => {
+                        worker.state = WorkerState::Idle {
+                            address: address.clone(),
+                        };
+                        None
+                    }
+                    _ => Some(worker.pid),
+                },
+                _ => None,
+            }
+        };
+        if let Some(pid) = kill_pid {
+            worker_process::kill_worker(pid);
+        }
+        self.pump();
+    }
+
+    /// A started worker reports its address: it takes the request it was
+    /// started for, or waits idle.
+    pub(crate) fn register_worker(
+        self: &Arc<Self>,
+        worker_id: WorkerId,
+        address: String,
+    ) -> Result<()> {
+        let mut guard = self.state();
+        let state = &mut *guard;
+        let worker = state.workers.get_mut(&worker_id).ok_or_else(|| {
+            Error::NotFound(format!(
+                "worker {worker_id} was not started by this node manager"
+            ))
+        })?;
+        let session = worker.session;
+        let grant = match std::mem::replace(
+            &mut worker.state,
+            WorkerState::Idle {
+                address: address.clone(),
+            },
+        ) {
+            WorkerState::Starting {
+                request: Some(pending),
+            } => {
+                worker.state = WorkerState::Leased {
+                    address: address.clone(),
+                };
+                Some(pending.request_id)
+            }
+            _ => None,
+        };
+        if let Some(session) = state.sessions.get_mut(&session) {
+            session.startup_failures = 0;
+            if let (Some(request_id), Some(worker)) = (grant, state.workers.get(&worker_id)) {
+                let event = granted(
+                    request_id,
+                    worker_id,
+                    worker,
+                    &address,
+                    self.context.node_id,
+                );
+                send(&session.events, event);
+            }
+        }
+        drop(guard);
+        self.pump();
+        Ok(())
+    }
+
+    pub(crate) fn set_blocked(self: &Arc<Self>, worker_id: WorkerId, blocked: bool) {
+        self.state().ledger.set_blocked(worker_id, blocked);
+        self.pump();
+    }
+
+    /// How `worker_id` exited, waiting up to `patience` for it to be reaped.
+    pub(crate) async fn worker_exit(
+        &self,
+        worker_id: WorkerId,
+        patience: Duration,
+    ) -> Option<String> {
+        let deadline = tokio::time::Instant::now() + patience;
+        loop {
+            if let Some(exit) = self.state().exits.get(&worker_id) {
+                return Some(exit.clone());
+            }
+            if tokio::time::Instant::now() >= deadline {
+                return None;
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// Kills every worker; the node is shutting down.
+    pub(crate) fn kill_all(&self) {
+        let pids: Vec<u32> = self.state().workers.values().map(|w| w.pid).collect();
+        pids.into_iter().for_each(worker_process::kill_worker);
+    }
+
+    fn worker_exited(self: &Arc<Self>, worker_id: WorkerId, description: String) {
+        let mut state = self.state();
+        state.ledger.release(worker_id);
+        if state.exits.len() >= MAX_REMEMBERED_EXITS {
+            state.exits.clear();
+        }
+        state.exits.insert(worker_id, description.clone());
+        let Some(worker) = state.workers.remove(&worker_id) else {
+            return;
+        };
+        tracing::debug!(%worker_id, pid = worker.pid, %description, "worker exited");
+        if let WorkerState::Starting { request } = worker.state {
+            self.startup_failed(&mut state, worker.session, request, &description);
+        }
+        drop(state);
+        self.pump();
+    }
+
+    /// A worker died before registering: retry its request, or refuse the
+    /// session's requests when its workers keep dying.
+    fn startup_failed(
+        &self,
+        state: &mut LeaseState,
+        session: u64,
+        request: Option<PendingLease>,
+        description: &str,
+    ) {
+        let Some(entry) = state.sessions.get_mut(&session) else {
+            return;
+        };
+        entry.startup_failures += 1;
+        tracing::warn!(binary = %entry.binary.display(), %description, "a worker died before it registered");
+        if entry.startup_failures < MAX_STARTUP_FAILURES {
+            if let Some(pending) = request {
+                state.queue.push_front(pending);
+            }
+            return;
+        }
+        let reason = format!(
+            "worker processes started from {} {description} before they registered, {} times in a row",
+            entry.binary.display(),
+            entry.startup_failures
+        );
+        let events = entry.events.clone();
+        let refused: Vec<u64> = request
+            .into_iter()
+            .map(|p| p.request_id)
+            .chain(
+                state
+                    .queue
+                    .iter()
+                    .filter(|p| p.session == session)
+                    .map(|p| p.request_id),
+            )
+            .collect();
+        state.queue.retain(|p| p.session != session);
+        for request_id in refused {
+            send(&events, refused_event(request_id, &reason));
+        }
+    }
+
+    /// Grants, spills back or refuses whatever queued requests it can.
+    fn pump(self: &Arc<Self>) {
+        let mut to_spawn = Vec::new();
+        {
+            let mut state = self.state();
+            let mut index = 0;
+            while index < state.queue.len() {
+                let pending = state.queue[index].clone();
+                let decision = decide(&state, &pending);
+                if matches!(decision, Decision::Wait) {
+                    index += 1;
+                    continue;
+                }
+                state.queue.remove(index);
+                match decision {
+                    Decision::Grant => {
+                        if let Some(pending) = self.grant_idle(&mut state, pending) {
+                            let worker_id = WorkerId::random();
+                            state.ledger.hold(worker_id, pending.demand.clone());
+                            to_spawn.push((worker_id, pending));
+                        }
+                    }
+                    Decision::Spill(address) => {
+                        let event = EventKind::Spillback(LeaseSpillback {
+                            request_id: pending.request_id,
+                            node_address: address,
+                        });
+                        send_to_session(&state, pending.session, event);
+                    }
+                    Decision::Refuse(reason) => {
+                        send_to_session(
+                            &state,
+                            pending.session,
+                            infeasible_event(pending.request_id, &reason),
+                        );
+                    }
+                    Decision::Wait => unreachable!("waiting requests stay queued"),
+                }
+            }
+        }
+        for (worker_id, pending) in to_spawn {
+            let session = pending.session;
+            let request_id = pending.request_id;
+            if let Err(error) = self.spawn_worker_with_id(worker_id, session, Some(pending)) {
+                self.state().ledger.release(worker_id);
+                let state = self.state();
+                send_to_session(
+                    &state,
+                    session,
+                    refused_event(request_id, &error.to_string()),
+                );
+            }
+        }
+    }
+
+    /// Leases an idle worker of the session, or hands the request back.
+    fn grant_idle(&self, state: &mut LeaseState, pending: PendingLease) -> Option<PendingLease> {
+        let idle = state.workers.iter_mut().find(|(_, w)| {
+            w.session == pending.session && matches!(w.state, WorkerState::Idle { .. })
+        });
+        let Some((worker_id, worker)) = idle else {
+            return Some(pending);
+        };
+        let worker_id = *worker_id;
+        let WorkerState::Idle { address } = &worker.state else {
+            unreachable!("filtered for idle workers")
+        };
+        let address = address.clone();
+        worker.state = WorkerState::Leased {
+            address: address.clone(),
+        };
+        state.ledger.hold(worker_id, pending.demand);
+        let event = granted(
+            pending.request_id,
+            worker_id,
+            worker,
+            &address,
+            self.context.node_id,
+        );
+        send_to_session(state, pending.session, event);
+        None
+    }
+
+    fn spawn_worker(self: &Arc<Self>, session: u64, request: Option<PendingLease>) -> Result<()> {
+        self.spawn_worker_with_id(WorkerId::random(), session, request)
+    }
+
+    fn spawn_worker_with_id(
+        self: &Arc<Self>,
+        worker_id: WorkerId,
+        session: u64,
+        request: Option<PendingLease>,
+    ) -> Result<()> {
+        let (binary, binary_hash) = {
+            let state = self.state();
+            let entry = state
+                .sessions
+                .get(&session)
+                .ok_or_else(|| Error::NotFound(format!("lease session {session} is closed")))?;
+            (entry.binary.clone(), entry.binary_hash.clone())
+        };
+        let bootstrap = WorkerBootstrap {
+            node_manager_address: self.context.node_manager_address.clone(),
+            node_id: self.context.node_id.to_string(),
+            worker_id: worker_id.to_string(),
+            token: self.context.token.clone(),
+            binary_hash,
+            bind_ip: self.context.bind_ip.clone(),
+        };
+        let (pid, exited) = worker_process::spawn(&binary, &bootstrap)?;
+        self.state().workers.insert(
+            worker_id,
+            Worker {
+                session,
+                pid,
+                state: WorkerState::Starting { request },
+            },
+        );
+        let manager = Arc::clone(self);
+        tokio::spawn(async move {
+            let description = exited.await;
+            manager.worker_exited(worker_id, description);
+        });
+        let manager = Arc::clone(self);
+        tokio::spawn(async move {
+            tokio::time::sleep(REGISTRATION_TIMEOUT).await;
+            let stuck = matches!(
+                manager.state().workers.get(&worker_id),
+                Some(Worker {
+                    state: WorkerState::Starting { .. },
+                    ..
+                })
+            );
+            if stuck {
+                tracing::warn!(%worker_id, pid, "worker did not register in time; killing it");
+                worker_process::kill_worker(pid);
+            }
+        });
+        Ok(())
+    }
+}
+
+enum Decision {
+    Grant,
+    Wait,
+    Spill(String),
+    Refuse(String),
+}
+
+fn decide(state: &LeaseState, pending: &PendingLease) -> Decision {
+    if !state.sessions.contains_key(&pending.session) {
+        return Decision::Refuse("the lease session is closed".into());
+    }
+    if state.ledger.fits_now(&pending.demand) {
+        return Decision::Grant;
+    }
+    let has_room = |node: &&NodeView| node.available.fits(&pending.demand);
+    let can_ever_fit = |node: &&NodeView| node.total.fits(&pending.demand);
+    let roomiest = state
+        .cluster_view
+        .iter()
+        .filter(has_room)
+        .max_by_key(|n| n.available.get(CPU));
+    if pending.allow_spillback
+        && let Some(node) = roomiest
+    {
+        return Decision::Spill(node.address.clone());
+    }
+    if state.ledger.feasible(&pending.demand) {
+        return Decision::Wait;
+    }
+    match state.cluster_view.iter().find(can_ever_fit) {
+        Some(node) if pending.allow_spillback => Decision::Spill(node.address.clone()),
+        Some(_) => Decision::Wait,
+        None => Decision::Refuse(infeasible_reason(state, &pending.demand)),
+    }
+}
+
+fn infeasible_reason(state: &LeaseState, demand: &ResourceSet) -> String {
+    let mut largest = state.ledger.total().clone();
+    for node in &state.cluster_view {
+        if node.total.get(CPU) > largest.get(CPU) {
+            largest = node.total.clone();
+        }
+    }
+    format!(
+        "infeasible: no node in the cluster can ever fit {}; the largest node has {}",
+        describe(demand),
+        describe(&largest)
+    )
+}
+
+fn describe(set: &ResourceSet) -> String {
+    let parts: Vec<String> = set
+        .iter()
+        .map(|(name, amount)| format!("{name}: {amount}"))
+        .collect();
+    format!("{{{}}}", parts.join(", "))
+}
+
+fn granted(
+    request_id: u64,
+    worker_id: WorkerId,
+    worker: &Worker,
+    address: &str,
+    node_id: NodeId,
+) -> EventKind {
+    EventKind::Granted(LeaseGranted {
+        request_id,
+        worker_id: worker_id.as_bytes().to_vec(),
+        worker_address: address.to_string(),
+        node_id: node_id.as_bytes().to_vec(),
+        pid: worker.pid,
+    })
+}
+
+fn refused_event(request_id: u64, reason: &str) -> EventKind {
+    let infeasible = false;
+    EventKind::Refused(LeaseRefused {
+        request_id,
+        reason: reason.to_string(),
+        infeasible,
+    })
+}
+
+fn infeasible_event(request_id: u64, reason: &str) -> EventKind {
+    let infeasible = true;
+    EventKind::Refused(LeaseRefused {
+        request_id,
+        reason: reason.to_string(),
+        infeasible,
+    })
+}
+
+fn send_to_session(state: &LeaseState, session: u64, event: EventKind) {
+    if let Some(entry) = state.sessions.get(&session) {
+        send(&entry.events, event);
+    }
+}
+
+fn send(events: &EventSender, event: EventKind) {
+    let _ = events.send(Ok(LeaseSessionEvent { kind: Some(event) }));
+}

@@ -1,0 +1,76 @@
+//! Starting and killing worker processes: the owner's binary, re-executed
+//! with the bootstrap variable that turns it into a worker.
+
+use std::os::unix::process::ExitStatusExt;
+use std::path::Path;
+use std::process::{ExitStatus, Stdio};
+
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use raylet_proto::worker_env::{WORKER_ENV, WorkerBootstrap};
+use raylet_proto::{Error, Result};
+
+/// Starts a worker from `binary`. Returns its pid, and a future that resolves
+/// with a description of how it exited once it has been reaped.
+pub(crate) fn spawn(
+    binary: &Path,
+    bootstrap: &WorkerBootstrap,
+) -> Result<(u32, impl Future<Output = String> + Send + 'static)> {
+    let mut child = tokio::process::Command::new(binary)
+        .env(WORKER_ENV, bootstrap.to_env_value())
+        .stdin(Stdio::null())
+        .spawn()
+        .map_err(|e| {
+            Error::Internal(format!("starting a worker from {}: {e}", binary.display()))
+        })?;
+    let pid = child.id().unwrap_or_default();
+    let exited = async move {
+        match child.wait().await {
+            Ok(status) => describe_exit(status),
+            Err(e) => format!("could not be waited for: {e}"),
+        }
+    };
+    Ok((pid, exited))
+}
+
+/// Kills a worker that has not been reaped yet.
+pub(crate) fn kill_worker(pid: u32) {
+    if pid > 0 {
+        let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
+    }
+}
+
+/// "exited with code 3" or "was killed by signal 9 (SIGKILL)".
+pub(crate) fn describe_exit(status: ExitStatus) -> String {
+    if let Some(code) = status.code() {
+        return format!("exited with code {code}");
+    }
+    match status.signal() {
+        Some(number) => {
+            let name = Signal::try_from(number).map_or("unknown", |s| s.as_str());
+            format!("was killed by signal {number} ({name})")
+        }
+        None => format!("ended: {status}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn exits_are_described_by_code_or_signal() {
+        assert_eq!(
+            describe_exit(ExitStatus::from_raw(3 << 8)),
+            "exited with code 3"
+        );
+        assert_eq!(
+            describe_exit(ExitStatus::from_raw(9)),
+            "was killed by signal 9 (SIGKILL)"
+        );
+        assert_eq!(
+            describe_exit(ExitStatus::from_raw(11)),
+            "was killed by signal 11 (SIGSEGV)"
+        );
+    }
+}

@@ -1,0 +1,400 @@
+//! Remote tasks end to end on the embedded cluster: real worker processes
+//! (this test binary, started again), real gRPC, retries after `kill -9`,
+//! panics, errors, cancellation and driver death.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use raylet::prelude::*;
+use raylet::{Error, current};
+
+fn cluster() -> Cluster {
+    raylet::init_with(Config::new().num_cpus(2.0).num_gpus(0.0)).unwrap()
+}
+
+#[raylet::remote]
+fn square(x: u64) -> u64 {
+    x * x
+}
+
+#[raylet::remote]
+fn add(a: u64, b: u64) -> u64 {
+    a + b
+}
+
+#[raylet::remote]
+fn depth_sum(depth: u32) -> u32 {
+    if depth == 0 {
+        return 1;
+    }
+    let cluster = current().unwrap();
+    depth_sum::remote(&cluster, depth - 1)
+        .unwrap()
+        .get()
+        .unwrap()
+        + 1
+}
+
+#[raylet::remote]
+fn make_refs(count: u64) -> Vec<ObjectRef<u64>> {
+    let cluster = current().unwrap();
+    (0..count)
+        .map(|i| cluster.put(&(i * 10)).unwrap())
+        .collect()
+}
+
+#[raylet::remote]
+fn sum_refs(refs: Vec<ObjectRef<u64>>) -> u64 {
+    refs.iter().map(|r| r.get().unwrap()).sum()
+}
+
+#[raylet::remote(max_retries = 0)]
+fn explode(message: String) -> u64 {
+    panic!("{message}")
+}
+
+#[raylet::remote]
+fn checked_divide(a: u64, b: u64) -> Result<u64, String> {
+    if b == 0 {
+        return Err(format!("cannot divide {a} by zero"));
+    }
+    Ok(a / b)
+}
+
+#[raylet::remote]
+async fn async_double(x: u64) -> u64 {
+    tokio::time::sleep(Duration::from_millis(1)).await;
+    x * 2
+}
+
+#[raylet::remote]
+fn sleep_ms(ms: u64) -> u64 {
+    std::thread::sleep(Duration::from_millis(ms));
+    ms
+}
+
+/// Writes this worker's pid to `dir/pid-<attempt>`; the first attempt then
+/// sleeps to be killed, later ones return at once.
+#[raylet::remote]
+fn survive_a_kill(dir: String) -> u32 {
+    let dir = Path::new(&dir);
+    let first = !dir.join("attempted").exists();
+    std::fs::write(dir.join("attempted"), b"").unwrap();
+    std::fs::write(dir.join(format!("pid-{}", std::process::id())), b"").unwrap();
+    if first {
+        std::thread::sleep(Duration::from_secs(60));
+    }
+    std::process::id()
+}
+
+#[raylet::remote(max_retries = 1)]
+fn always_abort() -> u64 {
+    std::process::abort()
+}
+
+#[raylet::remote]
+fn print_lines(count: u32) -> u32 {
+    for i in 0..count {
+        println!("line {i} from a task");
+    }
+    count
+}
+
+#[raylet::remote]
+fn worker_pid_then_sleep(dir: String) -> u32 {
+    std::fs::write(Path::new(&dir).join(std::process::id().to_string()), b"").unwrap();
+    std::thread::sleep(Duration::from_secs(120));
+    std::process::id()
+}
+
+fn temp_dir() -> tempfile::TempDir {
+    tempfile::tempdir().unwrap()
+}
+
+fn wait_for_files(dir: &Path, count: usize, timeout: Duration) -> Vec<PathBuf> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        let files: Vec<PathBuf> = std::fs::read_dir(dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        if files.len() >= count {
+            return files;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "only {} of {count} files appeared in {}",
+            files.len(),
+            dir.display()
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn pid_alive(pid: i32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    !stat.is_empty()
+        && !stat
+            .rsplit_once(')')
+            .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+}
+
+#[test]
+fn ten_thousand_tasks_complete_with_correct_results() {
+    let cluster = cluster();
+    let refs: Vec<ObjectRef<u64>> = (0..10_000u64)
+        .map(|x| square::remote(&cluster, x).unwrap())
+        .collect();
+    let values = cluster.get_all(&refs).unwrap();
+    for (x, value) in values.iter().enumerate() {
+        assert_eq!(*value, (x as u64) * (x as u64));
+    }
+}
+
+#[test]
+fn async_functions_run_as_tasks() {
+    let cluster = cluster();
+    let refs: Vec<_> = (0..20u64)
+        .map(|x| async_double::remote(&cluster, x).unwrap())
+        .collect();
+    assert_eq!(
+        cluster.get_all(&refs).unwrap(),
+        (0..20u64).map(|x| x * 2).collect::<Vec<_>>()
+    );
+}
+
+#[test]
+fn tasks_nest_three_deep_on_two_cpus() {
+    let cluster = cluster();
+    assert_eq!(depth_sum::remote(&cluster, 3).unwrap().get().unwrap(), 4);
+}
+
+#[test]
+fn refs_pass_as_arguments_and_come_back_inside_results() {
+    let cluster = cluster();
+    let a = square::remote(&cluster, 3).unwrap();
+    let b = cluster.put(&4u64).unwrap();
+    assert_eq!(add::remote(&cluster, &a, &b).unwrap().get().unwrap(), 13);
+    assert_eq!(add::remote(&cluster, a, 1).unwrap().get().unwrap(), 10);
+
+    let refs = make_refs::remote(&cluster, 5).unwrap().get().unwrap();
+    assert_eq!(refs.len(), 5);
+    assert_eq!(refs[3].get().unwrap(), 30);
+    assert_eq!(
+        sum_refs::remote(&cluster, refs).unwrap().get().unwrap(),
+        100
+    );
+}
+
+#[test]
+fn a_panicking_task_yields_its_message_function_and_node() {
+    let cluster = cluster();
+    let error = explode::remote(&cluster, "boom at step 7".to_string())
+        .unwrap()
+        .get()
+        .unwrap_err();
+    let Error::Task(task) = &error else {
+        panic!("expected a task error, got {error}")
+    };
+    assert_eq!(task.kind, TaskErrorKind::Panic);
+    assert_eq!(task.message, "boom at step 7");
+    assert!(task.function.ends_with("::explode"), "{}", task.function);
+    assert!(task.node_id.is_some());
+    let text = error.to_string();
+    assert!(
+        text.contains("panicked") && text.contains("boom at step 7"),
+        "{text}"
+    );
+}
+
+#[test]
+fn a_task_returning_err_yields_the_error_message() {
+    let cluster = cluster();
+    assert_eq!(
+        checked_divide::remote(&cluster, 9, 3)
+            .unwrap()
+            .get()
+            .unwrap(),
+        3
+    );
+    let error = checked_divide::remote(&cluster, 9, 0)
+        .unwrap()
+        .get()
+        .unwrap_err();
+    let Error::Task(task) = &error else {
+        panic!("expected a task error, got {error}")
+    };
+    assert_eq!(task.kind, TaskErrorKind::Application);
+    assert_eq!(task.message, "cannot divide 9 by zero");
+}
+
+#[test]
+fn a_worker_killed_mid_task_is_retried_and_succeeds() {
+    let cluster = cluster();
+    let dir = temp_dir();
+    let result =
+        survive_a_kill::remote(&cluster, dir.path().to_string_lossy().to_string()).unwrap();
+    let first = wait_for_files(dir.path(), 2, Duration::from_secs(30));
+    let pid: i32 = first
+        .iter()
+        .find_map(|p| p.file_name()?.to_str()?.strip_prefix("pid-")?.parse().ok())
+        .unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let survivor = result.get_timeout(Duration::from_secs(30)).unwrap();
+    assert_ne!(survivor as i32, pid, "the retry ran in a new worker");
+}
+
+#[test]
+fn a_task_whose_worker_always_dies_fails_after_its_retries() {
+    let cluster = cluster();
+    let error = always_abort::remote(&cluster).unwrap().get().unwrap_err();
+    let Error::Task(task) = &error else {
+        panic!("expected a task error, got {error}")
+    };
+    assert_eq!(task.kind, TaskErrorKind::WorkerCrashed);
+    assert_eq!(task.attempt, 1, "one retry");
+    assert!(task.message.contains("SIGABRT"), "{}", task.message);
+    assert!(error.to_string().contains("ran 2 time(s)"), "{error}");
+}
+
+#[test]
+fn getting_an_object_as_another_type_is_a_typed_error() {
+    let cluster = cluster();
+    let number = square::remote(&cluster, 5).unwrap();
+    assert_eq!(number.get().unwrap(), 25);
+    let as_text = number.untyped().typed::<String>();
+    match as_text.get() {
+        Err(Error::WrongType {
+            expected, actual, ..
+        }) => {
+            assert_eq!(expected, "alloc::string::String");
+            assert_eq!(actual, "u64");
+        }
+        other => panic!("expected a wrong-type error, got {other:?}"),
+    }
+}
+
+#[test]
+fn wait_returns_what_is_ready_when_the_timeout_passes() {
+    let cluster = cluster();
+    let slow = sleep_ms::remote(&cluster, 3_000).unwrap();
+    let fast = sleep_ms::remote(&cluster, 1).unwrap();
+    fast.get().unwrap();
+    let started = Instant::now();
+    let (ready, pending) = cluster.wait(
+        &[slow.clone(), fast.clone()],
+        2,
+        Some(Duration::from_millis(300)),
+    );
+    assert!(started.elapsed() < Duration::from_secs(2));
+    assert_eq!(ready, vec![fast]);
+    assert_eq!(pending, vec![slow.clone()]);
+    let error = slow.get_timeout(Duration::from_millis(50)).unwrap_err();
+    assert!(matches!(error, Error::GetTimeout { .. }), "{error}");
+    cluster.cancel(&slow, true).unwrap();
+}
+
+#[test]
+fn queued_and_running_tasks_can_be_cancelled() {
+    let cluster = cluster();
+    let busy: Vec<_> = (0..2)
+        .map(|_| sleep_ms::remote(&cluster, 20_000).unwrap())
+        .collect();
+    std::thread::sleep(Duration::from_millis(500));
+    let queued = square::options().num_cpus(2.0).remote(&cluster, 7).unwrap();
+    cluster.cancel(&queued, false).unwrap();
+    let error = queued.get_timeout(Duration::from_secs(5)).unwrap_err();
+    assert!(
+        matches!(&error, Error::Task(t) if t.kind == TaskErrorKind::Cancelled),
+        "{error}"
+    );
+
+    let started = Instant::now();
+    for running in &busy {
+        cluster.cancel(running, true).unwrap();
+        let error = running.get_timeout(Duration::from_secs(5)).unwrap_err();
+        assert!(
+            matches!(&error, Error::Task(t) if t.kind == TaskErrorKind::Cancelled),
+            "{error}"
+        );
+    }
+    assert!(started.elapsed() < Duration::from_secs(5));
+    assert_eq!(
+        square::remote(&cluster, 6)
+            .unwrap()
+            .get_timeout(Duration::from_secs(20))
+            .unwrap(),
+        36
+    );
+}
+
+#[test]
+fn an_infeasible_task_fails_fast_and_says_why() {
+    let cluster = cluster();
+    let error = square::options()
+        .num_cpus(64.0)
+        .remote(&cluster, 1)
+        .unwrap()
+        .get_timeout(Duration::from_secs(10))
+        .unwrap_err();
+    let Error::Task(task) = &error else {
+        panic!("expected a task error, got {error}")
+    };
+    assert_eq!(task.kind, TaskErrorKind::Infeasible);
+    assert!(task.message.contains("CPU: 64"), "{}", task.message);
+}
+
+#[test]
+fn task_output_is_printed_by_the_driver() {
+    let cluster = cluster();
+    assert_eq!(print_lines::remote(&cluster, 3).unwrap().get().unwrap(), 3);
+}
+
+/// Run by `killing_the_driver_ends_its_workers` in a child process.
+#[test]
+#[ignore = "runs only as the child of killing_the_driver_ends_its_workers"]
+fn driver_that_gets_killed() {
+    let Ok(dir) = std::env::var("RAYLET_TEST_PID_DIR") else {
+        return;
+    };
+    let cluster = cluster();
+    let refs: Vec<_> = (0..2)
+        .map(|_| worker_pid_then_sleep::remote(&cluster, dir.clone()).unwrap())
+        .collect();
+    let _ = cluster.get_all(&refs);
+}
+
+#[test]
+fn killing_the_driver_ends_its_workers() {
+    let dir = temp_dir();
+    let mut driver = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "driver_that_gets_killed",
+            "--ignored",
+            "--nocapture",
+        ])
+        .env("RAYLET_TEST_PID_DIR", dir.path())
+        .spawn()
+        .unwrap();
+    let files = wait_for_files(dir.path(), 2, Duration::from_secs(60));
+    let workers: Vec<i32> = files
+        .iter()
+        .map(|f| f.file_name().unwrap().to_str().unwrap().parse().unwrap())
+        .collect();
+    driver.kill().unwrap();
+    driver.wait().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while workers.iter().any(|pid| pid_alive(*pid)) {
+        assert!(
+            Instant::now() < deadline,
+            "workers {workers:?} outlived their driver by 5 s"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
