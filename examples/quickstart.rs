@@ -22,10 +22,7 @@ async fn main() -> anyhow::Result<()> {
         .heartbeat_timeout(Duration::from_millis(500))
         .start()
         .await?;
-    println!(
-        "cluster of 2 nodes ready in {:.1} ms",
-        ms(started.elapsed())
-    );
+    println!("cluster of 2 nodes ready in {:.1} ms", ms(started.elapsed()));
     print_status(&cluster.cluster_status().await?);
 
     let killed = Instant::now();
@@ -33,10 +30,7 @@ async fn main() -> anyhow::Result<()> {
     cluster
         .wait_for(Duration::from_secs(5), |s| s.dead().count() == 1)
         .await?;
-    println!(
-        "\nnode 1 killed; marked dead after {:.0} ms",
-        ms(killed.elapsed())
-    );
+    println!("\nnode 1 killed; marked dead after {:.0} ms", ms(killed.elapsed()));
 
     cluster.restart_node(1).await?;
     let status = cluster.cluster_status().await?;
@@ -58,11 +52,7 @@ fn print_status(status: &ClusterStatus) {
         );
     }
     let total = status.total();
-    println!(
-        "  cluster total: {} CPU, {} GPU",
-        total.get(CPU),
-        total.get(GPU)
-    );
+    println!("  cluster total: {} CPU, {} GPU", total.get(CPU), total.get(GPU));
 }
 
 fn ms(duration: Duration) -> f64 {

@@ -42,11 +42,7 @@ impl TestCluster {
 
     fn ok(&self, args: &[&str]) -> String {
         let output = self.raylet(args);
-        assert!(
-            output.status.success(),
-            "raylet {args:?} failed:\n{}",
-            text(&output)
-        );
+        assert!(output.status.success(), "raylet {args:?} failed:\n{}", text(&output));
         String::from_utf8(output.stdout).unwrap()
     }
 
@@ -81,10 +77,7 @@ impl TestCluster {
             if done(&status) {
                 return status;
             }
-            assert!(
-                Instant::now() < deadline,
-                "status never matched:\n{status:#}"
-            );
+            assert!(Instant::now() < deadline, "status never matched:\n{status:#}");
             std::thread::sleep(Duration::from_millis(50));
         }
     }
@@ -95,9 +88,7 @@ impl TestCluster {
         std::fs::read_dir(dir)
             .unwrap()
             .flatten()
-            .map(|e| {
-                serde_json::from_str::<Value>(&std::fs::read_to_string(e.path()).unwrap()).unwrap()
-            })
+            .map(|e| serde_json::from_str::<Value>(&std::fs::read_to_string(e.path()).unwrap()).unwrap())
             .filter(|record| record["role"] == role)
             .map(|record| record["pid"].as_i64().unwrap() as i32)
             .collect()
@@ -154,14 +145,7 @@ fn alive_nodes(status: &Value) -> Vec<&Value> {
 #[test]
 fn a_head_and_two_nodes_show_as_three_live_nodes_with_summed_resources() {
     let cluster = TestCluster::new();
-    cluster.start_head(&[
-        "--num-cpus",
-        "2",
-        "--num-gpus",
-        "0",
-        "--resources",
-        r#"{"TPU": 1.5}"#,
-    ]);
+    cluster.start_head(&["--num-cpus", "2", "--num-gpus", "0", "--resources", r#"{"TPU": 1.5}"#]);
     cluster.start_node(&["--num-cpus", "1", "--num-gpus", "0.5"]);
     cluster.start_node(&["--num-cpus", "0.25", "--resources", r#"{"TPU": 2}"#]);
     let status = cluster.status();
@@ -207,10 +191,7 @@ fn a_node_killed_with_sigkill_is_marked_dead_within_the_timeout() {
     signal(node_pid, Signal::SIGKILL);
     let status = cluster.wait_for_status(Duration::from_secs(8), |s| s["dead_nodes"] == 1);
     let detected_after = killed_at.elapsed();
-    assert!(
-        detected_after < Duration::from_secs(4),
-        "took {detected_after:?}"
-    );
+    assert!(detected_after < Duration::from_secs(4), "took {detected_after:?}");
     assert_eq!(status["alive_nodes"], 1);
     let dead = status["nodes"]
         .as_array()
@@ -219,10 +200,7 @@ fn a_node_killed_with_sigkill_is_marked_dead_within_the_timeout() {
         .find(|n| n["state"] == "DEAD")
         .unwrap();
     assert!(
-        dead["death_reason"]
-            .as_str()
-            .unwrap()
-            .contains("no heartbeat"),
+        dead["death_reason"].as_str().unwrap().contains("no heartbeat"),
         "{dead:#}"
     );
     assert!(cluster.ok(&["status"]).contains("Dead: 1 node(s)"));
@@ -274,10 +252,7 @@ fn stop_ends_every_daemon_and_leaves_no_raylet_process_behind() {
     assert_eq!(cluster.live_processes().len(), 3);
 
     let output = cluster.ok(&["stop"]);
-    assert!(
-        output.contains("Stopped all 3 raylet processes"),
-        "{output}"
-    );
+    assert!(output.contains("Stopped all 3 raylet processes"), "{output}");
     assert_eq!(cluster.live_processes(), Vec::<u32>::new());
     assert!(!cluster.root().join("session_latest").exists());
     let error = stderr(&cluster.raylet(&["status"]));
@@ -304,11 +279,7 @@ fn bad_resource_flags_are_clear_errors() {
         args.extend_from_slice(flags);
         let output = cluster.raylet(&args);
         assert!(!output.status.success(), "{flags:?} was accepted");
-        assert!(
-            stderr(&output).contains(expected),
-            "{flags:?}: {}",
-            text(&output)
-        );
+        assert!(stderr(&output).contains(expected), "{flags:?}: {}", text(&output));
         assert!(!stderr(&output).contains("panicked"), "{}", text(&output));
     }
     assert!(cluster.live_processes().is_empty());
@@ -336,11 +307,7 @@ fn a_second_head_on_a_taken_port_leaves_the_running_cluster_reachable() {
     let port = address.rsplit_once(':').unwrap().1;
     let output = cluster.raylet(&["start", "--head", "--port", port]);
     assert!(!output.status.success());
-    assert!(
-        stderr(&output).contains("already in use"),
-        "{}",
-        text(&output)
-    );
+    assert!(stderr(&output).contains("already in use"), "{}", text(&output));
     assert_eq!(cluster.head_address(), address);
     assert_eq!(cluster.status()["alive_nodes"], 1);
 }
@@ -364,10 +331,7 @@ fn an_address_with_nothing_behind_it_fails_after_bounded_retries() {
     assert!(started.elapsed() < Duration::from_secs(10));
     assert!(!output.status.success());
     let error = stderr(&output);
-    assert!(
-        error.contains(&format!("could not reach {address}")),
-        "{error}"
-    );
+    assert!(error.contains(&format!("could not reach {address}")), "{error}");
     assert!(error.contains("attempts"), "{error}");
     assert!(cluster.live_processes().is_empty());
 }
@@ -396,11 +360,7 @@ fn a_missing_or_corrupt_session_directory_is_a_clear_error() {
     std::fs::remove_dir_all(&session).unwrap();
     let error = stderr(&cluster.raylet(&["status"]));
     assert!(error.contains("missing"), "{error}");
-    assert!(
-        cluster
-            .ok(&["stop"])
-            .contains("Stopped all 1 raylet processes")
-    );
+    assert!(cluster.ok(&["stop"]).contains("Stopped all 1 raylet processes"));
     assert!(cluster.live_processes().is_empty());
 }
 
@@ -411,19 +371,9 @@ fn help_explains_every_command() {
     for command in ["start", "status", "stop"] {
         assert!(help.contains(command), "{help}");
     }
-    let output = Command::new(RAYLET)
-        .args(["start", "--help"])
-        .output()
-        .unwrap();
+    let output = Command::new(RAYLET).args(["start", "--help"]).output().unwrap();
     let help = String::from_utf8_lossy(&output.stdout);
-    for flag in [
-        "--head",
-        "--address",
-        "--num-gpus",
-        "--resources",
-        "--block",
-        "--token",
-    ] {
+    for flag in ["--head", "--address", "--num-gpus", "--resources", "--block", "--token"] {
         assert!(help.contains(flag), "{help}");
     }
 }

@@ -28,19 +28,13 @@ fn depth_sum(depth: u32) -> u32 {
         return 1;
     }
     let cluster = current().unwrap();
-    depth_sum::remote(&cluster, depth - 1)
-        .unwrap()
-        .get()
-        .unwrap()
-        + 1
+    depth_sum::remote(&cluster, depth - 1).unwrap().get().unwrap() + 1
 }
 
 #[raylet::remote]
 fn make_refs(count: u64) -> Vec<ObjectRef<u64>> {
     let cluster = current().unwrap();
-    (0..count)
-        .map(|i| cluster.put(&(i * 10)).unwrap())
-        .collect()
+    (0..count).map(|i| cluster.put(&(i * 10)).unwrap()).collect()
 }
 
 #[raylet::remote]
@@ -114,11 +108,7 @@ fn temp_dir() -> tempfile::TempDir {
 fn wait_for_files(dir: &Path, count: usize, timeout: Duration) -> Vec<PathBuf> {
     let deadline = Instant::now() + timeout;
     loop {
-        let files: Vec<PathBuf> = std::fs::read_dir(dir)
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
-            .collect();
+        let files: Vec<PathBuf> = std::fs::read_dir(dir).unwrap().flatten().map(|e| e.path()).collect();
         if files.len() >= count {
             return files;
         }
@@ -143,9 +133,7 @@ fn pid_alive(pid: i32) -> bool {
 #[test]
 fn ten_thousand_tasks_complete_with_correct_results() {
     let cluster = cluster();
-    let refs: Vec<ObjectRef<u64>> = (0..10_000u64)
-        .map(|x| square::remote(&cluster, x).unwrap())
-        .collect();
+    let refs: Vec<ObjectRef<u64>> = (0..10_000u64).map(|x| square::remote(&cluster, x).unwrap()).collect();
     let values = cluster.get_all(&refs).unwrap();
     for (x, value) in values.iter().enumerate() {
         assert_eq!(*value, (x as u64) * (x as u64));
@@ -155,9 +143,7 @@ fn ten_thousand_tasks_complete_with_correct_results() {
 #[test]
 fn async_functions_run_as_tasks() {
     let cluster = cluster();
-    let refs: Vec<_> = (0..20u64)
-        .map(|x| async_double::remote(&cluster, x).unwrap())
-        .collect();
+    let refs: Vec<_> = (0..20u64).map(|x| async_double::remote(&cluster, x).unwrap()).collect();
     assert_eq!(
         cluster.get_all(&refs).unwrap(),
         (0..20u64).map(|x| x * 2).collect::<Vec<_>>()
@@ -181,10 +167,7 @@ fn refs_pass_as_arguments_and_come_back_inside_results() {
     let refs = make_refs::remote(&cluster, 5).unwrap().get().unwrap();
     assert_eq!(refs.len(), 5);
     assert_eq!(refs[3].get().unwrap(), 30);
-    assert_eq!(
-        sum_refs::remote(&cluster, refs).unwrap().get().unwrap(),
-        100
-    );
+    assert_eq!(sum_refs::remote(&cluster, refs).unwrap().get().unwrap(), 100);
 }
 
 #[test]
@@ -202,26 +185,14 @@ fn a_panicking_task_yields_its_message_function_and_node() {
     assert!(task.function.ends_with("::explode"), "{}", task.function);
     assert!(task.node_id.is_some());
     let text = error.to_string();
-    assert!(
-        text.contains("panicked") && text.contains("boom at step 7"),
-        "{text}"
-    );
+    assert!(text.contains("panicked") && text.contains("boom at step 7"), "{text}");
 }
 
 #[test]
 fn a_task_returning_err_yields_the_error_message() {
     let cluster = cluster();
-    assert_eq!(
-        checked_divide::remote(&cluster, 9, 3)
-            .unwrap()
-            .get()
-            .unwrap(),
-        3
-    );
-    let error = checked_divide::remote(&cluster, 9, 0)
-        .unwrap()
-        .get()
-        .unwrap_err();
+    assert_eq!(checked_divide::remote(&cluster, 9, 3).unwrap().get().unwrap(), 3);
+    let error = checked_divide::remote(&cluster, 9, 0).unwrap().get().unwrap_err();
     let Error::Task(task) = &error else {
         panic!("expected a task error, got {error}")
     };
@@ -233,18 +204,13 @@ fn a_task_returning_err_yields_the_error_message() {
 fn a_worker_killed_mid_task_is_retried_and_succeeds() {
     let cluster = cluster();
     let dir = temp_dir();
-    let result =
-        survive_a_kill::remote(&cluster, dir.path().to_string_lossy().to_string()).unwrap();
+    let result = survive_a_kill::remote(&cluster, dir.path().to_string_lossy().to_string()).unwrap();
     let first = wait_for_files(dir.path(), 2, Duration::from_secs(30));
     let pid: i32 = first
         .iter()
         .find_map(|p| p.file_name()?.to_str()?.strip_prefix("pid-")?.parse().ok())
         .unwrap();
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(pid),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
+    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL).unwrap();
     let survivor = result.get_timeout(Duration::from_secs(30)).unwrap();
     assert_ne!(survivor as i32, pid, "the retry ran in a new worker");
 }
@@ -269,9 +235,7 @@ fn getting_an_object_as_another_type_is_a_typed_error() {
     assert_eq!(number.get().unwrap(), 25);
     let as_text = number.untyped().typed::<String>();
     match as_text.get() {
-        Err(Error::WrongType {
-            expected, actual, ..
-        }) => {
+        Err(Error::WrongType { expected, actual, .. }) => {
             assert_eq!(expected, "alloc::string::String");
             assert_eq!(actual, "u64");
         }
@@ -286,11 +250,7 @@ fn wait_returns_what_is_ready_when_the_timeout_passes() {
     let fast = sleep_ms::remote(&cluster, 1).unwrap();
     fast.get().unwrap();
     let started = Instant::now();
-    let (ready, pending) = cluster.wait(
-        &[slow.clone(), fast.clone()],
-        2,
-        Some(Duration::from_millis(300)),
-    );
+    let (ready, pending) = cluster.wait(&[slow.clone(), fast.clone()], 2, Some(Duration::from_millis(300)));
     assert!(started.elapsed() < Duration::from_secs(2));
     assert_eq!(ready, vec![fast]);
     assert_eq!(pending, vec![slow.clone()]);
@@ -302,9 +262,7 @@ fn wait_returns_what_is_ready_when_the_timeout_passes() {
 #[test]
 fn queued_and_running_tasks_can_be_cancelled() {
     let cluster = cluster();
-    let busy: Vec<_> = (0..2)
-        .map(|_| sleep_ms::remote(&cluster, 20_000).unwrap())
-        .collect();
+    let busy: Vec<_> = (0..2).map(|_| sleep_ms::remote(&cluster, 20_000).unwrap()).collect();
     std::thread::sleep(Duration::from_millis(500));
     let queued = square::options().num_cpus(2.0).remote(&cluster, 7).unwrap();
     cluster.cancel(&queued, false).unwrap();
@@ -373,12 +331,7 @@ fn driver_that_gets_killed() {
 fn killing_the_driver_ends_its_workers() {
     let dir = temp_dir();
     let mut driver = std::process::Command::new(std::env::current_exe().unwrap())
-        .args([
-            "--exact",
-            "driver_that_gets_killed",
-            "--ignored",
-            "--nocapture",
-        ])
+        .args(["--exact", "driver_that_gets_killed", "--ignored", "--nocapture"])
         .env("RAYLET_TEST_PID_DIR", dir.path())
         .spawn()
         .unwrap();

@@ -101,11 +101,7 @@ impl Cluster {
             scope
                 .spawn(|| runtime.block_on(start_driver(config, handle)))
                 .join()
-                .unwrap_or_else(|_| {
-                    Err(Error::Cluster(raylet_proto::Error::Internal(
-                        "start panicked".into(),
-                    )))
-                })
+                .unwrap_or_else(|_| Err(Error::Cluster(raylet_proto::Error::Internal("start panicked".into()))))
         })?;
         Ok(Cluster {
             inner: Arc::new(ClusterInner {
@@ -161,22 +157,13 @@ impl Cluster {
 
     /// Waits for the object and returns its value, or its task's error.
     pub fn get<T: DeserializeOwned>(&self, object: &ObjectRef<T>) -> Result<T> {
-        let outcome = self
-            .core()
-            .wait_outcome_blocking(object.as_untyped(), None)?;
+        let outcome = self.core().wait_outcome_blocking(object.as_untyped(), None)?;
         decode(object.id(), outcome.expect("waiting without a timeout"))
     }
 
     /// Like [`Cluster::get`], but fails with `Error::GetTimeout` after `timeout`.
-    pub fn get_timeout<T: DeserializeOwned>(
-        &self,
-        object: &ObjectRef<T>,
-        timeout: Duration,
-    ) -> Result<T> {
-        match self
-            .core()
-            .wait_outcome_blocking(object.as_untyped(), Some(timeout))?
-        {
+    pub fn get_timeout<T: DeserializeOwned>(&self, object: &ObjectRef<T>, timeout: Duration) -> Result<T> {
+        match self.core().wait_outcome_blocking(object.as_untyped(), Some(timeout))? {
             Some(outcome) => decode(object.id(), outcome),
             None => Err(Error::GetTimeout {
                 object: object.id(),
@@ -206,13 +193,18 @@ impl Cluster {
     ) -> (Vec<ObjectRef<T>>, Vec<ObjectRef<T>>) {
         let num_returns = num_returns.min(objects.len());
         let core = self.core().clone();
-        let untyped: Vec<AnyObjectRef> = objects.iter().map(|o| o.as_untyped().clone()).collect();
-        let ready = core
-            .clone()
-            .block_on(async move { wait_ready(&core, &untyped, num_returns, timeout).await });
+        let ready = if objects.iter().all(|o| core.owns(o.as_untyped())) {
+            let ids: Vec<ObjectId> = objects.iter().map(|o| o.id()).collect();
+            let deadline = timeout.map(|t| std::time::Instant::now() + t);
+            core.store.wait_many_blocking(&ids, num_returns, deadline)
+        } else {
+            let untyped: Vec<AnyObjectRef> = objects.iter().map(|o| o.as_untyped().clone()).collect();
+            core.clone()
+                .block_on(async move { wait_ready(&core, &untyped, num_returns, timeout).await })
+        };
         let mut split = (Vec::new(), Vec::new());
-        for (index, object) in objects.iter().enumerate() {
-            match ready.get(index).copied().unwrap_or(false) && split.0.len() < num_returns {
+        for (object, ready) in objects.iter().zip(ready) {
+            match ready && split.0.len() < num_returns {
                 true => split.0.push(object.clone()),
                 false => split.1.push(object.clone()),
             }
@@ -226,12 +218,10 @@ impl Cluster {
     pub fn cancel<T>(&self, object: &ObjectRef<T>, force: bool) -> Result<()> {
         let core = self.core();
         if !core.owns(object.as_untyped()) {
-            return Err(Error::Cluster(raylet_proto::Error::FailedPrecondition(
-                format!(
-                    "only the owner of object {} can cancel its task",
-                    object.id()
-                ),
-            )));
+            return Err(Error::Cluster(raylet_proto::Error::FailedPrecondition(format!(
+                "only the owner of object {} can cancel its task",
+                object.id()
+            ))));
         }
         core.submitter
             .send(SubmitterEvent::Cancel {
@@ -245,11 +235,7 @@ impl Cluster {
     pub fn status(&self) -> Result<ClusterStatus> {
         let head = match (
             &self.inner.head_address,
-            self.inner
-                .embedded
-                .lock()
-                .unwrap_or_else(|p| p.into_inner())
-                .as_ref(),
+            self.inner.embedded.lock().unwrap_or_else(|p| p.into_inner()).as_ref(),
         ) {
             (Some(head), _) => head.clone(),
             (None, Some(embedded)) => embedded.head_address.clone(),
@@ -261,9 +247,7 @@ impl Cluster {
         };
         let core = self.core().clone();
         core.clone().block_on(async move {
-            let mut client =
-                raylet_proto::channel::connect_head(&head, &core.token, Duration::from_secs(5))
-                    .await?;
+            let mut client = raylet_proto::channel::connect_head(&head, &core.token, Duration::from_secs(5)).await?;
             let reply = client
                 .get_cluster_status(GetClusterStatusRequest {})
                 .await
@@ -278,9 +262,7 @@ impl Cluster {
         let core = self.core().clone();
         let (done, acknowledged) = oneshot::channel();
         if core.submitter.send(SubmitterEvent::Shutdown(done)).is_ok() {
-            let _ = core.block_on(async move {
-                tokio::time::timeout(Duration::from_secs(5), acknowledged).await
-            });
+            let _ = core.block_on(async move { tokio::time::timeout(Duration::from_secs(5), acknowledged).await });
         }
         if let Some(stop) = self
             .inner
@@ -291,30 +273,16 @@ impl Cluster {
         {
             let _ = stop.send(());
         }
-        let embedded = self
-            .inner
-            .embedded
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take();
+        let embedded = self.inner.embedded.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(embedded) = embedded {
             core.block_on(embedded.stop())?;
         }
         let mut current = CURRENT.write().unwrap_or_else(|p| p.into_inner());
-        if current
-            .as_ref()
-            .is_some_and(|c| Arc::ptr_eq(&c.inner, &self.inner))
-        {
+        if current.as_ref().is_some_and(|c| Arc::ptr_eq(&c.inner, &self.inner)) {
             *current = None;
         }
         drop(current);
-        if let Some(runtime) = self
-            .inner
-            .runtime
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
+        if let Some(runtime) = self.inner.runtime.lock().unwrap_or_else(|p| p.into_inner()).take() {
             runtime.shutdown_background();
         }
         Ok(())
@@ -353,12 +321,7 @@ async fn wait_ready(
     let mut waits = tokio::task::JoinSet::new();
     for (index, object) in objects.iter().enumerate().filter(|(i, _)| !ready[*i]) {
         let (core, object) = (core.clone(), object.clone());
-        waits.spawn(async move {
-            (
-                index,
-                matches!(core.wait_outcome(&object, deadline).await, Ok(Some(_))),
-            )
-        });
+        waits.spawn(async move { (index, matches!(core.wait_outcome(&object, deadline).await, Ok(Some(_)))) });
     }
     while count < num_returns {
         match waits.join_next().await {
@@ -464,8 +427,7 @@ fn resolve_token(config: &Config) -> Result<AuthToken> {
 
 /// The node manager on this machine, else the head's, else any alive one.
 async fn pick_node_manager(head: &str, token: &AuthToken) -> Result<String> {
-    let mut client =
-        raylet_proto::channel::connect_head(head, token, Duration::from_secs(10)).await?;
+    let mut client = raylet_proto::channel::connect_head(head, token, Duration::from_secs(10)).await?;
     let reply = client
         .get_cluster_status(GetClusterStatusRequest {})
         .await
@@ -473,11 +435,9 @@ async fn pick_node_manager(head: &str, token: &AuthToken) -> Result<String> {
     let status = ClusterStatus::from_proto(reply.into_inner())?;
     let local_ip = crate::net::local_ip_towards(head)?.to_string();
     let alive: Vec<_> = status.alive().collect();
-    let same_host = alive.iter().find(|n| {
-        n.address
-            .rsplit_once(':')
-            .is_some_and(|(ip, _)| ip == local_ip)
-    });
+    let same_host = alive
+        .iter()
+        .find(|n| n.address.rsplit_once(':').is_some_and(|(ip, _)| ip == local_ip));
     let chosen = same_host
         .or_else(|| alive.iter().find(|n| n.is_head_node))
         .or_else(|| alive.first())

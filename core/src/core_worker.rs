@@ -74,16 +74,10 @@ impl CoreWorker {
 
     /// An authenticated channel to `address`, reused across calls.
     pub(crate) async fn channel(&self, address: &str) -> Result<AuthedChannel> {
-        if let Some(channel) = self
-            .channels
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(address)
-        {
+        if let Some(channel) = self.channels.lock().unwrap_or_else(|p| p.into_inner()).get(address) {
             return Ok(channel.clone());
         }
-        let channel =
-            raylet_proto::channel::connect(address, &self.token, CONNECT_PATIENCE).await?;
+        let channel = raylet_proto::channel::connect(address, &self.token, CONNECT_PATIENCE).await?;
         let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
         channels.insert(address.to_string(), channel.clone());
         Ok(channel)
@@ -100,9 +94,7 @@ impl CoreWorker {
         }
         loop {
             let now = tokio::time::Instant::now();
-            let slice = deadline.map_or(FETCH_SLICE, |d| {
-                d.saturating_duration_since(now).min(FETCH_SLICE)
-            });
+            let slice = deadline.map_or(FETCH_SLICE, |d| d.saturating_duration_since(now).min(FETCH_SLICE));
             if let Some(outcome) = self.fetch(object, slice).await? {
                 return Ok(Some(outcome));
             }
@@ -112,14 +104,26 @@ impl CoreWorker {
         }
     }
 
+    /// Asks the object's owner for it. A failed call is tried once more on a
+    /// new connection: the cached one may lead to a process that is gone.
     async fn fetch(&self, object: &AnyObjectRef, wait: Duration) -> Result<Option<Outcome>> {
+        match self.fetch_once(object, wait).await {
+            Err(Error::Task(_)) => {
+                self.forget_channel(object.owner_address());
+                self.fetch_once(object, wait).await
+            }
+            other => other,
+        }
+    }
+
+    fn forget_channel(&self, address: &str) {
+        self.channels.lock().unwrap_or_else(|p| p.into_inner()).remove(address);
+    }
+
+    async fn fetch_once(&self, object: &AnyObjectRef, wait: Duration) -> Result<Option<Outcome>> {
         let owner = object.owner_address();
-        let channel = self
-            .channel(owner)
-            .await
-            .map_err(|e| owner_unreachable(object, e))?;
-        let mut client =
-            OwnerServiceClient::new(channel).max_decoding_message_size(MAX_DATA_MESSAGE);
+        let channel = self.channel(owner).await.map_err(|e| owner_unreachable(object, e))?;
+        let mut client = OwnerServiceClient::new(channel).max_decoding_message_size(MAX_DATA_MESSAGE);
         let request = GetObjectRequest {
             object_id: object.id().as_bytes().to_vec(),
             timeout_ms: wait.as_millis() as u64,
@@ -159,17 +163,12 @@ impl CoreWorker {
 
     /// Runs `future` on the cluster's runtime and blocks this thread for its
     /// output; works from any thread, including runtime threads.
-    pub(crate) fn block_on<T: Send + 'static>(
-        &self,
-        future: impl Future<Output = T> + Send + 'static,
-    ) -> T {
+    pub(crate) fn block_on<T: Send + 'static>(&self, future: impl Future<Output = T> + Send + 'static) -> T {
         let (sender, receiver) = std::sync::mpsc::sync_channel(1);
         self.runtime.spawn(async move {
             let _ = sender.send(future.await);
         });
-        receiver
-            .recv()
-            .expect("the cluster runtime dropped a blocking call")
+        receiver.recv().expect("the cluster runtime dropped a blocking call")
     }
 }
 
@@ -179,11 +178,7 @@ fn owner_unreachable(object: &AnyObjectRef, error: Error) -> Error {
         object.id(),
         object.owner_address()
     );
-    Error::Task(crate::TaskError::new(
-        crate::TaskErrorKind::OwnerDied,
-        "",
-        message,
-    ))
+    Error::Task(crate::TaskError::new(crate::TaskErrorKind::OwnerDied, "", message))
 }
 
 /// Tells the node that a task waits, and that it resumed when dropped.

@@ -6,9 +6,7 @@ use std::time::Duration;
 
 use raylet_proto::auth::AuthToken;
 use raylet_scheduler::head::{self, HeadConfig};
-use raylet_scheduler::node_manager::{
-    NodeConfig, NodeManager, ResourceOverrides, resolve_resources,
-};
+use raylet_scheduler::node_manager::{NodeConfig, NodeManager, ResourceOverrides, resolve_resources};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;

@@ -68,9 +68,7 @@ pub(crate) fn outcome_to_proto(outcome: &Outcome) -> v1::ObjectOutcome {
         Ok(value) => Proto::Value(value.to_proto()),
         Err(error) => Proto::Failure(error.to_proto()),
     };
-    v1::ObjectOutcome {
-        outcome: Some(outcome),
-    }
+    v1::ObjectOutcome { outcome: Some(outcome) }
 }
 
 pub(crate) fn outcome_from_proto(outcome: v1::ObjectOutcome) -> Outcome {
@@ -161,11 +159,7 @@ impl MemoryStore {
     }
 
     /// Blocks until the object is finished or `deadline` passes.
-    pub fn wait_blocking(
-        &self,
-        id: ObjectId,
-        deadline: Option<Instant>,
-    ) -> Result<Option<Outcome>> {
+    pub fn wait_blocking(&self, id: ObjectId, deadline: Option<Instant>) -> Result<Option<Outcome>> {
         let mut objects = self.objects();
         loop {
             match objects.get(&id).map(|e| &e.slot) {
@@ -174,10 +168,7 @@ impl MemoryStore {
                 Some(Slot::Pending(_)) => {}
             }
             objects = match deadline {
-                None => self
-                    .completed
-                    .wait(objects)
-                    .unwrap_or_else(|p| p.into_inner()),
+                None => self.completed.wait(objects).unwrap_or_else(|p| p.into_inner()),
                 Some(deadline) => {
                     let Some(left) = deadline.checked_duration_since(Instant::now()) else {
                         return Ok(None);
@@ -191,12 +182,35 @@ impl MemoryStore {
         }
     }
 
+    /// Blocks until at least `wanted` of `ids` are finished or `deadline`
+    /// passes; says which are. Ids this store lacks count as finished.
+    pub fn wait_many_blocking(&self, ids: &[ObjectId], wanted: usize, deadline: Option<Instant>) -> Vec<bool> {
+        let mut objects = self.objects();
+        loop {
+            let finished: Vec<bool> = ids
+                .iter()
+                .map(|id| !matches!(objects.get(id).map(|e| &e.slot), Some(Slot::Pending(_))))
+                .collect();
+            if finished.iter().filter(|f| **f).count() >= wanted {
+                return finished;
+            }
+            objects = match deadline {
+                None => self.completed.wait(objects).unwrap_or_else(|p| p.into_inner()),
+                Some(deadline) => match deadline.checked_duration_since(Instant::now()) {
+                    Some(left) => {
+                        self.completed
+                            .wait_timeout(objects, left)
+                            .unwrap_or_else(|p| p.into_inner())
+                            .0
+                    }
+                    None => return finished,
+                },
+            };
+        }
+    }
+
     /// Waits until the object is finished or `deadline` passes.
-    pub async fn wait(
-        &self,
-        id: ObjectId,
-        deadline: Option<tokio::time::Instant>,
-    ) -> Result<Option<Outcome>> {
+    pub async fn wait(&self, id: ObjectId, deadline: Option<tokio::time::Instant>) -> Result<Option<Outcome>> {
         loop {
             let notify = match self.objects().get(&id).map(|e| &e.slot) {
                 Some(Slot::Ready(outcome)) => return Ok(Some(outcome.clone())),
@@ -285,9 +299,7 @@ mod tests {
         let id = ObjectId::random();
         let value = EncodedValue::encode(&vec![1u64, 2]).unwrap();
         match value.decode::<String>(id) {
-            Err(Error::WrongType {
-                expected, actual, ..
-            }) => {
+            Err(Error::WrongType { expected, actual, .. }) => {
                 assert_eq!(expected, "alloc::string::String");
                 assert_eq!(actual, "alloc::vec::Vec<u64>");
             }

@@ -22,10 +22,7 @@ pub(crate) struct OwnerServiceImpl {
 
 #[tonic::async_trait]
 impl OwnerService for OwnerServiceImpl {
-    async fn get_object(
-        &self,
-        request: Request<GetObjectRequest>,
-    ) -> Result<Response<GetObjectReply>, Status> {
+    async fn get_object(&self, request: Request<GetObjectRequest>) -> Result<Response<GetObjectReply>, Status> {
         let request = request.into_inner();
         let id = ObjectId::from_wire(&request.object_id)?;
         let wait = Duration::from_millis(request.timeout_ms).min(MAX_WAIT);
@@ -34,9 +31,7 @@ impl OwnerService for OwnerServiceImpl {
             Ok(outcome) => Ok(Response::new(GetObjectReply {
                 outcome: outcome.as_ref().map(outcome_to_proto),
             })),
-            Err(Error::ObjectLost(id)) => {
-                Err(Status::not_found(format!("object {id} is not owned here")))
-            }
+            Err(Error::ObjectLost(id)) => Err(Status::not_found(format!("object {id} is not owned here"))),
             Err(error) => Err(Status::internal(error.to_string())),
         }
     }

@@ -40,12 +40,7 @@ pub static REMOTE_FUNCTIONS: [RemoteFunction];
 /// Finds a registered function by name.
 pub(crate) fn lookup(name: &str) -> Option<Invoke> {
     static BY_NAME: OnceLock<HashMap<&'static str, Invoke>> = OnceLock::new();
-    let table = BY_NAME.get_or_init(|| {
-        REMOTE_FUNCTIONS
-            .iter()
-            .map(|f| (f.name, f.invoke))
-            .collect()
-    });
+    let table = BY_NAME.get_or_init(|| REMOTE_FUNCTIONS.iter().map(|f| (f.name, f.invoke)).collect());
     table.get(name).copied()
 }
 
@@ -60,11 +55,7 @@ pub fn check_arity(function: &str, args: &[Bytes], expected: usize) -> Result<()
     ))
 }
 
-pub fn decode_arg<T: DeserializeOwned>(
-    function: &str,
-    index: usize,
-    bytes: &[u8],
-) -> Result<T, TaskError> {
+pub fn decode_arg<T: DeserializeOwned>(function: &str, index: usize, bytes: &[u8]) -> Result<T, TaskError> {
     raylet_proto::codec::decode(bytes).map_err(|e| {
         TaskError::new(
             TaskErrorKind::Argument,
@@ -75,25 +66,13 @@ pub fn decode_arg<T: DeserializeOwned>(
 }
 
 pub fn encode_value<T: Serialize>(function: &str, value: &T) -> TaskOutcome {
-    EncodedValue::encode(value).map_err(|e| {
-        TaskError::new(
-            TaskErrorKind::Application,
-            function,
-            format!("the return value: {e}"),
-        )
-    })
+    EncodedValue::encode(value)
+        .map_err(|e| TaskError::new(TaskErrorKind::Application, function, format!("the return value: {e}")))
 }
 
-pub fn encode_result<T: Serialize, E: Display>(
-    function: &str,
-    result: Result<T, E>,
-) -> TaskOutcome {
+pub fn encode_result<T: Serialize, E: Display>(function: &str, result: Result<T, E>) -> TaskOutcome {
     match result {
         Ok(value) => encode_value(function, &value),
-        Err(error) => Err(TaskError::new(
-            TaskErrorKind::Application,
-            function,
-            error.to_string(),
-        )),
+        Err(error) => Err(TaskError::new(TaskErrorKind::Application, function, error.to_string())),
     }
 }

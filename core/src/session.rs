@@ -47,11 +47,7 @@ impl TempRoot {
     /// Creates a new session directory. It becomes `session_latest` only
     /// once [`TempRoot::make_latest`] is called, after its daemon is ready.
     pub fn create_session(&self) -> Result<Session> {
-        let name = format!(
-            "{SESSION_PREFIX}{}_{}",
-            timestamp_for_name(),
-            std::process::id()
-        );
+        let name = format!("{SESSION_PREFIX}{}_{}", timestamp_for_name(), std::process::id());
         let dir = self.path.join(name);
         for sub in [PROCESSES_DIR, LOGS_DIR] {
             create_private_dir(&dir.join(sub))?;
@@ -66,8 +62,7 @@ impl TempRoot {
         if fs::symlink_metadata(&link).is_err() {
             return Ok(None);
         }
-        let target = fs::read_link(&link)
-            .map_err(|e| Error::session(&link, format!("is not a readable link: {e}")))?;
+        let target = fs::read_link(&link).map_err(|e| Error::session(&link, format!("is not a readable link: {e}")))?;
         let dir = self.path.join(target);
         if !dir.is_dir() {
             return Err(Error::session(
@@ -115,10 +110,9 @@ impl TempRoot {
     /// Removes the `session_latest` link, if any.
     pub fn clear_latest(&self) -> Result<()> {
         match fs::remove_file(self.path.join(LATEST_LINK)) {
-            Err(e) if e.kind() != std::io::ErrorKind::NotFound => Err(Error::session(
-                &self.path,
-                format!("cannot remove {LATEST_LINK}: {e}"),
-            )),
+            Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                Err(Error::session(&self.path, format!("cannot remove {LATEST_LINK}: {e}")))
+            }
             _ => Ok(()),
         }
     }
@@ -126,9 +120,7 @@ impl TempRoot {
     /// Points `session_latest` at `session`, atomically.
     pub fn make_latest(&self, session: &Session) -> Result<()> {
         let name = session.dir.file_name().unwrap_or_default();
-        let staging = self
-            .path
-            .join(format!(".{LATEST_LINK}.{}", std::process::id()));
+        let staging = self.path.join(format!(".{LATEST_LINK}.{}", std::process::id()));
         let _ = fs::remove_file(&staging);
         let link = self.path.join(LATEST_LINK);
         std::os::unix::fs::symlink(name, &staging)
@@ -211,18 +203,13 @@ impl Session {
             return Ok(None);
         };
         let address = text.trim().to_string();
-        raylet_proto::channel::endpoint(&address).map_err(|e| {
-            Error::session(
-                self.dir.join(HEAD_ADDRESS_FILE),
-                format!("is corrupt: {}", e.message()),
-            )
-        })?;
+        raylet_proto::channel::endpoint(&address)
+            .map_err(|e| Error::session(self.dir.join(HEAD_ADDRESS_FILE), format!("is corrupt: {}", e.message())))?;
         Ok(Some(address))
     }
 
     pub fn record_process(&self, record: &ProcessRecord) -> Result<()> {
-        let json =
-            serde_json::to_string(record).map_err(|e| Error::session(&self.dir, e.to_string()))?;
+        let json = serde_json::to_string(record).map_err(|e| Error::session(&self.dir, e.to_string()))?;
         write_private(&self.process_path(record.pid), &json)
     }
 
@@ -295,10 +282,7 @@ fn timestamp_for_name() -> String {
     let micros = now
         .duration_since(SystemTime::UNIX_EPOCH)
         .map_or(0, |d| d.subsec_micros());
-    let stamp = seconds
-        .trim_end_matches('Z')
-        .replace('T', "_")
-        .replace(':', "-");
+    let stamp = seconds.trim_end_matches('Z').replace('T', "_").replace(':', "-");
     format!("{stamp}_{micros:06}")
 }
 
@@ -314,10 +298,7 @@ mod tests {
         let root = TempRoot::new(temp.path());
         assert!(root.latest().unwrap().is_none());
         let session = root.create_session().unwrap();
-        assert!(
-            root.latest().unwrap().is_none(),
-            "not latest before it is ready"
-        );
+        assert!(root.latest().unwrap().is_none(), "not latest before it is ready");
         root.make_latest(&session).unwrap();
         let token = AuthToken::generate();
         session.write_token(&token).unwrap();
@@ -325,14 +306,8 @@ mod tests {
         let latest = root.require_latest().unwrap();
         assert_eq!(latest.dir(), session.dir());
         assert_eq!(latest.read_token().unwrap(), Some(token));
-        assert_eq!(
-            latest.read_head_address().unwrap().as_deref(),
-            Some("127.0.0.1:6380")
-        );
-        let mode = fs::metadata(session.token_path())
-            .unwrap()
-            .permissions()
-            .mode();
+        assert_eq!(latest.read_head_address().unwrap().as_deref(), Some("127.0.0.1:6380"));
+        let mode = fs::metadata(session.token_path()).unwrap().permissions().mode();
         assert_eq!(mode & 0o777, 0o600);
     }
 
@@ -347,11 +322,7 @@ mod tests {
             node_id: "ab".into(),
         };
         session.record_process(&record).unwrap();
-        fs::write(
-            session.dir().join(PROCESSES_DIR).join("7.json"),
-            "{not json",
-        )
-        .unwrap();
+        fs::write(session.dir().join(PROCESSES_DIR).join("7.json"), "{not json").unwrap();
         let (records, corrupt) = session.processes();
         assert_eq!(records, [record]);
         assert_eq!(corrupt.len(), 1);

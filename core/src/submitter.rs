@@ -13,9 +13,8 @@ use raylet_proto::v1::lease_session_request::Kind as LeaseRequest;
 use raylet_proto::v1::node_manager_service_client::NodeManagerServiceClient;
 use raylet_proto::v1::worker_service_client::WorkerServiceClient;
 use raylet_proto::v1::{
-    self, CancelLeaseRequest, CancelTask, GetWorkerExitRequest, LeaseSessionEvent,
-    LeaseSessionRequest, RequestLease, ReturnLease, TaskArg, TaskBatch, TaskSpec, WorkerEvents,
-    task_arg,
+    self, CancelLeaseRequest, CancelTask, GetWorkerExitRequest, LeaseSessionEvent, LeaseSessionRequest, RequestLease,
+    ReturnLease, TaskArg, TaskBatch, TaskSpec, WorkerEvents, task_arg,
 };
 use raylet_proto::{NodeId, ObjectId, ResourceSet, TaskId, WorkerId};
 use tokio::sync::{mpsc, oneshot};
@@ -34,6 +33,8 @@ const PIPELINE_DEPTH: usize = 8;
 const PIPELINE_BUDGET: Duration = Duration::from_micros(2_000);
 /// Lease requests outstanding per resource shape.
 const MAX_PENDING_LEASES: usize = 10;
+/// A leased worker listens already when its lease is granted.
+const WORKER_CONNECT_PATIENCE: Duration = Duration::from_secs(2);
 /// A leased worker with nothing to do is given back after this long.
 const LEASE_LINGER: Duration = Duration::from_millis(30);
 
@@ -63,10 +64,12 @@ pub(crate) enum SubmitterEvent {
     },
     Results {
         worker: WorkerId,
+        lease: u64,
         events: WorkerEvents,
     },
     WorkerStreamClosed {
         worker: WorkerId,
+        lease: u64,
     },
     WorkerDied {
         worker: WorkerId,
@@ -96,6 +99,9 @@ struct Shape {
 }
 
 struct LeasedWorker {
+    /// Tells this lease of the worker from earlier ones: events of an
+    /// earlier lease's stream must not touch this one.
+    lease: u64,
     shape: ResourceSet,
     node: Arc<str>,
     node_id: Option<NodeId>,
@@ -121,6 +127,7 @@ pub(crate) struct Submitter {
     sessions: HashMap<Arc<str>, mpsc::UnboundedSender<LeaseSessionRequest>>,
     requests: HashMap<u64, PendingRequest>,
     next_request: u64,
+    next_lease: u64,
     cancelled: HashSet<ObjectId>,
 }
 
@@ -136,6 +143,7 @@ impl Submitter {
             sessions: HashMap::new(),
             requests: HashMap::new(),
             next_request: 1,
+            next_lease: 1,
             cancelled: HashSet::new(),
         };
         core.runtime.spawn(submitter.run(events));
@@ -169,15 +177,10 @@ impl Submitter {
             SubmitterEvent::Submit(submission) => self.submit(*submission),
             SubmitterEvent::Cancel { object, force } => self.cancel(object, force),
             SubmitterEvent::Lease { node, event } => self.on_lease_event(node, event),
-            SubmitterEvent::LeaseSessionClosed { node, reason } => {
-                self.on_session_closed(node, reason)
-            }
-            SubmitterEvent::Results { worker, events } => self.on_results(worker, events),
-            SubmitterEvent::WorkerStreamClosed { worker } => self.on_stream_closed(worker),
-            SubmitterEvent::WorkerDied {
-                worker,
-                description,
-            } => self.on_worker_died(worker, &description),
+            SubmitterEvent::LeaseSessionClosed { node, reason } => self.on_session_closed(node, reason),
+            SubmitterEvent::Results { worker, lease, events } => self.on_results(worker, lease, events),
+            SubmitterEvent::WorkerStreamClosed { worker, lease } => self.on_stream_closed(worker, lease),
+            SubmitterEvent::WorkerDied { worker, description } => self.on_worker_died(worker, &description),
             SubmitterEvent::Shutdown(_) => unreachable!("handled in run"),
         }
     }
@@ -219,11 +222,7 @@ impl Submitter {
             shape: submission.demand,
         };
         let shape = task.shape.clone();
-        self.shapes
-            .entry(shape.clone())
-            .or_default()
-            .queue
-            .push_back(task);
+        self.shapes.entry(shape.clone()).or_default().queue.push_back(task);
         self.dispatch(&shape);
     }
 
@@ -232,20 +231,14 @@ impl Submitter {
     fn resolve_arg(&self, arg: &Arg) -> Result<Option<TaskArg>, TaskError> {
         let kind = match arg {
             Arg::Value(bytes) => task_arg::Kind::Value(bytes.clone()),
-            Arg::Ref(object) if self.core.owns(object) => {
-                match self.core.store.try_get(object.id()) {
-                    Ok(Some(Ok(value))) => task_arg::Kind::Value(value.data),
-                    Ok(Some(Err(error))) => return Err(error),
-                    Ok(None) => return Ok(None),
-                    Err(lost) => {
-                        return Err(TaskError::new(
-                            TaskErrorKind::Argument,
-                            "",
-                            lost.to_string(),
-                        ));
-                    }
+            Arg::Ref(object) if self.core.owns(object) => match self.core.store.try_get(object.id()) {
+                Ok(Some(Ok(value))) => task_arg::Kind::Value(value.data),
+                Ok(Some(Err(error))) => return Err(error),
+                Ok(None) => return Ok(None),
+                Err(lost) => {
+                    return Err(TaskError::new(TaskErrorKind::Argument, "", lost.to_string()));
                 }
-            }
+            },
             Arg::Ref(object) => task_arg::Kind::ObjectRef(v1::ObjectRefProto {
                 object_id: object.id().as_bytes().to_vec(),
                 owner_address: object.owner_address().to_string(),
@@ -276,10 +269,7 @@ impl Submitter {
                 continue;
             };
             let mut batch = TaskBatch::default();
-            while self
-                .run_times
-                .may_send(&worker.in_flight, shape.queue.front())
-            {
+            while self.run_times.may_send(&worker.in_flight, shape.queue.front()) {
                 let Some(task) = shape.queue.pop_front() else {
                     break;
                 };
@@ -311,8 +301,7 @@ impl Submitter {
             resources: Some(shape.to_proto()),
             allow_spillback,
         };
-        self.session(&node)
-            .send_request(LeaseRequest::Request(request));
+        self.session(&node).send_request(LeaseRequest::Request(request));
         self.shapes.entry(shape.clone()).or_default().pending_leases += 1;
         self.requests.insert(
             request_id,
@@ -389,20 +378,22 @@ impl Submitter {
             return;
         };
         let Some(request) = self.take_request(granted.request_id) else {
-            self.session(&node)
-                .send_request(LeaseRequest::ReturnLease(ReturnLease {
-                    worker_id: granted.worker_id,
-                    worker_failed: false,
-                }));
+            self.session(&node).send_request(LeaseRequest::ReturnLease(ReturnLease {
+                worker_id: granted.worker_id,
+                worker_failed: false,
+            }));
             return;
         };
+        let lease = self.next_lease;
+        self.next_lease += 1;
         let tasks = connect_worker(
             self.core.clone(),
             self.events.clone(),
-            worker_id,
+            (worker_id, lease),
             granted.worker_address,
         );
         let worker = LeasedWorker {
+            lease,
             shape: request.shape.clone(),
             node,
             node_id: NodeId::from_wire(&granted.node_id).ok(),
@@ -456,8 +447,8 @@ impl Submitter {
         }
     }
 
-    fn on_results(&mut self, worker_id: WorkerId, events: WorkerEvents) {
-        let Some(worker) = self.workers.get_mut(&worker_id) else {
+    fn on_results(&mut self, worker_id: WorkerId, lease: u64, events: WorkerEvents) {
+        let Some(worker) = self.workers.get_mut(&worker_id).filter(|w| w.lease == lease) else {
             return;
         };
         if self.core.log_to_driver {
@@ -469,8 +460,7 @@ impl Submitter {
                 continue;
             };
             if let Some(task) = worker.in_flight.remove(&task_id) {
-                self.run_times
-                    .record(&task.spec.function, result.run_micros);
+                self.run_times.record(&task.spec.function, result.run_micros);
                 finished.push((task, result.outcome.unwrap_or_default()));
             }
         }
@@ -489,9 +479,7 @@ impl Submitter {
             return;
         }
         match outcome {
-            Err(error)
-                if task.options.retry_exceptions && error.is_exception() && can_retry(&task) =>
-            {
+            Err(error) if task.options.retry_exceptions && error.is_exception() && can_retry(&task) => {
                 tracing::info!(function = task.spec.function, %error, "retrying a task that failed");
                 self.requeue(task);
             }
@@ -505,8 +493,8 @@ impl Submitter {
         self.shapes.entry(shape).or_default().queue.push_front(task);
     }
 
-    fn on_stream_closed(&mut self, worker_id: WorkerId) {
-        let Some(worker) = self.workers.get_mut(&worker_id) else {
+    fn on_stream_closed(&mut self, worker_id: WorkerId, lease: u64) {
+        let Some(worker) = self.workers.get_mut(&worker_id).filter(|w| w.lease == lease) else {
             return;
         };
         worker.dying = true;
@@ -552,9 +540,7 @@ impl Submitter {
             let mut error = TaskError::new(
                 TaskErrorKind::WorkerCrashed,
                 &task.options.shown_name(),
-                format!(
-                    "the worker process {description} while running the task (ran {attempts} time(s))"
-                ),
+                format!("the worker process {description} while running the task (ran {attempts} time(s))"),
             );
             error.node_id = worker.node_id;
             error.pid = worker.pid;
@@ -602,14 +588,10 @@ impl Submitter {
     }
 
     fn next_linger_deadline(&self) -> Instant {
-        self.workers
-            .values()
-            .filter_map(|w| w.idle_since)
-            .min()
-            .map_or_else(
-                || Instant::now() + Duration::from_secs(3600),
-                |idle| idle + LEASE_LINGER,
-            )
+        self.workers.values().filter_map(|w| w.idle_since).min().map_or_else(
+            || Instant::now() + Duration::from_secs(3600),
+            |idle| idle + LEASE_LINGER,
+        )
     }
 
     fn return_idle_leases(&mut self) {
@@ -617,9 +599,7 @@ impl Submitter {
         let expired: Vec<WorkerId> = self
             .workers
             .iter()
-            .filter(|(_, w)| {
-                w.in_flight.is_empty() && w.idle_since.is_some_and(|t| now >= t + LEASE_LINGER)
-            })
+            .filter(|(_, w)| w.in_flight.is_empty() && w.idle_since.is_some_and(|t| now >= t + LEASE_LINGER))
             .filter(|(_, w)| self.shapes.get(&w.shape).is_none_or(|s| s.queue.is_empty()))
             .map(|(id, _)| *id)
             .collect();
@@ -667,12 +647,7 @@ impl RunTimes {
             return false;
         }
         let budget = PIPELINE_BUDGET.as_micros() as f64;
-        let expected = |task: &QueuedTask| {
-            self.micros
-                .get(&task.spec.function)
-                .copied()
-                .unwrap_or(f64::INFINITY)
-        };
+        let expected = |task: &QueuedTask| self.micros.get(&task.spec.function).copied().unwrap_or(f64::INFINITY);
         let queued: f64 = in_flight.values().map(expected).sum();
         queued + next.map_or(0.0, expected) <= budget
     }
@@ -707,9 +682,7 @@ fn open_lease_session(
         let result: crate::Result<()> = async {
             let channel = core.channel(&node).await?;
             let mut client = NodeManagerServiceClient::new(channel);
-            let reply = client
-                .lease_session(UnboundedReceiverStream::new(outbound))
-                .await;
+            let reply = client.lease_session(UnboundedReceiverStream::new(outbound)).await;
             let mut inbound = reply.map_err(raylet_proto::Error::from)?.into_inner();
             while let Some(event) = inbound.message().await.map_err(raylet_proto::Error::from)? {
                 let _ = events.send(SubmitterEvent::Lease {
@@ -729,28 +702,28 @@ fn open_lease_session(
     requests
 }
 
-/// Opens the task stream to a leased worker. Tasks sent before it connects
-/// wait in the channel.
+/// Opens the task stream to a leased worker, on a connection of its own: a
+/// port may have served an earlier worker, so cached connections are not
+/// reused. Tasks sent before it connects wait in the channel.
 fn connect_worker(
     core: Arc<CoreWorker>,
     events: mpsc::UnboundedSender<SubmitterEvent>,
-    worker: WorkerId,
+    (worker, lease): (WorkerId, u64),
     address: String,
 ) -> mpsc::UnboundedSender<TaskBatch> {
     let (tasks, outbound) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         let result: crate::Result<()> = async {
-            let channel = core.channel(&address).await?;
+            let channel = raylet_proto::channel::connect(&address, &core.token, WORKER_CONNECT_PATIENCE).await?;
             let mut client = WorkerServiceClient::new(channel)
                 .max_decoding_message_size(MAX_DATA_MESSAGE)
                 .max_encoding_message_size(MAX_DATA_MESSAGE);
-            let reply = client
-                .push_tasks(UnboundedReceiverStream::new(outbound))
-                .await;
+            let reply = client.push_tasks(UnboundedReceiverStream::new(outbound)).await;
             let mut inbound = reply.map_err(raylet_proto::Error::from)?.into_inner();
             while let Some(batch) = inbound.message().await.map_err(raylet_proto::Error::from)? {
                 let _ = events.send(SubmitterEvent::Results {
                     worker,
+                    lease,
                     events: batch,
                 });
             }
@@ -760,7 +733,7 @@ fn connect_worker(
         if let Err(error) = result {
             tracing::debug!(%worker, %error, "worker stream ended");
         }
-        let _ = events.send(SubmitterEvent::WorkerStreamClosed { worker });
+        let _ = events.send(SubmitterEvent::WorkerStreamClosed { worker, lease });
     });
     tasks
 }
@@ -772,9 +745,7 @@ async fn worker_exit(core: &CoreWorker, node: &str, worker: WorkerId) -> String 
         let request = GetWorkerExitRequest {
             worker_id: worker.as_bytes().to_vec(),
         };
-        let reply = NodeManagerServiceClient::new(channel)
-            .get_worker_exit(request)
-            .await;
+        let reply = NodeManagerServiceClient::new(channel).get_worker_exit(request).await;
         Ok::<_, crate::Error>(reply.map_err(raylet_proto::Error::from)?.into_inner())
     };
     match query.await {

@@ -85,9 +85,7 @@ impl TaskOptions {
     }
 
     pub(crate) fn shown_name(&self) -> String {
-        self.display_name
-            .clone()
-            .unwrap_or_else(|| self.function.to_string())
+        self.display_name.clone().unwrap_or_else(|| self.function.to_string())
     }
 }
 
@@ -206,10 +204,7 @@ impl TaskError {
             kind: kind as i32,
             message: self.message.clone(),
             function: self.function.clone(),
-            node_id: self
-                .node_id
-                .map(|id| id.as_bytes().to_vec())
-                .unwrap_or_default(),
+            node_id: self.node_id.map(|id| id.as_bytes().to_vec()).unwrap_or_default(),
             pid: self.pid,
             attempt: self.attempt,
         }
@@ -238,12 +233,7 @@ impl fmt::Display for TaskError {
         if let Some(node) = self.node_id {
             write!(f, " (node {}, pid {}", node.short(), self.pid)?;
             if self.attempt > 0 {
-                write!(
-                    f,
-                    ", attempt {} after {} retries",
-                    self.attempt + 1,
-                    self.attempt
-                )?;
+                write!(f, ", attempt {} after {} retries", self.attempt + 1, self.attempt)?;
             }
             write!(f, ")")?;
         }

@@ -5,9 +5,7 @@ use quote::{format_ident, quote};
 use syn::parse::Parser;
 use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
-use syn::{
-    Expr, FnArg, GenericArgument, ItemFn, Lit, Meta, PathArguments, ReturnType, Token, Type,
-};
+use syn::{Expr, FnArg, GenericArgument, ItemFn, Lit, Meta, PathArguments, ReturnType, Token, Type};
 
 /// Options given in the attribute; each becomes a builder call.
 #[derive(Default)]
@@ -26,11 +24,7 @@ impl Options {
     }
 
     fn add(&mut self, meta: Meta) -> syn::Result<()> {
-        let key = meta
-            .path()
-            .get_ident()
-            .map(|i| i.to_string())
-            .unwrap_or_default();
+        let key = meta.path().get_ident().map(|i| i.to_string()).unwrap_or_default();
         match (key.as_str(), meta) {
             ("num_cpus" | "num_gpus" | "memory", Meta::NameValue(nv)) => {
                 let method = format_ident!("{}", key);
@@ -50,17 +44,12 @@ impl Options {
                 self.calls.push(quote! { .name(#value) });
             }
             ("resources", Meta::List(list)) => {
-                let pairs =
-                    list.parse_args_with(Punctuated::<Meta, Token![,]>::parse_terminated)?;
+                let pairs = list.parse_args_with(Punctuated::<Meta, Token![,]>::parse_terminated)?;
                 for pair in pairs {
                     let Meta::NameValue(nv) = pair else {
                         return Err(syn::Error::new(pair.span(), "expected NAME = amount"));
                     };
-                    let name = nv
-                        .path
-                        .get_ident()
-                        .map(|i| i.to_string())
-                        .unwrap_or_default();
+                    let name = nv.path.get_ident().map(|i| i.to_string()).unwrap_or_default();
                     let value = number(&nv.value)?;
                     self.calls.push(quote! { .resource(#name, #value) });
                 }
@@ -131,10 +120,7 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
     let mut arg_types = Vec::new();
     for (index, input) in signature.inputs.iter().enumerate() {
         let FnArg::Typed(typed) = input else {
-            return Err(syn::Error::new(
-                input.span(),
-                "remote functions cannot take self",
-            ));
+            return Err(syn::Error::new(input.span(), "remote functions cannot take self"));
         };
         arg_names.push(format_ident!("arg{}", index));
         arg_types.push(typed.ty.as_ref().clone());

@@ -165,11 +165,7 @@ mod tests {
     fn the_right_token_and_version_pass() {
         let token = AuthToken::generate();
         let mut server = ServerAuth::new(token.clone());
-        assert!(
-            server
-                .call(request_from(&mut ClientAuth::new(&token)))
-                .is_ok()
-        );
+        assert!(server.call(request_from(&mut ClientAuth::new(&token))).is_ok());
     }
 
     #[test]
@@ -177,16 +173,13 @@ mod tests {
         let token = AuthToken::generate();
         let wrong = AuthToken::generate();
         let mut server = ServerAuth::new(token.clone());
-        let status = server
-            .call(request_from(&mut ClientAuth::new(&wrong)))
-            .unwrap_err();
+        let status = server.call(request_from(&mut ClientAuth::new(&wrong))).unwrap_err();
         assert_eq!(status.code(), tonic::Code::Unauthenticated);
         assert!(!status.message().contains(token.expose()));
         assert!(!status.message().contains(wrong.expose()));
 
         let mut bare = Request::new(());
-        bare.metadata_mut()
-            .insert(PROTOCOL_HEADER, "1".parse().unwrap());
+        bare.metadata_mut().insert(PROTOCOL_HEADER, "1".parse().unwrap());
         let status = server.call(bare).unwrap_err();
         assert_eq!(status.code(), tonic::Code::Unauthenticated);
         assert!(status.message().contains("no cluster token"));
@@ -199,16 +192,8 @@ mod tests {
         let mut old_client = ClientAuth::with_version(&token, 99);
         let status = server.call(request_from(&mut old_client)).unwrap_err();
         assert_eq!(status.code(), tonic::Code::FailedPrecondition);
-        assert!(
-            status.message().contains("version 99"),
-            "{}",
-            status.message()
-        );
-        assert!(
-            status
-                .message()
-                .contains(&format!("version {PROTOCOL_VERSION}"))
-        );
+        assert!(status.message().contains("version 99"), "{}", status.message());
+        assert!(status.message().contains(&format!("version {PROTOCOL_VERSION}")));
     }
 
     #[test]
@@ -216,9 +201,6 @@ mod tests {
         assert!(AuthToken::parse("  abc \n").is_ok());
         assert!(AuthToken::parse("").is_err());
         assert!(AuthToken::parse("a b").is_err());
-        assert_eq!(
-            format!("{:?}", AuthToken::generate()),
-            "AuthToken(<redacted>)"
-        );
+        assert_eq!(format!("{:?}", AuthToken::generate()), "AuthToken(<redacted>)");
     }
 }

@@ -35,18 +35,12 @@ pub fn endpoint(address: &str) -> Result<Endpoint> {
     }
     let endpoint = Endpoint::from_shared(format!("http://{bare}"))
         .map_err(|e| Error::InvalidArgument(format!("address '{address}': {e}")))?;
-    Ok(endpoint
-        .connect_timeout(Duration::from_secs(2))
-        .tcp_nodelay(true))
+    Ok(endpoint.connect_timeout(Duration::from_secs(2)).tcp_nodelay(true))
 }
 
 /// Connects to `address`, retrying with exponential backoff until `patience`
 /// has passed, then fails with an error that says how long it tried.
-pub async fn connect(
-    address: &str,
-    token: &AuthToken,
-    patience: Duration,
-) -> Result<AuthedChannel> {
+pub async fn connect(address: &str, token: &AuthToken, patience: Duration) -> Result<AuthedChannel> {
     let endpoint = endpoint(address)?;
     let started = Instant::now();
     let mut backoff = FIRST_BACKOFF;
@@ -72,25 +66,13 @@ pub async fn connect(
 }
 
 /// Connects to the head's cluster state service.
-pub async fn connect_head(
-    address: &str,
-    token: &AuthToken,
-    patience: Duration,
-) -> Result<HeadClient> {
-    Ok(HeadServiceClient::new(
-        connect(address, token, patience).await?,
-    ))
+pub async fn connect_head(address: &str, token: &AuthToken, patience: Duration) -> Result<HeadClient> {
+    Ok(HeadServiceClient::new(connect(address, token, patience).await?))
 }
 
 /// Connects to a node manager's service.
-pub async fn connect_node_manager(
-    address: &str,
-    token: &AuthToken,
-    patience: Duration,
-) -> Result<NodeManagerClient> {
-    Ok(NodeManagerServiceClient::new(
-        connect(address, token, patience).await?,
-    ))
+pub async fn connect_node_manager(address: &str, token: &AuthToken, patience: Duration) -> Result<NodeManagerClient> {
+    Ok(NodeManagerServiceClient::new(connect(address, token, patience).await?))
 }
 
 #[cfg(test)]

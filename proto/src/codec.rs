@@ -41,9 +41,6 @@ mod tests {
     #[test]
     fn garbage_is_an_error() {
         let error = decode::<(String, Vec<u64>)>(&[0xff, 0xff, 0xff]).unwrap_err();
-        assert!(
-            error.to_string().contains("could not be decoded"),
-            "{error}"
-        );
+        assert!(error.to_string().contains("could not be decoded"), "{error}");
     }
 }

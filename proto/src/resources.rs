@@ -176,18 +176,17 @@ impl ResourceSet {
     /// Parses custom resources from JSON such as `{"TPU": 4, "accel_a100": 0.5}`.
     /// Built-in names are refused: they have flags of their own.
     pub fn parse_custom_json(json: &str) -> Result<Self> {
-        let values: BTreeMap<String, serde_json::Value> = serde_json::from_str(json)
-            .map_err(|e| {
-                Error::InvalidArgument(format!(
-                    "--resources must be a JSON object of name to number, such as '{{\"TPU\": 4}}': {e}"
-                ))
-            })?;
+        let values: BTreeMap<String, serde_json::Value> = serde_json::from_str(json).map_err(|e| {
+            Error::InvalidArgument(format!(
+                "--resources must be a JSON object of name to number, such as '{{\"TPU\": 4}}': {e}"
+            ))
+        })?;
         let mut set = ResourceSet::new();
         for (name, value) in values {
             check_custom_name(&name)?;
-            let number = value.as_f64().ok_or_else(|| {
-                Error::InvalidArgument(format!("resource '{name}' must be a number, got {value}"))
-            })?;
+            let number = value
+                .as_f64()
+                .ok_or_else(|| Error::InvalidArgument(format!("resource '{name}' must be a number, got {value}")))?;
             set.set(&name, Amount::parse(&name, number)?);
         }
         Ok(set)
@@ -204,10 +203,7 @@ impl ResourceSet {
     }
 
     pub fn to_proto(&self) -> crate::v1::ResourceMap {
-        let amounts = self
-            .iter()
-            .map(|(name, a)| (name.to_string(), a.raw()))
-            .collect();
+        let amounts = self.iter().map(|(name, a)| (name.to_string(), a.raw())).collect();
         crate::v1::ResourceMap { amounts }
     }
 }
@@ -300,18 +296,14 @@ mod tests {
             (r#"{"a b": 1}"#, "resource name"),
         ];
         for (json, expected) in cases {
-            let error = ResourceSet::parse_custom_json(json)
-                .unwrap_err()
-                .to_string();
+            let error = ResourceSet::parse_custom_json(json).unwrap_err().to_string();
             assert!(error.contains(expected), "{json}: {error}");
         }
     }
 
     #[test]
     fn wire_form_round_trips_and_rejects_garbage() {
-        let set = ResourceSet::new()
-            .with(CPU, amount(2.5))
-            .with("TPU", amount(1.0));
+        let set = ResourceSet::new().with(CPU, amount(2.5)).with("TPU", amount(1.0));
         assert_eq!(ResourceSet::from_proto(&set.to_proto()).unwrap(), set);
         let mut bad = set.to_proto();
         bad.amounts.insert("CPU".into(), -1);

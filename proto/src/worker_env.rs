@@ -27,7 +27,6 @@ impl WorkerBootstrap {
     }
 
     pub fn from_env_value(text: &str) -> Result<Self> {
-        serde_json::from_str(text)
-            .map_err(|e| Error::InvalidArgument(format!("{WORKER_ENV} is malformed: {e}")))
+        serde_json::from_str(text).map_err(|e| Error::InvalidArgument(format!("{WORKER_ENV} is malformed: {e}")))
     }
 }

@@ -179,11 +179,7 @@ impl ClusterSandbox {
     }
 
     /// Polls the cluster status until `done` holds, or fails after `timeout`.
-    pub async fn wait_for(
-        &self,
-        timeout: Duration,
-        done: impl Fn(&ClusterStatus) -> bool,
-    ) -> Result<ClusterStatus> {
+    pub async fn wait_for(&self, timeout: Duration, done: impl Fn(&ClusterStatus) -> bool) -> Result<ClusterStatus> {
         let deadline = Instant::now() + timeout;
         loop {
             let status = self.cluster_status().await?;

@@ -63,10 +63,7 @@ async fn a_killed_node_is_marked_dead_within_the_timeout() {
         .await
         .unwrap();
     let detected_after = killed_at.elapsed();
-    assert!(
-        detected_after >= TIMEOUT,
-        "marked dead too early: {detected_after:?}"
-    );
+    assert!(detected_after >= TIMEOUT, "marked dead too early: {detected_after:?}");
     assert_eq!(status.alive().count(), 1);
     assert_eq!(status.total().get(CPU).to_string(), "1.5");
     let dead = status.dead().next().unwrap();
@@ -79,10 +76,7 @@ async fn a_node_that_returns_is_a_new_incarnation() {
     let mut sandbox = sandbox(1).await;
     let node = sandbox.node_id(0);
     sandbox.kill_node(0);
-    sandbox
-        .wait_for(TIMEOUT * 4, |s| s.alive().count() == 0)
-        .await
-        .unwrap();
+    sandbox.wait_for(TIMEOUT * 4, |s| s.alive().count() == 0).await.unwrap();
     sandbox.restart_node(0).await.unwrap();
     let status = sandbox.cluster_status().await.unwrap();
     let incarnations: Vec<_> = status
@@ -102,12 +96,7 @@ async fn a_stopped_node_leaves_with_its_reason() {
     let status = sandbox.cluster_status().await.unwrap();
     assert_eq!(status.alive().count(), 1);
     let dead = status.dead().next().unwrap();
-    assert!(
-        dead.death_reason
-            .as_ref()
-            .unwrap()
-            .contains("left the cluster")
-    );
+    assert!(dead.death_reason.as_ref().unwrap().contains("left the cluster"));
     sandbox.shutdown().await.unwrap();
 }
 
@@ -129,17 +118,10 @@ async fn a_wrong_token_is_refused_without_revealing_either_token() {
 #[tokio::test]
 async fn a_peer_with_another_protocol_version_is_rejected_naming_both() {
     let sandbox = sandbox(0).await;
-    let channel = endpoint(sandbox.head_address())
-        .unwrap()
-        .connect()
-        .await
-        .unwrap();
+    let channel = endpoint(sandbox.head_address()).unwrap().connect().await.unwrap();
     let auth = ClientAuth::with_version(sandbox.token(), 42);
     let mut client = HeadServiceClient::new(InterceptedService::new(channel, auth));
-    let status = client
-        .get_cluster_status(GetClusterStatusRequest {})
-        .await
-        .unwrap_err();
+    let status = client.get_cluster_status(GetClusterStatusRequest {}).await.unwrap_err();
     let error = Error::from(status).to_string();
     assert!(error.contains("version 42"), "{error}");
     assert!(
@@ -152,9 +134,7 @@ async fn a_peer_with_another_protocol_version_is_rejected_naming_both() {
 #[tokio::test]
 async fn garbage_on_the_head_port_does_not_hurt_it() {
     let sandbox = sandbox(1).await;
-    let mut stream = tokio::net::TcpStream::connect(sandbox.head_address())
-        .await
-        .unwrap();
+    let mut stream = tokio::net::TcpStream::connect(sandbox.head_address()).await.unwrap();
     stream
         .write_all(b"GET / HTTP/1.1\r\nHost: x\r\n\r\n\x00\xff garbage")
         .await
@@ -170,14 +150,11 @@ async fn joining_a_head_that_is_not_there_fails_in_bounded_time() {
     let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let nowhere = listener.local_addr().unwrap().to_string();
     drop(listener);
-    let config = NodeConfig::new(nowhere, AuthToken::generate(), ResourceSet::new())
-        .connect_timeout(Duration::from_millis(700));
+    let config =
+        NodeConfig::new(nowhere, AuthToken::generate(), ResourceSet::new()).connect_timeout(Duration::from_millis(700));
     let started = Instant::now();
     let node_listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
-    let error = NodeManager::start(config, node_listener)
-        .await
-        .err()
-        .unwrap();
+    let error = NodeManager::start(config, node_listener).await.err().unwrap();
     assert!(started.elapsed() < Duration::from_secs(5));
     assert!(error.to_string().contains("could not reach"), "{error}");
 }

@@ -75,22 +75,14 @@ fn execute(
             "the caller runs build {} of the binary, this worker runs build {}",
             spec.binary_hash, context.core.binary.hash
         );
-        return Err(TaskError::new(
-            TaskErrorKind::BinaryMismatch,
-            &spec.function,
-            message,
-        ));
+        return Err(TaskError::new(TaskErrorKind::BinaryMismatch, &spec.function, message));
     }
     let Some(invoke) = registry::lookup(&spec.function) else {
         let message = format!(
             "no #[raylet::remote] function named {} in {}",
             spec.function, context.core.binary.path
         );
-        return Err(TaskError::new(
-            TaskErrorKind::FunctionNotFound,
-            &spec.function,
-            message,
-        ));
+        return Err(TaskError::new(TaskErrorKind::FunctionNotFound, &spec.function, message));
     };
     match invoke {
         Invoke::Sync(function) => catch_unwind(AssertUnwindSafe(|| function(args)))

@@ -12,13 +12,11 @@ fn enter_worker_mode() {
     // SAFETY: this runs before main, on the only thread of the process.
     unsafe { std::env::remove_var(WORKER_ENV) };
     ignore_sigpipe();
-    let code = std::panic::catch_unwind(|| {
-        match WorkerBootstrap::from_env_value(&value.to_string_lossy()) {
-            Ok(bootstrap) => super::run(bootstrap),
-            Err(error) => {
-                eprintln!("raylet worker: {error}");
-                2
-            }
+    let code = std::panic::catch_unwind(|| match WorkerBootstrap::from_env_value(&value.to_string_lossy()) {
+        Ok(bootstrap) => super::run(bootstrap),
+        Err(error) => {
+            eprintln!("raylet worker: {error}");
+            2
         }
     });
     std::process::exit(code.unwrap_or(101));

@@ -58,10 +58,7 @@ impl WorkerContext {
             }
             return;
         }
-        self.cancelled
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(task_id);
+        self.cancelled.lock().unwrap_or_else(|p| p.into_inner()).insert(task_id);
     }
 
     fn take_cancelled(&self, task_id: TaskId) -> bool {
@@ -115,11 +112,10 @@ async fn start(
     let token = AuthToken::parse(&bootstrap.token)?;
     let worker_id: WorkerId = bootstrap.worker_id.parse()?;
     let node_id: NodeId = bootstrap.node_id.parse()?;
-    let ip: std::net::IpAddr = bootstrap.bind_ip.parse().map_err(|e| {
-        Error::Cluster(raylet_proto::Error::InvalidArgument(format!(
-            "bind ip: {e}"
-        )))
-    })?;
+    let ip: std::net::IpAddr = bootstrap
+        .bind_ip
+        .parse()
+        .map_err(|e| Error::Cluster(raylet_proto::Error::InvalidArgument(format!("bind ip: {e}"))))?;
     let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, 0)).await?;
     let address = listener.local_addr()?.to_string();
 
@@ -193,17 +189,10 @@ fn serve(context: Arc<WorkerContext>, token: AuthToken, listener: tokio::net::Tc
 
 /// Opens the worker session with the node manager; the process exits when
 /// that session ends, so a worker never outlives its node or its driver.
-async fn join_node_manager(
-    core: &CoreWorker,
-    outbound: mpsc::UnboundedReceiver<WorkerSessionMessage>,
-) -> Result<()> {
-    let channel =
-        raylet_proto::channel::connect(&core.node_manager, &core.token, NODE_MANAGER_PATIENCE)
-            .await?;
+async fn join_node_manager(core: &CoreWorker, outbound: mpsc::UnboundedReceiver<WorkerSessionMessage>) -> Result<()> {
+    let channel = raylet_proto::channel::connect(&core.node_manager, &core.token, NODE_MANAGER_PATIENCE).await?;
     let mut client = NodeManagerServiceClient::new(channel);
-    let reply = client
-        .worker_session(UnboundedReceiverStream::new(outbound))
-        .await;
+    let reply = client.worker_session(UnboundedReceiverStream::new(outbound)).await;
     let mut inbound = reply.map_err(raylet_proto::Error::from)?.into_inner();
     inbound.message().await.map_err(raylet_proto::Error::from)?;
     tokio::spawn(async move {

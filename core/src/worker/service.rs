@@ -53,9 +53,7 @@ impl WorkerService for WorkerServiceImpl {
                 }
             }
         });
-        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(
-            receiver,
-        ))))
+        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(receiver))))
     }
 }
 
@@ -66,16 +64,12 @@ async fn resolve_args(context: &WorkerContext, spec: &TaskSpec) -> Result<Vec<By
         match &arg.kind {
             Some(task_arg::Kind::Value(bytes)) => args.push(bytes.clone()),
             Some(task_arg::Kind::ObjectRef(object)) => {
-                let id = ObjectId::from_wire(&object.object_id)
-                    .map_err(|e| argument_error(spec, index, e))?;
+                let id = ObjectId::from_wire(&object.object_id).map_err(|e| argument_error(spec, index, e))?;
                 let raw = RawRef {
                     id,
                     owner: object.owner_address.as_str().into(),
                 };
-                let outcome = context
-                    .core
-                    .wait_outcome(&AnyObjectRef::borrowed(raw), None)
-                    .await;
+                let outcome = context.core.wait_outcome(&AnyObjectRef::borrowed(raw), None).await;
                 match outcome {
                     Ok(Some(Ok(value))) => args.push(value.data),
                     Ok(Some(Err(upstream))) => return Err(upstream),

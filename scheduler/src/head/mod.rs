@@ -42,15 +42,9 @@ impl HeadConfig {
 }
 
 /// Runs a head on `listener` until `shutdown` resolves.
-pub async fn run(
-    config: HeadConfig,
-    listener: TcpListener,
-    shutdown: impl Future<Output = ()>,
-) -> Result<()> {
+pub async fn run(config: HeadConfig, listener: TcpListener, shutdown: impl Future<Output = ()>) -> Result<()> {
     let table = Arc::new(Mutex::new(NodeTable::new(config.heartbeat_timeout)));
-    let service = HeadServiceServer::new(HeadServiceImpl {
-        table: table.clone(),
-    });
+    let service = HeadServiceServer::new(HeadServiceImpl { table: table.clone() });
     let server = crate::grpc_server::serve(service, config.token, listener, shutdown);
     tokio::select! {
         result = server => result,
@@ -59,18 +53,13 @@ pub async fn run(
 }
 
 /// Checks for silent nodes several times per timeout, forever.
-async fn detect_failures(
-    table: Arc<Mutex<NodeTable>>,
-    timeout: Duration,
-) -> std::convert::Infallible {
+async fn detect_failures(table: Arc<Mutex<NodeTable>>, timeout: Duration) -> std::convert::Infallible {
     let period = (timeout / 5).max(Duration::from_millis(20));
     let mut ticker = tokio::time::interval(period);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        let mut table = table
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner());
+        let mut table = table.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
         table.detect_failures(Instant::now());
     }
 }

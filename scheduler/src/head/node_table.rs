@@ -75,10 +75,7 @@ impl NodeTable {
         let node_id = registration.node_id;
         let incarnation = self.latest_incarnation.get(&node_id).map_or(1, |i| i + 1);
         let reason = format!("superseded by incarnation {incarnation}");
-        self.mark_dead_where(
-            |s| s.node_id == node_id && s.state == NodeState::Alive,
-            &reason,
-        );
+        self.mark_dead_where(|s| s.node_id == node_id && s.state == NodeState::Alive, &reason);
         self.latest_incarnation.insert(node_id, incarnation);
         let wall = unix_ms(SystemTime::now());
         let status = NodeStatus {
@@ -173,9 +170,7 @@ impl NodeTable {
 
     fn alive_entry(&mut self, node_id: NodeId, incarnation: u64) -> Option<&mut Entry> {
         self.entries.iter_mut().find(|e| {
-            e.status.node_id == node_id
-                && e.status.incarnation == incarnation
-                && e.status.state == NodeState::Alive
+            e.status.node_id == node_id && e.status.incarnation == incarnation && e.status.state == NodeState::Alive
         })
     }
 
@@ -194,10 +189,7 @@ impl NodeTable {
             .filter(|e| e.status.state == NodeState::Dead)
             .count();
         if dead > MAX_DEAD_RECORDS {
-            let oldest = self
-                .entries
-                .iter()
-                .position(|e| e.status.state == NodeState::Dead);
+            let oldest = self.entries.iter().position(|e| e.status.state == NodeState::Dead);
             if let Some(index) = oldest {
                 self.entries.remove(index);
             }
@@ -209,6 +201,10 @@ fn mark_dead(status: &mut NodeStatus, reason: &str) {
     status.state = NodeState::Dead;
     status.died_unix_ms = Some(unix_ms(SystemTime::now()));
     status.death_reason = Some(reason.to_string());
+    if reason.starts_with("left the cluster") {
+        tracing::info!(node_id = %status.node_id, incarnation = status.incarnation, reason, "node left");
+        return;
+    }
     tracing::warn!(
         node_id = %status.node_id,
         incarnation = status.incarnation,
@@ -254,10 +250,7 @@ mod tests {
         assert_eq!(table.register(registration(node), start), 1);
         for second in 1..=20 {
             let now = start + Duration::from_secs(second);
-            assert_eq!(
-                table.heartbeat(heartbeat(node, 1), now),
-                HeartbeatOutcome::Accepted
-            );
+            assert_eq!(table.heartbeat(heartbeat(node, 1), now), HeartbeatOutcome::Accepted);
             assert_eq!(table.detect_failures(now), 0);
         }
         let status = table.snapshot();
@@ -272,19 +265,10 @@ mod tests {
         let node = NodeId::random();
         table.register(registration(node), start);
         assert_eq!(table.detect_failures(start + TIMEOUT), 0);
-        assert_eq!(
-            table.detect_failures(start + TIMEOUT + Duration::from_millis(1)),
-            1
-        );
+        assert_eq!(table.detect_failures(start + TIMEOUT + Duration::from_millis(1)), 1);
         let status = table.snapshot();
         assert_eq!(status.dead().count(), 1);
-        assert!(
-            status.nodes[0]
-                .death_reason
-                .as_ref()
-                .unwrap()
-                .contains("no heartbeat")
-        );
+        assert!(status.nodes[0].death_reason.as_ref().unwrap().contains("no heartbeat"));
         assert!(status.total().is_empty(), "dead nodes add no resources");
     }
 
@@ -301,16 +285,9 @@ mod tests {
             HeartbeatOutcome::MustReregister
         );
         assert_eq!(table.register(registration(node), later), 2);
-        assert_eq!(
-            table.heartbeat(heartbeat(node, 2), later),
-            HeartbeatOutcome::Accepted
-        );
+        assert_eq!(table.heartbeat(heartbeat(node, 2), later), HeartbeatOutcome::Accepted);
         let status = table.snapshot();
-        let incarnations: Vec<_> = status
-            .nodes
-            .iter()
-            .map(|n| (n.incarnation, n.state))
-            .collect();
+        let incarnations: Vec<_> = status.nodes.iter().map(|n| (n.incarnation, n.state)).collect();
         assert_eq!(incarnations, [(2, NodeState::Alive), (1, NodeState::Dead)]);
     }
 
@@ -328,10 +305,7 @@ mod tests {
         let status = table.snapshot();
         assert_eq!(status.alive().count(), 1);
         let dead = status.dead().next().unwrap();
-        assert_eq!(
-            dead.death_reason.as_deref(),
-            Some("superseded by incarnation 2")
-        );
+        assert_eq!(dead.death_reason.as_deref(), Some("superseded by incarnation 2"));
     }
 
     #[test]
@@ -342,13 +316,7 @@ mod tests {
         table.unregister(node, 1, "stopped by raylet stop");
         let status = table.snapshot();
         assert_eq!(status.alive().count(), 0);
-        assert!(
-            status.nodes[0]
-                .death_reason
-                .as_ref()
-                .unwrap()
-                .contains("raylet stop")
-        );
+        assert!(status.nodes[0].death_reason.as_ref().unwrap().contains("raylet stop"));
     }
 
     #[test]

@@ -5,8 +5,8 @@ use std::time::Instant;
 
 use raylet_proto::v1::head_service_server::HeadService;
 use raylet_proto::v1::{
-    ClusterStatus, GetClusterStatusRequest, HeartbeatReply, HeartbeatRequest, NodeResources,
-    RegisterNodeReply, RegisterNodeRequest, UnregisterNodeReply, UnregisterNodeRequest,
+    ClusterStatus, GetClusterStatusRequest, HeartbeatReply, HeartbeatRequest, NodeResources, RegisterNodeReply,
+    RegisterNodeRequest, UnregisterNodeReply, UnregisterNodeRequest,
 };
 use raylet_proto::{Error, NodeId, ResourceSet, Result};
 use tonic::{Request, Response, Status};
@@ -23,9 +23,7 @@ pub(crate) struct HeadServiceImpl {
 
 impl HeadServiceImpl {
     fn table(&self) -> std::sync::MutexGuard<'_, NodeTable> {
-        self.table
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.table.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 }
 
@@ -40,19 +38,12 @@ impl HeadService for HeadServiceImpl {
         Ok(Response::new(RegisterNodeReply { incarnation }))
     }
 
-    async fn heartbeat(
-        &self,
-        request: Request<HeartbeatRequest>,
-    ) -> Result<Response<HeartbeatReply>, Status> {
+    async fn heartbeat(&self, request: Request<HeartbeatRequest>) -> Result<Response<HeartbeatReply>, Status> {
         let heartbeat = decode_heartbeat(request.into_inner())?;
         let mut table = self.table();
         let outcome = table.heartbeat(heartbeat, Instant::now());
         let must_reregister = outcome == HeartbeatOutcome::MustReregister;
-        let cluster_view = table
-            .alive_resources()
-            .into_iter()
-            .map(encode_node_resources)
-            .collect();
+        let cluster_view = table.alive_resources().into_iter().map(encode_node_resources).collect();
         Ok(Response::new(HeartbeatReply {
             must_reregister,
             cluster_view,
@@ -66,8 +57,7 @@ impl HeadService for HeadServiceImpl {
         let request = request.into_inner();
         let node_id = NodeId::from_wire(&request.node_id)?;
         let reason = bounded_text("reason", request.reason)?;
-        self.table()
-            .unregister(node_id, request.incarnation, &reason);
+        self.table().unregister(node_id, request.incarnation, &reason);
         Ok(Response::new(UnregisterNodeReply {}))
     }
 

@@ -7,9 +7,7 @@ use std::time::Duration;
 
 use raylet_proto::channel::HeadClient;
 use raylet_proto::error::error_chain;
-use raylet_proto::v1::{
-    HeartbeatReply, HeartbeatRequest, NodeResources, RegisterNodeRequest, UnregisterNodeRequest,
-};
+use raylet_proto::v1::{HeartbeatReply, HeartbeatRequest, NodeResources, RegisterNodeRequest, UnregisterNodeRequest};
 use raylet_proto::{NodeId, ResourceSet};
 use tonic::Request;
 
@@ -49,9 +47,7 @@ pub(crate) async fn run(mut head: HeadClient, shared: std::sync::Arc<NodeShared>
         match send_heartbeat(&mut head, &shared, interval * 2).await {
             Ok(reply) => {
                 let must_reregister = reply.must_reregister;
-                shared
-                    .leases
-                    .set_cluster_view(other_nodes(&shared, reply.cluster_view));
+                shared.leases.set_cluster_view(other_nodes(&shared, reply.cluster_view));
                 if !head_reachable {
                     tracing::info!("the head is reachable again");
                     head_reachable = true;
@@ -84,11 +80,7 @@ fn other_nodes(shared: &NodeShared, view: Vec<NodeResources>) -> Vec<NodeView> {
         .collect()
 }
 
-async fn send_heartbeat(
-    head: &mut HeadClient,
-    shared: &NodeShared,
-    timeout: Duration,
-) -> Result<HeartbeatReply> {
+async fn send_heartbeat(head: &mut HeadClient, shared: &NodeShared, timeout: Duration) -> Result<HeartbeatReply> {
     let mut request = Request::new(HeartbeatRequest {
         node_id: shared.config.node_id.as_bytes().to_vec(),
         incarnation: shared.incarnation(),

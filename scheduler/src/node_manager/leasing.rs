@@ -10,9 +10,7 @@ use std::time::Duration;
 
 use raylet_proto::resources::CPU;
 use raylet_proto::v1::lease_session_event::Kind as EventKind;
-use raylet_proto::v1::{
-    LeaseGranted, LeaseRefused, LeaseSessionEvent, LeaseSpillback, WorkerBinary,
-};
+use raylet_proto::v1::{LeaseGranted, LeaseRefused, LeaseSessionEvent, LeaseSpillback, WorkerBinary};
 use raylet_proto::worker_env::WorkerBootstrap;
 use raylet_proto::{Error, NodeId, ResourceSet, Result, WorkerId};
 use tokio::sync::mpsc;
@@ -121,9 +119,7 @@ impl LeaseManager {
     }
 
     fn state(&self) -> MutexGuard<'_, LeaseState> {
-        self.state
-            .lock()
-            .unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     pub(crate) fn available(&self) -> ResourceSet {
@@ -137,11 +133,7 @@ impl LeaseManager {
 
     /// Opens a session whose workers run `binary`, after checking that the
     /// file there is the build the owner runs. Pre-starts a few workers.
-    pub(crate) fn open_session(
-        self: &Arc<Self>,
-        binary: WorkerBinary,
-        events: EventSender,
-    ) -> Result<u64> {
+    pub(crate) fn open_session(self: &Arc<Self>, binary: WorkerBinary, events: EventSender) -> Result<u64> {
         let path = PathBuf::from(&binary.path);
         let actual = self.binaries.hash(&path)?;
         if actual != binary.hash {
@@ -192,6 +184,7 @@ impl LeaseManager {
                 })
                 .collect()
         };
+        tracing::debug!(session, workers = ?doomed, "lease session closed; killing its workers");
         doomed.into_iter().for_each(worker_process::kill_worker);
         self.pump();
     }
@@ -206,18 +199,13 @@ impl LeaseManager {
         state
             .queue
             .retain(|p| !(p.session == session && p.request_id == request_id));
-        let reserved = state
-            .workers
-            .iter_mut()
-            .find_map(|(id, worker)| match &worker.state {
-                WorkerState::Starting { request: Some(p) }
-                    if p.session == session && p.request_id == request_id =>
-                {
-                    worker.state = WorkerState::Starting { request: None };
-                    Some(*id)
-                }
-                _ => None,
-            });
+        let reserved = state.workers.iter_mut().find_map(|(id, worker)| match &worker.state {
+            WorkerState::Starting { request: Some(p) } if p.session == session && p.request_id == request_id => {
+                worker.state = WorkerState::Starting { request: None };
+                Some(*id)
+            }
+            _ => None,
+        });
         if let Some(worker) = reserved {
             state.ledger.release(worker);
         }
@@ -257,6 +245,7 @@ impl LeaseManager {
             }
         };
         if let Some(pid) = kill_pid {
+            tracing::debug!(%worker_id, pid, failed, "killing a returned worker");
             worker_process::kill_worker(pid);
         }
         self.pump();
@@ -264,18 +253,13 @@ impl LeaseManager {
 
     /// A started worker reports its address: it takes the request it was
     /// started for, or waits idle.
-    pub(crate) fn register_worker(
-        self: &Arc<Self>,
-        worker_id: WorkerId,
-        address: String,
-    ) -> Result<()> {
+    pub(crate) fn register_worker(self: &Arc<Self>, worker_id: WorkerId, address: String) -> Result<()> {
         let mut guard = self.state();
         let state = &mut *guard;
-        let worker = state.workers.get_mut(&worker_id).ok_or_else(|| {
-            Error::NotFound(format!(
-                "worker {worker_id} was not started by this node manager"
-            ))
-        })?;
+        let worker = state
+            .workers
+            .get_mut(&worker_id)
+            .ok_or_else(|| Error::NotFound(format!("worker {worker_id} was not started by this node manager")))?;
         let session = worker.session;
         let grant = match std::mem::replace(
             &mut worker.state,
@@ -283,9 +267,7 @@ impl LeaseManager {
                 address: address.clone(),
             },
         ) {
-            WorkerState::Starting {
-                request: Some(pending),
-            } => {
+            WorkerState::Starting { request: Some(pending) } => {
                 worker.state = WorkerState::Leased {
                     address: address.clone(),
                 };
@@ -296,13 +278,7 @@ impl LeaseManager {
         if let Some(session) = state.sessions.get_mut(&session) {
             session.startup_failures = 0;
             if let (Some(request_id), Some(worker)) = (grant, state.workers.get(&worker_id)) {
-                let event = granted(
-                    request_id,
-                    worker_id,
-                    worker,
-                    &address,
-                    self.context.node_id,
-                );
+                let event = granted(request_id, worker_id, worker, &address, self.context.node_id);
                 send(&session.events, event);
             }
         }
@@ -317,11 +293,7 @@ impl LeaseManager {
     }
 
     /// How `worker_id` exited, waiting up to `patience` for it to be reaped.
-    pub(crate) async fn worker_exit(
-        &self,
-        worker_id: WorkerId,
-        patience: Duration,
-    ) -> Option<String> {
+    pub(crate) async fn worker_exit(&self, worker_id: WorkerId, patience: Duration) -> Option<String> {
         let deadline = tokio::time::Instant::now() + patience;
         loop {
             if let Some(exit) = self.state().exits.get(&worker_id) {
@@ -360,13 +332,7 @@ impl LeaseManager {
 
     /// A worker died before registering: retry its request, or refuse the
     /// session's requests when its workers keep dying.
-    fn startup_failed(
-        &self,
-        state: &mut LeaseState,
-        session: u64,
-        request: Option<PendingLease>,
-        description: &str,
-    ) {
+    fn startup_failed(&self, state: &mut LeaseState, session: u64, request: Option<PendingLease>, description: &str) {
         let Some(entry) = state.sessions.get_mut(&session) else {
             return;
         };
@@ -431,11 +397,7 @@ impl LeaseManager {
                         send_to_session(&state, pending.session, event);
                     }
                     Decision::Refuse(reason) => {
-                        send_to_session(
-                            &state,
-                            pending.session,
-                            infeasible_event(pending.request_id, &reason),
-                        );
+                        send_to_session(&state, pending.session, infeasible_event(pending.request_id, &reason));
                     }
                     Decision::Wait => unreachable!("waiting requests stay queued"),
                 }
@@ -447,20 +409,17 @@ impl LeaseManager {
             if let Err(error) = self.spawn_worker_with_id(worker_id, session, Some(pending)) {
                 self.state().ledger.release(worker_id);
                 let state = self.state();
-                send_to_session(
-                    &state,
-                    session,
-                    refused_event(request_id, &error.to_string()),
-                );
+                send_to_session(&state, session, refused_event(request_id, &error.to_string()));
             }
         }
     }
 
     /// Leases an idle worker of the session, or hands the request back.
     fn grant_idle(&self, state: &mut LeaseState, pending: PendingLease) -> Option<PendingLease> {
-        let idle = state.workers.iter_mut().find(|(_, w)| {
-            w.session == pending.session && matches!(w.state, WorkerState::Idle { .. })
-        });
+        let idle = state
+            .workers
+            .iter_mut()
+            .find(|(_, w)| w.session == pending.session && matches!(w.state, WorkerState::Idle { .. }));
         let Some((worker_id, worker)) = idle else {
             return Some(pending);
         };
@@ -473,13 +432,7 @@ impl LeaseManager {
             address: address.clone(),
         };
         state.ledger.hold(worker_id, pending.demand);
-        let event = granted(
-            pending.request_id,
-            worker_id,
-            worker,
-            &address,
-            self.context.node_id,
-        );
+        let event = granted(pending.request_id, worker_id, worker, &address, self.context.node_id);
         send_to_session(state, pending.session, event);
         None
     }
@@ -594,20 +547,11 @@ fn infeasible_reason(state: &LeaseState, demand: &ResourceSet) -> String {
 }
 
 fn describe(set: &ResourceSet) -> String {
-    let parts: Vec<String> = set
-        .iter()
-        .map(|(name, amount)| format!("{name}: {amount}"))
-        .collect();
+    let parts: Vec<String> = set.iter().map(|(name, amount)| format!("{name}: {amount}")).collect();
     format!("{{{}}}", parts.join(", "))
 }
 
-fn granted(
-    request_id: u64,
-    worker_id: WorkerId,
-    worker: &Worker,
-    address: &str,
-    node_id: NodeId,
-) -> EventKind {
+fn granted(request_id: u64, worker_id: WorkerId, worker: &Worker, address: &str, node_id: NodeId) -> EventKind {
     EventKind::Granted(LeaseGranted {
         request_id,
         worker_id: worker_id.as_bytes().to_vec(),

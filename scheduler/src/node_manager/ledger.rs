@@ -66,13 +66,7 @@ impl ResourceLedger {
 
     /// Records that `worker` holds `demand`. The caller checked it fits.
     pub fn hold(&mut self, worker: WorkerId, demand: ResourceSet) {
-        self.holdings.insert(
-            worker,
-            Holding {
-                demand,
-                blocked: false,
-            },
-        );
+        self.holdings.insert(worker, Holding { demand, blocked: false });
     }
 
     /// Gives back what `worker` holds.
@@ -119,10 +113,7 @@ mod tests {
         assert!(ledger.fits_now(&cpus(1.0)));
         ledger.hold(inner, cpus(1.0));
         ledger.set_blocked(outer, false);
-        assert!(
-            !ledger.fits_now(&cpus(0.1)),
-            "oversubscribed while both run"
-        );
+        assert!(!ledger.fits_now(&cpus(0.1)), "oversubscribed while both run");
         assert_eq!(ledger.available(), ResourceSet::new());
         ledger.release(inner);
         assert!(!ledger.fits_now(&cpus(0.1)));

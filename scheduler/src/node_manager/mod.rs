@@ -107,9 +107,7 @@ impl NodeShared {
 }
 
 fn lock<T>(mutex: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    mutex
-        .lock()
-        .unwrap_or_else(|poisoned| poisoned.into_inner())
+    mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// A node manager that has registered with the head and is ready to run.
@@ -124,12 +122,8 @@ impl NodeManager {
     /// and registers. Returns once the node is a member of the cluster.
     pub async fn start(config: NodeConfig, listener: TcpListener) -> Result<Self> {
         let address = listener.local_addr()?;
-        let mut head = raylet_proto::channel::connect_head(
-            &config.head_address,
-            &config.token,
-            config.connect_timeout,
-        )
-        .await?;
+        let mut head =
+            raylet_proto::channel::connect_head(&config.head_address, &config.token, config.connect_timeout).await?;
         let context = WorkerContext {
             node_id: config.node_id,
             node_manager_address: address.to_string(),
@@ -144,11 +138,7 @@ impl NodeManager {
             stats: Mutex::new(NodeStats::default()),
         });
         heartbeat::register(&mut head, &shared).await?;
-        Ok(NodeManager {
-            shared,
-            head,
-            listener,
-        })
+        Ok(NodeManager { shared, head, listener })
     }
 
     pub fn node_id(&self) -> NodeId {
@@ -171,9 +161,7 @@ impl NodeManager {
             mut head,
             listener,
         } = self;
-        let service = NodeManagerServiceServer::new(service::NodeManagerServiceImpl {
-            shared: shared.clone(),
-        });
+        let service = NodeManagerServiceServer::new(service::NodeManagerServiceImpl { shared: shared.clone() });
         let token = shared.config.token.clone();
         let server = crate::grpc_server::serve(service, token, listener, shutdown);
         let result = tokio::select! {

@@ -66,18 +66,13 @@ fn machine_memory_bytes() -> u64 {
 /// Counts the lines `nvidia-smi -L` prints for GPUs; 0 when it is absent.
 fn detect_gpus() -> usize {
     match Command::new("nvidia-smi").arg("-L").output() {
-        Ok(output) if output.status.success() => {
-            count_gpu_lines(&String::from_utf8_lossy(&output.stdout))
-        }
+        Ok(output) if output.status.success() => count_gpu_lines(&String::from_utf8_lossy(&output.stdout)),
         _ => 0,
     }
 }
 
 fn count_gpu_lines(listing: &str) -> usize {
-    listing
-        .lines()
-        .filter(|line| line.starts_with("GPU "))
-        .count()
+    listing.lines().filter(|line| line.starts_with("GPU ")).count()
 }
 
 #[cfg(test)]
@@ -99,10 +94,7 @@ mod tests {
         let memory = total.get(MEMORY).as_f64();
         let store = total.get(OBJECT_STORE_MEMORY).as_f64();
         let ratio = store / (memory + store);
-        assert!(
-            (ratio - OBJECT_STORE_SHARE).abs() < 0.01,
-            "object store share {ratio}"
-        );
+        assert!((ratio - OBJECT_STORE_SHARE).abs() < 0.01, "object store share {ratio}");
     }
 
     #[test]

@@ -9,8 +9,8 @@ use raylet_proto::v1::lease_session_request::Kind as LeaseKind;
 use raylet_proto::v1::node_manager_service_server::NodeManagerService;
 use raylet_proto::v1::worker_session_message::Kind as WorkerKind;
 use raylet_proto::v1::{
-    GetNodeInfoRequest, GetWorkerExitRequest, LeaseSessionEvent, LeaseSessionRequest, NodeInfo,
-    WorkerExit, WorkerSessionEvent, WorkerSessionMessage,
+    GetNodeInfoRequest, GetWorkerExitRequest, LeaseSessionEvent, LeaseSessionRequest, NodeInfo, WorkerExit,
+    WorkerSessionEvent, WorkerSessionMessage,
 };
 use raylet_proto::{Error, ResourceSet, WorkerId};
 use tokio::sync::mpsc;
@@ -36,10 +36,7 @@ impl NodeManagerService for NodeManagerServiceImpl {
     type LeaseSessionStream = EventStream<LeaseSessionEvent>;
     type WorkerSessionStream = EventStream<WorkerSessionEvent>;
 
-    async fn get_node_info(
-        &self,
-        _request: Request<GetNodeInfoRequest>,
-    ) -> Result<Response<NodeInfo>, Status> {
+    async fn get_node_info(&self, _request: Request<GetNodeInfoRequest>) -> Result<Response<NodeInfo>, Status> {
         let shared = &self.shared;
         Ok(Response::new(NodeInfo {
             node_id: shared.config.node_id.as_bytes().to_vec(),
@@ -59,10 +56,7 @@ impl NodeManagerService for NodeManagerServiceImpl {
         let binary = match inbound.message().await?.and_then(|m| m.kind) {
             Some(LeaseKind::Open(binary)) => binary,
             _ => {
-                return Err(Error::InvalidArgument(
-                    "a lease session must start with `open`".into(),
-                )
-                .into());
+                return Err(Error::InvalidArgument("a lease session must start with `open`".into()).into());
             }
         };
         let (events, receiver) = mpsc::unbounded_channel();
@@ -76,9 +70,7 @@ impl NodeManagerService for NodeManagerServiceImpl {
             }
             leases.close_session(session);
         });
-        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(
-            receiver,
-        ))))
+        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(receiver))))
     }
 
     async fn worker_session(
@@ -89,10 +81,7 @@ impl NodeManagerService for NodeManagerServiceImpl {
         let register = match inbound.message().await?.and_then(|m| m.kind) {
             Some(WorkerKind::Register(register)) => register,
             _ => {
-                return Err(Error::InvalidArgument(
-                    "a worker session must start with `register`".into(),
-                )
-                .into());
+                return Err(Error::InvalidArgument("a worker session must start with `register`".into()).into());
             }
         };
         let worker_id = WorkerId::from_wire(&register.worker_id)?;
@@ -111,21 +100,12 @@ impl NodeManagerService for NodeManagerServiceImpl {
             }
             drop(events);
         });
-        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(
-            receiver,
-        ))))
+        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(receiver))))
     }
 
-    async fn get_worker_exit(
-        &self,
-        request: Request<GetWorkerExitRequest>,
-    ) -> Result<Response<WorkerExit>, Status> {
+    async fn get_worker_exit(&self, request: Request<GetWorkerExitRequest>) -> Result<Response<WorkerExit>, Status> {
         let worker_id = WorkerId::from_wire(&request.into_inner().worker_id)?;
-        let exit = self
-            .shared
-            .leases
-            .worker_exit(worker_id, EXIT_PATIENCE)
-            .await;
+        let exit = self.shared.leases.worker_exit(worker_id, EXIT_PATIENCE).await;
         Ok(Response::new(WorkerExit {
             exited: exit.is_some(),
             description: exit.unwrap_or_default(),
@@ -138,19 +118,17 @@ fn handle_lease_message(leases: &Arc<LeaseManager>, session: u64, kind: LeaseKin
         LeaseKind::Open(_) => {
             tracing::warn!(session, "ignoring a second `open` in a lease session")
         }
-        LeaseKind::Request(request) => {
-            match ResourceSet::from_proto(&request.resources.unwrap_or_default()) {
-                Ok(demand) => leases.request(PendingLease {
-                    session,
-                    request_id: request.request_id,
-                    demand,
-                    allow_spillback: request.allow_spillback,
-                }),
-                Err(error) => {
-                    tracing::warn!(session, %error, "ignoring a lease request with bad resources")
-                }
+        LeaseKind::Request(request) => match ResourceSet::from_proto(&request.resources.unwrap_or_default()) {
+            Ok(demand) => leases.request(PendingLease {
+                session,
+                request_id: request.request_id,
+                demand,
+                allow_spillback: request.allow_spillback,
+            }),
+            Err(error) => {
+                tracing::warn!(session, %error, "ignoring a lease request with bad resources")
             }
-        }
+        },
         LeaseKind::ReturnLease(returned) => {
             if let Ok(worker_id) = WorkerId::from_wire(&returned.worker_id) {
                 leases.return_lease(session, worker_id, returned.worker_failed);

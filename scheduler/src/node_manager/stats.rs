@@ -12,9 +12,7 @@ pub(crate) struct StatsSampler {
 
 impl StatsSampler {
     pub(crate) fn new() -> Self {
-        StatsSampler {
-            system: System::new(),
-        }
+        StatsSampler { system: System::new() }
     }
 
     pub(crate) fn sample(&mut self) -> NodeStats {

@@ -20,9 +20,7 @@ pub(crate) fn spawn(
         .env(WORKER_ENV, bootstrap.to_env_value())
         .stdin(Stdio::null())
         .spawn()
-        .map_err(|e| {
-            Error::Internal(format!("starting a worker from {}: {e}", binary.display()))
-        })?;
+        .map_err(|e| Error::Internal(format!("starting a worker from {}: {e}", binary.display())))?;
     let pid = child.id().unwrap_or_default();
     let exited = async move {
         match child.wait().await {
@@ -60,10 +58,7 @@ mod tests {
 
     #[test]
     fn exits_are_described_by_code_or_signal() {
-        assert_eq!(
-            describe_exit(ExitStatus::from_raw(3 << 8)),
-            "exited with code 3"
-        );
+        assert_eq!(describe_exit(ExitStatus::from_raw(3 << 8)), "exited with code 3");
         assert_eq!(
             describe_exit(ExitStatus::from_raw(9)),
             "was killed by signal 9 (SIGKILL)"

@@ -46,11 +46,7 @@ pub struct Started {
 
 /// Re-executes this command with `--block` in the background and waits up to
 /// `patience` for it to report.
-pub fn spawn_and_wait(
-    session: &Session,
-    log_name: &str,
-    patience: Duration,
-) -> anyhow::Result<Started> {
+pub fn spawn_and_wait(session: &Session, log_name: &str, patience: Duration) -> anyhow::Result<Started> {
     let ready_file = session.dir().join(format!("{log_name}.ready"));
     let _ = fs::remove_file(&ready_file);
     let log = session.log_path(log_name);
@@ -80,9 +76,7 @@ pub fn spawn_and_wait(
         if started.elapsed() > patience {
             let _ = child.kill();
             let _ = child.wait();
-            break Err(anyhow!(
-                "the daemon was not ready after {patience:?}; it was killed"
-            ));
+            break Err(anyhow!("the daemon was not ready after {patience:?}; it was killed"));
         }
         std::thread::sleep(POLL_INTERVAL);
     };
@@ -98,11 +92,7 @@ pub fn spawn_and_wait(
             let _ = child.wait();
             bail!("{error}")
         }
-        Err(error) => bail!(
-            "{error}\nlast lines of {}:\n{}",
-            log.display(),
-            log_tail(&log)
-        ),
+        Err(error) => bail!("{error}\nlast lines of {}:\n{}", log.display(), log_tail(&log)),
     }
 }
 

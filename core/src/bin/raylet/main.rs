@@ -2,6 +2,7 @@
 
 mod args;
 mod daemon;
+mod microbenchmark;
 mod start;
 mod status;
 mod stop;
@@ -16,6 +17,7 @@ fn main() -> std::process::ExitCode {
         Command::Start(args) => start::start(args),
         Command::Status(args) => status::status(args),
         Command::Stop(args) => stop::stop(args),
+        Command::Microbenchmark(args) => microbenchmark::microbenchmark(args),
     };
     match result {
         Ok(()) => std::process::ExitCode::SUCCESS,
@@ -32,4 +34,15 @@ fn runtime() -> anyhow::Result<tokio::runtime::Runtime> {
         .worker_threads(2)
         .enable_all()
         .build()?)
+}
+
+/// Logs to stderr at `default_level`, or as `RAYLET_LOG` says.
+fn init_logging(default_level: &str) {
+    let filter = tracing_subscriber::EnvFilter::try_from_env("RAYLET_LOG")
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new(default_level));
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_ansi(false)
+        .with_writer(std::io::stderr)
+        .init();
 }

@@ -76,7 +76,7 @@ fn prepare_session(args: &StartArgs) -> anyhow::Result<(Session, bool)> {
 }
 
 fn run_foreground(args: StartArgs, resources: ResourceSet) -> anyhow::Result<()> {
-    init_logging();
+    crate::init_logging("info");
     let ready_file = args.ready_file.clone();
     let result = crate::runtime()?.block_on(async {
         let session = match &args.session_dir {
@@ -108,11 +108,7 @@ fn foreground_session(args: &StartArgs) -> anyhow::Result<Session> {
     Ok(session)
 }
 
-async fn run_head(
-    args: &StartArgs,
-    resources: ResourceSet,
-    session: &Session,
-) -> anyhow::Result<()> {
+async fn run_head(args: &StartArgs, resources: ResourceSet, session: &Session) -> anyhow::Result<()> {
     let token = session_token(args, session)?;
     let ip = args.node_ip.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
     let listener = bind(SocketAddr::new(ip, args.port)).await?;
@@ -132,11 +128,7 @@ async fn run_head(
     Ok(())
 }
 
-async fn run_node(
-    args: &StartArgs,
-    resources: ResourceSet,
-    session: &Session,
-) -> anyhow::Result<()> {
+async fn run_node(args: &StartArgs, resources: ResourceSet, session: &Session) -> anyhow::Result<()> {
     let token = session_token(args, session)?;
     let head_address = args.address.clone().unwrap_or_default();
     raylet_proto::channel::endpoint(&head_address).context("--address")?;
@@ -243,22 +235,10 @@ fn local_ip_towards(head_address: &str) -> anyhow::Result<IpAddr> {
     Ok(probe.local_addr()?.ip())
 }
 
-fn init_logging() {
-    let filter = tracing_subscriber::EnvFilter::try_from_env("RAYLET_LOG")
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_ansi(false)
-        .with_writer(std::io::stderr)
-        .init();
-}
-
 fn print_head_started(args: &StartArgs, session: &Session, started: &Started) {
     let address = &started.address;
     let flag = args.session.temp_dir_flag();
-    let ip = address
-        .rsplit_once(':')
-        .map_or(address.as_str(), |(ip, _)| ip);
+    let ip = address.rsplit_once(':').map_or(address.as_str(), |(ip, _)| ip);
     println!("Local node IP: {ip}");
     println!();
     println!("--------------------");
@@ -274,9 +254,7 @@ fn print_head_started(args: &StartArgs, session: &Session, started: &Started) {
     );
     println!("    RAYLET_TOKEN=<token> raylet start --address='{address}'");
     if ip.starts_with("127.") || ip == "::1" {
-        println!(
-            "  (the head listens on loopback only: start it with --node-ip <this machine's IP>"
-        );
+        println!("  (the head listens on loopback only: start it with --node-ip <this machine's IP>");
         println!("   to accept nodes from other machines)");
     }
     println!();

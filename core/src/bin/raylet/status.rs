@@ -38,10 +38,7 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn fetch(
-    address: &str,
-    token: &raylet_proto::auth::AuthToken,
-) -> anyhow::Result<ClusterStatus> {
+async fn fetch(address: &str, token: &raylet_proto::auth::AuthToken) -> anyhow::Result<ClusterStatus> {
     let mut head = raylet_proto::channel::connect_head(address, token, PATIENCE)
         .await
         .with_context(|| format!("no raylet head answers at {address}"))?;
@@ -79,12 +76,8 @@ impl<'a> StatusReport<'a> {
 
 fn render_text(address: &str, status: &ClusterStatus) -> String {
     let mut out = String::new();
-    let now =
-        humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(status.now_unix_ms));
-    let _ = writeln!(
-        out,
-        "======== Cluster status: {now} (head {address}) ========"
-    );
+    let now = humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(status.now_unix_ms));
+    let _ = writeln!(out, "======== Cluster status: {now} (head {address}) ========");
     let _ = writeln!(out, "Node status");
     let _ = writeln!(out, "{}", "-".repeat(64));
     let _ = writeln!(out, "Alive: {} node(s)", status.alive().count());

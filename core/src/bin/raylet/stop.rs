@@ -135,20 +135,13 @@ fn is_running(pid: u32) -> bool {
 /// Sends SIGTERM (or SIGKILL with --force), waits out the grace period, then
 /// SIGKILLs what is left. Returns the pids that are still running.
 fn end_processes(pids: &[u32], args: &StopArgs) -> Vec<u32> {
-    let first = if args.force {
-        Signal::SIGKILL
-    } else {
-        Signal::SIGTERM
-    };
+    let first = if args.force { Signal::SIGKILL } else { Signal::SIGTERM };
     signal_all(pids, first);
     if !wait_until_gone(pids, args.grace_period) {
         signal_all(pids, Signal::SIGKILL);
         wait_until_gone(pids, Duration::from_secs(5));
     }
-    pids.iter()
-        .copied()
-        .filter(|pid| is_running(*pid))
-        .collect()
+    pids.iter().copied().filter(|pid| is_running(*pid)).collect()
 }
 
 fn signal_all(pids: &[u32], signal: Signal) {

@@ -1,0 +1,180 @@
+//! `raylet microbenchmark`: the metrics of `ray microbenchmark`, measured
+//! the same way (a warm-up, then timed trials of repeated calls) and printed
+//! in the same words, on an embedded cluster whose workers are this binary.
+
+use std::time::{Duration, Instant};
+
+use raylet::{Cluster, Config, ObjectRef};
+use serde_bytes::ByteBuf;
+
+use crate::args::MicrobenchmarkArgs;
+
+#[raylet::remote]
+fn small_value() -> ByteBuf {
+    ByteBuf::from(b"ok".to_vec())
+}
+
+#[raylet::remote(num_cpus = 0)]
+fn small_value_batch(count: usize) -> usize {
+    let cluster = raylet::current().expect("tasks run in a cluster");
+    let refs: Vec<ObjectRef<ByteBuf>> = (0..count)
+        .map(|_| small_value::remote(&cluster).expect("submitting a task"))
+        .collect();
+    cluster.get_all(&refs).expect("getting results").len()
+}
+
+#[raylet::remote]
+fn create_object_containing_ref() -> Vec<ObjectRef<u64>> {
+    let cluster = raylet::current().expect("tasks run in a cluster");
+    (0..10_000).map(|_| cluster.put(&1u64).expect("put")).collect()
+}
+
+/// How long to warm up and to time each trial.
+struct Timing {
+    warmup: Duration,
+    trial: Duration,
+    trials: usize,
+}
+
+/// One metric: a name as Ray prints it, and work that counts `multiplier` operations.
+struct Metric<'a> {
+    name: &'static str,
+    multiplier: f64,
+    run: Box<dyn FnMut() -> raylet::Result<()> + 'a>,
+}
+
+pub fn microbenchmark(args: MicrobenchmarkArgs) -> anyhow::Result<()> {
+    let timing = match args.quick {
+        true => Timing {
+            warmup: Duration::from_millis(100),
+            trial: Duration::from_millis(300),
+            trials: 2,
+        },
+        false => Timing {
+            warmup: Duration::from_secs(1),
+            trial: Duration::from_secs(2),
+            trials: 4,
+        },
+    };
+    crate::init_logging("warn");
+    let cluster = raylet::init_with(Config::from_env().log_to_driver(false))?;
+    let metrics = metrics(&cluster)?;
+    let mut ran = 0;
+    for mut metric in metrics {
+        if !args.filter.as_ref().is_none_or(|f| metric.name.contains(f.as_str())) {
+            continue;
+        }
+        let (mean, deviation) = measure(&mut metric, &timing)?;
+        println!("{} per second {mean:.2} +- {deviation:.2}", metric.name);
+        ran += 1;
+    }
+    cluster.shutdown()?;
+    if ran == 0 {
+        anyhow::bail!("no metric matches --filter {:?}", args.filter.unwrap_or_default());
+    }
+    Ok(())
+}
+
+fn measure(metric: &mut Metric<'_>, timing: &Timing) -> raylet::Result<(f64, f64)> {
+    let started = Instant::now();
+    while started.elapsed() < timing.warmup {
+        (metric.run)()?;
+    }
+    let mut rates = Vec::with_capacity(timing.trials);
+    for _ in 0..timing.trials {
+        let started = Instant::now();
+        let mut count = 0u64;
+        while started.elapsed() < timing.trial {
+            (metric.run)()?;
+            count += 1;
+        }
+        rates.push(metric.multiplier * count as f64 / started.elapsed().as_secs_f64());
+    }
+    let mean = rates.iter().sum::<f64>() / rates.len() as f64;
+    let variance = rates.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / rates.len() as f64;
+    Ok((mean, variance.sqrt()))
+}
+
+fn metrics(cluster: &Cluster) -> raylet::Result<Vec<Metric<'_>>> {
+    let value = cluster.put(&0u64)?;
+    let large = ByteBuf::from(vec![0u8; 800 * 1024 * 1024]);
+    let containing = create_object_containing_ref::remote(cluster)?;
+    Ok(vec![
+        metric(
+            "single client get calls (Plasma Store)",
+            1.0,
+            Box::new(move || value.get().map(drop)),
+        ),
+        metric(
+            "single client put calls (Plasma Store)",
+            1.0,
+            Box::new(|| cluster.put(&0u64).map(drop)),
+        ),
+        metric(
+            "single client put gigabytes",
+            0.8,
+            Box::new(move || cluster.put(&large).map(drop)),
+        ),
+        metric(
+            "single client tasks and get batch",
+            1.0,
+            Box::new(|| tasks_and_get(cluster, 1000)),
+        ),
+        metric(
+            "single client get object containing 10k refs",
+            1.0,
+            Box::new(move || containing.get().map(drop)),
+        ),
+        metric(
+            "single client wait 1k refs",
+            1.0,
+            Box::new(|| wait_one_by_one(cluster, 1000)),
+        ),
+        metric(
+            "single client tasks sync",
+            1.0,
+            Box::new(|| small_value::remote(cluster)?.get().map(drop)),
+        ),
+        metric(
+            "single client tasks async",
+            1000.0,
+            Box::new(|| tasks_and_get(cluster, 1000)),
+        ),
+        metric(
+            "multi client tasks async",
+            40_000.0,
+            Box::new(|| multi_client(cluster, 4, 10_000)),
+        ),
+    ])
+}
+
+fn metric<'a>(name: &'static str, multiplier: f64, run: Box<dyn FnMut() -> raylet::Result<()> + 'a>) -> Metric<'a> {
+    Metric { name, multiplier, run }
+}
+
+fn tasks_and_get(cluster: &Cluster, count: usize) -> raylet::Result<()> {
+    let refs: Vec<ObjectRef<ByteBuf>> = (0..count)
+        .map(|_| small_value::remote(cluster))
+        .collect::<raylet::Result<_>>()?;
+    cluster.get_all(&refs).map(drop)
+}
+
+/// Submits `count` tasks, then waits for them one at a time, as Ray's
+/// `ray.wait(not_ready)` loop does.
+fn wait_one_by_one(cluster: &Cluster, count: usize) -> raylet::Result<()> {
+    let mut not_ready: Vec<ObjectRef<ByteBuf>> = (0..count)
+        .map(|_| small_value::remote(cluster))
+        .collect::<raylet::Result<_>>()?;
+    while !not_ready.is_empty() {
+        not_ready = cluster.wait(&not_ready, 1, None).1;
+    }
+    Ok(())
+}
+
+/// `clients` tasks that use no CPU each submit `per_client` tasks and get them.
+fn multi_client(cluster: &Cluster, clients: usize, per_client: usize) -> raylet::Result<()> {
+    let refs: Vec<ObjectRef<usize>> = (0..clients)
+        .map(|_| small_value_batch::remote(cluster, per_client))
+        .collect::<raylet::Result<_>>()?;
+    cluster.get_all(&refs).map(drop)
+}
