@@ -1,60 +1,114 @@
-//! Quickstart: a head and two nodes in this process, on loopback ports, with
-//! real gRPC and token auth. It shows membership, summed resources, and how a
-//! node that dies is detected and comes back as a new incarnation.
+//! Quickstart: remote tasks on the embedded cluster. `raylet::init()` starts
+//! a head and a node inside this process; workers are this same binary,
+//! started again. Two small jobs run on it: Monte Carlo π over 100 tasks,
+//! and a map-reduce word count over generated files, where the map tasks'
+//! results travel to the reduce task as `ObjectRef`s.
 
-use std::time::{Duration, Instant};
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::time::Instant;
 
-use raylet::proto::resources::{CPU, GPU};
-use raylet::proto::{Amount, ResourceSet};
-use raylet::scheduler::sandbox::ClusterSandbox;
-use raylet::scheduler::status::ClusterStatus;
+use raylet::prelude::*;
 
-#[tokio::main]
-async fn main() -> anyhow::Result<()> {
+/// Counts how many of `samples` random points in the unit square fall
+/// inside the quarter circle. A small xorshift generator keeps it
+/// dependency-free and deterministic per seed.
+#[raylet::remote]
+fn sample_pi(seed: u64, samples: u64) -> u64 {
+    let mut state = seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1;
+    let mut next = || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state >> 11) as f64 / (1u64 << 53) as f64
+    };
+    (0..samples).filter(|_| next().powi(2) + next().powi(2) <= 1.0).count() as u64
+}
+
+/// Map: counts the words of one file.
+#[raylet::remote]
+fn count_words(path: String) -> Result<BTreeMap<String, u64>, String> {
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("reading {path}: {e}"))?;
+    let mut counts = BTreeMap::new();
+    for word in text.split_whitespace() {
+        *counts.entry(word.to_lowercase()).or_insert(0) += 1;
+    }
+    Ok(counts)
+}
+
+/// Reduce: merges the per-file counts, fetched from their owners.
+#[raylet::remote]
+fn merge_counts(parts: Vec<ObjectRef<BTreeMap<String, u64>>>) -> Result<BTreeMap<String, u64>, String> {
+    let mut total = BTreeMap::new();
+    for part in parts {
+        for (word, count) in part.get().map_err(|e| e.to_string())? {
+            *total.entry(word).or_insert(0) += count;
+        }
+    }
+    Ok(total)
+}
+
+fn main() -> anyhow::Result<()> {
     let started = Instant::now();
-    let resources = ResourceSet::new()
-        .with(CPU, Amount::whole(2))
-        .with(GPU, Amount::parse(GPU, 0.5)?);
-    let mut cluster = ClusterSandbox::builder()
-        .nodes(2)
-        .node_resources(resources)
-        .heartbeat_interval(Duration::from_millis(100))
-        .heartbeat_timeout(Duration::from_millis(500))
-        .start()
-        .await?;
-    println!("cluster of 2 nodes ready in {:.1} ms", ms(started.elapsed()));
-    print_status(&cluster.cluster_status().await?);
+    let cluster = raylet::init()?;
+    println!("cluster ready in {:.1} ms", ms(started));
+    sample_pi::remote(&cluster, 0, 1)?.get()?;
+    println!("first task result {:.1} ms after start", ms(started));
 
-    let killed = Instant::now();
-    cluster.kill_node(1);
-    cluster
-        .wait_for(Duration::from_secs(5), |s| s.dead().count() == 1)
-        .await?;
-    println!("\nnode 1 killed; marked dead after {:.0} ms", ms(killed.elapsed()));
+    let pi_started = Instant::now();
+    let samples = 200_000;
+    let hits: Vec<ObjectRef<u64>> = (0..100)
+        .map(|seed| sample_pi::remote(&cluster, seed, samples))
+        .collect::<raylet::Result<_>>()?;
+    let inside: u64 = cluster.get_all(&hits)?.iter().sum();
+    let pi = 4.0 * inside as f64 / (100 * samples) as f64;
+    println!(
+        "pi ~= {pi:.5} from 100 tasks of {samples} samples in {:.1} ms",
+        ms(pi_started)
+    );
 
-    cluster.restart_node(1).await?;
-    let status = cluster.cluster_status().await?;
-    println!("node 1 restarted:");
-    print_status(&status);
-    cluster.shutdown().await?;
+    let files = write_corpus(&std::env::temp_dir().join(format!("raylet-quickstart-{}", std::process::id())))?;
+    let count_started = Instant::now();
+    let parts: Vec<_> = files
+        .iter()
+        .map(|f| count_words::remote(&cluster, f.to_string_lossy().to_string()))
+        .collect::<raylet::Result<_>>()?;
+    let totals = merge_counts::remote(&cluster, parts)?.get()?;
+    let mut top: Vec<_> = totals.iter().collect();
+    top.sort_by(|a, b| b.1.cmp(a.1).then(a.0.cmp(b.0)));
+    println!(
+        "word count over {} files in {:.1} ms: {} distinct words; top 5: {:?}",
+        files.len(),
+        ms(count_started),
+        totals.len(),
+        &top[..5]
+    );
+    if let Some(dir) = files.first().and_then(|f| f.parent()) {
+        std::fs::remove_dir_all(dir)?;
+    }
+    cluster.shutdown()?;
+    println!("total {:.1} ms", ms(started));
     Ok(())
 }
 
-fn print_status(status: &ClusterStatus) {
-    for node in &status.nodes {
-        let reason = node.death_reason.as_deref().unwrap_or("");
-        println!(
-            "  {:?}  node {}  incarnation {}  {}",
-            node.state,
-            node.node_id.short(),
-            node.incarnation,
-            reason
-        );
-    }
-    let total = status.total();
-    println!("  cluster total: {} CPU, {} GPU", total.get(CPU), total.get(GPU));
+/// Writes 20 files of generated text, so the example needs no data set.
+fn write_corpus(dir: &Path) -> std::io::Result<Vec<PathBuf>> {
+    const WORDS: [&str; 12] = [
+        "ray", "raylet", "task", "actor", "object", "node", "cluster", "worker", "lease", "train", "tune", "data",
+    ];
+    std::fs::create_dir_all(dir)?;
+    (0..20)
+        .map(|file| {
+            let text: Vec<&str> = (0..5_000usize)
+                .map(|i| WORDS[(i * i + file * 5 + i / 7) % WORDS.len()])
+                .collect();
+            let path = dir.join(format!("part-{file:02}.txt"));
+            std::fs::write(&path, text.join(" "))?;
+            Ok(path)
+        })
+        .collect()
 }
 
-fn ms(duration: Duration) -> f64 {
-    duration.as_secs_f64() * 1000.0
+fn ms(since: Instant) -> f64 {
+    since.elapsed().as_secs_f64() * 1000.0
 }

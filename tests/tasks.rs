@@ -6,7 +6,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use raylet::prelude::*;
-use raylet::{Error, current};
+use raylet::{Error, TaskOptions, current};
 
 fn cluster() -> Cluster {
     raylet::init_with(Config::new().num_cpus(2.0).num_gpus(0.0)).unwrap()
@@ -350,4 +350,23 @@ fn killing_the_driver_ends_its_workers() {
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+#[test]
+fn calling_a_function_the_worker_binary_lacks_is_a_clear_error() {
+    let cluster = cluster();
+    let missing: ObjectRef<u64> = cluster
+        .submit_task(TaskOptions::new("no::such::function"), Vec::new())
+        .unwrap();
+    let error = missing.get().unwrap_err();
+    let Error::Task(task) = &error else {
+        panic!("expected a task error, got {error}")
+    };
+    assert_eq!(task.kind, TaskErrorKind::FunctionNotFound);
+    assert!(
+        task.message
+            .contains("no #[raylet::remote] function named no::such::function"),
+        "{}",
+        task.message
+    );
 }
