@@ -122,6 +122,16 @@ fn wait_for_files(dir: &Path, count: usize, timeout: Duration) -> Vec<PathBuf> {
     }
 }
 
+/// A child process that is killed and reaped even when the test fails.
+struct KillOnDrop(std::process::Child);
+
+impl Drop for KillOnDrop {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
 fn pid_alive(pid: i32) -> bool {
     let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
     !stat.is_empty()
@@ -330,18 +340,19 @@ fn driver_that_gets_killed() {
 #[test]
 fn killing_the_driver_ends_its_workers() {
     let dir = temp_dir();
-    let mut driver = std::process::Command::new(std::env::current_exe().unwrap())
+    let driver = std::process::Command::new(std::env::current_exe().unwrap())
         .args(["--exact", "driver_that_gets_killed", "--ignored", "--nocapture"])
         .env("RAYLET_TEST_PID_DIR", dir.path())
         .spawn()
         .unwrap();
+    let mut driver = KillOnDrop(driver);
     let files = wait_for_files(dir.path(), 2, Duration::from_secs(60));
     let workers: Vec<i32> = files
         .iter()
         .map(|f| f.file_name().unwrap().to_str().unwrap().parse().unwrap())
         .collect();
-    driver.kill().unwrap();
-    driver.wait().unwrap();
+    driver.0.kill().unwrap();
+    driver.0.wait().unwrap();
     let deadline = Instant::now() + Duration::from_secs(5);
     while workers.iter().any(|pid| pid_alive(*pid)) {
         assert!(

@@ -122,10 +122,11 @@ impl Cluster {
     pub fn submit_task<R>(&self, options: TaskOptions, args: Vec<Arg>) -> Result<ObjectRef<R>> {
         let demand = options.demand()?;
         let core = self.core();
-        let return_id = ObjectId::random();
+        let task_id = TaskId::random();
+        let return_id = task_id.return_object();
         core.store.add_pending(return_id);
         let submission = Submission {
-            task_id: TaskId::random(),
+            task_id,
             return_id,
             options,
             demand,

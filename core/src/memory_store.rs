@@ -118,11 +118,12 @@ impl MemoryStore {
         self.objects().insert(id, entry);
     }
 
-    /// Stores a finished object and wakes its waiters. An object nobody
-    /// refers to any more is dropped.
+    /// Stores a finished object and wakes its waiters. The first outcome
+    /// wins: a cancelled task's late result does not replace `Cancelled`.
+    /// An object nobody refers to any more is dropped.
     pub fn complete(&self, id: ObjectId, outcome: Outcome) {
         let mut objects = self.objects();
-        let Some(entry) = objects.get_mut(&id) else {
+        let Some(entry) = objects.get_mut(&id).filter(|e| matches!(e.slot, Slot::Pending(_))) else {
             return;
         };
         if let Slot::Pending(notify) = std::mem::replace(&mut entry.slot, Slot::Ready(outcome)) {

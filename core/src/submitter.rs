@@ -14,7 +14,7 @@ use raylet_proto::v1::node_manager_service_client::NodeManagerServiceClient;
 use raylet_proto::v1::worker_service_client::WorkerServiceClient;
 use raylet_proto::v1::{
     self, CancelLeaseRequest, CancelTask, GetWorkerExitRequest, LeaseSessionEvent, LeaseSessionRequest, RequestLease,
-    ReturnLease, TaskArg, TaskBatch, TaskSpec, WorkerEvents, task_arg,
+    ReturnLease, TaskArg, TaskBatch, TaskSpec, task_arg,
 };
 use raylet_proto::{NodeId, ObjectId, ResourceSet, TaskId, WorkerId};
 use tokio::sync::{mpsc, oneshot};
@@ -22,7 +22,7 @@ use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::core_worker::CoreWorker;
-use crate::memory_store::outcome_from_proto;
+use crate::memory_store::{Outcome, outcome_from_proto};
 use crate::task::{Arg, TaskError, TaskErrorKind, TaskOptions};
 
 /// Most tasks sent ahead to one leased worker.
@@ -65,7 +65,8 @@ pub(crate) enum SubmitterEvent {
     Results {
         worker: WorkerId,
         lease: u64,
-        events: WorkerEvents,
+        finished: Vec<TaskFinished>,
+        logs: Vec<v1::LogLine>,
     },
     WorkerStreamClosed {
         worker: WorkerId,
@@ -178,7 +179,12 @@ impl Submitter {
             SubmitterEvent::Cancel { object, force } => self.cancel(object, force),
             SubmitterEvent::Lease { node, event } => self.on_lease_event(node, event),
             SubmitterEvent::LeaseSessionClosed { node, reason } => self.on_session_closed(node, reason),
-            SubmitterEvent::Results { worker, lease, events } => self.on_results(worker, lease, events),
+            SubmitterEvent::Results {
+                worker,
+                lease,
+                finished,
+                logs,
+            } => self.on_results(worker, lease, finished, logs),
             SubmitterEvent::WorkerStreamClosed { worker, lease } => self.on_stream_closed(worker, lease),
             SubmitterEvent::WorkerDied { worker, description } => self.on_worker_died(worker, &description),
             SubmitterEvent::Shutdown(_) => unreachable!("handled in run"),
@@ -447,21 +453,18 @@ impl Submitter {
         }
     }
 
-    fn on_results(&mut self, worker_id: WorkerId, lease: u64, events: WorkerEvents) {
+    fn on_results(&mut self, worker_id: WorkerId, lease: u64, results: Vec<TaskFinished>, logs: Vec<v1::LogLine>) {
         let Some(worker) = self.workers.get_mut(&worker_id).filter(|w| w.lease == lease) else {
             return;
         };
         if self.core.log_to_driver {
-            print_logs(worker, &events.logs);
+            print_logs(worker, &logs);
         }
-        let mut finished = Vec::with_capacity(events.results.len());
-        for result in events.results {
-            let Ok(task_id) = TaskId::from_wire(&result.task_id) else {
-                continue;
-            };
-            if let Some(task) = worker.in_flight.remove(&task_id) {
+        let mut finished = Vec::with_capacity(results.len());
+        for result in results {
+            if let Some(task) = worker.in_flight.remove(&result.task_id) {
                 self.run_times.record(&task.spec.function, result.run_micros);
-                finished.push((task, result.outcome.unwrap_or_default()));
+                finished.push((task, result.outcome));
             }
         }
         if worker.in_flight.is_empty() {
@@ -469,12 +472,12 @@ impl Submitter {
         }
         let shape = worker.shape.clone();
         for (task, outcome) in finished {
-            self.finish(task, outcome_from_proto(outcome));
+            self.finish(task, outcome);
         }
         self.dispatch(&shape);
     }
 
-    fn finish(&mut self, task: QueuedTask, outcome: crate::memory_store::Outcome) {
+    fn finish(&mut self, task: QueuedTask, outcome: Outcome) {
         if self.cancelled.remove(&task.return_id) {
             return;
         }
@@ -721,10 +724,12 @@ fn connect_worker(
             let reply = client.push_tasks(UnboundedReceiverStream::new(outbound)).await;
             let mut inbound = reply.map_err(raylet_proto::Error::from)?.into_inner();
             while let Some(batch) = inbound.message().await.map_err(raylet_proto::Error::from)? {
+                let finished = complete_values(&core, batch.results);
                 let _ = events.send(SubmitterEvent::Results {
                     worker,
                     lease,
-                    events: batch,
+                    finished,
+                    logs: batch.logs,
                 });
             }
             Ok(())
@@ -736,6 +741,34 @@ fn connect_worker(
         let _ = events.send(SubmitterEvent::WorkerStreamClosed { worker, lease });
     });
     tasks
+}
+
+/// A task's outcome as its worker reported it.
+pub(crate) struct TaskFinished {
+    task_id: TaskId,
+    outcome: Outcome,
+    run_micros: u64,
+}
+
+/// Decodes results, and stores values at once so that a waiting `get`
+/// wakes without a detour through the submitter; failures, which may be
+/// retried, are left to the submitter.
+fn complete_values(core: &CoreWorker, results: Vec<v1::TaskResult>) -> Vec<TaskFinished> {
+    results
+        .into_iter()
+        .filter_map(|result| {
+            let task_id = TaskId::from_wire(&result.task_id).ok()?;
+            let outcome = outcome_from_proto(result.outcome.unwrap_or_default());
+            if let Ok(value) = &outcome {
+                core.store.complete(task_id.return_object(), Ok(value.clone()));
+            }
+            Some(TaskFinished {
+                task_id,
+                outcome,
+                run_micros: result.run_micros,
+            })
+        })
+        .collect()
 }
 
 /// How a worker exited, as its node manager saw it.

@@ -97,6 +97,14 @@ define_id!(
     "ObjectId"
 );
 
+impl TaskId {
+    /// The object that holds the task's return value: it shares the task's
+    /// bytes, so a result can be stored without a lookup.
+    pub fn return_object(&self) -> ObjectId {
+        ObjectId(self.0)
+    }
+}
+
 define_id!(
     /// Identifies a worker process.
     WorkerId,

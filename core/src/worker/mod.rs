@@ -76,7 +76,7 @@ impl WorkerContext {
 /// Runs a worker until its node manager goes away. Returns the exit code.
 pub(crate) fn run(bootstrap: WorkerBootstrap) -> i32 {
     let runtime = match tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(2)
+        .worker_threads(1)
         .thread_name("raylet-worker")
         .enable_all()
         .build()
