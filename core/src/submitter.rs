@@ -572,17 +572,22 @@ impl Submitter {
                 return;
             }
         }
-        let running = self.workers.values().find_map(|w| {
-            w.in_flight
-                .values()
-                .find(|t| t.return_id == object)
-                .map(|t| (w.tasks.clone(), t.spec.task_id.clone()))
+        let pushed = self.workers.iter().find_map(|(id, w)| {
+            let task = w.in_flight.values().find(|t| t.return_id == object)?;
+            Some((*id, w.node.clone(), w.tasks.clone(), task.spec.task_id.clone()))
         });
-        if let Some((tasks, task_id)) = running {
+        if let Some((worker_id, node, tasks, task_id)) = pushed {
             let _ = tasks.send(TaskBatch {
                 tasks: Vec::new(),
-                cancel: vec![CancelTask { task_id, force }],
+                cancel: vec![CancelTask { task_id }],
             });
+            if force {
+                let kill = ReturnLease {
+                    worker_id: worker_id.as_bytes().to_vec(),
+                    worker_failed: true,
+                };
+                self.session(&node).send_request(LeaseRequest::ReturnLease(kill));
+            }
         }
         if matches!(self.core.store.try_get(object), Ok(None)) {
             self.cancelled.insert(object);

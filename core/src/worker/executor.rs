@@ -1,8 +1,9 @@
-//! Runs tasks one at a time on the worker's main thread: checks the binary
-//! and the function, turns panics into task errors, and reports results.
+//! Runs one task: checks the binary and the function, turns panics into
+//! task errors, and says where the task failed.
 
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::time::Instant;
 
 use bytes::Bytes;
 use raylet_proto::TaskId;
@@ -15,61 +16,41 @@ use crate::memory_store::outcome_to_proto;
 use crate::registry::{self, Invoke, TaskOutcome};
 use crate::task::{TaskError, TaskErrorKind};
 
-/// Where a task's result goes: the stream of the owner that pushed it.
+/// Where a task's result and output go: the stream of the owner that pushed it.
 pub(crate) type ResultSender = mpsc::UnboundedSender<Result<WorkerEvents, Status>>;
 
-/// A task with its resolved arguments.
-pub(crate) struct Execution {
-    pub(crate) spec: TaskSpec,
-    pub(crate) args: Result<Vec<Bytes>, TaskError>,
-    pub(crate) results: ResultSender,
-}
-
-/// Runs executions until every sender is gone.
-pub(crate) fn run(
-    receiver: std::sync::mpsc::Receiver<Execution>,
+/// Runs a task with its resolved arguments and reports how it went.
+pub(crate) async fn run_task(
     context: &WorkerContext,
-    runtime: &tokio::runtime::Runtime,
-) {
-    while let Ok(execution) = receiver.recv() {
-        let Ok(task_id) = TaskId::from_wire(&execution.spec.task_id) else {
-            continue;
-        };
-        let started = std::time::Instant::now();
-        let outcome = if context.take_cancelled(task_id) {
-            Err(TaskError::new(
-                TaskErrorKind::Cancelled,
-                &execution.spec.function,
-                "cancelled before it started",
-            ))
-        } else {
-            context.set_running(Some(task_id));
-            logs::attach(&execution.spec.function, execution.results.clone());
-            let outcome = execution
-                .args
-                .and_then(|args| execute(&execution.spec, args, context, runtime));
-            context.set_running(None);
-            outcome
-        };
-        let outcome = outcome.map_err(|error| with_origin(error, &execution.spec, context));
-        let result = TaskResult {
-            task_id: execution.spec.task_id,
-            outcome: Some(outcome_to_proto(&outcome)),
-            run_micros: started.elapsed().as_micros() as u64,
-        };
-        let _ = execution.results.send(Ok(WorkerEvents {
-            results: vec![result],
-            logs: Vec::new(),
-        }));
+    spec: TaskSpec,
+    args: Result<Vec<Bytes>, TaskError>,
+    results: &ResultSender,
+) -> TaskResult {
+    let started = Instant::now();
+    let cancelled = TaskId::from_wire(&spec.task_id).is_ok_and(|id| context.take_cancelled(id));
+    let outcome = if cancelled {
+        Err(TaskError::new(
+            TaskErrorKind::Cancelled,
+            &spec.function,
+            "cancelled before it started",
+        ))
+    } else {
+        logs::attach(&spec.function, results.clone());
+        match args {
+            Ok(args) => execute(&spec, args, context).await,
+            Err(error) => Err(error),
+        }
+    };
+    let outcome = outcome.map_err(|error| with_origin(error, &spec, context));
+    TaskResult {
+        task_id: spec.task_id,
+        outcome: Some(outcome_to_proto(&outcome)),
+        run_micros: started.elapsed().as_micros() as u64,
     }
 }
 
-fn execute(
-    spec: &TaskSpec,
-    args: Vec<Bytes>,
-    context: &WorkerContext,
-    runtime: &tokio::runtime::Runtime,
-) -> TaskOutcome {
+/// Sync functions run on this thread; async ones on the cluster thread.
+async fn execute(spec: &TaskSpec, args: Vec<Bytes>, context: &WorkerContext) -> TaskOutcome {
     if spec.binary_hash != context.core.binary.hash {
         let message = format!(
             "the caller runs build {} of the binary, this worker runs build {}",
@@ -87,7 +68,7 @@ fn execute(
     match invoke {
         Invoke::Sync(function) => catch_unwind(AssertUnwindSafe(|| function(args)))
             .unwrap_or_else(|payload| Err(panic_error(&spec.function, payload))),
-        Invoke::Async(function) => match runtime.block_on(runtime.spawn(function(args))) {
+        Invoke::Async(function) => match context.core.runtime.spawn(function(args)).await {
             Ok(outcome) => outcome,
             Err(join) if join.is_panic() => Err(panic_error(&spec.function, join.into_panic())),
             Err(join) => Err(TaskError::new(

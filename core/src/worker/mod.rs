@@ -1,8 +1,11 @@
 //! Worker processes. A node manager starts the owner's binary again with a
 //! bootstrap variable; a hook that runs before `main` sees it and runs the
-//! worker instead: it serves task streams, runs tasks one at a time on its
-//! main thread, forwards its output to the task's owner, and exits when its
-//! node manager goes away.
+//! worker instead. The main thread serves task streams and runs each task
+//! right there, one at a time, so a task costs no hop between threads; a
+//! second thread runs the worker's own cluster handle (its submitter, its
+//! owner service and its session with the node manager), which tasks use to
+//! submit tasks and get objects. The worker exits when its node manager
+//! goes away, and its output is forwarded to the owner of the running task.
 
 mod executor;
 mod hook;
@@ -10,7 +13,7 @@ mod logs;
 mod service;
 
 use std::collections::HashSet;
-use std::net::SocketAddr;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex};
 
 use raylet_proto::auth::AuthToken;
@@ -30,34 +33,23 @@ use crate::core_worker::CoreWorker;
 use crate::owner_service::OwnerServiceImpl;
 use crate::submitter::Submitter;
 use crate::{Error, Result};
-use executor::Execution;
 
 /// The node manager that started this worker is listening already; if it
 /// does not answer soon, it is gone and so should the worker be.
 const NODE_MANAGER_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
 
-/// What the worker's threads share.
+/// What the task thread and the cluster thread share.
 pub(crate) struct WorkerContext {
     pub(crate) core: Arc<CoreWorker>,
     pub(crate) node_id: NodeId,
     pub(crate) pid: u32,
-    pub(crate) executions: std::sync::mpsc::Sender<Execution>,
     cancelled: Mutex<HashSet<TaskId>>,
-    running: Mutex<Option<TaskId>>,
 }
 
 impl WorkerContext {
-    /// Cancels a task: a queued one is skipped; a running one ends the
-    /// process when forced, since a running function cannot be interrupted.
-    pub(crate) fn cancel(&self, task_id: TaskId, force: bool) {
-        let running = *self.running.lock().unwrap_or_else(|p| p.into_inner());
-        if running == Some(task_id) {
-            if force {
-                eprintln!("raylet worker: task {task_id} was cancelled with force; exiting");
-                std::process::exit(1);
-            }
-            return;
-        }
+    /// Marks a queued task as cancelled: it will be skipped. A running task
+    /// is stopped by its owner through the node manager, which kills us.
+    pub(crate) fn cancel(&self, task_id: TaskId) {
         self.cancelled.lock().unwrap_or_else(|p| p.into_inner()).insert(task_id);
     }
 
@@ -67,22 +59,19 @@ impl WorkerContext {
             .unwrap_or_else(|p| p.into_inner())
             .remove(&task_id)
     }
-
-    fn set_running(&self, task_id: Option<TaskId>) {
-        *self.running.lock().unwrap_or_else(|p| p.into_inner()) = task_id;
-    }
 }
 
 /// Runs a worker until its node manager goes away. Returns the exit code.
 pub(crate) fn run(bootstrap: WorkerBootstrap) -> i32 {
-    let runtime = match tokio::runtime::Builder::new_multi_thread()
+    let cluster_thread = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("raylet-worker")
         .enable_all()
-        .build()
-    {
-        Ok(runtime) => runtime,
-        Err(error) => {
+        .build();
+    let task_thread = tokio::runtime::Builder::new_current_thread().enable_all().build();
+    let (cluster_thread, task_thread) = match (cluster_thread, task_thread) {
+        (Ok(cluster), Ok(tasks)) => (cluster, tasks),
+        (Err(error), _) | (_, Err(error)) => {
             eprintln!("raylet worker: cannot start a runtime: {error}");
             return 1;
         }
@@ -90,34 +79,40 @@ pub(crate) fn run(bootstrap: WorkerBootstrap) -> i32 {
     if let Err(error) = logs::capture() {
         eprintln!("raylet worker: output will not reach the driver: {error}");
     }
-    let (executions, receiver) = std::sync::mpsc::channel();
-    let handle = runtime.handle().clone();
-    match runtime.block_on(start(bootstrap, executions, handle)) {
-        Ok(context) => {
-            executor::run(receiver, &context, &runtime);
-            0
-        }
+    let handle = cluster_thread.handle().clone();
+    let started = cluster_thread.block_on(start(bootstrap, handle));
+    let (context, token, task_listener) = match started {
+        Ok(started) => started,
         Err(error) => {
             eprintln!("raylet worker: cannot start: {error}");
+            return 1;
+        }
+    };
+    match task_thread.block_on(serve_tasks(context, token, task_listener)) {
+        Ok(()) => 0,
+        Err(error) => {
+            eprintln!("raylet worker: the task service failed: {error}");
             1
         }
     }
 }
 
+/// Starts the worker's cluster side and registers with the node manager.
+/// Returns the listener for task streams, which the main thread serves.
 async fn start(
     bootstrap: WorkerBootstrap,
-    executions: std::sync::mpsc::Sender<Execution>,
     runtime: tokio::runtime::Handle,
-) -> Result<Arc<WorkerContext>> {
+) -> Result<(Arc<WorkerContext>, AuthToken, std::net::TcpListener)> {
     let token = AuthToken::parse(&bootstrap.token)?;
     let worker_id: WorkerId = bootstrap.worker_id.parse()?;
     let node_id: NodeId = bootstrap.node_id.parse()?;
-    let ip: std::net::IpAddr = bootstrap
+    let ip: IpAddr = bootstrap
         .bind_ip
         .parse()
         .map_err(|e| Error::Cluster(raylet_proto::Error::InvalidArgument(format!("bind ip: {e}"))))?;
-    let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, 0)).await?;
-    let address = listener.local_addr()?.to_string();
+    let task_listener = std::net::TcpListener::bind(SocketAddr::new(ip, 0))?;
+    task_listener.set_nonblocking(true)?;
+    let owner_listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, 0)).await?;
 
     let (session, session_outbound) = mpsc::unbounded_channel::<WorkerSessionMessage>();
     let blocked_session = session.clone();
@@ -132,7 +127,7 @@ async fn start(
         hash: bootstrap.binary_hash.clone(),
     };
     let core = Arc::new(CoreWorker::new(
-        address.clone(),
+        owner_listener.local_addr()?.to_string(),
         token.clone(),
         bootstrap.node_manager_address.clone(),
         binary,
@@ -142,49 +137,56 @@ async fn start(
         Some(blocked_hook),
     ));
     Submitter::spawn(core.clone(), submissions);
+    serve_objects(core.clone(), token.clone(), owner_listener);
+    crate::cluster::set_current(Cluster::for_worker(core.clone()));
     let context = Arc::new(WorkerContext {
         core: core.clone(),
         node_id,
         pid: std::process::id(),
-        executions,
         cancelled: Mutex::new(HashSet::new()),
-        running: Mutex::new(None),
     });
-    serve(context.clone(), token, listener);
-    crate::cluster::set_current(Cluster::for_worker(core.clone()));
 
     let register = RegisterWorker {
         worker_id: worker_id.as_bytes().to_vec(),
-        address,
+        address: task_listener.local_addr()?.to_string(),
         pid: std::process::id(),
     };
     let _ = session.send(WorkerSessionMessage {
         kind: Some(SessionKind::Register(register)),
     });
     join_node_manager(&core, session_outbound).await?;
-    Ok(context)
+    Ok((context, token, task_listener))
 }
 
-fn serve(context: Arc<WorkerContext>, token: AuthToken, listener: tokio::net::TcpListener) {
-    let owner = OwnerServiceServer::new(OwnerServiceImpl {
-        core: context.core.clone(),
-    })
-    .max_decoding_message_size(MAX_DATA_MESSAGE)
-    .max_encoding_message_size(MAX_DATA_MESSAGE);
-    let worker = WorkerServiceServer::new(service::WorkerServiceImpl { context })
+/// Serves the objects this worker owns, on the cluster thread.
+fn serve_objects(core: Arc<CoreWorker>, token: AuthToken, listener: tokio::net::TcpListener) {
+    let owner = OwnerServiceServer::new(OwnerServiceImpl { core })
         .max_decoding_message_size(MAX_DATA_MESSAGE)
         .max_encoding_message_size(MAX_DATA_MESSAGE);
     tokio::spawn(async move {
-        let serving = authenticated(token)
-            .add_service(worker)
+        if let Err(error) = authenticated(token)
             .add_service(owner)
             .serve_with_incoming(incoming(listener))
-            .await;
-        if let Err(error) = serving {
-            eprintln!("raylet worker: the task service failed: {error}");
+            .await
+        {
+            eprintln!("raylet worker: the object service failed: {error}");
             std::process::exit(1);
         }
     });
+}
+
+/// Serves task streams on the main thread, which also runs the tasks.
+async fn serve_tasks(context: Arc<WorkerContext>, token: AuthToken, listener: std::net::TcpListener) -> Result<()> {
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    let tasks = WorkerServiceServer::new(service::WorkerServiceImpl { context })
+        .max_decoding_message_size(MAX_DATA_MESSAGE)
+        .max_encoding_message_size(MAX_DATA_MESSAGE);
+    authenticated(token)
+        .add_service(tasks)
+        .serve_with_incoming(incoming(listener))
+        .await
+        .map_err(raylet_proto::Error::from)?;
+    Ok(())
 }
 
 /// Opens the worker session with the node manager; the process exits when

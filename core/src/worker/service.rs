@@ -1,8 +1,11 @@
-//! The worker's task service: owners push tasks over a stream; arguments
-//! are resolved here, then the executor runs them in order.
+//! The worker's task service: owners push tasks over a stream. Each task's
+//! arguments are resolved, then the task runs right here on the main
+//! thread, and its result goes back on the same stream.
 
+use std::future::Future;
 use std::pin::Pin;
 use std::sync::Arc;
+use std::task::Poll;
 
 use bytes::Bytes;
 use raylet_proto::v1::worker_service_server::WorkerService;
@@ -14,7 +17,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::WorkerContext;
-use super::executor::Execution;
+use super::executor;
 use crate::object_ref::{AnyObjectRef, RawRef};
 use crate::task::{TaskError, TaskErrorKind};
 
@@ -30,51 +33,88 @@ impl WorkerService for WorkerServiceImpl {
         &self,
         request: Request<Streaming<TaskBatch>>,
     ) -> Result<Response<Self::PushTasksStream>, Status> {
-        let mut inbound = request.into_inner();
         let (results, receiver) = mpsc::unbounded_channel();
-        let context = self.context.clone();
-        tokio::spawn(async move {
-            while let Ok(Some(batch)) = inbound.message().await {
-                for cancel in batch.cancel {
-                    if let Ok(task_id) = TaskId::from_wire(&cancel.task_id) {
-                        context.cancel(task_id, cancel.force);
-                    }
-                }
-                for spec in batch.tasks {
-                    let args = resolve_args(&context, &spec).await;
-                    let execution = Execution {
-                        spec,
-                        args,
-                        results: results.clone(),
-                    };
-                    if context.executions.send(execution).is_err() {
-                        return;
-                    }
-                }
-            }
-        });
+        tokio::spawn(run_stream(self.context.clone(), request.into_inner(), results));
         Ok(Response::new(Box::pin(UnboundedReceiverStream::new(receiver))))
     }
 }
 
-/// Inline values as they are; references fetched from their owners.
-async fn resolve_args(context: &WorkerContext, spec: &TaskSpec) -> Result<Vec<Bytes>, TaskError> {
+/// Runs the stream's tasks in order. Before each task, every batch that has
+/// already arrived is read, so that cancellations sent after a task was
+/// pushed are seen before it starts.
+async fn run_stream(context: Arc<WorkerContext>, mut inbound: Streaming<TaskBatch>, results: executor::ResultSender) {
+    let mut queue = std::collections::VecDeque::new();
+    loop {
+        if queue.is_empty() {
+            match inbound.message().await {
+                Ok(Some(batch)) => absorb(&context, batch, &mut queue),
+                _ => return,
+            }
+        }
+        while let Some(batch) = next_if_ready(&mut inbound).await {
+            absorb(&context, batch, &mut queue);
+        }
+        if let Some(spec) = queue.pop_front() {
+            let args = resolve_args(&context, &spec).await;
+            let result = executor::run_task(&context, spec, args, &results).await;
+            if results
+                .send(Ok(WorkerEvents {
+                    results: vec![result],
+                    logs: Vec::new(),
+                }))
+                .is_err()
+            {
+                return;
+            }
+        }
+    }
+}
+
+fn absorb(context: &WorkerContext, batch: TaskBatch, queue: &mut std::collections::VecDeque<TaskSpec>) {
+    for cancel in batch.cancel {
+        if let Ok(task_id) = TaskId::from_wire(&cancel.task_id) {
+            context.cancel(task_id);
+        }
+    }
+    queue.extend(batch.tasks);
+}
+
+/// The next batch if one has arrived already; `None` otherwise, or when the
+/// stream has ended (the next blocking read will see that).
+async fn next_if_ready(inbound: &mut Streaming<TaskBatch>) -> Option<TaskBatch> {
+    let mut next = std::pin::pin!(inbound.message());
+    let polled = std::future::poll_fn(|cx| Poll::Ready(next.as_mut().poll(cx))).await;
+    match polled {
+        Poll::Ready(Ok(Some(batch))) => Some(batch),
+        _ => None,
+    }
+}
+
+/// Inline values as they are; references fetched from their owners on the
+/// cluster thread, whose connections stay alive while a task runs here.
+async fn resolve_args(context: &Arc<WorkerContext>, spec: &TaskSpec) -> Result<Vec<Bytes>, TaskError> {
     let mut args = Vec::with_capacity(spec.args.len());
     for (index, arg) in spec.args.iter().enumerate() {
         match &arg.kind {
             Some(task_arg::Kind::Value(bytes)) => args.push(bytes.clone()),
             Some(task_arg::Kind::ObjectRef(object)) => {
                 let id = ObjectId::from_wire(&object.object_id).map_err(|e| argument_error(spec, index, e))?;
-                let raw = RawRef {
+                let object = AnyObjectRef::borrowed(RawRef {
                     id,
                     owner: object.owner_address.as_str().into(),
-                };
-                let outcome = context.core.wait_outcome(&AnyObjectRef::borrowed(raw), None).await;
-                match outcome {
-                    Ok(Some(Ok(value))) => args.push(value.data),
-                    Ok(Some(Err(upstream))) => return Err(upstream),
-                    Ok(None) => unreachable!("waiting without a deadline"),
-                    Err(error) => return Err(argument_error(spec, index, error)),
+                });
+                let core = context.core.clone();
+                let fetched = context
+                    .core
+                    .runtime
+                    .spawn(async move { core.wait_outcome(&object, None).await })
+                    .await;
+                match fetched {
+                    Ok(Ok(Some(Ok(value)))) => args.push(value.data),
+                    Ok(Ok(Some(Err(upstream)))) => return Err(upstream),
+                    Ok(Ok(None)) => unreachable!("waiting without a deadline"),
+                    Ok(Err(error)) => return Err(argument_error(spec, index, error)),
+                    Err(join) => return Err(argument_error(spec, index, join)),
                 }
             }
             None => return Err(argument_error(spec, index, "the argument is empty")),
