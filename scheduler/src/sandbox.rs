@@ -111,9 +111,10 @@ impl SandboxBuilder {
             )
             .heartbeat_interval(self.heartbeat_interval)
             .connect_timeout(Duration::from_secs(5));
-            let running = start_node(config.clone()).await?;
+            let (running, address) = start_node(config.clone()).await?;
             sandbox.nodes.push(SandboxNode {
                 config,
+                address,
                 running: Some(running),
             });
         }
@@ -123,6 +124,7 @@ impl SandboxBuilder {
 
 struct SandboxNode {
     config: NodeConfig,
+    address: String,
     running: Option<RunningService>,
 }
 
@@ -130,9 +132,11 @@ async fn loopback_listener() -> Result<TcpListener> {
     Ok(TcpListener::bind("127.0.0.1:0").await?)
 }
 
-async fn start_node(config: NodeConfig) -> Result<RunningService> {
+/// Starts a node manager; returns it running, with its address.
+async fn start_node(config: NodeConfig) -> Result<(RunningService, String)> {
     let node = NodeManager::start(config, loopback_listener().await?).await?;
-    Ok(RunningService::spawn(|signal| node.run(signalled(signal))))
+    let address = node.address().to_string();
+    Ok((RunningService::spawn(|signal| node.run(signalled(signal))), address))
 }
 
 /// A head and N node managers running in this process on loopback.
@@ -163,6 +167,11 @@ impl ClusterSandbox {
 
     pub fn node_id(&self, index: usize) -> NodeId {
         self.nodes[index].config.node_id
+    }
+
+    /// The address of node `index`'s node manager service.
+    pub fn node_address(&self, index: usize) -> &str {
+        &self.nodes[index].address
     }
 
     pub async fn head_client(&self) -> Result<HeadClient> {
@@ -212,7 +221,9 @@ impl ClusterSandbox {
     /// Starts node `index` again with the same node id, on a new port.
     pub async fn restart_node(&mut self, index: usize) -> Result<()> {
         let config = self.nodes[index].config.clone();
-        self.nodes[index].running = Some(start_node(config).await?);
+        let (running, address) = start_node(config).await?;
+        self.nodes[index].running = Some(running);
+        self.nodes[index].address = address;
         Ok(())
     }
 

@@ -6,8 +6,10 @@ use std::time::{Duration, Instant};
 use raylet_proto::auth::{AuthToken, ClientAuth};
 use raylet_proto::channel::endpoint;
 use raylet_proto::resources::CPU;
-use raylet_proto::v1::GetClusterStatusRequest;
 use raylet_proto::v1::head_service_client::HeadServiceClient;
+use raylet_proto::v1::lease_session_request::Kind as LeaseKind;
+use raylet_proto::v1::node_manager_service_client::NodeManagerServiceClient;
+use raylet_proto::v1::{GetClusterStatusRequest, LeaseSessionRequest, WorkerBinary};
 use raylet_proto::{Amount, Error, ResourceSet};
 use raylet_scheduler::node_manager::{NodeConfig, NodeManager};
 use raylet_scheduler::sandbox::ClusterSandbox;
@@ -157,4 +159,53 @@ async fn joining_a_head_that_is_not_there_fails_in_bounded_time() {
     let error = NodeManager::start(config, node_listener).await.err().unwrap();
     assert!(started.elapsed() < Duration::from_secs(5));
     assert!(error.to_string().contains("could not reach"), "{error}");
+}
+
+#[tokio::test]
+async fn a_lease_session_for_another_build_of_the_binary_is_refused_naming_both_hashes() {
+    let sandbox = sandbox(1).await;
+    let channel = raylet_proto::channel::connect(sandbox.node_address(0), sandbox.token(), Duration::from_secs(5))
+        .await
+        .unwrap();
+    let mut client = NodeManagerServiceClient::new(channel);
+    let claimed = "0".repeat(32);
+    let open = LeaseSessionRequest {
+        kind: Some(LeaseKind::Open(WorkerBinary {
+            path: "/bin/sh".into(),
+            hash: claimed.clone(),
+        })),
+    };
+    let status = client
+        .lease_session(tokio_stream::iter(vec![open]))
+        .await
+        .err()
+        .unwrap();
+    let error = Error::from(status).to_string();
+    let actual = raylet_proto::binary_hash::hash_file(std::path::Path::new("/bin/sh")).unwrap();
+    assert!(error.contains(&claimed) && error.contains(&actual), "{error}");
+    assert!(error.contains("rebuilt"), "{error}");
+    sandbox.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_lease_session_for_a_binary_the_node_lacks_is_refused() {
+    let sandbox = sandbox(1).await;
+    let channel = raylet_proto::channel::connect(sandbox.node_address(0), sandbox.token(), Duration::from_secs(5))
+        .await
+        .unwrap();
+    let mut client = NodeManagerServiceClient::new(channel);
+    let open = LeaseSessionRequest {
+        kind: Some(LeaseKind::Open(WorkerBinary {
+            path: "/no/such/binary".into(),
+            hash: "0".repeat(32),
+        })),
+    };
+    let status = client
+        .lease_session(tokio_stream::iter(vec![open]))
+        .await
+        .err()
+        .unwrap();
+    let error = Error::from(status).to_string();
+    assert!(error.contains("/no/such/binary is not on this node"), "{error}");
+    sandbox.shutdown().await.unwrap();
 }

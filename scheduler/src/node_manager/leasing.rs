@@ -588,3 +588,90 @@ fn send_to_session(state: &LeaseState, session: u64, event: EventKind) {
 fn send(events: &EventSender, event: EventKind) {
     let _ = events.send(Ok(LeaseSessionEvent { kind: Some(event) }));
 }
+
+#[cfg(test)]
+mod tests {
+    use raylet_proto::Amount;
+
+    use super::*;
+
+    fn cpus(n: u64) -> ResourceSet {
+        ResourceSet::new().with(CPU, Amount::whole(n))
+    }
+
+    fn node(address: &str, total: u64, available: u64) -> NodeView {
+        NodeView {
+            node_id: NodeId::random(),
+            address: address.into(),
+            total: cpus(total),
+            available: cpus(available),
+        }
+    }
+
+    /// A node with `local` CPUs, `used` of them leased, one open session,
+    /// and the given other nodes.
+    fn state(local: u64, used: u64, others: Vec<NodeView>) -> LeaseState {
+        let mut ledger = ResourceLedger::new(cpus(local));
+        if used > 0 {
+            ledger.hold(WorkerId::random(), cpus(used));
+        }
+        let (events, _) = mpsc::unbounded_channel();
+        let session = Session {
+            binary: PathBuf::from("/bin/true"),
+            binary_hash: String::new(),
+            events,
+            startup_failures: 0,
+        };
+        LeaseState {
+            ledger,
+            cluster_view: others,
+            sessions: HashMap::from([(1, session)]),
+            next_session: 2,
+            workers: HashMap::new(),
+            queue: VecDeque::new(),
+            exits: HashMap::new(),
+        }
+    }
+
+    fn request(demand: u64, allow_spillback: bool) -> PendingLease {
+        PendingLease {
+            session: 1,
+            request_id: 7,
+            demand: cpus(demand),
+            allow_spillback,
+        }
+    }
+
+    #[test]
+    fn a_request_that_fits_is_granted_here() {
+        let state = state(2, 1, vec![node("b:1", 8, 8)]);
+        assert!(matches!(decide(&state, &request(1, true)), Decision::Grant));
+    }
+
+    #[test]
+    fn a_full_node_spills_to_the_roomiest_node_with_room() {
+        let state = state(2, 2, vec![node("b:1", 8, 1), node("c:1", 8, 6), node("d:1", 8, 0)]);
+        assert!(matches!(decide(&state, &request(1, true)), Decision::Spill(a) if a == "c:1"));
+    }
+
+    #[test]
+    fn a_spilled_request_waits_instead_of_spilling_again() {
+        let state = state(2, 2, vec![node("b:1", 8, 8)]);
+        assert!(matches!(decide(&state, &request(1, false)), Decision::Wait));
+    }
+
+    #[test]
+    fn a_request_only_another_node_can_ever_fit_goes_there() {
+        let state = state(2, 0, vec![node("b:1", 16, 0)]);
+        assert!(matches!(decide(&state, &request(8, true)), Decision::Spill(a) if a == "b:1"));
+    }
+
+    #[test]
+    fn a_request_no_node_can_ever_fit_is_refused_saying_why() {
+        let state = state(2, 0, vec![node("b:1", 4, 4)]);
+        let Decision::Refuse(reason) = decide(&state, &request(64, true)) else {
+            panic!("an infeasible request must be refused");
+        };
+        assert!(reason.contains("CPU: 64.0") && reason.contains("CPU: 4.0"), "{reason}");
+    }
+}
