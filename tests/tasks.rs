@@ -317,50 +317,120 @@ fn an_infeasible_task_fails_fast_and_says_why() {
     assert!(task.message.contains("CPU: 64"), "{}", task.message);
 }
 
-#[test]
-fn task_output_is_printed_by_the_driver() {
-    let cluster = cluster();
-    assert_eq!(print_lines::remote(&cluster, 3).unwrap().get().unwrap(), 3);
+/// Runs a child driver whose task prints three lines; returns its stdout.
+fn output_of_printing_driver(log_to_driver: &str) -> String {
+    let output = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", "child_printing_driver", "--ignored", "--nocapture"])
+        .env("RAYLET_TEST_PRINT", "1")
+        .env("RAYLET_LOG_TO_DRIVER", log_to_driver)
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    String::from_utf8_lossy(&output.stdout).into_owned()
 }
 
-/// Run by `killing_the_driver_ends_its_workers` in a child process.
 #[test]
-#[ignore = "runs only as the child of killing_the_driver_ends_its_workers"]
-fn driver_that_gets_killed() {
-    let Ok(dir) = std::env::var("RAYLET_TEST_PID_DIR") else {
+#[ignore = "runs only as the child of task_output_reaches_the_driver_unless_turned_off"]
+fn child_printing_driver() {
+    if std::env::var("RAYLET_TEST_PRINT").is_err() {
+        return;
+    }
+    let cluster = raylet::init_with(Config::from_env().num_cpus(1.0)).unwrap();
+    assert_eq!(print_lines::remote(&cluster, 3).unwrap().get().unwrap(), 3);
+    std::thread::sleep(Duration::from_millis(300));
+    cluster.shutdown().unwrap();
+}
+
+#[test]
+fn task_output_reaches_the_driver_unless_turned_off() {
+    let stdout = output_of_printing_driver("1");
+    let lines: Vec<&str> = stdout.lines().filter(|l| l.contains("from a task")).collect();
+    assert_eq!(lines.len(), 3, "{stdout}");
+    for (i, line) in lines.iter().enumerate() {
+        assert!(line.starts_with("(print_lines pid="), "{line}");
+        assert!(
+            line.contains(" node=") && line.ends_with(&format!(") line {i} from a task")),
+            "{line}"
+        );
+    }
+    let quiet = output_of_printing_driver("0");
+    assert!(!quiet.contains("from a task"), "{quiet}");
+}
+
+/// A driver run in a child process by the tests below. It starts two
+/// workers that record their pids, then ends as `RAYLET_TEST_DRIVER_END`
+/// says: `killed` (waits to be killed), `shutdown` (calls
+/// `cluster.shutdown()` and lingers), or `exit` (returns from the test).
+#[test]
+#[ignore = "runs only as the child of the driver-death tests"]
+fn child_driver() {
+    let (Ok(dir), Ok(end)) = (
+        std::env::var("RAYLET_TEST_PID_DIR"),
+        std::env::var("RAYLET_TEST_DRIVER_END"),
+    ) else {
         return;
     };
     let cluster = cluster();
     let refs: Vec<_> = (0..2)
         .map(|_| worker_pid_then_sleep::remote(&cluster, dir.clone()).unwrap())
         .collect();
-    let _ = cluster.get_all(&refs);
+    wait_for_files(Path::new(&dir), 2, Duration::from_secs(60));
+    match end.as_str() {
+        "shutdown" => {
+            cluster.shutdown().unwrap();
+            std::fs::write(Path::new(&dir).join("shut-down"), b"").unwrap();
+            std::thread::sleep(Duration::from_secs(60));
+        }
+        "exit" => std::fs::write(Path::new(&dir).join("exiting"), b"").unwrap(),
+        _ => drop(cluster.get_all(&refs)),
+    }
 }
 
-#[test]
-fn killing_the_driver_ends_its_workers() {
+/// Starts the child driver, waits for its two workers, lets it end as
+/// `end` says, and checks the workers are gone within 5 s.
+fn workers_end_with_their_driver(end: &str) {
     let dir = temp_dir();
     let driver = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "driver_that_gets_killed", "--ignored", "--nocapture"])
+        .args(["--exact", "child_driver", "--ignored", "--nocapture"])
         .env("RAYLET_TEST_PID_DIR", dir.path())
+        .env("RAYLET_TEST_DRIVER_END", end)
         .spawn()
         .unwrap();
     let mut driver = KillOnDrop(driver);
     let files = wait_for_files(dir.path(), 2, Duration::from_secs(60));
     let workers: Vec<i32> = files
         .iter()
-        .map(|f| f.file_name().unwrap().to_str().unwrap().parse().unwrap())
+        .filter_map(|f| f.file_name()?.to_str()?.parse().ok())
         .collect();
-    driver.0.kill().unwrap();
-    driver.0.wait().unwrap();
+    assert_eq!(workers.len(), 2, "{files:?}");
+    match end {
+        "killed" => driver.0.kill().unwrap(),
+        "shutdown" => drop(wait_for_files(dir.path(), 3, Duration::from_secs(10))),
+        _ => assert!(driver.0.wait().unwrap().success()),
+    }
     let deadline = Instant::now() + Duration::from_secs(5);
     while workers.iter().any(|pid| pid_alive(*pid)) {
         assert!(
             Instant::now() < deadline,
-            "workers {workers:?} outlived their driver by 5 s"
+            "workers {workers:?} outlived their driver ({end}) by 5 s"
         );
         std::thread::sleep(Duration::from_millis(50));
     }
+}
+
+#[test]
+fn killing_the_driver_ends_its_workers() {
+    workers_end_with_their_driver("killed");
+}
+
+#[test]
+fn shutting_the_cluster_down_ends_the_workers() {
+    workers_end_with_their_driver("shutdown");
+}
+
+#[test]
+fn a_driver_that_exits_leaves_no_workers() {
+    workers_end_with_their_driver("exit");
 }
 
 #[test]
