@@ -122,15 +122,27 @@ impl MemoryStore {
     /// wins: a cancelled task's late result does not replace `Cancelled`.
     /// An object nobody refers to any more is dropped.
     pub fn complete(&self, id: ObjectId, outcome: Outcome) {
+        self.complete_many(std::iter::once((id, outcome)));
+    }
+
+    /// Stores several finished objects under one lock and one wake-up of
+    /// blocked waiters.
+    pub fn complete_many(&self, outcomes: impl IntoIterator<Item = (ObjectId, Outcome)>) {
         let mut objects = self.objects();
-        let Some(entry) = objects.get_mut(&id).filter(|e| matches!(e.slot, Slot::Pending(_))) else {
-            return;
-        };
-        if let Slot::Pending(notify) = std::mem::replace(&mut entry.slot, Slot::Ready(outcome)) {
-            notify.notify_waiters();
+        let mut any = false;
+        for (id, outcome) in outcomes {
+            let Some(entry) = objects.get_mut(&id).filter(|e| matches!(e.slot, Slot::Pending(_))) else {
+                continue;
+            };
+            if let Slot::Pending(notify) = std::mem::replace(&mut entry.slot, Slot::Ready(outcome)) {
+                notify.notify_waiters();
+            }
+            any = true;
         }
         drop(objects);
-        self.completed.notify_all();
+        if any {
+            self.completed.notify_all();
+        }
     }
 
     /// Adds a finished object, as `put` does.
@@ -183,16 +195,22 @@ impl MemoryStore {
         }
     }
 
-    /// Blocks until at least `wanted` of `ids` are finished or `deadline`
-    /// passes; says which are. Ids this store lacks count as finished.
+    /// Blocks until `wanted` of `ids` are finished or `deadline` passes;
+    /// says which are, scanning no further than the `wanted`-th finished
+    /// one. Ids this store lacks count as finished.
     pub fn wait_many_blocking(&self, ids: &[ObjectId], wanted: usize, deadline: Option<Instant>) -> Vec<bool> {
         let mut objects = self.objects();
         loop {
+            let mut found = 0;
             let finished: Vec<bool> = ids
                 .iter()
-                .map(|id| !matches!(objects.get(id).map(|e| &e.slot), Some(Slot::Pending(_))))
+                .map(|id| {
+                    let done = found < wanted && !matches!(objects.get(id).map(|e| &e.slot), Some(Slot::Pending(_)));
+                    found += usize::from(done);
+                    done
+                })
                 .collect();
-            if finished.iter().filter(|f| **f).count() >= wanted {
+            if found >= wanted {
                 return finished;
             }
             objects = match deadline {

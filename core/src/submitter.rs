@@ -759,21 +759,23 @@ pub(crate) struct TaskFinished {
 /// wakes without a detour through the submitter; failures, which may be
 /// retried, are left to the submitter.
 fn complete_values(core: &CoreWorker, results: Vec<v1::TaskResult>) -> Vec<TaskFinished> {
-    results
+    let finished: Vec<TaskFinished> = results
         .into_iter()
         .filter_map(|result| {
             let task_id = TaskId::from_wire(&result.task_id).ok()?;
             let outcome = outcome_from_proto(result.outcome.unwrap_or_default());
-            if let Ok(value) = &outcome {
-                core.store.complete(task_id.return_object(), Ok(value.clone()));
-            }
             Some(TaskFinished {
                 task_id,
                 outcome,
                 run_micros: result.run_micros,
             })
         })
-        .collect()
+        .collect();
+    let values = finished
+        .iter()
+        .filter_map(|f| Some((f.task_id.return_object(), Ok(f.outcome.as_ref().ok()?.clone()))));
+    core.store.complete_many(values);
+    finished
 }
 
 /// How a worker exited, as its node manager saw it.

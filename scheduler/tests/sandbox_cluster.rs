@@ -65,8 +65,11 @@ async fn a_killed_node_is_marked_dead_within_the_timeout() {
         .await
         .unwrap();
     let detected_after = killed_at.elapsed();
-        // The last heartbeat came at most one interval before the kill.
-    assert!(detected_after >= TIMEOUT - INTERVAL, "marked dead too early: {detected_after:?}");
+    // The last heartbeat came at most one interval before the kill.
+    assert!(
+        detected_after >= TIMEOUT - INTERVAL,
+        "marked dead too early: {detected_after:?}"
+    );
     assert_eq!(status.alive().count(), 1);
     assert_eq!(status.total().get(CPU).to_string(), "1.5");
     let dead = status.dead().next().unwrap();

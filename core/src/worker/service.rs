@@ -42,8 +42,12 @@ impl WorkerService for WorkerServiceImpl {
 /// Runs the stream's tasks in order. Before each task, every batch that has
 /// already arrived is read, so that cancellations sent after a task was
 /// pushed are seen before it starts.
+///
+/// Results go back together while more tasks wait here, and at once when
+/// none do, so a lone task is answered without delay.
 async fn run_stream(context: Arc<WorkerContext>, mut inbound: Streaming<TaskBatch>, results: executor::ResultSender) {
     let mut queue = std::collections::VecDeque::new();
+    let mut finished = Vec::new();
     loop {
         if queue.is_empty() {
             match inbound.message().await {
@@ -56,19 +60,22 @@ async fn run_stream(context: Arc<WorkerContext>, mut inbound: Streaming<TaskBatc
         }
         if let Some(spec) = queue.pop_front() {
             let args = resolve_args(&context, &spec).await;
-            let result = executor::run_task(&context, spec, args, &results).await;
-            if results
-                .send(Ok(WorkerEvents {
-                    results: vec![result],
-                    logs: Vec::new(),
-                }))
-                .is_err()
-            {
+            finished.push(executor::run_task(&context, spec, args, &results).await);
+        }
+        if queue.is_empty() || finished.len() >= MAX_RESULTS_PER_MESSAGE {
+            let events = WorkerEvents {
+                results: std::mem::take(&mut finished),
+                logs: Vec::new(),
+            };
+            if results.send(Ok(events)).is_err() {
                 return;
             }
         }
     }
 }
+
+/// Results held back at most while more tasks wait.
+const MAX_RESULTS_PER_MESSAGE: usize = 32;
 
 fn absorb(context: &WorkerContext, batch: TaskBatch, queue: &mut std::collections::VecDeque<TaskSpec>) {
     for cancel in batch.cancel {

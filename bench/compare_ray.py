@@ -1,0 +1,748 @@
+#!/usr/bin/env python3
+"""Side-by-side benchmark of raylet against Ray; writes BENCHMARKS.md.
+
+Run it through bench/compare_ray.sh, which installs Ray into
+target/bench-venv, builds raylet and bench/physlimits.c first. Only the
+standard library is used here, so the system python runs it (and its
+command line names neither system's install path, which the process
+accounting below relies on).
+
+Every measurement is repeated --reps times and the two systems alternate
+within each repetition (Ray first in odd repetitions, raylet first in even
+ones), so that noise on this shared machine hits both alike. Reported
+values are medians over the repetitions with their min-max; a ratio is the
+raylet median over the Ray median, with the min-max of the per-repetition
+ratios (each repetition's raylet value over the Ray value measured next to
+it).
+"""
+
+import argparse
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+VENV = ROOT / "target" / "bench-venv"
+RAY = VENV / "bin" / "ray"
+RAY_PY = VENV / "bin" / "python"
+RAYLET = ROOT / "target" / "release" / "raylet"
+QUICKSTART = ROOT / "target" / "release" / "examples" / "quickstart"
+PHYSLIMITS = ROOT / "target" / "bench" / "physlimits"
+FIRST_TASK_PY = ROOT / "bench" / "ray_first_task.py"
+WORK = ROOT / "target" / "bench"
+
+# Ray must not try to report usage (there is no network here); this changes
+# nothing else about how it runs.
+RAY_ENV = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
+for var in ("RAY_ADDRESS", "RAYLET_ADDRESS", "TESTS_TO_RUN", "TESTS_TO_SKIP"):
+    RAY_ENV.pop(var, None)
+RAYLET_ENV = dict(RAY_ENV)
+
+# (metric name as both print it, Ray 2.60 workload, raylet workload)
+# The Ray side is ray/_private/ray_perf.py of Ray 2.60.0; the raylet side
+# core/src/bin/raylet/microbenchmark.rs.
+METRICS = [
+    (
+        "single client get calls (Plasma Store)",
+        "`ray.get(value)`, `value = ray.put(0)`; 1 op per call",
+        "`value.get()`, `value = cluster.put(&0u64)`; 1 op per call",
+    ),
+    (
+        "single client put calls (Plasma Store)",
+        "`ray.put(0)`; 1 op per call",
+        "`cluster.put(&0u64)`; 1 op per call",
+    ),
+    (
+        "single client put gigabytes",
+        "`ray.put(np.zeros(100*1024*1024, dtype=np.int64))` (800 MiB numpy array into the plasma "
+        "shared-memory store); counted as 0.8 GB per call",
+        "`cluster.put(&ByteBuf(vec![0u8; 800 MiB]))`: the 800 MiB byte buffer is serialized into the "
+        "owner's in-process memory store (raylet has no shared-memory store yet); counted as 0.8 GB per call",
+    ),
+    (
+        "single client tasks and get batch",
+        "`ray.get([small_value.remote() for _ in range(1000)])`, `small_value` returns `b\"ok\"`; "
+        "1 op per batch of 1000",
+        "1000 × `small_value::remote()` then `cluster.get_all(&refs)`, `small_value` returns "
+        "`ByteBuf(b\"ok\")`; 1 op per batch of 1000",
+    ),
+    (
+        "single client get object containing 10k refs",
+        "`ray.get(ref)` of a task's return value, a list of 10,000 `ray.put(1)` refs; 1 op per get",
+        "`ref.get()` of a task's return value, a `Vec` of 10,000 `cluster.put(&1u64)` refs; 1 op per get",
+    ),
+    (
+        "single client wait 1k refs",
+        "submit 1000 `small_value` tasks, then `ray.wait(not_ready)` (num_returns=1) until none "
+        "is left; 1 op per 1000 tasks",
+        "submit 1000 `small_value` tasks, then `cluster.wait(&not_ready, 1, None)` until none "
+        "is left; 1 op per 1000 tasks",
+    ),
+    (
+        "single client tasks sync",
+        "`ray.get(small_value.remote())`; 1 op per task",
+        "`small_value::remote(&cluster)?.get()`; 1 op per task",
+    ),
+    (
+        "single client tasks async",
+        "`ray.get([small_value.remote() for _ in range(1000)])`; 1000 ops per batch",
+        "1000 × `small_value::remote()` then `cluster.get_all`; 1000 ops per batch",
+    ),
+    (
+        "multi client tasks async",
+        "4 actors (`num_cpus=0`) each run `small_value_batch(10000)`: submit 10,000 `small_value` "
+        "tasks and `ray.get` them; 40,000 ops per round",
+        "4 tasks (`num_cpus = 0`; raylet has no actors) each submit 10,000 `small_value` tasks and "
+        "`get_all` them; 40,000 ops per round",
+    ),
+]
+
+LIFECYCLE_ROWS = ["start", "idle-rss", "idle-pss", "status", "stop", "first-task"]
+PHYSICAL_ROWS = ["memcpy", "tcp"]
+
+
+def log(*args):
+    print(f"[{time.strftime('%H:%M:%S')}]", *args, file=sys.stderr, flush=True)
+
+
+def run(cmd, env=None, timeout=600, check=True):
+    """Runs cmd; returns (wall seconds, completed process)."""
+    t0 = time.perf_counter()
+    proc = subprocess.run(
+        [str(c) for c in cmd], env=env, timeout=timeout, capture_output=True, text=True, cwd=WORK
+    )
+    wall = time.perf_counter() - t0
+    if check and proc.returncode != 0:
+        raise RuntimeError(
+            f"{' '.join(map(str, cmd))} exited {proc.returncode}\n"
+            f"stdout:\n{proc.stdout[-3000:]}\nstderr:\n{proc.stderr[-3000:]}"
+        )
+    return wall, proc
+
+
+# ---------------------------------------------------------------- processes
+
+
+def proc_table():
+    """pid -> (ppid, cmdline, rss KiB, pss KiB) for every process we can read."""
+    table = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        pid = int(entry)
+        try:
+            with open(f"/proc/{pid}/stat") as f:
+                stat = f.read()
+            ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
+            with open(f"/proc/{pid}/cmdline", "rb") as f:
+                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
+            rss = 0
+            with open(f"/proc/{pid}/status") as f:
+                for line in f:
+                    if line.startswith("VmRSS:"):
+                        rss = int(line.split()[1])
+            pss = 0
+            try:
+                with open(f"/proc/{pid}/smaps_rollup") as f:
+                    for line in f:
+                        if line.startswith("Pss:"):
+                            pss = int(line.split()[1])
+            except OSError:
+                pass
+        except (OSError, ValueError):
+            continue
+        table[pid] = (ppid, cmdline, rss, pss)
+    return table
+
+
+def system_processes(markers, root_pids=()):
+    """Processes whose command line contains one of `markers`, or whose pid
+    is in root_pids, plus all their descendants; this helper and its parent
+    excluded. Returns [(pid, cmdline, rss KiB, pss KiB)]."""
+    table = proc_table()
+    exclude = {os.getpid(), os.getppid()}
+    chosen = {
+        pid
+        for pid, (_, cmdline, _, _) in table.items()
+        if pid not in exclude and cmdline and any(m in cmdline for m in markers)
+    }
+    chosen |= {pid for pid in root_pids if pid in table}
+    grew = True
+    while grew:
+        grew = False
+        for pid, (ppid, _, _, _) in table.items():
+            if ppid in chosen and pid not in chosen and pid not in exclude:
+                chosen.add(pid)
+                grew = True
+    return [(pid, table[pid][1], table[pid][2], table[pid][3]) for pid in sorted(chosen)]
+
+
+def short_name(cmdline):
+    args = cmdline.split()
+    if not args:
+        return "?"
+    first = args[0]
+    if first.startswith("ray::") or first.startswith("ray-dashboard-"):
+        return first
+    name = os.path.basename(first)
+    if name.startswith("python"):
+        for i, arg in enumerate(args[1:], 1):
+            if arg == "-m" and i + 1 < len(args):
+                return f"python -m {args[i + 1]}"
+            if arg.endswith(".py"):
+                return f"python {os.path.basename(arg)}"
+            if arg == "-c":
+                return "python -c (" + " ".join(args[i + 1 : i + 4])[:40] + "...)"
+    if name == "raylet" and len(args) > 1:
+        return "raylet " + " ".join(a for a in args[1:3])
+    return name
+
+
+def ray_processes(temp_dir):
+    # Everything of this Ray install (target/bench-venv, used by nothing
+    # else) or of this session's temp dir, and their children (the workers
+    # and agents that rename themselves to ray::...).
+    return system_processes([str(VENV) + "/", str(temp_dir)])
+
+
+def raylet_processes(temp_dir):
+    pids = []
+    for pid_file in (Path(temp_dir) / "session_latest" / "processes").glob("*.json"):
+        try:
+            pids.append(int(json.loads(pid_file.read_text())["pid"]))
+        except (OSError, ValueError, KeyError):
+            pass
+    # Not the binary's path: other raylet processes (tests) may run from it.
+    return system_processes([str(temp_dir)], pids)
+
+
+def ray_stop_force():
+    if RAY.exists():
+        run([RAY, "stop", "--force"], env=RAY_ENV, timeout=120, check=False)
+
+
+def ensure_no_ray():
+    if ray_processes("/nonexistent-ray-temp-dir"):
+        log("leftover Ray processes: ray stop --force")
+        ray_stop_force()
+
+
+# ---------------------------------------------------------------- measurements
+
+LINE_RE = r"^{} per second ([0-9.eE+-]+|nan) \+- ([0-9.eE+-]+|nan)\s*$"
+
+
+def parse_rate(name, text):
+    m = re.search(LINE_RE.format(re.escape(name)), text, re.M)
+    if not m:
+        raise RuntimeError(f"no line for {name!r} in output:\n{text[-3000:]}")
+    return float(m.group(1))
+
+
+def ray_metric(name):
+    ensure_no_ray()
+    env = dict(RAY_ENV, TESTS_TO_RUN=name)
+    _, proc = run([RAY, "microbenchmark"], env=env, timeout=1200)
+    try:
+        return parse_rate(name, proc.stdout)
+    finally:
+        ensure_no_ray()
+
+
+def raylet_metric(name, quick):
+    cmd = [RAYLET, "microbenchmark", "--filter", name] + (["--quick"] if quick else [])
+    _, proc = run(cmd, env=RAYLET_ENV, timeout=600)
+    return parse_rate(name, proc.stdout)
+
+
+def rss_snapshot(procs):
+    return {
+        "rss_mib": sum(p[2] for p in procs) / 1024,
+        "pss_mib": sum(p[3] for p in procs) / 1024,
+        "count": len(procs),
+        "processes": [
+            {"pid": p[0], "name": short_name(p[1]), "rss_mib": p[2] / 1024, "pss_mib": p[3] / 1024}
+            for p in procs
+        ],
+    }
+
+
+def status_latency(cmd, env, calls=3):
+    times = []
+    for _ in range(calls):
+        wall, _ = run(cmd, env=env, timeout=120)
+        times.append(wall)
+    return statistics.median(times)
+
+
+def ray_lifecycle(rep, idle_s):
+    ensure_no_ray()
+    temp_dir = Path(f"/tmp/rb{os.getpid()}r{rep}")  # short: Ray's socket paths must fit 107 bytes
+    shutil.rmtree(temp_dir, ignore_errors=True)
+    try:
+        start, _ = run([RAY, "start", "--head", f"--temp-dir={temp_dir}"], env=RAY_ENV, timeout=300)
+        time.sleep(idle_s)
+        rss = rss_snapshot(ray_processes(temp_dir))
+        status = status_latency([RAY, "status"], RAY_ENV)
+        stop, _ = run([RAY, "stop"], env=RAY_ENV, timeout=300)
+    finally:
+        ray_stop_force()
+        shutil.rmtree(temp_dir, ignore_errors=True)
+    return {"start": start, "rss": rss, "status": status, "stop": stop}
+
+
+def raylet_lifecycle(rep, idle_s):
+    temp_dir = Path(f"/tmp/rl{os.getpid()}r{rep}")
+    shutil.rmtree(temp_dir, ignore_errors=True)
+    stopped = False
+    try:
+        start, _ = run(
+            [RAYLET, "start", "--head", "--port", "0", "--temp-dir", temp_dir], env=RAYLET_ENV, timeout=300
+        )
+        time.sleep(idle_s)
+        rss = rss_snapshot(raylet_processes(temp_dir))
+        status = status_latency([RAYLET, "status", "--temp-dir", temp_dir], RAYLET_ENV)
+        stop, _ = run([RAYLET, "stop", "--temp-dir", temp_dir], env=RAYLET_ENV, timeout=300)
+        stopped = True
+    finally:
+        if not stopped:
+            run([RAYLET, "stop", "--temp-dir", temp_dir], env=RAYLET_ENV, timeout=300, check=False)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+    return {"start": start, "rss": rss, "status": status, "stop": stop}
+
+
+def timed_line(cmd, env, pattern, timeout=300):
+    """Runs cmd; returns (seconds from spawn until a stdout line matches
+    pattern, the match, all stdout). Waits for the process to exit."""
+    env = dict(env, BENCH_T0=repr(time.time()))
+    t0 = time.perf_counter()
+    proc = subprocess.Popen([str(c) for c in cmd], env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            text=True, cwd=WORK)
+    seen, match, lines = None, None, []
+    try:
+        for line in proc.stdout:
+            lines.append(line)
+            if match is None:
+                match = re.search(pattern, line)
+                if match:
+                    seen = time.perf_counter() - t0
+        proc.wait(timeout=timeout)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    if match is None or proc.returncode != 0:
+        raise RuntimeError(f"{cmd} exited {proc.returncode} without {pattern!r}:\n{''.join(lines)[-3000:]}")
+    return seen, match, "".join(lines)
+
+
+def ray_first_task():
+    ensure_no_ray()
+    try:
+        wall, m, out = timed_line([RAY_PY, FIRST_TASK_PY], RAY_ENV,
+                                  r"first task result ([0-9.]+) ms after start")
+    finally:
+        ensure_no_ray()
+    detail = re.search(r"import ray ([0-9.]+) ms, ray.init\(\) ([0-9.]+) ms", out)
+    return {
+        "printed_ms": float(m.group(1)),
+        "wall_ms": wall * 1000,
+        "import_ms": float(detail.group(1)) if detail else None,
+        "init_ms": float(detail.group(2)) if detail else None,
+    }
+
+
+def raylet_first_task():
+    wall, m, out = timed_line([QUICKSTART], RAYLET_ENV, r"first task result ([0-9.]+) ms after start")
+    ready = re.search(r"cluster ready in ([0-9.]+) ms", out)
+    return {
+        "printed_ms": float(m.group(1)),
+        "wall_ms": wall * 1000,
+        "init_ms": float(ready.group(1)) if ready else None,
+    }
+
+
+def physical(kind):
+    _, proc = run([PHYSLIMITS, kind], timeout=60)
+    return {k: float(v) for k, v in (line.split() for line in proc.stdout.splitlines() if line.strip())}
+
+
+# ---------------------------------------------------------------- report
+
+
+def fmt(v, unit=""):
+    if v is None:
+        return "—"
+    if abs(v) >= 100:
+        s = f"{v:,.0f}"
+    elif abs(v) >= 10:
+        s = f"{v:.1f}"
+    elif abs(v) >= 1:
+        s = f"{v:.2f}"
+    else:
+        s = f"{v:.3f}"
+    return s + unit
+
+
+def summary(values, unit=""):
+    values = [v for v in values if v is not None]
+    if not values:
+        return "—"
+    med = statistics.median(values)
+    if len(values) == 1:
+        return fmt(med, unit)
+    return f"{fmt(med, unit)} ({fmt(min(values))}–{fmt(max(values))})"
+
+
+def ratio(ray_values, raylet_values):
+    pairs = [(a, b) for a, b in zip(ray_values, raylet_values) if a and b is not None]
+    if not pairs:
+        return "—"
+    med = statistics.median(b for _, b in pairs) / statistics.median(a for a, _ in pairs)
+    per_rep = [b / a for a, b in pairs]
+    text = f"**{med:.2f}×**" if med < 10 else f"**{med:.1f}×**"
+    if len(per_rep) > 1:
+        text += f" ({min(per_rep):.2f}–{max(per_rep):.2f})"
+    return text
+
+
+def git(*args):
+    try:
+        return subprocess.run(["git", *args], cwd=ROOT, capture_output=True, text=True, timeout=30).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def machine_info():
+    model = "unknown"
+    with open("/proc/cpuinfo") as f:
+        for line in f:
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+    mem_kib = 0
+    with open("/proc/meminfo") as f:
+        for line in f:
+            if line.startswith("MemTotal:"):
+                mem_kib = int(line.split()[1])
+    return {
+        "cores": os.cpu_count(),
+        "memory_gib": mem_kib / 1024 / 1024,
+        "cpu": model,
+        "kernel": platform.release(),
+        "shm_gib": shutil.disk_usage("/dev/shm").total / 2**30 if os.path.exists("/dev/shm") else 0,
+    }
+
+
+def versions(ray_wanted):
+    out = {}
+    if ray_wanted:
+        _, proc = run([RAY_PY, "-c", "import ray, sys; print(ray.__version__, ray.__commit__); print(sys.version.split()[0])"],
+                      timeout=120, check=False)
+        lines = proc.stdout.split("\n")
+        out["ray"] = lines[0].strip() if proc.returncode == 0 else f"unavailable ({proc.stderr.strip()[-200:]})"
+        out["python"] = lines[1].strip() if proc.returncode == 0 and len(lines) > 1 else ""
+    commit = git("rev-parse", "HEAD")
+    dirty = git("status", "--porcelain", "--untracked-files=no")
+    out["raylet"] = commit + (" (working tree has uncommitted changes)" if dirty else "")
+    out["raylet_version"] = run([RAYLET, "--version"], timeout=30, check=False)[1].stdout.strip()
+    out["rustc"] = subprocess.run(["rustc", "-V"], capture_output=True, text=True).stdout.strip()
+    return out
+
+
+def write_report(path, args, res, info, vers, started, finished):
+    ray_on = not args.raylet_only
+    L = []
+    w = L.append
+    w("# Benchmarks: raylet vs Ray 2.60\n")
+    w(f"Generated by `bench/compare_ray.sh{(' ' + ' '.join(args.passthrough)) if args.passthrough else ''}` "
+      f"on {started:%Y-%m-%d} ({started:%H:%M}–{finished:%H:%M} UTC). Re-run it to refresh this file; "
+      "`bench/compare_ray.sh --help` lists the options.\n")
+    w("## Setup\n")
+    w(f"- **Machine:** {info['cores']} cores ({info['cpu']}), {info['memory_gib']:.1f} GiB memory, "
+      f"/dev/shm {info['shm_gib']:.1f} GiB, Linux {info['kernel']}. A shared, noisy VM: other work "
+      "(builds, tests) may run during the benchmark, which is why the two systems are measured "
+      "alternately, metric by metric, and the ratios matter more than the absolute numbers.")
+    if ray_on:
+        w(f"- **Ray:** {vers.get('ray')} (`ray[default,tune,train]==2.60.0` from PyPI in `target/bench-venv`, "
+          f"Python {vers.get('python')}); `RAY_USAGE_STATS_ENABLED=0`, everything else default.")
+    else:
+        w(f"- **Ray:** not run ({args.ray_note or '--raylet-only'}).")
+    w(f"- **raylet:** commit {vers['raylet']} (`{vers['raylet_version']}`), "
+      f"`cargo build --release` ({vers['rustc']}).")
+    w(f"- **Repetitions:** {args.reps} per row{' (--quick: raylet trials shortened)' if args.quick else ''}; "
+      "values are the median over repetitions with (min–max); the ratio is the raylet median over the Ray "
+      "median, with (min–max) of the per-repetition ratios, each repetition pairing the two runs made "
+      "back to back.\n")
+    if args.ray_note and not args.raylet_only:
+        w(f"> Ray could not be used: {args.ray_note}\n")
+
+    if res["metrics"]:
+        w("## Microbenchmarks (`ray microbenchmark` vs `raylet microbenchmark`)\n")
+        w("Operations per second, **higher is better**; a ratio above 1 means raylet is faster. Ray side: "
+          "`TESTS_TO_RUN='<metric>' ray microbenchmark` (a fresh `ray.init()` local cluster per run; "
+          "Ray's own timing: 1 s warm-up, 4 trials of 2 s, the mean printed). raylet side: "
+          f"`raylet microbenchmark --filter '<metric>'{' --quick' if args.quick else ''}` (a fresh embedded "
+          "cluster per run, the same timing). Each run is one process doing only that metric; "
+          "the value is the `per second MEAN` it prints.\n")
+        w("| Metric | Ray 2.60 | raylet | raylet / Ray | Workload: Ray | Workload: raylet |")
+        w("|---|---:|---:|---:|---|---|")
+        for name, ray_work, raylet_work in METRICS:
+            if name not in res["metrics"]:
+                continue
+            r = res["metrics"][name]
+            w(f"| {name} | {summary(r['ray'])} | {summary(r['raylet'])} | {ratio(r['ray'], r['raylet'])} "
+              f"| {ray_work} | {raylet_work} |")
+        w("")
+        if "single client put gigabytes" in res["metrics"]:
+            w("Note on *single client put gigabytes*: the workloads differ in where the bytes go. Ray "
+              "copies the 800 MiB numpy array into its plasma shared-memory object store; raylet, which "
+              "has no shared-memory store yet, serializes the 800 MiB byte buffer into the owner's "
+              "in-process memory store. The memcpy bandwidth below bounds both.\n")
+        if "multi client tasks async" in res["metrics"]:
+            w("Note on *multi client tasks async*: Ray's four clients are actors; raylet has no actors, "
+              "so its four clients are zero-CPU tasks that each submit and get 10,000 tasks.\n")
+
+    lc = res["lifecycle"]
+    if lc:
+        w("## Lifecycle\n")
+        w("**Lower is better**; a ratio below 1 means raylet is cheaper/faster.\n")
+        w("| Row | Ray 2.60 | raylet | raylet / Ray | How it is measured: Ray | How it is measured: raylet |")
+        w("|---|---:|---:|---:|---|---|")
+
+        def col(side, key, sub=None):
+            out = []
+            for rep in lc.get(side, []):
+                v = rep.get(key)
+                if sub and v is not None:
+                    v = v.get(sub)
+                out.append(v)
+            return out
+
+        rows = []
+        if "start" in lc.get("rows", []):
+            rows += [
+                ("`start --head` until ready", col("ray_cycle", "start"), col("raylet_cycle", "start"), 1000, " ms",
+                 "wall time of `ray start --head --temp-dir=/tmp/rb…` (returns once the head's processes are up)",
+                 "wall time of `raylet start --head --port 0 --temp-dir /tmp/rl…` (returns once the daemon is ready)"),
+                ("idle head RSS, all processes", col("ray_cycle", "rss", "rss_mib"),
+                 col("raylet_cycle", "rss", "rss_mib"), 1, " MiB",
+                 f"sum of VmRSS after {args.idle:g} s idle over every process whose command line contains the "
+                 "Ray install (`target/bench-venv/`) or the session's temp dir, plus all their descendants "
+                 "(workers and agents that rename themselves `ray::…`)",
+                 f"sum of VmRSS after {args.idle:g} s idle over the pids in `<temp-dir>/session_latest/processes/*.json`, "
+                 "every process whose command line contains the temp dir, plus all their descendants"),
+                ("idle head PSS, all processes", col("ray_cycle", "rss", "pss_mib"),
+                 col("raylet_cycle", "rss", "pss_mib"), 1, " MiB",
+                 "as above, summing `Pss` from `/proc/PID/smaps_rollup` (shared pages counted once)",
+                 "as above, summing `Pss`"),
+                ("head processes", col("ray_cycle", "rss", "count"), col("raylet_cycle", "rss", "count"), 1, "",
+                 "number of processes found as above", "number of processes found as above"),
+                ("`status` latency", col("ray_cycle", "status"), col("raylet_cycle", "status"), 1000, " ms",
+                 "wall time of `ray status` against the idle head (median of 3 calls per repetition)",
+                 "wall time of `raylet status --temp-dir …` (median of 3 calls per repetition)"),
+                ("`stop` latency", col("ray_cycle", "stop"), col("raylet_cycle", "stop"), 1000, " ms",
+                 "wall time of `ray stop` (graceful; `ray stop --force` follows as cleanup, untimed)",
+                 "wall time of `raylet stop --temp-dir …`"),
+            ]
+        if "first-task" in lc.get("rows", []):
+            rows += [
+                ("init + first task result", col("ray_first", "printed_ms"), col("raylet_first", "printed_ms"), 1, " ms",
+                 "`bench/ray_first_task.py`: from just before the Python process is spawned (time passed in "
+                 "`BENCH_T0`) through `import ray`, `ray.init()` (starts a local cluster) and "
+                 "`ray.get(f.remote())`; the time it prints",
+                 "`target/release/examples/quickstart`: the `first task result N ms after start` it prints "
+                 "(from the start of `main` through `raylet::init()`, which starts an embedded cluster, and "
+                 "the first remote task's result)"),
+                ("init + first task, seen from outside", col("ray_first", "wall_ms"), col("raylet_first", "wall_ms"),
+                 1, " ms", "from spawning the process until its `first task result` line is read",
+                 "from spawning the process until its `first task result` line is read"),
+            ]
+        for label, ray_v, raylet_v, scale, unit, how_ray, how_raylet in rows:
+            ray_s = [v * scale if v is not None else None for v in ray_v]
+            raylet_s = [v * scale if v is not None else None for v in raylet_v]
+            w(f"| {label} | {summary(ray_s, unit)} | {summary(raylet_s, unit)} | {ratio(ray_s, raylet_s)} "
+              f"| {how_ray} | {how_raylet} |")
+        w("")
+        firsts = lc.get("ray_first") or []
+        if firsts and firsts[0].get("import_ms") is not None:
+            imp = statistics.median(f["import_ms"] for f in firsts)
+            init = statistics.median(f["init_ms"] for f in firsts)
+            w(f"Ray's init + first task splits into `python` start + `import ray` (median {imp:,.0f} ms "
+              f"from spawn), `ray.init()` (median {init:,.0f} ms) and the first task.")
+        rfirsts = lc.get("raylet_first") or []
+        if rfirsts and rfirsts[0].get("init_ms") is not None:
+            w(f"raylet's `raylet::init()` takes median {statistics.median(f['init_ms'] for f in rfirsts):,.1f} ms "
+              "of its total (the quickstart's `cluster ready in N ms` line).")
+        w("")
+        for side, title in (("ray_cycle", "Ray"), ("raylet_cycle", "raylet")):
+            reps = [r for r in lc.get(side) or [] if r.get("rss")]
+            if not reps:
+                continue
+            last = reps[-1]["rss"]
+            w(f"<details><summary>{title}: idle head processes (last repetition, {last['count']} processes, "
+              f"{last['rss_mib']:,.0f} MiB RSS, {last['pss_mib']:,.0f} MiB PSS)</summary>\n")
+            w("| pid | process | RSS MiB | PSS MiB |")
+            w("|---:|---|---:|---:|")
+            for p in sorted(last["processes"], key=lambda p: -p["rss_mib"]):
+                w(f"| {p['pid']} | `{p['name']}` | {p['rss_mib']:.1f} | {p['pss_mib']:.1f} |")
+            w("\n</details>\n")
+
+    phys = res["physical"]
+    if phys:
+        w("## Physical limits of this machine\n")
+        w("Measured by the same script with `bench/physlimits.c` (`gcc -O2`), as reference points for "
+          "the data-moving rows.\n")
+        w("| Limit | Value | How |")
+        w("|---|---:|---|")
+        if "memcpy" in phys:
+            w(f"| single-thread memcpy, best pass | {summary([p['memcpy_best_GBps'] for p in phys['memcpy']], ' GB/s')} "
+              "| `physlimits memcpy`: `memcpy` of a pre-faulted 256 MiB buffer, repeated for 2 s; fastest pass |")
+            w(f"| single-thread memcpy, mean | {summary([p['memcpy_mean_GBps'] for p in phys['memcpy']], ' GB/s')} "
+              "| the same run: bytes copied over elapsed time |")
+        if "tcp" in phys:
+            w(f"| loopback TCP, one stream | {summary([p['tcp_GBps'] for p in phys['tcp']], ' GB/s')} "
+              f"({summary([p['tcp_Gbitps'] for p in phys['tcp']], ' Gbit/s')}) "
+              "| `physlimits tcp`: a forked child writes 1 MiB blocks to 127.0.0.1 for 3 s; the reader's rate |")
+        w("")
+        if "single client put gigabytes" in res["metrics"] and "memcpy" in phys:
+            w("For scale: at the median memcpy rate, one 0.8 GB put that copies its bytes once could reach at "
+              f"most ≈ {statistics.median(p['memcpy_mean_GBps'] for p in phys['memcpy']):.1f} GB/s.\n")
+    w("## Reproducing\n")
+    w("```sh\nbench/compare_ray.sh              # full run (about 30-40 min), rewrites BENCHMARKS.md\n"
+      "bench/compare_ray.sh --reps 5     # more repetitions\n"
+      "bench/compare_ray.sh --only 'tasks sync' --only start   # a subset (written to target/bench/)\n"
+      "bench/compare_ray.sh --quick --raylet-only              # CI smoke run, no Ray\n```\n")
+    w("Raw numbers of the last run: `target/bench/results.json`.\n")
+    Path(path).write_text("\n".join(L))
+
+
+# ---------------------------------------------------------------- main
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--reps", type=int, default=3, help="repetitions per row (default 3)")
+    p.add_argument("--only", action="append", default=[], metavar="ROW",
+                   help="run only rows whose name contains ROW (case-insensitive; repeatable or comma-separated). "
+                        "Rows: the metric names, " + ", ".join(LIFECYCLE_ROWS + PHYSICAL_ROWS))
+    p.add_argument("--quick", action="store_true", help="1 repetition, `raylet microbenchmark --quick`, 2 s idle")
+    p.add_argument("--raylet-only", action="store_true", help="skip Ray entirely")
+    p.add_argument("--out", help="report path (default BENCHMARKS.md for a full run, "
+                                 "target/bench/BENCHMARKS.partial.md with --only/--quick/--raylet-only)")
+    p.add_argument("--ray-note", default="", help=argparse.SUPPRESS)
+    p.add_argument("--idle", type=float, default=5.0, help="seconds of idle before the RSS snapshot (default 5)")
+    args = p.parse_args()
+    args.passthrough = []
+    skip = False
+    for a in sys.argv[1:]:
+        if skip or a == "--ray-note" or a.startswith("--ray-note="):
+            skip = a == "--ray-note"
+            continue
+        args.passthrough.append(a)
+    if args.quick:
+        args.reps = 1
+        args.idle = min(args.idle, 2.0)
+    if args.ray_note:
+        args.raylet_only = True
+    only = [o.strip().lower() for item in args.only for o in item.split(",") if o.strip()]
+    partial = bool(only) or args.quick or args.raylet_only
+    out = Path(args.out) if args.out else (WORK / "BENCHMARKS.partial.md" if partial else ROOT / "BENCHMARKS.md")
+
+    def wanted(row):
+        return not only or any(o in row.lower() for o in only)
+
+    ray_on = not args.raylet_only
+    WORK.mkdir(parents=True, exist_ok=True)
+    started = datetime.datetime.now(datetime.timezone.utc)
+    res = {"metrics": {}, "lifecycle": {}, "physical": {}}
+    info = machine_info()
+    vers = versions(ray_on)
+
+    def save():
+        (WORK / "results.json").write_text(json.dumps(
+            {"args": vars(args), "machine": info, "versions": vers, "results": res}, indent=1, default=str))
+
+    try:
+        # Microbenchmarks, metric by metric, the two systems alternating.
+        for name, _, _ in METRICS:
+            if not wanted(name):
+                continue
+            r = res["metrics"].setdefault(name, {"ray": [], "raylet": []})
+            for rep in range(args.reps):
+                order = ["ray", "raylet"] if rep % 2 == 0 else ["raylet", "ray"]
+                for side in order:
+                    if side == "ray" and not ray_on:
+                        continue
+                    log(f"{name} [{side} rep {rep + 1}/{args.reps}]")
+                    value = ray_metric(name) if side == "ray" else raylet_metric(name, args.quick)
+                    log(f"  -> {value:,.2f} per second")
+                    r[side].append(value)
+                if not ray_on:
+                    r["ray"].append(None)
+                save()
+
+        # Lifecycle.
+        lc = res["lifecycle"]
+        lc["rows"] = []
+        if any(wanted(row) for row in ["start", "idle-rss", "idle-pss", "status", "stop"]):
+            lc["rows"].append("start")
+            for rep in range(args.reps):
+                order = ["ray", "raylet"] if rep % 2 == 0 else ["raylet", "ray"]
+                for side in order:
+                    if side == "ray" and not ray_on:
+                        continue
+                    log(f"lifecycle [{side} rep {rep + 1}/{args.reps}]")
+                    cycle = ray_lifecycle(rep, args.idle) if side == "ray" else raylet_lifecycle(rep, args.idle)
+                    log(f"  -> start {cycle['start']*1000:.0f} ms, {cycle['rss']['count']} processes, "
+                        f"RSS {cycle['rss']['rss_mib']:.0f} MiB, PSS {cycle['rss']['pss_mib']:.0f} MiB, "
+                        f"status {cycle['status']*1000:.0f} ms, stop {cycle['stop']*1000:.0f} ms")
+                    lc.setdefault(f"{side}_cycle", []).append(cycle)
+                if not ray_on:
+                    lc.setdefault("ray_cycle", []).append({})
+                save()
+        if wanted("first-task"):
+            lc["rows"].append("first-task")
+            for rep in range(args.reps):
+                order = ["ray", "raylet"] if rep % 2 == 0 else ["raylet", "ray"]
+                for side in order:
+                    if side == "ray" and not ray_on:
+                        continue
+                    log(f"init + first task [{side} rep {rep + 1}/{args.reps}]")
+                    first = ray_first_task() if side == "ray" else raylet_first_task()
+                    log(f"  -> {first}")
+                    lc.setdefault(f"{side}_first", []).append(first)
+                if not ray_on:
+                    lc.setdefault("ray_first", []).append({})
+                save()
+
+        # Physical limits.
+        for kind in PHYSICAL_ROWS:
+            if wanted(kind):
+                for rep in range(args.reps):
+                    log(f"physical limit {kind} [rep {rep + 1}/{args.reps}]")
+                    value = physical(kind)
+                    log(f"  -> {value}")
+                    res["physical"].setdefault(kind, []).append(value)
+                save()
+    finally:
+        if ray_on:
+            ensure_no_ray()
+        save()
+
+    finished = datetime.datetime.now(datetime.timezone.utc)
+    write_report(out, args, res, info, vers, started, finished)
+    log(f"wrote {out}")
+    print(out.read_text())
+
+
+if __name__ == "__main__":
+    main()
