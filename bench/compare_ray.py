@@ -381,7 +381,9 @@ def physical(kind):
 def fmt(v, unit=""):
     if v is None:
         return "—"
-    if abs(v) >= 100:
+    if float(v).is_integer() and abs(v) < 100:
+        s = f"{int(v)}"
+    elif abs(v) >= 100:
         s = f"{v:,.0f}"
     elif abs(v) >= 10:
         s = f"{v:.1f}"

@@ -16,7 +16,8 @@
 #   --reps N        repetitions per row (default 3)
 #   --only ROW      only rows whose name contains ROW (case-insensitive; repeatable,
 #                   or comma-separated): a metric name such as 'tasks sync', or
-#                   start, idle-rss, status, stop, first-task, memcpy, tcp
+#                   start, idle-rss, status, stop (these four are one start/stop
+#                   cycle and come together), first-task, memcpy, tcp
 #   --quick         1 repetition, `raylet microbenchmark --quick` (Ray's own trials
 #                   cannot be shortened), 2 s idle before the RSS snapshot
 #   --raylet-only   skip Ray entirely (no venv, no install): a CI smoke run

@@ -451,3 +451,34 @@ fn calling_a_function_the_worker_binary_lacks_is_a_clear_error() {
         task.message
     );
 }
+
+/// Fails with `Err` on its first attempt and succeeds on the next.
+#[raylet::remote(retry_exceptions = true, max_retries = 2)]
+fn flaky(dir: String) -> Result<String, String> {
+    let marker = Path::new(&dir).join("failed-once");
+    if marker.exists() {
+        return Ok("second time lucky".into());
+    }
+    std::fs::write(&marker, b"").map_err(|e| e.to_string())?;
+    Err("first attempt fails".into())
+}
+
+#[test]
+fn retry_exceptions_retries_a_task_that_returned_err() {
+    let cluster = cluster();
+    let dir = temp_dir();
+    let path = dir.path().to_string_lossy().to_string();
+    assert_eq!(
+        flaky::remote(&cluster, path.clone()).unwrap().get().unwrap(),
+        "second time lucky"
+    );
+
+    std::fs::remove_file(dir.path().join("failed-once")).unwrap();
+    let error = flaky::options()
+        .retry_exceptions(false)
+        .remote(&cluster, path)
+        .unwrap()
+        .get()
+        .unwrap_err();
+    assert!(error.to_string().contains("first attempt fails"), "{error}");
+}
