@@ -165,26 +165,29 @@ async fn joining_a_head_that_is_not_there_fails_in_bounded_time() {
     assert!(error.to_string().contains("could not reach"), "{error}");
 }
 
-#[tokio::test]
-async fn a_lease_session_for_another_build_of_the_binary_is_refused_naming_both_hashes() {
-    let sandbox = sandbox(1).await;
+/// Opens a lease session for `path` claiming `hash`; returns the refusal.
+async fn refused_lease_session(sandbox: &ClusterSandbox, path: &str, hash: &str) -> String {
     let channel = raylet_proto::channel::connect(sandbox.node_address(0), sandbox.token(), Duration::from_secs(5))
         .await
         .unwrap();
-    let mut client = NodeManagerServiceClient::new(channel);
-    let claimed = "0".repeat(32);
-    let open = LeaseSessionRequest {
-        kind: Some(LeaseKind::Open(WorkerBinary {
-            path: "/bin/sh".into(),
-            hash: claimed.clone(),
-        })),
+    let binary = WorkerBinary {
+        path: path.into(),
+        hash: hash.into(),
     };
-    let status = client
+    let open = LeaseSessionRequest {
+        kind: Some(LeaseKind::Open(binary)),
+    };
+    let reply = NodeManagerServiceClient::new(channel)
         .lease_session(tokio_stream::iter(vec![open]))
-        .await
-        .err()
-        .unwrap();
-    let error = Error::from(status).to_string();
+        .await;
+    Error::from(reply.err().expect("the session must be refused")).to_string()
+}
+
+#[tokio::test]
+async fn a_lease_session_for_another_build_of_the_binary_is_refused_naming_both_hashes() {
+    let sandbox = sandbox(1).await;
+    let claimed = "0".repeat(32);
+    let error = refused_lease_session(&sandbox, "/bin/sh", &claimed).await;
     let actual = raylet_proto::binary_hash::hash_file(std::path::Path::new("/bin/sh")).unwrap();
     assert!(error.contains(&claimed) && error.contains(&actual), "{error}");
     assert!(error.contains("rebuilt"), "{error}");
@@ -194,22 +197,7 @@ async fn a_lease_session_for_another_build_of_the_binary_is_refused_naming_both_
 #[tokio::test]
 async fn a_lease_session_for_a_binary_the_node_lacks_is_refused() {
     let sandbox = sandbox(1).await;
-    let channel = raylet_proto::channel::connect(sandbox.node_address(0), sandbox.token(), Duration::from_secs(5))
-        .await
-        .unwrap();
-    let mut client = NodeManagerServiceClient::new(channel);
-    let open = LeaseSessionRequest {
-        kind: Some(LeaseKind::Open(WorkerBinary {
-            path: "/no/such/binary".into(),
-            hash: "0".repeat(32),
-        })),
-    };
-    let status = client
-        .lease_session(tokio_stream::iter(vec![open]))
-        .await
-        .err()
-        .unwrap();
-    let error = Error::from(status).to_string();
+    let error = refused_lease_session(&sandbox, "/no/such/binary", &"0".repeat(32)).await;
     assert!(error.contains("/no/such/binary is not on this node"), "{error}");
     sandbox.shutdown().await.unwrap();
 }
