@@ -180,7 +180,10 @@ async fn refused_lease_session(sandbox: &ClusterSandbox, path: &str, hash: &str)
     let reply = NodeManagerServiceClient::new(channel)
         .lease_session(tokio_stream::iter(vec![open]))
         .await;
-    Error::from(reply.err().expect("the session must be refused")).to_string()
+    match reply {
+        Ok(_) => panic!("the session must be refused"),
+        Err(status) => Error::from(status).to_string(),
+    }
 }
 
 #[tokio::test]
