@@ -7,8 +7,15 @@ use serde::de::DeserializeOwned;
 use crate::{Error, Result};
 
 /// Encodes a value.
+/// The size is computed first, so a large value is written once into a
+/// buffer of the right length instead of into one that keeps growing.
 pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>> {
-    postcard::to_stdvec(value).map_err(|e| {
+    let write = || -> postcard::Result<Vec<u8>> {
+        let mut buffer = vec![0u8; postcard::experimental::serialized_size(value)?];
+        postcard::to_slice(value, &mut buffer)?;
+        Ok(buffer)
+    };
+    write().map_err(|e| {
         Error::InvalidArgument(format!(
             "a value of type {} could not be encoded: {e}",
             std::any::type_name::<T>()
