@@ -206,7 +206,7 @@ def short_name(cmdline):
                 return f"python {os.path.basename(arg)}"
             if arg == "-c":
                 return "python -c (" + " ".join(args[i + 1 : i + 4])[:40] + "...)"
-    if name == "raylet" and len(args) > 1:
+    if name == "raylet" and len(args) > 1 and not args[1].startswith("-"):
         return "raylet " + " ".join(a for a in args[1:3])
     return name
 
@@ -423,15 +423,23 @@ def summary(values, unit=""):
     return f"{fmt(med, unit)} ({fmt(min(values))}–{fmt(max(values))})"
 
 
+def fmt_ratio(x):
+    if x >= 10:
+        return f"{x:,.1f}"
+    if x >= 0.1:
+        return f"{x:.2f}"
+    return f"{x:.2g}"
+
+
 def ratio(ray_values, raylet_values):
     pairs = [(a, b) for a, b in zip(ray_values, raylet_values) if a and b is not None]
     if not pairs:
         return "—"
     med = statistics.median(b for _, b in pairs) / statistics.median(a for a, _ in pairs)
     per_rep = [b / a for a, b in pairs]
-    text = f"**{med:.2f}×**" if med < 10 else f"**{med:.1f}×**"
+    text = f"**{fmt_ratio(med)}×**"
     if len(per_rep) > 1:
-        text += f" ({min(per_rep):.2f}–{max(per_rep):.2f})"
+        text += f" ({fmt_ratio(min(per_rep))}–{fmt_ratio(max(per_rep))})"
     return text
 
 

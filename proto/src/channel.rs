@@ -9,15 +9,12 @@ use tonic::transport::{Channel, Endpoint};
 use crate::auth::{AuthToken, ClientAuth};
 use crate::error::error_chain;
 use crate::v1::head_service_client::HeadServiceClient;
-use crate::v1::node_manager_service_client::NodeManagerServiceClient;
 use crate::{Error, Result};
 
 /// A channel whose every call carries the token and protocol version.
 pub type AuthedChannel = InterceptedService<Channel, ClientAuth>;
 /// Client of the head's cluster state service.
 pub type HeadClient = HeadServiceClient<AuthedChannel>;
-/// Client of a node manager's service.
-pub type NodeManagerClient = NodeManagerServiceClient<AuthedChannel>;
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(50);
 const MAX_BACKOFF: Duration = Duration::from_secs(1);
@@ -68,11 +65,6 @@ pub async fn connect(address: &str, token: &AuthToken, patience: Duration) -> Re
 /// Connects to the head's cluster state service.
 pub async fn connect_head(address: &str, token: &AuthToken, patience: Duration) -> Result<HeadClient> {
     Ok(HeadServiceClient::new(connect(address, token, patience).await?))
-}
-
-/// Connects to a node manager's service.
-pub async fn connect_node_manager(address: &str, token: &AuthToken, patience: Duration) -> Result<NodeManagerClient> {
-    Ok(NodeManagerServiceClient::new(connect(address, token, patience).await?))
 }
 
 #[cfg(test)]

@@ -1,5 +1,5 @@
-//! The gRPC face of the node manager: node info, lease sessions, worker
-//! sessions and worker exits.
+//! The gRPC face of the node manager: lease sessions, worker sessions and
+//! worker exits.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -9,8 +9,7 @@ use raylet_proto::v1::lease_session_request::Kind as LeaseKind;
 use raylet_proto::v1::node_manager_service_server::NodeManagerService;
 use raylet_proto::v1::worker_session_message::Kind as WorkerKind;
 use raylet_proto::v1::{
-    GetNodeInfoRequest, GetWorkerExitRequest, LeaseSessionEvent, LeaseSessionRequest, NodeInfo, WorkerExit,
-    WorkerSessionEvent, WorkerSessionMessage,
+    GetWorkerExitRequest, LeaseSessionEvent, LeaseSessionRequest, WorkerExit, WorkerSessionEvent, WorkerSessionMessage,
 };
 use raylet_proto::{Error, ResourceSet, WorkerId};
 use tokio::sync::mpsc;
@@ -35,18 +34,6 @@ pub(crate) struct NodeManagerServiceImpl {
 impl NodeManagerService for NodeManagerServiceImpl {
     type LeaseSessionStream = EventStream<LeaseSessionEvent>;
     type WorkerSessionStream = EventStream<WorkerSessionEvent>;
-
-    async fn get_node_info(&self, _request: Request<GetNodeInfoRequest>) -> Result<Response<NodeInfo>, Status> {
-        let shared = &self.shared;
-        Ok(Response::new(NodeInfo {
-            node_id: shared.config.node_id.as_bytes().to_vec(),
-            incarnation: shared.incarnation(),
-            head_address: shared.config.head_address.clone(),
-            total: Some(shared.config.resources.to_proto()),
-            available: Some(shared.available().to_proto()),
-            stats: Some(shared.stats().to_proto()),
-        }))
-    }
 
     async fn lease_session(
         &self,
