@@ -424,6 +424,8 @@ def summary(values, unit=""):
 
 
 def fmt_ratio(x):
+    if x >= 100:
+        return f"{x:,.0f}"
     if x >= 10:
         return f"{x:,.1f}"
     if x >= 0.1:
@@ -546,6 +548,16 @@ def write_report(path, args, res, info, vers, started, finished):
         if "multi client tasks async" in res["metrics"]:
             w("Note on *multi client tasks async*: Ray's four clients are actors; raylet has no actors, "
               "so its four clients are zero-CPU tasks that each submit and get 10,000 tasks.\n")
+        if ray_on:
+            w("Reading these numbers: both sides run their default local cluster on the same 2 cores. "
+              "Ray's driver is Python over its C++ core worker, and its default head also runs the "
+              "dashboard, its agents and monitors (the process list under *Lifecycle*), which share those "
+              "cores; raylet's driver is the Rust program itself, and its head is one process. Expect Ray's "
+              "absolute figures to be lower here than on a machine with spare cores: the ratios describe "
+              "this machine, not a general speed-up. The get/put-call rows compare Python calls through "
+              "Ray's core worker to its plasma object store with Rust calls into the owner's in-process "
+              "store of raylet (no shared-memory store yet), so the two sides do different amounts of work "
+              "per call.\n")
 
     lc = res["lifecycle"]
     if lc:
@@ -624,7 +636,8 @@ def write_report(path, args, res, info, vers, started, finished):
             if not reps:
                 continue
             last = reps[-1]["rss"]
-            w(f"<details><summary>{title}: idle head processes (last repetition, {last['count']} processes, "
+            plural = "process" if last["count"] == 1 else "processes"
+            w(f"<details><summary>{title}: idle head processes (last repetition, {last['count']} {plural}, "
               f"{last['rss_mib']:,.0f} MiB RSS, {last['pss_mib']:,.0f} MiB PSS)</summary>\n")
             w("| pid | process | RSS MiB | PSS MiB |")
             w("|---:|---|---:|---:|")
@@ -645,19 +658,29 @@ def write_report(path, args, res, info, vers, started, finished):
             w(f"| single-thread memcpy, mean | {summary([p['memcpy_mean_GBps'] for p in phys['memcpy']], ' GB/s')} "
               "| the same run: bytes copied over elapsed time |")
         if "tcp" in phys:
-            w(f"| loopback TCP, one stream | {summary([p['tcp_GBps'] for p in phys['tcp']], ' GB/s')} "
-              f"({summary([p['tcp_Gbitps'] for p in phys['tcp']], ' Gbit/s')}) "
+            w(f"| loopback TCP, one stream | {summary([p['tcp_GBps'] for p in phys['tcp']], ' GB/s')}; "
+              f"{fmt(statistics.median(p['tcp_Gbitps'] for p in phys['tcp']), ' Gbit/s')} "
               "| `physlimits tcp`: a forked child writes 1 MiB blocks to 127.0.0.1 for 3 s; the reader's rate |")
         w("")
-        if "single client put gigabytes" in res["metrics"] and "memcpy" in phys:
-            w("For scale: at the median memcpy rate, one 0.8 GB put that copies its bytes once could reach at "
-              f"most ≈ {statistics.median(p['memcpy_mean_GBps'] for p in phys['memcpy']):.1f} GB/s.\n")
+        puts = res["metrics"].get("single client put gigabytes")
+        if puts and "memcpy" in phys:
+            mem = statistics.median(p["memcpy_mean_GBps"] for p in phys["memcpy"])
+            parts = []
+            for side, title in (("ray", "Ray"), ("raylet", "raylet")):
+                vals = [v for v in puts[side] if v is not None]
+                if vals:
+                    parts.append(f"{title}'s {statistics.median(vals):.2f} GB/s is "
+                                 f"{100 * statistics.median(vals) / mem:.0f}%")
+            if parts:
+                w(f"For scale, *single client put gigabytes* against one memcpy of the same bytes "
+                  f"({mem:.1f} GB/s): {'; '.join(parts)} of it.\n")
     w("## Reproducing\n")
     w("```sh\nbench/compare_ray.sh              # full run (about 30-40 min), rewrites BENCHMARKS.md\n"
       "bench/compare_ray.sh --reps 5     # more repetitions\n"
       "bench/compare_ray.sh --only 'tasks sync' --only start   # a subset (written to target/bench/)\n"
       "bench/compare_ray.sh --quick --raylet-only              # CI smoke run, no Ray\n```\n")
-    w("Raw numbers of the last run: `target/bench/results.json`.\n")
+    w("The raw numbers behind this file are in `target/bench/results.json` (not committed); "
+      "`python3 bench/compare_ray.py --report-from target/bench/results.json` rewrites this file from them.\n")
     Path(path).write_text("\n".join(L))
 
 
@@ -673,10 +696,22 @@ def main():
     p.add_argument("--quick", action="store_true", help="1 repetition, `raylet microbenchmark --quick`, 2 s idle")
     p.add_argument("--raylet-only", action="store_true", help="skip Ray entirely")
     p.add_argument("--out", help="report path (default BENCHMARKS.md for a full run, "
-                                 "target/bench/BENCHMARKS.partial.md with --only/--quick/--raylet-only)")
+                                 "target/bench/BENCHMARKS.partial.md with --only/--quick/--raylet-only; "
+                                 "the raw numbers go to target/bench/results.json, or results.partial.json)")
     p.add_argument("--ray-note", default="", help=argparse.SUPPRESS)
     p.add_argument("--idle", type=float, default=5.0, help="seconds of idle before the RSS snapshot (default 5)")
+    p.add_argument("--report-from", metavar="JSON",
+                   help="measure nothing: rewrite the report (--out, default BENCHMARKS.md) from a results.json")
     args = p.parse_args()
+    if args.report_from:
+        data = json.loads(Path(args.report_from).read_text())
+        saved = argparse.Namespace(**data["args"])
+        out = Path(args.out) if args.out else ROOT / "BENCHMARKS.md"
+        write_report(out, saved, data["results"], data["machine"], data["versions"],
+                     datetime.datetime.fromisoformat(data["started"]),
+                     datetime.datetime.fromisoformat(data["finished"]))
+        log(f"wrote {out}")
+        return
     args.passthrough = []
     skip = False
     for a in sys.argv[1:]:
@@ -703,9 +738,11 @@ def main():
     info = machine_info()
     vers = versions(ray_on)
 
-    def save():
-        (WORK / "results.json").write_text(json.dumps(
-            {"args": vars(args), "machine": info, "versions": vers, "results": res}, indent=1, default=str))
+    def save(finished=None):
+        (WORK / ("results.partial.json" if partial else "results.json")).write_text(json.dumps(
+            {"args": vars(args), "machine": info, "versions": vers, "results": res,
+             "started": started.isoformat(), "finished": (finished or started).isoformat()},
+            indent=1, default=str))
 
     try:
         # Microbenchmarks, metric by metric, the two systems alternating.
@@ -775,6 +812,7 @@ def main():
         save()
 
     finished = datetime.datetime.now(datetime.timezone.utc)
+    save(finished)
     write_report(out, args, res, info, vers, started, finished)
     log(f"wrote {out}")
     print(out.read_text())

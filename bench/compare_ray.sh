@@ -10,7 +10,8 @@
 # 3. Runs bench/compare_ray.py, which measures every row on both systems,
 #    alternating them repetition by repetition, and writes the report:
 #    BENCHMARKS.md for a full run, target/bench/BENCHMARKS.partial.md when
-#    --only, --quick or --raylet-only narrow it (or --out FILE).
+#    --only, --quick or --raylet-only narrow it (or --out FILE); the raw
+#    numbers go to target/bench/results.json (results.partial.json).
 #
 # Options (passed through to bench/compare_ray.py):
 #   --reps N        repetitions per row (default 3)
@@ -22,6 +23,9 @@
 #                   cannot be shortened), 2 s idle before the RSS snapshot
 #   --raylet-only   skip Ray entirely (no venv, no install): a CI smoke run
 #   --out FILE      where to write the report
+#
+# To rewrite the report from the last run's raw numbers without measuring again:
+#   python3 bench/compare_ray.py --report-from target/bench/results.json [--out FILE]
 #
 # Every process the script starts is stopped before it exits (ray stop --force;
 # raylet stop --temp-dir DIR). Needs: python3 (with venv), cargo, gcc.
@@ -38,7 +42,7 @@ for arg in "$@"; do
     case "$arg" in
         --raylet-only) raylet_only=1 ;;
         -h|--help)
-            sed -n '2,24p' "${BASH_SOURCE[0]}" | sed 's/^# \{0,1\}//'
+            awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"
             exit 0 ;;
     esac
 done
