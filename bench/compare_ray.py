@@ -687,6 +687,13 @@ def write_report(path, args, res, info, vers, started, finished):
 # ---------------------------------------------------------------- main
 
 
+def sides(rep, ray_on):
+    """The systems to measure in repetition `rep`, alternating which goes
+    first so that drifting noise hits both alike; Ray only when it runs."""
+    order = ["ray", "raylet"] if rep % 2 == 0 else ["raylet", "ray"]
+    return [side for side in order if side != "ray" or ray_on]
+
+
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--reps", type=int, default=3, help="repetitions per row (default 3)")
@@ -751,10 +758,7 @@ def main():
                 continue
             r = res["metrics"].setdefault(name, {"ray": [], "raylet": []})
             for rep in range(args.reps):
-                order = ["ray", "raylet"] if rep % 2 == 0 else ["raylet", "ray"]
-                for side in order:
-                    if side == "ray" and not ray_on:
-                        continue
+                for side in sides(rep, ray_on):
                     log(f"{name} [{side} rep {rep + 1}/{args.reps}]")
                     value = ray_metric(name) if side == "ray" else raylet_metric(name, args.quick)
                     log(f"  -> {value:,.2f} per second")
@@ -769,10 +773,7 @@ def main():
         if any(wanted(row) for row in ["start", "idle-rss", "idle-pss", "status", "stop"]):
             lc["rows"].append("start")
             for rep in range(args.reps):
-                order = ["ray", "raylet"] if rep % 2 == 0 else ["raylet", "ray"]
-                for side in order:
-                    if side == "ray" and not ray_on:
-                        continue
+                for side in sides(rep, ray_on):
                     log(f"lifecycle [{side} rep {rep + 1}/{args.reps}]")
                     cycle = ray_lifecycle(rep, args.idle) if side == "ray" else raylet_lifecycle(rep, args.idle)
                     log(f"  -> start {cycle['start']*1000:.0f} ms, {cycle['rss']['count']} processes, "
@@ -785,10 +786,7 @@ def main():
         if wanted("first-task"):
             lc["rows"].append("first-task")
             for rep in range(args.reps):
-                order = ["ray", "raylet"] if rep % 2 == 0 else ["raylet", "ray"]
-                for side in order:
-                    if side == "ray" and not ray_on:
-                        continue
+                for side in sides(rep, ray_on):
                     log(f"init + first task [{side} rep {rep + 1}/{args.reps}]")
                     first = ray_first_task() if side == "ray" else raylet_first_task()
                     log(f"  -> {first}")

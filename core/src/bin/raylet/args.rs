@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use anyhow::{Context, bail};
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
-use raylet::session::{DEFAULT_TEMP_DIR, TempRoot};
+use raylet::session::{DEFAULT_TEMP_DIR, Session, TempRoot};
 use raylet_proto::ResourceSet;
 use raylet_proto::auth::AuthToken;
 use raylet_scheduler::head::HeadConfig;
@@ -73,10 +73,17 @@ impl SessionArgs {
 
     /// The token from --token / RAYLET_TOKEN, else from the latest session.
     pub fn resolve_token(&self) -> anyhow::Result<AuthToken> {
-        if let Some(text) = &self.token {
-            return AuthToken::parse(text).context("--token / RAYLET_TOKEN");
+        match &self.token {
+            Some(text) => parse_token(text),
+            None => self.token_for(&self.root().require_latest()?),
         }
-        let session = self.root().require_latest()?;
+    }
+
+    /// The token from --token / RAYLET_TOKEN, else from `session`.
+    pub fn token_for(&self, session: &Session) -> anyhow::Result<AuthToken> {
+        if let Some(text) = &self.token {
+            return parse_token(text);
+        }
         match session.read_token()? {
             Some(token) => Ok(token),
             None => bail!(
@@ -95,6 +102,10 @@ impl SessionArgs {
             format!(" --temp-dir '{}'", self.temp_dir.display())
         }
     }
+}
+
+fn parse_token(text: &str) -> anyhow::Result<AuthToken> {
+    AuthToken::parse(text).context("--token / RAYLET_TOKEN")
 }
 
 fn parse_duration(text: &str) -> Result<Duration, String> {

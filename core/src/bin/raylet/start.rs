@@ -3,7 +3,7 @@
 
 use std::future::Future;
 use std::io::ErrorKind;
-use std::net::{IpAddr, Ipv4Addr, SocketAddr, ToSocketAddrs, UdpSocket};
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use anyhow::{Context, bail};
 use raylet::session::{ProcessRecord, ProcessRole, Session};
@@ -58,7 +58,7 @@ fn prepare_session(args: &StartArgs) -> anyhow::Result<(Session, bool)> {
     if args.head {
         let session = root.create_session()?;
         let token = match &args.session.token {
-            Some(text) => AuthToken::parse(text).context("--token / RAYLET_TOKEN")?,
+            Some(_) => args.session.resolve_token()?,
             None => AuthToken::generate(),
         };
         session.write_token(&token)?;
@@ -109,7 +109,7 @@ fn foreground_session(args: &StartArgs) -> anyhow::Result<Session> {
 }
 
 async fn run_head(args: &StartArgs, resources: ResourceSet, session: &Session) -> anyhow::Result<()> {
-    let token = session_token(args, session)?;
+    let token = args.session.token_for(session)?;
     let ip = args.node_ip.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
     let listener = bind(SocketAddr::new(ip, args.port)).await?;
     let head_address = listener.local_addr()?.to_string();
@@ -129,12 +129,12 @@ async fn run_head(args: &StartArgs, resources: ResourceSet, session: &Session) -
 }
 
 async fn run_node(args: &StartArgs, resources: ResourceSet, session: &Session) -> anyhow::Result<()> {
-    let token = session_token(args, session)?;
+    let token = args.session.token_for(session)?;
     let head_address = args.address.clone().unwrap_or_default();
     raylet_proto::channel::endpoint(&head_address).context("--address")?;
     let ip = match args.node_ip {
         Some(ip) => ip,
-        None => local_ip_towards(&head_address)?,
+        None => raylet::local_ip_towards(&head_address)?,
     };
     let listener = bind(SocketAddr::new(ip, 0)).await?;
     let node_config = args.node_config(&head_address, token, resources);
@@ -186,16 +186,6 @@ fn termination_signal() -> anyhow::Result<impl Future<Output = ()>> {
     })
 }
 
-fn session_token(args: &StartArgs, session: &Session) -> anyhow::Result<AuthToken> {
-    if let Some(text) = &args.session.token {
-        return AuthToken::parse(text).context("--token / RAYLET_TOKEN");
-    }
-    match session.read_token()? {
-        Some(token) => Ok(token),
-        None => bail!("no cluster token: pass --token or set RAYLET_TOKEN"),
-    }
-}
-
 async fn bind(address: SocketAddr) -> anyhow::Result<TcpListener> {
     match TcpListener::bind(address).await {
         Ok(listener) => Ok(listener),
@@ -214,25 +204,6 @@ async fn bind(address: SocketAddr) -> anyhow::Result<TcpListener> {
         }
         Err(e) => Err(e).with_context(|| format!("binding {address}")),
     }
-}
-
-/// Loopback when the head is on loopback; otherwise the local address the
-/// kernel would use to reach the head (a UDP connect sends no packet).
-fn local_ip_towards(head_address: &str) -> anyhow::Result<IpAddr> {
-    let head = head_address
-        .to_socket_addrs()
-        .with_context(|| format!("resolving {head_address}"))?
-        .next()
-        .with_context(|| format!("{head_address} resolves to no address"))?;
-    if head.ip().is_loopback() {
-        return Ok(IpAddr::V4(Ipv4Addr::LOCALHOST));
-    }
-    let unspecified = SocketAddr::new(IpAddr::V4(Ipv4Addr::UNSPECIFIED), 0);
-    let probe = UdpSocket::bind(unspecified)?;
-    probe
-        .connect(head)
-        .with_context(|| format!("no route to the head at {head_address}"))?;
-    Ok(probe.local_addr()?.ip())
 }
 
 fn print_head_started(args: &StartArgs, session: &Session, started: &Started) {
