@@ -5,6 +5,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/raylet/v1/common.proto",
         "proto/raylet/v1/head.proto",
         "proto/raylet/v1/node_manager.proto",
+        "proto/raylet/v1/object_store.proto",
         "proto/raylet/v1/owner.proto",
         "proto/raylet/v1/worker.proto",
     ];

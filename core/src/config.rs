@@ -17,6 +17,8 @@ pub struct Config {
     pub(crate) num_cpus: Option<f64>,
     pub(crate) num_gpus: Option<f64>,
     pub(crate) resources: ResourceSet,
+    pub(crate) object_store_memory: Option<u64>,
+    pub(crate) max_spill_bytes: Option<u64>,
     pub(crate) log_to_driver: bool,
 }
 
@@ -29,6 +31,8 @@ impl Default for Config {
             num_cpus: None,
             num_gpus: None,
             resources: ResourceSet::new(),
+            object_store_memory: None,
+            max_spill_bytes: None,
             log_to_driver: true,
         }
     }
@@ -86,6 +90,20 @@ impl Config {
     /// Custom resources of the embedded node.
     pub fn resources(mut self, resources: ResourceSet) -> Self {
         self.resources = resources;
+        self
+    }
+
+    /// Bytes of shared memory for the embedded node's object store
+    /// [default: 30% of RAM].
+    pub fn object_store_memory(mut self, bytes: u64) -> Self {
+        self.object_store_memory = Some(bytes);
+        self
+    }
+
+    /// Bytes of disk the embedded node may spill objects to [default: 90%
+    /// of the free space of the temp directory].
+    pub fn max_spill_bytes(mut self, bytes: u64) -> Self {
+        self.max_spill_bytes = Some(bytes);
         self
     }
 

@@ -29,6 +29,7 @@ impl Embedded {
             num_cpus: config.num_cpus,
             num_gpus: config.num_gpus,
             custom: config.resources.clone(),
+            object_store_memory: config.object_store_memory.map(|bytes| bytes as f64),
             ..Default::default()
         };
         let resources = resolve_resources(&overrides)?;
@@ -43,6 +44,8 @@ impl Embedded {
         }));
         let node_config = NodeConfig::new(head_address.clone(), token.clone(), resources)
             .head_node(true)
+            .spill_root(config.temp_dir.join("spill"))
+            .spill_limit(config.max_spill_bytes)
             .connect_timeout(Duration::from_secs(5));
         let node = NodeManager::start(node_config, TcpListener::bind(loopback).await?).await?;
         let node_manager = node.address().to_string();

@@ -20,6 +20,9 @@ pub enum Error {
     Unavailable(String),
     #[error("deadline exceeded: {0}")]
     DeadlineExceeded(String),
+    /// A store or quota is full, e.g. the object store and its spill disk.
+    #[error("resource exhausted: {0}")]
+    ResourceExhausted(String),
     #[error("internal error: {0}")]
     Internal(String),
 }
@@ -46,6 +49,7 @@ impl Error {
             | Error::Unauthenticated(m)
             | Error::Unavailable(m)
             | Error::DeadlineExceeded(m)
+            | Error::ResourceExhausted(m)
             | Error::Internal(m) => m,
         }
     }
@@ -59,6 +63,7 @@ impl Error {
             Error::Unauthenticated(_) => Code::Unauthenticated,
             Error::Unavailable(_) => Code::Unavailable,
             Error::DeadlineExceeded(_) => Code::DeadlineExceeded,
+            Error::ResourceExhausted(_) => Code::ResourceExhausted,
             Error::Internal(_) => Code::Internal,
         }
     }
@@ -81,6 +86,7 @@ impl From<Status> for Error {
             Code::Unauthenticated | Code::PermissionDenied => Error::Unauthenticated(message),
             Code::Unavailable | Code::Cancelled | Code::Aborted => Error::Unavailable(message),
             Code::DeadlineExceeded => Error::DeadlineExceeded(message),
+            Code::ResourceExhausted => Error::ResourceExhausted(message),
             _ => Error::Internal(message),
         }
     }
@@ -127,6 +133,7 @@ mod tests {
             Error::Unauthenticated("who".into()),
             Error::Unavailable("down".into()),
             Error::DeadlineExceeded("late".into()),
+            Error::ResourceExhausted("full".into()),
             Error::Internal("bug".into()),
         ];
         for error in errors {

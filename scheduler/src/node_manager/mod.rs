@@ -13,13 +13,18 @@ mod worker_process;
 
 use std::future::Future;
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use raylet_object_store::{ObjectStoreServiceImpl, SharedStore, StoreConfig};
 use raylet_proto::auth::AuthToken;
 use raylet_proto::channel::HeadClient;
+use raylet_proto::resources::OBJECT_STORE_MEMORY;
+use raylet_proto::server::{MAX_DATA_MESSAGE, authenticated, incoming};
 use raylet_proto::v1::node_manager_service_server::NodeManagerServiceServer;
+use raylet_proto::v1::object_store_service_server::ObjectStoreServiceServer;
 use raylet_proto::{NodeId, ResourceSet};
 use tokio::net::TcpListener;
 
@@ -42,6 +47,11 @@ pub struct NodeConfig {
     pub heartbeat_interval: Duration,
     /// How long to keep retrying an unreachable head before giving up.
     pub connect_timeout: Duration,
+    /// Where the object store spills; removed when the node stops.
+    pub spill_dir: PathBuf,
+    /// Bytes of disk the spilled objects may use [default: 90% of the
+    /// space free in the spill directory's file system at start].
+    pub spill_limit: Option<u64>,
 }
 
 impl NodeConfig {
@@ -51,20 +61,47 @@ impl NodeConfig {
     /// A config for a node that joins the head at `head_address`, with the
     /// given total resources (see [`resolve_resources`]).
     pub fn new(head_address: impl Into<String>, token: AuthToken, resources: ResourceSet) -> Self {
+        let node_id = NodeId::random();
         NodeConfig {
             head_address: head_address.into(),
             token,
-            node_id: NodeId::random(),
+            node_id,
             resources,
             is_head_node: false,
             heartbeat_interval: Self::DEFAULT_HEARTBEAT_INTERVAL,
             connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
+            spill_dir: std::env::temp_dir().join(format!("raylet-spill-{node_id}")),
+            spill_limit: None,
         }
     }
 
+    /// Sets the node id; a default spill directory follows it.
     pub fn node_id(mut self, node_id: NodeId) -> Self {
+        if self.spill_dir == std::env::temp_dir().join(format!("raylet-spill-{}", self.node_id)) {
+            self.spill_dir = std::env::temp_dir().join(format!("raylet-spill-{node_id}"));
+        }
         self.node_id = node_id;
         self
+    }
+
+    /// Spill into `<dir>/<node id>`.
+    pub fn spill_root(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.spill_dir = dir.into().join(self.node_id.to_string());
+        self
+    }
+
+    pub fn spill_limit(mut self, bytes: Option<u64>) -> Self {
+        self.spill_limit = bytes;
+        self
+    }
+
+    fn store_config(&self) -> StoreConfig {
+        let capacity = self.resources.get(OBJECT_STORE_MEMORY).as_f64().max(0.0) as u64;
+        StoreConfig {
+            capacity,
+            spill_dir: self.spill_dir.clone(),
+            spill_limit: self.spill_limit.unwrap_or_else(|| default_spill_limit(&self.spill_dir)),
+        }
     }
 
     pub fn head_node(mut self, is_head_node: bool) -> Self {
@@ -90,6 +127,7 @@ pub(crate) struct NodeShared {
     pub(crate) incarnation: AtomicU64,
     pub(crate) leases: Arc<LeaseManager>,
     pub(crate) stats: Mutex<NodeStats>,
+    pub(crate) store: Arc<SharedStore>,
 }
 
 impl NodeShared {
@@ -130,8 +168,11 @@ impl NodeManager {
             token: config.token.expose().to_string(),
             bind_ip: address.ip().to_string(),
         };
+        raise_open_file_limit();
+        let store = SharedStore::new(config.store_config()).map_err(raylet_proto::Error::from)?;
         let shared = Arc::new(NodeShared {
             leases: LeaseManager::new(context, config.resources.clone()),
+            store,
             config,
             address,
             incarnation: AtomicU64::new(0),
@@ -162,14 +203,51 @@ impl NodeManager {
             listener,
         } = self;
         let service = NodeManagerServiceServer::new(service::NodeManagerServiceImpl { shared: shared.clone() });
-        let token = shared.config.token.clone();
-        let server = crate::grpc_server::serve(service, token, listener, shutdown);
+        let store = ObjectStoreServiceServer::new(ObjectStoreServiceImpl {
+            store: shared.store.clone(),
+        })
+        .max_decoding_message_size(MAX_DATA_MESSAGE)
+        .max_encoding_message_size(MAX_DATA_MESSAGE);
+        let server = authenticated(shared.config.token.clone())
+            .add_service(service)
+            .add_service(store)
+            .serve_with_incoming_shutdown(incoming(listener), shutdown);
         let result = tokio::select! {
-            result = server => result,
+            result = server => result.map_err(crate::Error::from),
             never = heartbeat::run(head.clone(), shared.clone()) => match never {},
         };
         shared.leases.kill_all();
+        remove_spill_dir(&shared.config.spill_dir);
         heartbeat::unregister(&mut head, &shared, "node manager shut down").await;
         result
+    }
+}
+
+/// Nine tenths of the space free where the spill directory will be.
+fn default_spill_limit(spill_dir: &std::path::Path) -> u64 {
+    let existing = spill_dir.ancestors().find(|dir| dir.exists()).unwrap_or(spill_dir);
+    match nix::sys::statvfs::statvfs(existing) {
+        Ok(stats) => stats.blocks_available() * stats.fragment_size() / 10 * 9,
+        Err(_) => 0,
+    }
+}
+
+fn remove_spill_dir(dir: &std::path::Path) {
+    match std::fs::remove_dir_all(dir) {
+        Ok(()) => {}
+        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
+        Err(error) => tracing::warn!(dir = %dir.display(), %error, "cannot remove the spill directory"),
+    }
+}
+
+/// Every object in the store is an open memfd: allow as many as the hard
+/// limit does.
+fn raise_open_file_limit() {
+    use nix::sys::resource::{Resource, getrlimit, setrlimit};
+    if let Ok((soft, hard)) = getrlimit(Resource::RLIMIT_NOFILE)
+        && soft < hard
+        && let Err(error) = setrlimit(Resource::RLIMIT_NOFILE, hard, hard)
+    {
+        tracing::warn!(%error, "cannot raise the open file limit");
     }
 }

@@ -1,7 +1,7 @@
 //! The CLI's clap structs, and their conversion into the library's config types.
 
 use std::net::IpAddr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context, bail};
@@ -32,7 +32,7 @@ pub enum Command {
     /// command returns once it is ready, printing how to join and connect.
     /// Pid files, the cluster token and logs go to the session directory,
     /// <temp-dir>/session_latest.
-    Start(StartArgs),
+    Start(Box<StartArgs>),
     /// Show the cluster's nodes (alive and dead), their resources and utilization.
     Status(StatusArgs),
     /// Stop every raylet process that this machine's sessions started.
@@ -144,6 +144,14 @@ pub struct StartArgs {
     /// Bytes of object store [default: 30% of RAM].
     #[arg(long, allow_negative_numbers = true, value_name = "BYTES")]
     pub object_store_memory: Option<f64>,
+    /// Where the object store spills objects when memory runs short
+    /// [default: spill/ in the session directory].
+    #[arg(long, value_name = "DIR")]
+    pub spill_dir: Option<PathBuf>,
+    /// Bytes of disk that spilled objects may use; past it, `put` waits and
+    /// then fails with ObjectStoreFull [default: 90% of the free space].
+    #[arg(long, value_name = "BYTES")]
+    pub max_spill_bytes: Option<u64>,
     /// Custom resources as a JSON object, e.g. '{"TPU": 4}'.
     #[arg(long, value_name = "JSON")]
     pub resources: Option<String>,
@@ -190,8 +198,17 @@ impl StartArgs {
         HeadConfig::new(token).heartbeat_timeout(self.heartbeat_timeout)
     }
 
-    pub fn node_config(&self, head_address: &str, token: AuthToken, resources: ResourceSet) -> NodeConfig {
+    pub fn node_config(
+        &self,
+        head_address: &str,
+        token: AuthToken,
+        resources: ResourceSet,
+        session_dir: &Path,
+    ) -> NodeConfig {
+        let spill_root = self.spill_dir.clone().unwrap_or_else(|| session_dir.join("spill"));
         NodeConfig::new(head_address, token, resources)
+            .spill_root(spill_root)
+            .spill_limit(self.max_spill_bytes)
             .head_node(self.head)
             .heartbeat_interval(self.heartbeat_interval)
             .connect_timeout(self.connect_timeout)

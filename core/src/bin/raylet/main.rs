@@ -14,7 +14,7 @@ use args::{Cli, Command};
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
     let result = match cli.command {
-        Command::Start(args) => start::start(args),
+        Command::Start(args) => start::start(*args),
         Command::Status(args) => status::status(args),
         Command::Stop(args) => stop::stop(args),
         Command::Microbenchmark(args) => microbenchmark::microbenchmark(args),

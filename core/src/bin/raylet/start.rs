@@ -120,7 +120,7 @@ async fn run_head(args: &StartArgs, resources: ResourceSet, session: &Session) -
         let _ = head_stopped.await;
     }));
     let node_listener = bind(SocketAddr::new(ip, 0)).await?;
-    let node_config = args.node_config(&head_address, token, resources);
+    let node_config = args.node_config(&head_address, token, resources, session.dir());
     let node = NodeManager::start(node_config, node_listener).await?;
     serve_until_signal(args, session, ProcessRole::Head, &head_address, node).await?;
     let _ = stop_head.send(());
@@ -137,7 +137,7 @@ async fn run_node(args: &StartArgs, resources: ResourceSet, session: &Session) -
         None => raylet::local_ip_towards(&head_address)?,
     };
     let listener = bind(SocketAddr::new(ip, 0)).await?;
-    let node_config = args.node_config(&head_address, token, resources);
+    let node_config = args.node_config(&head_address, token, resources, session.dir());
     let node = NodeManager::start(node_config, listener)
         .await
         .with_context(|| format!("joining the cluster at {head_address}"))?;

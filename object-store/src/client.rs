@@ -1,0 +1,197 @@
+//! The client side of a node's store, used by drivers and workers on that
+//! node: create and fill an object, seal it, and map sealed objects
+//! read-only. A mapping pins its object until it is dropped.
+
+use std::ops::{Deref, DerefMut};
+use std::sync::Arc;
+use std::time::Duration;
+
+use memmap2::{Mmap, MmapMut};
+use raylet_proto::ObjectId;
+use raylet_proto::channel::AuthedChannel;
+use raylet_proto::v1::object_store_service_client::ObjectStoreServiceClient;
+use raylet_proto::v1::{
+    CreateObjectRequest, DeleteObjectsRequest, GetStoreStatsRequest, GetStoredObjectRequest, ObjectLocation,
+    SealObjectRequest, StoreSessionMessage, StoreStats,
+};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+use crate::error::{Result, StoreError};
+use crate::segment::{map_readonly, map_writable, proc_path};
+
+/// A session with the store of this process's node.
+pub struct StoreClient {
+    rpc: ObjectStoreServiceClient<AuthedChannel>,
+    session: u64,
+    releases: mpsc::UnboundedSender<StoreSessionMessage>,
+}
+
+impl StoreClient {
+    /// Opens a session for the process at `owner_address`. Fails when the
+    /// store is on another machine, whose memory this process cannot map.
+    pub async fn connect(channel: AuthedChannel, owner_address: &str) -> Result<Arc<StoreClient>> {
+        let mut rpc = ObjectStoreServiceClient::new(channel);
+        let (releases, outbound) = mpsc::unbounded_channel();
+        let first = StoreSessionMessage {
+            release: Vec::new(),
+            owner_address: owner_address.to_string(),
+        };
+        let _ = releases.send(first);
+        let reply = rpc.session(UnboundedReceiverStream::new(outbound)).await;
+        let mut inbound = reply.map_err(raylet_proto::Error::from)?.into_inner();
+        let opened = inbound
+            .message()
+            .await
+            .map_err(raylet_proto::Error::from)?
+            .ok_or_else(|| StoreError::Invalid("the store ended the session at once".into()))?;
+        check_same_machine(opened.identity_location.unwrap_or_default(), &opened.identity)?;
+        tokio::spawn(async move { while let Ok(Some(_)) = inbound.message().await {} });
+        Ok(Arc::new(StoreClient {
+            rpc,
+            session: opened.session_id,
+            releases,
+        }))
+    }
+
+    /// Reserves `size` bytes for a new object, waiting up to `timeout` for
+    /// room, and maps them for writing.
+    pub async fn create(&self, id: ObjectId, size: u64, owner: &str, timeout: Duration) -> Result<ObjectWriter> {
+        let request = CreateObjectRequest {
+            session_id: self.session,
+            object_id: id.as_bytes().to_vec(),
+            size,
+            owner_address: owner.to_string(),
+            timeout_ms: timeout.as_millis() as u64,
+        };
+        let location = self
+            .rpc
+            .clone()
+            .create_object(request)
+            .await
+            .map_err(raylet_proto::Error::from)?;
+        let location = location.into_inner();
+        let map = map_writable(&proc_path(location.pid, location.fd), location.size)
+            .map_err(StoreError::io(format!("mapping new object {id}")))?;
+        Ok(ObjectWriter { id, map })
+    }
+
+    /// Seals a written object at the first `written` bytes.
+    pub async fn seal(&self, writer: ObjectWriter, written: u64) -> Result<()> {
+        let id = writer.id;
+        drop(writer);
+        let request = SealObjectRequest {
+            session_id: self.session,
+            object_id: id.as_bytes().to_vec(),
+            size: written,
+        };
+        self.rpc
+            .clone()
+            .seal_object(request)
+            .await
+            .map_err(raylet_proto::Error::from)?;
+        Ok(())
+    }
+
+    /// Maps a sealed object read-only; it stays pinned while mapped.
+    pub async fn get(&self, id: ObjectId) -> Result<MappedObject> {
+        let request = GetStoredObjectRequest {
+            session_id: self.session,
+            object_id: id.as_bytes().to_vec(),
+        };
+        let location = self
+            .rpc
+            .clone()
+            .get_object(request)
+            .await
+            .map_err(raylet_proto::Error::from)?;
+        let location = location.into_inner();
+        let mapped = map_readonly(&proc_path(location.pid, location.fd), location.size);
+        let release = Release {
+            id,
+            releases: self.releases.clone(),
+        };
+        let map = mapped.map_err(StoreError::io(format!("mapping object {id}")))?;
+        Ok(MappedObject { map, _release: release })
+    }
+
+    pub async fn delete(&self, ids: &[ObjectId]) -> Result<()> {
+        let request = DeleteObjectsRequest {
+            object_ids: ids.iter().map(|id| id.as_bytes().to_vec()).collect(),
+        };
+        self.rpc
+            .clone()
+            .delete_objects(request)
+            .await
+            .map_err(raylet_proto::Error::from)?;
+        Ok(())
+    }
+
+    pub async fn stats(&self) -> Result<StoreStats> {
+        let reply = self.rpc.clone().get_store_stats(GetStoreStatsRequest {}).await;
+        Ok(reply.map_err(raylet_proto::Error::from)?.into_inner())
+    }
+}
+
+fn check_same_machine(location: ObjectLocation, expected: &[u8]) -> Result<()> {
+    let path = proc_path(location.pid, location.fd);
+    match map_readonly(&path, location.size) {
+        Ok(identity) if identity[..] == *expected => Ok(()),
+        _ => Err(StoreError::Invalid(
+            "the object store is on another machine: a driver must connect to a node manager on its own machine".into(),
+        )),
+    }
+}
+
+/// A new object's memory, mapped writable until it is sealed.
+pub struct ObjectWriter {
+    id: ObjectId,
+    map: MmapMut,
+}
+
+impl Deref for ObjectWriter {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.map
+    }
+}
+
+impl DerefMut for ObjectWriter {
+    fn deref_mut(&mut self) -> &mut [u8] {
+        &mut self.map
+    }
+}
+
+/// A sealed object mapped read-only, page-aligned and immutable.
+pub struct MappedObject {
+    map: Mmap,
+    _release: Release,
+}
+
+impl AsRef<[u8]> for MappedObject {
+    fn as_ref(&self) -> &[u8] {
+        &self.map
+    }
+}
+
+impl Deref for MappedObject {
+    type Target = [u8];
+    fn deref(&self) -> &[u8] {
+        &self.map
+    }
+}
+
+/// Tells the store that a mapping is gone, so the object may be spilled.
+struct Release {
+    id: ObjectId,
+    releases: mpsc::UnboundedSender<StoreSessionMessage>,
+}
+
+impl Drop for Release {
+    fn drop(&mut self) {
+        let _ = self.releases.send(StoreSessionMessage {
+            release: vec![self.id.as_bytes().to_vec()],
+            owner_address: String::new(),
+        });
+    }
+}

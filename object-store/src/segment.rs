@@ -1,0 +1,168 @@
+//! One object's shared memory: a memfd that the store creates, a client
+//! fills through `/proc/<pid>/fd/<fd>`, and the store then seals against
+//! writes, so that every reader maps the same immutable pages.
+
+use std::fs::{File, OpenOptions};
+use std::io;
+use std::os::fd::{AsRawFd, OwnedFd};
+use std::path::{Path, PathBuf};
+
+use memmap2::{Mmap, MmapMut};
+use nix::fcntl::{FcntlArg, SealFlag, fcntl};
+use nix::sys::memfd::{MFdFlags, memfd_create};
+
+/// A memfd holding one object's bytes.
+#[derive(Debug)]
+pub struct Segment {
+    file: File,
+    size: u64,
+}
+
+impl Segment {
+    /// A zero-filled segment of `size` bytes; no memory is used until written.
+    pub fn create(name: &str, size: u64) -> io::Result<Segment> {
+        let flags = MFdFlags::MFD_CLOEXEC | MFdFlags::MFD_ALLOW_SEALING;
+        let fd: OwnedFd = memfd_create(name, flags).map_err(io::Error::from)?;
+        let file = File::from(fd);
+        file.set_len(size)?;
+        Ok(Segment { file, size })
+    }
+
+    /// A segment filled with the contents of `path`, e.g. a spill file.
+    pub fn restore(name: &str, path: &Path) -> io::Result<Segment> {
+        let mut source = File::open(path)?;
+        let size = source.metadata()?.len();
+        let mut segment = Segment::create(name, size)?;
+        io::copy(&mut source, &mut segment.file)?;
+        segment.seal()?;
+        Ok(segment)
+    }
+
+    /// A sealed segment holding `bytes`.
+    pub fn sealed_with(name: &str, bytes: &[u8]) -> io::Result<Segment> {
+        let mut segment = Segment::create(name, bytes.len() as u64)?;
+        io::Write::write_all(&mut segment.file, bytes)?;
+        segment.seal()?;
+        Ok(segment)
+    }
+
+    pub fn size(&self) -> u64 {
+        self.size
+    }
+
+    pub fn raw_fd(&self) -> i32 {
+        self.file.as_raw_fd()
+    }
+
+    /// Shrinks the segment to the length the writer used, then forbids
+    /// every further write, shrink or growth. Fails while a writable
+    /// mapping of it exists.
+    pub fn seal_at(&mut self, size: u64) -> io::Result<()> {
+        if size > self.size {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("sealed size {size} exceeds the created size {}", self.size),
+            ));
+        }
+        if size < self.size {
+            self.file.set_len(size)?;
+            self.size = size;
+        }
+        self.seal()
+    }
+
+    fn seal(&mut self) -> io::Result<()> {
+        let seals = SealFlag::F_SEAL_WRITE | SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL;
+        fcntl(&self.file, FcntlArg::F_ADD_SEALS(seals)).map_err(io::Error::from)?;
+        Ok(())
+    }
+
+    /// Writes the segment's bytes to a new file at `path`.
+    pub fn spill_to(&self, path: &Path) -> io::Result<()> {
+        let mut target = OpenOptions::new().write(true).create_new(true).open(path)?;
+        let mut source = self.file.try_clone()?;
+        std::io::Seek::rewind(&mut source)?;
+        let copied = io::copy(&mut source, &mut target);
+        if copied.is_err() {
+            let _ = std::fs::remove_file(path);
+        }
+        copied.map(drop)
+    }
+}
+
+/// Where another process opens the segment of process `pid`.
+pub fn proc_path(pid: u32, fd: i32) -> PathBuf {
+    PathBuf::from(format!("/proc/{pid}/fd/{fd}"))
+}
+
+/// Maps a segment writable, for its creator to fill.
+pub fn map_writable(path: &Path, size: u64) -> io::Result<MmapMut> {
+    let file = OpenOptions::new().read(true).write(true).open(path)?;
+    check_size(&file, size)?;
+    // SAFETY: the segment is a memfd that only this writer maps writable
+    // until it is sealed; nothing truncates it while the mapping lives.
+    unsafe { MmapMut::map_mut(&file) }
+}
+
+/// Maps a sealed segment read-only.
+pub fn map_readonly(path: &Path, size: u64) -> io::Result<Mmap> {
+    let file = File::open(path)?;
+    check_size(&file, size)?;
+    // SAFETY: the segment is sealed against writes, shrinking and growth,
+    // so the mapped bytes never change underneath the reader.
+    unsafe { Mmap::map(&file) }
+}
+
+fn check_size(file: &File, size: u64) -> io::Result<()> {
+    let actual = file.metadata()?.len();
+    if actual != size {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!("the segment holds {actual} bytes, {size} were expected"),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_sealed_segment_reads_back_and_refuses_writes() {
+        let mut segment = Segment::create("test", 8192).unwrap();
+        let path = proc_path(std::process::id(), segment.raw_fd());
+        let mut writable = map_writable(&path, 8192).unwrap();
+        writable[..5].copy_from_slice(b"hello");
+        drop(writable);
+        segment.seal_at(5).unwrap();
+        let readable = map_readonly(&path, 5).unwrap();
+        assert_eq!(&readable[..], b"hello");
+        assert!(
+            map_writable(&path, 5).is_err(),
+            "a sealed segment must not map writable"
+        );
+    }
+
+    #[test]
+    fn sealing_fails_while_a_writer_maps_it() {
+        let mut segment = Segment::create("test", 4096).unwrap();
+        let path = proc_path(std::process::id(), segment.raw_fd());
+        let _writable = map_writable(&path, 4096).unwrap();
+        assert!(segment.seal_at(4096).is_err());
+    }
+
+    #[test]
+    fn a_spilled_segment_restores_byte_for_byte() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut segment = Segment::create("test", 3).unwrap();
+        let path = proc_path(std::process::id(), segment.raw_fd());
+        map_writable(&path, 3).unwrap().copy_from_slice(b"abc");
+        segment.seal_at(3).unwrap();
+        let spill = dir.path().join("object");
+        segment.spill_to(&spill).unwrap();
+        let restored = Segment::restore("test", &spill).unwrap();
+        let path = proc_path(std::process::id(), restored.raw_fd());
+        assert_eq!(&map_readonly(&path, 3).unwrap()[..], b"abc");
+    }
+}

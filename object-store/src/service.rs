@@ -1,0 +1,220 @@
+//! The store's gRPC service. Calls that may spill or restore run on a
+//! blocking thread; a create that finds no room waits for frees up to its
+//! timeout (backpressure), then fails with `ObjectStoreFull`.
+
+use std::pin::Pin;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use raylet_proto::ObjectId;
+use raylet_proto::v1::object_store_service_server::ObjectStoreService;
+use raylet_proto::v1::{
+    CreateObjectRequest, DeleteObjectsReply, DeleteObjectsRequest, GetStoreStatsRequest, GetStoredObjectRequest,
+    ObjectLocation, SealObjectReply, SealObjectRequest, StoreSessionEvent, StoreSessionMessage, StoreStats,
+    StoredObject,
+};
+use tokio::sync::{Notify, mpsc};
+use tokio_stream::Stream;
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::error::{Result, StoreError};
+use crate::segment::Segment;
+use crate::store::{Location, ObjectStore, StoreConfig, StoreUsage};
+
+/// The longest a create waits for room.
+const MAX_CREATE_WAIT: Duration = Duration::from_secs(600);
+/// A waiting create looks again this often even without a wake-up.
+const RECHECK: Duration = Duration::from_millis(200);
+
+/// A node's store, shared by its service and its node manager.
+pub struct SharedStore {
+    store: Mutex<ObjectStore>,
+    /// Signalled whenever memory or disk may have been freed.
+    freed: Notify,
+    identity: Segment,
+    identity_bytes: [u8; 16],
+}
+
+impl SharedStore {
+    pub fn new(config: StoreConfig) -> Result<Arc<Self>> {
+        let identity_bytes: [u8; 16] = rand_bytes();
+        let identity = Segment::sealed_with("raylet-store-identity", &identity_bytes)
+            .map_err(StoreError::io("creating the store identity"))?;
+        Ok(Arc::new(SharedStore {
+            store: Mutex::new(ObjectStore::new(config)),
+            freed: Notify::new(),
+            identity,
+            identity_bytes,
+        }))
+    }
+
+    fn lock(&self) -> MutexGuard<'_, ObjectStore> {
+        self.store.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn usage(&self) -> StoreUsage {
+        self.lock().usage()
+    }
+
+    /// Frees objects and wakes creates that wait for room.
+    pub fn delete(&self, ids: &[ObjectId]) {
+        self.lock().delete(ids);
+        self.freed.notify_waiters();
+    }
+
+    async fn create(self: &Arc<Self>, request: CreateObjectRequest) -> Result<Location> {
+        let id = ObjectId::from_wire(&request.object_id)?;
+        let wait = Duration::from_millis(request.timeout_ms).min(MAX_CREATE_WAIT);
+        let deadline = tokio::time::Instant::now() + wait;
+        let owner: Arc<str> = request.owner_address.into();
+        loop {
+            let freed = self.freed.notified();
+            let store = self.clone();
+            let owner = owner.clone();
+            let attempt =
+                tokio::task::spawn_blocking(move || store.lock().create(request.session_id, id, request.size, &owner));
+            match join(attempt).await {
+                Err(StoreError::Full(message)) if tokio::time::Instant::now() < deadline => {
+                    tracing::debug!(object = %id, %message, "waiting for room");
+                    let _ = tokio::time::timeout(RECHECK, freed).await;
+                }
+                other => return other,
+            }
+        }
+    }
+
+    async fn get(self: &Arc<Self>, session: u64, id: ObjectId) -> Result<Location> {
+        let store = self.clone();
+        join(tokio::task::spawn_blocking(move || store.lock().get(session, id))).await
+    }
+
+    fn close_session(&self, session: u64) {
+        self.lock().close_session(session);
+        self.freed.notify_waiters();
+    }
+}
+
+async fn join<T>(task: tokio::task::JoinHandle<Result<T>>) -> Result<T> {
+    task.await
+        .map_err(|e| StoreError::Invalid(format!("a store call failed: {e}")))?
+}
+
+fn rand_bytes() -> [u8; 16] {
+    *raylet_proto::ObjectId::random().as_bytes()
+}
+
+fn location_to_proto(location: Location) -> ObjectLocation {
+    ObjectLocation {
+        pid: location.pid,
+        fd: location.fd,
+        size: location.size,
+    }
+}
+
+/// Serves [`ObjectStoreService`] from a node's store.
+pub struct ObjectStoreServiceImpl {
+    pub store: Arc<SharedStore>,
+}
+
+type EventStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+#[tonic::async_trait]
+impl ObjectStoreService for ObjectStoreServiceImpl {
+    type SessionStream = EventStream<StoreSessionEvent>;
+
+    async fn session(
+        &self,
+        request: Request<Streaming<StoreSessionMessage>>,
+    ) -> Result<Response<Self::SessionStream>, Status> {
+        let mut inbound = request.into_inner();
+        let first = inbound
+            .message()
+            .await?
+            .ok_or_else(|| Status::invalid_argument("a store session must start with the owner's address"))?;
+        let session = self.store.lock().open_session(&first.owner_address);
+        let (events, receiver) = mpsc::unbounded_channel();
+        let identity = &self.store.identity;
+        let _ = events.send(Ok(StoreSessionEvent {
+            session_id: session,
+            identity_location: Some(ObjectLocation {
+                pid: std::process::id(),
+                fd: identity.raw_fd(),
+                size: identity.size(),
+            }),
+            identity: self.store.identity_bytes.to_vec(),
+        }));
+        let store = self.store.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(message)) = inbound.message().await {
+                let mut locked = store.lock();
+                for id in message.release.iter().filter_map(|id| ObjectId::from_wire(id).ok()) {
+                    locked.release(session, id);
+                }
+                drop(locked);
+                store.freed.notify_waiters();
+            }
+            store.close_session(session);
+            drop(events);
+        });
+        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(receiver))))
+    }
+
+    async fn create_object(&self, request: Request<CreateObjectRequest>) -> Result<Response<ObjectLocation>, Status> {
+        let location = self.store.create(request.into_inner()).await?;
+        Ok(Response::new(location_to_proto(location)))
+    }
+
+    async fn seal_object(&self, request: Request<SealObjectRequest>) -> Result<Response<SealObjectReply>, Status> {
+        let request = request.into_inner();
+        let id = ObjectId::from_wire(&request.object_id)?;
+        self.store.lock().seal(request.session_id, id, request.size)?;
+        Ok(Response::new(SealObjectReply {}))
+    }
+
+    async fn get_object(&self, request: Request<GetStoredObjectRequest>) -> Result<Response<ObjectLocation>, Status> {
+        let request = request.into_inner();
+        let id = ObjectId::from_wire(&request.object_id)?;
+        let location = self.store.get(request.session_id, id).await?;
+        Ok(Response::new(location_to_proto(location)))
+    }
+
+    async fn delete_objects(
+        &self,
+        request: Request<DeleteObjectsRequest>,
+    ) -> Result<Response<DeleteObjectsReply>, Status> {
+        let ids = request
+            .into_inner()
+            .object_ids
+            .iter()
+            .map(|id| ObjectId::from_wire(id))
+            .collect::<raylet_proto::Result<Vec<_>>>()?;
+        self.store.delete(&ids);
+        Ok(Response::new(DeleteObjectsReply {}))
+    }
+
+    async fn get_store_stats(&self, _request: Request<GetStoreStatsRequest>) -> Result<Response<StoreStats>, Status> {
+        Ok(Response::new(usage_to_proto(self.store.usage())))
+    }
+}
+
+fn usage_to_proto(usage: StoreUsage) -> StoreStats {
+    StoreStats {
+        capacity_bytes: usage.capacity,
+        used_bytes: usage.used,
+        spilled_bytes: usage.spilled,
+        spill_limit_bytes: usage.spill_limit,
+        objects: usage
+            .objects
+            .into_iter()
+            .map(|object| StoredObject {
+                object_id: object.id.as_bytes().to_vec(),
+                size: object.size,
+                owner_address: object.owner,
+                spilled: object.spilled,
+                sealed: object.sealed,
+                pins: object.pins,
+            })
+            .collect(),
+    }
+}

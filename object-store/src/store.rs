@@ -1,0 +1,548 @@
+//! The store's bookkeeping: which objects it holds, in memory or spilled,
+//! who pins them, and making room by spilling the least recently used.
+//! Plain synchronous code; the service serializes calls with a lock.
+
+use std::collections::{BTreeMap, HashMap};
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use raylet_proto::ObjectId;
+
+use crate::error::{Result, StoreError};
+use crate::segment::Segment;
+
+/// Settings of one node's store.
+#[derive(Clone, Debug)]
+pub struct StoreConfig {
+    /// Bytes of shared memory that objects may use.
+    pub capacity: u64,
+    /// Where objects go when memory is short.
+    pub spill_dir: PathBuf,
+    /// Bytes of disk that spilled objects may use.
+    pub spill_limit: u64,
+}
+
+impl StoreConfig {
+    /// Above this share of the capacity, new objects first spill old ones.
+    const HIGH_WATER_PERCENT: u64 = 80;
+
+    fn high_water(&self) -> u64 {
+        self.capacity / 100 * Self::HIGH_WATER_PERCENT
+    }
+}
+
+/// Where a client maps an object: a descriptor of the store's process.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Location {
+    pub pid: u32,
+    pub fd: i32,
+    pub size: u64,
+}
+
+enum State {
+    Writing { segment: Segment, session: u64 },
+    InMemory(Segment),
+    Spilled(PathBuf),
+}
+
+struct Entry {
+    size: u64,
+    owner: Arc<str>,
+    state: State,
+    pins: u32,
+    last_used: u64,
+}
+
+/// One object as `raylet memory` lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectInfo {
+    pub id: ObjectId,
+    pub size: u64,
+    pub owner: String,
+    pub spilled: bool,
+    pub sealed: bool,
+    pub pins: u32,
+}
+
+/// Usage of the store.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct StoreUsage {
+    pub capacity: u64,
+    pub used: u64,
+    pub spilled: u64,
+    pub spill_limit: u64,
+    pub objects: Vec<ObjectInfo>,
+}
+
+#[derive(Default)]
+struct Session {
+    owner: Arc<str>,
+    pins: HashMap<ObjectId, u32>,
+}
+
+/// A node's objects and sessions.
+pub struct ObjectStore {
+    config: StoreConfig,
+    pid: u32,
+    objects: HashMap<ObjectId, Entry>,
+    /// Sealed in-memory objects by last use, oldest first.
+    lru: BTreeMap<u64, ObjectId>,
+    clock: u64,
+    used: u64,
+    spilled: u64,
+    sessions: HashMap<u64, Session>,
+    next_session: u64,
+}
+
+impl ObjectStore {
+    pub fn new(config: StoreConfig) -> Self {
+        ObjectStore {
+            config,
+            pid: std::process::id(),
+            objects: HashMap::new(),
+            lru: BTreeMap::new(),
+            clock: 0,
+            used: 0,
+            spilled: 0,
+            sessions: HashMap::new(),
+            next_session: 1,
+        }
+    }
+
+    /// Starts a client's session; `owner` is the address of its process.
+    pub fn open_session(&mut self, owner: &str) -> u64 {
+        let id = self.next_session;
+        self.next_session += 1;
+        let session = Session {
+            owner: owner.into(),
+            pins: HashMap::new(),
+        };
+        self.sessions.insert(id, session);
+        id
+    }
+
+    /// Ends a session: its pins go, its unfinished objects are dropped, and
+    /// so are the objects its process owned, since their owner is gone.
+    pub fn close_session(&mut self, session: u64) {
+        let Some(closed) = self.sessions.remove(&session) else {
+            return;
+        };
+        for (id, count) in closed.pins {
+            if let Some(entry) = self.objects.get_mut(&id) {
+                entry.pins = entry.pins.saturating_sub(count);
+            }
+        }
+        let orphaned: Vec<ObjectId> = self
+            .objects
+            .iter()
+            .filter(|(_, e)| matches!(e.state, State::Writing { session: s, .. } if s == session))
+            .chain(
+                self.objects
+                    .iter()
+                    .filter(|(_, e)| !closed.owner.is_empty() && e.owner == closed.owner),
+            )
+            .map(|(id, _)| *id)
+            .collect();
+        self.delete(&orphaned);
+    }
+
+    /// Reserves memory for a new object and returns the segment to write.
+    pub fn create(&mut self, session: u64, id: ObjectId, size: u64, owner: &str) -> Result<Location> {
+        self.check_session(session)?;
+        if size == 0 {
+            return Err(StoreError::Invalid(format!("object {id} has no bytes")));
+        }
+        if self.objects.contains_key(&id) {
+            return Err(StoreError::AlreadyExists(id));
+        }
+        if size > self.config.capacity {
+            return Err(StoreError::TooLarge(format!(
+                "object {id} of {} does not fit in an object store of {}",
+                bytes(size),
+                bytes(self.config.capacity)
+            )));
+        }
+        self.make_room(size, None)?;
+        let segment = Segment::create(&format!("raylet-{id}"), size).map_err(StoreError::io("creating a segment"))?;
+        let location = self.location(&segment);
+        self.used += size;
+        let entry = Entry {
+            size,
+            owner: owner.into(),
+            state: State::Writing { segment, session },
+            pins: 0,
+            last_used: 0,
+        };
+        self.objects.insert(id, entry);
+        Ok(location)
+    }
+
+    /// Makes a written object immutable, `size` bytes long, and spillable.
+    pub fn seal(&mut self, session: u64, id: ObjectId, size: u64) -> Result<()> {
+        let entry = self.objects.get_mut(&id).ok_or(StoreError::NotFound(id))?;
+        let State::Writing {
+            segment,
+            session: writer,
+        } = &mut entry.state
+        else {
+            return Err(StoreError::Invalid(format!("object {id} is sealed already")));
+        };
+        if *writer != session {
+            return Err(StoreError::Invalid(format!(
+                "object {id} is written by another session"
+            )));
+        }
+        segment
+            .seal_at(size)
+            .map_err(StoreError::io(format!("sealing object {id}")))?;
+        self.used -= entry.size - size;
+        entry.size = size;
+        let State::Writing { segment, .. } = std::mem::replace(&mut entry.state, State::Spilled(PathBuf::new())) else {
+            unreachable!("checked above")
+        };
+        entry.state = State::InMemory(segment);
+        self.touch(id);
+        Ok(())
+    }
+
+    /// Pins a sealed object for the session, restoring it if it was spilled.
+    pub fn get(&mut self, session: u64, id: ObjectId) -> Result<Location> {
+        self.check_session(session)?;
+        let entry = self.objects.get(&id).ok_or(StoreError::NotFound(id))?;
+        match &entry.state {
+            State::Writing { .. } => return Err(StoreError::NotSealed(id)),
+            State::Spilled(_) => self.restore(id)?,
+            State::InMemory(_) => {}
+        }
+        self.touch(id);
+        let entry = self.objects.get_mut(&id).ok_or(StoreError::NotFound(id))?;
+        entry.pins += 1;
+        let State::InMemory(segment) = &entry.state else {
+            unreachable!("restored above")
+        };
+        let location = Location {
+            pid: self.pid,
+            fd: segment.raw_fd(),
+            size: segment.size(),
+        };
+        if let Some(session) = self.sessions.get_mut(&session) {
+            *session.pins.entry(id).or_default() += 1;
+        }
+        Ok(location)
+    }
+
+    /// The session stopped reading the object.
+    pub fn release(&mut self, session: u64, id: ObjectId) {
+        let Some(pins) = self.sessions.get_mut(&session).and_then(|s| s.pins.get_mut(&id)) else {
+            return;
+        };
+        *pins -= 1;
+        if *pins == 0 {
+            self.sessions.get_mut(&session).map(|s| s.pins.remove(&id));
+        }
+        if let Some(entry) = self.objects.get_mut(&id) {
+            entry.pins = entry.pins.saturating_sub(1);
+        }
+    }
+
+    /// Frees objects from memory and disk. Readers that mapped one keep
+    /// their mapping; unknown ids are ignored.
+    pub fn delete(&mut self, ids: &[ObjectId]) {
+        for id in ids {
+            let Some(entry) = self.objects.remove(id) else {
+                continue;
+            };
+            self.lru.remove(&entry.last_used);
+            match entry.state {
+                State::Writing { .. } | State::InMemory(_) => self.used -= entry.size,
+                State::Spilled(path) => {
+                    self.spilled -= entry.size;
+                    if let Err(error) = std::fs::remove_file(&path) {
+                        tracing::warn!(path = %path.display(), %error, "cannot delete a spill file");
+                    }
+                }
+            }
+        }
+    }
+
+    pub fn usage(&self) -> StoreUsage {
+        let mut objects: Vec<ObjectInfo> = self
+            .objects
+            .iter()
+            .map(|(id, entry)| ObjectInfo {
+                id: *id,
+                size: entry.size,
+                owner: entry.owner.to_string(),
+                spilled: matches!(entry.state, State::Spilled(_)),
+                sealed: !matches!(entry.state, State::Writing { .. }),
+                pins: entry.pins,
+            })
+            .collect();
+        objects.sort_by(|a, b| b.size.cmp(&a.size).then(a.id.as_bytes().cmp(b.id.as_bytes())));
+        StoreUsage {
+            capacity: self.config.capacity,
+            used: self.used,
+            spilled: self.spilled,
+            spill_limit: self.config.spill_limit,
+            objects,
+        }
+    }
+
+    fn check_session(&self, session: u64) -> Result<()> {
+        match self.sessions.contains_key(&session) {
+            true => Ok(()),
+            false => Err(StoreError::Invalid(format!("no store session {session}"))),
+        }
+    }
+
+    fn location(&self, segment: &Segment) -> Location {
+        Location {
+            pid: self.pid,
+            fd: segment.raw_fd(),
+            size: segment.size(),
+        }
+    }
+
+    fn touch(&mut self, id: ObjectId) {
+        self.clock += 1;
+        let clock = self.clock;
+        if let Some(entry) = self.objects.get_mut(&id) {
+            self.lru.remove(&entry.last_used);
+            entry.last_used = clock;
+            if matches!(entry.state, State::InMemory(_)) {
+                self.lru.insert(clock, id);
+            }
+        }
+    }
+
+    /// Spills least recently used unpinned objects until `size` more bytes
+    /// stay under the high-water mark, or at least under the capacity.
+    fn make_room(&mut self, size: u64, keep: Option<ObjectId>) -> Result<()> {
+        while self.used + size > self.config.high_water() {
+            let Some(victim) = self.spill_candidate(keep) else {
+                break;
+            };
+            if let Err(error) = self.spill(victim) {
+                tracing::warn!(object = %victim, %error, "cannot spill an object");
+                break;
+            }
+        }
+        match self.used + size <= self.config.capacity {
+            true => Ok(()),
+            false => Err(StoreError::Full(self.full_message(size))),
+        }
+    }
+
+    fn spill_candidate(&self, keep: Option<ObjectId>) -> Option<ObjectId> {
+        let disk_left = self.config.spill_limit - self.spilled.min(self.config.spill_limit);
+        self.lru.values().copied().find(|id| {
+            let entry = &self.objects[id];
+            Some(*id) != keep && entry.pins == 0 && entry.size <= disk_left
+        })
+    }
+
+    fn spill(&mut self, id: ObjectId) -> Result<()> {
+        let path = self.config.spill_dir.join(id.to_string());
+        let entry = self.objects.get_mut(&id).ok_or(StoreError::NotFound(id))?;
+        let State::InMemory(segment) = &entry.state else {
+            return Err(StoreError::Invalid(format!("object {id} is not in memory")));
+        };
+        std::fs::create_dir_all(&self.config.spill_dir).map_err(StoreError::io("creating the spill directory"))?;
+        segment
+            .spill_to(&path)
+            .map_err(StoreError::io(format!("spilling object {id}")))?;
+        entry.state = State::Spilled(path);
+        self.lru.remove(&entry.last_used);
+        self.used -= entry.size;
+        self.spilled += entry.size;
+        tracing::debug!(object = %id, size = entry.size, "spilled");
+        Ok(())
+    }
+
+    fn restore(&mut self, id: ObjectId) -> Result<()> {
+        let size = self.objects.get(&id).ok_or(StoreError::NotFound(id))?.size;
+        self.make_room(size, Some(id))?;
+        let entry = self.objects.get_mut(&id).ok_or(StoreError::NotFound(id))?;
+        let State::Spilled(path) = &entry.state else {
+            return Ok(());
+        };
+        let segment = Segment::restore(&format!("raylet-{id}"), path)
+            .map_err(StoreError::io(format!("restoring object {id}")))?;
+        if let Err(error) = std::fs::remove_file(path) {
+            tracing::warn!(path = %path.display(), %error, "cannot delete a restored spill file");
+        }
+        entry.state = State::InMemory(segment);
+        self.spilled -= size;
+        self.used += size;
+        Ok(())
+    }
+
+    /// Why an object of `size` bytes does not fit, naming the largest
+    /// objects and the processes that own them.
+    fn full_message(&self, size: u64) -> String {
+        let pinned: u64 = self.objects.values().filter(|e| e.pins > 0).map(|e| e.size).sum();
+        let mut text = format!(
+            "the object store is full: {} more do not fit; {} of {} in memory ({} pinned by readers), \
+             {} of {} spilled to disk",
+            bytes(size),
+            bytes(self.used),
+            bytes(self.config.capacity),
+            bytes(pinned),
+            bytes(self.spilled),
+            bytes(self.config.spill_limit),
+        );
+        let usage = self.usage();
+        text.push_str(". The largest objects:");
+        for object in usage.objects.iter().take(5) {
+            let state = if object.spilled { "spilled" } else { "in memory" };
+            text.push_str(&format!(
+                " {} ({}, {state}, {} readers, owned by {});",
+                object.id,
+                bytes(object.size),
+                object.pins,
+                object.owner
+            ));
+        }
+        text.push_str(" drop references to objects you no longer need, or raise --object-store-memory");
+        text
+    }
+}
+
+/// A byte count for people: "12.5 MiB".
+pub fn bytes(count: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut value = count as f64;
+    let mut unit = 0;
+    while value >= 1024.0 && unit + 1 < UNITS.len() {
+        value /= 1024.0;
+        unit += 1;
+    }
+    match unit {
+        0 => format!("{count} B"),
+        _ => format!("{value:.1} {}", UNITS[unit]),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::segment::{map_readonly, map_writable, proc_path};
+
+    const MIB: u64 = 1 << 20;
+
+    fn store(capacity: u64, spill_limit: u64) -> (ObjectStore, tempfile::TempDir) {
+        let dir = tempfile::tempdir().unwrap();
+        let config = StoreConfig {
+            capacity,
+            spill_dir: dir.path().join("spill"),
+            spill_limit,
+        };
+        (ObjectStore::new(config), dir)
+    }
+
+    fn put(store: &mut ObjectStore, session: u64, fill: u8, size: u64) -> Result<ObjectId> {
+        let id = ObjectId::random();
+        let location = store.create(session, id, size, "owner:1")?;
+        map_writable(&proc_path(location.pid, location.fd), size)
+            .unwrap()
+            .fill(fill);
+        store.seal(session, id, size)?;
+        Ok(id)
+    }
+
+    fn read(store: &mut ObjectStore, session: u64, id: ObjectId) -> Vec<u8> {
+        let location = store.get(session, id).unwrap();
+        let bytes = map_readonly(&proc_path(location.pid, location.fd), location.size)
+            .unwrap()
+            .to_vec();
+        store.release(session, id);
+        bytes
+    }
+
+    #[test]
+    fn objects_past_the_high_water_mark_spill_and_restore_on_get() {
+        let (mut store, dir) = store(10 * MIB, 100 * MIB);
+        let session = store.open_session("owner:1");
+        let ids: Vec<ObjectId> = (0..20).map(|i| put(&mut store, session, i, MIB).unwrap()).collect();
+        let usage = store.usage();
+        assert!(
+            usage.used <= 8 * MIB,
+            "used {} stays under the high-water mark",
+            usage.used
+        );
+        assert_eq!(usage.used + usage.spilled, 20 * MIB);
+        for (i, id) in ids.iter().enumerate() {
+            assert!(read(&mut store, session, *id).iter().all(|b| *b == i as u8));
+        }
+        store.delete(&ids);
+        assert_eq!((store.usage().used, store.usage().spilled), (0, 0));
+        assert_eq!(std::fs::read_dir(dir.path().join("spill")).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn pinned_objects_are_never_spilled() {
+        let (mut store, _dir) = store(4 * MIB, 100 * MIB);
+        let session = store.open_session("owner:1");
+        let pinned = put(&mut store, session, 1, 2 * MIB).unwrap();
+        store.get(session, pinned).unwrap();
+        let error = put(&mut store, session, 2, 3 * MIB).unwrap_err();
+        assert!(matches!(error, StoreError::Full(_)), "{error}");
+        assert!(!store.usage().objects[0].spilled);
+        store.release(session, pinned);
+        put(&mut store, session, 2, 3 * MIB).unwrap();
+        assert!(store.usage().objects.iter().any(|o| o.id == pinned && o.spilled));
+    }
+
+    #[test]
+    fn a_full_spill_disk_makes_a_clear_error_naming_the_largest_objects() {
+        let (mut store, _dir) = store(4 * MIB, 2 * MIB);
+        let session = store.open_session("driver:7");
+        let big = put(&mut store, session, 1, 3 * MIB).unwrap();
+        let error = put(&mut store, session, 2, 3 * MIB).unwrap_err();
+        let StoreError::Full(message) = error else {
+            panic!("expected Full, got {error}")
+        };
+        assert!(message.contains(&big.to_string()), "{message}");
+        assert!(message.contains("owner:1"), "{message}");
+        assert!(
+            message.contains("2.0 MiB spilled") || message.contains("of 2.0 MiB"),
+            "{message}"
+        );
+    }
+
+    #[test]
+    fn an_object_larger_than_the_store_is_refused_at_once() {
+        let (mut store, _dir) = store(MIB, MIB);
+        let session = store.open_session("");
+        let error = store.create(session, ObjectId::random(), 2 * MIB, "").unwrap_err();
+        assert!(matches!(error, StoreError::TooLarge(_)), "{error}");
+    }
+
+    #[test]
+    fn closing_a_session_frees_its_unsealed_and_owned_objects() {
+        let (mut store, _dir) = store(10 * MIB, 10 * MIB);
+        let writer = store.open_session("owner:1");
+        let other = store.open_session("owner:2");
+        let owned = put(&mut store, writer, 1, MIB).unwrap();
+        let unsealed = ObjectId::random();
+        store.create(writer, unsealed, MIB, "owner:2").unwrap();
+        let kept = ObjectId::random();
+        store.create(other, kept, MIB, "owner:2").unwrap();
+        store.seal(other, kept, MIB).unwrap();
+        store.close_session(writer);
+        let left: Vec<ObjectId> = store.usage().objects.iter().map(|o| o.id).collect();
+        assert_eq!(left, vec![kept], "owned {owned} and unsealed {unsealed} are gone");
+        assert_eq!(store.usage().used, MIB);
+    }
+
+    #[test]
+    fn sealing_shrinks_to_the_written_length() {
+        let (mut store, _dir) = store(10 * MIB, 10 * MIB);
+        let session = store.open_session("");
+        let id = ObjectId::random();
+        store.create(session, id, 2 * MIB, "").unwrap();
+        store.seal(session, id, MIB).unwrap();
+        assert_eq!(store.usage().used, MIB);
+        assert_eq!(store.get(session, id).unwrap().size, MIB);
+    }
+}
