@@ -180,27 +180,27 @@ impl ObjectStore {
     /// Makes a written object immutable, `size` bytes long, and spillable.
     pub fn seal(&mut self, session: u64, id: ObjectId, size: u64) -> Result<()> {
         let entry = self.objects.get_mut(&id).ok_or(StoreError::NotFound(id))?;
-        let State::Writing {
-            segment,
-            session: writer,
-        } = &mut entry.state
-        else {
-            return Err(StoreError::Invalid(format!("object {id} is sealed already")));
+        let segment = match &mut entry.state {
+            State::Writing {
+                segment,
+                session: writer,
+            } if *writer == session => segment,
+            State::Writing { .. } => {
+                return Err(StoreError::Invalid(format!(
+                    "object {id} is written by another session"
+                )));
+            }
+            _ => return Err(StoreError::Invalid(format!("object {id} is sealed already"))),
         };
-        if *writer != session {
-            return Err(StoreError::Invalid(format!(
-                "object {id} is written by another session"
-            )));
-        }
         segment
             .seal_at(size)
             .map_err(StoreError::io(format!("sealing object {id}")))?;
         self.used -= entry.size - size;
         entry.size = size;
-        let State::Writing { segment, .. } = std::mem::replace(&mut entry.state, State::Spilled(PathBuf::new())) else {
-            unreachable!("checked above")
+        entry.state = match std::mem::replace(&mut entry.state, State::Spilled(PathBuf::new())) {
+            State::Writing { segment, .. } => State::InMemory(segment),
+            other => other,
         };
-        entry.state = State::InMemory(segment);
         self.touch(id);
         Ok(())
     }
@@ -233,12 +233,15 @@ impl ObjectStore {
 
     /// The session stopped reading the object.
     pub fn release(&mut self, session: u64, id: ObjectId) {
-        let Some(pins) = self.sessions.get_mut(&session).and_then(|s| s.pins.get_mut(&id)) else {
+        let Some(pins) = self.sessions.get_mut(&session).map(|s| &mut s.pins) else {
             return;
         };
-        *pins -= 1;
-        if *pins == 0 {
-            self.sessions.get_mut(&session).map(|s| s.pins.remove(&id));
+        let Some(count) = pins.get_mut(&id) else {
+            return;
+        };
+        *count -= 1;
+        if *count == 0 {
+            pins.remove(&id);
         }
         if let Some(entry) = self.objects.get_mut(&id) {
             entry.pins = entry.pins.saturating_sub(1);

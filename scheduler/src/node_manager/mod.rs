@@ -47,8 +47,9 @@ pub struct NodeConfig {
     pub heartbeat_interval: Duration,
     /// How long to keep retrying an unreachable head before giving up.
     pub connect_timeout: Duration,
-    /// Where the object store spills; removed when the node stops.
-    pub spill_dir: PathBuf,
+    /// The object store spills into `<spill_root>/<node id>`, which is
+    /// removed when the node stops.
+    pub spill_root: PathBuf,
     /// Bytes of disk the spilled objects may use [default: 90% of the
     /// space free in the spill directory's file system at start].
     pub spill_limit: Option<u64>,
@@ -61,33 +62,32 @@ impl NodeConfig {
     /// A config for a node that joins the head at `head_address`, with the
     /// given total resources (see [`resolve_resources`]).
     pub fn new(head_address: impl Into<String>, token: AuthToken, resources: ResourceSet) -> Self {
-        let node_id = NodeId::random();
         NodeConfig {
             head_address: head_address.into(),
             token,
-            node_id,
+            node_id: NodeId::random(),
             resources,
             is_head_node: false,
             heartbeat_interval: Self::DEFAULT_HEARTBEAT_INTERVAL,
             connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
-            spill_dir: std::env::temp_dir().join(format!("raylet-spill-{node_id}")),
+            spill_root: std::env::temp_dir().join("raylet-spill"),
             spill_limit: None,
         }
     }
 
-    /// Sets the node id; a default spill directory follows it.
     pub fn node_id(mut self, node_id: NodeId) -> Self {
-        if self.spill_dir == std::env::temp_dir().join(format!("raylet-spill-{}", self.node_id)) {
-            self.spill_dir = std::env::temp_dir().join(format!("raylet-spill-{node_id}"));
-        }
         self.node_id = node_id;
         self
     }
 
-    /// Spill into `<dir>/<node id>`.
     pub fn spill_root(mut self, dir: impl Into<PathBuf>) -> Self {
-        self.spill_dir = dir.into().join(self.node_id.to_string());
+        self.spill_root = dir.into();
         self
+    }
+
+    /// This node's own spill directory.
+    pub fn spill_dir(&self) -> PathBuf {
+        self.spill_root.join(self.node_id.to_string())
     }
 
     pub fn spill_limit(mut self, bytes: Option<u64>) -> Self {
@@ -97,10 +97,11 @@ impl NodeConfig {
 
     fn store_config(&self) -> StoreConfig {
         let capacity = self.resources.get(OBJECT_STORE_MEMORY).as_f64().max(0.0) as u64;
+        let spill_dir = self.spill_dir();
         StoreConfig {
             capacity,
-            spill_dir: self.spill_dir.clone(),
-            spill_limit: self.spill_limit.unwrap_or_else(|| default_spill_limit(&self.spill_dir)),
+            spill_limit: self.spill_limit.unwrap_or_else(|| default_spill_limit(&spill_dir)),
+            spill_dir,
         }
     }
 
@@ -217,7 +218,7 @@ impl NodeManager {
             never = heartbeat::run(head.clone(), shared.clone()) => match never {},
         };
         shared.leases.kill_all();
-        remove_spill_dir(&shared.config.spill_dir);
+        remove_spill_dir(&shared.config.spill_dir());
         heartbeat::unregister(&mut head, &shared, "node manager shut down").await;
         result
     }
