@@ -15,15 +15,18 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, oneshot};
 
+use crate::archived::{Archivable, ArchivedRef, Checkable};
 use crate::config::Config;
-use crate::core_worker::CoreWorker;
+use crate::core_worker::{CoreSettings, CoreWorker};
 use crate::embedded::Embedded;
-use crate::memory_store::{EncodedValue, Outcome};
+use crate::memory::NodeMemory;
 use crate::object_ref::{AnyObjectRef, ObjectRef, RawRef};
 use crate::owner_service::OwnerServiceImpl;
 use crate::session::TempRoot;
+use crate::shared_objects::store_error;
 use crate::submitter::{Submission, Submitter, SubmitterEvent};
 use crate::task::{Arg, TaskOptions};
+use crate::value::{Body, EncodedValue, Format, collecting_refs};
 use crate::{Error, Result};
 
 static CURRENT: RwLock<Option<Cluster>> = RwLock::new(None);
@@ -149,23 +152,67 @@ impl Cluster {
         )
     }
 
-    /// Stores a value in the cluster and returns a reference to it.
+    /// Stores a value in the cluster and returns a reference to it. Values
+    /// of [`crate::INLINE_LIMIT`] bytes and more are written once, straight
+    /// into this node's shared-memory store; smaller ones stay here. When
+    /// the store stays full past the store-full timeout, this fails with
+    /// `Error::ObjectStoreFull`.
     pub fn put<T: Serialize>(&self, value: &T) -> Result<ObjectRef<T>> {
+        let core = self.core();
         let id = ObjectId::random();
-        self.core().store.insert(id, EncodedValue::encode(value)?);
+        let size = raylet_proto::codec::encoded_len(value)?;
+        let (body, contained) = collecting_refs(|| -> Result<Body> {
+            if size < crate::INLINE_LIMIT {
+                let mut data = vec![0; size];
+                raylet_proto::codec::encode_into(value, &mut data)?;
+                return Ok(Body::Inline(data.into()));
+            }
+            let encode = |out: &mut [u8]| Ok(raylet_proto::codec::encode_into(value, out)?);
+            Ok(Body::Stored(core.write_object(
+                id,
+                size,
+                core.address.clone(),
+                encode,
+            )?))
+        });
+        core.store
+            .insert(id, EncodedValue::new::<T>(Format::Postcard, body?, contained));
+        Ok(self.owned_ref(id).typed())
+    }
+
+    /// Stores a value as an rkyv archive, read in place by
+    /// [`ObjectRef::get_archived`]: on this node, a large value is written
+    /// once into shared memory and every reader maps those same pages.
+    pub fn put_archived<T: Archivable>(&self, value: &T) -> Result<ObjectRef<T>> {
+        use raylet_object_store::archive::{archive_into, archived_len};
+        let core = self.core();
+        let id = ObjectId::random();
+        let size = archived_len(value).map_err(store_error)?;
+        let body = if size < crate::INLINE_LIMIT {
+            let mut data = rkyv::util::AlignedVec::<16>::with_capacity(size);
+            data.resize(size, 0);
+            archive_into(value, &mut data).map_err(store_error)?;
+            Body::Inline(bytes::Bytes::copy_from_slice(&data))
+        } else {
+            let archive = |out: &mut [u8]| archive_into(value, out).map_err(store_error);
+            Body::Stored(core.write_object(id, size, core.address.clone(), archive)?)
+        };
+        core.store
+            .insert(id, EncodedValue::new::<T>(Format::Archive, body, Vec::new()));
         Ok(self.owned_ref(id).typed())
     }
 
     /// Waits for the object and returns its value, or its task's error.
     pub fn get<T: DeserializeOwned>(&self, object: &ObjectRef<T>) -> Result<T> {
         let outcome = self.core().wait_outcome_blocking(object.as_untyped(), None)?;
-        decode(object.id(), outcome.expect("waiting without a timeout"))
+        self.core()
+            .decode_blocking(object.id(), outcome.expect("waiting without a timeout"))
     }
 
     /// Like [`Cluster::get`], but fails with `Error::GetTimeout` after `timeout`.
     pub fn get_timeout<T: DeserializeOwned>(&self, object: &ObjectRef<T>, timeout: Duration) -> Result<T> {
         match self.core().wait_outcome_blocking(object.as_untyped(), Some(timeout))? {
-            Some(outcome) => decode(object.id(), outcome),
+            Some(outcome) => self.core().decode_blocking(object.id(), outcome),
             None => Err(Error::GetTimeout {
                 object: object.id(),
                 timeout,
@@ -176,7 +223,28 @@ impl Cluster {
     /// Waits for the object without blocking a thread.
     pub async fn get_async<T: DeserializeOwned>(&self, object: &ObjectRef<T>) -> Result<T> {
         let outcome = self.core().wait_outcome(object.as_untyped(), None).await?;
-        decode(object.id(), outcome.expect("waiting without a deadline"))
+        let outcome = outcome.expect("waiting without a deadline");
+        self.core().decode_async(object.id(), outcome).await
+    }
+
+    /// Waits for an archived object and returns a validated view of it in
+    /// place; see [`ObjectRef::get_archived`].
+    pub fn get_archived<T: rkyv::Archive>(&self, object: &ObjectRef<T>) -> Result<ArchivedRef<T>>
+    where
+        T::Archived: Checkable,
+    {
+        let outcome = self.core().wait_outcome_blocking(object.as_untyped(), None)?;
+        self.core()
+            .archived_blocking(object.id(), outcome.expect("waiting without a timeout"))
+    }
+
+    /// The object stores of the alive nodes: usage and the objects in them,
+    /// as `raylet memory` shows them.
+    pub fn memory(&self) -> Result<Vec<NodeMemory>> {
+        let status = self.status()?;
+        let core = self.core().clone();
+        core.clone()
+            .block_on(async move { crate::memory::collect(&core, &status).await })
     }
 
     /// The values of all objects, in order; the first failure is returned.
@@ -296,13 +364,6 @@ fn shut_down() -> Error {
     ))
 }
 
-fn decode<T: DeserializeOwned>(id: ObjectId, outcome: Outcome) -> Result<T> {
-    match outcome {
-        Ok(value) => value.decode(id),
-        Err(error) => Err(Error::Task(error)),
-    }
-}
-
 /// Which objects are ready, waiting until `num_returns` are or `timeout` passes.
 async fn wait_ready(
     core: &Arc<CoreWorker>,
@@ -373,16 +434,17 @@ async fn start_driver(config: Config, runtime: tokio::runtime::Handle) -> Result
         .map_err(|e| Error::Cluster(raylet_proto::Error::Internal(e.to_string())))??;
     let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, 0)).await?;
     let (submitter, submissions) = mpsc::unbounded_channel();
-    let core = Arc::new(CoreWorker::new(
-        listener.local_addr()?.to_string(),
-        token.clone(),
+    let settings = CoreSettings {
+        address: listener.local_addr()?.to_string(),
+        token: token.clone(),
         node_manager,
         binary,
-        submitter,
-        runtime,
-        config.log_to_driver,
-        None,
-    ));
+        log_to_driver: config.log_to_driver,
+        blocked_hook: None,
+        owning_hook: None,
+        store_full_timeout: config.object_store_full_timeout,
+    };
+    let core = CoreWorker::start(settings, submitter, runtime);
     Submitter::spawn(core.clone(), submissions);
     let (stop_owner_service, stopped) = oneshot::channel::<()>();
     let service = OwnerServiceServer::new(OwnerServiceImpl { core: core.clone() })

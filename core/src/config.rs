@@ -1,6 +1,7 @@
 //! How `raylet::init` starts or joins a cluster.
 
 use std::path::PathBuf;
+use std::time::Duration;
 
 use raylet_proto::ResourceSet;
 
@@ -20,6 +21,7 @@ pub struct Config {
     pub(crate) object_store_memory: Option<u64>,
     pub(crate) max_spill_bytes: Option<u64>,
     pub(crate) log_to_driver: bool,
+    pub(crate) object_store_full_timeout: Duration,
 }
 
 impl Default for Config {
@@ -34,11 +36,14 @@ impl Default for Config {
             object_store_memory: None,
             max_spill_bytes: None,
             log_to_driver: true,
+            object_store_full_timeout: Self::DEFAULT_OBJECT_STORE_FULL_TIMEOUT,
         }
     }
 }
 
 impl Config {
+    pub const DEFAULT_OBJECT_STORE_FULL_TIMEOUT: Duration = Duration::from_secs(10);
+
     /// An embedded cluster with detected resources.
     pub fn new() -> Self {
         Self::default()
@@ -104,6 +109,13 @@ impl Config {
     /// of the free space of the temp directory].
     pub fn max_spill_bytes(mut self, bytes: u64) -> Self {
         self.max_spill_bytes = Some(bytes);
+        self
+    }
+
+    /// How long `put` waits for room in a full object store (spilling and
+    /// freeing make room) before it fails with `ObjectStoreFull` [default: 10 s].
+    pub fn object_store_full_timeout(mut self, timeout: Duration) -> Self {
+        self.object_store_full_timeout = timeout;
         self
     }
 

@@ -6,16 +6,19 @@ use std::future::Future;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use raylet_object_store::StoreClient;
 use raylet_proto::auth::AuthToken;
 use raylet_proto::channel::AuthedChannel;
 use raylet_proto::server::MAX_DATA_MESSAGE;
 use raylet_proto::v1::owner_service_client::OwnerServiceClient;
 use raylet_proto::v1::{GetObjectRequest, WorkerBinary};
-use tokio::sync::mpsc;
+use tokio::sync::{OnceCell, mpsc};
 
-use crate::memory_store::{MemoryStore, Outcome, outcome_from_proto};
+use crate::borrows::Borrows;
+use crate::memory_store::{MemoryStore, OwningHook};
 use crate::object_ref::AnyObjectRef;
 use crate::submitter::SubmitterEvent;
+use crate::value::{Outcome, outcome_from_proto};
 use crate::{Error, Result};
 
 const CONNECT_PATIENCE: Duration = Duration::from_secs(5);
@@ -32,6 +35,11 @@ pub(crate) struct CoreWorker {
     /// Where this process's owner service listens.
     pub(crate) address: Arc<str>,
     pub(crate) store: Arc<MemoryStore>,
+    pub(crate) borrows: Arc<Borrows>,
+    /// The session with this node's shared-memory store, opened on first use.
+    pub(crate) node_store: OnceCell<Arc<StoreClient>>,
+    /// How long a write waits for room in a full store.
+    pub(crate) store_full_timeout: Duration,
     pub(crate) token: AuthToken,
     pub(crate) node_manager: String,
     pub(crate) binary: WorkerBinary,
@@ -42,30 +50,47 @@ pub(crate) struct CoreWorker {
     channels: Mutex<HashMap<String, AuthedChannel>>,
 }
 
+/// Where a process's owner service listens and how it reaches its node.
+pub(crate) struct CoreSettings {
+    pub(crate) address: String,
+    pub(crate) token: AuthToken,
+    pub(crate) node_manager: String,
+    pub(crate) binary: WorkerBinary,
+    pub(crate) log_to_driver: bool,
+    pub(crate) blocked_hook: Option<BlockedHook>,
+    pub(crate) owning_hook: Option<OwningHook>,
+    pub(crate) store_full_timeout: Duration,
+}
+
 impl CoreWorker {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        address: String,
-        token: AuthToken,
-        node_manager: String,
-        binary: WorkerBinary,
+    /// Makes the core and starts its background tasks on `runtime`: the
+    /// delivery of borrower changes and the deletion of freed objects.
+    pub(crate) fn start(
+        settings: CoreSettings,
         submitter: mpsc::UnboundedSender<SubmitterEvent>,
         runtime: tokio::runtime::Handle,
-        log_to_driver: bool,
-        blocked_hook: Option<BlockedHook>,
-    ) -> Self {
-        CoreWorker {
-            address: address.into(),
-            store: Arc::new(MemoryStore::default()),
-            token,
-            node_manager,
-            binary,
+    ) -> Arc<Self> {
+        let address: Arc<str> = settings.address.into();
+        let (freed, freed_objects) = mpsc::unbounded_channel();
+        let (changes, borrower_changes) = mpsc::unbounded_channel();
+        let core = Arc::new(CoreWorker {
+            store: Arc::new(MemoryStore::new(freed, settings.owning_hook)),
+            borrows: Arc::new(Borrows::new(address.clone(), changes)),
+            node_store: OnceCell::new(),
+            store_full_timeout: settings.store_full_timeout,
+            address,
+            token: settings.token,
+            node_manager: settings.node_manager,
+            binary: settings.binary,
             submitter,
-            runtime,
-            log_to_driver,
-            blocked_hook,
+            runtime: runtime.clone(),
+            log_to_driver: settings.log_to_driver,
+            blocked_hook: settings.blocked_hook,
             channels: Mutex::new(HashMap::new()),
-        }
+        });
+        runtime.spawn(crate::borrows::send_changes(core.clone(), borrower_changes));
+        runtime.spawn(crate::shared_objects::delete_freed(core.clone(), freed_objects));
+        core
     }
 
     pub(crate) fn owns(&self, object: &AnyObjectRef) -> bool {
@@ -135,7 +160,7 @@ impl CoreWorker {
                 other => owner_unreachable(object, other.into()),
             }
         })?;
-        Ok(reply.into_inner().outcome.map(outcome_from_proto))
+        Ok(reply.into_inner().outcome.map(|outcome| outcome_from_proto(outcome).0))
     }
 
     /// Blocks this thread until the object is there or `timeout` passes.

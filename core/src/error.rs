@@ -20,6 +20,13 @@ pub enum Error {
         expected: String,
         actual: String,
     },
+    /// The object holds a value in another format: `put` values are read
+    /// with `get`, `put_archived` values with `get_archived`.
+    #[error("object {object} cannot be read this way: {message}")]
+    WrongFormat { object: ObjectId, message: String },
+    /// The object store has no room, even after spilling, within the timeout.
+    #[error("{0}")]
+    ObjectStoreFull(String),
     /// The object was not ready in time.
     #[error("object {object} was not ready within {timeout:?}")]
     GetTimeout { object: ObjectId, timeout: Duration },

@@ -19,39 +19,48 @@
 //! joins the cluster at `RAYLET_ADDRESS`. Workers are this same binary,
 //! started again: a hook that runs before `main` turns them into workers.
 
+mod archived;
+mod borrows;
 mod cluster;
 mod config;
 mod core_worker;
 mod embedded;
 pub mod error;
+mod memory;
 mod memory_store;
 mod net;
 mod object_ref;
 mod owner_service;
 mod registry;
 pub mod session;
+mod shared_objects;
 mod submitter;
 mod task;
+mod value;
 mod worker;
 
+pub use archived::{Archivable, ArchivedRef, Checkable};
 pub use cluster::{Cluster, current, init, init_with};
 pub use config::Config;
 pub use error::{Error, Result};
+pub use memory::{NodeMemory, StoredObject};
 pub use net::local_ip_towards;
 pub use object_ref::{AnyObjectRef, ObjectRef};
 pub use raylet_macros::remote;
+pub use raylet_object_store::{ArchivedTensor, DType, INLINE_LIMIT, Tensor};
 pub use raylet_proto as proto;
 pub use raylet_scheduler as scheduler;
+pub use rkyv;
 pub use task::{Arg, IntoArg, TaskError, TaskErrorKind, TaskOptions};
 
 /// What the `#[raylet::remote]` expansion refers to. Not a public API.
 #[doc(hidden)]
 pub mod __private {
-    pub use crate::memory_store::EncodedValue;
     pub use crate::registry::*;
+    pub use crate::value::EncodedValue;
 }
 
 /// The names most programs need.
 pub mod prelude {
-    pub use crate::{Cluster, Config, ObjectRef, TaskError, TaskErrorKind};
+    pub use crate::{Cluster, Config, ObjectRef, TaskError, TaskErrorKind, Tensor};
 }

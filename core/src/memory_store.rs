@@ -1,88 +1,24 @@
-//! The owner's in-memory object store: the values of the objects this
-//! process owns (task results and `put` values), and waiting for them.
+//! The owner's table of the objects this process owns (task results and
+//! `put` values): their outcomes, waiting for them, and who holds
+//! references to them. An object is freed when no handle in this process
+//! and no borrowing process refers to it any more; a freed object that
+//! lives in a node's store is handed to the deleter.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
-use bytes::Bytes;
 use raylet_proto::ObjectId;
-use raylet_proto::v1;
-use serde::Serialize;
-use serde::de::DeserializeOwned;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, mpsc};
 
-use crate::task::TaskError;
+use crate::value::{Body, Outcome, StoredAt};
 use crate::{Error, Result};
 
-/// An encoded value with the name of its type, so that getting it as
-/// another type is a clear error rather than garbage.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EncodedValue {
-    pub type_name: Arc<str>,
-    pub data: Bytes,
-}
-
-impl EncodedValue {
-    pub fn encode<T: Serialize>(value: &T) -> Result<Self> {
-        Ok(EncodedValue {
-            type_name: std::any::type_name::<T>().into(),
-            data: raylet_proto::codec::encode(value)?.into(),
-        })
-    }
-
-    /// Decodes as `T`, checking the type name first.
-    pub fn decode<T: DeserializeOwned>(&self, object: ObjectId) -> Result<T> {
-        let expected = std::any::type_name::<T>();
-        if *self.type_name != *expected {
-            return Err(Error::WrongType {
-                object,
-                expected: expected.to_string(),
-                actual: self.type_name.to_string(),
-            });
-        }
-        Ok(raylet_proto::codec::decode(&self.data)?)
-    }
-
-    pub(crate) fn from_proto(value: v1::EncodedValue) -> Self {
-        EncodedValue {
-            type_name: value.type_name.into(),
-            data: value.data,
-        }
-    }
-
-    pub(crate) fn to_proto(&self) -> v1::EncodedValue {
-        v1::EncodedValue {
-            type_name: self.type_name.to_string(),
-            data: self.data.clone(),
-        }
-    }
-}
-
-/// A finished object: its value or why it has none.
-pub type Outcome = std::result::Result<EncodedValue, TaskError>;
-
-pub(crate) fn outcome_to_proto(outcome: &Outcome) -> v1::ObjectOutcome {
-    use v1::object_outcome::Outcome as Proto;
-    let outcome = match outcome {
-        Ok(value) => Proto::Value(value.to_proto()),
-        Err(error) => Proto::Failure(error.to_proto()),
-    };
-    v1::ObjectOutcome { outcome: Some(outcome) }
-}
-
-pub(crate) fn outcome_from_proto(outcome: v1::ObjectOutcome) -> Outcome {
-    use v1::object_outcome::Outcome as Proto;
-    match outcome.outcome {
-        Some(Proto::Value(value)) => Ok(EncodedValue::from_proto(value)),
-        Some(Proto::Failure(failure)) => Err(TaskError::from_proto(failure)),
-        None => Err(TaskError::new(
-            crate::TaskErrorKind::Argument,
-            "",
-            "an empty object outcome",
-        )),
-    }
-}
+/// A freed object that the store of node `at.node` still holds.
+pub(crate) type FreedObject = (ObjectId, StoredAt);
+/// Called with `true` when the table gets its first object and `false` when
+/// it loses its last one: a worker that owns objects must stay alive.
+pub(crate) type OwningHook = Box<dyn Fn(bool) + Send + Sync>;
 
 enum Slot {
     Pending(Arc<Notify>),
@@ -91,36 +27,75 @@ enum Slot {
 
 struct Entry {
     slot: Slot,
-    /// A reference left this process, so it may be used after every local
-    /// handle is gone; such objects are kept.
-    escaped: bool,
+    /// Handles to the object in this process.
+    local_refs: u32,
+    /// Processes that hold references, by owner service address, with how
+    /// many registrations each made.
+    borrowers: HashMap<Arc<str>, u32>,
+}
+
+impl Entry {
+    fn new(slot: Slot) -> Self {
+        Entry {
+            slot,
+            local_refs: 0,
+            borrowers: HashMap::new(),
+        }
+    }
+
+    /// Whether its value is in a node's store, under the object's own id.
+    fn holds_stored_value(&self) -> bool {
+        matches!(&self.slot, Slot::Ready(Ok(value)) if matches!(value.body, Body::Stored(_)))
+    }
+
+    fn unreferenced(&self) -> bool {
+        self.local_refs == 0 && self.borrowers.is_empty()
+    }
 }
 
 /// Objects by id. Blocking waiters share one condition variable; async
 /// waiters wait on their object's own `Notify`.
-#[derive(Default)]
 pub struct MemoryStore {
     objects: Mutex<HashMap<ObjectId, Entry>>,
     completed: Condvar,
+    freed: mpsc::UnboundedSender<FreedObject>,
+    owning: Option<OwningHook>,
 }
 
 impl MemoryStore {
+    /// A store that hands freed stored objects to `freed`.
+    pub(crate) fn new(freed: mpsc::UnboundedSender<FreedObject>, owning: Option<OwningHook>) -> Self {
+        MemoryStore {
+            objects: Mutex::new(HashMap::new()),
+            completed: Condvar::new(),
+            freed,
+            owning,
+        }
+    }
+
+    fn add_entry(&self, id: ObjectId, entry: Entry) {
+        let mut objects = self.objects();
+        objects.insert(id, entry);
+        if objects.len() == 1
+            && let Some(owning) = &self.owning
+        {
+            owning(true);
+        }
+    }
+
     fn objects(&self) -> MutexGuard<'_, HashMap<ObjectId, Entry>> {
         self.objects.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Adds an object whose value is not there yet.
     pub fn add_pending(&self, id: ObjectId) {
-        let entry = Entry {
-            slot: Slot::Pending(Arc::new(Notify::new())),
-            escaped: false,
-        };
-        self.objects().insert(id, entry);
+        self.add_entry(id, Entry::new(Slot::Pending(Arc::new(Notify::new()))));
     }
 
     /// Stores a finished object and wakes its waiters. The first outcome
     /// wins: a cancelled task's late result does not replace `Cancelled`.
-    /// An object nobody refers to any more is dropped.
+    /// A late value in a node's store is deleted there, unless it is the
+    /// very object the first outcome put there.
     pub fn complete(&self, id: ObjectId, outcome: Outcome) {
         self.complete_many(std::iter::once((id, outcome)));
     }
@@ -130,8 +105,12 @@ impl MemoryStore {
     pub fn complete_many(&self, outcomes: impl IntoIterator<Item = (ObjectId, Outcome)>) {
         let mut objects = self.objects();
         let mut any = false;
+        let mut unwanted = Vec::new();
         for (id, outcome) in outcomes {
             let Some(entry) = objects.get_mut(&id).filter(|e| matches!(e.slot, Slot::Pending(_))) else {
+                if !objects.get(&id).is_some_and(Entry::holds_stored_value) {
+                    unwanted.push((id, outcome));
+                }
                 continue;
             };
             if let Slot::Pending(notify) = std::mem::replace(&mut entry.slot, Slot::Ready(outcome)) {
@@ -143,22 +122,14 @@ impl MemoryStore {
         if any {
             self.completed.notify_all();
         }
+        for (id, outcome) in unwanted {
+            self.discard(id, outcome);
+        }
     }
 
     /// Adds a finished object, as `put` does.
-    pub fn insert(&self, id: ObjectId, value: EncodedValue) {
-        self.objects().insert(
-            id,
-            Entry {
-                slot: Slot::Ready(Ok(value)),
-                escaped: false,
-            },
-        );
-    }
-
-    #[cfg(test)]
-    pub fn contains(&self, id: ObjectId) -> bool {
-        self.objects().contains_key(&id)
+    pub fn insert(&self, id: ObjectId, value: crate::value::EncodedValue) {
+        self.add_entry(id, Entry::new(Slot::Ready(Ok(value))));
     }
 
     /// The outcome if the object is finished; `None` while pending;
@@ -253,18 +224,75 @@ impl MemoryStore {
         }
     }
 
-    /// Marks that a reference to the object left this process.
-    pub fn mark_escaped(&self, id: ObjectId) {
+    /// A new handle to the object in this process.
+    pub fn add_local_ref(&self, id: ObjectId) {
         if let Some(entry) = self.objects().get_mut(&id) {
-            entry.escaped = true;
+            entry.local_refs += 1;
         }
     }
 
-    /// The last local handle is gone: drops the object unless it escaped.
-    pub fn release(&self, id: ObjectId) {
+    /// A handle in this process is gone; frees the object if it was the
+    /// last reference anywhere.
+    pub fn remove_local_ref(&self, id: ObjectId) {
         let mut objects = self.objects();
-        if objects.get(&id).is_some_and(|e| !e.escaped) {
-            objects.remove(&id);
+        let Some(entry) = objects.get_mut(&id) else {
+            return;
+        };
+        entry.local_refs = entry.local_refs.saturating_sub(1);
+        let freed = self.take_if_unreferenced(&mut objects, id);
+        drop(objects);
+        self.free(id, freed);
+    }
+
+    /// Process `borrower` took (`delta > 0`) or dropped references. Returns
+    /// false when the object is not (or no longer) here.
+    pub fn update_borrower(&self, id: ObjectId, borrower: &str, delta: i32) -> bool {
+        let mut objects = self.objects();
+        let Some(entry) = objects.get_mut(&id) else {
+            return false;
+        };
+        let count = entry.borrowers.entry(borrower.into()).or_default();
+        *count = count.saturating_add_signed(delta);
+        if *count == 0 {
+            entry.borrowers.remove(borrower);
+        }
+        let freed = self.take_if_unreferenced(&mut objects, id);
+        drop(objects);
+        self.free(id, freed);
+        true
+    }
+
+    fn take_if_unreferenced(&self, objects: &mut HashMap<ObjectId, Entry>, id: ObjectId) -> Option<Entry> {
+        if !objects.get(&id).is_some_and(Entry::unreferenced) {
+            return None;
+        }
+        let entry = objects.remove(&id);
+        if objects.is_empty()
+            && let Some(owning) = &self.owning
+        {
+            owning(false);
+        }
+        entry
+    }
+
+    /// Drops a freed entry outside the lock (the references its value
+    /// contains may free more objects) and deletes its stored copy.
+    fn free(&self, id: ObjectId, entry: Option<Entry>) {
+        if let Some(Entry {
+            slot: Slot::Ready(outcome),
+            ..
+        }) = entry
+        {
+            self.discard(id, outcome);
+        }
+    }
+
+    /// An outcome nobody will read: its stored copy is deleted.
+    fn discard(&self, id: ObjectId, outcome: Outcome) {
+        if let Ok(value) = outcome
+            && let Body::Stored(at) = &value.body
+        {
+            let _ = self.freed.send((id, at.clone()));
         }
     }
 }
@@ -274,10 +302,24 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
+    use crate::value::{EncodedValue, Format};
+
+    fn store() -> (Arc<MemoryStore>, mpsc::UnboundedReceiver<FreedObject>) {
+        let (freed, receiver) = mpsc::unbounded_channel();
+        (Arc::new(MemoryStore::new(freed, None)), receiver)
+    }
+
+    fn stored_value() -> EncodedValue {
+        let at = StoredAt {
+            node: "node:1".into(),
+            size: 1 << 20,
+        };
+        EncodedValue::new::<Vec<u8>>(Format::Postcard, Body::Stored(at), Vec::new())
+    }
 
     #[test]
     fn a_blocking_waiter_wakes_when_the_object_completes() {
-        let store = Arc::new(MemoryStore::default());
+        let (store, _freed) = store();
         let id = ObjectId::random();
         store.add_pending(id);
         let writer = store.clone();
@@ -292,7 +334,7 @@ mod tests {
 
     #[test]
     fn waiting_past_the_deadline_returns_none() {
-        let store = MemoryStore::default();
+        let (store, _freed) = store();
         let id = ObjectId::random();
         store.add_pending(id);
         let deadline = Instant::now() + Duration::from_millis(10);
@@ -301,7 +343,7 @@ mod tests {
 
     #[tokio::test]
     async fn an_async_waiter_wakes_when_the_object_completes() {
-        let store = Arc::new(MemoryStore::default());
+        let (store, _freed) = store();
         let id = ObjectId::random();
         store.add_pending(id);
         let writer = store.clone();
@@ -327,15 +369,30 @@ mod tests {
     }
 
     #[test]
-    fn released_objects_are_dropped_unless_they_escaped() {
-        let store = MemoryStore::default();
-        let (kept, dropped) = (ObjectId::random(), ObjectId::random());
-        store.insert(kept, EncodedValue::encode(&1u8).unwrap());
-        store.insert(dropped, EncodedValue::encode(&2u8).unwrap());
-        store.mark_escaped(kept);
-        store.release(kept);
-        store.release(dropped);
-        assert!(store.contains(kept));
-        assert!(!store.contains(dropped));
+    fn an_object_lives_while_a_local_handle_or_a_borrower_holds_it() {
+        let (store, mut freed) = store();
+        let id = ObjectId::random();
+        store.insert(id, stored_value());
+        store.add_local_ref(id);
+        assert!(store.update_borrower(id, "worker:1", 2));
+        store.remove_local_ref(id);
+        assert!(store.try_get(id).is_ok(), "the borrower still holds it");
+        assert!(store.update_borrower(id, "worker:1", -1));
+        assert!(store.try_get(id).is_ok(), "one registration is left");
+        assert!(store.update_borrower(id, "worker:1", -1));
+        assert!(store.try_get(id).is_err());
+        assert_eq!(freed.try_recv().unwrap().0, id, "its stored copy is deleted");
+        assert!(!store.update_borrower(id, "worker:1", 1), "a freed object is gone");
+    }
+
+    #[test]
+    fn a_late_result_nobody_wants_is_deleted_from_the_store() {
+        let (store, mut freed) = store();
+        let id = ObjectId::random();
+        store.add_pending(id);
+        store.add_local_ref(id);
+        store.remove_local_ref(id);
+        store.complete(id, Ok(stored_value()));
+        assert_eq!(freed.try_recv().unwrap().0, id);
     }
 }

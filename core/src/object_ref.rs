@@ -6,10 +6,13 @@ use std::marker::PhantomData;
 use std::sync::{Arc, Weak};
 use std::time::Duration;
 
-use raylet_proto::ObjectId;
+use raylet_proto::{ObjectId, v1};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::archived::{ArchivedRef, Checkable};
+use crate::borrows::Borrows;
+use crate::core_worker::CoreWorker;
 use crate::memory_store::MemoryStore;
 use crate::{Result, current};
 
@@ -20,16 +23,42 @@ pub struct RawRef {
     pub owner: Arc<str>,
 }
 
-/// Keeps an owned object alive while a local handle to it exists.
-struct LocalHandle {
-    id: ObjectId,
-    store: Weak<MemoryStore>,
+impl RawRef {
+    pub(crate) fn to_proto(&self) -> v1::ObjectRefProto {
+        v1::ObjectRefProto {
+            object_id: self.id.as_bytes().to_vec(),
+            owner_address: self.owner.to_string(),
+        }
+    }
+
+    pub(crate) fn from_proto(proto: &v1::ObjectRefProto) -> raylet_proto::Result<Self> {
+        Ok(RawRef {
+            id: ObjectId::from_wire(&proto.object_id)?,
+            owner: proto.owner_address.as_str().into(),
+        })
+    }
 }
 
-impl Drop for LocalHandle {
+/// Keeps an object alive while it exists: a handle counted by the owner's
+/// table, or a borrow counted by this process and registered with the owner.
+enum Handle {
+    Owned { id: ObjectId, store: Weak<MemoryStore> },
+    Borrowed { id: ObjectId, borrows: Weak<Borrows> },
+}
+
+impl Drop for Handle {
     fn drop(&mut self) {
-        if let Some(store) = self.store.upgrade() {
-            store.release(self.id);
+        match self {
+            Handle::Owned { id, store } => {
+                if let Some(store) = store.upgrade() {
+                    store.remove_local_ref(*id);
+                }
+            }
+            Handle::Borrowed { id, borrows } => {
+                if let Some(borrows) = borrows.upgrade() {
+                    borrows.drop_handle(*id);
+                }
+            }
         }
     }
 }
@@ -38,23 +67,44 @@ impl Drop for LocalHandle {
 #[derive(Clone)]
 pub struct AnyObjectRef {
     raw: RawRef,
-    handle: Option<Arc<LocalHandle>>,
+    _handle: Option<Arc<Handle>>,
 }
 
 impl AnyObjectRef {
+    /// A handle to an object of this process.
     pub(crate) fn owned(raw: RawRef, store: &Arc<MemoryStore>) -> Self {
-        let handle = LocalHandle {
+        store.add_local_ref(raw.id);
+        let handle = Handle::Owned {
             id: raw.id,
             store: Arc::downgrade(store),
         };
         AnyObjectRef {
             raw,
-            handle: Some(Arc::new(handle)),
+            _handle: Some(Arc::new(handle)),
         }
     }
 
-    pub(crate) fn borrowed(raw: RawRef) -> Self {
-        AnyObjectRef { raw, handle: None }
+    /// A handle that keeps the object alive in this process, whoever owns
+    /// it; `preregistered` when the sender registered us with the owner.
+    pub(crate) fn adopt(raw: RawRef, core: &CoreWorker, preregistered: bool) -> Self {
+        if *raw.owner == *core.address {
+            return AnyObjectRef::owned(raw, &core.store);
+        }
+        core.borrows.take(&raw, preregistered);
+        let handle = Handle::Borrowed {
+            id: raw.id,
+            borrows: Arc::downgrade(&core.borrows),
+        };
+        AnyObjectRef {
+            raw,
+            _handle: Some(Arc::new(handle)),
+        }
+    }
+
+    /// A reference that keeps nothing alive, to fetch an object that
+    /// something else holds.
+    pub(crate) fn unheld(raw: RawRef) -> Self {
+        AnyObjectRef { raw, _handle: None }
     }
 
     pub fn id(&self) -> ObjectId {
@@ -75,13 +125,6 @@ impl AnyObjectRef {
         ObjectRef {
             inner: self,
             value: PhantomData,
-        }
-    }
-
-    /// Marks that the reference leaves this process: its object is kept.
-    fn escape(&self) {
-        if let Some(store) = self.handle.as_ref().and_then(|h| h.store.upgrade()) {
-            store.mark_escaped(self.raw.id);
         }
     }
 }
@@ -161,6 +204,19 @@ impl<T: DeserializeOwned> ObjectRef<T> {
     }
 }
 
+impl<T: rkyv::Archive> ObjectRef<T>
+where
+    T::Archived: Checkable,
+{
+    /// Waits for a value stored with `put_archived` (or returned by an
+    /// `archived` task) and returns a view of its rkyv archive in place:
+    /// on this node, straight from shared memory, without a copy. The
+    /// bytes are validated with bytecheck first.
+    pub fn get_archived(&self) -> Result<ArchivedRef<T>> {
+        current()?.get_archived(self)
+    }
+}
+
 #[derive(Serialize, Deserialize)]
 struct WireRef {
     id: [u8; 16],
@@ -169,7 +225,7 @@ struct WireRef {
 
 impl<T> Serialize for ObjectRef<T> {
     fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        self.inner.escape();
+        crate::value::note_serialized(&self.inner);
         let wire = WireRef {
             id: *self.inner.raw.id.as_bytes(),
             owner: self.inner.raw.owner.to_string(),
@@ -186,6 +242,10 @@ impl<'de, T> Deserialize<'de> for ObjectRef<T> {
             id,
             owner: wire.owner.into(),
         };
-        Ok(AnyObjectRef::borrowed(raw).typed())
+        let object = match current() {
+            Ok(cluster) => AnyObjectRef::adopt(raw, cluster.core(), false),
+            Err(_) => AnyObjectRef::unheld(raw),
+        };
+        Ok(object.typed())
     }
 }

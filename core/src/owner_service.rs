@@ -1,17 +1,17 @@
 //! The owner service of a process: other processes fetch the values of the
-//! objects this process owns.
+//! objects this process owns, and say when they take and drop references.
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use raylet_proto::ObjectId;
 use raylet_proto::v1::owner_service_server::OwnerService;
-use raylet_proto::v1::{GetObjectReply, GetObjectRequest};
+use raylet_proto::v1::{GetObjectReply, GetObjectRequest, UpdateBorrowersReply, UpdateBorrowersRequest};
 use tonic::{Request, Response, Status};
 
 use crate::Error;
 use crate::core_worker::CoreWorker;
-use crate::memory_store::outcome_to_proto;
+use crate::value::outcome_to_proto;
 
 /// The longest a single `GetObject` call waits.
 const MAX_WAIT: Duration = Duration::from_secs(60);
@@ -29,10 +29,23 @@ impl OwnerService for OwnerServiceImpl {
         let deadline = tokio::time::Instant::now() + wait;
         match self.core.store.wait(id, Some(deadline)).await {
             Ok(outcome) => Ok(Response::new(GetObjectReply {
-                outcome: outcome.as_ref().map(outcome_to_proto),
+                outcome: outcome.as_ref().map(|outcome| outcome_to_proto(outcome, false)),
             })),
             Err(Error::ObjectLost(id)) => Err(Status::not_found(format!("object {id} is not owned here"))),
             Err(error) => Err(Status::internal(error.to_string())),
         }
+    }
+
+    async fn update_borrowers(
+        &self,
+        request: Request<UpdateBorrowersRequest>,
+    ) -> Result<Response<UpdateBorrowersReply>, Status> {
+        for change in request.into_inner().changes {
+            let id = ObjectId::from_wire(&change.object_id)?;
+            self.core
+                .store
+                .update_borrower(id, &change.borrower_address, change.delta);
+        }
+        Ok(Response::new(UpdateBorrowersReply {}))
     }
 }

@@ -12,8 +12,8 @@ pub use linkme;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::memory_store::EncodedValue;
 use crate::task::{TaskError, TaskErrorKind};
+use crate::value::EncodedValue;
 
 /// What running a task produces: the encoded return value, or the failure.
 pub type TaskOutcome = Result<EncodedValue, TaskError>;

@@ -22,8 +22,9 @@ use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::core_worker::CoreWorker;
-use crate::memory_store::{Outcome, outcome_from_proto};
+use crate::object_ref::AnyObjectRef;
 use crate::task::{Arg, TaskError, TaskErrorKind, TaskOptions};
+use crate::value::{Body, EncodedValue, Outcome, outcome_from_proto};
 
 /// Most tasks sent ahead to one leased worker.
 const PIPELINE_DEPTH: usize = 8;
@@ -84,6 +85,8 @@ struct QueuedTask {
     return_id: ObjectId,
     options: TaskOptions,
     shape: ResourceSet,
+    /// The objects the task's arguments refer to, pinned until it is done.
+    _pinned: Vec<AnyObjectRef>,
 }
 
 impl QueuedTask {
@@ -202,7 +205,7 @@ impl Submitter {
                 Ok(Some(resolved)) => args.push(resolved),
                 Ok(None) => waiting.push(match arg {
                     Arg::Ref(object) => object.id(),
-                    Arg::Value(_) => unreachable!("values are always resolved"),
+                    Arg::Value { .. } => unreachable!("values are always resolved"),
                 }),
                 Err(error) => {
                     self.core.store.complete(submission.return_id, Err(error));
@@ -220,35 +223,43 @@ impl Submitter {
             binary_hash: self.core.binary.hash.clone(),
             args,
             attempt: 0,
+            owner_address: self.core.address.to_string(),
         };
+        let pinned = submission
+            .args
+            .into_iter()
+            .flat_map(|arg| match arg {
+                Arg::Value { contained, .. } => contained,
+                Arg::Ref(object) => vec![object],
+            })
+            .collect();
         let task = QueuedTask {
             spec,
             return_id: submission.return_id,
             options: submission.options,
             shape: submission.demand,
+            _pinned: pinned,
         };
         let shape = task.shape.clone();
         self.shapes.entry(shape.clone()).or_default().queue.push_back(task);
         self.dispatch(&shape);
     }
 
-    /// A value, or an owned object's value inlined, or a borrowed reference
-    /// for the worker to fetch; `None` while an owned object is pending.
+    /// A value, or an owned object's value inlined (or where it is stored),
+    /// or a borrowed reference for the worker to fetch; `None` while an
+    /// owned object is pending.
     fn resolve_arg(&self, arg: &Arg) -> Result<Option<TaskArg>, TaskError> {
         let kind = match arg {
-            Arg::Value(bytes) => task_arg::Kind::Value(bytes.clone()),
+            Arg::Value { data, .. } => task_arg::Kind::Value(data.clone()),
             Arg::Ref(object) if self.core.owns(object) => match self.core.store.try_get(object.id()) {
-                Ok(Some(Ok(value))) => task_arg::Kind::Value(value.data),
+                Ok(Some(Ok(value))) => owned_arg(object.id(), value),
                 Ok(Some(Err(error))) => return Err(error),
                 Ok(None) => return Ok(None),
                 Err(lost) => {
                     return Err(TaskError::new(TaskErrorKind::Argument, "", lost.to_string()));
                 }
             },
-            Arg::Ref(object) => task_arg::Kind::ObjectRef(v1::ObjectRefProto {
-                object_id: object.id().as_bytes().to_vec(),
-                owner_address: object.owner_address().to_string(),
-            }),
+            Arg::Ref(object) => task_arg::Kind::ObjectRef(object.raw().to_proto()),
         };
         Ok(Some(TaskArg { kind: Some(kind) }))
     }
@@ -661,6 +672,20 @@ impl RunTimes {
     }
 }
 
+/// An owned, finished argument: its bytes inline, or where it is stored.
+fn owned_arg(id: ObjectId, value: EncodedValue) -> task_arg::Kind {
+    match value.body {
+        Body::Inline(data) => task_arg::Kind::Value(data),
+        Body::Stored(at) => task_arg::Kind::Stored(v1::StoredArg {
+            object_id: id.as_bytes().to_vec(),
+            location: Some(v1::StoredValue {
+                node_address: at.node.to_string(),
+                size: at.size,
+            }),
+        }),
+    }
+}
+
 fn can_retry(task: &QueuedTask) -> bool {
     task.spec.attempt < task.options.max_retries
 }
@@ -757,13 +782,22 @@ pub(crate) struct TaskFinished {
 
 /// Decodes results, and stores values at once so that a waiting `get`
 /// wakes without a detour through the submitter; failures, which may be
-/// retried, are left to the submitter.
+/// retried, are left to the submitter. References inside a value, which the
+/// worker registered us for, are held as long as the value is.
 fn complete_values(core: &CoreWorker, results: Vec<v1::TaskResult>) -> Vec<TaskFinished> {
     let finished: Vec<TaskFinished> = results
         .into_iter()
         .filter_map(|result| {
             let task_id = TaskId::from_wire(&result.task_id).ok()?;
-            let outcome = outcome_from_proto(result.outcome.unwrap_or_default());
+            let (mut outcome, contained) = outcome_from_proto(result.outcome.unwrap_or_default());
+            if let Ok(value) = &mut outcome
+                && !contained.is_empty()
+            {
+                value.contained = contained
+                    .into_iter()
+                    .map(|raw| AnyObjectRef::adopt(raw, core, true))
+                    .collect();
+            }
             Some(TaskFinished {
                 task_id,
                 outcome,

@@ -89,11 +89,15 @@ impl TaskOptions {
     }
 }
 
-/// One argument of a remote call: an encoded value, or a reference that the
-/// worker resolves before the function runs.
+/// One argument of a remote call: an encoded value (with the references
+/// serialized inside it, kept alive until the task is done), or a reference
+/// that the worker resolves before the function runs.
 #[derive(Clone, Debug)]
 pub enum Arg {
-    Value(Bytes),
+    Value {
+        data: Bytes,
+        contained: Vec<crate::AnyObjectRef>,
+    },
     Ref(crate::AnyObjectRef),
 }
 
@@ -104,7 +108,11 @@ pub trait IntoArg<T> {
 
 impl<T: Serialize> IntoArg<T> for T {
     fn into_arg(self) -> Result<Arg> {
-        Ok(Arg::Value(raylet_proto::codec::encode(&self)?.into()))
+        let (data, contained) = crate::value::collecting_refs(|| raylet_proto::codec::encode(&self));
+        Ok(Arg::Value {
+            data: data?.into(),
+            contained,
+        })
     }
 }
 
@@ -117,6 +125,13 @@ impl<T> IntoArg<T> for ObjectRef<T> {
 impl<T> IntoArg<T> for &ObjectRef<T> {
     fn into_arg(self) -> Result<Arg> {
         Ok(Arg::Ref(self.raw()))
+    }
+}
+
+/// Passes the reference itself to a function that takes an `ObjectRef<T>`.
+impl<T> IntoArg<ObjectRef<T>> for &ObjectRef<T> {
+    fn into_arg(self) -> Result<Arg> {
+        <ObjectRef<T> as IntoArg<ObjectRef<T>>>::into_arg(self.clone())
     }
 }
 

@@ -149,6 +149,12 @@ pub struct ObjectWriter {
     map: MmapMut,
 }
 
+impl ObjectWriter {
+    pub fn id(&self) -> ObjectId {
+        self.id
+    }
+}
+
 impl Deref for ObjectWriter {
     type Target = [u8];
     fn deref(&self) -> &[u8] {

@@ -37,6 +37,7 @@ impl DType {
 
 /// An n-dimensional array in row-major order.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
+#[rkyv(derive(Debug))]
 pub struct Tensor {
     shape: Vec<u64>,
     dtype: DType,

@@ -10,17 +10,29 @@ use crate::{Error, Result};
 /// The size is computed first, so a large value is written once into a
 /// buffer of the right length instead of into one that keeps growing.
 pub fn encode<T: Serialize + ?Sized>(value: &T) -> Result<Vec<u8>> {
-    let write = || -> postcard::Result<Vec<u8>> {
-        let mut buffer = vec![0u8; postcard::experimental::serialized_size(value)?];
-        postcard::to_slice(value, &mut buffer)?;
-        Ok(buffer)
-    };
-    write().map_err(|e| {
-        Error::InvalidArgument(format!(
-            "a value of type {} could not be encoded: {e}",
-            std::any::type_name::<T>()
-        ))
-    })
+    let mut buffer = vec![0u8; encoded_len(value)?];
+    encode_into(value, &mut buffer)?;
+    Ok(buffer)
+}
+
+/// How many bytes `value` encodes to.
+pub fn encoded_len<T: Serialize + ?Sized>(value: &T) -> Result<usize> {
+    postcard::experimental::serialized_size(value).map_err(|e| encode_error::<T>(e))
+}
+
+/// Encodes `value` into `out`, which must be at least [`encoded_len`] long;
+/// returns how many bytes were written.
+pub fn encode_into<T: Serialize + ?Sized>(value: &T, out: &mut [u8]) -> Result<usize> {
+    postcard::to_slice(value, out)
+        .map(|written| written.len())
+        .map_err(|e| encode_error::<T>(e))
+}
+
+fn encode_error<T: ?Sized>(error: postcard::Error) -> Error {
+    Error::InvalidArgument(format!(
+        "a value of type {} could not be encoded: {error}",
+        std::any::type_name::<T>()
+    ))
 }
 
 /// Decodes a value; bad bytes are an error, never a panic.

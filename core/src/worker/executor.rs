@@ -12,9 +12,9 @@ use tokio::sync::mpsc;
 use tonic::Status;
 
 use super::{WorkerContext, logs};
-use crate::memory_store::outcome_to_proto;
 use crate::registry::{self, Invoke, TaskOutcome};
 use crate::task::{TaskError, TaskErrorKind};
+use crate::value::{Body, EncodedValue, outcome_to_proto};
 
 /// Where a task's result and output go: the stream of the owner that pushed it.
 pub(crate) type ResultSender = mpsc::UnboundedSender<Result<WorkerEvents, Status>>;
@@ -41,10 +41,14 @@ pub(crate) async fn run_task(
             Err(error) => Err(error),
         }
     };
+    let outcome = match outcome {
+        Ok(value) => hand_over(context, &spec, value).await,
+        Err(error) => Err(error),
+    };
     let outcome = outcome.map_err(|error| with_origin(error, &spec, context));
     TaskResult {
         task_id: spec.task_id,
-        outcome: Some(outcome_to_proto(&outcome)),
+        outcome: Some(outcome_to_proto(&outcome, true)),
         run_micros: started.elapsed().as_micros() as u64,
     }
 }
@@ -78,6 +82,45 @@ async fn execute(spec: &TaskSpec, args: Vec<Bytes>, context: &WorkerContext) -> 
             )),
         },
     }
+}
+
+/// Readies a return value for its caller: a large one goes into this node's
+/// store, and the caller is registered as a borrower of the references
+/// inside it before the result can reach it. Registrations this worker
+/// made for references in the arguments are acknowledged first too.
+async fn hand_over(context: &WorkerContext, spec: &TaskSpec, mut value: EncodedValue) -> TaskOutcome {
+    let core = &context.core;
+    if let Body::Inline(data) = &value.body
+        && data.len() >= crate::INLINE_LIMIT
+    {
+        let data = data.clone();
+        let id = TaskId::from_wire(&spec.task_id)
+            .map_err(|e| TaskError::new(TaskErrorKind::Argument, &spec.function, e.to_string()))?
+            .return_object();
+        let copy = |out: &mut [u8]| {
+            out[..data.len()].copy_from_slice(&data);
+            Ok(data.len())
+        };
+        let stored = core
+            .write_object_async(id, data.len(), spec.owner_address.as_str().into(), copy)
+            .await;
+        let message = |e: crate::Error| format!("the return value could not be stored: {e}");
+        value.body =
+            Body::Stored(stored.map_err(|e| TaskError::new(TaskErrorKind::Application, &spec.function, message(e)))?);
+    }
+    for object in value.contained.iter() {
+        let raw = object.raw();
+        if *raw.owner == *spec.owner_address {
+            continue;
+        }
+        if core.owns(object) {
+            core.store.update_borrower(raw.id, &spec.owner_address, 1);
+        } else {
+            core.borrows.register_for(raw, &spec.owner_address);
+        }
+    }
+    core.borrows.settled().await;
+    Ok(value)
 }
 
 fn panic_error(function: &str, payload: Box<dyn Any + Send>) -> TaskError {

@@ -29,7 +29,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::cluster::Cluster;
-use crate::core_worker::CoreWorker;
+use crate::core_worker::{CoreSettings, CoreWorker};
 use crate::owner_service::OwnerServiceImpl;
 use crate::submitter::Submitter;
 use crate::{Error, Result};
@@ -121,21 +121,28 @@ async fn start(
             kind: Some(SessionKind::Blocked(blocked)),
         });
     });
+    let owning_session = session.clone();
+    let owning_hook = Box::new(move |owns: bool| {
+        let _ = owning_session.send(WorkerSessionMessage {
+            kind: Some(SessionKind::OwnsObjects(owns)),
+        });
+    });
     let (submitter, submissions) = mpsc::unbounded_channel();
     let binary = WorkerBinary {
         path: std::env::current_exe()?.to_string_lossy().into_owned(),
         hash: bootstrap.binary_hash.clone(),
     };
-    let core = Arc::new(CoreWorker::new(
-        owner_listener.local_addr()?.to_string(),
-        token.clone(),
-        bootstrap.node_manager_address.clone(),
+    let settings = CoreSettings {
+        address: owner_listener.local_addr()?.to_string(),
+        token: token.clone(),
+        node_manager: bootstrap.node_manager_address.clone(),
         binary,
-        submitter,
-        runtime,
-        true,
-        Some(blocked_hook),
-    ));
+        log_to_driver: true,
+        blocked_hook: Some(blocked_hook),
+        owning_hook: Some(owning_hook),
+        store_full_timeout: crate::Config::DEFAULT_OBJECT_STORE_FULL_TIMEOUT,
+    };
+    let core = CoreWorker::start(settings, submitter, runtime);
     Submitter::spawn(core.clone(), submissions);
     serve_objects(core.clone(), token.clone(), owner_listener);
     crate::cluster::set_current(Cluster::for_worker(core.clone()));

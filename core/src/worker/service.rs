@@ -9,7 +9,7 @@ use std::task::Poll;
 
 use bytes::Bytes;
 use raylet_proto::v1::worker_service_server::WorkerService;
-use raylet_proto::v1::{TaskBatch, TaskSpec, WorkerEvents, task_arg};
+use raylet_proto::v1::{self, TaskBatch, TaskSpec, WorkerEvents, task_arg};
 use raylet_proto::{ObjectId, TaskId};
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
@@ -20,6 +20,7 @@ use super::WorkerContext;
 use super::executor;
 use crate::object_ref::{AnyObjectRef, RawRef};
 use crate::task::{TaskError, TaskErrorKind};
+use crate::value::{Body, Format, StoredAt};
 
 pub(crate) struct WorkerServiceImpl {
     pub(crate) context: Arc<WorkerContext>,
@@ -97,37 +98,82 @@ async fn next_if_ready(inbound: &mut Streaming<TaskBatch>) -> Option<TaskBatch> 
     }
 }
 
-/// Inline values as they are; references fetched from their owners on the
-/// cluster thread, whose connections stay alive while a task runs here.
+/// Inline values as they are; stored objects mapped from this node's store;
+/// references fetched from their owners on the cluster thread, whose
+/// connections stay alive while a task runs here.
 async fn resolve_args(context: &Arc<WorkerContext>, spec: &TaskSpec) -> Result<Vec<Bytes>, TaskError> {
     let mut args = Vec::with_capacity(spec.args.len());
     for (index, arg) in spec.args.iter().enumerate() {
-        match &arg.kind {
-            Some(task_arg::Kind::Value(bytes)) => args.push(bytes.clone()),
-            Some(task_arg::Kind::ObjectRef(object)) => {
-                let id = ObjectId::from_wire(&object.object_id).map_err(|e| argument_error(spec, index, e))?;
-                let object = AnyObjectRef::borrowed(RawRef {
-                    id,
-                    owner: object.owner_address.as_str().into(),
-                });
-                let core = context.core.clone();
-                let fetched = context
-                    .core
-                    .runtime
-                    .spawn(async move { core.wait_outcome(&object, None).await })
-                    .await;
-                match fetched {
-                    Ok(Ok(Some(Ok(value)))) => args.push(value.data),
-                    Ok(Ok(Some(Err(upstream)))) => return Err(upstream),
-                    Ok(Ok(None)) => unreachable!("waiting without a deadline"),
-                    Ok(Err(error)) => return Err(argument_error(spec, index, error)),
-                    Err(join) => return Err(argument_error(spec, index, join)),
-                }
-            }
-            None => return Err(argument_error(spec, index, "the argument is empty")),
+        let resolved = match &arg.kind {
+            Some(task_arg::Kind::Value(bytes)) => Ok(bytes.clone()),
+            Some(task_arg::Kind::Stored(stored)) => map_stored(context, stored).await,
+            Some(task_arg::Kind::ObjectRef(object)) => fetch(context, object).await,
+            None => Err(ArgError::Other("the argument is empty".into())),
+        };
+        match resolved {
+            Ok(bytes) => args.push(bytes),
+            Err(ArgError::Upstream(error)) => return Err(error),
+            Err(ArgError::Other(message)) => return Err(argument_error(spec, index, message)),
         }
     }
     Ok(args)
+}
+
+/// Why an argument has no bytes: the task that makes it failed, or
+/// something else went wrong.
+enum ArgError {
+    Upstream(TaskError),
+    Other(String),
+}
+
+impl<E: std::fmt::Display> From<E> for ArgError {
+    fn from(error: E) -> Self {
+        ArgError::Other(error.to_string())
+    }
+}
+
+async fn map_stored(context: &Arc<WorkerContext>, stored: &v1::StoredArg) -> Result<Bytes, ArgError> {
+    let id = ObjectId::from_wire(&stored.object_id)?;
+    let location = stored.location.clone().unwrap_or_default();
+    let at = StoredAt {
+        node: location.node_address.into(),
+        size: location.size,
+    };
+    map_object(context, id, at).await
+}
+
+/// A stored object's bytes, straight from this node's shared memory.
+async fn map_object(context: &Arc<WorkerContext>, id: ObjectId, at: StoredAt) -> Result<Bytes, ArgError> {
+    let core = context.core.clone();
+    let mapped = context
+        .core
+        .runtime
+        .spawn(async move { core.map_object(id, &at).await })
+        .await??;
+    Ok(Bytes::from_owner(mapped))
+}
+
+async fn fetch(context: &Arc<WorkerContext>, object: &v1::ObjectRefProto) -> Result<Bytes, ArgError> {
+    let object = AnyObjectRef::unheld(RawRef::from_proto(object)?);
+    let id = object.id();
+    let core = context.core.clone();
+    let fetched = context
+        .core
+        .runtime
+        .spawn(async move { core.wait_outcome(&object, None).await })
+        .await??;
+    let value = fetched
+        .ok_or("waiting without a deadline ended")?
+        .map_err(ArgError::Upstream)?;
+    if value.format != Format::Postcard {
+        return Err(ArgError::Other(format!(
+            "object {id} was stored as an rkyv archive; pass its ObjectRef and call get_archived() in the task"
+        )));
+    }
+    match value.body {
+        Body::Inline(data) => Ok(data),
+        Body::Stored(at) => map_object(context, id, at).await,
+    }
 }
 
 fn argument_error(spec: &TaskSpec, index: usize, error: impl std::fmt::Display) -> TaskError {

@@ -66,6 +66,8 @@ struct Worker {
     session: u64,
     pid: u32,
     state: WorkerState,
+    /// It owns objects still referenced: ending it would lose them.
+    owns_objects: bool,
 }
 
 struct Session {
@@ -214,7 +216,8 @@ impl LeaseManager {
     }
 
     /// The owner is done with `worker`: it becomes idle, or is killed when
-    /// it failed or the session already has enough idle workers.
+    /// it failed or the session already has enough idle workers (unless it
+    /// owns objects that are still referenced).
     pub(crate) fn return_lease(self: &Arc<Self>, session: u64, worker_id: WorkerId, failed: bool) {
         let kill_pid = {
             let mut state = self.state();
@@ -233,7 +236,7 @@ impl LeaseManager {
                 .count();
             match state.workers.get_mut(&worker_id) {
                 Some(worker) if worker.session == session => match &worker.state {
-                    WorkerState::Leased { address } if !failed && idle < max_idle => {
+                    WorkerState::Leased { address } if !failed && (idle < max_idle || worker.owns_objects) => {
                         worker.state = WorkerState::Idle {
                             address: address.clone(),
                         };
@@ -285,6 +288,12 @@ impl LeaseManager {
         drop(guard);
         self.pump();
         Ok(())
+    }
+
+    pub(crate) fn set_owns_objects(&self, worker_id: WorkerId, owns: bool) {
+        if let Some(worker) = self.state().workers.get_mut(&worker_id) {
+            worker.owns_objects = owns;
+        }
     }
 
     pub(crate) fn set_blocked(self: &Arc<Self>, worker_id: WorkerId, blocked: bool) {
@@ -470,6 +479,7 @@ impl LeaseManager {
                 session,
                 pid,
                 state: WorkerState::Starting { request },
+                owns_objects: false,
             },
         );
         let manager = Arc::clone(self);

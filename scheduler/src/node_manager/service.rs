@@ -81,8 +81,10 @@ impl NodeManagerService for NodeManagerServiceImpl {
         let _ = events.send(Ok(welcome));
         tokio::spawn(async move {
             while let Ok(Some(message)) = inbound.message().await {
-                if let Some(WorkerKind::Blocked(blocked)) = message.kind {
-                    leases.set_blocked(worker_id, blocked);
+                match message.kind {
+                    Some(WorkerKind::Blocked(blocked)) => leases.set_blocked(worker_id, blocked),
+                    Some(WorkerKind::OwnsObjects(owns)) => leases.set_owns_objects(worker_id, owns),
+                    _ => {}
                 }
             }
             drop(events);

@@ -1,0 +1,187 @@
+//! The references this process holds to objects that other processes own,
+//! and the messages that tell those owners: a process registers as a
+//! borrower when it first holds a reference and unregisters when it drops
+//! the last one, so an owner frees an object only when nobody refers to it.
+//!
+//! A registration must reach the owner before the reference that carried
+//! it can be dropped elsewhere: a `get` and a task's result wait for
+//! [`Borrows::settled`] first.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+use raylet_proto::ObjectId;
+use raylet_proto::v1::owner_service_client::OwnerServiceClient;
+use raylet_proto::v1::{BorrowerChange, UpdateBorrowersRequest};
+use tokio::sync::{mpsc, watch};
+use tokio::task::JoinSet;
+
+use crate::core_worker::CoreWorker;
+use crate::object_ref::RawRef;
+
+/// One change of a borrower's count at an owner.
+pub(crate) struct Change {
+    owner: Arc<str>,
+    object: ObjectId,
+    borrower: Arc<str>,
+    delta: i32,
+}
+
+struct Borrowed {
+    owner: Arc<str>,
+    /// Handles in this process.
+    handles: u32,
+    /// How often the owner counted this process as a borrower.
+    registrations: u32,
+}
+
+/// Borrowed references by object, and the channel to their owners.
+pub(crate) struct Borrows {
+    address: Arc<str>,
+    table: Mutex<HashMap<ObjectId, Borrowed>>,
+    changes: mpsc::UnboundedSender<Change>,
+    /// Registrations sent but not yet acknowledged.
+    unacknowledged: watch::Sender<usize>,
+}
+
+impl Borrows {
+    /// Borrows of the process whose owner service is at `address`; changes
+    /// go to `changes`, which [`send_changes`] delivers.
+    pub(crate) fn new(address: Arc<str>, changes: mpsc::UnboundedSender<Change>) -> Self {
+        Borrows {
+            address,
+            table: Mutex::new(HashMap::new()),
+            changes,
+            unacknowledged: watch::Sender::new(0),
+        }
+    }
+
+    fn table(&self) -> MutexGuard<'_, HashMap<ObjectId, Borrowed>> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// A new handle to a borrowed object. The first one registers this
+    /// process with the owner, unless the sender of the reference did so
+    /// for us already (`preregistered`).
+    pub(crate) fn take(&self, raw: &RawRef, preregistered: bool) {
+        let mut table = self.table();
+        let borrowed = table.entry(raw.id).or_insert_with(|| Borrowed {
+            owner: raw.owner.clone(),
+            handles: 0,
+            registrations: 0,
+        });
+        borrowed.handles += 1;
+        let register = borrowed.registrations == 0 && !preregistered;
+        if preregistered || register {
+            borrowed.registrations += 1;
+        }
+        drop(table);
+        if register {
+            self.send(raw.owner.clone(), raw.id, self.address.clone(), 1);
+        }
+    }
+
+    /// A handle is gone; the last one unregisters this process.
+    pub(crate) fn drop_handle(&self, id: ObjectId) {
+        let mut table = self.table();
+        let Some(borrowed) = table.get_mut(&id) else {
+            return;
+        };
+        borrowed.handles -= 1;
+        if borrowed.handles > 0 {
+            return;
+        }
+        let Some(gone) = table.remove(&id) else {
+            return;
+        };
+        drop(table);
+        let change = Change {
+            owner: gone.owner,
+            object: id,
+            borrower: self.address.clone(),
+            delta: -(gone.registrations as i32),
+        };
+        let _ = self.changes.send(change);
+    }
+
+    /// Registers `borrower` with the owner of `raw`, on its behalf: a task
+    /// returns a reference that it does not own to its caller.
+    pub(crate) fn register_for(&self, raw: &RawRef, borrower: &str) {
+        self.send(raw.owner.clone(), raw.id, borrower.into(), 1);
+    }
+
+    fn send(&self, owner: Arc<str>, object: ObjectId, borrower: Arc<str>, delta: i32) {
+        self.unacknowledged.send_modify(|count| *count += 1);
+        let change = Change {
+            owner,
+            object,
+            borrower,
+            delta,
+        };
+        if self.changes.send(change).is_err() {
+            self.unacknowledged.send_modify(|count| *count -= 1);
+        }
+    }
+
+    pub(crate) fn is_settled(&self) -> bool {
+        *self.unacknowledged.borrow() == 0
+    }
+
+    /// Waits until every registration sent so far was acknowledged.
+    pub(crate) async fn settled(&self) {
+        let mut receiver = self.unacknowledged.subscribe();
+        let _ = receiver.wait_for(|count| *count == 0).await;
+    }
+}
+
+/// Delivers borrower changes to their owners, in batches: one call per
+/// owner for everything that queued up meanwhile.
+pub(crate) async fn send_changes(core: Arc<CoreWorker>, mut changes: mpsc::UnboundedReceiver<Change>) {
+    while let Some(first) = changes.recv().await {
+        let mut batch = vec![first];
+        while let Ok(next) = changes.try_recv() {
+            batch.push(next);
+        }
+        let registrations = batch.iter().filter(|c| c.delta > 0).count();
+        let mut calls = JoinSet::new();
+        for (owner, request) in by_owner(batch) {
+            let core = core.clone();
+            calls.spawn(async move { update_owner(&core, &owner, request).await });
+        }
+        calls.join_all().await;
+        core.borrows
+            .unacknowledged
+            .send_modify(|count| *count = count.saturating_sub(registrations));
+    }
+}
+
+/// Groups changes by owner, summing those of one object and borrower.
+fn by_owner(batch: Vec<Change>) -> HashMap<Arc<str>, UpdateBorrowersRequest> {
+    let mut sums: HashMap<(Arc<str>, ObjectId, Arc<str>), i32> = HashMap::new();
+    for change in batch {
+        *sums.entry((change.owner, change.object, change.borrower)).or_default() += change.delta;
+    }
+    let mut requests: HashMap<Arc<str>, UpdateBorrowersRequest> = HashMap::new();
+    for ((owner, object, borrower), delta) in sums.into_iter().filter(|(_, delta)| *delta != 0) {
+        requests.entry(owner).or_default().changes.push(BorrowerChange {
+            object_id: object.as_bytes().to_vec(),
+            borrower_address: borrower.to_string(),
+            delta,
+        });
+    }
+    requests
+}
+
+async fn update_owner(core: &CoreWorker, owner: &str, request: UpdateBorrowersRequest) {
+    let sent = async {
+        let channel = core.channel(owner).await?;
+        OwnerServiceClient::new(channel)
+            .update_borrowers(request)
+            .await
+            .map_err(raylet_proto::Error::from)?;
+        Ok::<_, crate::Error>(())
+    };
+    if let Err(error) = sent.await {
+        tracing::debug!(%owner, %error, "cannot update the borrowers of objects; their owner may be gone");
+    }
+}

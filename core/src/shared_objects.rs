@@ -1,0 +1,207 @@
+//! Large values and the node's shared-memory store: writing them in place,
+//! mapping stored values to read them (zero-copy for archives), and
+//! deleting the stored copies of freed objects in batches.
+
+use std::collections::HashMap;
+use std::sync::Arc;
+
+use raylet_object_store::{MappedObject, ObjectWriter, StoreClient, StoreError};
+use raylet_proto::ObjectId;
+use raylet_proto::v1::DeleteObjectsRequest;
+use raylet_proto::v1::object_store_service_client::ObjectStoreServiceClient;
+use serde::de::DeserializeOwned;
+use tokio::sync::mpsc;
+
+use crate::archived::{ArchivedRef, Checkable};
+use crate::core_worker::CoreWorker;
+use crate::memory_store::FreedObject;
+use crate::value::{Body, Format, Outcome, StoredAt};
+use crate::{Error, Result};
+
+impl CoreWorker {
+    /// This process's session with its node's store.
+    async fn node_store(&self) -> Result<Arc<StoreClient>> {
+        let client = self
+            .node_store
+            .get_or_try_init(|| async {
+                let channel = self.channel(&self.node_manager).await?;
+                StoreClient::connect(channel, &self.address).await.map_err(store_error)
+            })
+            .await?;
+        Ok(client.clone())
+    }
+
+    /// Writes a new object of `size` bytes into this node's store: `fill`
+    /// writes it in place on this thread and says how many bytes it used.
+    /// Blocks while the store makes room, up to the store-full timeout.
+    pub(crate) fn write_object(
+        self: &Arc<Self>,
+        id: ObjectId,
+        size: usize,
+        owner: Arc<str>,
+        fill: impl FnOnce(&mut [u8]) -> Result<usize>,
+    ) -> Result<StoredAt> {
+        let core = self.clone();
+        let mut writer = self.block_on(async move { core.create_object(id, size, &owner).await })?;
+        let written = fill(&mut writer);
+        let core = self.clone();
+        self.block_on(async move { core.seal_object(writer, written).await })
+    }
+
+    /// [`CoreWorker::write_object`] for async callers.
+    pub(crate) async fn write_object_async(
+        self: &Arc<Self>,
+        id: ObjectId,
+        size: usize,
+        owner: Arc<str>,
+        fill: impl FnOnce(&mut [u8]) -> Result<usize>,
+    ) -> Result<StoredAt> {
+        let core = self.clone();
+        let created = self
+            .runtime
+            .spawn(async move { core.create_object(id, size, &owner).await });
+        let mut writer = created.await.map_err(internal)??;
+        let written = fill(&mut writer);
+        let core = self.clone();
+        let sealed = self
+            .runtime
+            .spawn(async move { core.seal_object(writer, written).await });
+        sealed.await.map_err(internal)?
+    }
+
+    async fn create_object(&self, id: ObjectId, size: usize, owner: &str) -> Result<ObjectWriter> {
+        let store = self.node_store().await?;
+        let created = store.create(id, size as u64, owner, self.store_full_timeout).await;
+        match created {
+            Err(StoreError::Rpc(raylet_proto::Error::AlreadyExists(_))) => {
+                store.delete(&[id]).await.map_err(store_error)?;
+                store.create(id, size as u64, owner, self.store_full_timeout).await
+            }
+            other => other,
+        }
+        .map_err(store_error)
+    }
+
+    /// Seals what `fill` wrote, or deletes the object when it failed.
+    async fn seal_object(&self, writer: ObjectWriter, written: Result<usize>) -> Result<StoredAt> {
+        let store = self.node_store().await?;
+        let id = writer.id();
+        let written = match written {
+            Ok(written) => written,
+            Err(error) => {
+                drop(writer);
+                let _ = store.delete(&[id]).await;
+                return Err(error);
+            }
+        };
+        store.seal(writer, written as u64).await.map_err(store_error)?;
+        Ok(StoredAt {
+            node: self.node_manager.as_str().into(),
+            size: written as u64,
+        })
+    }
+
+    /// Maps a stored object read-only; it stays pinned while mapped.
+    pub(crate) async fn map_object(&self, id: ObjectId, at: &StoredAt) -> Result<MappedObject> {
+        if *at.node != *self.node_manager {
+            return Err(Error::Cluster(raylet_proto::Error::Unavailable(format!(
+                "object {id} is in the object store of node {}, and this process is on node {}: \
+                 objects do not move between nodes yet",
+                at.node, self.node_manager
+            ))));
+        }
+        let store = self.node_store().await?;
+        store.get(id).await.map_err(|error| match error {
+            StoreError::Rpc(raylet_proto::Error::NotFound(_)) => Error::ObjectLost(id),
+            other => store_error(other),
+        })
+    }
+
+    fn map_object_blocking(self: &Arc<Self>, id: ObjectId, at: &StoredAt) -> Result<MappedObject> {
+        let (core, at) = (self.clone(), at.clone());
+        self.block_on(async move { core.map_object(id, &at).await })
+    }
+
+    /// The value of a finished object as a `T`, blocking this thread.
+    pub(crate) fn decode_blocking<T: DeserializeOwned>(self: &Arc<Self>, id: ObjectId, outcome: Outcome) -> Result<T> {
+        let value = outcome?;
+        value.check::<T>(id, Format::Postcard)?;
+        let decoded = match &value.body {
+            Body::Inline(data) => raylet_proto::codec::decode(data)?,
+            Body::Stored(at) => raylet_proto::codec::decode(&self.map_object_blocking(id, at)?)?,
+        };
+        if !self.borrows.is_settled() {
+            let core = self.clone();
+            self.block_on(async move { core.borrows.settled().await });
+        }
+        Ok(decoded)
+    }
+
+    /// The value of a finished object as a `T`, for async callers.
+    pub(crate) async fn decode_async<T: DeserializeOwned>(&self, id: ObjectId, outcome: Outcome) -> Result<T> {
+        let value = outcome?;
+        value.check::<T>(id, Format::Postcard)?;
+        let decoded = match &value.body {
+            Body::Inline(data) => raylet_proto::codec::decode(data)?,
+            Body::Stored(at) => raylet_proto::codec::decode(&self.map_object(id, at).await?)?,
+        };
+        self.borrows.settled().await;
+        Ok(decoded)
+    }
+
+    /// A validated view of a finished object's archive.
+    pub(crate) fn archived_blocking<T: rkyv::Archive>(
+        self: &Arc<Self>,
+        id: ObjectId,
+        outcome: Outcome,
+    ) -> Result<ArchivedRef<T>>
+    where
+        T::Archived: Checkable,
+    {
+        let value = outcome?;
+        value.check::<T>(id, Format::Archive)?;
+        match &value.body {
+            Body::Inline(data) => ArchivedRef::copied(data),
+            Body::Stored(at) => ArchivedRef::mapped(self.map_object_blocking(id, at)?),
+        }
+    }
+}
+
+/// Deletes the stored copies of freed objects: whatever queued up meanwhile
+/// goes in one call per node.
+pub(crate) async fn delete_freed(core: Arc<CoreWorker>, mut freed: mpsc::UnboundedReceiver<FreedObject>) {
+    while let Some(first) = freed.recv().await {
+        let mut by_node: HashMap<Arc<str>, Vec<Vec<u8>>> = HashMap::new();
+        let mut add = |(id, at): FreedObject| by_node.entry(at.node).or_default().push(id.as_bytes().to_vec());
+        add(first);
+        while let Ok(next) = freed.try_recv() {
+            add(next);
+        }
+        for (node, object_ids) in by_node {
+            if let Err(error) = delete_on(&core, &node, object_ids).await {
+                tracing::warn!(%node, %error, "cannot delete freed objects from a node's store");
+            }
+        }
+    }
+}
+
+async fn delete_on(core: &CoreWorker, node: &str, object_ids: Vec<Vec<u8>>) -> Result<()> {
+    let channel = core.channel(node).await?;
+    ObjectStoreServiceClient::new(channel)
+        .delete_objects(DeleteObjectsRequest { object_ids })
+        .await
+        .map_err(raylet_proto::Error::from)?;
+    Ok(())
+}
+
+/// A store error as the user sees it: a full store is `ObjectStoreFull`.
+pub(crate) fn store_error(error: StoreError) -> Error {
+    match raylet_proto::Error::from(error) {
+        raylet_proto::Error::ResourceExhausted(message) => Error::ObjectStoreFull(message),
+        other => Error::Cluster(other),
+    }
+}
+
+fn internal(error: tokio::task::JoinError) -> Error {
+    Error::Cluster(raylet_proto::Error::Internal(format!("a store call failed: {error}")))
+}
