@@ -178,8 +178,12 @@ pub(crate) async fn delete_freed(core: Arc<CoreWorker>, mut freed: mpsc::Unbound
             add(next);
         }
         for (node, object_ids) in by_node {
-            if let Err(error) = delete_on(&core, &node, object_ids).await {
-                tracing::warn!(%node, %error, "cannot delete freed objects from a node's store");
+            match delete_on(&core, &node, object_ids).await {
+                Ok(()) => {}
+                Err(Error::Cluster(raylet_proto::Error::Unavailable(error))) => {
+                    tracing::debug!(%node, %error, "a node is gone, and its store with it");
+                }
+                Err(error) => tracing::warn!(%node, %error, "cannot delete freed objects from a node's store"),
             }
         }
     }
