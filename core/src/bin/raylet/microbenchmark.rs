@@ -4,7 +4,7 @@
 
 use std::time::{Duration, Instant};
 
-use raylet::{Cluster, Config, ObjectRef};
+use raylet::{Cluster, Config, DType, ObjectRef, Tensor};
 use serde_bytes::ByteBuf;
 
 use crate::args::MicrobenchmarkArgs;
@@ -99,6 +99,7 @@ fn metrics(cluster: &Cluster) -> raylet::Result<Vec<Metric<'_>>> {
     let value = cluster.put(&0u64)?;
     let large = ByteBuf::from(vec![0u8; 800 * 1024 * 1024]);
     let containing = create_object_containing_ref::remote(cluster)?;
+    let mut tensor: Option<ObjectRef<Tensor>> = None;
     Ok(vec![
         metric(
             "single client get calls (Plasma Store)",
@@ -114,6 +115,19 @@ fn metrics(cluster: &Cluster) -> raylet::Result<Vec<Metric<'_>>> {
             "single client put gigabytes",
             0.8,
             Box::new(move || cluster.put(&large).map(drop)),
+        ),
+        metric(
+            "single client get 1 GiB tensor zero-copy",
+            1.0,
+            Box::new(move || {
+                let tensor = match &tensor {
+                    Some(tensor) => tensor,
+                    None => tensor.insert(cluster.put_archived(&Tensor::zeros(DType::U8, &[1 << 30]))?),
+                };
+                let archived = tensor.get_archived()?;
+                std::hint::black_box(archived.as_bytes().len());
+                Ok(())
+            }),
         ),
         metric(
             "single client tasks and get batch",
