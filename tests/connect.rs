@@ -111,3 +111,39 @@ fn a_driver_joins_a_cli_cluster_and_spills_tasks_to_the_node_that_fits() {
     );
     cluster.shutdown().unwrap();
 }
+
+#[test]
+fn raylet_memory_lists_each_object_with_its_owner_and_holders() {
+    let temp = tempfile::tempdir().unwrap();
+    let _daemons = Daemons(temp.path());
+    raylet(temp.path(), &["start", "--head", "--port", "0", "--num-cpus", "1"]);
+    let head = std::fs::read_to_string(temp.path().join("session_latest/head_address")).unwrap();
+    let cluster = raylet::init_with(Config::new().address(head.trim()).temp_dir(temp.path())).unwrap();
+    let big = cluster.put(&serde_bytes::ByteBuf::from(vec![3u8; 2 << 20])).unwrap();
+    let outer = cluster.put(&vec![big.clone()]).unwrap();
+
+    let nodes: Value = serde_json::from_str(&raylet(temp.path(), &["memory", "--format", "json"])).unwrap();
+    let objects = nodes[0]["objects"].as_array().unwrap();
+    assert_eq!(objects.len(), 1, "only the large object is in the store: {nodes}");
+    let object = &objects[0];
+    assert_eq!(object["id"], big.id().to_string());
+    assert!(object["size"].as_u64().unwrap() >= 2 << 20);
+    assert_eq!(object["owner"], big.owner_address());
+    assert_eq!(object["holders"]["owner_handles"], 1, "{object}");
+    assert!(nodes[0]["used_bytes"].as_u64().unwrap() >= 2 << 20);
+
+    let text = raylet(temp.path(), &["memory"]);
+    assert!(text.contains(&big.id().to_string()), "{text}");
+    assert!(text.contains("in memory") && text.contains("owner ("), "{text}");
+
+    drop((big, outer));
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while cluster.memory().unwrap()[0].used_bytes > 0 {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the freed object stays in the store"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    cluster.shutdown().unwrap();
+}

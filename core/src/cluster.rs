@@ -238,15 +238,6 @@ impl Cluster {
             .archived_blocking(object.id(), outcome.expect("waiting without a timeout"))
     }
 
-    /// The object stores of the alive nodes: usage and the objects in them,
-    /// as `raylet memory` shows them.
-    pub fn memory(&self) -> Result<Vec<NodeMemory>> {
-        let status = self.status()?;
-        let core = self.core().clone();
-        core.clone()
-            .block_on(async move { crate::memory::collect(&core, &status).await })
-    }
-
     /// The values of all objects, in order; the first failure is returned.
     pub fn get_all<T: DeserializeOwned>(&self, objects: &[ObjectRef<T>]) -> Result<Vec<T>> {
         objects.iter().map(|object| self.get(object)).collect()
@@ -302,18 +293,7 @@ impl Cluster {
 
     /// The nodes of the cluster and their resources, as `raylet status` shows them.
     pub fn status(&self) -> Result<ClusterStatus> {
-        let head = match (
-            &self.inner.head_address,
-            self.inner.embedded.lock().unwrap_or_else(|p| p.into_inner()).as_ref(),
-        ) {
-            (Some(head), _) => head.clone(),
-            (None, Some(embedded)) => embedded.head_address.clone(),
-            (None, None) => {
-                return Err(Error::Cluster(raylet_proto::Error::FailedPrecondition(
-                    "a worker has no view of the cluster's head".into(),
-                )));
-            }
-        };
+        let head = self.head_address()?;
         let core = self.core().clone();
         core.clone().block_on(async move {
             let mut client = raylet_proto::channel::connect_head(&head, &core.token, Duration::from_secs(5)).await?;
@@ -323,6 +303,26 @@ impl Cluster {
                 .map_err(raylet_proto::Error::from)?;
             Ok(ClusterStatus::from_proto(reply.into_inner())?)
         })
+    }
+
+    /// The object stores of the alive nodes: usage, the objects in them and
+    /// who holds references to them, as `raylet memory` shows them.
+    pub fn memory(&self) -> Result<Vec<NodeMemory>> {
+        let head = self.head_address()?;
+        let core = self.core().clone();
+        core.clone()
+            .block_on(async move { crate::memory::collect_memory(&head, &core.token).await })
+    }
+
+    fn head_address(&self) -> Result<String> {
+        let embedded = self.inner.embedded.lock().unwrap_or_else(|p| p.into_inner());
+        match (&self.inner.head_address, embedded.as_ref()) {
+            (Some(head), _) => Ok(head.clone()),
+            (None, Some(embedded)) => Ok(embedded.head_address.clone()),
+            (None, None) => Err(Error::Cluster(raylet_proto::Error::FailedPrecondition(
+                "a worker has no view of the cluster's head".into(),
+            ))),
+        }
     }
 
     /// Ends this program's use of the cluster: its workers are killed, and an

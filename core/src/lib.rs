@@ -43,7 +43,7 @@ pub use archived::{Archivable, ArchivedRef, Checkable};
 pub use cluster::{Cluster, current, init, init_with};
 pub use config::Config;
 pub use error::{Error, Result};
-pub use memory::{NodeMemory, StoredObject};
+pub use memory::{NodeMemory, ObjectHolders, StoredObject, collect_memory};
 pub use net::local_ip_towards;
 pub use object_ref::{AnyObjectRef, ObjectRef};
 pub use raylet_macros::remote;

@@ -275,6 +275,16 @@ impl MemoryStore {
         entry
     }
 
+    /// The handles to the object in this process and the processes that
+    /// borrow it; `None` when it is not here.
+    pub fn holders(&self, id: ObjectId) -> Option<(u32, Vec<String>)> {
+        let objects = self.objects();
+        let entry = objects.get(&id)?;
+        let mut borrowers: Vec<String> = entry.borrowers.keys().map(|b| b.to_string()).collect();
+        borrowers.sort();
+        Some((entry.local_refs, borrowers))
+    }
+
     /// Drops a freed entry outside the lock (the references its value
     /// contains may free more objects) and deletes its stored copy.
     fn free(&self, id: ObjectId, entry: Option<Entry>) {
@@ -376,7 +386,11 @@ mod tests {
         store.add_local_ref(id);
         assert!(store.update_borrower(id, "worker:1", 2));
         store.remove_local_ref(id);
-        assert!(store.try_get(id).is_ok(), "the borrower still holds it");
+        assert_eq!(
+            store.holders(id),
+            Some((0, vec!["worker:1".to_string()])),
+            "the borrower still holds it"
+        );
         assert!(store.update_borrower(id, "worker:1", -1));
         assert!(store.try_get(id).is_ok(), "one registration is left");
         assert!(store.update_borrower(id, "worker:1", -1));

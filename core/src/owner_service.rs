@@ -6,7 +6,10 @@ use std::time::Duration;
 
 use raylet_proto::ObjectId;
 use raylet_proto::v1::owner_service_server::OwnerService;
-use raylet_proto::v1::{GetObjectReply, GetObjectRequest, UpdateBorrowersReply, UpdateBorrowersRequest};
+use raylet_proto::v1::{
+    DescribeObjectsReply, DescribeObjectsRequest, GetObjectReply, GetObjectRequest, ObjectHolders,
+    UpdateBorrowersReply, UpdateBorrowersRequest,
+};
 use tonic::{Request, Response, Status};
 
 use crate::Error;
@@ -47,5 +50,25 @@ impl OwnerService for OwnerServiceImpl {
                 .update_borrower(id, &change.borrower_address, change.delta);
         }
         Ok(Response::new(UpdateBorrowersReply {}))
+    }
+
+    async fn describe_objects(
+        &self,
+        request: Request<DescribeObjectsRequest>,
+    ) -> Result<Response<DescribeObjectsReply>, Status> {
+        let mut objects = Vec::new();
+        for object_id in request.into_inner().object_ids {
+            let id = ObjectId::from_wire(&object_id)?;
+            let holders = self.core.store.holders(id);
+            let known = holders.is_some();
+            let (owner_handles, borrowers) = holders.unwrap_or_default();
+            objects.push(ObjectHolders {
+                object_id,
+                known,
+                owner_handles,
+                borrowers,
+            });
+        }
+        Ok(Response::new(DescribeObjectsReply { objects }))
     }
 }

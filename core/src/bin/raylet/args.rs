@@ -35,6 +35,9 @@ pub enum Command {
     Start(Box<StartArgs>),
     /// Show the cluster's nodes (alive and dead), their resources and utilization.
     Status(StatusArgs),
+    /// Show each node's object store: memory used and spilled, and every
+    /// object with its size, state, owner and the processes holding refs.
+    Memory(StatusArgs),
     /// Stop every raylet process that this machine's sessions started.
     Stop(StopArgs),
     /// Measure task, object and wait throughput the way `ray microbenchmark` does.

@@ -2,6 +2,7 @@
 
 mod args;
 mod daemon;
+mod memory;
 mod microbenchmark;
 mod start;
 mod status;
@@ -16,6 +17,7 @@ fn main() -> std::process::ExitCode {
     let result = match cli.command {
         Command::Start(args) => start::start(*args),
         Command::Status(args) => status::status(args),
+        Command::Memory(args) => memory::memory(args),
         Command::Stop(args) => stop::stop(args),
         Command::Microbenchmark(args) => microbenchmark::microbenchmark(args),
     };
