@@ -1,6 +1,8 @@
 //! A driver that joins a cluster started with the `raylet` CLI: a head and a
-//! second node as daemons, tasks leased on the driver's own machine, and a
-//! task that only the second node can run, sent there by spillback.
+//! second node as daemons, tasks leased on the driver's own machine, a task
+//! that only the second node can run, sent there by spillback, `raylet
+//! memory`, and objects lost with a node that is killed: rebuilt by running
+//! their task again, or a clear `ObjectLost` for `put` objects.
 
 use std::path::Path;
 use std::process::Command;
@@ -13,6 +15,17 @@ const RAYLET: &str = env!("CARGO_BIN_EXE_raylet");
 #[raylet::remote]
 fn node_manager_pid() -> u32 {
     std::os::unix::process::parent_id()
+}
+
+#[raylet::remote]
+fn sleep_ms(ms: u64) -> u64 {
+    std::thread::sleep(std::time::Duration::from_millis(ms));
+    ms
+}
+
+#[raylet::remote]
+fn make_block(fill: u8) -> serde_bytes::ByteBuf {
+    serde_bytes::ByteBuf::from(vec![fill; 1 << 20])
 }
 
 fn raylet(temp: &Path, args: &[&str]) -> String {
@@ -146,4 +159,101 @@ fn raylet_memory_lists_each_object_with_its_owner_and_holders() {
         std::thread::sleep(std::time::Duration::from_millis(50));
     }
     cluster.shutdown().unwrap();
+}
+
+/// A head and a second node of one CPU each; returns the node managers'
+/// addresses (head first) and the second node's pid.
+fn two_nodes(temp: &Path) -> (String, String, String, u32) {
+    let fast = ["--num-cpus", "1", "--heartbeat-interval", "100ms"];
+    raylet(temp, &[&["start", "--head", "--port", "0"][..], &fast].concat());
+    let head = std::fs::read_to_string(temp.join("session_latest/head_address")).unwrap();
+    let head = head.trim().to_string();
+    raylet(temp, &[&["start", "--address", &head][..], &fast].concat());
+    std::thread::sleep(std::time::Duration::from_millis(500));
+    let status: Value = serde_json::from_str(&raylet(temp, &["status", "--format", "json"])).unwrap();
+    let address_of = |head_node: bool| {
+        let nodes = status["nodes"].as_array().unwrap();
+        let node = nodes.iter().find(|n| n["is_head_node"] == head_node).unwrap();
+        node["address"].as_str().unwrap().to_string()
+    };
+    let node_pid = daemon_pids(temp, "node")[0];
+    (head, address_of(true), address_of(false), node_pid)
+}
+
+/// Kills a daemon with SIGKILL and waits until it is gone.
+fn kill_and_wait(pid: u32) {
+    let target = nix::unistd::Pid::from_raw(pid as i32);
+    nix::sys::signal::kill(target, nix::sys::signal::Signal::SIGKILL).unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while nix::sys::signal::kill(target, None).is_ok() && std::time::Instant::now() < deadline {
+        std::thread::sleep(std::time::Duration::from_millis(10));
+    }
+}
+
+fn holds(cluster: &Cluster, node: &str, object: raylet::proto::ObjectId) -> bool {
+    let nodes = cluster.memory().unwrap();
+    nodes
+        .iter()
+        .any(|n| n.address == node && n.objects.iter().any(|o| o.id == object))
+}
+
+#[test]
+fn an_object_lost_with_its_node_is_rebuilt_by_running_its_task_again() {
+    let temp = tempfile::tempdir().unwrap();
+    let _daemons = Daemons(temp.path());
+    let (head, head_node, second_node, second_pid) = two_nodes(temp.path());
+    let config = Config::new()
+        .address(&head)
+        .node_manager(&head_node)
+        .temp_dir(temp.path());
+    let cluster = raylet::init_with(config).unwrap();
+
+    let busy = sleep_ms::remote(&cluster, 1500).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(300));
+    let block = make_block::remote(&cluster, 5).unwrap();
+    let (ready, _) = cluster.wait(
+        std::slice::from_ref(&block),
+        1,
+        Some(std::time::Duration::from_secs(10)),
+    );
+    assert_eq!(ready.len(), 1, "the block was made");
+    assert!(
+        holds(&cluster, &second_node, block.id()),
+        "the head was busy, so the second node made it"
+    );
+
+    kill_and_wait(second_pid);
+    let value = block.get().unwrap();
+    assert!(
+        value[..] == vec![5u8; 1 << 20][..],
+        "the rebuilt block has the same bytes"
+    );
+    assert!(
+        holds(&cluster, &head_node, block.id()),
+        "it was made again on the head's node"
+    );
+    assert_eq!(busy.get().unwrap(), 1500);
+    cluster.shutdown().unwrap();
+}
+
+#[test]
+fn a_put_object_lost_with_its_node_is_a_clear_object_lost() {
+    let temp = tempfile::tempdir().unwrap();
+    let _daemons = Daemons(temp.path());
+    let (head, _, second_node, second_pid) = two_nodes(temp.path());
+    let config = Config::new()
+        .address(&head)
+        .node_manager(&second_node)
+        .temp_dir(temp.path());
+    let cluster = raylet::init_with(config).unwrap();
+    let stored = cluster.put(&serde_bytes::ByteBuf::from(vec![1u8; 1 << 20])).unwrap();
+
+    kill_and_wait(second_pid);
+    let error = stored.get().unwrap_err();
+    let raylet::Error::ObjectLost { object, reason } = &error else {
+        panic!("expected ObjectLost, got {error}");
+    };
+    assert_eq!(*object, stored.id());
+    assert!(reason.contains(&second_node), "{error}");
+    assert!(reason.contains("put objects cannot be rebuilt"), "{error}");
 }

@@ -424,7 +424,10 @@ async fn start_driver(config: Config, runtime: tokio::runtime::Handle) -> Result
         }
         Some(address) => {
             let token = resolve_token(&config)?;
-            let node_manager = pick_node_manager(address, &token).await?;
+            let node_manager = match &config.node_manager {
+                Some(node_manager) => node_manager.clone(),
+                None => pick_node_manager(address, &token).await?,
+            };
             let ip = crate::net::local_ip_towards(address)?;
             (None, Some(address.clone()), node_manager, token, ip)
         }

@@ -13,6 +13,7 @@ use crate::session::DEFAULT_TEMP_DIR;
 #[derive(Clone, Debug)]
 pub struct Config {
     pub(crate) address: Option<String>,
+    pub(crate) node_manager: Option<String>,
     pub(crate) token: Option<String>,
     pub(crate) temp_dir: PathBuf,
     pub(crate) num_cpus: Option<f64>,
@@ -28,6 +29,7 @@ impl Default for Config {
     fn default() -> Self {
         Config {
             address: None,
+            node_manager: None,
             token: None,
             temp_dir: PathBuf::from(DEFAULT_TEMP_DIR),
             num_cpus: None,
@@ -66,6 +68,14 @@ impl Config {
     /// Join the running cluster whose head is at `HOST:PORT`.
     pub fn address(mut self, address: impl Into<String>) -> Self {
         self.address = Some(address.into());
+        self
+    }
+
+    /// When joining, the node manager (HOST:PORT) this driver attaches to:
+    /// its tasks are leased there first and its large objects stored there
+    /// [default: a node on this machine, else the head's].
+    pub fn node_manager(mut self, address: impl Into<String>) -> Self {
+        self.node_manager = Some(address.into());
         self
     }
 

@@ -156,7 +156,7 @@ impl CoreWorker {
         let reply = client.get_object(request).await.map_err(|status| {
             let error = raylet_proto::Error::from(status);
             match error {
-                raylet_proto::Error::NotFound(_) => Error::ObjectLost(object.id()),
+                raylet_proto::Error::NotFound(_) => Error::not_owned(object.id()),
                 other => owner_unreachable(object, other.into()),
             }
         })?;

@@ -30,9 +30,10 @@ pub enum Error {
     /// The object was not ready in time.
     #[error("object {object} was not ready within {timeout:?}")]
     GetTimeout { object: ObjectId, timeout: Duration },
-    /// The object is not known to its owner: it was freed, or its owner restarted.
-    #[error("object {0} is lost: its owner no longer has it")]
-    ObjectLost(ObjectId),
+    /// The object's value is gone and cannot be rebuilt: its owner no
+    /// longer has it, or the node that stored it died; the reason says which.
+    #[error("object {object} is lost: {reason}")]
+    ObjectLost { object: ObjectId, reason: String },
     /// No cluster is running in this process.
     #[error("no raylet cluster in this process: call raylet::init() first")]
     NotInitialized,
@@ -48,6 +49,14 @@ pub enum Error {
 pub type Result<T, E = Error> = std::result::Result<T, E>;
 
 impl Error {
+    /// The object's owner does not have it: it was freed, or the owner restarted.
+    pub(crate) fn not_owned(object: ObjectId) -> Self {
+        Error::ObjectLost {
+            object,
+            reason: "its owner no longer has it".into(),
+        }
+    }
+
     pub(crate) fn session(path: impl Into<PathBuf>, message: impl Into<String>) -> Self {
         Error::Session {
             path: path.into(),

@@ -8,7 +8,9 @@ use std::time::Duration;
 use raylet_proto::auth::AuthToken;
 use raylet_proto::v1::object_store_service_client::ObjectStoreServiceClient;
 use raylet_proto::v1::owner_service_client::OwnerServiceClient;
-use raylet_proto::v1::{DescribeObjectsRequest, GetClusterStatusRequest, GetStoreStatsRequest, StoredObject as Wire};
+use raylet_proto::v1::{
+    DescribeObjectsRequest, GetClusterStatusRequest, GetStoreStatsRequest, StoreStats, StoredObject as Wire,
+};
 use raylet_proto::{NodeId, ObjectId};
 use raylet_scheduler::status::ClusterStatus;
 use serde::Serialize;
@@ -55,7 +57,8 @@ pub struct ObjectHolders {
 }
 
 /// Asks the head at `head` for the alive nodes, each node's store for its
-/// objects, and each owner for the references to its objects.
+/// objects, and each owner for the references to its objects. A node that
+/// does not answer (it may have died a moment ago) is left out.
 pub async fn collect_memory(head: &str, token: &AuthToken) -> Result<Vec<NodeMemory>> {
     let mut client = raylet_proto::channel::connect_head(head, token, PATIENCE).await?;
     let reply = client
@@ -65,12 +68,13 @@ pub async fn collect_memory(head: &str, token: &AuthToken) -> Result<Vec<NodeMem
     let status = ClusterStatus::from_proto(reply.into_inner())?;
     let mut nodes = Vec::new();
     for node in status.alive() {
-        let channel = raylet_proto::channel::connect(&node.address, token, PATIENCE).await?;
-        let stats = ObjectStoreServiceClient::new(channel)
-            .get_store_stats(GetStoreStatsRequest {})
-            .await
-            .map_err(raylet_proto::Error::from)?
-            .into_inner();
+        let stats = match store_stats(&node.address, token).await {
+            Ok(stats) => stats,
+            Err(error) => {
+                tracing::warn!(node = %node.address, %error, "a node's object store does not answer; leaving it out");
+                continue;
+            }
+        };
         nodes.push(NodeMemory {
             node_id: node.node_id,
             address: node.address.clone(),
@@ -83,6 +87,15 @@ pub async fn collect_memory(head: &str, token: &AuthToken) -> Result<Vec<NodeMem
     }
     add_holders(&mut nodes, token).await;
     Ok(nodes)
+}
+
+async fn store_stats(address: &str, token: &AuthToken) -> Result<StoreStats> {
+    let channel = raylet_proto::channel::connect(address, token, PATIENCE).await?;
+    let reply = ObjectStoreServiceClient::new(channel)
+        .get_store_stats(GetStoreStatsRequest {})
+        .await
+        .map_err(raylet_proto::Error::from)?;
+    Ok(reply.into_inner())
 }
 
 fn stored_object(object: Wire) -> Option<StoredObject> {

@@ -127,6 +127,14 @@ impl MemoryStore {
         }
     }
 
+    /// Makes a finished object pending again, for its task to run again;
+    /// its references and borrowers stay.
+    pub fn reset_pending(&self, id: ObjectId) {
+        if let Some(entry) = self.objects().get_mut(&id) {
+            entry.slot = Slot::Pending(Arc::new(Notify::new()));
+        }
+    }
+
     /// Adds a finished object, as `put` does.
     pub fn insert(&self, id: ObjectId, value: crate::value::EncodedValue) {
         self.add_entry(id, Entry::new(Slot::Ready(Ok(value))));
@@ -138,7 +146,7 @@ impl MemoryStore {
         match self.objects().get(&id).map(|e| &e.slot) {
             Some(Slot::Ready(outcome)) => Ok(Some(outcome.clone())),
             Some(Slot::Pending(_)) => Ok(None),
-            None => Err(Error::ObjectLost(id)),
+            None => Err(Error::not_owned(id)),
         }
     }
 
@@ -148,7 +156,7 @@ impl MemoryStore {
         loop {
             match objects.get(&id).map(|e| &e.slot) {
                 Some(Slot::Ready(outcome)) => return Ok(Some(outcome.clone())),
-                None => return Err(Error::ObjectLost(id)),
+                None => return Err(Error::not_owned(id)),
                 Some(Slot::Pending(_)) => {}
             }
             objects = match deadline {
@@ -205,7 +213,7 @@ impl MemoryStore {
             let notify = match self.objects().get(&id).map(|e| &e.slot) {
                 Some(Slot::Ready(outcome)) => return Ok(Some(outcome.clone())),
                 Some(Slot::Pending(notify)) => notify.clone(),
-                None => return Err(Error::ObjectLost(id)),
+                None => return Err(Error::not_owned(id)),
             };
             let notified = notify.notified();
             tokio::pin!(notified);

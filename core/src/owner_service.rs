@@ -34,7 +34,9 @@ impl OwnerService for OwnerServiceImpl {
             Ok(outcome) => Ok(Response::new(GetObjectReply {
                 outcome: outcome.as_ref().map(|outcome| outcome_to_proto(outcome, false)),
             })),
-            Err(Error::ObjectLost(id)) => Err(Status::not_found(format!("object {id} is not owned here"))),
+            Err(Error::ObjectLost { object, .. }) => {
+                Err(Status::not_found(format!("object {object} is not owned here")))
+            }
             Err(error) => Err(Status::internal(error.to_string())),
         }
     }

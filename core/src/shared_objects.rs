@@ -3,20 +3,28 @@
 //! deleting the stored copies of freed objects in batches.
 
 use std::collections::HashMap;
+use std::ops::Deref;
 use std::sync::Arc;
+
+use bytes::Bytes;
 
 use raylet_object_store::{MappedObject, ObjectWriter, StoreClient, StoreError};
 use raylet_proto::ObjectId;
 use raylet_proto::v1::DeleteObjectsRequest;
 use raylet_proto::v1::object_store_service_client::ObjectStoreServiceClient;
 use serde::de::DeserializeOwned;
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, oneshot};
 
 use crate::archived::{ArchivedRef, Checkable};
 use crate::core_worker::CoreWorker;
 use crate::memory_store::FreedObject;
-use crate::value::{Body, Format, Outcome, StoredAt};
+use crate::submitter::SubmitterEvent;
+use crate::value::{Body, Expected, Format, Outcome, StoredAt};
 use crate::{Error, Result};
+
+/// How long a node that stored an object gets to answer before the object
+/// counts as lost with it.
+const NODE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
 
 impl CoreWorker {
     /// This process's session with its node's store.
@@ -101,35 +109,99 @@ impl CoreWorker {
         })
     }
 
-    /// Maps a stored object read-only; it stays pinned while mapped.
+    /// Maps a stored object read-only; it stays pinned while mapped. When
+    /// the node that stored it is unreachable, the object is lost.
     pub(crate) async fn map_object(&self, id: ObjectId, at: &StoredAt) -> Result<MappedObject> {
         if *at.node != *self.node_manager {
-            return Err(Error::Cluster(raylet_proto::Error::Unavailable(format!(
+            return Err(self.remote_object_error(id, at).await);
+        }
+        let store = self.node_store().await.map_err(|e| lost_with_node(id, at, e))?;
+        match store.get(id).await {
+            Ok(mapped) => Ok(mapped),
+            Err(StoreError::Rpc(raylet_proto::Error::NotFound(_))) => Err(Error::ObjectLost {
+                object: id,
+                reason: format!("the object store of node {} no longer has it", at.node),
+            }),
+            Err(error) => match raylet_proto::channel::connect(&at.node, &self.token, NODE_PATIENCE).await {
+                Err(unreachable) => Err(lost_with_node(id, at, unreachable)),
+                Ok(_) => Err(store_error(error)),
+            },
+        }
+    }
+
+    /// Why an object in another node's store cannot be read here.
+    async fn remote_object_error(&self, id: ObjectId, at: &StoredAt) -> Error {
+        match raylet_proto::channel::connect(&at.node, &self.token, NODE_PATIENCE).await {
+            Err(unreachable) => lost_with_node(id, at, unreachable),
+            Ok(_) => Error::Cluster(raylet_proto::Error::Unavailable(format!(
                 "object {id} is in the object store of node {}, and this process is on node {}: \
                  objects do not move between nodes yet",
                 at.node, self.node_manager
-            ))));
+            ))),
         }
-        let store = self.node_store().await?;
-        store.get(id).await.map_err(|error| match error {
-            StoreError::Rpc(raylet_proto::Error::NotFound(_)) => Error::ObjectLost(id),
-            other => store_error(other),
-        })
     }
 
-    fn map_object_blocking(self: &Arc<Self>, id: ObjectId, at: &StoredAt) -> Result<MappedObject> {
-        let (core, at) = (self.clone(), at.clone());
-        self.block_on(async move { core.map_object(id, &at).await })
+    /// The bytes of a finished object's value, checked against what the
+    /// reader expects. A stored value lost with its node is rebuilt when
+    /// this process owns it: its task runs again and this waits for it.
+    async fn value_bytes(&self, id: ObjectId, mut outcome: Outcome, expected: Expected) -> Result<ValueBytes> {
+        loop {
+            let value = outcome?;
+            value.check(id, expected)?;
+            let at = match &value.body {
+                Body::Inline(data) => return Ok(ValueBytes::Inline(data.clone())),
+                Body::Stored(at) => at,
+            };
+            match self.map_object(id, at).await {
+                Err(Error::ObjectLost { reason, .. }) if self.store.try_get(id).is_ok() => {
+                    outcome = self.rebuild(id, reason).await?;
+                }
+                mapped => return mapped.map(ValueBytes::Mapped),
+            }
+        }
+    }
+
+    fn value_bytes_blocking(
+        self: &Arc<Self>,
+        id: ObjectId,
+        outcome: Outcome,
+        expected: Expected,
+    ) -> Result<ValueBytes> {
+        if let Ok(value) = &outcome
+            && let Body::Inline(data) = &value.body
+        {
+            value.check(id, expected)?;
+            return Ok(ValueBytes::Inline(data.clone()));
+        }
+        let core = self.clone();
+        self.block_on(async move { core.value_bytes(id, outcome, expected).await })
+    }
+
+    /// Asks the submitter to run the task that made a lost object again,
+    /// then waits for its new outcome.
+    async fn rebuild(&self, id: ObjectId, lost: String) -> Result<Outcome> {
+        let (done, rebuilt) = oneshot::channel();
+        let request = SubmitterEvent::Reconstruct { object: id, done };
+        let unrecoverable = |why: String| Error::ObjectLost {
+            object: id,
+            reason: format!("{lost}, and {why}"),
+        };
+        self.submitter
+            .send(request)
+            .map_err(|_| unrecoverable("this process is shutting down".into()))?;
+        match rebuilt.await {
+            Ok(Ok(())) => {}
+            Ok(Err(why)) => return Err(unrecoverable(why)),
+            Err(_) => return Err(unrecoverable("this process is shutting down".into())),
+        }
+        tracing::info!(object = %id, %lost, "rebuilding a lost object by running its task again");
+        Ok(self.store.wait(id, None).await?.expect("waiting without a deadline"))
     }
 
     /// The value of a finished object as a `T`, blocking this thread.
     pub(crate) fn decode_blocking<T: DeserializeOwned>(self: &Arc<Self>, id: ObjectId, outcome: Outcome) -> Result<T> {
-        let value = outcome?;
-        value.check::<T>(id, Format::Postcard)?;
-        let decoded = match &value.body {
-            Body::Inline(data) => raylet_proto::codec::decode(data)?,
-            Body::Stored(at) => raylet_proto::codec::decode(&self.map_object_blocking(id, at)?)?,
-        };
+        let bytes = self.value_bytes_blocking(id, outcome, Expected::of::<T>(Format::Postcard))?;
+        let decoded = raylet_proto::codec::decode(&bytes)?;
         if !self.borrows.is_settled() {
             let core = self.clone();
             self.block_on(async move { core.borrows.settled().await });
@@ -139,12 +211,10 @@ impl CoreWorker {
 
     /// The value of a finished object as a `T`, for async callers.
     pub(crate) async fn decode_async<T: DeserializeOwned>(&self, id: ObjectId, outcome: Outcome) -> Result<T> {
-        let value = outcome?;
-        value.check::<T>(id, Format::Postcard)?;
-        let decoded = match &value.body {
-            Body::Inline(data) => raylet_proto::codec::decode(data)?,
-            Body::Stored(at) => raylet_proto::codec::decode(&self.map_object(id, at).await?)?,
-        };
+        let bytes = self
+            .value_bytes(id, outcome, Expected::of::<T>(Format::Postcard))
+            .await?;
+        let decoded = raylet_proto::codec::decode(&bytes)?;
         self.borrows.settled().await;
         Ok(decoded)
     }
@@ -158,11 +228,26 @@ impl CoreWorker {
     where
         T::Archived: Checkable,
     {
-        let value = outcome?;
-        value.check::<T>(id, Format::Archive)?;
-        match &value.body {
-            Body::Inline(data) => ArchivedRef::copied(data),
-            Body::Stored(at) => ArchivedRef::mapped(self.map_object_blocking(id, at)?),
+        match self.value_bytes_blocking(id, outcome, Expected::of::<T>(Format::Archive))? {
+            ValueBytes::Inline(data) => ArchivedRef::copied(&data),
+            ValueBytes::Mapped(mapped) => ArchivedRef::mapped(mapped),
+        }
+    }
+}
+
+/// A value's bytes: inline, or mapped from the node's store.
+enum ValueBytes {
+    Inline(Bytes),
+    Mapped(MappedObject),
+}
+
+impl Deref for ValueBytes {
+    type Target = [u8];
+
+    fn deref(&self) -> &[u8] {
+        match self {
+            ValueBytes::Inline(data) => data,
+            ValueBytes::Mapped(mapped) => mapped,
         }
     }
 }
@@ -172,11 +257,16 @@ impl CoreWorker {
 pub(crate) async fn delete_freed(core: Arc<CoreWorker>, mut freed: mpsc::UnboundedReceiver<FreedObject>) {
     while let Some(first) = freed.recv().await {
         let mut by_node: HashMap<Arc<str>, Vec<Vec<u8>>> = HashMap::new();
-        let mut add = |(id, at): FreedObject| by_node.entry(at.node).or_default().push(id.as_bytes().to_vec());
+        let mut ids = Vec::new();
+        let mut add = |(id, at): FreedObject| {
+            by_node.entry(at.node).or_default().push(id.as_bytes().to_vec());
+            ids.push(id);
+        };
         add(first);
         while let Ok(next) = freed.try_recv() {
             add(next);
         }
+        let _ = core.submitter.send(SubmitterEvent::ForgetLineage(ids));
         for (node, object_ids) in by_node {
             match delete_on(&core, &node, object_ids).await {
                 Ok(()) => {}
@@ -196,6 +286,14 @@ async fn delete_on(core: &CoreWorker, node: &str, object_ids: Vec<Vec<u8>>) -> R
         .await
         .map_err(raylet_proto::Error::from)?;
     Ok(())
+}
+
+/// The node that stored the object does not answer: the object is lost.
+fn lost_with_node(id: ObjectId, at: &StoredAt, error: impl std::fmt::Display) -> Error {
+    Error::ObjectLost {
+        object: id,
+        reason: format!("the node {} that stored it is unreachable ({error})", at.node),
+    }
 }
 
 /// A store error as the user sees it: a full store is `ObjectStoreFull`.

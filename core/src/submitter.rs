@@ -77,6 +77,13 @@ pub(crate) enum SubmitterEvent {
         worker: WorkerId,
         description: String,
     },
+    /// Run the task that made a lost object again; says why it cannot be.
+    Reconstruct {
+        object: ObjectId,
+        done: oneshot::Sender<Result<(), String>>,
+    },
+    /// These objects were freed: their tasks need not be kept to rebuild them.
+    ForgetLineage(Vec<ObjectId>),
     Shutdown(oneshot::Sender<()>),
 }
 
@@ -133,6 +140,9 @@ pub(crate) struct Submitter {
     next_request: u64,
     next_lease: u64,
     cancelled: HashSet<ObjectId>,
+    /// The tasks that made objects now in a node's store, kept (with their
+    /// arguments pinned) to run again if that node dies.
+    lineage: HashMap<ObjectId, QueuedTask>,
 }
 
 impl Submitter {
@@ -149,6 +159,7 @@ impl Submitter {
             next_request: 1,
             next_lease: 1,
             cancelled: HashSet::new(),
+            lineage: HashMap::new(),
         };
         core.runtime.spawn(submitter.run(events));
     }
@@ -190,6 +201,14 @@ impl Submitter {
             } => self.on_results(worker, lease, finished, logs),
             SubmitterEvent::WorkerStreamClosed { worker, lease } => self.on_stream_closed(worker, lease),
             SubmitterEvent::WorkerDied { worker, description } => self.on_worker_died(worker, &description),
+            SubmitterEvent::Reconstruct { object, done } => {
+                let _ = done.send(self.reconstruct(object));
+            }
+            SubmitterEvent::ForgetLineage(objects) => {
+                for object in objects {
+                    self.lineage.remove(&object);
+                }
+            }
             SubmitterEvent::Shutdown(_) => unreachable!("handled in run"),
         }
     }
@@ -497,8 +516,37 @@ impl Submitter {
                 tracing::info!(function = task.spec.function, %error, "retrying a task that failed");
                 self.requeue(task);
             }
+            Ok(value) if matches!(value.body, Body::Stored(_)) => {
+                self.core.store.complete(task.return_id, Ok(value));
+                if self.core.store.try_get(task.return_id).is_ok() {
+                    self.lineage.insert(task.return_id, task);
+                }
+            }
             outcome => self.core.store.complete(task.return_id, outcome),
         }
+    }
+
+    /// Queues the task that made `object` again, if its retries allow.
+    fn reconstruct(&mut self, object: ObjectId) -> Result<(), String> {
+        let Some(task) = self.lineage.remove(&object) else {
+            return match self.core.store.try_get(object) {
+                Ok(None) => Ok(()),
+                _ => Err("it was stored with put, and put objects cannot be rebuilt".into()),
+            };
+        };
+        if !can_retry(&task) {
+            let function = task.options.shown_name();
+            let runs = task.spec.attempt + 1;
+            return Err(format!(
+                "its task {function} cannot run again: it ran {runs} time(s) and max_retries is {}",
+                task.options.max_retries
+            ));
+        }
+        self.core.store.reset_pending(object);
+        let shape = task.shape.clone();
+        self.requeue(task);
+        self.dispatch(&shape);
+        Ok(())
     }
 
     fn requeue(&mut self, mut task: QueuedTask) {

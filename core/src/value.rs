@@ -76,17 +76,16 @@ impl EncodedValue {
         }
     }
 
-    /// Checks that the value is a `T` in `format`.
-    pub(crate) fn check<T>(&self, object: ObjectId, format: Format) -> Result<()> {
-        let expected = std::any::type_name::<T>();
-        if *self.type_name != *expected {
+    /// Checks that the value is of the expected type and format.
+    pub(crate) fn check(&self, object: ObjectId, expected: Expected) -> Result<()> {
+        if *self.type_name != *expected.type_name {
             return Err(Error::WrongType {
                 object,
-                expected: expected.to_string(),
+                expected: expected.type_name.to_string(),
                 actual: self.type_name.to_string(),
             });
         }
-        if self.format != format {
+        if self.format != expected.format {
             let how = match self.format {
                 Format::Postcard => "with serde: read it with get()",
                 Format::Archive => "as an rkyv archive: read it with get_archived()",
@@ -101,7 +100,7 @@ impl EncodedValue {
 
     /// Decodes an inline value as `T`, checking its type first.
     pub fn decode<T: DeserializeOwned>(&self, object: ObjectId) -> Result<T> {
-        self.check::<T>(object, Format::Postcard)?;
+        self.check(object, Expected::of::<T>(Format::Postcard))?;
         match &self.body {
             Body::Inline(data) => Ok(raylet_proto::codec::decode(data)?),
             Body::Stored(_) => Err(Error::Cluster(raylet_proto::Error::Internal(format!(
@@ -156,6 +155,22 @@ impl EncodedValue {
             format: format as i32,
             stored,
             contained,
+        }
+    }
+}
+
+/// The type and format a reader asks for.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Expected {
+    type_name: &'static str,
+    format: Format,
+}
+
+impl Expected {
+    pub(crate) fn of<T>(format: Format) -> Self {
+        Expected {
+            type_name: std::any::type_name::<T>(),
+            format,
         }
     }
 }
