@@ -14,7 +14,11 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let mut config = tonic_prost_build::Config::new();
     config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
-    config.bytes([".raylet.v1.EncodedValue.data", ".raylet.v1.TaskArg.value"]);
+    config.bytes([
+        ".raylet.v1.EncodedValue.data",
+        ".raylet.v1.TaskArg.value",
+        ".raylet.v1.ObjectChunk.data",
+    ]);
     tonic_prost_build::configure().compile_with_config(config, &protos, &["proto"])?;
     Ok(())
 }

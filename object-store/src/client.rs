@@ -12,7 +12,7 @@ use raylet_proto::channel::AuthedChannel;
 use raylet_proto::v1::object_store_service_client::ObjectStoreServiceClient;
 use raylet_proto::v1::{
     CreateObjectRequest, DeleteObjectsRequest, GetStoreStatsRequest, GetStoredObjectRequest, ObjectLocation,
-    SealObjectRequest, StoreSessionMessage, StoreStats,
+    PullObjectRequest, SealObjectRequest, StoreSessionMessage, StoreStats,
 };
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -113,6 +113,32 @@ impl StoreClient {
         };
         let map = mapped.map_err(StoreError::io(format!("mapping object {id}")))?;
         Ok(MappedObject { map, _release: release })
+    }
+
+    /// Has this node's store fetch an object of `size` bytes from the
+    /// stores of the node managers at `sources`, waiting up to `timeout` for
+    /// room; returns once it is sealed here, for [`Self::get`] to map.
+    pub async fn pull(
+        &self,
+        id: ObjectId,
+        size: u64,
+        owner: &str,
+        sources: &[String],
+        timeout: Duration,
+    ) -> Result<()> {
+        let request = PullObjectRequest {
+            object_id: id.as_bytes().to_vec(),
+            size,
+            owner_address: owner.to_string(),
+            sources: sources.to_vec(),
+            timeout_ms: timeout.as_millis() as u64,
+        };
+        self.rpc
+            .clone()
+            .pull_object(request)
+            .await
+            .map_err(raylet_proto::Error::from)?;
+        Ok(())
     }
 
     pub async fn delete(&self, ids: &[ObjectId]) -> Result<()> {

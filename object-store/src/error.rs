@@ -18,6 +18,9 @@ pub enum StoreError {
     TooLarge(String),
     #[error("invalid request: {0}")]
     Invalid(String),
+    /// No source could send an object; `lost` when none of them holds it.
+    #[error("cannot pull object {id}: {failures}")]
+    PullFailed { id: ObjectId, failures: String, lost: bool },
     #[error("{context}: {source}")]
     Io { context: String, source: std::io::Error },
     #[error(transparent)]
@@ -42,6 +45,8 @@ impl From<StoreError> for raylet_proto::Error {
             StoreError::NotSealed(_) => raylet_proto::Error::FailedPrecondition(message),
             StoreError::Full(_) | StoreError::TooLarge(_) => raylet_proto::Error::ResourceExhausted(message),
             StoreError::Invalid(_) => raylet_proto::Error::InvalidArgument(message),
+            StoreError::PullFailed { lost: true, .. } => raylet_proto::Error::NotFound(message),
+            StoreError::PullFailed { lost: false, .. } => raylet_proto::Error::Unavailable(message),
             StoreError::Io { .. } => raylet_proto::Error::Internal(message),
             StoreError::Rpc(error) => error,
         }

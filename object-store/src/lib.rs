@@ -11,6 +11,7 @@ pub mod segment;
 pub mod service;
 pub mod store;
 pub mod tensor;
+pub mod transfer;
 
 pub use archive::{Archivable, Checkable};
 pub use client::{MappedObject, ObjectWriter, StoreClient};
@@ -18,6 +19,7 @@ pub use error::{Result, StoreError};
 pub use service::{ObjectStoreServiceImpl, SharedStore};
 pub use store::{ObjectInfo, StoreConfig, StoreUsage, bytes};
 pub use tensor::{ArchivedTensor, DType, Tensor};
+pub use transfer::Pull;
 
 /// Values smaller than this stay inline with their owner; larger ones go
 /// to the shared-memory store.

@@ -6,8 +6,10 @@ use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
+use std::sync::OnceLock;
 
-use memmap2::{Mmap, MmapMut};
+use bytes::Bytes;
+use memmap2::{Mmap, MmapMut, MmapOptions};
 use nix::fcntl::{FcntlArg, SealFlag, fcntl};
 use nix::sys::memfd::{MFdFlags, memfd_create};
 
@@ -16,6 +18,8 @@ use nix::sys::memfd::{MFdFlags, memfd_create};
 pub struct Segment {
     file: File,
     size: u64,
+    /// The sealed bytes mapped in this process, made on first use.
+    mapped: OnceLock<Bytes>,
 }
 
 impl Segment {
@@ -25,7 +29,11 @@ impl Segment {
         let fd: OwnedFd = memfd_create(name, flags).map_err(io::Error::from)?;
         let file = File::from(fd);
         file.set_len(size)?;
-        Ok(Segment { file, size })
+        Ok(Segment {
+            file,
+            size,
+            mapped: OnceLock::new(),
+        })
     }
 
     /// A segment filled with the contents of `path`, e.g. a spill file.
@@ -71,6 +79,24 @@ impl Segment {
         self.seal()
     }
 
+    /// The bytes of a sealed segment, mapped read-only once and shared by
+    /// every reader in this process, such as peers pulling the object, so
+    /// that its pages are faulted in once. Fails on a segment that is not
+    /// sealed.
+    pub fn bytes(&self) -> io::Result<Bytes> {
+        if let Some(bytes) = self.mapped.get() {
+            return Ok(bytes.clone());
+        }
+        let seals = fcntl(&self.file, FcntlArg::F_GET_SEALS).map_err(io::Error::from)?;
+        if !SealFlag::from_bits_truncate(seals).contains(SealFlag::F_SEAL_WRITE) {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "the segment is not sealed"));
+        }
+        // SAFETY: the segment is sealed against writes, shrinking and growth,
+        // so the mapped bytes never change underneath the readers.
+        let map = unsafe { MmapOptions::new().map(&self.file)? };
+        Ok(self.mapped.get_or_init(|| Bytes::from_owner(map)).clone())
+    }
+
     fn seal(&mut self) -> io::Result<()> {
         let seals = SealFlag::F_SEAL_WRITE | SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL;
         fcntl(&self.file, FcntlArg::F_ADD_SEALS(seals)).map_err(io::Error::from)?;
@@ -95,10 +121,16 @@ pub fn proc_path(pid: u32, fd: i32) -> PathBuf {
     PathBuf::from(format!("/proc/{pid}/fd/{fd}"))
 }
 
-/// Maps a segment writable, for its creator to fill.
-pub fn map_writable(path: &Path, size: u64) -> io::Result<MmapMut> {
+/// Opens a segment for its creator to fill with positioned writes.
+pub fn open_writable(path: &Path, size: u64) -> io::Result<File> {
     let file = OpenOptions::new().read(true).write(true).open(path)?;
     check_size(&file, size)?;
+    Ok(file)
+}
+
+/// Maps a segment writable, for its creator to fill.
+pub fn map_writable(path: &Path, size: u64) -> io::Result<MmapMut> {
+    let file = open_writable(path, size)?;
     // SAFETY: the segment is a memfd that only this writer maps writable
     // until it is sealed; nothing truncates it while the mapping lives.
     unsafe { MmapMut::map_mut(&file) }
@@ -150,6 +182,17 @@ mod tests {
         let path = proc_path(std::process::id(), segment.raw_fd());
         let _writable = map_writable(&path, 4096).unwrap();
         assert!(segment.seal_at(4096).is_err());
+    }
+
+    #[test]
+    fn only_a_sealed_segment_maps_as_shared_bytes() {
+        let mut segment = Segment::create("test", 4).unwrap();
+        assert!(segment.bytes().is_err());
+        let path = proc_path(std::process::id(), segment.raw_fd());
+        map_writable(&path, 4).unwrap().copy_from_slice(b"abcd");
+        segment.seal_at(4).unwrap();
+        assert_eq!(&segment.bytes().unwrap()[..], b"abcd");
+        assert_eq!(segment.bytes().unwrap().as_ptr(), segment.bytes().unwrap().as_ptr());
     }
 
     #[test]

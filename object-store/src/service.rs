@@ -1,26 +1,30 @@
 //! The store's gRPC service. Calls that may spill or restore run on a
 //! blocking thread; a create that finds no room waits for frees up to its
-//! timeout (backpressure), then fails with `ObjectStoreFull`.
+//! timeout (backpressure), then fails with `ObjectStoreFull`. Objects move
+//! between nodes' stores through [`crate::transfer`].
 
 use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use raylet_proto::ObjectId;
+use raylet_proto::auth::AuthToken;
 use raylet_proto::v1::object_store_service_server::ObjectStoreService;
 use raylet_proto::v1::{
     CreateObjectRequest, DeleteObjectsReply, DeleteObjectsRequest, GetStoreStatsRequest, GetStoredObjectRequest,
-    ObjectLocation, SealObjectReply, SealObjectRequest, StoreSessionEvent, StoreSessionMessage, StoreStats,
-    StoredObject,
+    ObjectChunk, ObjectLocation, PullObjectReply, PullObjectRequest, ReadChunksRequest, SealObjectReply,
+    SealObjectRequest, StoreSessionEvent, StoreSessionMessage, StoreStats, StoredObject,
 };
 use tokio::sync::{Notify, mpsc};
-use tokio_stream::Stream;
 use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
 use crate::error::{Result, StoreError};
 use crate::segment::Segment;
 use crate::store::{Location, ObjectStore, StoreConfig, StoreUsage};
+use crate::transfer::{ChunkRange, Pull, Transfers};
 
 /// The longest a create waits for room.
 const MAX_CREATE_WAIT: Duration = Duration::from_secs(600);
@@ -31,30 +35,48 @@ const RECHECK: Duration = Duration::from_millis(200);
 pub struct SharedStore {
     store: Mutex<ObjectStore>,
     /// Signalled whenever memory or disk may have been freed.
-    freed: Notify,
+    pub(crate) freed: Notify,
     identity: Segment,
     identity_bytes: [u8; 16],
+    /// The session that objects pulled from peers are written under.
+    pub(crate) pull_session: u64,
+    pub(crate) transfers: Transfers,
+    /// Bytes sent to peers through `ReadChunks`.
+    pub(crate) served: AtomicU64,
+    /// Bytes received from peers by pulls.
+    pub(crate) pulled: AtomicU64,
 }
 
 impl SharedStore {
-    pub fn new(config: StoreConfig) -> Result<Arc<Self>> {
+    /// A store with `config`; `token` authenticates it to the stores of
+    /// other nodes that it pulls objects from.
+    pub fn new(config: StoreConfig, token: AuthToken) -> Result<Arc<Self>> {
         let identity_bytes: [u8; 16] = rand_bytes();
         let identity = Segment::sealed_with("raylet-store-identity", &identity_bytes)
             .map_err(StoreError::io("creating the store identity"))?;
+        let mut store = ObjectStore::new(config);
+        let pull_session = store.open_session("");
         Ok(Arc::new(SharedStore {
-            store: Mutex::new(ObjectStore::new(config)),
+            store: Mutex::new(store),
             freed: Notify::new(),
             identity,
             identity_bytes,
+            pull_session,
+            transfers: Transfers::new(token),
+            served: AtomicU64::new(0),
+            pulled: AtomicU64::new(0),
         }))
     }
 
-    fn lock(&self) -> MutexGuard<'_, ObjectStore> {
+    pub(crate) fn lock(&self) -> MutexGuard<'_, ObjectStore> {
         self.store.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     pub fn usage(&self) -> StoreUsage {
-        self.lock().usage()
+        let mut usage = self.lock().usage();
+        usage.served = self.served.load(Ordering::Relaxed);
+        usage.pulled = self.pulled.load(Ordering::Relaxed);
+        usage
     }
 
     /// Frees objects and wakes creates that wait for room.
@@ -63,17 +85,23 @@ impl SharedStore {
         self.freed.notify_waiters();
     }
 
-    async fn create(self: &Arc<Self>, request: CreateObjectRequest) -> Result<Location> {
-        let id = ObjectId::from_wire(&request.object_id)?;
-        let wait = Duration::from_millis(request.timeout_ms).min(MAX_CREATE_WAIT);
-        let deadline = tokio::time::Instant::now() + wait;
-        let owner: Arc<str> = request.owner_address.into();
+    /// Reserves room for a new object written under `session`, waiting up
+    /// to `wait` for frees when the store is full.
+    pub(crate) async fn create(
+        self: &Arc<Self>,
+        session: u64,
+        id: ObjectId,
+        size: u64,
+        owner: &str,
+        wait: Duration,
+    ) -> Result<Location> {
+        let deadline = tokio::time::Instant::now() + wait.min(MAX_CREATE_WAIT);
+        let owner: Arc<str> = owner.into();
         loop {
             let freed = self.freed.notified();
             let store = self.clone();
             let owner = owner.clone();
-            let attempt =
-                tokio::task::spawn_blocking(move || store.lock().create(request.session_id, id, request.size, &owner));
+            let attempt = tokio::task::spawn_blocking(move || store.lock().create(session, id, size, &owner));
             match join(attempt).await {
                 Err(StoreError::Full(message)) if tokio::time::Instant::now() < deadline => {
                     tracing::debug!(object = %id, %message, "waiting for room");
@@ -95,7 +123,7 @@ impl SharedStore {
     }
 }
 
-async fn join<T>(task: tokio::task::JoinHandle<Result<T>>) -> Result<T> {
+pub(crate) async fn join<T>(task: tokio::task::JoinHandle<Result<T>>) -> Result<T> {
     task.await
         .map_err(|e| StoreError::Invalid(format!("a store call failed: {e}")))?
 }
@@ -122,6 +150,7 @@ type EventStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 #[tonic::async_trait]
 impl ObjectStoreService for ObjectStoreServiceImpl {
     type SessionStream = EventStream<StoreSessionEvent>;
+    type ReadChunksStream = EventStream<ObjectChunk>;
 
     async fn session(
         &self,
@@ -161,7 +190,13 @@ impl ObjectStoreService for ObjectStoreServiceImpl {
     }
 
     async fn create_object(&self, request: Request<CreateObjectRequest>) -> Result<Response<ObjectLocation>, Status> {
-        let location = self.store.create(request.into_inner()).await?;
+        let request = request.into_inner();
+        let id = ObjectId::from_wire(&request.object_id)?;
+        let wait = Duration::from_millis(request.timeout_ms);
+        let location = self
+            .store
+            .create(request.session_id, id, request.size, &request.owner_address, wait)
+            .await?;
         Ok(Response::new(location_to_proto(location)))
     }
 
@@ -196,6 +231,21 @@ impl ObjectStoreService for ObjectStoreServiceImpl {
     async fn get_store_stats(&self, _request: Request<GetStoreStatsRequest>) -> Result<Response<StoreStats>, Status> {
         Ok(Response::new(usage_to_proto(self.store.usage())))
     }
+
+    async fn read_chunks(
+        &self,
+        request: Request<ReadChunksRequest>,
+    ) -> Result<Response<Self::ReadChunksStream>, Status> {
+        let range = ChunkRange::from_proto(request.into_inner())?;
+        let chunks = self.store.read(range).await?;
+        Ok(Response::new(Box::pin(tokio_stream::iter(chunks).map(Ok))))
+    }
+
+    async fn pull_object(&self, request: Request<PullObjectRequest>) -> Result<Response<PullObjectReply>, Status> {
+        let pull = Pull::from_proto(request.into_inner())?;
+        self.store.pull(pull).await?;
+        Ok(Response::new(PullObjectReply {}))
+    }
 }
 
 fn usage_to_proto(usage: StoreUsage) -> StoreStats {
@@ -216,5 +266,7 @@ fn usage_to_proto(usage: StoreUsage) -> StoreStats {
                 pins: object.pins,
             })
             .collect(),
+        served_bytes: usage.served,
+        pulled_bytes: usage.pulled,
     }
 }

@@ -72,6 +72,10 @@ pub struct StoreUsage {
     pub spilled: u64,
     pub spill_limit: u64,
     pub objects: Vec<ObjectInfo>,
+    /// Bytes sent to peer stores that pulled objects from this one.
+    pub served: u64,
+    /// Bytes received from peer stores while pulling objects.
+    pub pulled: u64,
 }
 
 #[derive(Default)]
@@ -208,6 +212,22 @@ impl ObjectStore {
     /// Pins a sealed object for the session, restoring it if it was spilled.
     pub fn get(&mut self, session: u64, id: ObjectId) -> Result<Location> {
         self.check_session(session)?;
+        let pid = self.pid;
+        let segment = self.pin(id)?;
+        let location = Location {
+            pid,
+            fd: segment.raw_fd(),
+            size: segment.size(),
+        };
+        if let Some(session) = self.sessions.get_mut(&session) {
+            *session.pins.entry(id).or_default() += 1;
+        }
+        Ok(location)
+    }
+
+    /// Pins a sealed object outside any session, e.g. while a peer store
+    /// reads it, restoring it if it was spilled. [`Self::unpin`] ends it.
+    pub fn pin(&mut self, id: ObjectId) -> Result<&Segment> {
         let entry = self.objects.get(&id).ok_or(StoreError::NotFound(id))?;
         match &entry.state {
             State::Writing { .. } => return Err(StoreError::NotSealed(id)),
@@ -220,15 +240,22 @@ impl ObjectStore {
         let State::InMemory(segment) = &entry.state else {
             unreachable!("restored above")
         };
-        let location = Location {
-            pid: self.pid,
-            fd: segment.raw_fd(),
-            size: segment.size(),
-        };
-        if let Some(session) = self.sessions.get_mut(&session) {
-            *session.pins.entry(id).or_default() += 1;
+        Ok(segment)
+    }
+
+    /// Ends a pin taken with [`Self::pin`].
+    pub fn unpin(&mut self, id: ObjectId) {
+        if let Some(entry) = self.objects.get_mut(&id) {
+            entry.pins = entry.pins.saturating_sub(1);
         }
-        Ok(location)
+    }
+
+    /// Whether the store holds the object sealed; `None` when it does not
+    /// hold it at all.
+    pub fn sealed(&self, id: ObjectId) -> Option<bool> {
+        self.objects
+            .get(&id)
+            .map(|entry| !matches!(entry.state, State::Writing { .. }))
     }
 
     /// The session stopped reading the object.
@@ -288,6 +315,7 @@ impl ObjectStore {
             spilled: self.spilled,
             spill_limit: self.config.spill_limit,
             objects,
+            ..StoreUsage::default()
         }
     }
 

@@ -170,7 +170,7 @@ impl NodeManager {
             bind_ip: address.ip().to_string(),
         };
         raise_open_file_limit();
-        let store = SharedStore::new(config.store_config()).map_err(raylet_proto::Error::from)?;
+        let store = SharedStore::new(config.store_config(), config.token.clone()).map_err(raylet_proto::Error::from)?;
         let shared = Arc::new(NodeShared {
             leases: LeaseManager::new(context, config.resources.clone()),
             store,

@@ -1,0 +1,314 @@
+//! Node-to-node object transfer over real gRPC on loopback: several stores
+//! in one process, each serving its own port, with real memfds.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use raylet_object_store::{ObjectStoreServiceImpl, SharedStore, StoreClient, StoreConfig};
+use raylet_proto::ObjectId;
+use raylet_proto::auth::AuthToken;
+use raylet_proto::server::{MAX_DATA_MESSAGE, authenticated, incoming};
+use raylet_proto::v1::ReadChunksRequest;
+use raylet_proto::v1::object_store_service_client::ObjectStoreServiceClient;
+use raylet_proto::v1::object_store_service_server::ObjectStoreServiceServer;
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+
+const MIB: u64 = 1 << 20;
+const OWNER: &str = "driver:1";
+const WAIT: Duration = Duration::from_secs(10);
+
+/// One node's store, served on its own port until dropped.
+struct Node {
+    store: Arc<SharedStore>,
+    address: String,
+    client: Arc<StoreClient>,
+    _stop: oneshot::Sender<()>,
+    _dir: tempfile::TempDir,
+}
+
+impl Node {
+    async fn start(token: &AuthToken, capacity: u64) -> Node {
+        let dir = tempfile::tempdir().unwrap();
+        let config = StoreConfig {
+            capacity,
+            spill_dir: dir.path().join("spill"),
+            spill_limit: 4 << 30,
+        };
+        let store = SharedStore::new(config, token.clone()).unwrap();
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let service = ObjectStoreServiceServer::new(ObjectStoreServiceImpl { store: store.clone() })
+            .max_decoding_message_size(MAX_DATA_MESSAGE)
+            .max_encoding_message_size(MAX_DATA_MESSAGE);
+        let (stop, stopped) = oneshot::channel::<()>();
+        let server = authenticated(token.clone())
+            .add_service(service)
+            .serve_with_incoming_shutdown(incoming(listener), async {
+                let _ = stopped.await;
+            });
+        tokio::spawn(server);
+        let channel = raylet_proto::channel::connect(&address, token, WAIT).await.unwrap();
+        let client = StoreClient::connect(channel, OWNER).await.unwrap();
+        Node {
+            store,
+            address,
+            client,
+            _stop: stop,
+            _dir: dir,
+        }
+    }
+
+    /// Writes an object whose bytes follow `pattern(seed)`.
+    async fn put(&self, size: u64, seed: u64) -> ObjectId {
+        let id = ObjectId::random();
+        let mut writer = self.client.create(id, size, OWNER, WAIT).await.unwrap();
+        fill(&mut writer, seed);
+        self.client.seal(writer, size).await.unwrap();
+        id
+    }
+
+    async fn pull(&self, id: ObjectId, size: u64, sources: &[&Node]) -> raylet_object_store::Result<()> {
+        let sources: Vec<String> = sources.iter().map(|node| node.address.clone()).collect();
+        self.client.pull(id, size, OWNER, &sources, WAIT).await
+    }
+
+    async fn assert_holds(&self, id: ObjectId, size: u64, seed: u64) {
+        let mapped = self.client.get(id).await.unwrap();
+        assert_eq!(mapped.len() as u64, size);
+        assert!(follows_pattern(&mapped, seed), "object {id} has the wrong bytes");
+    }
+
+    fn served(&self) -> u64 {
+        self.store.usage().served
+    }
+
+    fn pulled(&self) -> u64 {
+        self.store.usage().pulled
+    }
+}
+
+async fn cluster(count: usize, capacity: u64) -> (AuthToken, Vec<Node>) {
+    let token = AuthToken::generate();
+    let mut nodes = Vec::new();
+    for _ in 0..count {
+        nodes.push(Node::start(&token, capacity).await);
+    }
+    (token, nodes)
+}
+
+/// The word at each 8-byte position `i`, mixed so that a misplaced chunk shows.
+fn word(i: u64, seed: u64) -> u64 {
+    (i ^ seed).wrapping_mul(0x9E37_79B9_7F4A_7C15).rotate_left(17)
+}
+
+fn fill(bytes: &mut [u8], seed: u64) {
+    for (i, chunk) in bytes.chunks_mut(8).enumerate() {
+        let word = word(i as u64, seed).to_le_bytes();
+        chunk.copy_from_slice(&word[..chunk.len()]);
+    }
+}
+
+fn follows_pattern(bytes: &[u8], seed: u64) -> bool {
+    bytes
+        .chunks(8)
+        .enumerate()
+        .all(|(i, chunk)| chunk == &word(i as u64, seed).to_le_bytes()[..chunk.len()])
+}
+
+/// An address where nothing listens.
+fn dead_address() -> String {
+    let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    listener.local_addr().unwrap().to_string()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_large_object_pulled_from_another_store_maps_with_the_same_bytes() {
+    let (_token, nodes) = cluster(2, 2 << 30).await;
+    let [a, b] = &nodes[..] else { unreachable!() };
+    let size = 256 * MIB + 12_345;
+    let id = a.put(size, 7).await;
+    b.pull(id, size, &[a]).await.unwrap();
+    b.assert_holds(id, size, 7).await;
+    assert_eq!((a.served(), b.pulled()), (size, size));
+    let object = &b.store.usage().objects[0];
+    assert_eq!((object.id, object.owner.as_str(), object.sealed), (id, OWNER, true));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn concurrent_pulls_of_one_object_transfer_it_once() {
+    let (_token, nodes) = cluster(2, 1 << 30).await;
+    let [a, b] = &nodes[..] else { unreachable!() };
+    let size = 64 * MIB + 1;
+    let id = a.put(size, 3).await;
+    let mut pulls = tokio::task::JoinSet::new();
+    for _ in 0..8 {
+        let (client, sources) = (b.client.clone(), vec![a.address.clone()]);
+        pulls.spawn(async move { client.pull(id, size, OWNER, &sources, WAIT).await });
+    }
+    for result in pulls.join_all().await {
+        result.unwrap();
+    }
+    b.assert_holds(id, size, 3).await;
+    b.pull(id, size, &[a]).await.unwrap();
+    assert_eq!((a.served(), b.pulled()), (size, size));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_broadcast_is_served_by_the_nodes_that_already_hold_the_object() {
+    let (_token, nodes) = cluster(4, 1 << 30).await;
+    let [a, b, c, d] = &nodes[..] else { unreachable!() };
+    let size = 96 * MIB;
+    let id = a.put(size, 11).await;
+    b.pull(id, size, &[a]).await.unwrap();
+    let sources = [a, b];
+    let (from_c, from_d) = tokio::join!(c.pull(id, size, &sources), d.pull(id, size, &sources));
+    from_c.unwrap();
+    from_d.unwrap();
+    for node in [b, c, d] {
+        node.assert_holds(id, size, 11).await;
+        assert_eq!(node.pulled(), size);
+    }
+    assert!(a.served() < 3 * size, "A served {} of 3 × {size}", a.served());
+    assert!(b.served() > 0, "B served nothing");
+    assert_eq!(a.served() + b.served(), 3 * size);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pull_uses_the_other_sources_when_one_lacks_the_object_or_is_down() {
+    let (_token, nodes) = cluster(3, 1 << 30).await;
+    let [a, b, empty] = &nodes[..] else { unreachable!() };
+    let size = 80 * MIB;
+    let id = a.put(size, 5).await;
+    let sources = [dead_address(), empty.address.clone(), a.address.clone()];
+    b.client.pull(id, size, OWNER, &sources, WAIT).await.unwrap();
+    b.assert_holds(id, size, 5).await;
+    assert_eq!((a.served(), empty.served()), (size, 0));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pull_with_no_good_source_fails_naming_each_and_leaves_nothing_behind() {
+    let (_token, nodes) = cluster(3, 1 << 30).await;
+    let [a, b, empty] = &nodes[..] else { unreachable!() };
+    let size = 48 * MIB;
+    let id = a.put(size, 1).await;
+    let before = b.store.usage();
+    let dead = dead_address();
+    let sources = [dead.clone(), empty.address.clone()];
+    let started = Instant::now();
+    let error = b
+        .client
+        .pull(id, size, OWNER, &sources, WAIT)
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(started.elapsed() < WAIT, "took {:?}", started.elapsed());
+    for needle in [id.to_string(), dead, empty.address.clone(), "could not reach".into()] {
+        assert!(error.contains(&needle), "{needle} is not in: {error}");
+    }
+    assert_eq!(b.store.usage(), before);
+    let wrong_size = b.pull(id, size + 1, &[a]).await.unwrap_err().to_string();
+    assert!(wrong_size.contains("bytes"), "{wrong_size}");
+    assert_eq!(b.store.usage().objects, before.objects);
+    assert!(b.client.get(id).await.is_err());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_spilled_object_is_restored_to_be_served() {
+    let (_token, nodes) = cluster(2, 64 * MIB).await;
+    let [a, b] = &nodes[..] else { unreachable!() };
+    let first = a.put(40 * MIB, 21).await;
+    a.put(40 * MIB, 22).await;
+    assert!(a.store.usage().objects.iter().any(|o| o.id == first && o.spilled));
+    b.pull(first, 40 * MIB, &[a]).await.unwrap();
+    b.assert_holds(first, 40 * MIB, 21).await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_pull_into_a_full_store_fails_with_no_room_and_leaves_nothing() {
+    let (_token, nodes) = cluster(2, 64 * MIB).await;
+    let [a, b] = &nodes[..] else { unreachable!() };
+    let id = a.put(48 * MIB, 2).await;
+    let pinned = b.put(48 * MIB, 3).await;
+    let _reading = b.client.get(pinned).await.unwrap();
+    let sources = [a.address.clone()];
+    let error = b.client.pull(id, 48 * MIB, OWNER, &sources, Duration::from_millis(300));
+    let error = error.await.unwrap_err().to_string();
+    assert!(error.contains("full"), "{error}");
+    assert_eq!(b.store.usage().objects.len(), 1);
+    assert_eq!(a.served(), 0);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn garbage_read_requests_are_refused_not_panicked_on() {
+    let (token, nodes) = cluster(1, 1 << 30).await;
+    let a = &nodes[0];
+    let size = 3 * MIB;
+    let id = a.put(size, 9).await;
+    let channel = raylet_proto::channel::connect(&a.address, &token, WAIT).await.unwrap();
+    let mut rpc = ObjectStoreServiceClient::new(channel);
+    let read = |object_id: Vec<u8>, offset: u64, length: u64| ReadChunksRequest {
+        object_id,
+        offset,
+        length,
+        chunk_size: 0,
+    };
+    let id_bytes = id.as_bytes().to_vec();
+    let cases = [
+        (read(vec![1, 2, 3], 0, 0), tonic::Code::InvalidArgument),
+        (read(id_bytes.clone(), size, 0), tonic::Code::InvalidArgument),
+        (read(id_bytes.clone(), 0, size + 1), tonic::Code::InvalidArgument),
+        (read(id_bytes.clone(), 1, u64::MAX), tonic::Code::InvalidArgument),
+        (
+            read(ObjectId::random().as_bytes().to_vec(), 0, 0),
+            tonic::Code::NotFound,
+        ),
+    ];
+    for (request, code) in cases {
+        let status = rpc.read_chunks(request).await.err().map(|status| status.code());
+        assert_eq!(status, Some(code));
+    }
+    let mut chunks = rpc.read_chunks(read(id_bytes, MIB, 0)).await.unwrap().into_inner();
+    let mut offsets = Vec::new();
+    while let Some(chunk) = chunks.message().await.unwrap() {
+        assert_eq!(chunk.object_size, size);
+        offsets.push((chunk.offset, chunk.data.len() as u64));
+    }
+    assert_eq!(offsets, vec![(MIB, 2 * MIB)]);
+    let deadline = Instant::now() + WAIT;
+    while a.store.usage().objects[0].pins > 0 {
+        assert!(Instant::now() < deadline, "a finished read must unpin its object");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// A timing, not a test: `cargo test --release -p raylet-object-store --test
+/// transfer -- --ignored --nocapture`. Prints GB/s of each pull of 1 GiB and
+/// GB per CPU-second of this process (both stores), which varies less on a
+/// busy machine.
+#[tokio::test(flavor = "multi_thread")]
+#[ignore = "a timing; run it in a release build"]
+async fn pull_throughput() {
+    let (_token, nodes) = cluster(2, 4 << 30).await;
+    let [a, b] = &nodes[..] else { unreachable!() };
+    let size = 1 << 30;
+    let id = a.put(size, 1).await;
+    for _ in 0..6 {
+        let (started, cpu_before) = (Instant::now(), cpu_seconds());
+        b.pull(id, size, &[a]).await.unwrap();
+        let (seconds, cpu) = (started.elapsed().as_secs_f64(), cpu_seconds() - cpu_before);
+        println!(
+            "{:.2} GB/s, {:.2} GB per CPU-second",
+            size as f64 / seconds / 1e9,
+            size as f64 / cpu / 1e9
+        );
+        b.client.delete(&[id]).await.unwrap();
+    }
+}
+
+fn cpu_seconds() -> f64 {
+    use nix::sys::resource::{UsageWho, getrusage};
+    let usage = getrusage(UsageWho::RUSAGE_SELF).unwrap();
+    let seconds = |time: nix::sys::time::TimeVal| time.tv_sec() as f64 + time.tv_usec() as f64 / 1e6;
+    seconds(usage.user_time()) + seconds(usage.system_time())
+}
