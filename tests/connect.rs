@@ -28,6 +28,12 @@ fn make_block(fill: u8) -> serde_bytes::ByteBuf {
     serde_bytes::ByteBuf::from(vec![fill; 1 << 20])
 }
 
+/// The pid of the node manager running this task and a hash of the block.
+#[raylet::remote(resources(special = 1))]
+fn hash_on_special_node(block: serde_bytes::ByteBuf) -> (u32, u64) {
+    (std::os::unix::process::parent_id(), xxhash_rust::xxh3::xxh3_64(&block))
+}
+
 fn raylet(temp: &Path, args: &[&str]) -> String {
     let output = Command::new(RAYLET)
         .args(args)
@@ -168,7 +174,8 @@ fn two_nodes(temp: &Path) -> (String, String, String, u32) {
     raylet(temp, &[&["start", "--head", "--port", "0"][..], &fast].concat());
     let head = std::fs::read_to_string(temp.join("session_latest/head_address")).unwrap();
     let head = head.trim().to_string();
-    raylet(temp, &[&["start", "--address", &head][..], &fast].concat());
+    let special = ["--resources", r#"{"special": 1}"#];
+    raylet(temp, &[&["start", "--address", &head][..], &fast, &special].concat());
     std::thread::sleep(std::time::Duration::from_millis(500));
     let status: Value = serde_json::from_str(&raylet(temp, &["status", "--format", "json"])).unwrap();
     let address_of = |head_node: bool| {
@@ -256,4 +263,48 @@ fn a_put_object_lost_with_its_node_is_a_clear_object_lost() {
     assert_eq!(*object, stored.id());
     assert!(reason.contains(&second_node), "{error}");
     assert!(reason.contains("put objects cannot be rebuilt"), "{error}");
+}
+
+#[test]
+fn a_task_on_another_node_reads_a_256_mib_object_pulled_from_the_first() {
+    let temp = tempfile::tempdir().unwrap();
+    let _daemons = Daemons(temp.path());
+    let (head, head_node, second_node, second_pid) = two_nodes(temp.path());
+    let config = Config::new()
+        .address(&head)
+        .node_manager(&head_node)
+        .temp_dir(temp.path());
+    let cluster = raylet::init_with(config).unwrap();
+    let data: Vec<u8> = (0..256u32 << 20).map(|i| (i % 251) as u8).collect();
+    let expected = xxhash_rust::xxh3::xxh3_64(&data);
+    let block = cluster.put(&serde_bytes::ByteBuf::from(data)).unwrap();
+    assert!(holds(&cluster, &head_node, block.id()));
+
+    let first = hash_on_special_node::remote(&cluster, &block).unwrap().get().unwrap();
+    assert_eq!(first, (second_pid, expected), "the second node read the same bytes");
+    assert!(
+        holds(&cluster, &second_node, block.id()),
+        "the second node keeps its copy"
+    );
+    let again = hash_on_special_node::remote(&cluster, &block).unwrap().get().unwrap();
+    assert_eq!(again, (second_pid, expected));
+    let pulled: u64 = cluster.memory().unwrap().iter().map(|n| n.pulled_bytes).sum();
+    assert_eq!(pulled, block_size(&cluster, &second_node, block.id()), "pulled once");
+
+    drop(block);
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while cluster.memory().unwrap().iter().any(|n| !n.objects.is_empty()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "both copies are deleted with the object"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    cluster.shutdown().unwrap();
+}
+
+fn block_size(cluster: &Cluster, node: &str, object: raylet::proto::ObjectId) -> u64 {
+    let nodes = cluster.memory().unwrap();
+    let node = nodes.iter().find(|n| n.address == node).unwrap();
+    node.objects.iter().find(|o| o.id == object).unwrap().size
 }

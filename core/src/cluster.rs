@@ -206,13 +206,13 @@ impl Cluster {
     pub fn get<T: DeserializeOwned>(&self, object: &ObjectRef<T>) -> Result<T> {
         let outcome = self.core().wait_outcome_blocking(object.as_untyped(), None)?;
         self.core()
-            .decode_blocking(object.id(), outcome.expect("waiting without a timeout"))
+            .decode_blocking(object.as_untyped().raw(), outcome.expect("waiting without a timeout"))
     }
 
     /// Like [`Cluster::get`], but fails with `Error::GetTimeout` after `timeout`.
     pub fn get_timeout<T: DeserializeOwned>(&self, object: &ObjectRef<T>, timeout: Duration) -> Result<T> {
         match self.core().wait_outcome_blocking(object.as_untyped(), Some(timeout))? {
-            Some(outcome) => self.core().decode_blocking(object.id(), outcome),
+            Some(outcome) => self.core().decode_blocking(object.as_untyped().raw(), outcome),
             None => Err(Error::GetTimeout {
                 object: object.id(),
                 timeout,
@@ -224,7 +224,7 @@ impl Cluster {
     pub async fn get_async<T: DeserializeOwned>(&self, object: &ObjectRef<T>) -> Result<T> {
         let outcome = self.core().wait_outcome(object.as_untyped(), None).await?;
         let outcome = outcome.expect("waiting without a deadline");
-        self.core().decode_async(object.id(), outcome).await
+        self.core().decode_async(object.as_untyped().raw(), outcome).await
     }
 
     /// Waits for an archived object and returns a validated view of it in
@@ -235,7 +235,7 @@ impl Cluster {
     {
         let outcome = self.core().wait_outcome_blocking(object.as_untyped(), None)?;
         self.core()
-            .archived_blocking(object.id(), outcome.expect("waiting without a timeout"))
+            .archived_blocking(object.as_untyped().raw(), outcome.expect("waiting without a timeout"))
     }
 
     /// The values of all objects, in order; the first failure is returned.

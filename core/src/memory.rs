@@ -29,6 +29,9 @@ pub struct NodeMemory {
     pub used_bytes: u64,
     pub spilled_bytes: u64,
     pub spill_limit_bytes: u64,
+    /// Bytes this store sent to other nodes' stores, and pulled from them.
+    pub served_bytes: u64,
+    pub pulled_bytes: u64,
     pub objects: Vec<StoredObject>,
 }
 
@@ -82,6 +85,8 @@ pub async fn collect_memory(head: &str, token: &AuthToken) -> Result<Vec<NodeMem
             used_bytes: stats.used_bytes,
             spilled_bytes: stats.spilled_bytes,
             spill_limit_bytes: stats.spill_limit_bytes,
+            served_bytes: stats.served_bytes,
+            pulled_bytes: stats.pulled_bytes,
             objects: stats.objects.into_iter().filter_map(stored_object).collect(),
         });
     }

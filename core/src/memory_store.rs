@@ -127,6 +127,21 @@ impl MemoryStore {
         }
     }
 
+    /// A node pulled a copy of a stored object: readers may pull from it
+    /// too, and it is deleted there with the object.
+    pub fn add_copy(&self, id: ObjectId, node: &str) {
+        let mut objects = self.objects();
+        if let Some(Entry {
+            slot: Slot::Ready(Ok(value)),
+            ..
+        }) = objects.get_mut(&id)
+            && let Body::Stored(at) = &mut value.body
+            && !at.holders().any(|holder| **holder == *node)
+        {
+            at.copies.push(node.into());
+        }
+    }
+
     /// Makes a finished object pending again, for its task to run again;
     /// its references and borrowers stay.
     pub fn reset_pending(&self, id: ObjectId) {
@@ -328,10 +343,7 @@ mod tests {
     }
 
     fn stored_value() -> EncodedValue {
-        let at = StoredAt {
-            node: "node:1".into(),
-            size: 1 << 20,
-        };
+        let at = StoredAt::new("node:1", 1 << 20);
         EncodedValue::new::<Vec<u8>>(Format::Postcard, Body::Stored(at), Vec::new())
     }
 

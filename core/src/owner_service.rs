@@ -7,8 +7,8 @@ use std::time::Duration;
 use raylet_proto::ObjectId;
 use raylet_proto::v1::owner_service_server::OwnerService;
 use raylet_proto::v1::{
-    DescribeObjectsReply, DescribeObjectsRequest, GetObjectReply, GetObjectRequest, ObjectHolders,
-    UpdateBorrowersReply, UpdateBorrowersRequest,
+    AddCopiesReply, AddCopiesRequest, DescribeObjectsReply, DescribeObjectsRequest, GetObjectReply, GetObjectRequest,
+    ObjectHolders, UpdateBorrowersReply, UpdateBorrowersRequest,
 };
 use tonic::{Request, Response, Status};
 
@@ -72,5 +72,13 @@ impl OwnerService for OwnerServiceImpl {
             });
         }
         Ok(Response::new(DescribeObjectsReply { objects }))
+    }
+
+    async fn add_copies(&self, request: Request<AddCopiesRequest>) -> Result<Response<AddCopiesReply>, Status> {
+        for copy in request.into_inner().copies {
+            let id = ObjectId::from_wire(&copy.object_id)?;
+            self.core.store.add_copy(id, &copy.node_address);
+        }
+        Ok(Response::new(AddCopiesReply {}))
     }
 }

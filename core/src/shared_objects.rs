@@ -10,14 +10,16 @@ use bytes::Bytes;
 
 use raylet_object_store::{MappedObject, ObjectWriter, StoreClient, StoreError};
 use raylet_proto::ObjectId;
-use raylet_proto::v1::DeleteObjectsRequest;
 use raylet_proto::v1::object_store_service_client::ObjectStoreServiceClient;
+use raylet_proto::v1::owner_service_client::OwnerServiceClient;
+use raylet_proto::v1::{AddCopiesRequest, DeleteObjectsRequest, ObjectCopy};
 use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, oneshot};
 
 use crate::archived::{ArchivedRef, Checkable};
 use crate::core_worker::CoreWorker;
 use crate::memory_store::FreedObject;
+use crate::object_ref::RawRef;
 use crate::submitter::SubmitterEvent;
 use crate::value::{Body, Expected, Format, Outcome, StoredAt};
 use crate::{Error, Result};
@@ -103,48 +105,77 @@ impl CoreWorker {
             }
         };
         store.seal(writer, written as u64).await.map_err(store_error)?;
-        Ok(StoredAt {
-            node: self.node_manager.as_str().into(),
-            size: written as u64,
-        })
+        Ok(StoredAt::new(&self.node_manager, written as u64))
     }
 
-    /// Maps a stored object read-only; it stays pinned while mapped. When
-    /// the node that stored it is unreachable, the object is lost.
-    pub(crate) async fn map_object(&self, id: ObjectId, at: &StoredAt) -> Result<MappedObject> {
-        if *at.node != *self.node_manager {
-            return Err(self.remote_object_error(id, at).await);
-        }
+    /// Maps a stored object read-only; it stays pinned while mapped. An
+    /// object in other nodes' stores is pulled into this node's store first,
+    /// from every node that holds it. When none of them has it any more or
+    /// answers, the object is lost.
+    pub(crate) async fn map_object(&self, object: &RawRef, at: &StoredAt) -> Result<MappedObject> {
+        let id = object.id;
         let store = self.node_store().await.map_err(|e| lost_with_node(id, at, e))?;
+        if !at.holders().any(|holder| **holder == *self.node_manager) {
+            self.pull(&store, object, at).await?;
+        }
         match store.get(id).await {
             Ok(mapped) => Ok(mapped),
             Err(StoreError::Rpc(raylet_proto::Error::NotFound(_))) => Err(Error::ObjectLost {
                 object: id,
-                reason: format!("the object store of node {} no longer has it", at.node),
+                reason: format!("the object store of node {} no longer has it", self.node_manager),
             }),
-            Err(error) => match raylet_proto::channel::connect(&at.node, &self.token, NODE_PATIENCE).await {
+            Err(error) => match raylet_proto::channel::connect(&self.node_manager, &self.token, NODE_PATIENCE).await {
                 Err(unreachable) => Err(lost_with_node(id, at, unreachable)),
                 Ok(_) => Err(store_error(error)),
             },
         }
     }
 
-    /// Why an object in another node's store cannot be read here.
-    async fn remote_object_error(&self, id: ObjectId, at: &StoredAt) -> Error {
-        match raylet_proto::channel::connect(&at.node, &self.token, NODE_PATIENCE).await {
-            Err(unreachable) => lost_with_node(id, at, unreachable),
-            Ok(_) => Error::Cluster(raylet_proto::Error::Unavailable(format!(
-                "object {id} is in the object store of node {}, and this process is on node {}: \
-                 objects do not move between nodes yet",
-                at.node, self.node_manager
-            ))),
+    /// Copies an object from the nodes that hold it into this node's store,
+    /// and tells its owner about the new copy.
+    async fn pull(&self, store: &StoreClient, object: &RawRef, at: &StoredAt) -> Result<()> {
+        let sources: Vec<String> = at.holders().map(|holder| holder.to_string()).collect();
+        let pulled = store
+            .pull(object.id, at.size, &object.owner, &sources, self.store_full_timeout)
+            .await;
+        match pulled.map_err(raylet_proto::Error::from) {
+            Ok(()) => {}
+            Err(raylet_proto::Error::ResourceExhausted(message)) => return Err(Error::ObjectStoreFull(message)),
+            Err(failed) => return Err(lost_with_node(object.id, at, failed.message())),
+        }
+        self.record_copy(object).await;
+        Ok(())
+    }
+
+    async fn record_copy(&self, object: &RawRef) {
+        if *object.owner == *self.address {
+            self.store.add_copy(object.id, &self.node_manager);
+            return;
+        }
+        let request = AddCopiesRequest {
+            copies: vec![ObjectCopy {
+                object_id: object.id.as_bytes().to_vec(),
+                node_address: self.node_manager.clone(),
+            }],
+        };
+        let sent = async {
+            let channel = self.channel(&object.owner).await?;
+            OwnerServiceClient::new(channel)
+                .add_copies(request)
+                .await
+                .map_err(raylet_proto::Error::from)?;
+            Ok::<_, Error>(())
+        };
+        if let Err(error) = sent.await {
+            tracing::debug!(object = %object.id, %error, "cannot tell the owner about a copy");
         }
     }
 
     /// The bytes of a finished object's value, checked against what the
     /// reader expects. A stored value lost with its node is rebuilt when
     /// this process owns it: its task runs again and this waits for it.
-    async fn value_bytes(&self, id: ObjectId, mut outcome: Outcome, expected: Expected) -> Result<ValueBytes> {
+    async fn value_bytes(&self, object: &RawRef, mut outcome: Outcome, expected: Expected) -> Result<ValueBytes> {
+        let id = object.id;
         loop {
             let value = outcome?;
             value.check(id, expected)?;
@@ -152,7 +183,7 @@ impl CoreWorker {
                 Body::Inline(data) => return Ok(ValueBytes::Inline(data.clone())),
                 Body::Stored(at) => at,
             };
-            match self.map_object(id, at).await {
+            match self.map_object(object, at).await {
                 Err(Error::ObjectLost { reason, .. }) if self.store.try_get(id).is_ok() => {
                     outcome = self.rebuild(id, reason).await?;
                 }
@@ -163,18 +194,18 @@ impl CoreWorker {
 
     fn value_bytes_blocking(
         self: &Arc<Self>,
-        id: ObjectId,
+        object: &RawRef,
         outcome: Outcome,
         expected: Expected,
     ) -> Result<ValueBytes> {
         if let Ok(value) = &outcome
             && let Body::Inline(data) = &value.body
         {
-            value.check(id, expected)?;
+            value.check(object.id, expected)?;
             return Ok(ValueBytes::Inline(data.clone()));
         }
-        let core = self.clone();
-        self.block_on(async move { core.value_bytes(id, outcome, expected).await })
+        let (core, object) = (self.clone(), object.clone());
+        self.block_on(async move { core.value_bytes(&object, outcome, expected).await })
     }
 
     /// Asks the submitter to run the task that made a lost object again,
@@ -199,8 +230,12 @@ impl CoreWorker {
     }
 
     /// The value of a finished object as a `T`, blocking this thread.
-    pub(crate) fn decode_blocking<T: DeserializeOwned>(self: &Arc<Self>, id: ObjectId, outcome: Outcome) -> Result<T> {
-        let bytes = self.value_bytes_blocking(id, outcome, Expected::of::<T>(Format::Postcard))?;
+    pub(crate) fn decode_blocking<T: DeserializeOwned>(
+        self: &Arc<Self>,
+        object: &RawRef,
+        outcome: Outcome,
+    ) -> Result<T> {
+        let bytes = self.value_bytes_blocking(object, outcome, Expected::of::<T>(Format::Postcard))?;
         let decoded = raylet_proto::codec::decode(&bytes)?;
         if !self.borrows.is_settled() {
             let core = self.clone();
@@ -210,9 +245,9 @@ impl CoreWorker {
     }
 
     /// The value of a finished object as a `T`, for async callers.
-    pub(crate) async fn decode_async<T: DeserializeOwned>(&self, id: ObjectId, outcome: Outcome) -> Result<T> {
+    pub(crate) async fn decode_async<T: DeserializeOwned>(&self, object: &RawRef, outcome: Outcome) -> Result<T> {
         let bytes = self
-            .value_bytes(id, outcome, Expected::of::<T>(Format::Postcard))
+            .value_bytes(object, outcome, Expected::of::<T>(Format::Postcard))
             .await?;
         let decoded = raylet_proto::codec::decode(&bytes)?;
         self.borrows.settled().await;
@@ -222,13 +257,13 @@ impl CoreWorker {
     /// A validated view of a finished object's archive.
     pub(crate) fn archived_blocking<T: rkyv::Archive>(
         self: &Arc<Self>,
-        id: ObjectId,
+        object: &RawRef,
         outcome: Outcome,
     ) -> Result<ArchivedRef<T>>
     where
         T::Archived: Checkable,
     {
-        match self.value_bytes_blocking(id, outcome, Expected::of::<T>(Format::Archive))? {
+        match self.value_bytes_blocking(object, outcome, Expected::of::<T>(Format::Archive))? {
             ValueBytes::Inline(data) => ArchivedRef::copied(&data),
             ValueBytes::Mapped(mapped) => ArchivedRef::mapped(mapped),
         }
@@ -259,7 +294,9 @@ pub(crate) async fn delete_freed(core: Arc<CoreWorker>, mut freed: mpsc::Unbound
         let mut by_node: HashMap<Arc<str>, Vec<Vec<u8>>> = HashMap::new();
         let mut ids = Vec::new();
         let mut add = |(id, at): FreedObject| {
-            by_node.entry(at.node).or_default().push(id.as_bytes().to_vec());
+            for holder in at.holders() {
+                by_node.entry(holder.clone()).or_default().push(id.as_bytes().to_vec());
+            }
             ids.push(id);
         };
         add(first);

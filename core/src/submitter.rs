@@ -726,10 +726,7 @@ fn owned_arg(id: ObjectId, value: EncodedValue) -> task_arg::Kind {
         Body::Inline(data) => task_arg::Kind::Value(data),
         Body::Stored(at) => task_arg::Kind::Stored(v1::StoredArg {
             object_id: id.as_bytes().to_vec(),
-            location: Some(v1::StoredValue {
-                node_address: at.node.to_string(),
-                size: at.size,
-            }),
+            location: Some(at.to_proto()),
         }),
     }
 }

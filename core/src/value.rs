@@ -23,11 +23,44 @@ pub enum Format {
     Archive,
 }
 
-/// Where a large value lives: the object store of the node manager at `node`.
+/// Where a large value lives: the object store of the node manager at
+/// `node`, and the stores of the nodes that pulled a copy.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct StoredAt {
     pub node: Arc<str>,
     pub size: u64,
+    pub copies: Vec<Arc<str>>,
+}
+
+impl StoredAt {
+    pub(crate) fn new(node: &str, size: u64) -> Self {
+        StoredAt {
+            node: node.into(),
+            size,
+            copies: Vec::new(),
+        }
+    }
+
+    /// Every node manager whose store holds the object.
+    pub(crate) fn holders(&self) -> impl Iterator<Item = &Arc<str>> {
+        std::iter::once(&self.node).chain(&self.copies)
+    }
+
+    pub(crate) fn from_proto(stored: v1::StoredValue) -> Self {
+        StoredAt {
+            node: stored.node_address.into(),
+            size: stored.size,
+            copies: stored.copies.into_iter().map(Arc::from).collect(),
+        }
+    }
+
+    pub(crate) fn to_proto(&self) -> v1::StoredValue {
+        v1::StoredValue {
+            node_address: self.node.to_string(),
+            size: self.size,
+            copies: self.copies.iter().map(|c| c.to_string()).collect(),
+        }
+    }
 }
 
 /// A value's bytes, or where to map them.
@@ -115,10 +148,7 @@ impl EncodedValue {
             v1::ValueFormat::Archive => Format::Archive,
         };
         let body = match value.stored {
-            Some(stored) => Body::Stored(StoredAt {
-                node: stored.node_address.into(),
-                size: stored.size,
-            }),
+            Some(stored) => Body::Stored(StoredAt::from_proto(stored)),
             None => Body::Inline(value.data),
         };
         EncodedValue {
@@ -133,13 +163,7 @@ impl EncodedValue {
     pub(crate) fn to_proto(&self, with_contained: bool) -> v1::EncodedValue {
         let (data, stored) = match &self.body {
             Body::Inline(data) => (data.clone(), None),
-            Body::Stored(at) => (
-                Bytes::new(),
-                Some(v1::StoredValue {
-                    node_address: at.node.to_string(),
-                    size: at.size,
-                }),
-            ),
+            Body::Stored(at) => (Bytes::new(), Some(at.to_proto())),
         };
         let format = match self.format {
             Format::Postcard => v1::ValueFormat::Postcard,

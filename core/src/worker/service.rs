@@ -106,7 +106,7 @@ async fn resolve_args(context: &Arc<WorkerContext>, spec: &TaskSpec) -> Result<V
     for (index, arg) in spec.args.iter().enumerate() {
         let resolved = match &arg.kind {
             Some(task_arg::Kind::Value(bytes)) => Ok(bytes.clone()),
-            Some(task_arg::Kind::Stored(stored)) => map_stored(context, stored).await,
+            Some(task_arg::Kind::Stored(stored)) => map_stored(context, spec, stored).await,
             Some(task_arg::Kind::ObjectRef(object)) => fetch(context, object).await,
             None => Err(ArgError::Other("the argument is empty".into())),
         };
@@ -132,30 +132,30 @@ impl<E: std::fmt::Display> From<E> for ArgError {
     }
 }
 
-async fn map_stored(context: &Arc<WorkerContext>, stored: &v1::StoredArg) -> Result<Bytes, ArgError> {
-    let id = ObjectId::from_wire(&stored.object_id)?;
-    let location = stored.location.clone().unwrap_or_default();
-    let at = StoredAt {
-        node: location.node_address.into(),
-        size: location.size,
+async fn map_stored(context: &Arc<WorkerContext>, spec: &TaskSpec, stored: &v1::StoredArg) -> Result<Bytes, ArgError> {
+    let object = RawRef {
+        id: ObjectId::from_wire(&stored.object_id)?,
+        owner: spec.owner_address.as_str().into(),
     };
-    map_object(context, id, at).await
+    let at = StoredAt::from_proto(stored.location.clone().unwrap_or_default());
+    map_object(context, object, at).await
 }
 
 /// A stored object's bytes, straight from this node's shared memory.
-async fn map_object(context: &Arc<WorkerContext>, id: ObjectId, at: StoredAt) -> Result<Bytes, ArgError> {
+async fn map_object(context: &Arc<WorkerContext>, object: RawRef, at: StoredAt) -> Result<Bytes, ArgError> {
     let core = context.core.clone();
     let mapped = context
         .core
         .runtime
-        .spawn(async move { core.map_object(id, &at).await })
+        .spawn(async move { core.map_object(&object, &at).await })
         .await??;
     Ok(Bytes::from_owner(mapped))
 }
 
 async fn fetch(context: &Arc<WorkerContext>, object: &v1::ObjectRefProto) -> Result<Bytes, ArgError> {
-    let object = AnyObjectRef::unheld(RawRef::from_proto(object)?);
-    let id = object.id();
+    let raw = RawRef::from_proto(object)?;
+    let object = AnyObjectRef::unheld(raw.clone());
+    let id = raw.id;
     let core = context.core.clone();
     let fetched = context
         .core
@@ -172,7 +172,7 @@ async fn fetch(context: &Arc<WorkerContext>, object: &v1::ObjectRefProto) -> Res
     }
     match value.body {
         Body::Inline(data) => Ok(data),
-        Body::Stored(at) => map_object(context, id, at).await,
+        Body::Stored(at) => map_object(context, raw, at).await,
     }
 }
 
