@@ -82,6 +82,16 @@ fn total_len(blocks: Vec<ObjectRef<ByteBuf>>) -> u64 {
     blocks.iter().map(|b| b.get().unwrap().len() as u64).sum()
 }
 
+/// References a worker keeps after its task returned.
+static HELD: std::sync::Mutex<Vec<ObjectRef<ByteBuf>>> = std::sync::Mutex::new(Vec::new());
+
+/// Keeps the references and returns this worker's pid.
+#[raylet::remote]
+fn hold_forever(refs: Vec<ObjectRef<ByteBuf>>) -> u32 {
+    HELD.lock().unwrap().extend(refs);
+    std::process::id()
+}
+
 #[raylet::remote]
 fn square(x: u64) -> u64 {
     x * x
@@ -245,6 +255,25 @@ fn objects_a_worker_puts_and_returns_live_while_the_driver_holds_them() {
     let total = total_len::remote(&cluster, refs.clone()).unwrap();
     assert_eq!(total.get().unwrap(), 4 * MIB as u64);
     drop(refs);
+    wait_until_store_empty(&cluster);
+}
+
+#[test]
+fn a_borrower_that_dies_holding_a_reference_leaks_nothing() {
+    let cluster = cluster_with(Config::new());
+    let block = cluster.put(&ByteBuf::from(vec![4u8; MIB])).unwrap();
+    let worker = hold_forever::remote(&cluster, vec![block.clone()])
+        .unwrap()
+        .get()
+        .unwrap();
+    drop(block);
+    std::thread::sleep(Duration::from_millis(500));
+    assert_eq!(memory(&cluster).objects.len(), 1, "the worker still holds the block");
+    // The node may have ended the idle worker already.
+    let _ = nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(worker as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
     wait_until_store_empty(&cluster);
 }
 

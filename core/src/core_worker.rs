@@ -64,7 +64,8 @@ pub(crate) struct CoreSettings {
 
 impl CoreWorker {
     /// Makes the core and starts its background tasks on `runtime`: the
-    /// delivery of borrower changes and the deletion of freed objects.
+    /// delivery of borrower changes, the deletion of freed objects and the
+    /// watch over borrowers.
     pub(crate) fn start(
         settings: CoreSettings,
         submitter: mpsc::UnboundedSender<SubmitterEvent>,
@@ -90,6 +91,7 @@ impl CoreWorker {
         });
         runtime.spawn(crate::borrows::send_changes(core.clone(), borrower_changes));
         runtime.spawn(crate::shared_objects::delete_freed(core.clone(), freed_objects));
+        runtime.spawn(crate::borrower_watch::watch_borrowers(core.clone()));
         core
     }
 
@@ -141,7 +143,7 @@ impl CoreWorker {
         }
     }
 
-    fn forget_channel(&self, address: &str) {
+    pub(crate) fn forget_channel(&self, address: &str) {
         self.channels.lock().unwrap_or_else(|p| p.into_inner()).remove(address);
     }
 

@@ -20,6 +20,7 @@
 //! started again: a hook that runs before `main` turns them into workers.
 
 mod archived;
+mod borrower_watch;
 mod borrows;
 mod cluster;
 mod config;

@@ -285,6 +285,32 @@ impl MemoryStore {
         true
     }
 
+    /// Every process that borrows objects owned here.
+    pub fn borrowers(&self) -> Vec<Arc<str>> {
+        let objects = self.objects();
+        let mut borrowers: Vec<Arc<str>> = objects.values().flat_map(|e| e.borrowers.keys().cloned()).collect();
+        borrowers.sort();
+        borrowers.dedup();
+        borrowers
+    }
+
+    /// A borrowing process is gone: its references no longer count.
+    pub fn forget_borrower(&self, borrower: &str) {
+        let mut objects = self.objects();
+        let ids: Vec<ObjectId> = objects
+            .iter_mut()
+            .filter_map(|(id, entry)| entry.borrowers.remove(borrower).map(|_| *id))
+            .collect();
+        let freed: Vec<(ObjectId, Option<Entry>)> = ids
+            .into_iter()
+            .map(|id| (id, self.take_if_unreferenced(&mut objects, id)))
+            .collect();
+        drop(objects);
+        for (id, entry) in freed {
+            self.free(id, entry);
+        }
+    }
+
     fn take_if_unreferenced(&self, objects: &mut HashMap<ObjectId, Entry>, id: ObjectId) -> Option<Entry> {
         if !objects.get(&id).is_some_and(Entry::unreferenced) {
             return None;
@@ -417,6 +443,22 @@ mod tests {
         assert!(store.try_get(id).is_err());
         assert_eq!(freed.try_recv().unwrap().0, id, "its stored copy is deleted");
         assert!(!store.update_borrower(id, "worker:1", 1), "a freed object is gone");
+    }
+
+    #[test]
+    fn a_borrower_that_is_gone_no_longer_keeps_objects() {
+        let (store, mut freed) = store();
+        let (kept, dropped) = (ObjectId::random(), ObjectId::random());
+        store.insert(kept, stored_value());
+        store.insert(dropped, stored_value());
+        store.update_borrower(kept, "worker:1", 1);
+        store.update_borrower(kept, "worker:2", 1);
+        store.update_borrower(dropped, "worker:1", 3);
+        assert_eq!(store.borrowers(), vec![Arc::from("worker:1"), Arc::from("worker:2")]);
+        store.forget_borrower("worker:1");
+        assert_eq!(freed.try_recv().unwrap().0, dropped);
+        assert!(freed.try_recv().is_err(), "worker:2 still holds the other");
+        assert_eq!(store.borrowers(), vec![Arc::from("worker:2")]);
     }
 
     #[test]
