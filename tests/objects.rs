@@ -287,6 +287,12 @@ fn a_large_task_result_is_read_from_shared_memory() {
     assert_eq!((first, len), (9, 32 * MIB as u64));
     drop(block);
     wait_until_store_empty(&cluster);
+    let started = Instant::now();
+    cluster.shutdown().unwrap();
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "a store session does not hold the shutdown up"
+    );
 }
 
 #[test]

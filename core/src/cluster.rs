@@ -333,6 +333,9 @@ impl Cluster {
         if core.submitter.send(SubmitterEvent::Shutdown(done)).is_ok() {
             let _ = core.block_on(async move { tokio::time::timeout(Duration::from_secs(5), acknowledged).await });
         }
+        if let Some(store) = core.node_store.get() {
+            store.close();
+        }
         if let Some(stop) = self
             .inner
             .stop_owner_service

@@ -14,7 +14,7 @@ use raylet_proto::v1::{
     CreateObjectRequest, DeleteObjectsRequest, GetStoreStatsRequest, GetStoredObjectRequest, ObjectLocation,
     PullObjectRequest, SealObjectRequest, StoreSessionMessage, StoreStats,
 };
-use tokio::sync::mpsc;
+use tokio::sync::{Notify, mpsc};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::error::{Result, StoreError};
@@ -25,6 +25,8 @@ pub struct StoreClient {
     rpc: ObjectStoreServiceClient<AuthedChannel>,
     session: u64,
     releases: mpsc::UnboundedSender<StoreSessionMessage>,
+    /// Ends the session even while mappings are left.
+    closed: Arc<Notify>,
 }
 
 impl StoreClient {
@@ -38,7 +40,9 @@ impl StoreClient {
             owner_address: owner_address.to_string(),
         };
         let _ = releases.send(first);
-        let reply = rpc.session(UnboundedReceiverStream::new(outbound)).await;
+        let closed = Arc::new(Notify::new());
+        let session_stream = forward_until_closed(outbound, closed.clone());
+        let reply = rpc.session(UnboundedReceiverStream::new(session_stream)).await;
         let mut inbound = reply.map_err(raylet_proto::Error::from)?.into_inner();
         let opened = inbound
             .message()
@@ -51,7 +55,14 @@ impl StoreClient {
             rpc,
             session: opened.session_id,
             releases,
+            closed,
         }))
+    }
+
+    /// Ends the session: the store releases its pins and frees the objects
+    /// this process owns. A server shuts down only once its sessions end.
+    pub fn close(&self) {
+        self.closed.notify_one();
     }
 
     /// Reserves `size` bytes for a new object, waiting up to `timeout` for
@@ -157,6 +168,29 @@ impl StoreClient {
         let reply = self.rpc.clone().get_store_stats(GetStoreStatsRequest {}).await;
         Ok(reply.map_err(raylet_proto::Error::from)?.into_inner())
     }
+}
+
+/// The session's outgoing messages, until `closed` is notified.
+fn forward_until_closed(
+    mut messages: mpsc::UnboundedReceiver<StoreSessionMessage>,
+    closed: Arc<Notify>,
+) -> mpsc::UnboundedReceiver<StoreSessionMessage> {
+    let (forward, forwarded) = mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            let message = tokio::select! {
+                message = messages.recv() => message,
+                _ = closed.notified() => None,
+            };
+            let Some(message) = message else {
+                return;
+            };
+            if forward.send(message).is_err() {
+                return;
+            }
+        }
+    });
+    forwarded
 }
 
 fn check_same_machine(location: ObjectLocation, expected: &[u8]) -> Result<()> {

@@ -1,6 +1,9 @@
 //! One object's shared memory: a memfd that the store creates, a client
 //! fills through `/proc/<pid>/fd/<fd>`, and the store then seals against
-//! writes, so that every reader maps the same immutable pages.
+//! shrinking and growth. Readers open it read-only and map it read-only,
+//! so they cannot change it; its writer's mapping ends with the seal. Not
+//! sealing against writes lets the store reuse the pages of a freed object,
+//! once nobody maps it, for a new object of the same size.
 
 use std::fs::{File, OpenOptions};
 use std::io;
@@ -18,6 +21,7 @@ use nix::sys::memfd::{MFdFlags, memfd_create};
 pub struct Segment {
     file: File,
     size: u64,
+    sealed: bool,
     /// The sealed bytes mapped in this process, made on first use.
     mapped: OnceLock<Bytes>,
 }
@@ -32,6 +36,7 @@ impl Segment {
         Ok(Segment {
             file,
             size,
+            sealed: false,
             mapped: OnceLock::new(),
         })
     }
@@ -62,14 +67,14 @@ impl Segment {
         self.file.as_raw_fd()
     }
 
-    /// Shrinks the segment to the length the writer used, then forbids
-    /// every further write, shrink or growth. Fails while a writable
-    /// mapping of it exists.
+    /// Shrinks the segment to the length the writer used, then fixes its
+    /// size for good. A reused segment has a fixed size already: it must be
+    /// written whole.
     pub fn seal_at(&mut self, size: u64) -> io::Result<()> {
-        if size > self.size {
+        if size > self.size || (self.sealed && size != self.size) {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidInput,
-                format!("sealed size {size} exceeds the created size {}", self.size),
+                format!("sealed size {size} differs from the created size {}", self.size),
             ));
         }
         if size < self.size {
@@ -77,6 +82,12 @@ impl Segment {
             self.size = size;
         }
         self.seal()
+    }
+
+    /// Whether the store may hand this segment to a new object: it is
+    /// sealed and was never mapped in this process (to serve peers).
+    pub fn reusable(&self) -> bool {
+        self.sealed && self.mapped.get().is_none()
     }
 
     /// The bytes of a sealed segment, mapped read-only once and shared by
@@ -87,19 +98,23 @@ impl Segment {
         if let Some(bytes) = self.mapped.get() {
             return Ok(bytes.clone());
         }
-        let seals = fcntl(&self.file, FcntlArg::F_GET_SEALS).map_err(io::Error::from)?;
-        if !SealFlag::from_bits_truncate(seals).contains(SealFlag::F_SEAL_WRITE) {
+        if !self.sealed {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "the segment is not sealed"));
         }
-        // SAFETY: the segment is sealed against writes, shrinking and growth,
-        // so the mapped bytes never change underneath the readers.
+        // SAFETY: the segment is sealed against shrinking and growth, its
+        // writer's mapping is gone, and the store reuses no segment mapped
+        // here, so the mapped bytes never change underneath the readers.
         let map = unsafe { MmapOptions::new().map(&self.file)? };
         Ok(self.mapped.get_or_init(|| Bytes::from_owner(map)).clone())
     }
 
     fn seal(&mut self) -> io::Result<()> {
-        let seals = SealFlag::F_SEAL_WRITE | SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL;
+        if self.sealed {
+            return Ok(());
+        }
+        let seals = SealFlag::F_SEAL_SHRINK | SealFlag::F_SEAL_GROW | SealFlag::F_SEAL_SEAL;
         fcntl(&self.file, FcntlArg::F_ADD_SEALS(seals)).map_err(io::Error::from)?;
+        self.sealed = true;
         Ok(())
     }
 
@@ -128,12 +143,13 @@ pub fn open_writable(path: &Path, size: u64) -> io::Result<File> {
     Ok(file)
 }
 
-/// Maps a segment writable, for its creator to fill.
+/// Maps a segment writable, for its creator to fill, with its pages mapped
+/// up front: one pass in the kernel instead of a fault per 4 KiB.
 pub fn map_writable(path: &Path, size: u64) -> io::Result<MmapMut> {
     let file = open_writable(path, size)?;
     // SAFETY: the segment is a memfd that only this writer maps writable
     // until it is sealed; nothing truncates it while the mapping lives.
-    unsafe { MmapMut::map_mut(&file) }
+    unsafe { MmapOptions::new().populate().map_mut(&file) }
 }
 
 /// Maps a sealed segment read-only.
@@ -161,7 +177,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_sealed_segment_reads_back_and_refuses_writes() {
+    fn a_sealed_segment_reads_back_and_keeps_its_size() {
         let mut segment = Segment::create("test", 8192).unwrap();
         let path = proc_path(std::process::id(), segment.raw_fd());
         let mut writable = map_writable(&path, 8192).unwrap();
@@ -170,18 +186,20 @@ mod tests {
         segment.seal_at(5).unwrap();
         let readable = map_readonly(&path, 5).unwrap();
         assert_eq!(&readable[..], b"hello");
+        let resized = OpenOptions::new().write(true).open(&path).unwrap().set_len(4096);
         assert!(
-            map_writable(&path, 5).is_err(),
-            "a sealed segment must not map writable"
+            resized.is_err(),
+            "a sealed segment can neither shrink nor grow under its readers"
         );
     }
 
     #[test]
-    fn sealing_fails_while_a_writer_maps_it() {
+    fn a_sealed_segment_reused_for_a_new_object_must_be_written_whole() {
         let mut segment = Segment::create("test", 4096).unwrap();
-        let path = proc_path(std::process::id(), segment.raw_fd());
-        let _writable = map_writable(&path, 4096).unwrap();
-        assert!(segment.seal_at(4096).is_err());
+        segment.seal_at(4096).unwrap();
+        assert!(segment.reusable());
+        assert!(segment.seal_at(100).is_err());
+        segment.seal_at(4096).unwrap();
     }
 
     #[test]

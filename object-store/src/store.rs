@@ -96,6 +96,11 @@ pub struct ObjectStore {
     spilled: u64,
     sessions: HashMap<u64, Session>,
     next_session: u64,
+    /// Sealed segments of freed objects that nobody maps, kept for new
+    /// objects of the same size: their pages exist already, so writing
+    /// them skips the kernel's allocating, zeroing and freeing of pages.
+    reusable: Vec<Segment>,
+    reusable_bytes: u64,
 }
 
 impl ObjectStore {
@@ -110,6 +115,8 @@ impl ObjectStore {
             spilled: 0,
             sessions: HashMap::new(),
             next_session: 1,
+            reusable: Vec::new(),
+            reusable_bytes: 0,
         }
     }
 
@@ -166,8 +173,13 @@ impl ObjectStore {
                 bytes(self.config.capacity)
             )));
         }
-        self.make_room(size, None)?;
-        let segment = Segment::create(&format!("raylet-{id}"), size).map_err(StoreError::io("creating a segment"))?;
+        let segment = match self.take_reusable(size) {
+            Some(segment) => segment,
+            None => {
+                self.make_room(size, None)?;
+                Segment::create(&format!("raylet-{id}"), size).map_err(StoreError::io("creating a segment"))?
+            }
+        };
         let location = self.location(&segment);
         self.used += size;
         let entry = Entry {
@@ -284,6 +296,10 @@ impl ObjectStore {
             };
             self.lru.remove(&entry.last_used);
             match entry.state {
+                State::InMemory(segment) if entry.pins == 0 && segment.reusable() => {
+                    self.used -= entry.size;
+                    self.keep_for_reuse(segment);
+                }
                 State::Writing { .. } | State::InMemory(_) => self.used -= entry.size,
                 State::Spilled(path) => {
                     self.spilled -= entry.size;
@@ -346,9 +362,30 @@ impl ObjectStore {
         }
     }
 
-    /// Spills least recently used unpinned objects until `size` more bytes
-    /// stay under the high-water mark, or at least under the capacity.
+    /// Keeps a freed segment for a new object of its size, within a quarter
+    /// of the capacity.
+    fn keep_for_reuse(&mut self, segment: Segment) {
+        if self.reusable_bytes + segment.size() <= self.config.capacity / 4 {
+            self.reusable_bytes += segment.size();
+            self.reusable.push(segment);
+        }
+    }
+
+    fn take_reusable(&mut self, size: u64) -> Option<Segment> {
+        let index = self.reusable.iter().position(|segment| segment.size() == size)?;
+        self.reusable_bytes -= size;
+        Some(self.reusable.swap_remove(index))
+    }
+
+    /// Frees kept segments, then spills least recently used unpinned
+    /// objects, until `size` more bytes stay under the high-water mark, or
+    /// at least under the capacity.
     fn make_room(&mut self, size: u64, keep: Option<ObjectId>) -> Result<()> {
+        while self.used + self.reusable_bytes + size > self.config.high_water()
+            && let Some(segment) = self.reusable.pop()
+        {
+            self.reusable_bytes -= segment.size();
+        }
         while self.used + size > self.config.high_water() {
             let Some(victim) = self.spill_candidate(keep) else {
                 break;
@@ -563,6 +600,26 @@ mod tests {
         store.close_session(writer);
         let left: Vec<ObjectId> = store.usage().objects.iter().map(|o| o.id).collect();
         assert_eq!(left, vec![kept], "owned {owned} and unsealed {unsealed} are gone");
+        assert_eq!(store.usage().used, MIB);
+    }
+
+    #[test]
+    fn a_freed_object_that_nobody_maps_lends_its_memory_to_the_next_of_its_size() {
+        let (mut store, _dir) = store(10 * MIB, 10 * MIB);
+        let session = store.open_session("");
+        let first = put(&mut store, session, 1, MIB).unwrap();
+        store.delete(&[first]);
+        assert_eq!(store.reusable_bytes, MIB, "the freed segment is kept");
+        let second = put(&mut store, session, 2, MIB).unwrap();
+        assert_eq!(store.reusable_bytes, 0, "and taken by the next object of its size");
+        assert!(read(&mut store, session, second).iter().all(|b| *b == 2));
+
+        let location = store.get(session, second).unwrap();
+        let reader = map_readonly(&proc_path(location.pid, location.fd), location.size).unwrap();
+        store.delete(&[second]);
+        assert_eq!(store.reusable_bytes, 0, "a segment someone maps is never kept");
+        put(&mut store, session, 3, MIB).unwrap();
+        assert!(reader.iter().all(|b| *b == 2), "the reader's bytes never change");
         assert_eq!(store.usage().used, MIB);
     }
 
