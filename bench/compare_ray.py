@@ -70,7 +70,7 @@ METRICS = [
         "`ray.put(np.zeros(100*1024*1024, dtype=np.int64))` (800 MiB numpy array into the plasma "
         "shared-memory store); counted as 0.8 GB per call",
         "`cluster.put(&ByteBuf(vec![0u8; 800 MiB]))`: the 800 MiB byte buffer is serialized straight into "
-        "a new sealed memfd of the node's shared-memory store; counted as 0.8 GB per call",
+        "a memfd of the node's shared-memory store; counted as 0.8 GB per call",
     ),
     (
         "single client tasks and get batch",
@@ -543,9 +543,9 @@ def write_report(path, args, res, info, vers, started, finished):
         if "single client put gigabytes" in res["metrics"]:
             w("Note on *single client put gigabytes*: both sides copy 800 MiB into shared memory. Ray "
               "copies into plasma's arena, whose pages stay mapped from put to put; raylet writes each "
-              "object into a new memfd that is sealed against writes, so every put allocates and zeroes "
-              "fresh pages in the kernel (perf: most of its time is kernel page management, the copy "
-              "itself a few percent). The memcpy bandwidth below bounds both.\n")
+              "object into its own memfd, reusing the memfd of a freed object of the same size once "
+              "nobody maps it (a fresh memfd costs the kernel allocating, zeroing and later freeing "
+              "every page, which dominated before reuse). The memcpy bandwidth below bounds both.\n")
         if "multi client tasks async" in res["metrics"]:
             w("Note on *multi client tasks async*: Ray's four clients are actors; raylet has no actors, "
               "so its four clients are zero-CPU tasks that each submit and get 10,000 tasks.\n")
