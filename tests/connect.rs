@@ -197,6 +197,12 @@ fn kill_and_wait(pid: u32) {
     }
 }
 
+/// A driver of the cluster at `head` attached to the node manager `node`.
+fn driver_on(temp: &Path, head: &str, node: &str) -> Cluster {
+    let config = Config::new().address(head).node_manager(node).temp_dir(temp);
+    raylet::init_with(config).unwrap()
+}
+
 fn holds(cluster: &Cluster, node: &str, object: raylet::proto::ObjectId) -> bool {
     let nodes = cluster.memory().unwrap();
     nodes
@@ -209,11 +215,7 @@ fn an_object_lost_with_its_node_is_rebuilt_by_running_its_task_again() {
     let temp = tempfile::tempdir().unwrap();
     let _daemons = Daemons(temp.path());
     let (head, head_node, second_node, second_pid) = two_nodes(temp.path());
-    let config = Config::new()
-        .address(&head)
-        .node_manager(&head_node)
-        .temp_dir(temp.path());
-    let cluster = raylet::init_with(config).unwrap();
+    let cluster = driver_on(temp.path(), &head, &head_node);
 
     let busy = sleep_ms::remote(&cluster, 1500).unwrap();
     std::thread::sleep(std::time::Duration::from_millis(300));
@@ -248,11 +250,7 @@ fn a_put_object_lost_with_its_node_is_a_clear_object_lost() {
     let temp = tempfile::tempdir().unwrap();
     let _daemons = Daemons(temp.path());
     let (head, _, second_node, second_pid) = two_nodes(temp.path());
-    let config = Config::new()
-        .address(&head)
-        .node_manager(&second_node)
-        .temp_dir(temp.path());
-    let cluster = raylet::init_with(config).unwrap();
+    let cluster = driver_on(temp.path(), &head, &second_node);
     let stored = cluster.put(&serde_bytes::ByteBuf::from(vec![1u8; 1 << 20])).unwrap();
 
     kill_and_wait(second_pid);
@@ -270,11 +268,7 @@ fn a_task_on_another_node_reads_a_256_mib_object_pulled_from_the_first() {
     let temp = tempfile::tempdir().unwrap();
     let _daemons = Daemons(temp.path());
     let (head, head_node, second_node, second_pid) = two_nodes(temp.path());
-    let config = Config::new()
-        .address(&head)
-        .node_manager(&head_node)
-        .temp_dir(temp.path());
-    let cluster = raylet::init_with(config).unwrap();
+    let cluster = driver_on(temp.path(), &head, &head_node);
     let data: Vec<u8> = (0..256u32 << 20).map(|i| (i % 251) as u8).collect();
     let expected = xxhash_rust::xxh3::xxh3_64(&data);
     let block = cluster.put(&serde_bytes::ByteBuf::from(data)).unwrap();

@@ -7,8 +7,8 @@ use std::time::Duration;
 
 use raylet_proto::auth::AuthToken;
 use raylet_proto::server::{MAX_DATA_MESSAGE, authenticated, incoming};
+use raylet_proto::v1::WorkerBinary;
 use raylet_proto::v1::owner_service_server::OwnerServiceServer;
-use raylet_proto::v1::{GetClusterStatusRequest, WorkerBinary};
 use raylet_proto::{ObjectId, TaskId};
 use raylet_scheduler::status::ClusterStatus;
 use serde::Serialize;
@@ -295,14 +295,8 @@ impl Cluster {
     pub fn status(&self) -> Result<ClusterStatus> {
         let head = self.head_address()?;
         let core = self.core().clone();
-        core.clone().block_on(async move {
-            let mut client = raylet_proto::channel::connect_head(&head, &core.token, Duration::from_secs(5)).await?;
-            let reply = client
-                .get_cluster_status(GetClusterStatusRequest {})
-                .await
-                .map_err(raylet_proto::Error::from)?;
-            Ok(ClusterStatus::from_proto(reply.into_inner())?)
-        })
+        core.clone()
+            .block_on(async move { Ok(ClusterStatus::fetch(&head, &core.token, Duration::from_secs(5)).await?) })
     }
 
     /// The object stores of the alive nodes: usage, the objects in them and
@@ -496,12 +490,7 @@ fn resolve_token(config: &Config) -> Result<AuthToken> {
 
 /// The node manager on this machine, else the head's, else any alive one.
 async fn pick_node_manager(head: &str, token: &AuthToken) -> Result<String> {
-    let mut client = raylet_proto::channel::connect_head(head, token, Duration::from_secs(10)).await?;
-    let reply = client
-        .get_cluster_status(GetClusterStatusRequest {})
-        .await
-        .map_err(raylet_proto::Error::from)?;
-    let status = ClusterStatus::from_proto(reply.into_inner())?;
+    let status = ClusterStatus::fetch(head, token, Duration::from_secs(10)).await?;
     let local_ip = crate::net::local_ip_towards(head)?.to_string();
     let alive: Vec<_> = status.alive().collect();
     let same_host = alive

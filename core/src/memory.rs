@@ -8,9 +8,7 @@ use std::time::Duration;
 use raylet_proto::auth::AuthToken;
 use raylet_proto::v1::object_store_service_client::ObjectStoreServiceClient;
 use raylet_proto::v1::owner_service_client::OwnerServiceClient;
-use raylet_proto::v1::{
-    DescribeObjectsRequest, GetClusterStatusRequest, GetStoreStatsRequest, StoreStats, StoredObject as Wire,
-};
+use raylet_proto::v1::{DescribeObjectsRequest, GetStoreStatsRequest, StoreStats, StoredObject as Wire};
 use raylet_proto::{NodeId, ObjectId};
 use raylet_scheduler::status::ClusterStatus;
 use serde::Serialize;
@@ -63,12 +61,7 @@ pub struct ObjectHolders {
 /// objects, and each owner for the references to its objects. A node that
 /// does not answer (it may have died a moment ago) is left out.
 pub async fn collect_memory(head: &str, token: &AuthToken) -> Result<Vec<NodeMemory>> {
-    let mut client = raylet_proto::channel::connect_head(head, token, PATIENCE).await?;
-    let reply = client
-        .get_cluster_status(GetClusterStatusRequest {})
-        .await
-        .map_err(raylet_proto::Error::from)?;
-    let status = ClusterStatus::from_proto(reply.into_inner())?;
+    let status = ClusterStatus::fetch(head, token, PATIENCE).await?;
     let mut nodes = Vec::new();
     for node in status.alive() {
         let stats = match store_stats(&node.address, token).await {

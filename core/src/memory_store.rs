@@ -361,7 +361,16 @@ mod tests {
     use std::time::Duration;
 
     use super::*;
-    use crate::value::{EncodedValue, Format};
+    use crate::value::{EncodedValue, Expected, Format};
+
+    /// An inline value decoded as `T`, its type checked first, as `get` does.
+    fn decode<T: serde::de::DeserializeOwned>(value: &EncodedValue, id: ObjectId) -> Result<T> {
+        value.check(id, Expected::of::<T>(Format::Postcard))?;
+        let Body::Inline(data) = &value.body else {
+            panic!("the test value is inline");
+        };
+        Ok(raylet_proto::codec::decode(data)?)
+    }
 
     fn store() -> (Arc<MemoryStore>, mpsc::UnboundedReceiver<FreedObject>) {
         let (freed, receiver) = mpsc::unbounded_channel();
@@ -384,7 +393,7 @@ mod tests {
             writer.complete(id, Ok(EncodedValue::encode(&7u32).unwrap()));
         });
         let outcome = store.wait_blocking(id, None).unwrap().unwrap().unwrap();
-        assert_eq!(outcome.decode::<u32>(id).unwrap(), 7);
+        assert_eq!(decode::<u32>(&outcome, id).unwrap(), 7);
         thread.join().unwrap();
     }
 
@@ -408,14 +417,14 @@ mod tests {
             writer.complete(id, Ok(EncodedValue::encode(&"done".to_string()).unwrap()));
         });
         let outcome = store.wait(id, None).await.unwrap().unwrap().unwrap();
-        assert_eq!(outcome.decode::<String>(id).unwrap(), "done");
+        assert_eq!(decode::<String>(&outcome, id).unwrap(), "done");
     }
 
     #[test]
     fn getting_a_value_as_another_type_is_a_typed_error() {
         let id = ObjectId::random();
         let value = EncodedValue::encode(&vec![1u64, 2]).unwrap();
-        match value.decode::<String>(id) {
+        match decode::<String>(&value, id) {
             Err(Error::WrongType { expected, actual, .. }) => {
                 assert_eq!(expected, "alloc::string::String");
                 assert_eq!(actual, "alloc::vec::Vec<u64>");

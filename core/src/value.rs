@@ -10,7 +10,6 @@ use bytes::Bytes;
 use raylet_proto::ObjectId;
 use raylet_proto::v1;
 use serde::Serialize;
-use serde::de::DeserializeOwned;
 
 use crate::object_ref::{AnyObjectRef, RawRef};
 use crate::task::TaskError;
@@ -129,17 +128,6 @@ impl EncodedValue {
             });
         }
         Ok(())
-    }
-
-    /// Decodes an inline value as `T`, checking its type first.
-    pub fn decode<T: DeserializeOwned>(&self, object: ObjectId) -> Result<T> {
-        self.check(object, Expected::of::<T>(Format::Postcard))?;
-        match &self.body {
-            Body::Inline(data) => Ok(raylet_proto::codec::decode(data)?),
-            Body::Stored(_) => Err(Error::Cluster(raylet_proto::Error::Internal(format!(
-                "object {object} is in the object store, not inline"
-            )))),
-        }
     }
 
     pub(crate) fn from_proto(value: v1::EncodedValue) -> Self {

@@ -1,8 +1,9 @@
 //! The cluster view that `raylet status` shows: nodes, their state and
-//! resources, decoded from the head's reply.
+//! resources, fetched from the head and decoded from its reply.
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use raylet_proto::auth::AuthToken;
 use raylet_proto::v1;
 use raylet_proto::{NodeId, ResourceSet, Result};
 use serde::Serialize;
@@ -66,6 +67,14 @@ impl ClusterStatus {
     /// Available resources of all alive nodes added up.
     pub fn available(&self) -> ResourceSet {
         sum(self.alive().map(|n| &n.available))
+    }
+
+    /// Asks the head at `head` for the cluster's nodes, retrying the
+    /// connection for up to `patience`.
+    pub async fn fetch(head: &str, token: &AuthToken, patience: Duration) -> Result<Self> {
+        let mut client = raylet_proto::channel::connect_head(head, token, patience).await?;
+        let reply = client.get_cluster_status(v1::GetClusterStatusRequest {}).await?;
+        ClusterStatus::from_proto(reply.into_inner())
     }
 
     pub fn from_proto(status: v1::ClusterStatus) -> Result<Self> {

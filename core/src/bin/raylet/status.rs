@@ -6,7 +6,6 @@ use std::time::{Duration, UNIX_EPOCH};
 use anyhow::Context;
 use raylet_proto::ResourceSet;
 use raylet_proto::resources::is_bytes;
-use raylet_proto::v1::GetClusterStatusRequest;
 use raylet_scheduler::status::{ClusterStatus, NodeStatus};
 use serde::Serialize;
 
@@ -42,14 +41,9 @@ pub fn head_address(args: &StatusArgs) -> anyhow::Result<String> {
 }
 
 async fn fetch(address: &str, token: &raylet_proto::auth::AuthToken) -> anyhow::Result<ClusterStatus> {
-    let mut head = raylet_proto::channel::connect_head(address, token, PATIENCE)
+    ClusterStatus::fetch(address, token, PATIENCE)
         .await
-        .with_context(|| format!("no raylet head answers at {address}"))?;
-    let reply = head.get_cluster_status(GetClusterStatusRequest {}).await;
-    let reply = reply
-        .map_err(raylet_proto::Error::from)
-        .with_context(|| format!("asking the head at {address}"))?;
-    Ok(ClusterStatus::from_proto(reply.into_inner())?)
+        .with_context(|| format!("asking the raylet head at {address}"))
 }
 
 /// The JSON form: a cluster summary and every node incarnation.
