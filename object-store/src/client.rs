@@ -1,9 +1,12 @@
 //! The client side of a node's store, used by drivers and workers on that
 //! node: create and fill an object, seal it, and map sealed objects
-//! read-only. A mapping pins its object until it is dropped.
+//! read-only. A mapping pins its object until it is dropped. The segments
+//! a client wrote stay mapped until the store tells it to forget them, so
+//! that writing a new object into a reused segment costs only the copy.
 
+use std::collections::HashMap;
 use std::ops::{Deref, DerefMut};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use memmap2::{Mmap, MmapMut};
@@ -27,6 +30,30 @@ pub struct StoreClient {
     releases: mpsc::UnboundedSender<StoreSessionMessage>,
     /// Ends the session even while mappings are left.
     closed: Arc<Notify>,
+    written: Arc<WrittenSegments>,
+}
+
+/// The segments this client wrote and still maps writable, by number,
+/// until the store hands them to another session or drops them.
+#[derive(Default)]
+struct WrittenSegments(Mutex<HashMap<u64, MmapMut>>);
+
+impl WrittenSegments {
+    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, MmapMut>> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// The mapping of `segment` if this client still has it, `size` long.
+    fn take(&self, segment: u64, size: u64) -> Option<MmapMut> {
+        self.lock().remove(&segment).filter(|map| map.len() as u64 == size)
+    }
+
+    fn forget(&self, segments: &[u64]) {
+        let mut written = self.lock();
+        for segment in segments {
+            written.remove(segment);
+        }
+    }
 }
 
 impl StoreClient {
@@ -50,12 +77,19 @@ impl StoreClient {
             .map_err(raylet_proto::Error::from)?
             .ok_or_else(|| StoreError::Invalid("the store ended the session at once".into()))?;
         check_same_machine(opened.identity_location.unwrap_or_default(), &opened.identity)?;
-        tokio::spawn(async move { while let Ok(Some(_)) = inbound.message().await {} });
+        let written = Arc::new(WrittenSegments::default());
+        let forgetting = written.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(event)) = inbound.message().await {
+                forgetting.forget(&event.forget_segments);
+            }
+        });
         Ok(Arc::new(StoreClient {
             rpc,
             session: opened.session_id,
             releases,
             closed,
+            written,
         }))
     }
 
@@ -66,7 +100,8 @@ impl StoreClient {
     }
 
     /// Reserves `size` bytes for a new object, waiting up to `timeout` for
-    /// room, and maps them for writing.
+    /// room, and maps them for writing, unless this client still maps the
+    /// segment that the store hands it.
     pub async fn create(&self, id: ObjectId, size: u64, owner: &str, timeout: Duration) -> Result<ObjectWriter> {
         let request = CreateObjectRequest {
             session_id: self.session,
@@ -82,25 +117,33 @@ impl StoreClient {
             .await
             .map_err(raylet_proto::Error::from)?;
         let location = location.into_inner();
-        let map = map_writable(&proc_path(location.pid, location.fd), location.size)
-            .map_err(StoreError::io(format!("mapping new object {id}")))?;
-        Ok(ObjectWriter { id, map })
+        let segment = location.segment_id;
+        let map = match self.written.take(segment, location.size) {
+            Some(map) => map,
+            None => map_writable(&proc_path(location.pid, location.fd), location.size)
+                .map_err(StoreError::io(format!("mapping new object {id}")))?,
+        };
+        Ok(ObjectWriter { id, segment, map })
     }
 
-    /// Seals a written object at the first `written` bytes.
+    /// Seals a written object at the first `written` bytes. A segment
+    /// written whole stays mapped, from before the store may tell this
+    /// client to forget it; one that the seal shrinks is unmapped first.
     pub async fn seal(&self, writer: ObjectWriter, written: u64) -> Result<()> {
-        let id = writer.id;
-        drop(writer);
+        let ObjectWriter { id, segment, map } = writer;
+        if map.len() as u64 == written {
+            self.written.lock().insert(segment, map);
+        }
         let request = SealObjectRequest {
             session_id: self.session,
             object_id: id.as_bytes().to_vec(),
             size: written,
         };
-        self.rpc
-            .clone()
-            .seal_object(request)
-            .await
-            .map_err(raylet_proto::Error::from)?;
+        let sealed = self.rpc.clone().seal_object(request).await;
+        if sealed.is_err() {
+            self.written.forget(&[segment]);
+        }
+        sealed.map_err(raylet_proto::Error::from)?;
         Ok(())
     }
 
@@ -206,6 +249,7 @@ fn check_same_machine(location: ObjectLocation, expected: &[u8]) -> Result<()> {
 /// A new object's memory, mapped writable until it is sealed.
 pub struct ObjectWriter {
     id: ObjectId,
+    segment: u64,
     map: MmapMut,
 }
 

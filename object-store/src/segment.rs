@@ -3,22 +3,27 @@
 //! shrinking and growth. Readers open it read-only and map it read-only,
 //! so they cannot change it; its writer's mapping ends with the seal. Not
 //! sealing against writes lets the store reuse the pages of a freed object,
-//! once nobody maps it, for a new object of the same size.
+//! once nobody but its writer maps it, for a new object of the same size.
 
 use std::fs::{File, OpenOptions};
 use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use bytes::Bytes;
 use memmap2::{Mmap, MmapMut, MmapOptions};
 use nix::fcntl::{FcntlArg, SealFlag, fcntl};
 use nix::sys::memfd::{MFdFlags, memfd_create};
 
+/// Numbers segments; a number is never given twice in a process.
+static NEXT_SEGMENT_ID: AtomicU64 = AtomicU64::new(1);
+
 /// A memfd holding one object's bytes.
 #[derive(Debug)]
 pub struct Segment {
+    id: u64,
     file: File,
     size: u64,
     sealed: bool,
@@ -34,6 +39,7 @@ impl Segment {
         let file = File::from(fd);
         file.set_len(size)?;
         Ok(Segment {
+            id: NEXT_SEGMENT_ID.fetch_add(1, Ordering::Relaxed),
             file,
             size,
             sealed: false,
@@ -57,6 +63,11 @@ impl Segment {
         io::Write::write_all(&mut segment.file, bytes)?;
         segment.seal()?;
         Ok(segment)
+    }
+
+    /// This segment's number, unique among the segments of this process.
+    pub fn id(&self) -> u64 {
+        self.id
     }
 
     pub fn size(&self) -> u64 {
@@ -101,9 +112,10 @@ impl Segment {
         if !self.sealed {
             return Err(io::Error::new(io::ErrorKind::InvalidInput, "the segment is not sealed"));
         }
-        // SAFETY: the segment is sealed against shrinking and growth, its
-        // writer's mapping is gone, and the store reuses no segment mapped
-        // here, so the mapped bytes never change underneath the readers.
+        // SAFETY: the segment is sealed against shrinking and growth, and
+        // its writer writes it again only once the store reuses it for a new
+        // object, which it never does with a segment mapped here, so the
+        // mapped bytes never change underneath the readers.
         let map = unsafe { MmapOptions::new().map(&self.file)? };
         Ok(self.mapped.get_or_init(|| Bytes::from_owner(map)).clone())
     }
@@ -147,8 +159,9 @@ pub fn open_writable(path: &Path, size: u64) -> io::Result<File> {
 /// up front: one pass in the kernel instead of a fault per 4 KiB.
 pub fn map_writable(path: &Path, size: u64) -> io::Result<MmapMut> {
     let file = open_writable(path, size)?;
-    // SAFETY: the segment is a memfd that only this writer maps writable
-    // until it is sealed; nothing truncates it while the mapping lives.
+    // SAFETY: the segment is a memfd that only its writer maps writable;
+    // the writer drops this mapping before a seal that shrinks it, and a
+    // sealed segment keeps its size.
     unsafe { MmapOptions::new().populate().map_mut(&file) }
 }
 
@@ -156,8 +169,10 @@ pub fn map_writable(path: &Path, size: u64) -> io::Result<MmapMut> {
 pub fn map_readonly(path: &Path, size: u64) -> io::Result<Mmap> {
     let file = File::open(path)?;
     check_size(&file, size)?;
-    // SAFETY: the segment is sealed against writes, shrinking and growth,
-    // so the mapped bytes never change underneath the reader.
+    // SAFETY: the segment is sealed against shrinking and growth, and its
+    // writer writes it again only once the store reuses it, which it does
+    // only when no reader pins it, so the mapped bytes never change
+    // underneath the reader.
     unsafe { Mmap::map(&file) }
 }
 

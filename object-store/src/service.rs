@@ -23,7 +23,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use crate::error::{Result, StoreError};
 use crate::segment::Segment;
-use crate::store::{Location, ObjectStore, StoreConfig, StoreUsage};
+use crate::store::{ForgetSegment, Location, ObjectStore, StoreConfig, StoreUsage};
 use crate::transfer::{ChunkRange, Pull, Transfers};
 
 /// The longest a create waits for room.
@@ -55,7 +55,7 @@ impl SharedStore {
         let identity = Segment::sealed_with("raylet-store-identity", &identity_bytes)
             .map_err(StoreError::io("creating the store identity"))?;
         let mut store = ObjectStore::new(config);
-        let pull_session = store.open_session("");
+        let pull_session = store.open_session("", None);
         Ok(Arc::new(SharedStore {
             store: Mutex::new(store),
             freed: Notify::new(),
@@ -137,7 +137,18 @@ fn location_to_proto(location: Location) -> ObjectLocation {
         pid: location.pid,
         fd: location.fd,
         size: location.size,
+        segment_id: location.segment,
     }
+}
+
+/// Tells a session's client, through its event stream, to unmap a segment.
+fn forget_segment(events: mpsc::UnboundedSender<Result<StoreSessionEvent, Status>>) -> ForgetSegment {
+    Box::new(move |segment| {
+        let _ = events.send(Ok(StoreSessionEvent {
+            forget_segments: vec![segment],
+            ..StoreSessionEvent::default()
+        }));
+    })
 }
 
 /// Serves [`ObjectStoreService`] from a node's store.
@@ -161,8 +172,9 @@ impl ObjectStoreService for ObjectStoreServiceImpl {
             .message()
             .await?
             .ok_or_else(|| Status::invalid_argument("a store session must start with the owner's address"))?;
-        let session = self.store.lock().open_session(&first.owner_address);
         let (events, receiver) = mpsc::unbounded_channel();
+        let forget = forget_segment(events.clone());
+        let session = self.store.lock().open_session(&first.owner_address, Some(forget));
         let identity = &self.store.identity;
         let _ = events.send(Ok(StoreSessionEvent {
             session_id: session,
@@ -170,8 +182,10 @@ impl ObjectStoreService for ObjectStoreServiceImpl {
                 pid: std::process::id(),
                 fd: identity.raw_fd(),
                 size: identity.size(),
+                segment_id: identity.id(),
             }),
             identity: self.store.identity_bytes.to_vec(),
+            forget_segments: Vec::new(),
         }));
         let store = self.store.clone();
         tokio::spawn(async move {

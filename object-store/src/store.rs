@@ -37,6 +37,8 @@ pub struct Location {
     pub pid: u32,
     pub fd: i32,
     pub size: u64,
+    /// The segment's number, for a writer that still maps it.
+    pub segment: u64,
 }
 
 enum State {
@@ -49,6 +51,8 @@ struct Entry {
     size: u64,
     owner: Arc<str>,
     state: State,
+    /// The session that wrote the segment and may still map it.
+    writer: Option<u64>,
     pins: u32,
     last_used: u64,
 }
@@ -78,10 +82,20 @@ pub struct StoreUsage {
     pub pulled: u64,
 }
 
-#[derive(Default)]
+/// Tells a session's client to unmap a segment it wrote.
+pub type ForgetSegment = Box<dyn Fn(u64) + Send>;
+
 struct Session {
     owner: Arc<str>,
     pins: HashMap<ObjectId, u32>,
+    forget: Option<ForgetSegment>,
+}
+
+/// A freed object's segment kept for a new object of its size, and the
+/// session that wrote it, which may still map it.
+struct Kept {
+    segment: Segment,
+    writer: Option<u64>,
 }
 
 /// A node's objects and sessions.
@@ -96,10 +110,11 @@ pub struct ObjectStore {
     spilled: u64,
     sessions: HashMap<u64, Session>,
     next_session: u64,
-    /// Sealed segments of freed objects that nobody maps, kept for new
+    /// Sealed segments of freed objects that no reader maps, kept for new
     /// objects of the same size: their pages exist already, so writing
-    /// them skips the kernel's allocating, zeroing and freeing of pages.
-    reusable: Vec<Segment>,
+    /// them skips the kernel's allocating, zeroing and freeing of pages,
+    /// and a writer that still maps one skips mapping it too.
+    reusable: Vec<Kept>,
     reusable_bytes: u64,
 }
 
@@ -121,12 +136,15 @@ impl ObjectStore {
     }
 
     /// Starts a client's session; `owner` is the address of its process.
-    pub fn open_session(&mut self, owner: &str) -> u64 {
+    /// A client that keeps the segments it wrote mapped gives `forget`,
+    /// which the store calls when it no longer keeps one of them.
+    pub fn open_session(&mut self, owner: &str, forget: Option<ForgetSegment>) -> u64 {
         let id = self.next_session;
         self.next_session += 1;
         let session = Session {
             owner: owner.into(),
             pins: HashMap::new(),
+            forget,
         };
         self.sessions.insert(id, session);
         id
@@ -173,7 +191,7 @@ impl ObjectStore {
                 bytes(self.config.capacity)
             )));
         }
-        let segment = match self.take_reusable(size) {
+        let segment = match self.take_reusable(size, session) {
             Some(segment) => segment,
             None => {
                 self.make_room(size, None)?;
@@ -186,6 +204,7 @@ impl ObjectStore {
             size,
             owner: owner.into(),
             state: State::Writing { segment, session },
+            writer: Some(session),
             pins: 0,
             last_used: 0,
         };
@@ -230,6 +249,7 @@ impl ObjectStore {
             pid,
             fd: segment.raw_fd(),
             size: segment.size(),
+            segment: segment.id(),
         };
         if let Some(session) = self.sessions.get_mut(&session) {
             *session.pins.entry(id).or_default() += 1;
@@ -298,9 +318,15 @@ impl ObjectStore {
             match entry.state {
                 State::InMemory(segment) if entry.pins == 0 && segment.reusable() => {
                     self.used -= entry.size;
-                    self.keep_for_reuse(segment);
+                    self.keep_for_reuse(Kept {
+                        segment,
+                        writer: entry.writer,
+                    });
                 }
-                State::Writing { .. } | State::InMemory(_) => self.used -= entry.size,
+                State::Writing { segment, .. } | State::InMemory(segment) => {
+                    self.used -= entry.size;
+                    self.forget(entry.writer, &segment);
+                }
                 State::Spilled(path) => {
                     self.spilled -= entry.size;
                     if let Err(error) = std::fs::remove_file(&path) {
@@ -347,6 +373,16 @@ impl ObjectStore {
             pid: self.pid,
             fd: segment.raw_fd(),
             size: segment.size(),
+            segment: segment.id(),
+        }
+    }
+
+    /// Tells the session that wrote `segment` to unmap it, since the store
+    /// drops it or hands it to another session.
+    fn forget(&self, writer: Option<u64>, segment: &Segment) {
+        let forget = writer.and_then(|writer| self.sessions.get(&writer)?.forget.as_ref());
+        if let Some(forget) = forget {
+            forget(segment.id());
         }
     }
 
@@ -364,17 +400,30 @@ impl ObjectStore {
 
     /// Keeps a freed segment for a new object of its size, within a quarter
     /// of the capacity.
-    fn keep_for_reuse(&mut self, segment: Segment) {
-        if self.reusable_bytes + segment.size() <= self.config.capacity / 4 {
-            self.reusable_bytes += segment.size();
-            self.reusable.push(segment);
+    fn keep_for_reuse(&mut self, kept: Kept) {
+        match self.reusable_bytes + kept.segment.size() <= self.config.capacity / 4 {
+            true => {
+                self.reusable_bytes += kept.segment.size();
+                self.reusable.push(kept);
+            }
+            false => self.forget(kept.writer, &kept.segment),
         }
     }
 
-    fn take_reusable(&mut self, size: u64) -> Option<Segment> {
-        let index = self.reusable.iter().position(|segment| segment.size() == size)?;
+    /// A kept segment of `size` bytes, preferably one that `session` wrote.
+    fn take_reusable(&mut self, size: u64, session: u64) -> Option<Segment> {
+        let fits = |kept: &Kept| kept.segment.size() == size;
+        let index = self
+            .reusable
+            .iter()
+            .position(|kept| fits(kept) && kept.writer == Some(session))
+            .or_else(|| self.reusable.iter().position(fits))?;
+        let kept = self.reusable.swap_remove(index);
         self.reusable_bytes -= size;
-        Some(self.reusable.swap_remove(index))
+        if kept.writer != Some(session) {
+            self.forget(kept.writer, &kept.segment);
+        }
+        Some(kept.segment)
     }
 
     /// Frees kept segments, then spills least recently used unpinned
@@ -382,9 +431,10 @@ impl ObjectStore {
     /// at least under the capacity.
     fn make_room(&mut self, size: u64, keep: Option<ObjectId>) -> Result<()> {
         while self.used + self.reusable_bytes + size > self.config.high_water()
-            && let Some(segment) = self.reusable.pop()
+            && let Some(kept) = self.reusable.pop()
         {
-            self.reusable_bytes -= segment.size();
+            self.reusable_bytes -= kept.segment.size();
+            self.forget(kept.writer, &kept.segment);
         }
         while self.used + size > self.config.high_water() {
             let Some(victim) = self.spill_candidate(keep) else {
@@ -419,7 +469,11 @@ impl ObjectStore {
         segment
             .spill_to(&path)
             .map_err(StoreError::io(format!("spilling object {id}")))?;
-        entry.state = State::Spilled(path);
+        let writer = entry.writer.take();
+        if let State::InMemory(segment) = std::mem::replace(&mut entry.state, State::Spilled(path)) {
+            self.forget(writer, &segment);
+        }
+        let entry = self.objects.get_mut(&id).ok_or(StoreError::NotFound(id))?;
         self.lru.remove(&entry.last_used);
         self.used -= entry.size;
         self.spilled += entry.size;
@@ -530,7 +584,7 @@ mod tests {
     #[test]
     fn objects_past_the_high_water_mark_spill_and_restore_on_get() {
         let (mut store, dir) = store(10 * MIB, 100 * MIB);
-        let session = store.open_session("owner:1");
+        let session = store.open_session("owner:1", None);
         let ids: Vec<ObjectId> = (0..20).map(|i| put(&mut store, session, i, MIB).unwrap()).collect();
         let usage = store.usage();
         assert!(
@@ -550,7 +604,7 @@ mod tests {
     #[test]
     fn pinned_objects_are_never_spilled() {
         let (mut store, _dir) = store(4 * MIB, 100 * MIB);
-        let session = store.open_session("owner:1");
+        let session = store.open_session("owner:1", None);
         let pinned = put(&mut store, session, 1, 2 * MIB).unwrap();
         store.get(session, pinned).unwrap();
         let error = put(&mut store, session, 2, 3 * MIB).unwrap_err();
@@ -564,7 +618,7 @@ mod tests {
     #[test]
     fn a_full_spill_disk_makes_a_clear_error_naming_the_largest_objects() {
         let (mut store, _dir) = store(4 * MIB, 2 * MIB);
-        let session = store.open_session("driver:7");
+        let session = store.open_session("driver:7", None);
         let big = put(&mut store, session, 1, 3 * MIB).unwrap();
         let error = put(&mut store, session, 2, 3 * MIB).unwrap_err();
         let StoreError::Full(message) = error else {
@@ -581,7 +635,7 @@ mod tests {
     #[test]
     fn an_object_larger_than_the_store_is_refused_at_once() {
         let (mut store, _dir) = store(MIB, MIB);
-        let session = store.open_session("");
+        let session = store.open_session("", None);
         let error = store.create(session, ObjectId::random(), 2 * MIB, "").unwrap_err();
         assert!(matches!(error, StoreError::TooLarge(_)), "{error}");
     }
@@ -589,8 +643,8 @@ mod tests {
     #[test]
     fn closing_a_session_frees_its_unsealed_and_owned_objects() {
         let (mut store, _dir) = store(10 * MIB, 10 * MIB);
-        let writer = store.open_session("owner:1");
-        let other = store.open_session("owner:2");
+        let writer = store.open_session("owner:1", None);
+        let other = store.open_session("owner:2", None);
         let owned = put(&mut store, writer, 1, MIB).unwrap();
         let unsealed = ObjectId::random();
         store.create(writer, unsealed, MIB, "owner:2").unwrap();
@@ -606,7 +660,7 @@ mod tests {
     #[test]
     fn a_freed_object_that_nobody_maps_lends_its_memory_to_the_next_of_its_size() {
         let (mut store, _dir) = store(10 * MIB, 10 * MIB);
-        let session = store.open_session("");
+        let session = store.open_session("", None);
         let first = put(&mut store, session, 1, MIB).unwrap();
         store.delete(&[first]);
         assert_eq!(store.reusable_bytes, MIB, "the freed segment is kept");
@@ -624,9 +678,40 @@ mod tests {
     }
 
     #[test]
+    fn a_writer_is_told_to_unmap_each_segment_the_store_stops_keeping_for_it() {
+        let (mut store, _dir) = store(10 * MIB, 100 * MIB);
+        let (told, forgotten) = std::sync::mpsc::channel();
+        let forget: ForgetSegment = Box::new(move |segment| told.send(segment).unwrap());
+        let writer = store.open_session("owner:1", Some(forget));
+        let other = store.open_session("owner:2", None);
+        let create = |store: &mut ObjectStore, session| {
+            let id = ObjectId::random();
+            let segment = store.create(session, id, MIB, "owner:1").unwrap().segment;
+            store.seal(session, id, MIB).unwrap();
+            (id, segment)
+        };
+        let (first, segment) = create(&mut store, writer);
+        store.delete(&[first]);
+        let (second, again) = create(&mut store, writer);
+        assert_eq!(again, segment, "the writer gets back the segment it maps");
+        assert!(forgotten.try_recv().is_err());
+
+        store.delete(&[second]);
+        let (_, taken) = create(&mut store, other);
+        assert_eq!(taken, segment);
+        assert_eq!(forgotten.try_recv().unwrap(), segment, "another session took it");
+
+        let (_, spilled) = create(&mut store, writer);
+        for _ in 0..9 {
+            create(&mut store, other);
+        }
+        assert_eq!(forgotten.try_recv().unwrap(), spilled, "spilling dropped it");
+    }
+
+    #[test]
     fn sealing_shrinks_to_the_written_length() {
         let (mut store, _dir) = store(10 * MIB, 10 * MIB);
-        let session = store.open_session("");
+        let session = store.open_session("", None);
         let id = ObjectId::random();
         store.create(session, id, 2 * MIB, "").unwrap();
         store.seal(session, id, MIB).unwrap();
