@@ -73,6 +73,13 @@ METRICS = [
         "a memfd of the node's shared-memory store; counted as 0.8 GB per call",
     ),
     (
+        "multi client put gigabytes",
+        "10 `do_put` tasks each `ray.put(np.zeros(10*1024*1024, dtype=np.int64))` 10 times (80 MiB "
+        "arrays made just before each put); counted as 8 GB per round",
+        "10 `put_zeroed_buffers` tasks each `cluster.put(&ByteBuf(vec![0u8; 80 MiB]))` 10 times (each "
+        "buffer made just before its put); counted as 8 GB per round",
+    ),
+    (
         "single client tasks and get batch",
         "`ray.get([small_value.remote() for _ in range(1000)])`, `small_value` returns `b\"ok\"`; "
         "1 op per batch of 1000",

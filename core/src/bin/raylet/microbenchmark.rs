@@ -23,6 +23,38 @@ fn small_value_batch(count: usize) -> usize {
     cluster.get_all(&refs).expect("getting results").len()
 }
 
+/// Puts `count` zero-filled buffers of 80 MiB, each made just before its
+/// put, as Ray's `do_put` puts `np.zeros(10 * 1024 * 1024, dtype=np.int64)`.
+#[raylet::remote]
+fn put_zeroed_buffers(count: usize) {
+    let cluster = raylet::current().expect("tasks run in a cluster");
+    for _ in 0..count {
+        cluster.put(&zeroed_like_numpy(80 * 1024 * 1024)).expect("put");
+    }
+}
+
+/// A zero-filled buffer allocated as numpy allocates `np.zeros` of 4 MiB
+/// and more: untouched zero pages, advised to be huge pages, so that reading
+/// it faults once per 2 MiB rather than once per 4 KiB.
+fn zeroed_like_numpy(len: usize) -> ByteBuf {
+    const HUGE_PAGE: usize = 2 * 1024 * 1024;
+    let buffer = vec![0u8; len];
+    let start = buffer.as_ptr().addr().next_multiple_of(HUGE_PAGE);
+    let end = (buffer.as_ptr().addr() + len) / HUGE_PAGE * HUGE_PAGE;
+    if let Some(aligned) = std::ptr::NonNull::new(buffer.as_ptr().with_addr(start).cast_mut())
+        && end > start
+    {
+        // SAFETY: the range lies inside `buffer`, and the advice changes
+        // how its pages are backed, never their contents.
+        let advised =
+            unsafe { nix::sys::mman::madvise(aligned.cast(), end - start, nix::sys::mman::MmapAdvise::MADV_HUGEPAGE) };
+        if let Err(error) = advised {
+            tracing::debug!(%error, "huge pages cannot be advised");
+        }
+    }
+    ByteBuf::from(buffer)
+}
+
 #[raylet::remote]
 fn create_object_containing_ref() -> Vec<ObjectRef<u64>> {
     let cluster = raylet::current().expect("tasks run in a cluster");
@@ -97,7 +129,8 @@ fn measure(metric: &mut Metric<'_>, timing: &Timing) -> raylet::Result<(f64, f64
 
 fn metrics(cluster: &Cluster) -> raylet::Result<Vec<Metric<'_>>> {
     let value = cluster.put(&0u64)?;
-    let large = ByteBuf::from(vec![0u8; 800 * 1024 * 1024]);
+    let large = zeroed_like_numpy(800 * 1024 * 1024);
+    let written = ByteBuf::from(vec![1u8; 800 * 1024 * 1024]);
     let containing = create_object_containing_ref::remote(cluster)?;
     let mut tensor: Option<ObjectRef<Tensor>> = None;
     Ok(vec![
@@ -115,6 +148,16 @@ fn metrics(cluster: &Cluster) -> raylet::Result<Vec<Metric<'_>>> {
             "single client put gigabytes",
             0.8,
             Box::new(move || cluster.put(&large).map(drop)),
+        ),
+        metric(
+            "single client put gigabytes from written memory",
+            0.8,
+            Box::new(move || cluster.put(&written).map(drop)),
+        ),
+        metric(
+            "multi client put gigabytes",
+            8.0,
+            Box::new(|| multi_client_put(cluster, 10, 10)),
         ),
         metric(
             "single client get 1 GiB tensor zero-copy",
@@ -183,6 +226,14 @@ fn wait_one_by_one(cluster: &Cluster, count: usize) -> raylet::Result<()> {
         not_ready = cluster.wait(&not_ready, 1, None).1;
     }
     Ok(())
+}
+
+/// `clients` tasks each put `per_client` buffers of 80 MiB.
+fn multi_client_put(cluster: &Cluster, clients: usize, per_client: usize) -> raylet::Result<()> {
+    let refs: Vec<ObjectRef<()>> = (0..clients)
+        .map(|_| put_zeroed_buffers::remote(cluster, per_client))
+        .collect::<raylet::Result<_>>()?;
+    cluster.get_all(&refs).map(drop)
 }
 
 /// `clients` tasks that use no CPU each submit `per_client` tasks and get them.
