@@ -118,7 +118,8 @@ METRICS = [
 ]
 
 LIFECYCLE_ROWS = ["start", "idle-rss", "idle-pss", "status", "stop", "first-task"]
-PHYSICAL_ROWS = ["memcpy", "tcp"]
+PHYSICAL_ROWS = ["memcpy", "tcp", "transfer"]
+TRANSFER_METRIC = "node-to-node transfer gigabytes"
 
 
 def log(*args):
@@ -396,6 +397,25 @@ def raylet_first_task():
     }
 
 
+def raylet_transfer(rep, quick):
+    """GB/s of pulling 1 GiB between the stores of two node managers that
+    `raylet start` runs, as `raylet microbenchmark` measures it."""
+    temp_dir = Path(f"/tmp/rl{os.getpid()}t{rep}")
+    shutil.rmtree(temp_dir, ignore_errors=True)
+    try:
+        run([RAYLET, "start", "--head", "--port", "0", "--temp-dir", temp_dir], env=RAYLET_ENV, timeout=300)
+        head = (temp_dir / "session_latest" / "head_address").read_text().strip()
+        run([RAYLET, "start", "--address", head, "--resources", '{"microbenchmark_peer": 1}',
+             "--temp-dir", temp_dir], env=RAYLET_ENV, timeout=300)
+        env = dict(RAYLET_ENV, RAYLET_ADDRESS=head, RAYLET_TEMP_DIR=str(temp_dir))
+        cmd = [RAYLET, "microbenchmark", "--filter", TRANSFER_METRIC] + (["--quick"] if quick else [])
+        _, proc = run(cmd, env=env, timeout=600)
+        return {"transfer_GBps": parse_rate(TRANSFER_METRIC, proc.stdout)}
+    finally:
+        run([RAYLET, "stop", "--temp-dir", temp_dir], env=RAYLET_ENV, timeout=300, check=False)
+        shutil.rmtree(temp_dir, ignore_errors=True)
+
+
 def physical(kind):
     _, proc = run([PHYSLIMITS, kind], timeout=60)
     return {k: float(v) for k, v in (line.split() for line in proc.stdout.splitlines() if line.strip())}
@@ -547,12 +567,16 @@ def write_report(path, args, res, info, vers, started, finished):
             w(f"| {name} | {summary(r['ray'])} | {summary(r['raylet'])} | {ratio(r['ray'], r['raylet'])} "
               f"| {ray_work} | {raylet_work} |")
         w("")
-        if "single client put gigabytes" in res["metrics"]:
-            w("Note on *single client put gigabytes*: both sides copy 800 MiB into shared memory. Ray "
-              "copies into plasma's arena, whose pages stay mapped from put to put; raylet writes each "
-              "object into its own memfd, reusing the memfd of a freed object of the same size once "
-              "nobody maps it (a fresh memfd costs the kernel allocating, zeroing and later freeing "
-              "every page, which dominated before reuse). The memcpy bandwidth below bounds both.\n")
+        if "single client put gigabytes" in res["metrics"] or "multi client put gigabytes" in res["metrics"]:
+            w("Note on *put gigabytes*: both sides copy the bytes into shared memory. Ray copies into "
+              "plasma's arena, whose pages every client keeps mapped; raylet writes each object into its "
+              "own memfd, and a freed object's memfd is handed back to the process that wrote it, which "
+              "still maps it, so a put of a reused size is one copy with no page faults. Both sides' "
+              "sources are zero-filled buffers that were never written (`np.zeros`, which numpy advises "
+              "to huge pages; raylet allocates its buffers the same way): reading them reads the "
+              "kernel's zero page, not memory, so these rows can pass the memcpy bandwidth below. "
+              "`raylet microbenchmark` also prints *single client put gigabytes from written memory*, "
+              "the same put from a buffer of written bytes, to compare with memcpy.\n")
         if "multi client tasks async" in res["metrics"]:
             w("Note on *multi client tasks async*: Ray's four clients are actors; raylet has no actors, "
               "so its four clients are zero-CPU tasks that each submit and get 10,000 tasks.\n")
@@ -669,6 +693,17 @@ def write_report(path, args, res, info, vers, started, finished):
             w(f"| loopback TCP, one stream | {summary([p['tcp_GBps'] for p in phys['tcp']], ' GB/s')}; "
               f"{fmt(statistics.median(p['tcp_Gbitps'] for p in phys['tcp']), ' Gbit/s')} "
               "| `physlimits tcp`: a forked child writes 1 MiB blocks to 127.0.0.1 for 3 s; the reader's rate |")
+        if "transfer" in phys:
+            rates = [p["transfer_GBps"] for p in phys["transfer"]]
+            share = ""
+            if "tcp" in phys:
+                tcp = statistics.median(p["tcp_GBps"] for p in phys["tcp"])
+                share = f" ({100 * statistics.median(rates) / tcp:.0f}% of loopback TCP)"
+            w(f"| raylet node-to-node transfer | {summary(rates, ' GB/s')}{share} "
+              "| `raylet start --head`, a second `raylet start` with the `microbenchmark_peer` resource, then "
+              f"`raylet microbenchmark --filter '{TRANSFER_METRIC}'`: a task on the second node maps a fresh "
+              "1 GiB tensor put on the first, which its store pulls in 1 MiB chunks over 4 streams; timed "
+              "inside the task |")
         w("")
         puts = res["metrics"].get("single client put gigabytes")
         if puts and "memcpy" in phys:
@@ -808,7 +843,7 @@ def main():
             if wanted(kind):
                 for rep in range(args.reps):
                     log(f"physical limit {kind} [rep {rep + 1}/{args.reps}]")
-                    value = physical(kind)
+                    value = raylet_transfer(rep, args.quick) if kind == "transfer" else physical(kind)
                     log(f"  -> {value}")
                     res["physical"].setdefault(kind, []).append(value)
                 save()

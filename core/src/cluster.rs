@@ -495,7 +495,8 @@ async fn pick_node_manager(head: &str, token: &AuthToken) -> Result<String> {
     let alive: Vec<_> = status.alive().collect();
     let same_host = alive
         .iter()
-        .find(|n| n.address.rsplit_once(':').is_some_and(|(ip, _)| ip == local_ip));
+        .filter(|n| n.address.rsplit_once(':').is_some_and(|(ip, _)| ip == local_ip))
+        .max_by_key(|n| n.is_head_node);
     let chosen = same_host
         .or_else(|| alive.iter().find(|n| n.is_head_node))
         .or_else(|| alive.first())

@@ -1,6 +1,8 @@
 //! `raylet microbenchmark`: the metrics of `ray microbenchmark`, measured
 //! the same way (a warm-up, then timed trials of repeated calls) and printed
-//! in the same words, on an embedded cluster whose workers are this binary.
+//! in the same words, on an embedded cluster whose workers are this binary,
+//! or on the cluster at `RAYLET_ADDRESS`, where a second node started with
+//! the `microbenchmark_peer` resource adds node-to-node transfer.
 
 use std::time::{Duration, Instant};
 
@@ -55,6 +57,22 @@ fn zeroed_like_numpy(len: usize) -> ByteBuf {
     ByteBuf::from(buffer)
 }
 
+/// Bytes of the tensor that node-to-node transfer moves.
+const TRANSFER_BYTES: usize = 1 << 30;
+/// The custom resource of the node that node-to-node transfer pulls to.
+const PEER_RESOURCE: &str = "microbenchmark_peer";
+const TRANSFER_METRIC: &str = "node-to-node transfer gigabytes";
+
+/// Maps a tensor that lives on another node, which pulls it to this one;
+/// returns the seconds that took.
+#[raylet::remote(num_cpus = 0, resources(microbenchmark_peer = 1))]
+fn time_pull(tensor: ObjectRef<Tensor>) -> f64 {
+    let started = Instant::now();
+    let archived = tensor.get_archived().expect("pulling the tensor");
+    std::hint::black_box(archived.as_bytes().len());
+    started.elapsed().as_secs_f64()
+}
+
 #[raylet::remote]
 fn create_object_containing_ref() -> Vec<ObjectRef<u64>> {
     let cluster = raylet::current().expect("tasks run in a cluster");
@@ -100,6 +118,20 @@ pub fn microbenchmark(args: MicrobenchmarkArgs) -> anyhow::Result<()> {
         println!("{} per second {mean:.2} +- {deviation:.2}", metric.name);
         ran += 1;
     }
+    if args
+        .filter
+        .as_ref()
+        .is_none_or(|f| TRANSFER_METRIC.contains(f.as_str()))
+    {
+        match measure_transfer(&cluster, &timing)? {
+            Some((mean, deviation)) => println!("{TRANSFER_METRIC} per second {mean:.2} +- {deviation:.2}"),
+            None => println!(
+                "{TRANSFER_METRIC}: skipped; it needs RAYLET_ADDRESS of a cluster with a second node \
+                 started with --resources '{{\"{PEER_RESOURCE}\": 1}}'"
+            ),
+        }
+        ran += 1;
+    }
     cluster.shutdown()?;
     if ran == 0 {
         anyhow::bail!("no metric matches --filter {:?}", args.filter.unwrap_or_default());
@@ -122,9 +154,35 @@ fn measure(metric: &mut Metric<'_>, timing: &Timing) -> raylet::Result<(f64, f64
         }
         rates.push(metric.multiplier * count as f64 / started.elapsed().as_secs_f64());
     }
+    Ok(mean_and_deviation(&rates))
+}
+
+fn mean_and_deviation(rates: &[f64]) -> (f64, f64) {
     let mean = rates.iter().sum::<f64>() / rates.len() as f64;
     let variance = rates.iter().map(|r| (r - mean).powi(2)).sum::<f64>() / rates.len() as f64;
-    Ok((mean, variance.sqrt()))
+    (mean, variance.sqrt())
+}
+
+/// GB/s of pulling a fresh 1 GiB tensor, put on the driver's node, to the
+/// node with [`PEER_RESOURCE`], timed inside the task that maps it there:
+/// one warm-up, then one pull per trial. `None` without such a node.
+fn measure_transfer(cluster: &Cluster, timing: &Timing) -> raylet::Result<Option<(f64, f64)>> {
+    let status = cluster.status()?;
+    if !status
+        .alive()
+        .any(|node| node.total.get(PEER_RESOURCE) > Default::default())
+    {
+        return Ok(None);
+    }
+    let mut rates = Vec::with_capacity(timing.trials);
+    for trial in 0..=timing.trials {
+        let tensor = cluster.put_archived(&Tensor::zeros(DType::U8, &[TRANSFER_BYTES]))?;
+        let seconds = time_pull::remote(cluster, &tensor)?.get()?;
+        if trial > 0 {
+            rates.push(TRANSFER_BYTES as f64 / seconds / 1e9);
+        }
+    }
+    Ok(Some(mean_and_deviation(&rates)))
 }
 
 fn metrics(cluster: &Cluster) -> raylet::Result<Vec<Metric<'_>>> {
