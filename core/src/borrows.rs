@@ -10,9 +10,9 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use raylet_proto::ObjectId;
 use raylet_proto::v1::owner_service_client::OwnerServiceClient;
 use raylet_proto::v1::{BorrowerChange, UpdateBorrowersRequest};
+use raylet_proto::{IdMap, ObjectId};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
@@ -38,7 +38,7 @@ struct Borrowed {
 /// Borrowed references by object, and the channel to their owners.
 pub(crate) struct Borrows {
     address: Arc<str>,
-    table: Mutex<HashMap<ObjectId, Borrowed>>,
+    table: Mutex<IdMap<ObjectId, Borrowed>>,
     changes: mpsc::UnboundedSender<Change>,
     /// Registrations sent but not yet acknowledged.
     unacknowledged: watch::Sender<usize>,
@@ -50,13 +50,13 @@ impl Borrows {
     pub(crate) fn new(address: Arc<str>, changes: mpsc::UnboundedSender<Change>) -> Self {
         Borrows {
             address,
-            table: Mutex::new(HashMap::new()),
+            table: Mutex::new(IdMap::default()),
             changes,
             unacknowledged: watch::Sender::new(0),
         }
     }
 
-    fn table(&self) -> MutexGuard<'_, HashMap<ObjectId, Borrowed>> {
+    fn table(&self) -> MutexGuard<'_, IdMap<ObjectId, Borrowed>> {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
     }
 

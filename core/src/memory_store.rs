@@ -8,7 +8,7 @@ use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
-use raylet_proto::ObjectId;
+use raylet_proto::{IdMap, ObjectId};
 use tokio::sync::{Notify, mpsc};
 
 use crate::value::{Body, Outcome, StoredAt};
@@ -56,7 +56,7 @@ impl Entry {
 /// Objects by id. Blocking waiters share one condition variable; async
 /// waiters wait on their object's own `Notify`.
 pub struct MemoryStore {
-    objects: Mutex<HashMap<ObjectId, Entry>>,
+    objects: Mutex<IdMap<ObjectId, Entry>>,
     completed: Condvar,
     freed: mpsc::UnboundedSender<FreedObject>,
     owning: Option<OwningHook>,
@@ -66,7 +66,7 @@ impl MemoryStore {
     /// A store that hands freed stored objects to `freed`.
     pub(crate) fn new(freed: mpsc::UnboundedSender<FreedObject>, owning: Option<OwningHook>) -> Self {
         MemoryStore {
-            objects: Mutex::new(HashMap::new()),
+            objects: Mutex::new(IdMap::default()),
             completed: Condvar::new(),
             freed,
             owning,
@@ -83,7 +83,7 @@ impl MemoryStore {
         }
     }
 
-    fn objects(&self) -> MutexGuard<'_, HashMap<ObjectId, Entry>> {
+    fn objects(&self) -> MutexGuard<'_, IdMap<ObjectId, Entry>> {
         self.objects.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -311,7 +311,7 @@ impl MemoryStore {
         }
     }
 
-    fn take_if_unreferenced(&self, objects: &mut HashMap<ObjectId, Entry>, id: ObjectId) -> Option<Entry> {
+    fn take_if_unreferenced(&self, objects: &mut IdMap<ObjectId, Entry>, id: ObjectId) -> Option<Entry> {
         if !objects.get(&id).is_some_and(Entry::unreferenced) {
             return None;
         }

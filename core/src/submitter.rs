@@ -16,7 +16,7 @@ use raylet_proto::v1::{
     self, CancelLeaseRequest, CancelTask, GetWorkerExitRequest, LeaseSessionEvent, LeaseSessionRequest, RequestLease,
     ReturnLease, TaskArg, TaskBatch, TaskSpec, task_arg,
 };
-use raylet_proto::{NodeId, ObjectId, ResourceSet, TaskId, WorkerId};
+use raylet_proto::{IdMap, NodeId, ObjectId, ResourceSet, TaskId, WorkerId};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -142,7 +142,7 @@ pub(crate) struct Submitter {
     cancelled: HashSet<ObjectId>,
     /// The tasks that made objects now in a node's store, kept (with their
     /// arguments pinned) to run again if that node dies.
-    lineage: HashMap<ObjectId, QueuedTask>,
+    lineage: IdMap<ObjectId, QueuedTask>,
 }
 
 impl Submitter {
@@ -159,7 +159,7 @@ impl Submitter {
             next_request: 1,
             next_lease: 1,
             cancelled: HashSet::new(),
-            lineage: HashMap::new(),
+            lineage: IdMap::default(),
         };
         core.runtime.spawn(submitter.run(events));
     }

@@ -6,7 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
 use std::sync::Arc;
 
-use raylet_proto::ObjectId;
+use raylet_proto::{IdMap, ObjectId};
 
 use crate::error::{Result, StoreError};
 use crate::segment::Segment;
@@ -87,7 +87,7 @@ pub type ForgetSegment = Box<dyn Fn(u64) + Send>;
 
 struct Session {
     owner: Arc<str>,
-    pins: HashMap<ObjectId, u32>,
+    pins: IdMap<ObjectId, u32>,
     forget: Option<ForgetSegment>,
 }
 
@@ -102,7 +102,7 @@ struct Kept {
 pub struct ObjectStore {
     config: StoreConfig,
     pid: u32,
-    objects: HashMap<ObjectId, Entry>,
+    objects: IdMap<ObjectId, Entry>,
     /// Sealed in-memory objects by last use, oldest first.
     lru: BTreeMap<u64, ObjectId>,
     clock: u64,
@@ -123,7 +123,7 @@ impl ObjectStore {
         ObjectStore {
             config,
             pid: std::process::id(),
-            objects: HashMap::new(),
+            objects: IdMap::default(),
             lru: BTreeMap::new(),
             clock: 0,
             used: 0,
@@ -143,7 +143,7 @@ impl ObjectStore {
         self.next_session += 1;
         let session = Session {
             owner: owner.into(),
-            pins: HashMap::new(),
+            pins: IdMap::default(),
             forget,
         };
         self.sessions.insert(id, session);

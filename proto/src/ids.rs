@@ -1,6 +1,8 @@
 //! Cluster-wide identifiers: random 16-byte ids shown as hex.
 
+use std::collections::{HashMap, HashSet};
 use std::fmt;
+use std::hash::{BuildHasherDefault, Hash, Hasher};
 use std::str::FromStr;
 
 use crate::{Error, Result};
@@ -9,8 +11,17 @@ use crate::{Error, Result};
 macro_rules! define_id {
     ($(#[$doc:meta])* $name:ident, $prefix:literal) => {
         $(#[$doc])*
-        #[derive(Clone, Copy, PartialEq, Eq, Hash, PartialOrd, Ord)]
+        #[derive(Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
         pub struct $name([u8; 16]);
+
+        /// Hashes the first 8 bytes, which are random already.
+        impl Hash for $name {
+            fn hash<H: Hasher>(&self, state: &mut H) {
+                let mut first = [0u8; 8];
+                first.copy_from_slice(&self.0[..8]);
+                state.write_u64(u64::from_le_bytes(first));
+            }
+        }
 
         impl $name {
             /// A new random id.
@@ -84,6 +95,34 @@ macro_rules! define_id {
         }
     };
 }
+
+/// A hasher for maps keyed by ids: an id hashes to 8 of its random bytes,
+/// which need no further mixing.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct IdHasher(u64);
+
+impl Hasher for IdHasher {
+    fn write(&mut self, bytes: &[u8]) {
+        for chunk in bytes.chunks(8) {
+            let mut word = [0u8; 8];
+            word[..chunk.len()].copy_from_slice(chunk);
+            self.write_u64(u64::from_le_bytes(word));
+        }
+    }
+
+    fn write_u64(&mut self, word: u64) {
+        self.0 = self.0.rotate_left(29) ^ word;
+    }
+
+    fn finish(&self) -> u64 {
+        self.0
+    }
+}
+
+/// A map keyed by ids, hashed with [`IdHasher`].
+pub type IdMap<K, V> = HashMap<K, V, BuildHasherDefault<IdHasher>>;
+/// A set of ids, hashed with [`IdHasher`].
+pub type IdSet<K> = HashSet<K, BuildHasherDefault<IdHasher>>;
 
 define_id!(
     /// Identifies a node manager for its whole life; each registration of it

@@ -187,8 +187,8 @@ fn measure_transfer(cluster: &Cluster, timing: &Timing) -> raylet::Result<Option
 
 fn metrics(cluster: &Cluster) -> raylet::Result<Vec<Metric<'_>>> {
     let value = cluster.put(&0u64)?;
-    let large = zeroed_like_numpy(800 * 1024 * 1024);
-    let written = ByteBuf::from(vec![1u8; 800 * 1024 * 1024]);
+    let mut large: Option<ByteBuf> = None;
+    let mut written: Option<ByteBuf> = None;
     let containing = create_object_containing_ref::remote(cluster)?;
     let mut tensor: Option<ObjectRef<Tensor>> = None;
     Ok(vec![
@@ -205,12 +205,18 @@ fn metrics(cluster: &Cluster) -> raylet::Result<Vec<Metric<'_>>> {
         metric(
             "single client put gigabytes",
             0.8,
-            Box::new(move || cluster.put(&large).map(drop)),
+            Box::new(move || {
+                let large = large.get_or_insert_with(|| zeroed_like_numpy(800 * 1024 * 1024));
+                cluster.put(large).map(drop)
+            }),
         ),
         metric(
             "single client put gigabytes from written memory",
             0.8,
-            Box::new(move || cluster.put(&written).map(drop)),
+            Box::new(move || {
+                let written = written.get_or_insert_with(|| ByteBuf::from(vec![1u8; 800 * 1024 * 1024]));
+                cluster.put(written).map(drop)
+            }),
         ),
         metric(
             "multi client put gigabytes",
