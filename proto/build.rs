@@ -2,6 +2,7 @@
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
     let protos = [
+        "proto/raylet/v1/actor.proto",
         "proto/raylet/v1/common.proto",
         "proto/raylet/v1/head.proto",
         "proto/raylet/v1/node_manager.proto",

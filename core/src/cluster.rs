@@ -71,7 +71,6 @@ struct ClusterInner {
     core: Arc<CoreWorker>,
     runtime: Mutex<Option<tokio::runtime::Runtime>>,
     embedded: Mutex<Option<Embedded>>,
-    head_address: Option<String>,
     stop_owner_service: Mutex<Option<oneshot::Sender<()>>>,
 }
 
@@ -87,7 +86,6 @@ impl Cluster {
                 core,
                 runtime: Mutex::new(None),
                 embedded: Mutex::new(None),
-                head_address: None,
                 stop_owner_service: Mutex::new(None),
             }),
         }
@@ -111,7 +109,6 @@ impl Cluster {
                 core: started.core,
                 runtime: Mutex::new(Some(runtime)),
                 embedded: Mutex::new(started.embedded),
-                head_address: started.head_address,
                 stop_owner_service: Mutex::new(Some(started.stop_owner_service)),
             }),
         })
@@ -141,7 +138,7 @@ impl Cluster {
         Ok(self.owned_ref(return_id).typed())
     }
 
-    fn owned_ref(&self, id: ObjectId) -> AnyObjectRef {
+    pub(crate) fn owned_ref(&self, id: ObjectId) -> AnyObjectRef {
         let core = self.core();
         AnyObjectRef::owned(
             RawRef {
@@ -293,7 +290,7 @@ impl Cluster {
 
     /// The nodes of the cluster and their resources, as `raylet status` shows them.
     pub fn status(&self) -> Result<ClusterStatus> {
-        let head = self.head_address()?;
+        let head = self.core().head_address.clone();
         let core = self.core().clone();
         core.clone()
             .block_on(async move { Ok(ClusterStatus::fetch(&head, &core.token, Duration::from_secs(5)).await?) })
@@ -302,21 +299,10 @@ impl Cluster {
     /// The object stores of the alive nodes: usage, the objects in them and
     /// who holds references to them, as `raylet memory` shows them.
     pub fn memory(&self) -> Result<Vec<NodeMemory>> {
-        let head = self.head_address()?;
+        let head = self.core().head_address.clone();
         let core = self.core().clone();
         core.clone()
             .block_on(async move { crate::memory::collect_memory(&head, &core.token).await })
-    }
-
-    fn head_address(&self) -> Result<String> {
-        let embedded = self.inner.embedded.lock().unwrap_or_else(|p| p.into_inner());
-        match (&self.inner.head_address, embedded.as_ref()) {
-            (Some(head), _) => Ok(head.clone()),
-            (None, Some(embedded)) => Ok(embedded.head_address.clone()),
-            (None, None) => Err(Error::Cluster(raylet_proto::Error::FailedPrecondition(
-                "a worker has no view of the cluster's head".into(),
-            ))),
-        }
     }
 
     /// Ends this program's use of the cluster: its workers are killed, and an
@@ -400,7 +386,6 @@ async fn wait_ready(
 struct StartedDriver {
     core: Arc<CoreWorker>,
     embedded: Option<Embedded>,
-    head_address: Option<String>,
     stop_owner_service: oneshot::Sender<()>,
 }
 
@@ -411,9 +396,10 @@ async fn start_driver(config: Config, runtime: tokio::runtime::Handle) -> Result
             let embedded = Embedded::start(&config).await?;
             let node_manager = embedded.node_manager.clone();
             let token = embedded.token.clone();
+            let head_address = embedded.head_address.clone();
             (
                 Some(embedded),
-                None,
+                head_address,
                 node_manager,
                 token,
                 std::net::Ipv4Addr::LOCALHOST.into(),
@@ -426,7 +412,7 @@ async fn start_driver(config: Config, runtime: tokio::runtime::Handle) -> Result
                 None => pick_node_manager(address, &token).await?,
             };
             let ip = crate::net::local_ip_towards(address)?;
-            (None, Some(address.clone()), node_manager, token, ip)
+            (None, address.clone(), node_manager, token, ip)
         }
     };
     let binary = binary
@@ -437,6 +423,7 @@ async fn start_driver(config: Config, runtime: tokio::runtime::Handle) -> Result
     let settings = CoreSettings {
         address: listener.local_addr()?.to_string(),
         token: token.clone(),
+        head_address,
         node_manager,
         binary,
         log_to_driver: config.log_to_driver,
@@ -460,7 +447,6 @@ async fn start_driver(config: Config, runtime: tokio::runtime::Handle) -> Result
     Ok(StartedDriver {
         core,
         embedded,
-        head_address,
         stop_owner_service,
     })
 }

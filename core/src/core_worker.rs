@@ -14,6 +14,7 @@ use raylet_proto::v1::owner_service_client::OwnerServiceClient;
 use raylet_proto::v1::{GetObjectRequest, WorkerBinary};
 use tokio::sync::{OnceCell, mpsc};
 
+use crate::actor::ActorClients;
 use crate::borrows::Borrows;
 use crate::memory_store::{MemoryStore, OwningHook};
 use crate::object_ref::AnyObjectRef;
@@ -41,12 +42,16 @@ pub(crate) struct CoreWorker {
     /// How long a write waits for room in a full store.
     pub(crate) store_full_timeout: Duration,
     pub(crate) token: AuthToken,
+    /// The cluster's head: actors are created and found there.
+    pub(crate) head_address: String,
     pub(crate) node_manager: String,
     pub(crate) binary: WorkerBinary,
     pub(crate) submitter: mpsc::UnboundedSender<SubmitterEvent>,
     pub(crate) runtime: tokio::runtime::Handle,
     pub(crate) log_to_driver: bool,
     pub(crate) blocked_hook: Option<BlockedHook>,
+    /// The actors this process calls.
+    pub(crate) actors: ActorClients,
     channels: Mutex<HashMap<String, AuthedChannel>>,
 }
 
@@ -54,6 +59,7 @@ pub(crate) struct CoreWorker {
 pub(crate) struct CoreSettings {
     pub(crate) address: String,
     pub(crate) token: AuthToken,
+    pub(crate) head_address: String,
     pub(crate) node_manager: String,
     pub(crate) binary: WorkerBinary,
     pub(crate) log_to_driver: bool,
@@ -81,12 +87,14 @@ impl CoreWorker {
             store_full_timeout: settings.store_full_timeout,
             address,
             token: settings.token,
+            head_address: settings.head_address,
             node_manager: settings.node_manager,
             binary: settings.binary,
             submitter,
             runtime: runtime.clone(),
             log_to_driver: settings.log_to_driver,
             blocked_hook: settings.blocked_hook,
+            actors: ActorClients::default(),
             channels: Mutex::new(HashMap::new()),
         });
         runtime.spawn(crate::borrows::send_changes(core.clone(), borrower_changes));

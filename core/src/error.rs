@@ -34,6 +34,13 @@ pub enum Error {
     /// longer has it, or the node that stored it died; the reason says which.
     #[error("object {object} is lost: {reason}")]
     ObjectLost { object: ObjectId, reason: String },
+    /// The named actor is of another type than the one asked for.
+    #[error("the actor named '{name}' is a {actual}, not a {expected}")]
+    WrongActorType {
+        name: String,
+        expected: String,
+        actual: String,
+    },
     /// No cluster is running in this process.
     #[error("no raylet cluster in this process: call raylet::init() first")]
     NotInitialized,

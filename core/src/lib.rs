@@ -19,6 +19,7 @@
 //! joins the cluster at `RAYLET_ADDRESS`. Workers are this same binary,
 //! started again: a hook that runs before `main` turns them into workers.
 
+mod actor;
 mod archived;
 mod borrower_watch;
 mod borrows;
@@ -40,6 +41,7 @@ mod task;
 mod value;
 mod worker;
 
+pub use actor::{Actor, ActorBuilder, ActorHandle, ActorInfo, ActorOptions, ActorState};
 pub use archived::{Archivable, ArchivedRef, Checkable};
 pub use cluster::{Cluster, current, init, init_with};
 pub use config::Config;
@@ -47,21 +49,23 @@ pub use error::{Error, Result};
 pub use memory::{NodeMemory, ObjectHolders, StoredObject, collect_memory};
 pub use net::local_ip_towards;
 pub use object_ref::{AnyObjectRef, ObjectRef};
-pub use raylet_macros::remote;
+pub use raylet_macros::{actor, remote};
 pub use raylet_object_store::{ArchivedTensor, DType, INLINE_LIMIT, Tensor};
 pub use raylet_proto as proto;
 pub use raylet_scheduler as scheduler;
 pub use rkyv;
 pub use task::{Arg, IntoArg, TaskError, TaskErrorKind, TaskOptions};
 
-/// What the `#[raylet::remote]` expansion refers to. Not a public API.
+/// What the `#[raylet::remote]` and `#[raylet::actor]` expansions refer
+/// to. Not a public API.
 #[doc(hidden)]
 pub mod __private {
+    pub use crate::actor::instance::*;
     pub use crate::registry::*;
     pub use crate::value::EncodedValue;
 }
 
 /// The names most programs need.
 pub mod prelude {
-    pub use crate::{Cluster, Config, ObjectRef, TaskError, TaskErrorKind, Tensor};
+    pub use crate::{ActorHandle, Cluster, Config, ObjectRef, TaskError, TaskErrorKind, Tensor};
 }

@@ -9,6 +9,7 @@ use std::sync::OnceLock;
 
 pub use bytes::Bytes;
 pub use linkme;
+pub use serde;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -73,6 +74,11 @@ pub fn encode_value<T: Serialize>(function: &str, value: &T) -> TaskOutcome {
 pub fn encode_result<T: Serialize, E: Display>(function: &str, result: Result<T, E>) -> TaskOutcome {
     match result {
         Ok(value) => encode_value(function, &value),
-        Err(error) => Err(TaskError::new(TaskErrorKind::Application, function, error.to_string())),
+        Err(error) => Err(application_error(function, error)),
     }
+}
+
+/// The task error for an `Err` the user's code returned.
+pub fn application_error(function: &str, error: impl Display) -> TaskError {
+    TaskError::new(TaskErrorKind::Application, function, error.to_string())
 }

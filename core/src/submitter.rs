@@ -220,7 +220,7 @@ impl Submitter {
         let mut args = Vec::with_capacity(submission.args.len());
         let mut waiting = Vec::new();
         for arg in &submission.args {
-            match self.resolve_arg(arg) {
+            match resolve_arg(&self.core, arg) {
                 Ok(Some(resolved)) => args.push(resolved),
                 Ok(None) => waiting.push(match arg {
                     Arg::Ref(object) => object.id(),
@@ -243,15 +243,9 @@ impl Submitter {
             args,
             attempt: 0,
             owner_address: self.core.address.to_string(),
+            ..TaskSpec::default()
         };
-        let pinned = submission
-            .args
-            .into_iter()
-            .flat_map(|arg| match arg {
-                Arg::Value { contained, .. } => contained,
-                Arg::Ref(object) => vec![object],
-            })
-            .collect();
+        let pinned = pinned_by(submission.args);
         let task = QueuedTask {
             spec,
             return_id: submission.return_id,
@@ -262,25 +256,6 @@ impl Submitter {
         let shape = task.shape.clone();
         self.shapes.entry(shape.clone()).or_default().queue.push_back(task);
         self.dispatch(&shape);
-    }
-
-    /// A value, or an owned object's value inlined (or where it is stored),
-    /// or a borrowed reference for the worker to fetch; `None` while an
-    /// owned object is pending.
-    fn resolve_arg(&self, arg: &Arg) -> Result<Option<TaskArg>, TaskError> {
-        let kind = match arg {
-            Arg::Value { data, .. } => task_arg::Kind::Value(data.clone()),
-            Arg::Ref(object) if self.core.owns(object) => match self.core.store.try_get(object.id()) {
-                Ok(Some(Ok(value))) => owned_arg(object.id(), value),
-                Ok(Some(Err(error))) => return Err(error),
-                Ok(None) => return Ok(None),
-                Err(lost) => {
-                    return Err(TaskError::new(TaskErrorKind::Argument, "", lost.to_string()));
-                }
-            },
-            Arg::Ref(object) => task_arg::Kind::ObjectRef(object.raw().to_proto()),
-        };
-        Ok(Some(TaskArg { kind: Some(kind) }))
     }
 
     fn resubmit_when_ready(&self, submission: Submission, waiting: Vec<ObjectId>) {
@@ -488,7 +463,7 @@ impl Submitter {
             return;
         };
         if self.core.log_to_driver {
-            print_logs(worker, &logs);
+            print_log_lines(worker.pid, worker.node_id, &logs);
         }
         let mut finished = Vec::with_capacity(results.len());
         for result in results {
@@ -721,6 +696,35 @@ impl RunTimes {
 }
 
 /// An owned, finished argument: its bytes inline, or where it is stored.
+/// A value, or an owned object's value inlined (or where it is stored),
+/// or a borrowed reference for the worker to fetch; `None` while an owned
+/// object is pending.
+pub(crate) fn resolve_arg(core: &CoreWorker, arg: &Arg) -> Result<Option<TaskArg>, TaskError> {
+    let kind = match arg {
+        Arg::Value { data, .. } => task_arg::Kind::Value(data.clone()),
+        Arg::Ref(object) if core.owns(object) => match core.store.try_get(object.id()) {
+            Ok(Some(Ok(value))) => owned_arg(object.id(), value),
+            Ok(Some(Err(error))) => return Err(error),
+            Ok(None) => return Ok(None),
+            Err(lost) => {
+                return Err(TaskError::new(TaskErrorKind::Argument, "", lost.to_string()));
+            }
+        },
+        Arg::Ref(object) => task_arg::Kind::ObjectRef(object.raw().to_proto()),
+    };
+    Ok(Some(TaskArg { kind: Some(kind) }))
+}
+
+/// The objects a call's arguments refer to: pinned until the call is done.
+pub(crate) fn pinned_by(args: Vec<Arg>) -> Vec<AnyObjectRef> {
+    args.into_iter()
+        .flat_map(|arg| match arg {
+            Arg::Value { contained, .. } => contained,
+            Arg::Ref(object) => vec![object],
+        })
+        .collect()
+}
+
 fn owned_arg(id: ObjectId, value: EncodedValue) -> task_arg::Kind {
     match value.body {
         Body::Inline(data) => task_arg::Kind::Value(data),
@@ -792,12 +796,7 @@ fn connect_worker(
     let (tasks, outbound) = mpsc::unbounded_channel();
     tokio::spawn(async move {
         let result: crate::Result<()> = async {
-            let channel = raylet_proto::channel::connect(&address, &core.token, WORKER_CONNECT_PATIENCE).await?;
-            let mut client = WorkerServiceClient::new(channel)
-                .max_decoding_message_size(MAX_DATA_MESSAGE)
-                .max_encoding_message_size(MAX_DATA_MESSAGE);
-            let reply = client.push_tasks(UnboundedReceiverStream::new(outbound)).await;
-            let mut inbound = reply.map_err(raylet_proto::Error::from)?.into_inner();
+            let mut inbound = open_task_stream(&core, &address, outbound).await?;
             while let Some(batch) = inbound.message().await.map_err(raylet_proto::Error::from)? {
                 let finished = complete_values(&core, batch.results);
                 let _ = events.send(SubmitterEvent::Results {
@@ -819,9 +818,24 @@ fn connect_worker(
 }
 
 /// A task's outcome as its worker reported it.
+/// Opens a task stream to the worker at `address`: `outbound` carries tasks
+/// to it, and its results come back on the returned stream.
+pub(crate) async fn open_task_stream(
+    core: &CoreWorker,
+    address: &str,
+    outbound: mpsc::UnboundedReceiver<TaskBatch>,
+) -> crate::Result<tonic::Streaming<v1::WorkerEvents>> {
+    let channel = raylet_proto::channel::connect(address, &core.token, WORKER_CONNECT_PATIENCE).await?;
+    let mut client = WorkerServiceClient::new(channel)
+        .max_decoding_message_size(MAX_DATA_MESSAGE)
+        .max_encoding_message_size(MAX_DATA_MESSAGE);
+    let reply = client.push_tasks(UnboundedReceiverStream::new(outbound)).await;
+    Ok(reply.map_err(raylet_proto::Error::from)?.into_inner())
+}
+
 pub(crate) struct TaskFinished {
-    task_id: TaskId,
-    outcome: Outcome,
+    pub(crate) task_id: TaskId,
+    pub(crate) outcome: Outcome,
     run_micros: u64,
 }
 
@@ -829,7 +843,7 @@ pub(crate) struct TaskFinished {
 /// wakes without a detour through the submitter; failures, which may be
 /// retried, are left to the submitter. References inside a value, which the
 /// worker registered us for, are held as long as the value is.
-fn complete_values(core: &CoreWorker, results: Vec<v1::TaskResult>) -> Vec<TaskFinished> {
+pub(crate) fn complete_values(core: &CoreWorker, results: Vec<v1::TaskResult>) -> Vec<TaskFinished> {
     let finished: Vec<TaskFinished> = results
         .into_iter()
         .filter_map(|result| {
@@ -874,11 +888,13 @@ async fn worker_exit(core: &CoreWorker, node: &str, worker: WorkerId) -> String 
     }
 }
 
-fn print_logs(worker: &LeasedWorker, logs: &[v1::LogLine]) {
-    let node = worker.node_id.map(|id| id.short()).unwrap_or_default();
+/// Prints a worker's output lines, each prefixed with the function that
+/// printed it, the worker's pid and its node.
+pub(crate) fn print_log_lines(pid: u32, node_id: Option<NodeId>, logs: &[v1::LogLine]) {
+    let node = node_id.map(|id| id.short()).unwrap_or_default();
     for log in logs {
         let function = log.function.rsplit("::").next().unwrap_or(&log.function);
-        let line = format!("({function} pid={} node={node}) {}", worker.pid, log.line);
+        let line = format!("({function} pid={pid} node={node}) {}", log.line);
         if log.stderr {
             eprintln!("{line}");
         } else {

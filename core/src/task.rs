@@ -17,7 +17,7 @@ use crate::{ObjectRef, Result};
 pub struct TaskOptions {
     pub(crate) function: &'static str,
     pub(crate) display_name: Option<String>,
-    pub(crate) resources: Vec<(String, f64)>,
+    pub(crate) resources: Resources,
     pub(crate) max_retries: u32,
     pub(crate) retry_exceptions: bool,
 }
@@ -31,7 +31,7 @@ impl TaskOptions {
         TaskOptions {
             function,
             display_name: None,
-            resources: vec![(CPU.to_string(), 1.0)],
+            resources: Resources::default().with(CPU, 1.0),
             max_retries: Self::DEFAULT_MAX_RETRIES,
             retry_exceptions: false,
         }
@@ -52,8 +52,7 @@ impl TaskOptions {
 
     /// Any resource by name, e.g. `resource("TPU", 1.0)`.
     pub fn resource(mut self, name: &str, amount: f64) -> Self {
-        self.resources.retain(|(existing, _)| existing != name);
-        self.resources.push((name.to_string(), amount));
+        self.resources = self.resources.with(name, amount);
         self
     }
 
@@ -77,15 +76,37 @@ impl TaskOptions {
 
     /// The resource demand, validated.
     pub(crate) fn demand(&self) -> Result<ResourceSet> {
-        let mut demand = ResourceSet::new();
-        for (name, amount) in &self.resources {
-            demand.set(name, Amount::parse(name, *amount)?);
-        }
-        Ok(demand)
+        self.resources.to_set()
     }
 
     pub(crate) fn shown_name(&self) -> String {
         self.display_name.clone().unwrap_or_else(|| self.function.to_string())
+    }
+}
+
+/// Resources a call or an actor asks for, by name, as given.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct Resources(Vec<(String, f64)>);
+
+impl Resources {
+    /// These resources with `name` set to `amount`.
+    pub(crate) fn with(mut self, name: &str, amount: f64) -> Self {
+        self.0.retain(|(existing, _)| existing != name);
+        self.0.push((name.to_string(), amount));
+        self
+    }
+
+    pub(crate) fn names(&self, name: &str) -> bool {
+        self.0.iter().any(|(existing, _)| existing == name)
+    }
+
+    /// The amounts, validated.
+    pub(crate) fn to_set(&self) -> Result<ResourceSet> {
+        let mut set = ResourceSet::new();
+        for (name, amount) in &self.0 {
+            set.set(name, Amount::parse(name, *amount)?);
+        }
+        Ok(set)
     }
 }
 
@@ -155,6 +176,11 @@ pub enum TaskErrorKind {
     Argument,
     /// The process that owned an object is gone.
     OwnerDied,
+    /// The actor's process died and the call was not retried, or the actor
+    /// is dead; the message says why.
+    ActorDied,
+    /// The actor's constructor failed; the message is its error.
+    ActorCreationFailed,
 }
 
 /// A failed task, as its `ObjectRef` yields it.
@@ -191,6 +217,8 @@ impl TaskError {
             FailureKind::FunctionNotFound => TaskErrorKind::FunctionNotFound,
             FailureKind::BinaryMismatch => TaskErrorKind::BinaryMismatch,
             FailureKind::OwnerDied => TaskErrorKind::OwnerDied,
+            FailureKind::ActorDied => TaskErrorKind::ActorDied,
+            FailureKind::ActorCreationFailed => TaskErrorKind::ActorCreationFailed,
             FailureKind::Argument | FailureKind::Unspecified => TaskErrorKind::Argument,
         };
         TaskError {
@@ -214,6 +242,8 @@ impl TaskError {
             TaskErrorKind::BinaryMismatch => FailureKind::BinaryMismatch,
             TaskErrorKind::Argument => FailureKind::Argument,
             TaskErrorKind::OwnerDied => FailureKind::OwnerDied,
+            TaskErrorKind::ActorDied => FailureKind::ActorDied,
+            TaskErrorKind::ActorCreationFailed => FailureKind::ActorCreationFailed,
         };
         v1::TaskFailure {
             kind: kind as i32,
@@ -243,6 +273,8 @@ impl fmt::Display for TaskError {
             TaskErrorKind::BinaryMismatch => "was sent to another build of the binary",
             TaskErrorKind::Argument => "could not get its arguments",
             TaskErrorKind::OwnerDied => "lost the owner of an object",
+            TaskErrorKind::ActorDied => "was not run: its actor died",
+            TaskErrorKind::ActorCreationFailed => "was not run: its actor's constructor failed",
         };
         write!(f, "task {} {what}", self.function)?;
         if let Some(node) = self.node_id {

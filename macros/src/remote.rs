@@ -86,7 +86,7 @@ fn number(expr: &Expr) -> syn::Result<TokenStream> {
 
 /// `Result<R, E>` or `Result<R>` (by last path segment): the value type and
 /// whether the function can fail.
-fn value_type(output: &ReturnType) -> (Type, bool) {
+pub(crate) fn value_type(output: &ReturnType) -> (Type, bool) {
     let Type::Path(path) = (match output {
         ReturnType::Default => return (syn::parse_quote!(()), false),
         ReturnType::Type(_, ty) => ty.as_ref().clone(),

@@ -152,6 +152,12 @@ impl TaskId {
 }
 
 define_id!(
+    /// Identifies an actor for its whole life, across restarts.
+    ActorId,
+    "ActorId"
+);
+
+define_id!(
     /// Identifies a worker process.
     WorkerId,
     "WorkerId"

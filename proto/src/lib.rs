@@ -12,7 +12,7 @@ pub mod server;
 pub mod worker_env;
 
 pub use error::{Error, Result};
-pub use ids::{IdMap, IdSet, NodeId, ObjectId, TaskId, WorkerId};
+pub use ids::{ActorId, IdMap, IdSet, NodeId, ObjectId, TaskId, WorkerId};
 pub use resources::{Amount, ResourceSet};
 
 /// The version of the wire protocol. Peers that speak another version are

@@ -12,6 +12,8 @@ pub const WORKER_ENV: &str = "RAYLET_WORKER_BOOTSTRAP_V1";
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkerBootstrap {
     pub node_manager_address: String,
+    /// The cluster's head, where actors are created and found.
+    pub head_address: String,
     pub node_id: String,
     pub worker_id: String,
     pub token: String,

@@ -1,17 +1,21 @@
-//! Runs one task: checks the binary and the function, turns panics into
-//! task errors, and says where the task failed.
+//! Runs one task, actor constructor or actor method call: checks the
+//! binary and the function, turns panics into task errors, and says where
+//! the task failed.
 
 use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use raylet_proto::TaskId;
-use raylet_proto::v1::{TaskResult, TaskSpec, WorkerEvents};
+use raylet_proto::v1::{ActorCreation, TaskResult, TaskSpec, WorkerEvents};
+use raylet_proto::{ActorId, TaskId};
 use tokio::sync::mpsc;
 use tonic::Status;
 
+use super::actor_host::{ActorHost, QueuedCall, not_hosted};
 use super::{WorkerContext, logs};
+use crate::actor::instance::{MethodCall, lookup_class};
 use crate::registry::{self, Invoke, TaskOutcome};
 use crate::task::{TaskError, TaskErrorKind};
 use crate::value::{Body, EncodedValue, outcome_to_proto};
@@ -21,7 +25,7 @@ pub(crate) type ResultSender = mpsc::UnboundedSender<Result<WorkerEvents, Status
 
 /// Runs a task with its resolved arguments and reports how it went.
 pub(crate) async fn run_task(
-    context: &WorkerContext,
+    context: &Arc<WorkerContext>,
     spec: TaskSpec,
     args: Result<Vec<Bytes>, TaskError>,
     results: &ResultSender,
@@ -54,13 +58,19 @@ pub(crate) async fn run_task(
 }
 
 /// Sync functions run on this thread; async ones on the cluster thread.
-async fn execute(spec: &TaskSpec, args: Vec<Bytes>, context: &WorkerContext) -> TaskOutcome {
+async fn execute(spec: &TaskSpec, args: Vec<Bytes>, context: &Arc<WorkerContext>) -> TaskOutcome {
     if spec.binary_hash != context.core.binary.hash {
         let message = format!(
             "the caller runs build {} of the binary, this worker runs build {}",
             spec.binary_hash, context.core.binary.hash
         );
         return Err(TaskError::new(TaskErrorKind::BinaryMismatch, &spec.function, message));
+    }
+    if let Some(creation) = &spec.actor_creation {
+        return construct_actor(spec, creation, args, context);
+    }
+    if !spec.actor_id.is_empty() {
+        return call_method(spec, args, context).await;
     }
     let Some(invoke) = registry::lookup(&spec.function) else {
         let message = format!(
@@ -72,15 +82,78 @@ async fn execute(spec: &TaskSpec, args: Vec<Bytes>, context: &WorkerContext) -> 
     match invoke {
         Invoke::Sync(function) => catch_unwind(AssertUnwindSafe(|| function(args)))
             .unwrap_or_else(|payload| Err(panic_error(&spec.function, payload))),
-        Invoke::Async(function) => match context.core.runtime.spawn(function(args)).await {
-            Ok(outcome) => outcome,
-            Err(join) if join.is_panic() => Err(panic_error(&spec.function, join.into_panic())),
-            Err(join) => Err(TaskError::new(
-                TaskErrorKind::Cancelled,
-                &spec.function,
-                join.to_string(),
-            )),
-        },
+        Invoke::Async(function) => joined(&spec.function, context.core.runtime.spawn(function(args))).await,
+    }
+}
+
+/// Runs an actor's constructor and makes this worker its host.
+fn construct_actor(
+    spec: &TaskSpec,
+    creation: &ActorCreation,
+    args: Vec<Bytes>,
+    context: &Arc<WorkerContext>,
+) -> TaskOutcome {
+    let id = ActorId::from_wire(&spec.actor_id)
+        .map_err(|e| TaskError::new(TaskErrorKind::Argument, &spec.function, e.to_string()))?;
+    let Some(class) = lookup_class(&spec.function) else {
+        let message = format!(
+            "no #[raylet::actor] type named {} in {}",
+            spec.function, context.core.binary.path
+        );
+        return Err(TaskError::new(TaskErrorKind::FunctionNotFound, &spec.function, message));
+    };
+    let instance = catch_unwind(AssertUnwindSafe(|| (class.construct)(args)))
+        .unwrap_or_else(|payload| Err(panic_error(&spec.function, payload)))?;
+    let max_concurrency = creation.max_concurrency.max(1) as usize;
+    let running = context.clone();
+    let host = ActorHost::start(id, instance, max_concurrency, move |call| {
+        run_call(running.clone(), call)
+    });
+    if context.actor.set(host).is_err() {
+        let message = "this worker hosts an actor already";
+        return Err(TaskError::new(TaskErrorKind::Argument, &spec.function, message));
+    }
+    registry::encode_value(&spec.function, &())
+}
+
+/// Runs one queued actor call and sends its result to its caller.
+async fn run_call(context: Arc<WorkerContext>, call: QueuedCall) {
+    let QueuedCall { spec, results } = call;
+    let args = super::service::resolve_args(&context, &spec).await;
+    let result = run_task(&context, spec, args, &results).await;
+    let _ = results.send(Ok(WorkerEvents {
+        results: vec![result],
+        logs: Vec::new(),
+    }));
+}
+
+/// Calls a method of the hosted actor: a sync one on this thread when the
+/// actor runs one call at a time, else on a thread of its own.
+async fn call_method(spec: &TaskSpec, args: Vec<Bytes>, context: &Arc<WorkerContext>) -> TaskOutcome {
+    let host = context
+        .actor
+        .get()
+        .filter(|host| host.id.as_bytes()[..] == spec.actor_id[..])
+        .ok_or_else(|| not_hosted(spec))?;
+    let Some(call) = host.instance.call(&spec.method, args) else {
+        let message = format!("the actor has no method {}", spec.method);
+        return Err(TaskError::new(TaskErrorKind::FunctionNotFound, &spec.function, message));
+    };
+    match call {
+        MethodCall::Sync(method) if host.max_concurrency == 1 => {
+            catch_unwind(AssertUnwindSafe(method)).unwrap_or_else(|payload| Err(panic_error(&spec.function, payload)))
+        }
+        MethodCall::Sync(method) => joined(&spec.function, tokio::task::spawn_blocking(method)).await,
+        MethodCall::Async(future) => joined(&spec.function, context.core.runtime.spawn(future)).await,
+    }
+}
+
+/// The outcome of a spawned call; a panic in it is the call's error.
+async fn joined(function: &str, handle: tokio::task::JoinHandle<TaskOutcome>) -> TaskOutcome {
+    match handle.await {
+        Ok(outcome) => outcome,
+        Err(join) if join.is_panic() => Err(panic_error(function, join.into_panic())),
+        Err(join) => Err(TaskError::new(TaskErrorKind::Cancelled, function, join.to_string())),
     }
 }
 
@@ -121,6 +194,15 @@ async fn hand_over(context: &WorkerContext, spec: &TaskSpec, mut value: EncodedV
     }
     core.borrows.settled().await;
     Ok(value)
+}
+
+/// The result of a task that failed before it could run.
+pub(crate) fn failed(spec: &TaskSpec, error: TaskError) -> TaskResult {
+    TaskResult {
+        task_id: spec.task_id.clone(),
+        outcome: Some(outcome_to_proto(&Err(error), true)),
+        run_micros: 0,
+    }
 }
 
 fn panic_error(function: &str, payload: Box<dyn Any + Send>) -> TaskError {

@@ -7,6 +7,7 @@
 //! submit tasks and get objects. The worker exits when its node manager
 //! goes away, and its output is forwarded to the owner of the running task.
 
+mod actor_host;
 mod executor;
 mod hook;
 mod logs;
@@ -14,7 +15,7 @@ mod service;
 
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock};
 
 use raylet_proto::auth::AuthToken;
 use raylet_proto::server::{MAX_DATA_MESSAGE, authenticated, incoming};
@@ -44,6 +45,8 @@ pub(crate) struct WorkerContext {
     pub(crate) node_id: NodeId,
     pub(crate) pid: u32,
     cancelled: Mutex<HashSet<TaskId>>,
+    /// The actor this worker hosts, once its constructor ran.
+    pub(crate) actor: OnceLock<actor_host::ActorHost>,
 }
 
 impl WorkerContext {
@@ -135,6 +138,7 @@ async fn start(
     let settings = CoreSettings {
         address: owner_listener.local_addr()?.to_string(),
         token: token.clone(),
+        head_address: bootstrap.head_address.clone(),
         node_manager: bootstrap.node_manager_address.clone(),
         binary,
         log_to_driver: true,
@@ -151,6 +155,7 @@ async fn start(
         node_id,
         pid: std::process::id(),
         cancelled: Mutex::new(HashSet::new()),
+        actor: OnceLock::new(),
     });
 
     let register = RegisterWorker {

@@ -1,6 +1,8 @@
 //! The worker's task service: owners push tasks over a stream. Each task's
 //! arguments are resolved, then the task runs right here on the main
-//! thread, and its result goes back on the same stream.
+//! thread, and its result goes back on the same stream. Calls of the actor
+//! this worker hosts go to the actor's queue instead, which answers on the
+//! caller's stream.
 
 use std::future::Future;
 use std::pin::Pin;
@@ -17,6 +19,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::WorkerContext;
+use super::actor_host::not_hosted;
 use super::executor;
 use crate::object_ref::{AnyObjectRef, RawRef};
 use crate::task::{TaskError, TaskErrorKind};
@@ -60,10 +63,18 @@ async fn run_stream(context: Arc<WorkerContext>, mut inbound: Streaming<TaskBatc
             absorb(&context, batch, &mut queue);
         }
         if let Some(spec) = queue.pop_front() {
-            let args = resolve_args(&context, &spec).await;
-            finished.push(executor::run_task(&context, spec, args, &results).await);
+            match is_actor_call(&spec) {
+                true => match context.actor.get() {
+                    Some(host) => host.enqueue(spec, results.clone()),
+                    None => finished.push(executor::failed(&spec, not_hosted(&spec))),
+                },
+                false => {
+                    let args = resolve_args(&context, &spec).await;
+                    finished.push(executor::run_task(&context, spec, args, &results).await);
+                }
+            }
         }
-        if queue.is_empty() || finished.len() >= MAX_RESULTS_PER_MESSAGE {
+        if !finished.is_empty() && (queue.is_empty() || finished.len() >= MAX_RESULTS_PER_MESSAGE) {
             let events = WorkerEvents {
                 results: std::mem::take(&mut finished),
                 logs: Vec::new(),
@@ -77,6 +88,11 @@ async fn run_stream(context: Arc<WorkerContext>, mut inbound: Streaming<TaskBatc
 
 /// Results held back at most while more tasks wait.
 const MAX_RESULTS_PER_MESSAGE: usize = 32;
+
+/// A call of an actor's method, as opposed to a task or an actor's constructor.
+fn is_actor_call(spec: &TaskSpec) -> bool {
+    !spec.actor_id.is_empty() && spec.actor_creation.is_none()
+}
 
 fn absorb(context: &WorkerContext, batch: TaskBatch, queue: &mut std::collections::VecDeque<TaskSpec>) {
     for cancel in batch.cancel {
@@ -101,7 +117,7 @@ async fn next_if_ready(inbound: &mut Streaming<TaskBatch>) -> Option<TaskBatch> 
 /// Inline values as they are; stored objects mapped from this node's store;
 /// references fetched from their owners on the cluster thread, whose
 /// connections stay alive while a task runs here.
-async fn resolve_args(context: &Arc<WorkerContext>, spec: &TaskSpec) -> Result<Vec<Bytes>, TaskError> {
+pub(super) async fn resolve_args(context: &Arc<WorkerContext>, spec: &TaskSpec) -> Result<Vec<Bytes>, TaskError> {
     let mut args = Vec::with_capacity(spec.args.len());
     for (index, arg) in spec.args.iter().enumerate() {
         let resolved = match &arg.kind {

@@ -1,6 +1,7 @@
 //! The head: keeps the table of node incarnations, marks silent nodes dead,
-//! and answers `raylet status`.
+//! answers `raylet status`, and places, restarts and lists actors.
 
+pub mod actors;
 mod node_table;
 mod service;
 
@@ -9,12 +10,15 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use raylet_proto::auth::AuthToken;
+use raylet_proto::server::{MAX_DATA_MESSAGE, authenticated, incoming};
+use raylet_proto::v1::actor_service_server::ActorServiceServer;
 use raylet_proto::v1::head_service_server::HeadServiceServer;
 use tokio::net::TcpListener;
 
 pub use node_table::{Heartbeat, HeartbeatOutcome, NodeResourcesView, NodeTable, Registration};
 
 use crate::Result;
+use actors::{ActorRuntime, ActorServiceImpl, ActorTable, HeadLeases};
 use service::HeadServiceImpl;
 
 /// Settings of a head.
@@ -44,10 +48,22 @@ impl HeadConfig {
 /// Runs a head on `listener` until `shutdown` resolves.
 pub async fn run(config: HeadConfig, listener: TcpListener, shutdown: impl Future<Output = ()>) -> Result<()> {
     let table = Arc::new(Mutex::new(NodeTable::new(config.heartbeat_timeout)));
-    let service = HeadServiceServer::new(HeadServiceImpl { table: table.clone() });
-    let server = crate::grpc_server::serve(service, config.token, listener, shutdown);
+    let nodes = HeadServiceServer::new(HeadServiceImpl { table: table.clone() });
+    let runtime = Arc::new(ActorRuntime {
+        table: Arc::new(Mutex::new(ActorTable::default())),
+        nodes: table.clone(),
+        leases: HeadLeases::new(config.token.clone()),
+        token: config.token.clone(),
+    });
+    let actors = ActorServiceServer::new(ActorServiceImpl { runtime })
+        .max_decoding_message_size(MAX_DATA_MESSAGE)
+        .max_encoding_message_size(MAX_DATA_MESSAGE);
+    let server = authenticated(config.token)
+        .add_service(nodes)
+        .add_service(actors)
+        .serve_with_incoming_shutdown(incoming(listener), shutdown);
     tokio::select! {
-        result = server => result,
+        result = server => Ok(result?),
         never = detect_failures(table, config.heartbeat_timeout) => match never {},
     }
 }

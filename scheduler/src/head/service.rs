@@ -14,8 +14,6 @@ use tonic::{Request, Response, Status};
 use super::node_table::{Heartbeat, HeartbeatOutcome, NodeResourcesView, NodeTable, Registration};
 use crate::status::NodeStats;
 
-const MAX_TEXT_LEN: usize = 256;
-
 /// Serves [`HeadService`] over a shared [`NodeTable`].
 pub(crate) struct HeadServiceImpl {
     pub(crate) table: Arc<Mutex<NodeTable>>,
@@ -100,7 +98,8 @@ fn encode_node_resources(node: NodeResourcesView) -> NodeResources {
     }
 }
 
-fn bounded_text(field: &str, text: String) -> Result<String> {
+/// `text` if it is at most [`MAX_TEXT_LEN`] bytes long.
+pub(super) fn bounded_text(field: &str, text: String) -> Result<String> {
     if text.len() > MAX_TEXT_LEN {
         return Err(Error::InvalidArgument(format!(
             "{field} is {} bytes long; the limit is {MAX_TEXT_LEN}",
@@ -109,3 +108,6 @@ fn bounded_text(field: &str, text: String) -> Result<String> {
     }
     Ok(text)
 }
+
+/// The longest name, address or other text a request may carry.
+const MAX_TEXT_LEN: usize = 1024;

@@ -92,6 +92,7 @@ struct LeaseState {
 pub(crate) struct WorkerContext {
     pub(crate) node_id: NodeId,
     pub(crate) node_manager_address: String,
+    pub(crate) head_address: String,
     pub(crate) token: String,
     pub(crate) bind_ip: String,
 }
@@ -296,6 +297,23 @@ impl LeaseManager {
         }
     }
 
+    /// Changes what a lease of `session` holds; freed resources go to
+    /// waiting requests. Leases of other sessions are left alone.
+    pub(crate) fn resize_lease(self: &Arc<Self>, session: u64, worker_id: WorkerId, resources: ResourceSet) {
+        {
+            let mut state = self.state();
+            if state
+                .workers
+                .get(&worker_id)
+                .is_none_or(|worker| worker.session != session)
+            {
+                return;
+            }
+            state.ledger.resize(worker_id, resources);
+        }
+        self.pump();
+    }
+
     pub(crate) fn set_blocked(self: &Arc<Self>, worker_id: WorkerId, blocked: bool) {
         self.state().ledger.set_blocked(worker_id, blocked);
         self.pump();
@@ -466,6 +484,7 @@ impl LeaseManager {
         };
         let bootstrap = WorkerBootstrap {
             node_manager_address: self.context.node_manager_address.clone(),
+            head_address: self.context.head_address.clone(),
             node_id: self.context.node_id.to_string(),
             worker_id: worker_id.to_string(),
             token: self.context.token.clone(),

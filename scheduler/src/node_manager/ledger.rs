@@ -69,6 +69,14 @@ impl ResourceLedger {
         self.holdings.insert(worker, Holding { demand, blocked: false });
     }
 
+    /// Changes what `worker` holds, e.g. once an actor placed with a CPU
+    /// runs holding none.
+    pub fn resize(&mut self, worker: WorkerId, demand: ResourceSet) {
+        if let Some(holding) = self.holdings.get_mut(&worker) {
+            holding.demand = demand;
+        }
+    }
+
     /// Gives back what `worker` holds.
     pub fn release(&mut self, worker: WorkerId) {
         self.holdings.remove(&worker);
@@ -102,6 +110,17 @@ mod tests {
         assert!(!ledger.feasible(&cpus(3.0)));
         ledger.release(a);
         assert_eq!(ledger.available(), cpus(1.0));
+    }
+
+    #[test]
+    fn a_resized_holding_counts_its_new_demand() {
+        let mut ledger = ResourceLedger::new(cpus(2.0));
+        let actor = WorkerId::random();
+        ledger.hold(actor, cpus(1.0));
+        ledger.resize(actor, ResourceSet::new());
+        assert_eq!(ledger.available(), cpus(2.0));
+        ledger.resize(WorkerId::random(), cpus(2.0));
+        assert_eq!(ledger.available(), cpus(2.0), "an unknown worker changes nothing");
     }
 
     #[test]

@@ -166,6 +166,7 @@ impl NodeManager {
         let context = WorkerContext {
             node_id: config.node_id,
             node_manager_address: address.to_string(),
+            head_address: config.head_address.clone(),
             token: config.token.expose().to_string(),
             bind_ip: address.ip().to_string(),
         };

@@ -124,5 +124,13 @@ fn handle_lease_message(leases: &Arc<LeaseManager>, session: u64, kind: LeaseKin
             }
         }
         LeaseKind::Cancel(cancel) => leases.cancel_request(session, cancel.request_id),
+        LeaseKind::Resize(resize) => {
+            let worker_id = WorkerId::from_wire(&resize.worker_id);
+            let resources = ResourceSet::from_proto(&resize.resources.unwrap_or_default());
+            match (worker_id, resources) {
+                (Ok(worker_id), Ok(resources)) => leases.resize_lease(session, worker_id, resources),
+                _ => tracing::warn!(session, "ignoring a malformed lease resize"),
+            }
+        }
     }
 }

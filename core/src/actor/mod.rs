@@ -1,0 +1,190 @@
+//! Actors: stateful workers made with `#[raylet::actor]`. The head places,
+//! restarts and lists them; callers hold typed handles whose calls go
+//! straight to the actor's worker, in submission order.
+
+mod client;
+mod handle;
+mod info;
+pub(crate) mod instance;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use raylet_proto::v1::actor_service_client::ActorServiceClient;
+use raylet_proto::v1::{CreateActorRequest, GetNamedActorRequest, KillActorRequest, ListActorsRequest, TaskArg};
+use raylet_proto::{ActorId, TaskId};
+
+pub(crate) use client::{ActorCall, ActorClients};
+pub use handle::{Actor, ActorBuilder, ActorHandle, ActorOptions};
+pub use info::{ActorInfo, ActorState};
+
+use crate::core_worker::CoreWorker;
+use crate::submitter::{pinned_by, resolve_arg};
+use crate::task::{Arg, TaskError};
+use crate::{Cluster, Error, ObjectRef, Result};
+
+/// How long a constructor argument that a task still makes is waited for.
+const ARGUMENT_PATIENCE: Duration = Duration::from_secs(600);
+
+impl Cluster {
+    /// Creates an actor; `ActorBuilder::spawn` calls this.
+    pub fn create_actor(&self, options: ActorOptions, args: Vec<Arg>) -> Result<ActorHandle> {
+        let core = self.core().clone();
+        let (placement, running) = options.demands()?;
+        if options.max_concurrency == 0 {
+            return Err(Error::Cluster(raylet_proto::Error::InvalidArgument(
+                "max_concurrency must be at least 1".into(),
+            )));
+        }
+        let id = ActorId::random();
+        let handle = ActorHandle::new(id, options.class, options.max_task_retries);
+        let creating = core.clone();
+        core.block_on(async move {
+            let core = creating;
+            core.actors.ensure_owner_session(&core).await?;
+            let request = CreateActorRequest {
+                actor_id: id.as_bytes().to_vec(),
+                class_name: options.class.to_string(),
+                args: resolve_constructor_args(&core, &args).await?,
+                binary: Some(core.binary.clone()),
+                placement: Some(placement.to_proto()),
+                running: Some(running.to_proto()),
+                name: options.name,
+                namespace: options.namespace,
+                detached: options.detached,
+                max_restarts: options.max_restarts,
+                max_concurrency: options.max_concurrency,
+                owner_address: core.address.to_string(),
+            };
+            let channel = core.channel(&core.head_address).await?;
+            ActorServiceClient::new(channel)
+                .create_actor(request)
+                .await
+                .map_err(raylet_proto::Error::from)?;
+            core.actors
+                .created(&core, id, options.max_task_retries, pinned_by(args));
+            Ok::<_, Error>(())
+        })?;
+        Ok(handle)
+    }
+
+    /// Submits a call of an actor's method; see [`ActorHandle::call`].
+    pub(crate) fn call_actor<R>(
+        &self,
+        handle: &ActorHandle,
+        method: &'static str,
+        function: String,
+        args: Result<Vec<Arg>, TaskError>,
+    ) -> ObjectRef<R> {
+        let core = self.core();
+        let task_id = TaskId::random();
+        let return_id = task_id.return_object();
+        core.store.add_pending(return_id);
+        let object = self.owned_ref(return_id).typed();
+        match args {
+            Ok(args) => {
+                let call = ActorCall {
+                    task_id,
+                    method,
+                    function,
+                    args,
+                };
+                core.actors.call(core, handle.id(), handle.max_task_retries(), call);
+            }
+            Err(error) => core.store.complete(return_id, Err(error)),
+        }
+        object
+    }
+
+    /// The live actor named `name` in the default namespace, as a handle of
+    /// type `A`. Fails when no live actor has that name, or when it is of
+    /// another type.
+    pub fn get_actor<A: Actor>(&self, name: &str) -> Result<A::Handle> {
+        self.get_actor_in::<A>(ActorOptions::DEFAULT_NAMESPACE, name)
+    }
+
+    /// [`Cluster::get_actor`] in `namespace`.
+    pub fn get_actor_in<A: Actor>(&self, namespace: &str, name: &str) -> Result<A::Handle> {
+        let core = self.core().clone();
+        let request = GetNamedActorRequest {
+            name: name.to_string(),
+            namespace: namespace.to_string(),
+        };
+        let record = core.clone().block_on(async move {
+            let channel = core.channel(&core.head_address).await?;
+            let reply = ActorServiceClient::new(channel).get_named_actor(request).await;
+            Ok::<_, Error>(reply.map_err(raylet_proto::Error::from)?.into_inner())
+        })?;
+        if record.class_name != A::CLASS {
+            return Err(Error::WrongActorType {
+                name: name.to_string(),
+                expected: A::CLASS.to_string(),
+                actual: record.class_name,
+            });
+        }
+        let id = ActorId::from_wire(&record.actor_id)?;
+        Ok(A::Handle::from(ActorHandle::new(id, A::CLASS, 0)))
+    }
+
+    /// Ends an actor's process. Unless `no_restart`, it restarts if its
+    /// `max_restarts` allow; otherwise it is dead, and its calls fail with
+    /// `ActorDied`.
+    pub fn kill(&self, handle: impl AsRef<ActorHandle>, no_restart: bool) -> Result<()> {
+        let core = self.core().clone();
+        let request = KillActorRequest {
+            actor_id: handle.as_ref().id().as_bytes().to_vec(),
+            no_restart,
+        };
+        core.clone().block_on(async move {
+            let channel = core.channel(&core.head_address).await?;
+            let reply = ActorServiceClient::new(channel).kill_actor(request).await;
+            reply.map_err(raylet_proto::Error::from)?;
+            Ok(())
+        })
+    }
+
+    /// Every actor of the cluster, dead ones included, oldest first.
+    pub fn list_actors(&self) -> Result<Vec<ActorInfo>> {
+        let core = self.core().clone();
+        let records = core.clone().block_on(async move {
+            let channel = core.channel(&core.head_address).await?;
+            let reply = ActorServiceClient::new(channel).list_actors(ListActorsRequest {}).await;
+            Ok::<_, Error>(reply.map_err(raylet_proto::Error::from)?.into_inner().actors)
+        })?;
+        records.into_iter().map(ActorInfo::from_record).collect()
+    }
+}
+
+impl AsRef<ActorHandle> for ActorHandle {
+    fn as_ref(&self) -> &ActorHandle {
+        self
+    }
+}
+
+/// The constructor's arguments as the head passes them on; objects that a
+/// task still makes are waited for first.
+async fn resolve_constructor_args(core: &Arc<CoreWorker>, args: &[Arg]) -> Result<Vec<TaskArg>> {
+    let mut resolved = Vec::with_capacity(args.len());
+    for arg in args {
+        if let Arg::Ref(object) = arg
+            && core.owns(object)
+        {
+            let deadline = tokio::time::Instant::now() + ARGUMENT_PATIENCE;
+            core.store.wait(object.id(), Some(deadline)).await?;
+        }
+        match resolve_arg(core, arg) {
+            Ok(Some(arg)) => resolved.push(arg),
+            Ok(None) => {
+                let object = match arg {
+                    Arg::Ref(object) => object.id().to_string(),
+                    Arg::Value { .. } => "a value".to_string(),
+                };
+                return Err(Error::Cluster(raylet_proto::Error::DeadlineExceeded(format!(
+                    "the constructor's argument {object} was not ready within {ARGUMENT_PATIENCE:?}"
+                ))));
+            }
+            Err(error) => return Err(Error::Task(error)),
+        }
+    }
+    Ok(resolved)
+}

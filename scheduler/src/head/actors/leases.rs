@@ -1,0 +1,218 @@
+//! The head's lease sessions with node managers, one per node and binary:
+//! the workers that host actors are leased through them, resized once the
+//! actor runs, and given back (which ends the worker) when it is killed.
+
+use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use raylet_proto::auth::AuthToken;
+use raylet_proto::v1::lease_session_event::Kind as LeaseEvent;
+use raylet_proto::v1::lease_session_request::Kind as LeaseRequest;
+use raylet_proto::v1::node_manager_service_client::NodeManagerServiceClient;
+use raylet_proto::v1::{
+    GetWorkerExitRequest, LeaseSessionRequest, RequestLease, ResizeLease, ReturnLease, WorkerBinary,
+};
+use raylet_proto::{Error, NodeId, ResourceSet, Result, WorkerId};
+use tokio::sync::{mpsc, oneshot};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+
+/// How long the head waits for a node manager to answer a connection.
+const NODE_PATIENCE: Duration = Duration::from_secs(2);
+
+/// A worker leased for an actor.
+#[derive(Clone, Debug)]
+pub struct Grant {
+    pub node: String,
+    pub worker_id: WorkerId,
+    pub address: String,
+    pub node_id: NodeId,
+    pub pid: u32,
+}
+
+/// A node manager's answer to a lease request.
+#[derive(Debug)]
+pub enum LeaseAnswer {
+    Granted(Grant),
+    Refused {
+        reason: String,
+        infeasible: bool,
+    },
+    /// The node is full; this other node has room.
+    Spillback(String),
+}
+
+struct LeaseSession {
+    requests: mpsc::UnboundedSender<LeaseSessionRequest>,
+    pending: Mutex<HashMap<u64, oneshot::Sender<LeaseAnswer>>>,
+    closed: AtomicBool,
+}
+
+impl LeaseSession {
+    fn pending(&self) -> MutexGuard<'_, HashMap<u64, oneshot::Sender<LeaseAnswer>>> {
+        self.pending.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn send(&self, kind: LeaseRequest) {
+        let _ = self.requests.send(LeaseSessionRequest { kind: Some(kind) });
+    }
+}
+
+/// The head's lease sessions, opened on first use.
+pub struct HeadLeases {
+    token: AuthToken,
+    sessions: Arc<Mutex<Sessions>>,
+    next_request: AtomicU64,
+}
+
+type Sessions = HashMap<(String, String), Arc<LeaseSession>>;
+
+impl HeadLeases {
+    pub fn new(token: AuthToken) -> Self {
+        HeadLeases {
+            token,
+            sessions: Arc::new(Mutex::new(HashMap::new())),
+            next_request: AtomicU64::new(1),
+        }
+    }
+
+    /// Asks the node manager at `node` for a worker of `binary` holding
+    /// `resources`; waits until it is granted, refused or spilled back.
+    pub async fn request(&self, node: &str, binary: &WorkerBinary, resources: &ResourceSet) -> Result<LeaseAnswer> {
+        let session = self.session(node, binary).await?;
+        let request_id = self.next_request.fetch_add(1, Ordering::Relaxed);
+        let (answer, answered) = oneshot::channel();
+        session.pending().insert(request_id, answer);
+        if session.closed.load(Ordering::Acquire) {
+            session.pending().remove(&request_id);
+        }
+        session.send(LeaseRequest::Request(RequestLease {
+            request_id,
+            resources: Some(resources.to_proto()),
+            allow_spillback: true,
+        }));
+        let answer = answered
+            .await
+            .map_err(|_| Error::Unavailable(format!("the node manager at {node} closed the lease session")))?;
+        Ok(match answer {
+            LeaseAnswer::Granted(grant) => LeaseAnswer::Granted(Grant {
+                node: node.to_string(),
+                ..grant
+            }),
+            other => other,
+        })
+    }
+
+    /// Makes a granted lease hold `resources` from now on.
+    pub async fn resize(&self, grant: &Grant, binary: &WorkerBinary, resources: &ResourceSet) -> Result<()> {
+        let session = self.session(&grant.node, binary).await?;
+        session.send(LeaseRequest::Resize(ResizeLease {
+            worker_id: grant.worker_id.as_bytes().to_vec(),
+            resources: Some(resources.to_proto()),
+        }));
+        Ok(())
+    }
+
+    /// Gives a lease back and has its node manager end the worker.
+    pub async fn end_worker(&self, grant: &Grant, binary: &WorkerBinary) {
+        if let Ok(session) = self.session(&grant.node, binary).await {
+            session.send(LeaseRequest::ReturnLease(ReturnLease {
+                worker_id: grant.worker_id.as_bytes().to_vec(),
+                worker_failed: true,
+            }));
+        }
+    }
+
+    /// How a leased worker exited, as its node manager saw it.
+    pub async fn worker_exit(&self, grant: &Grant) -> String {
+        let exit = async {
+            let channel = raylet_proto::channel::connect(&grant.node, &self.token, NODE_PATIENCE).await?;
+            let request = GetWorkerExitRequest {
+                worker_id: grant.worker_id.as_bytes().to_vec(),
+            };
+            let reply = NodeManagerServiceClient::new(channel).get_worker_exit(request).await;
+            Ok::<_, Error>(reply.map_err(Error::from)?.into_inner())
+        };
+        match exit.await {
+            Ok(exit) if exit.exited => format!("its worker (pid {}) {}", grant.pid, exit.description),
+            Ok(_) => format!("its worker (pid {}) stopped answering", grant.pid),
+            Err(error) => format!("its node {} is unreachable ({error})", grant.node),
+        }
+    }
+
+    async fn session(&self, node: &str, binary: &WorkerBinary) -> Result<Arc<LeaseSession>> {
+        let key = (node.to_string(), binary.hash.clone());
+        if let Some(session) = self.sessions().get(&key) {
+            return Ok(session.clone());
+        }
+        let opened = self.open(key.clone(), binary).await?;
+        Ok(self.sessions().entry(key).or_insert(opened).clone())
+    }
+
+    /// Opens a session; when the node manager ends it, it is forgotten and
+    /// its waiting requests fail.
+    async fn open(&self, key: (String, String), binary: &WorkerBinary) -> Result<Arc<LeaseSession>> {
+        let channel = raylet_proto::channel::connect(&key.0, &self.token, NODE_PATIENCE).await?;
+        let (requests, outbound) = mpsc::unbounded_channel();
+        let _ = requests.send(LeaseSessionRequest {
+            kind: Some(LeaseRequest::Open(binary.clone())),
+        });
+        let reply = NodeManagerServiceClient::new(channel)
+            .lease_session(UnboundedReceiverStream::new(outbound))
+            .await;
+        let mut events = reply.map_err(Error::from)?.into_inner();
+        let session = Arc::new(LeaseSession {
+            requests,
+            pending: Mutex::new(HashMap::new()),
+            closed: AtomicBool::new(false),
+        });
+        let answering = session.clone();
+        let sessions = self.sessions.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(event)) = events.message().await {
+                if let Some((request_id, answer)) = event.kind.and_then(answer_of)
+                    && let Some(waiting) = answering.pending().remove(&request_id)
+                {
+                    let _ = waiting.send(answer);
+                }
+            }
+            answering.closed.store(true, Ordering::Release);
+            answering.pending().clear();
+            let mut sessions = sessions.lock().unwrap_or_else(|p| p.into_inner());
+            if sessions.get(&key).is_some_and(|open| Arc::ptr_eq(open, &answering)) {
+                sessions.remove(&key);
+            }
+        });
+        Ok(session)
+    }
+
+    fn sessions(&self) -> MutexGuard<'_, Sessions> {
+        self.sessions.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+fn answer_of(event: LeaseEvent) -> Option<(u64, LeaseAnswer)> {
+    match event {
+        LeaseEvent::Granted(granted) => {
+            let grant = Grant {
+                node: String::new(),
+                worker_id: WorkerId::from_wire(&granted.worker_id).ok()?,
+                address: granted.worker_address,
+                node_id: NodeId::from_wire(&granted.node_id).ok()?,
+                pid: granted.pid,
+            };
+            Some((granted.request_id, LeaseAnswer::Granted(grant)))
+        }
+        LeaseEvent::Refused(refused) => Some((
+            refused.request_id,
+            LeaseAnswer::Refused {
+                reason: refused.reason,
+                infeasible: refused.infeasible,
+            },
+        )),
+        LeaseEvent::Spillback(spillback) => {
+            Some((spillback.request_id, LeaseAnswer::Spillback(spillback.node_address)))
+        }
+    }
+}

@@ -1,0 +1,302 @@
+//! One actor's life, run by the head: place it on a node, lease a worker
+//! there, run its constructor, hold the worker's task stream open as long
+//! as the actor lives, and when that stream ends (the process died) or a
+//! kill order comes, restart it or record its death.
+
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use raylet_proto::auth::AuthToken;
+use raylet_proto::v1::worker_service_client::WorkerServiceClient;
+use raylet_proto::v1::{
+    ActorCreation, ActorDeathKind, FailureKind, ObjectOutcome, TaskBatch, TaskFailure, TaskSpec, WorkerEvents,
+    object_outcome,
+};
+use raylet_proto::{ResourceSet, TaskId};
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::UnboundedReceiverStream;
+use tonic::Streaming;
+
+use super::leases::{Grant, HeadLeases, LeaseAnswer};
+use super::table::{ActorSpec, ActorTable, KillOrder, Placement};
+use crate::head::{NodeResourcesView, NodeTable};
+
+/// A leased worker answers at once; if it does not, it is gone.
+const WORKER_PATIENCE: Duration = Duration::from_secs(2);
+/// How many times a lease may be passed on to another node.
+const MAX_SPILLBACKS: usize = 8;
+/// How long a killed worker's stream may take to end.
+const KILL_PATIENCE: Duration = Duration::from_secs(5);
+
+/// What every actor's life needs from the head.
+pub(crate) struct ActorRuntime {
+    pub(crate) table: Arc<Mutex<ActorTable>>,
+    pub(crate) nodes: Arc<Mutex<NodeTable>>,
+    pub(crate) leases: HeadLeases,
+    pub(crate) token: AuthToken,
+}
+
+impl ActorRuntime {
+    pub(crate) fn table(&self) -> MutexGuard<'_, ActorTable> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// How an attempt to host the actor ended.
+enum Ended {
+    /// For good: it cannot run.
+    Dead(ActorDeathKind, String),
+    /// Its process is gone; it may restart.
+    ProcessDied(String),
+}
+
+/// An actor constructed on a worker, with the stream that stays open while
+/// the worker lives.
+struct Hosted {
+    grant: Grant,
+    events: Streaming<WorkerEvents>,
+    _tasks: mpsc::UnboundedSender<TaskBatch>,
+}
+
+/// Runs an actor until it is dead for good.
+pub(crate) async fn run_actor(
+    runtime: Arc<ActorRuntime>,
+    spec: Arc<ActorSpec>,
+    mut kill: watch::Receiver<Option<KillOrder>>,
+) {
+    loop {
+        let restarts = runtime.table().record(spec.id).map(|r| r.restarts).unwrap_or_default();
+        let cause = match host(&runtime, &spec, restarts, &mut kill).await {
+            Ok(hosted) => {
+                let placement = Placement {
+                    address: hosted.grant.address.clone(),
+                    node_id: hosted.grant.node_id,
+                    pid: hosted.grant.pid,
+                };
+                runtime.table().alive(spec.id, &placement);
+                until_gone(&runtime, &spec, hosted, &mut kill).await
+            }
+            Err(Ended::ProcessDied(cause)) => cause,
+            Err(Ended::Dead(kind, cause)) => {
+                runtime.table().dead(spec.id, kind, &cause);
+                return;
+            }
+        };
+        if !runtime.table().process_died(spec.id, &cause) {
+            return;
+        }
+        tracing::info!(actor = %spec.id, %cause, "restarting an actor");
+    }
+}
+
+/// Places the actor and runs its constructor; a kill order stops that.
+async fn host(
+    runtime: &ActorRuntime,
+    spec: &ActorSpec,
+    restarts: u32,
+    kill: &mut watch::Receiver<Option<KillOrder>>,
+) -> Result<Hosted, Ended> {
+    if let Some(order) = kill.borrow_and_update().clone() {
+        return Err(Ended::ProcessDied(order.cause));
+    }
+    let grant = tokio::select! {
+        placed = place(runtime, spec) => placed?,
+        order = ordered(kill) => return Err(Ended::ProcessDied(order.cause)),
+    };
+    tokio::select! {
+        constructed = construct(runtime, spec, &grant, restarts) => match constructed {
+            Ok(hosted) => Ok(hosted),
+            Err(ended) => {
+                runtime.leases.end_worker(&grant, &spec.binary).await;
+                Err(ended)
+            }
+        },
+        order = ordered(kill) => {
+            runtime.leases.end_worker(&grant, &spec.binary).await;
+            Err(Ended::ProcessDied(order.cause))
+        }
+    }
+}
+
+/// Leases a worker on a node that fits the actor, following spillbacks.
+async fn place(runtime: &ActorRuntime, spec: &ActorSpec) -> Result<Grant, Ended> {
+    let views = runtime
+        .nodes
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .alive_resources();
+    let mut node = choose_node(&views, &spec.placement).ok_or_else(|| {
+        let reason = format!("no node of the cluster can ever fit {}", describe(&spec.placement));
+        Ended::Dead(ActorDeathKind::Infeasible, reason)
+    })?;
+    for _ in 0..=MAX_SPILLBACKS {
+        let answer = runtime.leases.request(&node, &spec.binary, &spec.placement).await;
+        match answer {
+            Ok(LeaseAnswer::Granted(grant)) => return Ok(grant),
+            Ok(LeaseAnswer::Spillback(other)) => node = other,
+            Ok(LeaseAnswer::Refused {
+                reason,
+                infeasible: true,
+            }) => {
+                return Err(Ended::Dead(ActorDeathKind::Infeasible, reason));
+            }
+            Ok(LeaseAnswer::Refused { reason, .. }) => return Err(Ended::ProcessDied(reason)),
+            Err(error) => return Err(Ended::ProcessDied(format!("its node {node} is unreachable ({error})"))),
+        }
+    }
+    Err(Ended::ProcessDied(format!(
+        "its lease was passed on {MAX_SPILLBACKS} times without a grant"
+    )))
+}
+
+/// The node to ask first: the one with the most room of those that fit the
+/// demand now, else one that could ever fit it.
+fn choose_node(views: &[NodeResourcesView], demand: &ResourceSet) -> Option<String> {
+    let room = |view: &NodeResourcesView| view.available.get(raylet_proto::resources::CPU);
+    views
+        .iter()
+        .filter(|view| view.available.fits(demand))
+        .max_by_key(|view| room(view))
+        .or_else(|| views.iter().find(|view| view.total.fits(demand)))
+        .map(|view| view.address.clone())
+}
+
+fn describe(set: &ResourceSet) -> String {
+    match set.is_empty() {
+        true => "no resources".to_string(),
+        false => set
+            .iter()
+            .map(|(name, amount)| format!("{name}={amount}"))
+            .collect::<Vec<_>>()
+            .join(", "),
+    }
+}
+
+/// Runs the constructor on the leased worker and waits for its result.
+async fn construct(runtime: &ActorRuntime, spec: &ActorSpec, grant: &Grant, restarts: u32) -> Result<Hosted, Ended> {
+    let gone = |error: String| Ended::ProcessDied(format!("its worker at {} is unreachable ({error})", grant.address));
+    let channel = raylet_proto::channel::connect(&grant.address, &runtime.token, WORKER_PATIENCE)
+        .await
+        .map_err(|e| gone(e.to_string()))?;
+    let (tasks, outbound) = mpsc::unbounded_channel();
+    let _ = tasks.send(TaskBatch {
+        tasks: vec![creation_spec(spec, restarts)],
+        cancel: Vec::new(),
+    });
+    let mut client = WorkerServiceClient::new(channel)
+        .max_decoding_message_size(raylet_proto::server::MAX_DATA_MESSAGE)
+        .max_encoding_message_size(raylet_proto::server::MAX_DATA_MESSAGE);
+    let reply = client.push_tasks(UnboundedReceiverStream::new(outbound)).await;
+    let mut events = reply.map_err(|e| gone(e.to_string()))?.into_inner();
+    loop {
+        let Ok(Some(batch)) = events.message().await else {
+            return Err(Ended::ProcessDied(runtime.leases.worker_exit(grant).await));
+        };
+        let Some(result) = batch.results.into_iter().next() else {
+            continue;
+        };
+        if let Some(failure) = failure_of(result.outcome) {
+            return Err(Ended::Dead(ActorDeathKind::CreationFailed, creation_failure(failure)));
+        }
+        if let Err(error) = runtime.leases.resize(grant, &spec.binary, &spec.running).await {
+            tracing::warn!(actor = %spec.id, %error, "the actor keeps its placement resources");
+        }
+        return Ok(Hosted {
+            grant: grant.clone(),
+            events,
+            _tasks: tasks,
+        });
+    }
+}
+
+fn creation_spec(spec: &ActorSpec, restarts: u32) -> TaskSpec {
+    TaskSpec {
+        task_id: TaskId::random().as_bytes().to_vec(),
+        function: spec.class_name.clone(),
+        binary_hash: spec.binary.hash.clone(),
+        args: spec.args.clone(),
+        attempt: restarts,
+        owner_address: spec.owner.clone(),
+        actor_id: spec.id.as_bytes().to_vec(),
+        actor_creation: Some(ActorCreation {
+            max_concurrency: spec.max_concurrency,
+        }),
+        method: String::new(),
+    }
+}
+
+fn failure_of(outcome: Option<ObjectOutcome>) -> Option<TaskFailure> {
+    match outcome?.outcome? {
+        object_outcome::Outcome::Failure(failure) => Some(failure),
+        object_outcome::Outcome::Value(_) => None,
+    }
+}
+
+fn creation_failure(failure: TaskFailure) -> String {
+    match failure.kind() {
+        FailureKind::Application => format!("its constructor returned an error: {}", failure.message),
+        FailureKind::Panic => format!("its constructor panicked: {}", failure.message),
+        _ => format!("its constructor could not run: {}", failure.message),
+    }
+}
+
+/// Waits until the actor's process is gone, ending it first on a kill
+/// order; returns why it is gone.
+async fn until_gone(
+    runtime: &ActorRuntime,
+    spec: &ActorSpec,
+    mut hosted: Hosted,
+    kill: &mut watch::Receiver<Option<KillOrder>>,
+) -> String {
+    let ended = async { while let Ok(Some(_)) = hosted.events.message().await {} };
+    tokio::select! {
+        () = ended => runtime.leases.worker_exit(&hosted.grant).await,
+        order = ordered(kill) => {
+            runtime.leases.end_worker(&hosted.grant, &spec.binary).await;
+            let drained = async { while let Ok(Some(_)) = hosted.events.message().await {} };
+            let _ = tokio::time::timeout(KILL_PATIENCE, drained).await;
+            order.cause
+        }
+    }
+}
+
+/// The next kill order; pending forever when none comes.
+async fn ordered(kill: &mut watch::Receiver<Option<KillOrder>>) -> KillOrder {
+    loop {
+        if let Some(order) = kill.borrow_and_update().clone() {
+            return order;
+        }
+        if kill.changed().await.is_err() {
+            std::future::pending::<()>().await;
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use raylet_proto::resources::CPU;
+    use raylet_proto::{Amount, NodeId};
+
+    use super::*;
+
+    fn view(address: &str, total: f64, available: f64) -> NodeResourcesView {
+        let cpus = |n: f64| ResourceSet::new().with(CPU, Amount::parse(CPU, n).unwrap());
+        NodeResourcesView {
+            node_id: NodeId::random(),
+            address: address.into(),
+            total: cpus(total),
+            available: cpus(available),
+        }
+    }
+
+    #[test]
+    fn an_actor_goes_to_the_roomiest_node_that_fits_now_else_one_that_ever_fits() {
+        let demand = ResourceSet::new().with(CPU, Amount::parse(CPU, 1.0).unwrap());
+        let views = [view("a", 4.0, 0.5), view("b", 2.0, 1.0), view("c", 8.0, 3.0)];
+        assert_eq!(choose_node(&views, &demand).as_deref(), Some("c"));
+        let busy = [view("a", 1.0, 0.0), view("b", 2.0, 0.0)];
+        assert_eq!(choose_node(&busy, &demand).as_deref(), Some("a"));
+        let big = ResourceSet::new().with(CPU, Amount::parse(CPU, 16.0).unwrap());
+        assert_eq!(choose_node(&views, &big), None);
+    }
+}

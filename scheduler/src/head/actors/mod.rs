@@ -1,0 +1,14 @@
+//! The head's actors: the table of every actor, the life of each one (place,
+//! construct, restart, die), the lease sessions that host them, and the
+//! gRPC service that creates, finds, watches, lists and kills them.
+
+mod leases;
+mod lifecycle;
+mod service;
+mod table;
+
+pub use leases::{Grant, HeadLeases, LeaseAnswer};
+pub use table::{ActorSpec, ActorTable, KillOrder, Placement};
+
+pub(crate) use lifecycle::ActorRuntime;
+pub(crate) use service::ActorServiceImpl;

@@ -1,0 +1,282 @@
+//! Actors on real worker processes of the embedded cluster: order of calls,
+//! state, handles passed to tasks, named lookup, restarts after `kill -9`,
+//! `ActorDied`, failing constructors, concurrency of async actors, and
+//! `cluster.kill`.
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::time::Duration;
+
+use raylet::prelude::*;
+use raylet::{ActorInfo, ActorState, Error};
+
+#[raylet::actor]
+pub struct Counter {
+    count: u64,
+}
+
+#[raylet::actor]
+impl Counter {
+    pub fn new(start: u64) -> Self {
+        Counter { count: start }
+    }
+
+    pub fn incr(&mut self, by: u64) -> u64 {
+        self.count += by;
+        self.count
+    }
+
+    pub fn get(&self) -> u64 {
+        self.count
+    }
+
+    pub fn pid(&self) -> u32 {
+        std::process::id()
+    }
+}
+
+#[raylet::actor]
+#[derive(Default)]
+pub struct Recorder {
+    seen: Vec<u64>,
+}
+
+#[raylet::actor]
+impl Recorder {
+    pub fn new() -> Self {
+        Recorder::default()
+    }
+
+    /// Records `value`; returns how many values came before it.
+    pub fn push(&mut self, value: u64) -> usize {
+        self.seen.push(value);
+        self.seen.len() - 1
+    }
+
+    pub fn seen(&self) -> Vec<u64> {
+        self.seen.clone()
+    }
+}
+
+#[raylet::actor]
+pub struct Faulty;
+
+#[raylet::actor]
+impl Faulty {
+    pub fn new(config: String) -> Result<Self, String> {
+        Err(format!("cannot read config {config}"))
+    }
+
+    pub fn ping(&self) -> u8 {
+        1
+    }
+}
+
+#[raylet::actor]
+#[derive(Default)]
+pub struct Sleeper {
+    running: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+#[raylet::actor]
+impl Sleeper {
+    pub fn new() -> Self {
+        Sleeper::default()
+    }
+
+    /// Sleeps while counting how many naps run at once.
+    pub async fn nap(&self, ms: u64) -> u64 {
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(now, Ordering::SeqCst);
+        tokio::time::sleep(Duration::from_millis(ms)).await;
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        ms
+    }
+
+    pub fn peak(&self) -> usize {
+        self.peak.load(Ordering::SeqCst)
+    }
+}
+
+/// Calls the actor through a handle that came in as an argument.
+#[raylet::remote]
+fn incr_through(counter: CounterHandle, by: u64) -> u64 {
+    counter.incr(by).get().expect("the actor answers the task")
+}
+
+fn cluster() -> Cluster {
+    raylet::init_with(Config::new().num_cpus(4.0)).unwrap()
+}
+
+/// Waits until the actor's listing satisfies `done`, and returns it.
+fn wait_for(cluster: &Cluster, actor: &ActorHandle, done: impl Fn(&ActorInfo) -> bool) -> ActorInfo {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    loop {
+        let actors = cluster.list_actors().unwrap();
+        let info = actors
+            .into_iter()
+            .find(|a| a.id == actor.id())
+            .expect("the actor is listed");
+        if done(&info) {
+            return info;
+        }
+        assert!(std::time::Instant::now() < deadline, "the actor stays {info:?}");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+}
+
+fn kill_process(pid: u32) {
+    let pid = nix::unistd::Pid::from_raw(pid as i32);
+    nix::sys::signal::kill(pid, nix::sys::signal::Signal::SIGKILL).unwrap();
+}
+
+#[test]
+fn calls_from_one_handle_run_in_submission_order() {
+    let cluster = cluster();
+    let recorder = Recorder::remote(&cluster).spawn().unwrap();
+    let positions: Vec<ObjectRef<usize>> = (0..10_000).map(|i| recorder.push(i)).collect();
+    let positions = cluster.get_all(&positions).unwrap();
+    assert_eq!(positions, (0..10_000).collect::<Vec<usize>>());
+    assert_eq!(recorder.seen().get().unwrap(), (0..10_000).collect::<Vec<u64>>());
+}
+
+#[test]
+fn an_actor_keeps_its_state_across_calls_and_handles() {
+    let cluster = cluster();
+    let counter = Counter::remote(&cluster, 5).spawn().unwrap();
+    assert_eq!(counter.incr(2).get().unwrap(), 7);
+    let copy = counter.clone();
+    assert_eq!(copy.incr(3).get().unwrap(), 10);
+    assert_eq!(counter.get().get().unwrap(), 10);
+}
+
+#[test]
+fn a_handle_passed_to_a_task_calls_the_same_actor() {
+    let cluster = cluster();
+    let counter = Counter::remote(&cluster, 0).spawn().unwrap();
+    let through_task = incr_through::remote(&cluster, counter.clone(), 40).unwrap();
+    assert_eq!(through_task.get().unwrap(), 40);
+    assert_eq!(counter.incr(2).get().unwrap(), 42);
+}
+
+#[test]
+fn a_named_actor_is_found_by_its_type_and_wrong_types_or_names_are_clear_errors() {
+    let cluster = cluster();
+    let counter = Counter::remote(&cluster, 1).name("shared-counter").spawn().unwrap();
+    counter.incr(1).get().unwrap();
+    let found = cluster.get_actor::<Counter>("shared-counter").unwrap();
+    assert_eq!(found.get().get().unwrap(), 2);
+
+    let wrong = cluster.get_actor::<Recorder>("shared-counter").unwrap_err();
+    assert!(matches!(wrong, Error::WrongActorType { .. }), "{wrong}");
+    assert!(wrong.to_string().contains("Counter"), "{wrong}");
+    let missing = cluster.get_actor::<Counter>("no-such-actor").unwrap_err();
+    assert!(
+        missing.to_string().contains("no live actor named 'no-such-actor'"),
+        "{missing}"
+    );
+    let taken = Counter::remote(&cluster, 0).name("shared-counter").spawn().unwrap_err();
+    assert!(taken.to_string().contains("already"), "{taken}");
+}
+
+#[test]
+fn a_killed_actor_process_restarts_with_fresh_state_until_its_restarts_are_used_up() {
+    let cluster = cluster();
+    let counter = Counter::remote(&cluster, 100).max_restarts(1).spawn().unwrap();
+    assert_eq!(counter.incr(1).get().unwrap(), 101);
+    let first_pid = counter.pid().get().unwrap();
+    kill_process(first_pid);
+    let info = wait_for(&cluster, &counter, |a| a.state == ActorState::Alive && a.restarts == 1);
+    assert_eq!(counter.incr(1).get().unwrap(), 101, "the constructor ran again");
+    let second_pid = counter.pid().get().unwrap();
+    assert_eq!(info.pid, second_pid);
+    assert_ne!(second_pid, first_pid);
+
+    kill_process(second_pid);
+    let info = wait_for(&cluster, &counter, |a| a.state == ActorState::Dead);
+    assert!(
+        info.death_cause.contains("1 restarts are used up"),
+        "{}",
+        info.death_cause
+    );
+    let Err(Error::Task(error)) = counter.incr(1).get() else {
+        panic!("a dead actor must not answer")
+    };
+    assert_eq!(error.kind, TaskErrorKind::ActorDied);
+    assert!(error.message.contains("1 restarts are used up"), "{error}");
+}
+
+#[test]
+fn calls_in_flight_when_the_process_dies_run_again_with_max_task_retries() {
+    let cluster = cluster();
+    let counter = Counter::remote(&cluster, 100)
+        .max_restarts(1)
+        .max_task_retries(1)
+        .spawn()
+        .unwrap();
+    kill_process(counter.pid().get().unwrap());
+    let calls: Vec<ObjectRef<u64>> = (1..=3).map(|_| counter.incr(1)).collect();
+    assert_eq!(cluster.get_all(&calls).unwrap(), vec![101, 102, 103]);
+}
+
+#[test]
+fn without_restarts_a_killed_actor_fails_calls_with_actor_died_saying_how() {
+    let cluster = cluster();
+    let counter = Counter::remote(&cluster, 0).spawn().unwrap();
+    kill_process(counter.pid().get().unwrap());
+    let Err(Error::Task(error)) = counter.incr(1).get() else {
+        panic!("a call of a dead actor must fail")
+    };
+    assert_eq!(error.kind, TaskErrorKind::ActorDied);
+    assert!(
+        error.message.contains("signal 9") || error.message.contains("SIGKILL"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_failing_constructor_fails_every_call_with_its_error() {
+    let cluster = cluster();
+    let faulty = Faulty::remote(&cluster, "/etc/app.toml".to_string()).spawn().unwrap();
+    for _ in 0..2 {
+        let Err(Error::Task(error)) = faulty.ping().get() else {
+            panic!("a call of an actor whose constructor failed must fail")
+        };
+        assert_eq!(error.kind, TaskErrorKind::ActorCreationFailed);
+        assert!(error.message.contains("cannot read config /etc/app.toml"), "{error}");
+    }
+}
+
+#[test]
+fn an_async_actor_runs_up_to_max_concurrency_calls_at_once() {
+    let cluster = cluster();
+    let sleeper = Sleeper::remote(&cluster).max_concurrency(8).spawn().unwrap();
+    let naps: Vec<ObjectRef<u64>> = (0..16).map(|_| sleeper.nap(300)).collect();
+    assert_eq!(cluster.get_all(&naps).unwrap(), vec![300; 16]);
+    assert_eq!(sleeper.peak().get().unwrap(), 8);
+}
+
+#[test]
+fn cluster_kill_ends_an_actor_for_good_or_restarts_it() {
+    let cluster = cluster();
+    let counter = Counter::remote(&cluster, 7).max_restarts(-1).spawn().unwrap();
+    let first_pid = counter.pid().get().unwrap();
+    cluster.kill(&counter, false).unwrap();
+    wait_for(&cluster, &counter, |a| a.state == ActorState::Alive && a.restarts == 1);
+    let restarted_pid = counter.pid().get().unwrap();
+    assert_ne!(restarted_pid, first_pid, "killed without no_restart, it came back");
+
+    cluster.kill(&counter, true).unwrap();
+    let Err(Error::Task(error)) = counter.get().get() else {
+        panic!("a killed actor must not answer")
+    };
+    assert_eq!(error.kind, TaskErrorKind::ActorDied);
+    assert!(error.message.contains("killed"), "{error}");
+    let info = cluster
+        .list_actors()
+        .unwrap()
+        .into_iter()
+        .find(|a| a.id == counter.id())
+        .unwrap();
+    assert_eq!(info.state, ActorState::Dead);
+}
