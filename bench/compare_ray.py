@@ -112,8 +112,66 @@ METRICS = [
         "multi client tasks async",
         "4 actors (`num_cpus=0`) each run `small_value_batch(10000)`: submit 10,000 `small_value` "
         "tasks and `ray.get` them; 40,000 ops per round",
-        "4 tasks (`num_cpus = 0`; raylet has no actors) each submit 10,000 `small_value` tasks and "
-        "`get_all` them; 40,000 ops per round",
+        "4 `Echo` actors (`num_cpus(0.0)`) each run `small_value_batch(10000)`: submit 10,000 "
+        "`small_value` tasks and `get_all` them; 40,000 ops per round",
+    ),
+    (
+        "1:1 actor calls sync",
+        "`ray.get(a.small_value.remote())` on an `Actor` (`num_cpus=0`); 1 op per call",
+        "`a.small_value().get()` on an `Echo` actor (`num_cpus(0.0)`); 1 op per call",
+    ),
+    (
+        "1:1 actor calls async",
+        "1000 `a.small_value.remote()` then `ray.get`; 1000 ops per round",
+        "1000 `a.small_value()` then `get_all`; 1000 ops per round",
+    ),
+    (
+        "1:1 actor calls concurrent",
+        "as async, on an `Actor` with `max_concurrency=16` (a thread pool)",
+        "as async, on an `Echo` with `max_concurrency(16)` (sync methods on 16 threads)",
+    ),
+    (
+        "1:n actor calls async",
+        "a `Client` actor calls `small_value` 5000 times on each of `cpu_count // 2` actors and gets "
+        "them; 5000 × actors ops per round",
+        "a `Caller` actor does the same through untyped `ActorHandle`s; 5000 × actors ops per round",
+    ),
+    (
+        "n:n actor calls async",
+        "4 `work` tasks each call `small_value` 5000 times round-robin over `cpu_count // 2` actors; "
+        "20,000 ops per round",
+        "4 `call_round_robin` tasks do the same; 20,000 ops per round",
+    ),
+    (
+        "n:n actor calls with arg async",
+        "`cpu_count // 2` `Client` actors each `ray.put(0)` and pass it to 1000 `small_value_arg` "
+        "calls of their own actor; 1000 × clients ops per round",
+        "`Caller` actors do the same with `cluster.put(&0u64)` passed as an `ObjectRef` argument",
+    ),
+    (
+        "1:1 async-actor calls sync",
+        "`ray.get(a.small_value.remote())` on an `AsyncActor` (async def); 1 op per call",
+        "`a.small_value().get()` on an `AsyncEcho` actor (async fn); 1 op per call",
+    ),
+    (
+        "1:1 async-actor calls async",
+        "1000 calls on an `AsyncActor`, then `ray.get`; 1000 ops per round",
+        "1000 calls on an `AsyncEcho`, then `get_all`; 1000 ops per round",
+    ),
+    (
+        "1:1 async-actor calls with args async",
+        "1000 `small_value_with_arg.remote(i)`; 1000 ops per round",
+        "1000 `small_value_with_arg(i)`; 1000 ops per round",
+    ),
+    (
+        "1:n async-actor calls async",
+        "a `Client` calls 5000 times each of `cpu_count // 2` `AsyncActor`s; 5000 × actors ops per round",
+        "a `Caller` does the same on `AsyncEcho` actors",
+    ),
+    (
+        "n:n async-actor calls async",
+        "4 tasks each call 5000 times round-robin over `cpu_count // 2` `AsyncActor`s; 20,000 ops per round",
+        "4 `call_round_robin` tasks do the same on `AsyncEcho` actors",
     ),
 ]
 
@@ -577,9 +635,6 @@ def write_report(path, args, res, info, vers, started, finished):
               "kernel's zero page, not memory, so these rows can pass the memcpy bandwidth below. "
               "`raylet microbenchmark` also prints *single client put gigabytes from written memory*, "
               "the same put from a buffer of written bytes, to compare with memcpy.\n")
-        if "multi client tasks async" in res["metrics"]:
-            w("Note on *multi client tasks async*: Ray's four clients are actors; raylet has no actors, "
-              "so its four clients are zero-CPU tasks that each submit and get 10,000 tasks.\n")
         if ray_on:
             w("Reading these numbers: both sides run their default local cluster on the same 2 cores. "
               "Ray's driver is Python over its C++ core worker, and its default head also runs the "

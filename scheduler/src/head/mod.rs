@@ -54,7 +54,13 @@ pub async fn run(config: HeadConfig, listener: TcpListener, shutdown: impl Futur
         nodes: table.clone(),
         leases: HeadLeases::new(config.token.clone()),
         token: config.token.clone(),
+        stopping: tokio::sync::watch::channel(false).0,
     });
+    let stopping = runtime.clone();
+    let shutdown = async move {
+        shutdown.await;
+        stopping.stop_streams();
+    };
     let actors = ActorServiceServer::new(ActorServiceImpl { runtime })
         .max_decoding_message_size(MAX_DATA_MESSAGE)
         .max_encoding_message_size(MAX_DATA_MESSAGE);

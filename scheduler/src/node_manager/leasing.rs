@@ -334,8 +334,14 @@ impl LeaseManager {
     }
 
     /// Kills every worker; the node is shutting down.
-    pub(crate) fn kill_all(&self) {
-        let pids: Vec<u32> = self.state().workers.values().map(|w| w.pid).collect();
+    /// Ends every lease session (their owners see their streams end) and
+    /// kills every worker, as the node shuts down.
+    pub(crate) fn shut_down(&self) {
+        let pids: Vec<u32> = {
+            let mut state = self.state();
+            state.sessions.clear();
+            state.workers.values().map(|w| w.pid).collect()
+        };
         pids.into_iter().for_each(worker_process::kill_worker);
     }
 

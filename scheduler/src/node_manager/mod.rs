@@ -210,6 +210,11 @@ impl NodeManager {
         })
         .max_decoding_message_size(MAX_DATA_MESSAGE)
         .max_encoding_message_size(MAX_DATA_MESSAGE);
+        let stopping = shared.clone();
+        let shutdown = async move {
+            shutdown.await;
+            stopping.leases.shut_down();
+        };
         let server = authenticated(shared.config.token.clone())
             .add_service(service)
             .add_service(store)
@@ -218,7 +223,7 @@ impl NodeManager {
             result = server => result.map_err(crate::Error::from),
             never = heartbeat::run(head.clone(), shared.clone()) => match never {},
         };
-        shared.leases.kill_all();
+        shared.leases.shut_down();
         remove_spill_dir(&shared.config.spill_dir());
         heartbeat::unregister(&mut head, &shared, "node manager shut down").await;
         result

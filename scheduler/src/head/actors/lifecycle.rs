@@ -34,11 +34,24 @@ pub(crate) struct ActorRuntime {
     pub(crate) nodes: Arc<Mutex<NodeTable>>,
     pub(crate) leases: HeadLeases,
     pub(crate) token: AuthToken,
+    /// Set when the head stops: the streams it serves end, so that its
+    /// server can finish.
+    pub(crate) stopping: watch::Sender<bool>,
 }
 
 impl ActorRuntime {
     pub(crate) fn table(&self) -> MutexGuard<'_, ActorTable> {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub(crate) fn stop_streams(&self) {
+        self.stopping.send_replace(true);
+    }
+
+    /// Resolves once the head stops.
+    pub(crate) async fn stopped(&self) {
+        let mut stopping = self.stopping.subscribe();
+        let _ = stopping.wait_for(|stopping| *stopping).await;
     }
 }
 

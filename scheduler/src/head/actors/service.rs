@@ -44,6 +44,7 @@ impl ActorService for ActorServiceImpl {
         let id = ActorId::from_wire(&request.into_inner().actor_id)?;
         let mut watcher = self.runtime.table().watch(id)?;
         let (records, receiver) = mpsc::unbounded_channel();
+        let runtime = self.runtime.clone();
         tokio::spawn(async move {
             loop {
                 let record = watcher.borrow_and_update().clone();
@@ -54,6 +55,7 @@ impl ActorService for ActorServiceImpl {
                 tokio::select! {
                     changed = watcher.changed() => if changed.is_err() { return },
                     () = records.closed() => return,
+                    () = runtime.stopped() => return,
                 }
             }
         });
@@ -99,8 +101,11 @@ impl ActorService for ActorServiceImpl {
         let runtime = self.runtime.clone();
         let (events, receiver) = mpsc::unbounded_channel();
         tokio::spawn(async move {
-            while let Ok(Some(_)) = inbound.message().await {}
-            runtime.table().owner_left(&owner);
+            let ended = async { while let Ok(Some(_)) = inbound.message().await {} };
+            tokio::select! {
+                () = ended => runtime.table().owner_left(&owner),
+                () = runtime.stopped() => {}
+            }
             drop(events);
         });
         Ok(Response::new(Box::pin(UnboundedReceiverStream::new(receiver))))

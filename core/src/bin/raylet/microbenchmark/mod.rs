@@ -11,18 +11,11 @@ use serde_bytes::ByteBuf;
 
 use crate::args::MicrobenchmarkArgs;
 
+mod actors;
+
 #[raylet::remote]
 fn small_value() -> ByteBuf {
     ByteBuf::from(b"ok".to_vec())
-}
-
-#[raylet::remote(num_cpus = 0)]
-fn small_value_batch(count: usize) -> usize {
-    let cluster = raylet::current().expect("tasks run in a cluster");
-    let refs: Vec<ObjectRef<ByteBuf>> = (0..count)
-        .map(|_| small_value::remote(&cluster).expect("submitting a task"))
-        .collect();
-    cluster.get_all(&refs).expect("getting results").len()
 }
 
 /// Puts `count` zero-filled buffers of 80 MiB, each made just before its
@@ -191,7 +184,8 @@ fn metrics(cluster: &Cluster) -> raylet::Result<Vec<Metric<'_>>> {
     let mut written: Option<ByteBuf> = None;
     let containing = create_object_containing_ref::remote(cluster)?;
     let mut tensor: Option<ObjectRef<Tensor>> = None;
-    Ok(vec![
+    let mut task_clients: Option<Vec<actors::EchoHandle>> = None;
+    let mut metrics = vec![
         metric(
             "single client get calls (Plasma Store)",
             1.0,
@@ -264,9 +258,23 @@ fn metrics(cluster: &Cluster) -> raylet::Result<Vec<Metric<'_>>> {
         metric(
             "multi client tasks async",
             40_000.0,
-            Box::new(|| multi_client(cluster, 4, 10_000)),
+            Box::new(move || {
+                let clients = once(&mut task_clients, || (0..4).map(|_| actors::echo(cluster)).collect())?;
+                let batches: Vec<ObjectRef<usize>> = clients.iter().map(|c| c.small_value_batch(10_000)).collect();
+                cluster.get_all(&batches).map(drop)
+            }),
         ),
-    ])
+    ];
+    metrics.extend(actors::actor_metrics(cluster));
+    Ok(metrics)
+}
+
+/// Sets up once, on the first run, what a metric's runs share.
+fn once<S>(state: &mut Option<S>, make: impl FnOnce() -> raylet::Result<S>) -> raylet::Result<&S> {
+    if state.is_none() {
+        *state = Some(make()?);
+    }
+    Ok(state.as_ref().expect("set above"))
 }
 
 fn metric<'a>(name: &'static str, multiplier: f64, run: Box<dyn FnMut() -> raylet::Result<()> + 'a>) -> Metric<'a> {
@@ -296,14 +304,6 @@ fn wait_one_by_one(cluster: &Cluster, count: usize) -> raylet::Result<()> {
 fn multi_client_put(cluster: &Cluster, clients: usize, per_client: usize) -> raylet::Result<()> {
     let refs: Vec<ObjectRef<()>> = (0..clients)
         .map(|_| put_zeroed_buffers::remote(cluster, per_client))
-        .collect::<raylet::Result<_>>()?;
-    cluster.get_all(&refs).map(drop)
-}
-
-/// `clients` tasks that use no CPU each submit `per_client` tasks and get them.
-fn multi_client(cluster: &Cluster, clients: usize, per_client: usize) -> raylet::Result<()> {
-    let refs: Vec<ObjectRef<usize>> = (0..clients)
-        .map(|_| small_value_batch::remote(cluster, per_client))
         .collect::<raylet::Result<_>>()?;
     cluster.get_all(&refs).map(drop)
 }

@@ -1,0 +1,260 @@
+//! The actor metrics of `ray microbenchmark`, with the same actors: a sync
+//! actor that uses no CPU, an async actor, and client actors that call
+//! them. Each metric makes its actors on its first run, in the warm-up.
+
+use raylet::{ActorHandle, Cluster, ObjectRef};
+use serde_bytes::ByteBuf;
+
+use super::{Metric, metric, once, small_value};
+
+/// Ray's `Actor` (`num_cpus=0`).
+#[raylet::actor]
+pub struct Echo;
+
+#[raylet::actor]
+impl Echo {
+    pub fn new() -> Self {
+        Echo
+    }
+
+    pub fn small_value(&self) -> ByteBuf {
+        ByteBuf::from(b"ok".to_vec())
+    }
+
+    pub fn small_value_arg(&self, _x: u64) -> ByteBuf {
+        ByteBuf::from(b"ok".to_vec())
+    }
+
+    /// Submits `n` small-value tasks and gets them.
+    pub fn small_value_batch(&self, n: usize) -> usize {
+        let cluster = raylet::current().expect("actors run in a cluster");
+        let results: Vec<ObjectRef<ByteBuf>> = (0..n)
+            .map(|_| small_value::remote(&cluster).expect("submitting a task"))
+            .collect();
+        get_all(&results)
+    }
+}
+
+/// Ray's `AsyncActor`.
+#[raylet::actor]
+pub struct AsyncEcho;
+
+#[raylet::actor]
+impl AsyncEcho {
+    pub fn new() -> Self {
+        AsyncEcho
+    }
+
+    pub async fn small_value(&self) -> ByteBuf {
+        ByteBuf::from(b"ok".to_vec())
+    }
+
+    pub async fn small_value_with_arg(&self, _x: u64) -> ByteBuf {
+        ByteBuf::from(b"ok".to_vec())
+    }
+}
+
+/// Ray's `Client` (`num_cpus=0`): calls its servers, of either kind, through
+/// untyped handles.
+#[raylet::actor]
+pub struct Caller {
+    servers: Vec<ActorHandle>,
+}
+
+#[raylet::actor]
+impl Caller {
+    pub fn new(servers: Vec<ActorHandle>) -> Self {
+        Caller { servers }
+    }
+
+    pub fn small_value_batch(&self, n: usize) -> usize {
+        let results: Vec<ObjectRef<ByteBuf>> = self
+            .servers
+            .iter()
+            .flat_map(|server| (0..n).map(|_| server.call("small_value", Ok(Vec::new()))))
+            .collect();
+        get_all(&results)
+    }
+
+    pub fn small_value_batch_arg(&self, n: usize) -> usize {
+        let cluster = raylet::current().expect("actors run in a cluster");
+        let x = cluster.put(&0u64).expect("put");
+        let results: Vec<ObjectRef<ByteBuf>> = self
+            .servers
+            .iter()
+            .flat_map(|server| {
+                (0..n).map(|_| server.call("small_value_arg", raylet::IntoArg::<u64>::into_arg(&x).map(|a| vec![a])))
+            })
+            .collect();
+        get_all(&results)
+    }
+}
+
+fn get_all(results: &[ObjectRef<ByteBuf>]) -> usize {
+    let cluster = raylet::current().expect("actors run in a cluster");
+    cluster.get_all(results).expect("the servers answer").len()
+}
+
+/// Ray's `work` task: `n` calls spread over `actors`, then gets them all.
+#[raylet::remote]
+fn call_round_robin(actors: Vec<ActorHandle>, n: usize) -> usize {
+    let results: Vec<ObjectRef<ByteBuf>> = (0..n)
+        .map(|i| actors[i % actors.len()].call("small_value", Ok(Vec::new())))
+        .collect();
+    get_all(&results)
+}
+
+/// Half the machine's CPUs, at least one: Ray's `n_cpu`.
+fn half_the_cpus() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get() / 2).max(1)
+}
+
+pub(super) fn echo(cluster: &Cluster) -> raylet::Result<EchoHandle> {
+    Echo::remote(cluster).num_cpus(0.0).spawn()
+}
+
+fn calls<T>(count: usize, call: impl Fn(usize) -> ObjectRef<T>) -> Vec<ObjectRef<T>> {
+    (0..count).map(call).collect()
+}
+
+fn untyped(handles: &[impl AsRef<ActorHandle>]) -> Vec<ActorHandle> {
+    handles.iter().map(|handle| handle.as_ref().clone()).collect()
+}
+
+pub(super) fn actor_metrics(cluster: &Cluster) -> Vec<Metric<'_>> {
+    let (n, m, n_cpu) = (5000, 4, half_the_cpus());
+    let mut sync_actor = None;
+    let mut async_actor = None;
+    let mut concurrent_actor = None;
+    let mut one_to_n = None;
+    let mut n_to_n = None;
+    let mut n_to_n_arg = None;
+    let mut async_sync_actor = None;
+    let mut async_async_actor = None;
+    let mut async_args_actor = None;
+    let mut async_one_to_n = None;
+    let mut async_n_to_n = None;
+    vec![
+        metric(
+            "1:1 actor calls sync",
+            1.0,
+            Box::new(move || once(&mut sync_actor, || echo(cluster))?.small_value().get().map(drop)),
+        ),
+        metric(
+            "1:1 actor calls async",
+            1000.0,
+            Box::new(move || {
+                let actor = once(&mut async_actor, || echo(cluster))?;
+                cluster.get_all(&calls(1000, |_| actor.small_value())).map(drop)
+            }),
+        ),
+        metric(
+            "1:1 actor calls concurrent",
+            1000.0,
+            Box::new(move || {
+                let actor = once(&mut concurrent_actor, || {
+                    Echo::remote(cluster).num_cpus(0.0).max_concurrency(16).spawn()
+                })?;
+                cluster.get_all(&calls(1000, |_| actor.small_value())).map(drop)
+            }),
+        ),
+        metric(
+            "1:n actor calls async",
+            (n * n_cpu) as f64,
+            Box::new(move || {
+                let client = once(&mut one_to_n, || {
+                    let servers: Vec<EchoHandle> = (0..n_cpu).map(|_| echo(cluster)).collect::<raylet::Result<_>>()?;
+                    Caller::remote(cluster, untyped(&servers)).num_cpus(0.0).spawn()
+                })?;
+                client.small_value_batch(n).get().map(drop)
+            }),
+        ),
+        metric(
+            "n:n actor calls async",
+            (m * n) as f64,
+            Box::new(move || {
+                let actors = once(&mut n_to_n, || {
+                    let actors: Vec<EchoHandle> = (0..n_cpu).map(|_| echo(cluster)).collect::<raylet::Result<_>>()?;
+                    Ok(untyped(&actors))
+                })?;
+                let work: Vec<ObjectRef<usize>> = (0..m)
+                    .map(|_| call_round_robin::remote(cluster, actors.clone(), n))
+                    .collect::<raylet::Result<_>>()?;
+                cluster.get_all(&work).map(drop)
+            }),
+        ),
+        metric(
+            "n:n actor calls with arg async",
+            (1000 * n_cpu) as f64,
+            Box::new(move || {
+                let clients = once(&mut n_to_n_arg, || {
+                    (0..n_cpu)
+                        .map(|_| {
+                            Caller::remote(cluster, vec![echo(cluster)?.as_ref().clone()])
+                                .num_cpus(0.0)
+                                .spawn()
+                        })
+                        .collect::<raylet::Result<Vec<_>>>()
+                })?;
+                cluster
+                    .get_all(&calls(clients.len(), |i| clients[i].small_value_batch_arg(1000)))
+                    .map(drop)
+            }),
+        ),
+        metric(
+            "1:1 async-actor calls sync",
+            1.0,
+            Box::new(move || {
+                let actor = once(&mut async_sync_actor, || AsyncEcho::remote(cluster).spawn())?;
+                actor.small_value().get().map(drop)
+            }),
+        ),
+        metric(
+            "1:1 async-actor calls async",
+            1000.0,
+            Box::new(move || {
+                let actor = once(&mut async_async_actor, || AsyncEcho::remote(cluster).spawn())?;
+                cluster.get_all(&calls(1000, |_| actor.small_value())).map(drop)
+            }),
+        ),
+        metric(
+            "1:1 async-actor calls with args async",
+            1000.0,
+            Box::new(move || {
+                let actor = once(&mut async_args_actor, || AsyncEcho::remote(cluster).spawn())?;
+                cluster
+                    .get_all(&calls(1000, |i| actor.small_value_with_arg(i as u64)))
+                    .map(drop)
+            }),
+        ),
+        metric(
+            "1:n async-actor calls async",
+            (n * n_cpu) as f64,
+            Box::new(move || {
+                let client = once(&mut async_one_to_n, || {
+                    let servers: Vec<AsyncEchoHandle> = (0..n_cpu)
+                        .map(|_| AsyncEcho::remote(cluster).spawn())
+                        .collect::<raylet::Result<_>>()?;
+                    Caller::remote(cluster, untyped(&servers)).num_cpus(0.0).spawn()
+                })?;
+                client.small_value_batch(n).get().map(drop)
+            }),
+        ),
+        metric(
+            "n:n async-actor calls async",
+            (m * n) as f64,
+            Box::new(move || {
+                let actors = once(&mut async_n_to_n, || {
+                    let actors: Vec<AsyncEchoHandle> = (0..n_cpu)
+                        .map(|_| AsyncEcho::remote(cluster).spawn())
+                        .collect::<raylet::Result<_>>()?;
+                    Ok(untyped(&actors))
+                })?;
+                let work: Vec<ObjectRef<usize>> = (0..m)
+                    .map(|_| call_round_robin::remote(cluster, actors.clone(), n))
+                    .collect::<raylet::Result<_>>()?;
+                cluster.get_all(&work).map(drop)
+            }),
+        ),
+    ]
+}
