@@ -113,12 +113,30 @@ pub(super) fn echo(cluster: &Cluster) -> raylet::Result<EchoHandle> {
     Echo::remote(cluster).num_cpus(0.0).spawn()
 }
 
-fn calls<T>(count: usize, call: impl Fn(usize) -> ObjectRef<T>) -> Vec<ObjectRef<T>> {
-    (0..count).map(call).collect()
+fn echoes(cluster: &Cluster, count: usize) -> raylet::Result<Vec<ActorHandle>> {
+    (0..count).map(|_| Ok(echo(cluster)?.as_ref().clone())).collect()
 }
 
-fn untyped(handles: &[impl AsRef<ActorHandle>]) -> Vec<ActorHandle> {
-    handles.iter().map(|handle| handle.as_ref().clone()).collect()
+fn async_echoes(cluster: &Cluster, count: usize) -> raylet::Result<Vec<ActorHandle>> {
+    (0..count)
+        .map(|_| Ok(AsyncEcho::remote(cluster).spawn()?.as_ref().clone()))
+        .collect()
+}
+
+fn caller_of(cluster: &Cluster, servers: Vec<ActorHandle>) -> raylet::Result<CallerHandle> {
+    Caller::remote(cluster, servers).num_cpus(0.0).spawn()
+}
+
+/// `tasks` tasks each make `n` calls round-robin over `actors`.
+fn round_robin_from_tasks(cluster: &Cluster, actors: &[ActorHandle], tasks: usize, n: usize) -> raylet::Result<()> {
+    let work: Vec<ObjectRef<usize>> = (0..tasks)
+        .map(|_| call_round_robin::remote(cluster, actors.to_vec(), n))
+        .collect::<raylet::Result<_>>()?;
+    cluster.get_all(&work).map(drop)
+}
+
+fn calls<T>(count: usize, call: impl Fn(usize) -> ObjectRef<T>) -> Vec<ObjectRef<T>> {
+    (0..count).map(call).collect()
 }
 
 pub(super) fn actor_metrics(cluster: &Cluster) -> Vec<Metric<'_>> {
@@ -162,26 +180,14 @@ pub(super) fn actor_metrics(cluster: &Cluster) -> Vec<Metric<'_>> {
             "1:n actor calls async",
             (n * n_cpu) as f64,
             Box::new(move || {
-                let client = once(&mut one_to_n, || {
-                    let servers: Vec<EchoHandle> = (0..n_cpu).map(|_| echo(cluster)).collect::<raylet::Result<_>>()?;
-                    Caller::remote(cluster, untyped(&servers)).num_cpus(0.0).spawn()
-                })?;
+                let client = once(&mut one_to_n, || caller_of(cluster, echoes(cluster, n_cpu)?))?;
                 client.small_value_batch(n).get().map(drop)
             }),
         ),
         metric(
             "n:n actor calls async",
             (m * n) as f64,
-            Box::new(move || {
-                let actors = once(&mut n_to_n, || {
-                    let actors: Vec<EchoHandle> = (0..n_cpu).map(|_| echo(cluster)).collect::<raylet::Result<_>>()?;
-                    Ok(untyped(&actors))
-                })?;
-                let work: Vec<ObjectRef<usize>> = (0..m)
-                    .map(|_| call_round_robin::remote(cluster, actors.clone(), n))
-                    .collect::<raylet::Result<_>>()?;
-                cluster.get_all(&work).map(drop)
-            }),
+            Box::new(move || round_robin_from_tasks(cluster, once(&mut n_to_n, || echoes(cluster, n_cpu))?, m, n)),
         ),
         metric(
             "n:n actor calls with arg async",
@@ -232,10 +238,7 @@ pub(super) fn actor_metrics(cluster: &Cluster) -> Vec<Metric<'_>> {
             (n * n_cpu) as f64,
             Box::new(move || {
                 let client = once(&mut async_one_to_n, || {
-                    let servers: Vec<AsyncEchoHandle> = (0..n_cpu)
-                        .map(|_| AsyncEcho::remote(cluster).spawn())
-                        .collect::<raylet::Result<_>>()?;
-                    Caller::remote(cluster, untyped(&servers)).num_cpus(0.0).spawn()
+                    caller_of(cluster, async_echoes(cluster, n_cpu)?)
                 })?;
                 client.small_value_batch(n).get().map(drop)
             }),
@@ -244,16 +247,8 @@ pub(super) fn actor_metrics(cluster: &Cluster) -> Vec<Metric<'_>> {
             "n:n async-actor calls async",
             (m * n) as f64,
             Box::new(move || {
-                let actors = once(&mut async_n_to_n, || {
-                    let actors: Vec<AsyncEchoHandle> = (0..n_cpu)
-                        .map(|_| AsyncEcho::remote(cluster).spawn())
-                        .collect::<raylet::Result<_>>()?;
-                    Ok(untyped(&actors))
-                })?;
-                let work: Vec<ObjectRef<usize>> = (0..m)
-                    .map(|_| call_round_robin::remote(cluster, actors.clone(), n))
-                    .collect::<raylet::Result<_>>()?;
-                cluster.get_all(&work).map(drop)
+                let actors = once(&mut async_n_to_n, || async_echoes(cluster, n_cpu))?;
+                round_robin_from_tasks(cluster, actors, m, n)
             }),
         ),
     ]
