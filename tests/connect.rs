@@ -302,3 +302,86 @@ fn block_size(cluster: &Cluster, node: &str, object: raylet::proto::ObjectId) ->
     let node = nodes.iter().find(|n| n.address == node).unwrap();
     node.objects.iter().find(|o| o.id == object).unwrap().size
 }
+
+#[raylet::actor]
+pub struct Tally {
+    count: u64,
+}
+
+#[raylet::actor]
+impl Tally {
+    pub fn new(start: u64) -> Self {
+        Tally { count: start }
+    }
+
+    pub fn add(&mut self, by: u64) -> u64 {
+        self.count += by;
+        self.count
+    }
+}
+
+/// Not a test on its own: the second driver of
+/// `a_detached_actor_outlives_its_creator_and_an_owned_one_dies_with_it`,
+/// which runs it in a process of its own. It makes a detached actor and an
+/// owned one, calls both, and exits.
+#[test]
+#[ignore = "run by a_detached_actor_outlives_its_creator_and_an_owned_one_dies_with_it"]
+fn second_driver_makes_a_detached_and_an_owned_actor() {
+    let cluster = raylet::init().unwrap();
+    let kept = Tally::remote(&cluster, 40).name("kept").detached().spawn().unwrap();
+    let owned = Tally::remote(&cluster, 0).name("owned").spawn().unwrap();
+    assert_eq!(kept.add(2).get().unwrap(), 42);
+    assert_eq!(owned.add(1).get().unwrap(), 1);
+}
+
+#[test]
+fn a_detached_actor_outlives_its_creator_and_an_owned_one_dies_with_it() {
+    let temp = tempfile::tempdir().unwrap();
+    let _daemons = Daemons(temp.path());
+    let (head, head_node, _, _) = two_nodes(temp.path());
+    let second_driver = Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "second_driver_makes_a_detached_and_an_owned_actor",
+            "--ignored",
+        ])
+        .env("RAYLET_ADDRESS", &head)
+        .env("RAYLET_TEMP_DIR", temp.path())
+        .output()
+        .unwrap();
+    assert!(
+        second_driver.status.success(),
+        "the second driver failed: {}",
+        String::from_utf8_lossy(&second_driver.stdout)
+    );
+
+    let cluster = driver_on(temp.path(), &head, &head_node);
+    let kept = cluster.get_actor::<Tally>("kept").unwrap();
+    assert_eq!(kept.add(1).get().unwrap(), 43, "the detached actor kept its state");
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    while cluster.get_actor::<Tally>("owned").is_ok() {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the owned actor outlived its owner"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let listed: Value = serde_json::from_str(&raylet(temp.path(), &["list", "actors", "--format", "json"])).unwrap();
+    let state_of = |name: &str| {
+        let actors = listed.as_array().unwrap();
+        let actor = actors.iter().find(|a| a["name"] == name).unwrap();
+        (
+            actor["state"].as_str().unwrap().to_string(),
+            actor["death_cause"].as_str().unwrap().to_string(),
+        )
+    };
+    assert_eq!(state_of("kept").0, "ALIVE");
+    let (state, cause) = state_of("owned");
+    assert_eq!(state, "DEAD");
+    assert!(cause.contains("owner") && cause.contains("not detached"), "{cause}");
+    let text = raylet(temp.path(), &["list", "actors"]);
+    assert!(
+        text.contains("Tally") && text.contains("kept") && text.contains("ALIVE"),
+        "{text}"
+    );
+}

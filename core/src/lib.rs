@@ -41,7 +41,7 @@ mod task;
 mod value;
 mod worker;
 
-pub use actor::{Actor, ActorBuilder, ActorHandle, ActorInfo, ActorOptions, ActorState};
+pub use actor::{Actor, ActorBuilder, ActorHandle, ActorInfo, ActorOptions, ActorState, list_actors};
 pub use archived::{Archivable, ArchivedRef, Checkable};
 pub use cluster::{Cluster, current, init, init_with};
 pub use config::Config;

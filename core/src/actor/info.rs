@@ -18,6 +18,17 @@ pub enum ActorState {
     Dead,
 }
 
+impl std::fmt::Display for ActorState {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            ActorState::Pending => "PENDING",
+            ActorState::Alive => "ALIVE",
+            ActorState::Restarting => "RESTARTING",
+            ActorState::Dead => "DEAD",
+        })
+    }
+}
+
 /// One actor of the cluster.
 #[derive(Clone, Debug, Serialize)]
 pub struct ActorInfo {

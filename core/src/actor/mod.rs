@@ -10,6 +10,7 @@ pub(crate) mod instance;
 use std::sync::Arc;
 use std::time::Duration;
 
+use raylet_proto::auth::AuthToken;
 use raylet_proto::v1::actor_service_client::ActorServiceClient;
 use raylet_proto::v1::{CreateActorRequest, GetNamedActorRequest, KillActorRequest, ListActorsRequest, TaskArg};
 use raylet_proto::{ActorId, TaskId};
@@ -25,6 +26,8 @@ use crate::{Cluster, Error, ObjectRef, Result};
 
 /// How long a constructor argument that a task still makes is waited for.
 const ARGUMENT_PATIENCE: Duration = Duration::from_secs(600);
+/// How long the head may take to answer a connection.
+const HEAD_PATIENCE: Duration = Duration::from_secs(5);
 
 impl Cluster {
     /// Creates an actor; `ActorBuilder::spawn` calls this.
@@ -146,13 +149,18 @@ impl Cluster {
     /// Every actor of the cluster, dead ones included, oldest first.
     pub fn list_actors(&self) -> Result<Vec<ActorInfo>> {
         let core = self.core().clone();
-        let records = core.clone().block_on(async move {
-            let channel = core.channel(&core.head_address).await?;
-            let reply = ActorServiceClient::new(channel).list_actors(ListActorsRequest {}).await;
-            Ok::<_, Error>(reply.map_err(raylet_proto::Error::from)?.into_inner().actors)
-        })?;
-        records.into_iter().map(ActorInfo::from_record).collect()
+        core.clone()
+            .block_on(async move { list_actors(&core.head_address, &core.token).await })
     }
+}
+
+/// Every actor of the cluster whose head is at `head`, dead ones included,
+/// oldest first, as `raylet list actors` shows them.
+pub async fn list_actors(head: &str, token: &AuthToken) -> Result<Vec<ActorInfo>> {
+    let channel = raylet_proto::channel::connect(head, token, HEAD_PATIENCE).await?;
+    let reply = ActorServiceClient::new(channel).list_actors(ListActorsRequest {}).await;
+    let records = reply.map_err(raylet_proto::Error::from)?.into_inner().actors;
+    records.into_iter().map(ActorInfo::from_record).collect()
 }
 
 impl AsRef<ActorHandle> for ActorHandle {

@@ -38,6 +38,9 @@ pub enum Command {
     /// Show each node's object store: memory used and spilled, and every
     /// object with its size, state, owner and the processes holding refs.
     Memory(StatusArgs),
+    /// List the cluster's actors (and, later, other entities).
+    #[command(subcommand)]
+    List(ListCommand),
     /// Stop every raylet process that this machine's sessions started.
     Stop(StopArgs),
     /// Measure task, object and wait throughput the way `ray microbenchmark` does.
@@ -46,6 +49,13 @@ pub enum Command {
     /// metric as `NAME per second MEAN +- STDDEV`, over 4 trials of 2 s
     /// after a 1 s warm-up.
     Microbenchmark(MicrobenchmarkArgs),
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ListCommand {
+    /// Every actor, dead ones included: id, type, name, state (PENDING,
+    /// ALIVE, RESTARTING, DEAD), node, pid, restarts and why it died.
+    Actors(StatusArgs),
 }
 
 #[derive(Debug, Clone, Args)]

@@ -2,6 +2,7 @@
 
 mod args;
 mod daemon;
+mod list;
 mod memory;
 mod microbenchmark;
 mod start;
@@ -10,7 +11,7 @@ mod stop;
 
 use clap::Parser;
 
-use args::{Cli, Command};
+use args::{Cli, Command, ListCommand};
 
 fn main() -> std::process::ExitCode {
     let cli = Cli::parse();
@@ -18,6 +19,7 @@ fn main() -> std::process::ExitCode {
         Command::Start(args) => start::start(*args),
         Command::Status(args) => status::status(args),
         Command::Memory(args) => memory::memory(args),
+        Command::List(ListCommand::Actors(args)) => list::actors(args),
         Command::Stop(args) => stop::stop(args),
         Command::Microbenchmark(args) => microbenchmark::microbenchmark(args),
     };

@@ -1,0 +1,48 @@
+//! `raylet list actors`: the cluster's actors, as text or JSON, as
+//! `ray list actors` shows them.
+
+use std::fmt::Write;
+
+use anyhow::Context;
+use raylet::ActorInfo;
+
+use crate::args::{OutputFormat, StatusArgs};
+use crate::status::head_address;
+
+pub fn actors(args: StatusArgs) -> anyhow::Result<()> {
+    let address = head_address(&args)?;
+    let token = args.session.resolve_token()?;
+    let actors = crate::runtime()?
+        .block_on(raylet::list_actors(&address, &token))
+        .with_context(|| format!("listing the actors of the cluster at {address}"))?;
+    let output = match args.format {
+        OutputFormat::Json => serde_json::to_string_pretty(&actors)?,
+        OutputFormat::Text => render_text(&actors),
+    };
+    println!("{output}");
+    Ok(())
+}
+
+fn render_text(actors: &[ActorInfo]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "======== {} actors ========", actors.len());
+    let _ = writeln!(
+        out,
+        "{:<32}  {:<24}  {:<16}  {:<10}  {:<8}  {:>7}  {:>8}  DEATH CAUSE",
+        "ACTOR ID", "CLASS", "NAME", "STATE", "NODE", "PID", "RESTARTS"
+    );
+    for actor in actors {
+        let class = actor.class_name.rsplit("::").next().unwrap_or(&actor.class_name);
+        let node = actor.node_id.map(|id| id.short()).unwrap_or_else(|| "-".into());
+        let name = match actor.name.is_empty() {
+            true => "-",
+            false => actor.name.as_str(),
+        };
+        let _ = writeln!(
+            out,
+            "{:<32}  {:<24}  {:<16}  {:<10}  {:<8}  {:>7}  {:>8}  {}",
+            actor.id, class, name, actor.state, node, actor.pid, actor.restarts, actor.death_cause
+        );
+    }
+    out.trim_end().to_string()
+}
