@@ -98,6 +98,33 @@ impl Sleeper {
     }
 }
 
+#[raylet::actor]
+#[derive(Default)]
+pub struct BlockingSleeper {
+    running: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+#[raylet::actor]
+impl BlockingSleeper {
+    pub fn new() -> Self {
+        BlockingSleeper::default()
+    }
+
+    /// Blocks its thread while counting how many naps run at once.
+    pub fn nap(&self, ms: u64) -> u64 {
+        let now = self.running.fetch_add(1, Ordering::SeqCst) + 1;
+        self.peak.fetch_max(now, Ordering::SeqCst);
+        std::thread::sleep(Duration::from_millis(ms));
+        self.running.fetch_sub(1, Ordering::SeqCst);
+        ms
+    }
+
+    pub fn peak(&self) -> usize {
+        self.peak.load(Ordering::SeqCst)
+    }
+}
+
 /// Calls the actor through a handle that came in as an argument.
 #[raylet::remote]
 fn incr_through(counter: CounterHandle, by: u64) -> u64 {
@@ -254,6 +281,20 @@ fn an_async_actor_runs_up_to_max_concurrency_calls_at_once() {
     let naps: Vec<ObjectRef<u64>> = (0..16).map(|_| sleeper.nap(300)).collect();
     assert_eq!(cluster.get_all(&naps).unwrap(), vec![300; 16]);
     assert_eq!(sleeper.peak().get().unwrap(), 8);
+}
+
+#[test]
+fn a_sync_actor_runs_up_to_max_concurrency_calls_on_threads_and_one_at_a_time_by_default() {
+    let cluster = cluster();
+    let threaded = BlockingSleeper::remote(&cluster).max_concurrency(4).spawn().unwrap();
+    let naps: Vec<ObjectRef<u64>> = (0..8).map(|_| threaded.nap(300)).collect();
+    assert_eq!(cluster.get_all(&naps).unwrap(), vec![300; 8]);
+    assert_eq!(threaded.peak().get().unwrap(), 4);
+
+    let serial = BlockingSleeper::remote(&cluster).spawn().unwrap();
+    let naps: Vec<ObjectRef<u64>> = (0..3).map(|_| serial.nap(50)).collect();
+    assert_eq!(cluster.get_all(&naps).unwrap(), vec![50; 3]);
+    assert_eq!(serial.peak().get().unwrap(), 1);
 }
 
 #[test]
