@@ -247,6 +247,24 @@ fn calls_in_flight_when_the_process_dies_run_again_with_max_task_retries() {
 }
 
 #[test]
+fn a_handle_found_by_name_carries_the_actors_retry_policy() {
+    let cluster = cluster();
+    Counter::remote(&cluster, 100)
+        .name("retried")
+        .max_restarts(1)
+        .max_task_retries(1)
+        .spawn()
+        .unwrap();
+    let found = cluster.get_actor::<Counter>("retried").unwrap();
+    kill_process(found.pid().get().unwrap());
+    assert_eq!(
+        found.incr(1).get().unwrap(),
+        101,
+        "the call was sent again to the restarted actor"
+    );
+}
+
+#[test]
 fn without_restarts_a_killed_actor_fails_calls_with_actor_died_saying_how() {
     let cluster = cluster();
     let counter = Counter::remote(&cluster, 0).spawn().unwrap();

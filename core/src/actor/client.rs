@@ -39,8 +39,6 @@ pub(crate) struct ActorClients {
 
 impl ActorClients {
     /// Sends a call to the actor's client task, starting it on first use.
-    /// `pinned` are objects to keep alive while the actor may restart: its
-    /// constructor's arguments, held by its creator.
     pub(crate) fn call(&self, core: &Arc<CoreWorker>, actor: ActorId, max_task_retries: u32, call: ActorCall) {
         let event = ClientEvent::Call(Box::new(call));
         let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
@@ -136,7 +134,6 @@ struct ActorClient {
     actor: ActorId,
     max_task_retries: u32,
     events: mpsc::UnboundedSender<ClientEvent>,
-    record: Option<ActorRecord>,
     connection: Option<Connection>,
     next_connection: u64,
     /// Calls not sent yet, in submission order.
@@ -161,7 +158,6 @@ fn spawn_client(
         actor,
         max_task_retries,
         events: events.clone(),
-        record: None,
         connection: None,
         next_connection: 1,
         queue: VecDeque::new(),
@@ -301,9 +297,13 @@ impl ActorClient {
         let mut batch = TaskBatch::default();
         while self.queue.front().is_some_and(|call| call.spec.is_some()) {
             let mut call = self.queue.pop_front().expect("the front call exists");
+            let retryable = call.attempts < self.max_task_retries;
             let spec = call.spec.as_mut().expect("checked above");
             spec.attempt = call.attempts;
-            batch.tasks.push(spec.clone());
+            batch.tasks.push(match retryable {
+                true => spec.clone(),
+                false => call.spec.take().expect("checked above"),
+            });
             self.in_flight.push_back(call);
         }
         if !batch.tasks.is_empty() {
@@ -312,29 +312,26 @@ impl ActorClient {
     }
 
     fn on_record(&mut self, record: ActorRecord) {
-        let state = record.state();
-        let version = record.version;
-        let address = record.address.clone();
-        let node_id = NodeId::from_wire(&record.node_id).ok();
-        let pid = record.pid;
-        let cause = record.death_cause.clone();
-        let death_kind = record.death_kind();
-        self.record = Some(record);
-        match state {
-            ActorState::Alive if self.connection.as_ref().is_none_or(|c| c.record_version != version) => {
-                self.incarnation_ended(&cause);
-                self.connect(version, address, pid, node_id);
+        match record.state() {
+            ActorState::Alive
+                if self
+                    .connection
+                    .as_ref()
+                    .is_none_or(|c| c.record_version != record.version) =>
+            {
+                self.incarnation_ended(&record.death_cause);
+                self.connect(&record);
             }
             ActorState::Restarting => {
                 self.connection = None;
-                self.incarnation_ended(&cause);
+                self.incarnation_ended(&record.death_cause);
             }
             ActorState::Dead => {
-                let kind = match death_kind {
+                let kind = match record.death_kind() {
                     ActorDeathKind::CreationFailed => TaskErrorKind::ActorCreationFailed,
                     _ => TaskErrorKind::ActorDied,
                 };
-                self.die(kind, cause);
+                self.die(kind, record.death_cause);
             }
             _ => {}
         }
@@ -374,15 +371,18 @@ impl ActorClient {
         self.creation_pins.clear();
     }
 
-    fn connect(&mut self, record_version: u64, address: String, pid: u32, node_id: Option<NodeId>) {
+    /// Opens the call stream to the worker of the incarnation in `record`.
+    fn connect(&mut self, record: &ActorRecord) {
         let id = self.next_connection;
         self.next_connection += 1;
         let (tasks, outbound) = mpsc::unbounded_channel();
         self.connection = Some(Connection {
             id,
-            record_version,
+            record_version: record.version,
             tasks,
         });
+        let (address, pid) = (record.address.clone(), record.pid);
+        let node_id = NodeId::from_wire(&record.node_id).ok();
         let (core, events) = (self.core.clone(), self.events.clone());
         let log_to_driver = core.log_to_driver;
         tokio::spawn(async move {

@@ -34,11 +34,6 @@ impl Cluster {
     pub fn create_actor(&self, options: ActorOptions, args: Vec<Arg>) -> Result<ActorHandle> {
         let core = self.core().clone();
         let (placement, running) = options.demands()?;
-        if options.max_concurrency == 0 {
-            return Err(Error::Cluster(raylet_proto::Error::InvalidArgument(
-                "max_concurrency must be at least 1".into(),
-            )));
-        }
         let id = ActorId::random();
         let handle = ActorHandle::new(id, options.class, options.max_task_retries);
         let creating = core.clone();
@@ -58,6 +53,7 @@ impl Cluster {
                 max_restarts: options.max_restarts,
                 max_concurrency: options.max_concurrency,
                 owner_address: core.address.to_string(),
+                max_task_retries: options.max_task_retries,
             };
             let channel = core.channel(&core.head_address).await?;
             ActorServiceClient::new(channel)
@@ -126,7 +122,7 @@ impl Cluster {
             });
         }
         let id = ActorId::from_wire(&record.actor_id)?;
-        Ok(A::Handle::from(ActorHandle::new(id, A::CLASS, 0)))
+        Ok(A::Handle::from(ActorHandle::new(id, A::CLASS, record.max_task_retries)))
     }
 
     /// Ends an actor's process. Unless `no_restart`, it restarts if its

@@ -2,14 +2,14 @@
 //! one queue and start in arrival order, with at most `max_concurrency`
 //! running at once (one at a time unless the actor asks for more).
 
-use std::future::Future;
 use std::sync::Arc;
 
 use raylet_proto::ActorId;
 use raylet_proto::v1::TaskSpec;
 use tokio::sync::{Semaphore, mpsc};
 
-use super::executor::ResultSender;
+use super::WorkerContext;
+use super::executor::{self, ResultSender};
 use crate::actor::instance::ActorInstance;
 use crate::task::{TaskError, TaskErrorKind};
 
@@ -28,12 +28,13 @@ pub(crate) struct ActorHost {
 }
 
 impl ActorHost {
-    /// Hosts `instance`; `run` runs one queued call and delivers its result.
-    pub(crate) fn start<F, Fut>(id: ActorId, instance: Arc<dyn ActorInstance>, max_concurrency: usize, run: F) -> Self
-    where
-        F: Fn(QueuedCall) -> Fut + Send + 'static,
-        Fut: Future<Output = ()> + Send + 'static,
-    {
+    /// Hosts `instance`; each queued call runs with [`executor::run_call`].
+    pub(crate) fn start(
+        context: Arc<WorkerContext>,
+        id: ActorId,
+        instance: Arc<dyn ActorInstance>,
+        max_concurrency: usize,
+    ) -> Self {
         let (calls, mut queued) = mpsc::unbounded_channel::<QueuedCall>();
         let slots = Arc::new(Semaphore::new(max_concurrency));
         tokio::spawn(async move {
@@ -41,7 +42,7 @@ impl ActorHost {
                 let Ok(slot) = slots.clone().acquire_owned().await else {
                     return;
                 };
-                let running = run(call);
+                let running = executor::run_call(context.clone(), call);
                 if max_concurrency == 1 {
                     running.await;
                     drop(slot);

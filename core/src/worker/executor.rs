@@ -105,10 +105,7 @@ fn construct_actor(
     let instance = catch_unwind(AssertUnwindSafe(|| (class.construct)(args)))
         .unwrap_or_else(|payload| Err(panic_error(&spec.function, payload)))?;
     let max_concurrency = creation.max_concurrency.max(1) as usize;
-    let running = context.clone();
-    let host = ActorHost::start(id, instance, max_concurrency, move |call| {
-        run_call(running.clone(), call)
-    });
+    let host = ActorHost::start(context.clone(), id, instance, max_concurrency);
     if context.actor.set(host).is_err() {
         let message = "this worker hosts an actor already";
         return Err(TaskError::new(TaskErrorKind::Argument, &spec.function, message));
@@ -117,7 +114,7 @@ fn construct_actor(
 }
 
 /// Runs one queued actor call and sends its result to its caller.
-async fn run_call(context: Arc<WorkerContext>, call: QueuedCall) {
+pub(crate) async fn run_call(context: Arc<WorkerContext>, call: QueuedCall) {
     let QueuedCall { spec, results } = call;
     let args = super::service::resolve_args(&context, &spec).await;
     let result = run_task(&context, spec, args, &results).await;

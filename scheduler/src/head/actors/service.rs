@@ -130,6 +130,7 @@ fn decode_spec(request: CreateActorRequest) -> Result<ActorSpec> {
         namespace: bounded_text("namespace", request.namespace)?,
         detached: request.detached,
         max_restarts: request.max_restarts,
+        max_task_retries: request.max_task_retries,
         max_concurrency: request.max_concurrency,
         owner: bounded_text("owner_address", request.owner_address)?,
     })

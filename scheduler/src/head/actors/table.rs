@@ -23,6 +23,7 @@ pub struct ActorSpec {
     pub detached: bool,
     /// Negative: restart without limit.
     pub max_restarts: i32,
+    pub max_task_retries: u32,
     pub max_concurrency: u32,
     pub owner: String,
 }
@@ -93,6 +94,7 @@ impl ActorTable {
             owner_address: spec.owner.clone(),
             detached: spec.detached,
             max_concurrency: spec.max_concurrency,
+            max_task_retries: spec.max_task_retries,
             ..ActorRecord::default()
         };
         let spec = Arc::new(spec);
@@ -269,6 +271,7 @@ mod tests {
             namespace: "default".into(),
             detached,
             max_restarts,
+            max_task_retries: 0,
             max_concurrency: 1,
             owner: "driver:1".into(),
         }
