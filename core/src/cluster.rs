@@ -93,7 +93,7 @@ impl Cluster {
 
     fn start(config: Config) -> Result<Cluster> {
         let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
+            .worker_threads(config.io_threads)
             .thread_name("raylet")
             .enable_all()
             .build()?;

@@ -23,6 +23,7 @@ pub struct Config {
     pub(crate) max_spill_bytes: Option<u64>,
     pub(crate) log_to_driver: bool,
     pub(crate) object_store_full_timeout: Duration,
+    pub(crate) io_threads: usize,
 }
 
 impl Default for Config {
@@ -39,6 +40,7 @@ impl Default for Config {
             max_spill_bytes: None,
             log_to_driver: true,
             object_store_full_timeout: Self::DEFAULT_OBJECT_STORE_FULL_TIMEOUT,
+            io_threads: 1,
         }
     }
 }
@@ -61,6 +63,9 @@ impl Config {
             temp_dir: variable("RAYLET_TEMP_DIR").map_or(defaults.temp_dir.clone(), PathBuf::from),
             log_to_driver: variable("RAYLET_LOG_TO_DRIVER")
                 .is_none_or(|value| !matches!(value.as_str(), "0" | "false" | "no")),
+            io_threads: variable("RAYLET_IO_THREADS")
+                .and_then(|value| value.parse().ok())
+                .unwrap_or(defaults.io_threads),
             ..defaults
         }
     }
@@ -126,6 +131,16 @@ impl Config {
     /// freeing make room) before it fails with `ObjectStoreFull` [default: 10 s].
     pub fn object_store_full_timeout(mut self, timeout: Duration) -> Self {
         self.object_store_full_timeout = timeout;
+        self
+    }
+
+    /// Threads that run this driver's networking, and an embedded cluster's
+    /// head and node manager [default: 1, or `RAYLET_IO_THREADS`]. One
+    /// thread, as Ray's core worker has, answers a synchronous call fastest:
+    /// a second one mostly wakes up to steal work that the first would have
+    /// run at once.
+    pub fn io_threads(mut self, threads: usize) -> Self {
+        self.io_threads = threads.max(1);
         self
     }
 
