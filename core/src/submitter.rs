@@ -7,11 +7,10 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use raylet_proto::server::MAX_DATA_MESSAGE;
+use raylet_proto::task_stream::{self, EventReader};
 use raylet_proto::v1::lease_session_event::Kind as LeaseEvent;
 use raylet_proto::v1::lease_session_request::Kind as LeaseRequest;
 use raylet_proto::v1::node_manager_service_client::NodeManagerServiceClient;
-use raylet_proto::v1::worker_service_client::WorkerServiceClient;
 use raylet_proto::v1::{
     self, CancelLeaseRequest, CancelTask, GetWorkerExitRequest, LeaseSessionEvent, LeaseSessionRequest, RequestLease,
     ReturnLease, TaskArg, TaskBatch, TaskSpec, task_arg,
@@ -797,7 +796,7 @@ fn connect_worker(
     tokio::spawn(async move {
         let result: crate::Result<()> = async {
             let mut inbound = open_task_stream(&core, &address, outbound).await?;
-            while let Some(batch) = inbound.message().await.map_err(raylet_proto::Error::from)? {
+            while let Some(batch) = inbound.message().await? {
                 let finished = complete_values(&core, batch.results);
                 let _ = events.send(SubmitterEvent::Results {
                     worker,
@@ -818,19 +817,28 @@ fn connect_worker(
 }
 
 /// A task's outcome as its worker reported it.
-/// Opens a task stream to the worker at `address`: `outbound` carries tasks
-/// to it, and its results come back on the returned stream.
+/// Opens a task stream to the worker at `address`. The batches sent on
+/// `outbound`, also before it connects, go to the worker in order, those
+/// that wait merged into one frame; its results come back on the returned
+/// reader.
 pub(crate) async fn open_task_stream(
     core: &CoreWorker,
     address: &str,
-    outbound: mpsc::UnboundedReceiver<TaskBatch>,
-) -> crate::Result<tonic::Streaming<v1::WorkerEvents>> {
-    let channel = raylet_proto::channel::connect(address, &core.token, WORKER_CONNECT_PATIENCE).await?;
-    let mut client = WorkerServiceClient::new(channel)
-        .max_decoding_message_size(MAX_DATA_MESSAGE)
-        .max_encoding_message_size(MAX_DATA_MESSAGE);
-    let reply = client.push_tasks(UnboundedReceiverStream::new(outbound)).await;
-    Ok(reply.map_err(raylet_proto::Error::from)?.into_inner())
+    mut outbound: mpsc::UnboundedReceiver<TaskBatch>,
+) -> crate::Result<EventReader> {
+    let (tasks, events) = task_stream::open(address, &core.token, WORKER_CONNECT_PATIENCE).await?;
+    tokio::spawn(async move {
+        while let Some(mut batch) = outbound.recv().await {
+            while let Ok(more) = outbound.try_recv() {
+                batch.tasks.extend(more.tasks);
+                batch.cancel.extend(more.cancel);
+            }
+            if tasks.send(&batch).is_err() {
+                return;
+            }
+        }
+    });
+    Ok(events)
 }
 
 pub(crate) struct TaskFinished {

@@ -59,6 +59,21 @@ impl AuthToken {
     fn matches(&self, presented: &[u8]) -> bool {
         constant_time_eq(self.0.as_bytes(), presented)
     }
+
+    /// Admits a peer that speaks this [`PROTOCOL_VERSION`] and presents
+    /// this token; the error says which is wrong, never showing a token.
+    pub fn admit(&self, presented: Option<&[u8]>, peer_version: Option<&str>) -> Result<()> {
+        check_protocol_version(peer_version)?;
+        let presented = presented.ok_or_else(|| Error::Unauthenticated(missing_token_message()))?;
+        if !self.matches(presented) {
+            return Err(Error::Unauthenticated(
+                "the cluster token is wrong; use the token from the head's session \
+                 directory (--token, RAYLET_TOKEN or <temp-dir>/session_latest/token)"
+                    .into(),
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl fmt::Debug for AuthToken {
@@ -113,19 +128,13 @@ impl ServerAuth {
     }
 
     fn check(&self, metadata: &MetadataMap) -> Result<()> {
-        check_protocol_version(metadata)?;
+        let version = metadata
+            .get(PROTOCOL_HEADER)
+            .map(|value| value.to_str().unwrap_or("<not text>"));
         let presented = metadata
             .get(TOKEN_HEADER)
-            .ok_or_else(|| Error::Unauthenticated(missing_token_message()))?;
-        let token = presented.as_bytes().strip_prefix(b"Bearer ").unwrap_or(b"");
-        if !self.token.matches(token) {
-            return Err(Error::Unauthenticated(
-                "the cluster token is wrong; use the token from the head's session \
-                 directory (--token, RAYLET_TOKEN or <temp-dir>/session_latest/token)"
-                    .into(),
-            ));
-        }
-        Ok(())
+            .map(|value| value.as_bytes().strip_prefix(b"Bearer ").unwrap_or(b""));
+        self.token.admit(presented, version)
     }
 }
 
@@ -135,10 +144,9 @@ fn missing_token_message() -> String {
         .into()
 }
 
-fn check_protocol_version(metadata: &MetadataMap) -> Result<()> {
-    let peer = match metadata.get(PROTOCOL_HEADER) {
-        None => return Err(Error::protocol_mismatch("<none>", PROTOCOL_VERSION)),
-        Some(value) => value.to_str().unwrap_or("<not text>"),
+fn check_protocol_version(peer: Option<&str>) -> Result<()> {
+    let Some(peer) = peer else {
+        return Err(Error::protocol_mismatch("<none>", PROTOCOL_VERSION));
     };
     if peer.parse::<u32>() != Ok(PROTOCOL_VERSION) {
         return Err(Error::protocol_mismatch(peer, PROTOCOL_VERSION));

@@ -67,13 +67,28 @@ async fn connect_endpoint(
     token: &AuthToken,
     patience: Duration,
 ) -> Result<AuthedChannel> {
+    let channel = with_backoff(address, patience, || endpoint.connect()).await?;
+    Ok(InterceptedService::new(channel, ClientAuth::new(token)))
+}
+
+/// Tries `connect` with exponential backoff until it succeeds or `patience`
+/// has passed, then fails with an error that says how long it tried.
+pub(crate) async fn with_backoff<T, E, F>(
+    address: &str,
+    patience: Duration,
+    mut connect: impl FnMut() -> F,
+) -> Result<T>
+where
+    E: std::error::Error,
+    F: Future<Output = std::result::Result<T, E>>,
+{
     let started = Instant::now();
     let mut backoff = FIRST_BACKOFF;
     let mut attempts = 0u32;
     loop {
         attempts += 1;
-        match endpoint.connect().await {
-            Ok(channel) => return Ok(InterceptedService::new(channel, ClientAuth::new(token))),
+        match connect().await {
+            Ok(connected) => return Ok(connected),
             Err(error) if started.elapsed() + backoff >= patience => {
                 return Err(Error::Unavailable(format!(
                     "could not reach {address} after {attempts} attempts over {:.1}s: {}",

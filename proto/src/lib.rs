@@ -1,4 +1,4 @@
-//! raylet's wire protocol: the generated gRPC services, ids, resource sets,
+//! raylet's wire protocol: the generated gRPC services, task streams, ids, resource sets,
 //! the shared error type, token authentication and channel set-up.
 
 pub mod auth;
@@ -9,6 +9,7 @@ pub mod error;
 pub mod ids;
 pub mod resources;
 pub mod server;
+pub mod task_stream;
 pub mod worker_env;
 
 pub use error::{Error, Result};

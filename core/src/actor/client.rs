@@ -104,6 +104,9 @@ enum ClientEvent {
     ConnectionClosed(u64),
 }
 
+/// Events handled at most before the calls they made ready are sent.
+const MAX_EVENTS_PER_SEND: usize = 256;
+
 /// A call that has not finished.
 struct PendingCall {
     task_id: TaskId,
@@ -195,25 +198,37 @@ async fn follow_records(core: Arc<CoreWorker>, actor: ActorId, events: mpsc::Unb
 }
 
 impl ActorClient {
+    /// Handles events as they come; the calls they make ready go out
+    /// together, once no more events wait (or after a bounded number).
     async fn run(mut self, mut inbound: mpsc::UnboundedReceiver<ClientEvent>) {
         while let Some(event) = inbound.recv().await {
-            match event {
-                ClientEvent::Call(call) => self.submit(*call),
-                ClientEvent::ArgsReady(task_id) => self.resolve(task_id),
-                ClientEvent::Record(record) => self.on_record(record),
-                ClientEvent::RecordsEnded(why) => {
-                    if self.dead.is_none() {
-                        self.die(TaskErrorKind::ActorDied, format!("the actor's state is unknown: {why}"));
-                    }
-                }
-                ClientEvent::Results { connection, events } => self.on_results(connection, events),
-                ClientEvent::ConnectionClosed(connection) => {
-                    if self.connection.as_ref().is_some_and(|c| c.id == connection) {
-                        self.connection = None;
-                    }
-                }
+            self.handle(event);
+            for _ in 1..MAX_EVENTS_PER_SEND {
+                let Ok(event) = inbound.try_recv() else {
+                    break;
+                };
+                self.handle(event);
             }
             self.send_ready();
+        }
+    }
+
+    fn handle(&mut self, event: ClientEvent) {
+        match event {
+            ClientEvent::Call(call) => self.submit(*call),
+            ClientEvent::ArgsReady(task_id) => self.resolve(task_id),
+            ClientEvent::Record(record) => self.on_record(record),
+            ClientEvent::RecordsEnded(why) => {
+                if self.dead.is_none() {
+                    self.die(TaskErrorKind::ActorDied, format!("the actor's state is unknown: {why}"));
+                }
+            }
+            ClientEvent::Results { connection, events } => self.on_results(connection, events),
+            ClientEvent::ConnectionClosed(connection) => {
+                if self.connection.as_ref().is_some_and(|c| c.id == connection) {
+                    self.connection = None;
+                }
+            }
         }
     }
 
@@ -388,7 +403,7 @@ impl ActorClient {
         tokio::spawn(async move {
             let streamed = async {
                 let mut inbound = open_task_stream(&core, &address, outbound).await?;
-                while let Some(batch) = inbound.message().await.map_err(raylet_proto::Error::from)? {
+                while let Some(batch) = inbound.message().await? {
                     if log_to_driver {
                         print_log_lines(pid, node_id, &batch.logs);
                     }

@@ -1,11 +1,13 @@
 //! The actor a worker hosts: its calls, from every caller's stream, wait in
 //! one queue and start in arrival order, with at most `max_concurrency`
-//! running at once (one at a time unless the actor asks for more).
+//! running at once (one at a time unless the actor asks for more). One at a
+//! time, results go back together while more calls wait, and at once when
+//! none do, as on a task stream.
 
 use std::sync::Arc;
 
 use raylet_proto::ActorId;
-use raylet_proto::v1::TaskSpec;
+use raylet_proto::v1::{TaskResult, TaskSpec, WorkerEvents};
 use tokio::sync::{Semaphore, mpsc};
 
 use super::WorkerContext;
@@ -35,25 +37,11 @@ impl ActorHost {
         instance: Arc<dyn ActorInstance>,
         max_concurrency: usize,
     ) -> Self {
-        let (calls, mut queued) = mpsc::unbounded_channel::<QueuedCall>();
-        let slots = Arc::new(Semaphore::new(max_concurrency));
-        tokio::spawn(async move {
-            while let Some(call) = queued.recv().await {
-                let Ok(slot) = slots.clone().acquire_owned().await else {
-                    return;
-                };
-                let running = executor::run_call(context.clone(), call);
-                if max_concurrency == 1 {
-                    running.await;
-                    drop(slot);
-                    continue;
-                }
-                tokio::spawn(async move {
-                    running.await;
-                    drop(slot);
-                });
-            }
-        });
+        let (calls, queued) = mpsc::unbounded_channel::<QueuedCall>();
+        match max_concurrency {
+            1 => tokio::spawn(run_one_at_a_time(context, queued)),
+            _ => tokio::spawn(run_concurrently(context, queued, max_concurrency)),
+        };
         ActorHost {
             id,
             instance,
@@ -67,6 +55,79 @@ impl ActorHost {
         let _ = self.calls.send(QueuedCall { spec, results });
     }
 }
+
+async fn run_one_at_a_time(context: Arc<WorkerContext>, mut queued: mpsc::UnboundedReceiver<QueuedCall>) {
+    let mut finished = FinishedCalls::default();
+    loop {
+        let call = match queued.try_recv() {
+            Ok(call) => call,
+            Err(_) => {
+                finished.send();
+                match queued.recv().await {
+                    Some(call) => call,
+                    None => return,
+                }
+            }
+        };
+        let (result, results) = executor::run_call(context.clone(), call).await;
+        finished.add(result, results);
+    }
+}
+
+async fn run_concurrently(
+    context: Arc<WorkerContext>,
+    mut queued: mpsc::UnboundedReceiver<QueuedCall>,
+    max_concurrency: usize,
+) {
+    let slots = Arc::new(Semaphore::new(max_concurrency));
+    while let Some(call) = queued.recv().await {
+        let Ok(slot) = slots.clone().acquire_owned().await else {
+            return;
+        };
+        let running = executor::run_call(context.clone(), call);
+        tokio::spawn(async move {
+            let (result, results) = running.await;
+            let _ = results.send(&WorkerEvents {
+                results: vec![result],
+                logs: Vec::new(),
+            });
+            drop(slot);
+        });
+    }
+}
+
+/// Results held back while more calls wait, by the stream they go to.
+#[derive(Default)]
+struct FinishedCalls {
+    streams: Vec<(ResultSender, Vec<TaskResult>)>,
+    count: usize,
+}
+
+impl FinishedCalls {
+    fn add(&mut self, result: TaskResult, results: ResultSender) {
+        match self.streams.iter_mut().find(|(stream, _)| stream.same_stream(&results)) {
+            Some((_, held)) => held.push(result),
+            None => self.streams.push((results, vec![result])),
+        }
+        self.count += 1;
+        if self.count >= MAX_HELD_RESULTS {
+            self.send();
+        }
+    }
+
+    fn send(&mut self) {
+        for (stream, results) in self.streams.drain(..) {
+            let _ = stream.send(&WorkerEvents {
+                results,
+                logs: Vec::new(),
+            });
+        }
+        self.count = 0;
+    }
+}
+
+/// Results held back at most while more calls wait.
+const MAX_HELD_RESULTS: usize = 32;
 
 /// The error of a call that reached a worker hosting no such actor.
 pub(crate) fn not_hosted(spec: &TaskSpec) -> TaskError {

@@ -8,10 +8,8 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use raylet_proto::v1::{ActorCreation, TaskResult, TaskSpec, WorkerEvents};
+use raylet_proto::v1::{ActorCreation, TaskResult, TaskSpec};
 use raylet_proto::{ActorId, TaskId};
-use tokio::sync::mpsc;
-use tonic::Status;
 
 use super::actor_host::{ActorHost, QueuedCall, not_hosted};
 use super::{WorkerContext, logs};
@@ -21,7 +19,7 @@ use crate::task::{TaskError, TaskErrorKind};
 use crate::value::{Body, EncodedValue, outcome_to_proto};
 
 /// Where a task's result and output go: the stream of the owner that pushed it.
-pub(crate) type ResultSender = mpsc::UnboundedSender<Result<WorkerEvents, Status>>;
+pub(crate) type ResultSender = raylet_proto::task_stream::EventSender;
 
 /// Runs a task with its resolved arguments and reports how it went.
 pub(crate) async fn run_task(
@@ -113,15 +111,11 @@ fn construct_actor(
     registry::encode_value(&spec.function, &())
 }
 
-/// Runs one queued actor call and sends its result to its caller.
-pub(crate) async fn run_call(context: Arc<WorkerContext>, call: QueuedCall) {
+/// Runs one queued actor call; its result goes to its caller's stream.
+pub(crate) async fn run_call(context: Arc<WorkerContext>, call: QueuedCall) -> (TaskResult, ResultSender) {
     let QueuedCall { spec, results } = call;
     let args = super::service::resolve_args(&context, &spec).await;
-    let result = run_task(&context, spec, args, &results).await;
-    let _ = results.send(Ok(WorkerEvents {
-        results: vec![result],
-        logs: Vec::new(),
-    }));
+    (run_task(&context, spec, args, &results).await, results)
 }
 
 /// Calls a method of the hosted actor: a sync one on this thread when the

@@ -59,10 +59,10 @@ fn forward(reader: OwnedFd, original: OwnedFd, stderr: bool) {
                 line: line.clone(),
             };
             sink.results
-                .send(Ok(WorkerEvents {
+                .send(&WorkerEvents {
                     results: Vec::new(),
                     logs: vec![log],
-                }))
+                })
                 .is_ok()
         });
         drop(sink);

@@ -21,7 +21,6 @@ use raylet_proto::auth::AuthToken;
 use raylet_proto::server::{MAX_DATA_MESSAGE, authenticated, incoming};
 use raylet_proto::v1::node_manager_service_client::NodeManagerServiceClient;
 use raylet_proto::v1::owner_service_server::OwnerServiceServer;
-use raylet_proto::v1::worker_service_server::WorkerServiceServer;
 use raylet_proto::v1::worker_session_message::Kind as SessionKind;
 use raylet_proto::v1::{RegisterWorker, WorkerBinary, WorkerSessionMessage};
 use raylet_proto::worker_env::WorkerBootstrap;
@@ -91,7 +90,7 @@ pub(crate) fn run(bootstrap: WorkerBootstrap) -> i32 {
             return 1;
         }
     };
-    match task_thread.block_on(serve_tasks(context, token, task_listener)) {
+    match task_thread.block_on(service::serve(context, token, task_listener)) {
         Ok(()) => 0,
         Err(error) => {
             eprintln!("raylet worker: the task service failed: {error}");
@@ -188,19 +187,6 @@ fn serve_objects(core: Arc<CoreWorker>, token: AuthToken, listener: tokio::net::
 }
 
 /// Serves task streams on the main thread, which also runs the tasks.
-async fn serve_tasks(context: Arc<WorkerContext>, token: AuthToken, listener: std::net::TcpListener) -> Result<()> {
-    let listener = tokio::net::TcpListener::from_std(listener)?;
-    let tasks = WorkerServiceServer::new(service::WorkerServiceImpl { context })
-        .max_decoding_message_size(MAX_DATA_MESSAGE)
-        .max_encoding_message_size(MAX_DATA_MESSAGE);
-    authenticated(token)
-        .add_service(tasks)
-        .serve_with_incoming(incoming(listener))
-        .await
-        .map_err(raylet_proto::Error::from)?;
-    Ok(())
-}
-
 /// Opens the worker session with the node manager; the process exits when
 /// that session ends, so a worker never outlives its node or its driver.
 async fn join_node_manager(core: &CoreWorker, outbound: mpsc::UnboundedReceiver<WorkerSessionMessage>) -> Result<()> {

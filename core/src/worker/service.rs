@@ -1,22 +1,19 @@
-//! The worker's task service: owners push tasks over a stream. Each task's
+//! The worker's task service: owners push tasks over task streams. Each task's
 //! arguments are resolved, then the task runs right here on the main
 //! thread, and its result goes back on the same stream. Calls of the actor
 //! this worker hosts go to the actor's queue instead, which answers on the
 //! caller's stream.
 
 use std::future::Future;
-use std::pin::Pin;
 use std::sync::Arc;
 use std::task::Poll;
+use std::time::Duration;
 
 use bytes::Bytes;
-use raylet_proto::v1::worker_service_server::WorkerService;
+use raylet_proto::auth::AuthToken;
+use raylet_proto::task_stream::{self, TaskReader};
 use raylet_proto::v1::{self, TaskBatch, TaskSpec, WorkerEvents, task_arg};
 use raylet_proto::{ObjectId, TaskId};
-use tokio::sync::mpsc;
-use tokio_stream::Stream;
-use tokio_stream::wrappers::UnboundedReceiverStream;
-use tonic::{Request, Response, Status, Streaming};
 
 use super::WorkerContext;
 use super::actor_host::not_hosted;
@@ -25,21 +22,30 @@ use crate::object_ref::{AnyObjectRef, RawRef};
 use crate::task::{TaskError, TaskErrorKind};
 use crate::value::{Body, Format, StoredAt};
 
-pub(crate) struct WorkerServiceImpl {
-    pub(crate) context: Arc<WorkerContext>,
-}
-
-#[tonic::async_trait]
-impl WorkerService for WorkerServiceImpl {
-    type PushTasksStream = Pin<Box<dyn Stream<Item = Result<WorkerEvents, Status>> + Send>>;
-
-    async fn push_tasks(
-        &self,
-        request: Request<Streaming<TaskBatch>>,
-    ) -> Result<Response<Self::PushTasksStream>, Status> {
-        let (results, receiver) = mpsc::unbounded_channel();
-        tokio::spawn(run_stream(self.context.clone(), request.into_inner(), results));
-        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(receiver))))
+/// Serves the task streams that owners open on `listener`, each on a task
+/// of its own.
+pub(super) async fn serve(
+    context: Arc<WorkerContext>,
+    token: AuthToken,
+    listener: std::net::TcpListener,
+) -> crate::Result<()> {
+    let listener = tokio::net::TcpListener::from_std(listener)?;
+    loop {
+        let socket = match listener.accept().await {
+            Ok((socket, _)) => socket,
+            Err(error) => {
+                tracing::warn!(%error, "cannot accept a task stream");
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                continue;
+            }
+        };
+        let (context, token) = (context.clone(), token.clone());
+        tokio::spawn(async move {
+            match task_stream::accept(socket, &token).await {
+                Ok((tasks, results)) => run_stream(context, tasks, results).await,
+                Err(error) => tracing::debug!(%error, "a task stream was refused"),
+            }
+        });
     }
 }
 
@@ -49,7 +55,7 @@ impl WorkerService for WorkerServiceImpl {
 ///
 /// Results go back together while more tasks wait here, and at once when
 /// none do, so a lone task is answered without delay.
-async fn run_stream(context: Arc<WorkerContext>, mut inbound: Streaming<TaskBatch>, results: executor::ResultSender) {
+async fn run_stream(context: Arc<WorkerContext>, mut inbound: TaskReader, results: executor::ResultSender) {
     let mut queue = std::collections::VecDeque::new();
     let mut finished = Vec::new();
     loop {
@@ -79,7 +85,7 @@ async fn run_stream(context: Arc<WorkerContext>, mut inbound: Streaming<TaskBatc
                 results: std::mem::take(&mut finished),
                 logs: Vec::new(),
             };
-            if results.send(Ok(events)).is_err() {
+            if results.send(&events).is_err() {
                 return;
             }
         }
@@ -105,7 +111,7 @@ fn absorb(context: &WorkerContext, batch: TaskBatch, queue: &mut std::collection
 
 /// The next batch if one has arrived already; `None` otherwise, or when the
 /// stream has ended (the next blocking read will see that).
-async fn next_if_ready(inbound: &mut Streaming<TaskBatch>) -> Option<TaskBatch> {
+async fn next_if_ready(inbound: &mut TaskReader) -> Option<TaskBatch> {
     let mut next = std::pin::pin!(inbound.message());
     let polled = std::future::poll_fn(|cx| Poll::Ready(next.as_mut().poll(cx))).await;
     match polled {

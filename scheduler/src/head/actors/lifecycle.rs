@@ -7,15 +7,12 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use raylet_proto::auth::AuthToken;
-use raylet_proto::v1::worker_service_client::WorkerServiceClient;
+use raylet_proto::task_stream::{self, EventReader, TaskSender};
 use raylet_proto::v1::{
-    ActorCreation, ActorDeathKind, FailureKind, ObjectOutcome, TaskBatch, TaskFailure, TaskSpec, WorkerEvents,
-    object_outcome,
+    ActorCreation, ActorDeathKind, FailureKind, ObjectOutcome, TaskBatch, TaskFailure, TaskSpec, object_outcome,
 };
 use raylet_proto::{ResourceSet, TaskId};
-use tokio::sync::{mpsc, watch};
-use tokio_stream::wrappers::UnboundedReceiverStream;
-use tonic::Streaming;
+use tokio::sync::watch;
 
 use super::leases::{Grant, HeadLeases, LeaseAnswer};
 use super::table::{ActorSpec, ActorTable, KillOrder, Placement};
@@ -67,8 +64,8 @@ enum Ended {
 /// the worker lives.
 struct Hosted {
     grant: Grant,
-    events: Streaming<WorkerEvents>,
-    _tasks: mpsc::UnboundedSender<TaskBatch>,
+    events: EventReader,
+    _tasks: TaskSender,
 }
 
 /// Runs an actor until it is dead for good.
@@ -188,19 +185,14 @@ fn describe(set: &ResourceSet) -> String {
 /// Runs the constructor on the leased worker and waits for its result.
 async fn construct(runtime: &ActorRuntime, spec: &ActorSpec, grant: &Grant, restarts: u32) -> Result<Hosted, Ended> {
     let gone = |error: String| Ended::ProcessDied(format!("its worker at {} is unreachable ({error})", grant.address));
-    let channel = raylet_proto::channel::connect(&grant.address, &runtime.token, WORKER_PATIENCE)
+    let (tasks, mut events) = task_stream::open(&grant.address, &runtime.token, WORKER_PATIENCE)
         .await
         .map_err(|e| gone(e.to_string()))?;
-    let (tasks, outbound) = mpsc::unbounded_channel();
-    let _ = tasks.send(TaskBatch {
+    let creation = TaskBatch {
         tasks: vec![creation_spec(spec, restarts)],
         cancel: Vec::new(),
-    });
-    let mut client = WorkerServiceClient::new(channel)
-        .max_decoding_message_size(raylet_proto::server::MAX_DATA_MESSAGE)
-        .max_encoding_message_size(raylet_proto::server::MAX_DATA_MESSAGE);
-    let reply = client.push_tasks(UnboundedReceiverStream::new(outbound)).await;
-    let mut events = reply.map_err(|e| gone(e.to_string()))?.into_inner();
+    };
+    tasks.send(&creation).map_err(|_| gone("the stream closed".into()))?;
     loop {
         let Ok(Some(batch)) = events.message().await else {
             return Err(Ended::ProcessDied(runtime.leases.worker_exit(grant).await));
