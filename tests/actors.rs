@@ -1,7 +1,7 @@
 //! Actors on real worker processes of the embedded cluster: order of calls,
 //! state, handles passed to tasks, named lookup, restarts after `kill -9`,
-//! `ActorDied`, failing constructors, concurrency of async actors, and
-//! `cluster.kill`.
+//! `ActorDied`, failing constructors, concurrency of async actors, an async
+//! actor awaiting another, and `cluster.kill`.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -95,6 +95,11 @@ impl Sleeper {
 
     pub fn peak(&self) -> usize {
         self.peak.load(Ordering::SeqCst)
+    }
+
+    /// Calls another actor and awaits its answer.
+    pub async fn incr_elsewhere(&self, counter: CounterHandle, by: u64) -> u64 {
+        counter.incr(by).get_async().await.expect("the other actor answers")
     }
 }
 
@@ -299,6 +304,18 @@ fn an_async_actor_runs_up_to_max_concurrency_calls_at_once() {
     let naps: Vec<ObjectRef<u64>> = (0..16).map(|_| sleeper.nap(300)).collect();
     assert_eq!(cluster.get_all(&naps).unwrap(), vec![300; 16]);
     assert_eq!(sleeper.peak().get().unwrap(), 8);
+}
+
+#[test]
+fn an_async_actor_awaits_calls_of_another_actor() {
+    let cluster = cluster();
+    let sleeper = Sleeper::remote(&cluster).max_concurrency(8).spawn().unwrap();
+    let counter = Counter::remote(&cluster, 0).spawn().unwrap();
+    let answers: Vec<ObjectRef<u64>> = (0..20).map(|_| sleeper.incr_elsewhere(counter.clone(), 1)).collect();
+    let mut answers = cluster.get_all(&answers).unwrap();
+    answers.sort_unstable();
+    assert_eq!(answers, (1..=20).collect::<Vec<u64>>());
+    assert_eq!(counter.get().get().unwrap(), 20);
 }
 
 #[test]

@@ -7,7 +7,7 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use raylet_proto::task_stream::{self, EventReader};
+use raylet_proto::task_stream::{self, EventReader, TaskSender};
 use raylet_proto::v1::lease_session_event::Kind as LeaseEvent;
 use raylet_proto::v1::lease_session_request::Kind as LeaseRequest;
 use raylet_proto::v1::node_manager_service_client::NodeManagerServiceClient;
@@ -817,16 +817,21 @@ fn connect_worker(
 }
 
 /// A task's outcome as its worker reported it.
+/// Opens a task stream to the worker at `address`.
+pub(crate) async fn connect_task_stream(core: &CoreWorker, address: &str) -> crate::Result<(TaskSender, EventReader)> {
+    Ok(task_stream::open(address, &core.token, WORKER_CONNECT_PATIENCE).await?)
+}
+
 /// Opens a task stream to the worker at `address`. The batches sent on
 /// `outbound`, also before it connects, go to the worker in order, those
 /// that wait merged into one frame; its results come back on the returned
 /// reader.
-pub(crate) async fn open_task_stream(
+async fn open_task_stream(
     core: &CoreWorker,
     address: &str,
     mut outbound: mpsc::UnboundedReceiver<TaskBatch>,
 ) -> crate::Result<EventReader> {
-    let (tasks, events) = task_stream::open(address, &core.token, WORKER_CONNECT_PATIENCE).await?;
+    let (tasks, events) = connect_task_stream(core, address).await?;
     tokio::spawn(async move {
         while let Some(mut batch) = outbound.recv().await {
             while let Ok(more) = outbound.try_recv() {

@@ -1,24 +1,28 @@
-//! The caller side of actors. For each actor this process calls, one task
-//! follows the actor's record at the head, keeps one call stream to the
-//! worker that hosts it, and sends calls in submission order. When the
-//! actor's process dies, calls in flight are sent again to its next
-//! incarnation if their retries allow, and fail with `ActorDied` otherwise;
-//! once the actor is dead every call fails, saying why.
+//! The caller side of actors. For each actor this process calls, one
+//! client follows the actor's record at the head, keeps one task stream to
+//! the worker that hosts it, and sends calls in submission order. A call
+//! made while none is in flight is written to the stream by the calling
+//! thread itself; calls made behind others wait for a task that sends them
+//! together. When the actor's process dies, calls in flight are sent again
+//! to its next incarnation if their retries allow, and fail with
+//! `ActorDied` otherwise; once the actor is dead every call fails, saying
+//! why.
 
 use std::collections::VecDeque;
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
+use raylet_proto::task_stream::TaskSender;
 use raylet_proto::v1::actor_service_client::ActorServiceClient;
 use raylet_proto::v1::{
     ActorDeathKind, ActorRecord, ActorState, OwnerSessionMessage, TaskBatch, TaskSpec, WatchActorRequest, WorkerEvents,
 };
 use raylet_proto::{ActorId, IdMap, NodeId, ObjectId, TaskId};
-use tokio::sync::{OnceCell, mpsc};
+use tokio::sync::{Notify, OnceCell, mpsc};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::core_worker::CoreWorker;
 use crate::object_ref::AnyObjectRef;
-use crate::submitter::{complete_values, open_task_stream, print_log_lines, resolve_arg};
+use crate::submitter::{complete_values, connect_task_stream, print_log_lines, resolve_arg};
 use crate::task::{Arg, TaskError, TaskErrorKind};
 use crate::{Error, Result};
 
@@ -33,23 +37,19 @@ pub(crate) struct ActorCall {
 /// The actors this process calls, and its owner session with the head.
 #[derive(Default)]
 pub(crate) struct ActorClients {
-    clients: Mutex<IdMap<ActorId, mpsc::UnboundedSender<ClientEvent>>>,
+    clients: Mutex<IdMap<ActorId, Arc<ActorClient>>>,
     owner_session: OnceCell<mpsc::UnboundedSender<OwnerSessionMessage>>,
 }
 
 impl ActorClients {
-    /// Sends a call to the actor's client task, starting it on first use.
+    /// Submits a call through the actor's client, starting it on first use.
     pub(crate) fn call(&self, core: &Arc<CoreWorker>, actor: ActorId, max_task_retries: u32, call: ActorCall) {
-        let event = ClientEvent::Call(Box::new(call));
-        let mut clients = self.clients.lock().unwrap_or_else(|p| p.into_inner());
-        let client = clients
+        let client = self
+            .clients()
             .entry(actor)
-            .or_insert_with(|| spawn_client(core, actor, max_task_retries, Vec::new()));
-        if let Err(mpsc::error::SendError(event)) = client.send(event) {
-            let fresh = spawn_client(core, actor, max_task_retries, Vec::new());
-            let _ = fresh.send(event);
-            *client = fresh;
-        }
+            .or_insert_with(|| ActorClient::start(core, actor, max_task_retries, Vec::new()))
+            .clone();
+        client.call(call);
     }
 
     /// Starts following an actor this process just created, holding
@@ -61,11 +61,12 @@ impl ActorClients {
         max_task_retries: u32,
         pinned: Vec<AnyObjectRef>,
     ) {
-        let client = spawn_client(core, actor, max_task_retries, pinned);
-        self.clients
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(actor, client);
+        let client = ActorClient::start(core, actor, max_task_retries, pinned);
+        self.clients().insert(actor, client);
+    }
+
+    fn clients(&self) -> MutexGuard<'_, IdMap<ActorId, Arc<ActorClient>>> {
+        self.clients.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// Opens this process's owner session with the head once: when it
@@ -90,23 +91,6 @@ impl ActorClients {
     }
 }
 
-enum ClientEvent {
-    Call(Box<ActorCall>),
-    /// The pending objects this call's arguments refer to are ready.
-    ArgsReady(TaskId),
-    Record(ActorRecord),
-    /// The head stopped answering about the actor.
-    RecordsEnded(String),
-    Results {
-        connection: u64,
-        events: WorkerEvents,
-    },
-    ConnectionClosed(u64),
-}
-
-/// Events handled at most before the calls they made ready are sent.
-const MAX_EVENTS_PER_SEND: usize = 256;
-
 /// A call that has not finished.
 struct PendingCall {
     task_id: TaskId,
@@ -129,14 +113,22 @@ impl PendingCall {
 struct Connection {
     id: u64,
     record_version: u64,
-    tasks: mpsc::UnboundedSender<TaskBatch>,
+    /// `None` while the stream opens.
+    tasks: Option<TaskSender>,
 }
 
-struct ActorClient {
+/// The caller side of one actor.
+pub(crate) struct ActorClient {
     core: Arc<CoreWorker>,
     actor: ActorId,
     max_task_retries: u32,
-    events: mpsc::UnboundedSender<ClientEvent>,
+    state: Mutex<ClientState>,
+    /// Wakes the task that sends calls queued behind others.
+    send_queued: Arc<Notify>,
+}
+
+#[derive(Default)]
+struct ClientState {
     connection: Option<Connection>,
     next_connection: u64,
     /// Calls not sent yet, in submission order.
@@ -149,91 +141,31 @@ struct ActorClient {
     creation_pins: Vec<AnyObjectRef>,
 }
 
-fn spawn_client(
-    core: &Arc<CoreWorker>,
-    actor: ActorId,
-    max_task_retries: u32,
-    pinned: Vec<AnyObjectRef>,
-) -> mpsc::UnboundedSender<ClientEvent> {
-    let (events, inbound) = mpsc::unbounded_channel();
-    let client = ActorClient {
-        core: core.clone(),
-        actor,
-        max_task_retries,
-        events: events.clone(),
-        connection: None,
-        next_connection: 1,
-        queue: VecDeque::new(),
-        in_flight: VecDeque::new(),
-        dead: None,
-        creation_pins: pinned,
-    };
-    core.runtime.spawn(follow_records(core.clone(), actor, events.clone()));
-    core.runtime.spawn(client.run(inbound));
-    events
-}
-
-/// Streams the actor's records from the head into the client.
-async fn follow_records(core: Arc<CoreWorker>, actor: ActorId, events: mpsc::UnboundedSender<ClientEvent>) {
-    let followed = async {
-        let channel = core.channel(&core.head_address).await?;
-        let request = WatchActorRequest {
-            actor_id: actor.as_bytes().to_vec(),
-        };
-        let reply = ActorServiceClient::new(channel).watch_actor(request).await;
-        let mut records = reply.map_err(raylet_proto::Error::from)?.into_inner();
-        while let Some(record) = records.message().await.map_err(raylet_proto::Error::from)? {
-            let dead = record.state() == ActorState::Dead;
-            if events.send(ClientEvent::Record(record)).is_err() || dead {
-                return Ok(());
-            }
-        }
-        Ok::<_, Error>(())
-    };
-    let ended = match followed.await {
-        Ok(()) => "the head stopped reporting on it".to_string(),
-        Err(error) => format!("the head cannot report on it ({error})"),
-    };
-    let _ = events.send(ClientEvent::RecordsEnded(ended));
-}
-
 impl ActorClient {
-    /// Handles events as they come; the calls they make ready go out
-    /// together, once no more events wait (or after a bounded number).
-    async fn run(mut self, mut inbound: mpsc::UnboundedReceiver<ClientEvent>) {
-        while let Some(event) = inbound.recv().await {
-            self.handle(event);
-            for _ in 1..MAX_EVENTS_PER_SEND {
-                let Ok(event) = inbound.try_recv() else {
-                    break;
-                };
-                self.handle(event);
-            }
-            self.send_ready();
-        }
+    fn start(core: &Arc<CoreWorker>, actor: ActorId, max_task_retries: u32, pinned: Vec<AnyObjectRef>) -> Arc<Self> {
+        let send_queued = Arc::new(Notify::new());
+        let client = Arc::new(ActorClient {
+            core: core.clone(),
+            actor,
+            max_task_retries,
+            state: Mutex::new(ClientState {
+                creation_pins: pinned,
+                ..ClientState::default()
+            }),
+            send_queued: send_queued.clone(),
+        });
+        core.runtime.spawn(follow_records(client.clone()));
+        core.runtime.spawn(send_when_told(Arc::downgrade(&client), send_queued));
+        client
     }
 
-    fn handle(&mut self, event: ClientEvent) {
-        match event {
-            ClientEvent::Call(call) => self.submit(*call),
-            ClientEvent::ArgsReady(task_id) => self.resolve(task_id),
-            ClientEvent::Record(record) => self.on_record(record),
-            ClientEvent::RecordsEnded(why) => {
-                if self.dead.is_none() {
-                    self.die(TaskErrorKind::ActorDied, format!("the actor's state is unknown: {why}"));
-                }
-            }
-            ClientEvent::Results { connection, events } => self.on_results(connection, events),
-            ClientEvent::ConnectionClosed(connection) => {
-                if self.connection.as_ref().is_some_and(|c| c.id == connection) {
-                    self.connection = None;
-                }
-            }
-        }
+    fn state(&self) -> MutexGuard<'_, ClientState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    fn submit(&mut self, call: ActorCall) {
-        if let Some(error) = &self.dead {
+    fn call(self: &Arc<Self>, call: ActorCall) {
+        let mut state = self.state();
+        if let Some(error) = &state.dead {
             let error = TaskError {
                 function: call.function.clone(),
                 ..error.clone()
@@ -241,77 +173,83 @@ impl ActorClient {
             self.core.store.complete(call.task_id.return_object(), Err(error));
             return;
         }
-        let pending = PendingCall {
+        state.queue.push_back(PendingCall {
             task_id: call.task_id,
             method: call.method,
             function: call.function,
             args: call.args,
             spec: None,
             attempts: 0,
-        };
-        self.queue.push_back(pending);
-        self.build_spec(self.queue.len() - 1);
+        });
+        let index = state.queue.len() - 1;
+        self.build_spec(&mut state, index);
+        match state.in_flight.is_empty() {
+            true => self.send_ready(&mut state),
+            false => self.send_queued.notify_one(),
+        }
     }
 
     /// Builds the spec of a queued call if its arguments are ready, or
     /// waits for the pending objects they refer to.
-    fn build_spec(&mut self, index: usize) {
-        let core = self.core.clone();
-        let call = &mut self.queue[index];
+    fn build_spec(self: &Arc<Self>, state: &mut ClientState, index: usize) {
+        let call = &mut state.queue[index];
         let mut args = Vec::with_capacity(call.args.len());
         let mut waiting = Vec::new();
         for arg in &call.args {
-            match resolve_arg(&core, arg) {
+            match resolve_arg(&self.core, arg) {
                 Ok(Some(resolved)) => args.push(resolved),
                 Ok(None) => waiting.extend(match arg {
                     Arg::Ref(object) => Some(object.id()),
                     Arg::Value { .. } => None,
                 }),
                 Err(error) => {
-                    let failed = self.queue.remove(index).expect("the call is queued");
+                    let failed = state.queue.remove(index).expect("the call is queued");
                     self.core.store.complete(failed.return_id(), Err(error));
                     return;
                 }
             }
         }
         if !waiting.is_empty() {
-            let (store, events, task_id) = (core.store.clone(), self.events.clone(), call.task_id);
-            tokio::spawn(async move {
+            let (client, task_id) = (self.clone(), call.task_id);
+            self.core.runtime.spawn(async move {
                 for id in waiting {
-                    let _ = store.wait(id, None).await;
+                    let _ = client.core.store.wait(id, None).await;
                 }
-                let _ = events.send(ClientEvent::ArgsReady(task_id));
+                client.args_ready(task_id);
             });
             return;
         }
         call.spec = Some(TaskSpec {
             task_id: call.task_id.as_bytes().to_vec(),
             function: call.function.clone(),
-            binary_hash: core.binary.hash.clone(),
+            binary_hash: self.core.binary.hash.clone(),
             args,
             attempt: 0,
-            owner_address: core.address.to_string(),
+            owner_address: self.core.address.to_string(),
             actor_id: self.actor.as_bytes().to_vec(),
             actor_creation: None,
             method: call.method.to_string(),
         });
     }
 
-    fn resolve(&mut self, task_id: TaskId) {
-        if let Some(index) = self.queue.iter().position(|call| call.task_id == task_id) {
-            self.build_spec(index);
+    /// The pending objects a call's arguments refer to are ready.
+    fn args_ready(self: &Arc<Self>, task_id: TaskId) {
+        let mut state = self.state();
+        if let Some(index) = state.queue.iter().position(|call| call.task_id == task_id) {
+            self.build_spec(&mut state, index);
+            self.send_ready(&mut state);
         }
     }
 
     /// Sends the calls at the front of the queue whose arguments are ready,
-    /// while the actor is alive and connected.
-    fn send_ready(&mut self) {
-        let Some(connection) = &self.connection else {
+    /// in one frame, while the actor is alive and its stream open.
+    fn send_ready(&self, state: &mut ClientState) {
+        let Some(tasks) = state.connection.as_ref().and_then(|c| c.tasks.as_ref()) else {
             return;
         };
         let mut batch = TaskBatch::default();
-        while self.queue.front().is_some_and(|call| call.spec.is_some()) {
-            let mut call = self.queue.pop_front().expect("the front call exists");
+        while state.queue.front().is_some_and(|call| call.spec.is_some()) {
+            let mut call = state.queue.pop_front().expect("the front call exists");
             let retryable = call.attempts < self.max_task_retries;
             let spec = call.spec.as_mut().expect("checked above");
             spec.attempt = call.attempts;
@@ -319,34 +257,35 @@ impl ActorClient {
                 true => spec.clone(),
                 false => call.spec.take().expect("checked above"),
             });
-            self.in_flight.push_back(call);
+            state.in_flight.push_back(call);
         }
         if !batch.tasks.is_empty() {
-            let _ = connection.tasks.send(batch);
+            let _ = tasks.send(&batch);
         }
     }
 
-    fn on_record(&mut self, record: ActorRecord) {
+    fn on_record(self: &Arc<Self>, record: ActorRecord) {
+        let mut state = self.state();
         match record.state() {
             ActorState::Alive
-                if self
+                if state
                     .connection
                     .as_ref()
                     .is_none_or(|c| c.record_version != record.version) =>
             {
-                self.incarnation_ended(&record.death_cause);
-                self.connect(&record);
+                self.incarnation_ended(&mut state, &record.death_cause);
+                self.connect(&mut state, &record);
             }
             ActorState::Restarting => {
-                self.connection = None;
-                self.incarnation_ended(&record.death_cause);
+                state.connection = None;
+                self.incarnation_ended(&mut state, &record.death_cause);
             }
             ActorState::Dead => {
                 let kind = match record.death_kind() {
                     ActorDeathKind::CreationFailed => TaskErrorKind::ActorCreationFailed,
                     _ => TaskErrorKind::ActorDied,
                 };
-                self.die(kind, record.death_cause);
+                self.die(&mut state, kind, record.death_cause);
             }
             _ => {}
         }
@@ -354,9 +293,9 @@ impl ActorClient {
 
     /// The incarnation the calls in flight went to is gone: each is sent
     /// again if its retries allow, and fails otherwise.
-    fn incarnation_ended(&mut self, cause: &str) {
+    fn incarnation_ended(&self, state: &mut ClientState, cause: &str) {
         let mut retried = VecDeque::new();
-        for mut call in self.in_flight.drain(..) {
+        for mut call in state.in_flight.drain(..) {
             if call.attempts < self.max_task_retries {
                 call.attempts += 1;
                 retried.push_back(call);
@@ -367,77 +306,132 @@ impl ActorClient {
             self.core.store.complete(call.return_id(), Err(error));
         }
         while let Some(call) = retried.pop_back() {
-            self.queue.push_front(call);
+            state.queue.push_front(call);
         }
     }
 
     /// The actor is dead for good: every call fails with `kind` and `cause`.
-    fn die(&mut self, kind: TaskErrorKind, cause: String) {
-        self.connection = None;
+    fn die(&self, state: &mut ClientState, kind: TaskErrorKind, cause: String) {
+        state.connection = None;
         let error = TaskError::new(kind, "", cause);
-        for call in self.in_flight.drain(..).chain(self.queue.drain(..)) {
+        for call in state.in_flight.drain(..).chain(state.queue.drain(..)) {
             let error = TaskError {
                 function: call.function.clone(),
                 ..error.clone()
             };
             self.core.store.complete(call.return_id(), Err(error));
         }
-        self.dead = Some(error);
-        self.creation_pins.clear();
+        state.dead = Some(error);
+        state.creation_pins.clear();
     }
 
-    /// Opens the call stream to the worker of the incarnation in `record`.
-    fn connect(&mut self, record: &ActorRecord) {
-        let id = self.next_connection;
-        self.next_connection += 1;
-        let (tasks, outbound) = mpsc::unbounded_channel();
-        self.connection = Some(Connection {
+    /// Opens the task stream to the worker of the incarnation in `record`;
+    /// calls wait in the queue until it is open.
+    fn connect(self: &Arc<Self>, state: &mut ClientState, record: &ActorRecord) {
+        let id = state.next_connection;
+        state.next_connection += 1;
+        state.connection = Some(Connection {
             id,
             record_version: record.version,
-            tasks,
+            tasks: None,
         });
         let (address, pid) = (record.address.clone(), record.pid);
         let node_id = NodeId::from_wire(&record.node_id).ok();
-        let (core, events) = (self.core.clone(), self.events.clone());
-        let log_to_driver = core.log_to_driver;
-        tokio::spawn(async move {
+        let client = self.clone();
+        self.core.runtime.spawn(async move {
             let streamed = async {
-                let mut inbound = open_task_stream(&core, &address, outbound).await?;
+                let (tasks, mut inbound) = connect_task_stream(&client.core, &address).await?;
+                client.stream_opened(id, tasks);
                 while let Some(batch) = inbound.message().await? {
-                    if log_to_driver {
+                    if client.core.log_to_driver {
                         print_log_lines(pid, node_id, &batch.logs);
                     }
-                    if events
-                        .send(ClientEvent::Results {
-                            connection: id,
-                            events: batch,
-                        })
-                        .is_err()
-                    {
-                        break;
-                    }
+                    client.on_results(id, batch);
                 }
                 Ok::<_, Error>(())
             };
             if let Err(error) = streamed.await {
-                tracing::debug!(%address, %error, "an actor's call stream ended");
+                tracing::debug!(%address, %error, "an actor's task stream ended");
             }
-            let _ = events.send(ClientEvent::ConnectionClosed(id));
+            let mut state = client.state();
+            if state.connection.as_ref().is_some_and(|c| c.id == id) {
+                state.connection = None;
+            }
         });
     }
 
-    fn on_results(&mut self, connection: u64, events: WorkerEvents) {
-        if self.connection.as_ref().is_none_or(|c| c.id != connection) {
+    fn stream_opened(&self, connection: u64, tasks: TaskSender) {
+        let mut state = self.state();
+        if let Some(current) = state.connection.as_mut().filter(|c| c.id == connection) {
+            current.tasks = Some(tasks);
+            self.send_ready(&mut state);
+        }
+    }
+
+    fn on_results(&self, connection: u64, events: WorkerEvents) {
+        let mut state = self.state();
+        if state.connection.as_ref().is_none_or(|c| c.id != connection) {
             return;
         }
         for finished in complete_values(&self.core, events.results) {
-            let Some(index) = self.in_flight.iter().position(|call| call.task_id == finished.task_id) else {
+            let Some(index) = state.in_flight.iter().position(|call| call.task_id == finished.task_id) else {
                 continue;
             };
-            let call = self.in_flight.remove(index).expect("the index is in range");
+            let call = state.in_flight.remove(index).expect("the index is in range");
             if let Err(error) = finished.outcome {
                 self.core.store.complete(call.return_id(), Err(error));
             }
         }
+        self.send_ready(&mut state);
     }
+
+    /// The head stopped answering about the actor.
+    fn records_ended(&self, why: String) {
+        let mut state = self.state();
+        if state.dead.is_none() {
+            self.die(
+                &mut state,
+                TaskErrorKind::ActorDied,
+                format!("the actor's state is unknown: {why}"),
+            );
+        }
+    }
+}
+
+/// Sends the calls queued behind others each time a caller asks, until the
+/// client is gone.
+async fn send_when_told(client: Weak<ActorClient>, told: Arc<Notify>) {
+    loop {
+        told.notified().await;
+        let Some(client) = client.upgrade() else {
+            return;
+        };
+        client.send_ready(&mut client.state());
+    }
+}
+
+/// Follows the actor's records at the head until it is dead.
+async fn follow_records(client: Arc<ActorClient>) {
+    let core = client.core.clone();
+    let followed = async {
+        let channel = core.channel(&core.head_address).await?;
+        let request = WatchActorRequest {
+            actor_id: client.actor.as_bytes().to_vec(),
+        };
+        let reply = ActorServiceClient::new(channel).watch_actor(request).await;
+        let mut records = reply.map_err(raylet_proto::Error::from)?.into_inner();
+        while let Some(record) = records.message().await.map_err(raylet_proto::Error::from)? {
+            let dead = record.state() == ActorState::Dead;
+            client.on_record(record);
+            if dead {
+                return Ok(());
+            }
+        }
+        Ok::<_, Error>(())
+    };
+    let ended = match followed.await {
+        Ok(()) => "the head stopped reporting on it".to_string(),
+        Err(error) => format!("the head cannot report on it ({error})"),
+    };
+    client.records_ended(ended);
 }

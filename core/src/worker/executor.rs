@@ -119,7 +119,8 @@ pub(crate) async fn run_call(context: Arc<WorkerContext>, call: QueuedCall) -> (
 }
 
 /// Calls a method of the hosted actor: a sync one on this thread when the
-/// actor runs one call at a time, else on a thread of its own.
+/// actor runs one call at a time, else on a thread of its own; an async one
+/// as a task of this thread, where its calls arrive.
 async fn call_method(spec: &TaskSpec, args: Vec<Bytes>, context: &Arc<WorkerContext>) -> TaskOutcome {
     let host = context
         .actor
@@ -135,7 +136,7 @@ async fn call_method(spec: &TaskSpec, args: Vec<Bytes>, context: &Arc<WorkerCont
             catch_unwind(AssertUnwindSafe(method)).unwrap_or_else(|payload| Err(panic_error(&spec.function, payload)))
         }
         MethodCall::Sync(method) => joined(&spec.function, tokio::task::spawn_blocking(method)).await,
-        MethodCall::Async(future) => joined(&spec.function, context.core.runtime.spawn(future)).await,
+        MethodCall::Async(future) => joined(&spec.function, tokio::spawn(future)).await,
     }
 }
 
