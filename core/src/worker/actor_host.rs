@@ -4,7 +4,7 @@
 //! time, results go back together while more calls wait, and at once when
 //! none do, as on a task stream.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 use raylet_proto::ActorId;
 use raylet_proto::v1::{TaskResult, TaskSpec, WorkerEvents};
@@ -74,26 +74,35 @@ async fn run_one_at_a_time(context: Arc<WorkerContext>, mut queued: mpsc::Unboun
     }
 }
 
+/// Runs up to `max_concurrency` calls at once. Results of calls that end
+/// together go back together: each goes into an outbox, and the call that
+/// ended, after letting the other ready tasks of this thread run, sends
+/// what the outbox holds.
 async fn run_concurrently(
     context: Arc<WorkerContext>,
     mut queued: mpsc::UnboundedReceiver<QueuedCall>,
     max_concurrency: usize,
 ) {
     let slots = Arc::new(Semaphore::new(max_concurrency));
+    let outbox = Arc::new(Mutex::new(FinishedCalls::default()));
     while let Some(call) = queued.recv().await {
         let Ok(slot) = slots.clone().acquire_owned().await else {
             return;
         };
         let running = executor::run_call(context.clone(), call);
+        let outbox = outbox.clone();
         tokio::spawn(async move {
             let (result, results) = running.await;
-            let _ = results.send(&WorkerEvents {
-                results: vec![result],
-                logs: Vec::new(),
-            });
             drop(slot);
+            lock(&outbox).add(result, results);
+            tokio::task::yield_now().await;
+            lock(&outbox).send();
         });
     }
+}
+
+fn lock(outbox: &Mutex<FinishedCalls>) -> std::sync::MutexGuard<'_, FinishedCalls> {
+    outbox.lock().unwrap_or_else(|p| p.into_inner())
 }
 
 /// Results held back while more calls wait, by the stream they go to.
