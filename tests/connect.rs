@@ -1,8 +1,9 @@
 //! A driver that joins a cluster started with the `raylet` CLI: a head and a
 //! second node as daemons, tasks leased on the driver's own machine, a task
 //! that only the second node can run, sent there by spillback, `raylet
-//! memory`, and objects lost with a node that is killed: rebuilt by running
-//! their task again, or a clear `ObjectLost` for `put` objects.
+//! memory`, objects lost with a node that is killed: rebuilt by running
+//! their task again, or a clear `ObjectLost` for `put` objects, and actors
+//! on a killed node: restarted on a node that joins, or dead naming it.
 
 use std::path::Path;
 use std::process::Command;
@@ -384,4 +385,59 @@ fn a_detached_actor_outlives_its_creator_and_an_owned_one_dies_with_it() {
         text.contains("Tally") && text.contains("kept") && text.contains("ALIVE"),
         "{text}"
     );
+}
+
+/// The listing of `actor` once `done` holds for it.
+fn listed_when(cluster: &Cluster, actor: &ActorHandle, done: impl Fn(&raylet::ActorInfo) -> bool) -> raylet::ActorInfo {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(30);
+    loop {
+        let actors = cluster.list_actors().unwrap();
+        let info = actors.into_iter().find(|a| a.id == actor.id()).unwrap();
+        if done(&info) {
+            return info;
+        }
+        assert!(std::time::Instant::now() < deadline, "the actor stays {info:?}");
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+}
+
+#[test]
+fn actors_on_a_node_that_dies_restart_on_a_node_that_joins_or_die_naming_it() {
+    let temp = tempfile::tempdir().unwrap();
+    let _daemons = Daemons(temp.path());
+    let (head, head_node, second_node, second_pid) = two_nodes(temp.path());
+    let cluster = driver_on(temp.path(), &head, &head_node);
+    let moving = Tally::remote(&cluster, 10)
+        .resource("special", 0.5)
+        .max_restarts(1)
+        .spawn()
+        .unwrap();
+    let fragile = Tally::remote(&cluster, 20).resource("special", 0.5).spawn().unwrap();
+    assert_eq!(moving.add(1).get().unwrap(), 11);
+    assert_eq!(fragile.add(1).get().unwrap(), 21);
+    let second_id = listed_when(&cluster, &moving, |_| true).node_id;
+
+    kill_and_wait(second_pid);
+    let fast = ["--num-cpus", "1", "--heartbeat-interval", "100ms"];
+    let special = ["--resources", r#"{"special": 1}"#];
+    raylet(
+        temp.path(),
+        &[&["start", "--address", &head][..], &fast, &special].concat(),
+    );
+
+    let Err(raylet::Error::Task(error)) = fragile.add(1).get() else {
+        panic!("an actor that may not restart must not answer after its node died");
+    };
+    assert_eq!(error.kind, TaskErrorKind::ActorDied, "{error}");
+    assert!(error.message.contains(&second_node), "{error}");
+    let moved = listed_when(&cluster, &moving, |a| {
+        a.state == raylet::ActorState::Alive && a.restarts == 1
+    });
+    assert_ne!(moved.node_id, second_id, "it restarted on the node that joined");
+    assert_eq!(moving.add(1).get().unwrap(), 11, "its constructor ran again");
+    assert_eq!(
+        listed_when(&cluster, &fragile, |_| true).state,
+        raylet::ActorState::Dead
+    );
+    cluster.shutdown().unwrap();
 }

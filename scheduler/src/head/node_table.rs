@@ -69,6 +69,11 @@ impl NodeTable {
         }
     }
 
+    /// How long a node may be silent before it is marked dead.
+    pub fn heartbeat_timeout(&self) -> Duration {
+        self.heartbeat_timeout
+    }
+
     /// Adds a new incarnation of the node. A still-alive older incarnation of
     /// the same node is marked dead: the two are never merged.
     pub fn register(&mut self, registration: Registration, now: Instant) -> u64 {

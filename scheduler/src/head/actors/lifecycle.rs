@@ -4,7 +4,7 @@
 //! kill order comes, restart it or record its death.
 
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use raylet_proto::auth::AuthToken;
 use raylet_proto::task_stream::{self, EventReader, TaskSender};
@@ -24,6 +24,8 @@ const WORKER_PATIENCE: Duration = Duration::from_secs(2);
 const MAX_SPILLBACKS: usize = 8;
 /// How long a killed worker's stream may take to end.
 const KILL_PATIENCE: Duration = Duration::from_secs(5);
+const FIRST_PLACEMENT_BACKOFF: Duration = Duration::from_millis(100);
+const MAX_PLACEMENT_BACKOFF: Duration = Duration::from_secs(1);
 
 /// What every actor's life needs from the head.
 pub(crate) struct ActorRuntime {
@@ -128,8 +130,44 @@ async fn host(
     }
 }
 
-/// Leases a worker on a node that fits the actor, following spillbacks.
+/// Leases a worker on a node that fits the actor. A node that does not
+/// answer is asked again, or another one chosen once the head has marked it
+/// dead, for up to twice the time that takes: a node's death costs the
+/// actor one restart, not one per attempt to place it.
 async fn place(runtime: &ActorRuntime, spec: &ActorSpec) -> Result<Grant, Ended> {
+    let heartbeat_timeout = runtime
+        .nodes
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .heartbeat_timeout();
+    let patience = 2 * heartbeat_timeout + MAX_PLACEMENT_BACKOFF;
+    let started = Instant::now();
+    let mut backoff = FIRST_PLACEMENT_BACKOFF;
+    loop {
+        match lease_on_a_fitting_node(runtime, spec).await {
+            Ok(grant) => return Ok(grant),
+            Err(Unplaced::Ended(ended)) => return Err(ended),
+            Err(Unplaced::Unreachable(reason)) if started.elapsed() + backoff >= patience => {
+                return Err(Ended::ProcessDied(reason));
+            }
+            Err(Unplaced::Unreachable(reason)) => {
+                tracing::debug!(actor = %spec.id, %reason, "placing the actor again");
+                tokio::time::sleep(backoff).await;
+                backoff = (backoff * 2).min(MAX_PLACEMENT_BACKOFF);
+            }
+        }
+    }
+}
+
+/// Why one attempt to place an actor failed.
+enum Unplaced {
+    /// The chosen node did not answer; it may be dying.
+    Unreachable(String),
+    Ended(Ended),
+}
+
+/// Leases a worker on the node that fits the actor best, following spillbacks.
+async fn lease_on_a_fitting_node(runtime: &ActorRuntime, spec: &ActorSpec) -> Result<Grant, Unplaced> {
     let views = runtime
         .nodes
         .lock()
@@ -137,7 +175,7 @@ async fn place(runtime: &ActorRuntime, spec: &ActorSpec) -> Result<Grant, Ended>
         .alive_resources();
     let mut node = choose_node(&views, &spec.placement).ok_or_else(|| {
         let reason = format!("no node of the cluster can ever fit {}", describe(&spec.placement));
-        Ended::Dead(ActorDeathKind::Infeasible, reason)
+        Unplaced::Ended(Ended::Dead(ActorDeathKind::Infeasible, reason))
     })?;
     for _ in 0..=MAX_SPILLBACKS {
         let answer = runtime.leases.request(&node, &spec.binary, &spec.placement).await;
@@ -148,15 +186,19 @@ async fn place(runtime: &ActorRuntime, spec: &ActorSpec) -> Result<Grant, Ended>
                 reason,
                 infeasible: true,
             }) => {
-                return Err(Ended::Dead(ActorDeathKind::Infeasible, reason));
+                return Err(Unplaced::Ended(Ended::Dead(ActorDeathKind::Infeasible, reason)));
             }
-            Ok(LeaseAnswer::Refused { reason, .. }) => return Err(Ended::ProcessDied(reason)),
-            Err(error) => return Err(Ended::ProcessDied(format!("its node {node} is unreachable ({error})"))),
+            Ok(LeaseAnswer::Refused { reason, .. }) => return Err(Unplaced::Ended(Ended::ProcessDied(reason))),
+            Err(error) => {
+                return Err(Unplaced::Unreachable(format!(
+                    "its node {node} is unreachable ({error})"
+                )));
+            }
         }
     }
-    Err(Ended::ProcessDied(format!(
+    Err(Unplaced::Ended(Ended::ProcessDied(format!(
         "its lease was passed on {MAX_SPILLBACKS} times without a grant"
-    )))
+    ))))
 }
 
 /// The node to ask first: the one with the most room of those that fit the
