@@ -28,17 +28,23 @@ const BULK_FRAME: u32 = 1 << 20;
 const BULK_STREAM_WINDOW: u32 = 8 << 20;
 const BULK_CONNECTION_WINDOW: u32 = 32 << 20;
 
-/// Checks that `address` is `HOST:PORT` and makes an endpoint for it.
-pub fn endpoint(address: &str) -> Result<Endpoint> {
+/// `address` without a leading `http://`, once checked to be `HOST:PORT`.
+pub fn host_and_port(address: &str) -> Result<&str> {
     let bare = address.trim().trim_start_matches("http://");
     let valid = bare
         .rsplit_once(':')
         .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
-    if !valid {
-        return Err(Error::InvalidArgument(format!(
+    match valid {
+        true => Ok(bare),
+        false => Err(Error::InvalidArgument(format!(
             "address '{address}' is not of the form HOST:PORT"
-        )));
+        ))),
     }
+}
+
+/// Checks that `address` is `HOST:PORT` and makes an endpoint for it.
+pub fn endpoint(address: &str) -> Result<Endpoint> {
+    let bare = host_and_port(address)?;
     let endpoint = Endpoint::from_shared(format!("http://{bare}"))
         .map_err(|e| Error::InvalidArgument(format!("address '{address}': {e}")))?;
     Ok(endpoint.connect_timeout(Duration::from_secs(2)).tcp_nodelay(true))

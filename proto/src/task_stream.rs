@@ -19,7 +19,7 @@ use tokio::sync::Notify;
 use tonic::{Code, Status};
 
 use crate::auth::AuthToken;
-use crate::channel::with_backoff;
+use crate::channel::{host_and_port, with_backoff};
 use crate::server::MAX_DATA_MESSAGE;
 use crate::v1::{TaskBatch, TaskStreamHello, TaskStreamWelcome, WorkerEvents};
 use crate::{Error, PROTOCOL_VERSION, Result};
@@ -41,8 +41,7 @@ pub type EventSender = FrameSender<WorkerEvents>;
 /// Opens a task stream to the worker at `address`, retrying the connection
 /// until `patience` has passed.
 pub async fn open(address: &str, token: &AuthToken, patience: Duration) -> Result<(TaskSender, EventReader)> {
-    crate::channel::endpoint(address)?;
-    let bare = address.trim().trim_start_matches("http://");
+    let bare = host_and_port(address)?;
     let socket = with_backoff(address, patience, || TcpStream::connect(bare)).await?;
     socket.set_nodelay(true)?;
     let (read, mut write) = socket.into_split();
