@@ -11,7 +11,9 @@ use std::process::Command;
 use raylet::prelude::*;
 use serde_json::Value;
 
-const RAYLET: &str = env!("CARGO_BIN_EXE_raylet");
+mod common;
+
+use common::{Daemons, daemon_pids, raylet};
 
 #[raylet::remote]
 fn node_manager_pid() -> u32 {
@@ -33,43 +35,6 @@ fn make_block(fill: u8) -> serde_bytes::ByteBuf {
 #[raylet::remote(resources(special = 1))]
 fn hash_on_special_node(block: serde_bytes::ByteBuf) -> (u32, u64) {
     (std::os::unix::process::parent_id(), xxhash_rust::xxh3::xxh3_64(&block))
-}
-
-fn raylet(temp: &Path, args: &[&str]) -> String {
-    let output = Command::new(RAYLET)
-        .args(args)
-        .arg("--temp-dir")
-        .arg(temp)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "raylet {args:?}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
-    String::from_utf8(output.stdout).unwrap()
-}
-
-/// Stops the test's daemons even when an assertion fails.
-struct Daemons<'a>(&'a Path);
-
-impl Drop for Daemons<'_> {
-    fn drop(&mut self) {
-        let _ = Command::new(RAYLET)
-            .args(["stop", "--force", "--temp-dir"])
-            .arg(self.0)
-            .output();
-    }
-}
-
-fn daemon_pids(temp: &Path, role: &str) -> Vec<u32> {
-    std::fs::read_dir(temp.join("session_latest/processes"))
-        .unwrap()
-        .flatten()
-        .map(|e| serde_json::from_str::<Value>(&std::fs::read_to_string(e.path()).unwrap()).unwrap())
-        .filter(|record| record["role"] == role)
-        .map(|record| record["pid"].as_u64().unwrap() as u32)
-        .collect()
 }
 
 #[test]

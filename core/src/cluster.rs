@@ -24,7 +24,7 @@ use crate::object_ref::{AnyObjectRef, ObjectRef, RawRef};
 use crate::owner_service::OwnerServiceImpl;
 use crate::session::TempRoot;
 use crate::shared_objects::store_error;
-use crate::submitter::{Submission, Submitter, SubmitterEvent};
+use crate::submitter::{SchedulingClass, Submission, Submitter, SubmitterEvent};
 use crate::task::{Arg, TaskOptions};
 use crate::value::{Body, EncodedValue, Format, collecting_refs};
 use crate::{Error, Result};
@@ -120,7 +120,10 @@ impl Cluster {
 
     /// Submits a call of a remote function; `#[raylet::remote]` calls this.
     pub fn submit_task<R>(&self, options: TaskOptions, args: Vec<Arg>) -> Result<ObjectRef<R>> {
-        let demand = options.demand()?;
+        let class = SchedulingClass {
+            demand: options.demand()?,
+            scheduling: options.scheduling.to_scheduling()?,
+        };
         let core = self.core();
         let task_id = TaskId::random();
         let return_id = task_id.return_object();
@@ -129,7 +132,7 @@ impl Cluster {
             task_id,
             return_id,
             options,
-            demand,
+            class,
             args,
         };
         core.submitter

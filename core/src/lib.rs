@@ -52,9 +52,11 @@ pub use object_ref::{AnyObjectRef, ObjectRef};
 pub use raylet_macros::{actor, remote};
 pub use raylet_object_store::{ArchivedTensor, DType, INLINE_LIMIT, Tensor};
 pub use raylet_proto as proto;
+pub use raylet_proto::{NodeId, SchedulingStrategy};
 pub use raylet_scheduler as scheduler;
 pub use rkyv;
 pub use task::{Arg, IntoArg, TaskError, TaskErrorKind, TaskOptions};
+pub use worker::gpu_ids;
 
 /// What the `#[raylet::remote]` and `#[raylet::actor]` expansions refer
 /// to. Not a public API.
@@ -67,5 +69,5 @@ pub mod __private {
 
 /// The names most programs need.
 pub mod prelude {
-    pub use crate::{ActorHandle, Cluster, Config, ObjectRef, TaskError, TaskErrorKind, Tensor};
+    pub use crate::{ActorHandle, Cluster, Config, ObjectRef, SchedulingStrategy, TaskError, TaskErrorKind, Tensor};
 }

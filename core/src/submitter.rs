@@ -12,10 +12,10 @@ use raylet_proto::v1::lease_session_event::Kind as LeaseEvent;
 use raylet_proto::v1::lease_session_request::Kind as LeaseRequest;
 use raylet_proto::v1::node_manager_service_client::NodeManagerServiceClient;
 use raylet_proto::v1::{
-    self, CancelLeaseRequest, CancelTask, GetWorkerExitRequest, LeaseSessionEvent, LeaseSessionRequest, RequestLease,
-    ReturnLease, TaskArg, TaskBatch, TaskSpec, task_arg,
+    self, CancelLeaseRequest, CancelTask, GetWorkerExitRequest, LeaseRefusalKind, LeaseSessionEvent,
+    LeaseSessionRequest, RequestLease, ReturnLease, TaskArg, TaskBatch, TaskSpec, task_arg,
 };
-use raylet_proto::{IdMap, NodeId, ObjectId, ResourceSet, TaskId, WorkerId};
+use raylet_proto::{IdMap, NodeId, ObjectId, ResourceSet, Scheduling, TaskId, WorkerId};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -43,7 +43,7 @@ pub(crate) struct Submission {
     pub(crate) task_id: TaskId,
     pub(crate) return_id: ObjectId,
     pub(crate) options: TaskOptions,
-    pub(crate) demand: ResourceSet,
+    pub(crate) class: SchedulingClass,
     pub(crate) args: Vec<Arg>,
 }
 
@@ -86,11 +86,19 @@ pub(crate) enum SubmitterEvent {
     Shutdown(oneshot::Sender<()>),
 }
 
+/// What decides where a task may run: its resources and its scheduling.
+/// Tasks of one class share leased workers.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub(crate) struct SchedulingClass {
+    pub(crate) demand: ResourceSet,
+    pub(crate) scheduling: Scheduling,
+}
+
 struct QueuedTask {
     spec: TaskSpec,
     return_id: ObjectId,
     options: TaskOptions,
-    shape: ResourceSet,
+    shape: SchedulingClass,
     /// The objects the task's arguments refer to, pinned until it is done.
     _pinned: Vec<AnyObjectRef>,
 }
@@ -112,7 +120,7 @@ struct LeasedWorker {
     /// Tells this lease of the worker from earlier ones: events of an
     /// earlier lease's stream must not touch this one.
     lease: u64,
-    shape: ResourceSet,
+    shape: SchedulingClass,
     node: Arc<str>,
     node_id: Option<NodeId>,
     pid: u32,
@@ -123,7 +131,7 @@ struct LeasedWorker {
 }
 
 struct PendingRequest {
-    shape: ResourceSet,
+    shape: SchedulingClass,
     node: Arc<str>,
     cancelled: bool,
 }
@@ -132,7 +140,7 @@ pub(crate) struct Submitter {
     core: Arc<CoreWorker>,
     run_times: RunTimes,
     events: mpsc::UnboundedSender<SubmitterEvent>,
-    shapes: HashMap<ResourceSet, Shape>,
+    shapes: HashMap<SchedulingClass, Shape>,
     workers: HashMap<WorkerId, LeasedWorker>,
     sessions: HashMap<Arc<str>, mpsc::UnboundedSender<LeaseSessionRequest>>,
     requests: HashMap<u64, PendingRequest>,
@@ -249,7 +257,7 @@ impl Submitter {
             spec,
             return_id: submission.return_id,
             options: submission.options,
-            shape: submission.demand,
+            shape: submission.class,
             _pinned: pinned,
         };
         let shape = task.shape.clone();
@@ -270,7 +278,7 @@ impl Submitter {
 
     /// Sends queued tasks of a shape to its workers, and asks for more
     /// workers while tasks are left; cancels requests when none are.
-    fn dispatch(&mut self, shape_key: &ResourceSet) {
+    fn dispatch(&mut self, shape_key: &SchedulingClass) {
         let Some(shape) = self.shapes.get_mut(shape_key) else {
             return;
         };
@@ -303,13 +311,15 @@ impl Submitter {
         }
     }
 
-    fn request_lease(&mut self, node: Arc<str>, shape: ResourceSet, allow_spillback: bool) {
+    fn request_lease(&mut self, node: Arc<str>, shape: SchedulingClass, allow_spillback: bool) {
         let request_id = self.next_request;
         self.next_request += 1;
         let request = RequestLease {
             request_id,
-            resources: Some(shape.to_proto()),
+            resources: Some(shape.demand.to_proto()),
             allow_spillback,
+            strategy: Some(shape.scheduling.to_proto()),
+            retriable: false,
         };
         self.session(&node).send_request(LeaseRequest::Request(request));
         self.shapes.entry(shape.clone()).or_default().pending_leases += 1;
@@ -323,7 +333,7 @@ impl Submitter {
         );
     }
 
-    fn cancel_requests_of(&mut self, shape: &ResourceSet) {
+    fn cancel_requests_of(&mut self, shape: &SchedulingClass) {
         let ids: Vec<(u64, Arc<str>)> = self
             .requests
             .iter_mut()
@@ -355,10 +365,10 @@ impl Submitter {
                 let Some(request) = self.take_request(refused.request_id) else {
                     return;
                 };
-                let kind = if refused.infeasible {
-                    TaskErrorKind::Infeasible
-                } else {
-                    TaskErrorKind::WorkerCrashed
+                let kind = match refused.kind() {
+                    LeaseRefusalKind::Infeasible => TaskErrorKind::Infeasible,
+                    LeaseRefusalKind::Unschedulable => TaskErrorKind::Unschedulable,
+                    LeaseRefusalKind::WorkerStartFailed => TaskErrorKind::WorkerCrashed,
                 };
                 self.fail_queued(&request.shape, kind, &refused.reason);
             }
@@ -422,7 +432,7 @@ impl Submitter {
         self.dispatch(&request.shape);
     }
 
-    fn fail_queued(&mut self, shape: &ResourceSet, kind: TaskErrorKind, reason: &str) {
+    fn fail_queued(&mut self, shape: &SchedulingClass, kind: TaskErrorKind, reason: &str) {
         let Some(shape) = self.shapes.get_mut(shape) else {
             return;
         };

@@ -6,7 +6,7 @@ use std::fmt;
 use bytes::Bytes;
 use raylet_proto::resources::{CPU, GPU, MEMORY};
 use raylet_proto::v1::{self, FailureKind};
-use raylet_proto::{Amount, NodeId, ResourceSet};
+use raylet_proto::{Amount, LabelSelector, NodeId, ResourceSet, Scheduling, SchedulingStrategy};
 use serde::Serialize;
 
 use crate::{ObjectRef, Result};
@@ -18,6 +18,7 @@ pub struct TaskOptions {
     pub(crate) function: &'static str,
     pub(crate) display_name: Option<String>,
     pub(crate) resources: Resources,
+    pub(crate) scheduling: SchedulingOptions,
     pub(crate) max_retries: u32,
     pub(crate) retry_exceptions: bool,
 }
@@ -32,6 +33,7 @@ impl TaskOptions {
             function,
             display_name: None,
             resources: Resources::default().with(CPU, 1.0),
+            scheduling: SchedulingOptions::default(),
             max_retries: Self::DEFAULT_MAX_RETRIES,
             retry_exceptions: false,
         }
@@ -53,6 +55,20 @@ impl TaskOptions {
     /// Any resource by name, e.g. `resource("TPU", 1.0)`.
     pub fn resource(mut self, name: &str, amount: f64) -> Self {
         self.resources = self.resources.with(name, amount);
+        self
+    }
+
+    /// How the node is chosen among those that fit (default: Ray's hybrid
+    /// policy; `Spread`; or a node affinity).
+    pub fn scheduling_strategy(mut self, strategy: SchedulingStrategy) -> Self {
+        self.scheduling = self.scheduling.strategy(strategy);
+        self
+    }
+
+    /// Runs only on nodes whose label `key` satisfies `expression`:
+    /// `value`, `!value`, `in(a,b)` or `!in(a,b)`.
+    pub fn label_selector(mut self, key: &str, expression: &str) -> Self {
+        self.scheduling = self.scheduling.label(key, expression);
         self
     }
 
@@ -100,13 +116,50 @@ impl Resources {
         self.0.iter().any(|(existing, _)| existing == name)
     }
 
-    /// The amounts, validated.
+    /// The amounts, validated: more than one GPU must be a whole number.
     pub(crate) fn to_set(&self) -> Result<ResourceSet> {
         let mut set = ResourceSet::new();
         for (name, amount) in &self.0 {
+            if name == GPU && *amount > 1.0 && amount.fract() != 0.0 {
+                let message = format!("num_gpus above 1 must be a whole number, got {amount}");
+                return Err(raylet_proto::Error::InvalidArgument(message).into());
+            }
             set.set(name, Amount::parse(name, *amount)?);
         }
         Ok(set)
+    }
+}
+
+/// Where a call or an actor may run beyond its resources, as given.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct SchedulingOptions {
+    strategy: SchedulingStrategy,
+    label_selector: Vec<(String, String)>,
+}
+
+impl SchedulingOptions {
+    pub(crate) fn strategy(mut self, strategy: SchedulingStrategy) -> Self {
+        self.strategy = strategy;
+        self
+    }
+
+    pub(crate) fn label(mut self, key: &str, expression: &str) -> Self {
+        self.label_selector.push((key.to_string(), expression.to_string()));
+        self
+    }
+
+    /// The strategy and selector, validated.
+    pub(crate) fn to_scheduling(&self) -> Result<Scheduling> {
+        let label_selector = self
+            .label_selector
+            .iter()
+            .try_fold(LabelSelector::default(), |selector, (key, expression)| {
+                selector.with(key, expression)
+            })?;
+        Ok(Scheduling {
+            strategy: self.strategy.clone(),
+            label_selector,
+        })
     }
 }
 
@@ -168,6 +221,9 @@ pub enum TaskErrorKind {
     Cancelled,
     /// No node of the cluster can ever fit the requested resources.
     Infeasible,
+    /// A hard scheduling constraint names what is not there, such as a
+    /// node affinity to a dead node.
+    Unschedulable,
     /// The worker binary has no function of that name.
     FunctionNotFound,
     /// The worker runs another build of the binary than the caller.
@@ -214,6 +270,7 @@ impl TaskError {
             FailureKind::WorkerCrashed => TaskErrorKind::WorkerCrashed,
             FailureKind::Cancelled => TaskErrorKind::Cancelled,
             FailureKind::Infeasible => TaskErrorKind::Infeasible,
+            FailureKind::Unschedulable => TaskErrorKind::Unschedulable,
             FailureKind::FunctionNotFound => TaskErrorKind::FunctionNotFound,
             FailureKind::BinaryMismatch => TaskErrorKind::BinaryMismatch,
             FailureKind::OwnerDied => TaskErrorKind::OwnerDied,
@@ -238,6 +295,7 @@ impl TaskError {
             TaskErrorKind::WorkerCrashed => FailureKind::WorkerCrashed,
             TaskErrorKind::Cancelled => FailureKind::Cancelled,
             TaskErrorKind::Infeasible => FailureKind::Infeasible,
+            TaskErrorKind::Unschedulable => FailureKind::Unschedulable,
             TaskErrorKind::FunctionNotFound => FailureKind::FunctionNotFound,
             TaskErrorKind::BinaryMismatch => FailureKind::BinaryMismatch,
             TaskErrorKind::Argument => FailureKind::Argument,
@@ -269,6 +327,7 @@ impl fmt::Display for TaskError {
             TaskErrorKind::WorkerCrashed => "lost its worker",
             TaskErrorKind::Cancelled => "was cancelled",
             TaskErrorKind::Infeasible => "cannot be scheduled",
+            TaskErrorKind::Unschedulable => "cannot be scheduled where it must run",
             TaskErrorKind::FunctionNotFound => "is not registered in the worker",
             TaskErrorKind::BinaryMismatch => "was sent to another build of the binary",
             TaskErrorKind::Argument => "could not get its arguments",

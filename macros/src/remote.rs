@@ -43,6 +43,10 @@ impl Options {
                 let value = &nv.value;
                 self.calls.push(quote! { .name(#value) });
             }
+            ("scheduling_strategy", Meta::NameValue(nv)) => {
+                let value = &nv.value;
+                self.calls.push(quote! { .scheduling_strategy(#value) });
+            }
             ("resources", Meta::List(list)) => {
                 let pairs = list.parse_args_with(Punctuated::<Meta, Token![,]>::parse_terminated)?;
                 for pair in pairs {
@@ -58,7 +62,7 @@ impl Options {
                 return Err(syn::Error::new(
                     meta.span(),
                     "unknown option; expected num_cpus, num_gpus, memory, resources(..), \
-                     max_retries, retry_exceptions or name",
+                     max_retries, retry_exceptions, name or scheduling_strategy",
                 ));
             }
         }
@@ -199,6 +203,12 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
                 pub fn max_retries(self, retries: u32) -> Self { Options(self.0.max_retries(retries)) }
                 pub fn retry_exceptions(self, retry: bool) -> Self { Options(self.0.retry_exceptions(retry)) }
                 pub fn name(self, name: &str) -> Self { Options(self.0.name(name)) }
+                pub fn scheduling_strategy(self, strategy: ::raylet::SchedulingStrategy) -> Self {
+                    Options(self.0.scheduling_strategy(strategy))
+                }
+                pub fn label_selector(self, key: &str, expression: &str) -> Self {
+                    Options(self.0.label_selector(key, expression))
+                }
 
                 /// Submits the call; arguments are values or `ObjectRef`s.
                 pub fn remote(

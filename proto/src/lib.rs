@@ -8,6 +8,7 @@ pub mod codec;
 pub mod error;
 pub mod ids;
 pub mod resources;
+pub mod scheduling;
 pub mod server;
 pub mod task_stream;
 pub mod worker_env;
@@ -15,6 +16,7 @@ pub mod worker_env;
 pub use error::{Error, Result};
 pub use ids::{ActorId, IdMap, IdSet, NodeId, ObjectId, TaskId, WorkerId};
 pub use resources::{Amount, ResourceSet};
+pub use scheduling::{LabelSelector, Labels, Scheduling, SchedulingStrategy};
 
 /// The version of the wire protocol. Peers that speak another version are
 /// rejected with both versions named.

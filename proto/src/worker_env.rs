@@ -21,6 +21,8 @@ pub struct WorkerBootstrap {
     pub binary_hash: String,
     /// The IP the worker binds its service to.
     pub bind_ip: String,
+    /// The GPUs leased to the worker, also in its `CUDA_VISIBLE_DEVICES`.
+    pub gpu_ids: Vec<u32>,
 }
 
 impl WorkerBootstrap {

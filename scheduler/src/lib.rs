@@ -3,6 +3,7 @@
 
 pub mod head;
 pub mod node_manager;
+pub mod placement;
 pub mod sandbox;
 pub mod status;
 

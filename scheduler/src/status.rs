@@ -4,8 +4,9 @@
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
 use raylet_proto::auth::AuthToken;
+use raylet_proto::scheduling::{labels_from_proto, labels_to_proto};
 use raylet_proto::v1;
-use raylet_proto::{NodeId, ResourceSet, Result};
+use raylet_proto::{Labels, NodeId, ResourceSet, Result};
 use serde::Serialize;
 
 /// Whether a node is part of the cluster.
@@ -36,6 +37,7 @@ pub struct NodeStatus {
     pub state: NodeState,
     pub total: ResourceSet,
     pub available: ResourceSet,
+    pub labels: Labels,
     pub stats: NodeStats,
     pub registered_unix_ms: u64,
     pub last_heartbeat_unix_ms: u64,
@@ -115,6 +117,7 @@ impl NodeStatus {
             state,
             total: ResourceSet::from_proto(&node.total.unwrap_or_default())?,
             available: ResourceSet::from_proto(&node.available.unwrap_or_default())?,
+            labels: labels_from_proto(&node.labels)?,
             stats: NodeStats::from_proto(node.stats.unwrap_or_default()),
             registered_unix_ms: node.registered_unix_ms,
             last_heartbeat_unix_ms: node.last_heartbeat_unix_ms,
@@ -142,6 +145,7 @@ impl NodeStatus {
             last_heartbeat_unix_ms: self.last_heartbeat_unix_ms,
             died_unix_ms: self.died_unix_ms.unwrap_or(0),
             death_reason: self.death_reason.clone().unwrap_or_default(),
+            labels: labels_to_proto(&self.labels),
         }
     }
 }

@@ -5,11 +5,11 @@
 use std::marker::PhantomData;
 
 use raylet_proto::resources::{CPU, GPU, MEMORY};
-use raylet_proto::{ActorId, ResourceSet, TaskId};
+use raylet_proto::{ActorId, ResourceSet, SchedulingStrategy, TaskId};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::object_ref::{AnyObjectRef, RawRef};
-use crate::task::{Arg, Resources, TaskError, TaskErrorKind};
+use crate::task::{Arg, Resources, SchedulingOptions, TaskError, TaskErrorKind};
 use crate::{Cluster, ObjectRef, Result};
 
 /// A type made into an actor with `#[raylet::actor]`.
@@ -104,6 +104,7 @@ impl<'de> Deserialize<'de> for ActorHandle {
 pub struct ActorOptions {
     pub(crate) class: &'static str,
     pub(crate) resources: Resources,
+    pub(crate) scheduling: SchedulingOptions,
     pub(crate) name: String,
     pub(crate) namespace: String,
     pub(crate) detached: bool,
@@ -122,6 +123,7 @@ impl ActorOptions {
         ActorOptions {
             class,
             resources: Resources::default(),
+            scheduling: SchedulingOptions::default(),
             name: String::new(),
             namespace: Self::DEFAULT_NAMESPACE.to_string(),
             detached: false,
@@ -182,6 +184,20 @@ impl<H: From<ActorHandle>> ActorBuilder<H> {
     /// Any resource by name, e.g. `resource("TPU", 1.0)`.
     pub fn resource(mut self, name: &str, amount: f64) -> Self {
         self.options.resources = self.options.resources.with(name, amount);
+        self
+    }
+
+    /// How the node is chosen among those that fit (default: Ray's hybrid
+    /// policy; `Spread`; or a node affinity).
+    pub fn scheduling_strategy(mut self, strategy: SchedulingStrategy) -> Self {
+        self.options.scheduling = self.options.scheduling.strategy(strategy);
+        self
+    }
+
+    /// Places the actor only on nodes whose label `key` satisfies
+    /// `expression`: `value`, `!value`, `in(a,b)` or `!in(a,b)`.
+    pub fn label_selector(mut self, key: &str, expression: &str) -> Self {
+        self.options.scheduling = self.options.scheduling.label(key, expression);
         self
     }
 

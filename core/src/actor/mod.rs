@@ -34,6 +34,7 @@ impl Cluster {
     pub fn create_actor(&self, options: ActorOptions, args: Vec<Arg>) -> Result<ActorHandle> {
         let core = self.core().clone();
         let (placement, running) = options.demands()?;
+        let scheduling = options.scheduling.to_scheduling()?;
         let id = ActorId::random();
         let handle = ActorHandle::new(id, options.class, options.max_task_retries);
         let creating = core.clone();
@@ -54,6 +55,7 @@ impl Cluster {
                 max_concurrency: options.max_concurrency,
                 owner_address: core.address.to_string(),
                 max_task_retries: options.max_task_retries,
+                strategy: Some(scheduling.to_proto()),
             };
             let channel = core.channel(&core.head_address).await?;
             ActorServiceClient::new(channel)

@@ -63,8 +63,19 @@ impl WorkerContext {
     }
 }
 
+/// The GPUs leased to this worker process, set once as it starts.
+static GPU_IDS: std::sync::OnceLock<Vec<u32>> = std::sync::OnceLock::new();
+
+/// The ids of the GPUs this process may use: in a task or actor that asked
+/// for GPUs, those its node leased to it (also in `CUDA_VISIBLE_DEVICES`);
+/// empty anywhere else, the driver included.
+pub fn gpu_ids() -> Vec<u32> {
+    GPU_IDS.get().cloned().unwrap_or_default()
+}
+
 /// Runs a worker until its node manager goes away. Returns the exit code.
 pub(crate) fn run(bootstrap: WorkerBootstrap) -> i32 {
+    let _ = GPU_IDS.set(bootstrap.gpu_ids.clone());
     let cluster_thread = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(1)
         .thread_name("raylet-worker")

@@ -18,6 +18,7 @@ use tokio::net::TcpListener;
 pub use node_table::{Heartbeat, HeartbeatOutcome, NodeResourcesView, NodeTable, Registration};
 
 use crate::Result;
+use crate::placement::Placer;
 use actors::{ActorRuntime, ActorServiceImpl, ActorTable, HeadLeases};
 use service::HeadServiceImpl;
 
@@ -53,6 +54,7 @@ pub async fn run(config: HeadConfig, listener: TcpListener, shutdown: impl Futur
         table: Arc::new(Mutex::new(ActorTable::default())),
         nodes: table.clone(),
         leases: HeadLeases::new(config.token.clone()),
+        placer: Mutex::new(Placer::new(rand::random())),
         token: config.token.clone(),
         stopping: tokio::sync::watch::channel(false).0,
     });

@@ -1,11 +1,13 @@
 //! The head's table of node incarnations: registration, heartbeats and
-//! failure detection. Time is passed in, so the logic is deterministic.
+//! failure detection, with the alive nodes' resources kept for placement.
+//! Time is passed in, so the logic is deterministic.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime};
 
-use raylet_proto::{NodeId, ResourceSet};
+use raylet_proto::{Labels, NodeId, ResourceSet};
 
+use crate::placement::ClusterResources;
 use crate::status::{ClusterStatus, NodeState, NodeStats, NodeStatus, unix_ms};
 
 /// How many dead incarnations are kept for `raylet status`.
@@ -19,6 +21,7 @@ pub struct Registration {
     pub hostname: String,
     pub is_head_node: bool,
     pub total: ResourceSet,
+    pub labels: Labels,
 }
 
 /// What a node manager reports in each heartbeat.
@@ -46,6 +49,7 @@ pub struct NodeResourcesView {
     pub address: String,
     pub total: ResourceSet,
     pub available: ResourceSet,
+    pub labels: Labels,
 }
 
 struct Entry {
@@ -58,6 +62,7 @@ pub struct NodeTable {
     heartbeat_timeout: Duration,
     entries: Vec<Entry>,
     latest_incarnation: HashMap<NodeId, u64>,
+    alive: ClusterResources,
 }
 
 impl NodeTable {
@@ -66,6 +71,7 @@ impl NodeTable {
             heartbeat_timeout,
             entries: Vec::new(),
             latest_incarnation: HashMap::new(),
+            alive: ClusterResources::new(),
         }
     }
 
@@ -82,6 +88,12 @@ impl NodeTable {
         let reason = format!("superseded by incarnation {incarnation}");
         self.mark_dead_where(|s| s.node_id == node_id && s.state == NodeState::Alive, &reason);
         self.latest_incarnation.insert(node_id, incarnation);
+        self.alive.upsert(
+            node_id,
+            &registration.address,
+            &registration.labels,
+            &registration.total,
+        );
         let wall = unix_ms(SystemTime::now());
         let status = NodeStatus {
             node_id,
@@ -92,6 +104,7 @@ impl NodeTable {
             state: NodeState::Alive,
             available: registration.total.clone(),
             total: registration.total,
+            labels: registration.labels,
             stats: NodeStats::default(),
             registered_unix_ms: wall,
             last_heartbeat_unix_ms: wall,
@@ -109,7 +122,7 @@ impl NodeTable {
 
     /// Records a heartbeat of an alive incarnation.
     pub fn heartbeat(&mut self, heartbeat: Heartbeat, now: Instant) -> HeartbeatOutcome {
-        let Some(entry) = self.alive_entry(heartbeat.node_id, heartbeat.incarnation) else {
+        let Some(entry) = alive_entry(&mut self.entries, heartbeat.node_id, heartbeat.incarnation) else {
             return HeartbeatOutcome::MustReregister;
         };
         entry.last_heartbeat = now;
@@ -117,6 +130,11 @@ impl NodeTable {
         entry.status.total = heartbeat.total;
         entry.status.available = heartbeat.available;
         entry.status.stats = heartbeat.stats;
+        let status = &entry.status;
+        let index = self
+            .alive
+            .upsert(status.node_id, &status.address, &status.labels, &status.total);
+        self.alive.set_available(index, &status.available);
         HeartbeatOutcome::Accepted
     }
 
@@ -143,10 +161,17 @@ impl NodeTable {
                     timeout.as_secs_f64()
                 );
                 mark_dead(&mut entry.status, &reason);
+                self.alive.remove(entry.status.node_id);
                 marked += 1;
             }
         }
         marked
+    }
+
+    /// The alive nodes' resources as placement reads them; work placed
+    /// here counts until the node's next heartbeat.
+    pub fn placement_view(&mut self) -> &mut ClusterResources {
+        &mut self.alive
     }
 
     /// The resources of every alive node.
@@ -159,6 +184,7 @@ impl NodeTable {
                 address: e.status.address.clone(),
                 total: e.status.total.clone(),
                 available: e.status.available.clone(),
+                labels: e.status.labels.clone(),
             })
             .collect()
     }
@@ -173,16 +199,11 @@ impl NodeTable {
         }
     }
 
-    fn alive_entry(&mut self, node_id: NodeId, incarnation: u64) -> Option<&mut Entry> {
-        self.entries.iter_mut().find(|e| {
-            e.status.node_id == node_id && e.status.incarnation == incarnation && e.status.state == NodeState::Alive
-        })
-    }
-
     fn mark_dead_where(&mut self, matches: impl Fn(&NodeStatus) -> bool, reason: &str) {
         for entry in &mut self.entries {
             if matches(&entry.status) {
                 mark_dead(&mut entry.status, reason);
+                self.alive.remove(entry.status.node_id);
             }
         }
     }
@@ -200,6 +221,12 @@ impl NodeTable {
             }
         }
     }
+}
+
+fn alive_entry(entries: &mut [Entry], node_id: NodeId, incarnation: u64) -> Option<&mut Entry> {
+    entries.iter_mut().find(|e| {
+        e.status.node_id == node_id && e.status.incarnation == incarnation && e.status.state == NodeState::Alive
+    })
 }
 
 fn mark_dead(status: &mut NodeStatus, reason: &str) {
@@ -234,6 +261,7 @@ mod tests {
             hostname: "host".into(),
             is_head_node: false,
             total: ResourceSet::new().with(CPU, Amount::whole(4)),
+            labels: Labels::new(),
         }
     }
 

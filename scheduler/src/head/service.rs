@@ -3,6 +3,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use raylet_proto::scheduling::{labels_from_proto, labels_to_proto};
 use raylet_proto::v1::head_service_server::HeadService;
 use raylet_proto::v1::{
     ClusterStatus, GetClusterStatusRequest, HeartbeatReply, HeartbeatRequest, NodeResources, RegisterNodeReply,
@@ -76,6 +77,7 @@ fn decode_registration(request: RegisterNodeRequest) -> Result<Registration> {
         hostname: bounded_text("hostname", request.hostname)?,
         is_head_node: request.is_head_node,
         total: ResourceSet::from_proto(&request.total.unwrap_or_default())?,
+        labels: labels_from_proto(&request.labels)?,
     })
 }
 
@@ -95,6 +97,7 @@ fn encode_node_resources(node: NodeResourcesView) -> NodeResources {
         address: node.address,
         total: Some(node.total.to_proto()),
         available: Some(node.available.to_proto()),
+        labels: labels_to_proto(&node.labels),
     }
 }
 

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use raylet_proto::channel::HeadClient;
 use raylet_proto::error::error_chain;
+use raylet_proto::scheduling::{labels_from_proto, labels_to_proto};
 use raylet_proto::v1::{HeartbeatReply, HeartbeatRequest, NodeResources, RegisterNodeRequest, UnregisterNodeRequest};
 use raylet_proto::{NodeId, ResourceSet};
 use tonic::Request;
@@ -26,6 +27,7 @@ pub(crate) async fn register(head: &mut HeadClient, shared: &NodeShared) -> Resu
         hostname: sysinfo::System::host_name().unwrap_or_default(),
         is_head_node: config.is_head_node,
         total: Some(config.resources.to_proto()),
+        labels: labels_to_proto(&config.labels),
     };
     let incarnation = head.register_node(request).await?.into_inner().incarnation;
     shared.incarnation.store(incarnation, Ordering::Release);
@@ -74,6 +76,7 @@ fn other_nodes(shared: &NodeShared, view: Vec<NodeResources>) -> Vec<NodeView> {
                 address: node.address,
                 total: ResourceSet::from_proto(&node.total?).ok()?,
                 available: ResourceSet::from_proto(&node.available?).ok()?,
+                labels: labels_from_proto(&node.labels).ok()?,
             })
         })
         .filter(|node| node.node_id != shared.config.node_id)

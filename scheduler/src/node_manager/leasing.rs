@@ -1,24 +1,25 @@
-//! Worker leases: owners ask for a worker with a resource shape, the node
-//! grants an idle or new worker when the shape fits, queues the request until
-//! it does, sends it to another node with room (spillback), or refuses it
-//! when no node can ever fit it.
+//! Worker leases: owners ask for a worker with a resource shape and a
+//! scheduling strategy; the placement policy over this node and the others
+//! the head reported decides: the node grants an idle or new worker when the
+//! shape fits here, queues the request until it does, sends it to another
+//! node (spillback), or refuses it when no node can ever fit it.
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use raylet_proto::resources::CPU;
 use raylet_proto::v1::lease_session_event::Kind as EventKind;
-use raylet_proto::v1::{LeaseGranted, LeaseRefused, LeaseSessionEvent, LeaseSpillback, WorkerBinary};
+use raylet_proto::v1::{LeaseGranted, LeaseRefusalKind, LeaseRefused, LeaseSessionEvent, LeaseSpillback, WorkerBinary};
 use raylet_proto::worker_env::WorkerBootstrap;
-use raylet_proto::{Error, NodeId, ResourceSet, Result, WorkerId};
+use raylet_proto::{Error, Labels, NodeId, ResourceSet, Result, Scheduling, WorkerId};
 use tokio::sync::mpsc;
 use tonic::Status;
 
 use super::binary_cache::BinaryCache;
 use super::ledger::ResourceLedger;
 use super::worker_process;
+use crate::placement::{Choice, ClusterResources, NodeIndex, Placer, Request};
 
 /// Where a session's lease events go.
 pub(crate) type EventSender = mpsc::UnboundedSender<Result<LeaseSessionEvent, Status>>;
@@ -38,6 +39,7 @@ pub struct NodeView {
     pub address: String,
     pub total: ResourceSet,
     pub available: ResourceSet,
+    pub labels: Labels,
 }
 
 /// A lease request waiting for room.
@@ -46,6 +48,7 @@ pub(crate) struct PendingLease {
     pub(crate) session: u64,
     pub(crate) request_id: u64,
     pub(crate) demand: ResourceSet,
+    pub(crate) scheduling: Scheduling,
     pub(crate) allow_spillback: bool,
 }
 
@@ -65,6 +68,8 @@ enum WorkerState {
 struct Worker {
     session: u64,
     pid: u32,
+    /// The GPUs in its `CUDA_VISIBLE_DEVICES`: it serves only leases given these.
+    gpu_ids: Vec<u32>,
     state: WorkerState,
     /// It owns objects still referenced: ending it would lose them.
     owns_objects: bool,
@@ -79,7 +84,11 @@ struct Session {
 
 struct LeaseState {
     ledger: ResourceLedger,
-    cluster_view: Vec<NodeView>,
+    /// This node (fresh from the ledger) and the others (as the head last
+    /// reported them, less what was spilled to them since).
+    cluster: ClusterResources,
+    local: NodeIndex,
+    placer: Placer,
     sessions: HashMap<u64, Session>,
     next_session: u64,
     workers: HashMap<WorkerId, Worker>,
@@ -95,6 +104,7 @@ pub(crate) struct WorkerContext {
     pub(crate) head_address: String,
     pub(crate) token: String,
     pub(crate) bind_ip: String,
+    pub(crate) labels: Labels,
 }
 
 /// The node's leases and worker processes.
@@ -106,12 +116,16 @@ pub(crate) struct LeaseManager {
 
 impl LeaseManager {
     pub(crate) fn new(context: WorkerContext, total: ResourceSet) -> Arc<Self> {
+        let (cluster, local) = cluster_of(&context, &total, Vec::new());
+        let seed = u64::from_le_bytes(context.node_id.as_bytes()[..8].try_into().expect("ids are 16 bytes"));
         Arc::new(LeaseManager {
             context,
             binaries: BinaryCache::default(),
             state: Mutex::new(LeaseState {
                 ledger: ResourceLedger::new(total),
-                cluster_view: Vec::new(),
+                cluster,
+                local,
+                placer: Placer::new(seed),
                 sessions: HashMap::new(),
                 next_session: 1,
                 workers: HashMap::new(),
@@ -130,7 +144,12 @@ impl LeaseManager {
     }
 
     pub(crate) fn set_cluster_view(self: &Arc<Self>, view: Vec<NodeView>) {
-        self.state().cluster_view = view;
+        {
+            let mut state = self.state();
+            let (cluster, local) = cluster_of(&self.context, state.ledger.total(), view);
+            state.cluster = cluster;
+            state.local = local;
+        }
         self.pump();
     }
 
@@ -163,7 +182,7 @@ impl LeaseManager {
             session
         };
         for _ in 0..PRESTARTED_WORKERS {
-            self.spawn_worker(session, None)?;
+            self.spawn_worker(WorkerId::random(), session, None, Vec::new())?;
         }
         Ok(session)
     }
@@ -195,6 +214,13 @@ impl LeaseManager {
     pub(crate) fn request(self: &Arc<Self>, pending: PendingLease) {
         self.state().queue.push_back(pending);
         self.pump();
+    }
+
+    /// Answers a request that could not be decoded, so its owner is not left waiting.
+    pub(crate) fn refuse_malformed(&self, session: u64, request_id: u64, error: &Error) {
+        let reason = format!("the lease request is malformed: {error}");
+        let event = refused_event(request_id, LeaseRefusalKind::Unschedulable, &reason);
+        send_to_session(&self.state(), session, event);
     }
 
     pub(crate) fn cancel_request(self: &Arc<Self>, session: u64, request_id: u64) {
@@ -396,7 +422,10 @@ impl LeaseManager {
             .collect();
         state.queue.retain(|p| p.session != session);
         for request_id in refused {
-            send(&events, refused_event(request_id, &reason));
+            send(
+                &events,
+                refused_event(request_id, LeaseRefusalKind::WorkerStartFailed, &reason),
+            );
         }
     }
 
@@ -404,22 +433,33 @@ impl LeaseManager {
     fn pump(self: &Arc<Self>) {
         let mut to_spawn = Vec::new();
         {
-            let mut state = self.state();
+            let mut guard = self.state();
+            let state = &mut *guard;
+            let available = state.ledger.available();
+            state.cluster.set_available(state.local, &available);
+            let mut waiting: Vec<(ResourceSet, Scheduling)> = Vec::new();
             let mut index = 0;
             while index < state.queue.len() {
                 let pending = state.queue[index].clone();
-                let decision = decide(&state, &pending);
+                let class = (pending.demand.clone(), pending.scheduling.clone());
+                let decision = match waiting.contains(&class) {
+                    true => Decision::Wait,
+                    false => decide(state, &pending),
+                };
                 if matches!(decision, Decision::Wait) {
+                    waiting.push(class);
                     index += 1;
                     continue;
                 }
                 state.queue.remove(index);
                 match decision {
                     Decision::Grant => {
-                        if let Some(pending) = self.grant_idle(&mut state, pending) {
+                        let demand = state.cluster.demand(&pending.demand);
+                        state.cluster.subtract(state.local, &demand);
+                        if let Some(pending) = self.grant_idle(state, pending) {
                             let worker_id = WorkerId::random();
-                            state.ledger.hold(worker_id, pending.demand.clone());
-                            to_spawn.push((worker_id, pending));
+                            let gpu_ids = state.ledger.hold(worker_id, pending.demand.clone());
+                            to_spawn.push((worker_id, pending, gpu_ids));
                         }
                     }
                     Decision::Spill(address) => {
@@ -427,32 +467,34 @@ impl LeaseManager {
                             request_id: pending.request_id,
                             node_address: address,
                         });
-                        send_to_session(&state, pending.session, event);
+                        send_to_session(state, pending.session, event);
                     }
-                    Decision::Refuse(reason) => {
-                        send_to_session(&state, pending.session, infeasible_event(pending.request_id, &reason));
+                    Decision::Refuse(kind, reason) => {
+                        send_to_session(state, pending.session, refused_event(pending.request_id, kind, &reason));
                     }
                     Decision::Wait => unreachable!("waiting requests stay queued"),
                 }
             }
         }
-        for (worker_id, pending) in to_spawn {
+        for (worker_id, pending, gpu_ids) in to_spawn {
             let session = pending.session;
             let request_id = pending.request_id;
-            if let Err(error) = self.spawn_worker_with_id(worker_id, session, Some(pending)) {
+            if let Err(error) = self.spawn_worker(worker_id, session, Some(pending), gpu_ids) {
                 self.state().ledger.release(worker_id);
                 let state = self.state();
-                send_to_session(&state, session, refused_event(request_id, &error.to_string()));
+                let event = refused_event(request_id, LeaseRefusalKind::WorkerStartFailed, &error.to_string());
+                send_to_session(&state, session, event);
             }
         }
     }
 
-    /// Leases an idle worker of the session, or hands the request back.
+    /// Leases an idle worker of the session that sees the GPUs the request
+    /// is given, or hands the request back.
     fn grant_idle(&self, state: &mut LeaseState, pending: PendingLease) -> Option<PendingLease> {
-        let idle = state
-            .workers
-            .iter_mut()
-            .find(|(_, w)| w.session == pending.session && matches!(w.state, WorkerState::Idle { .. }));
+        let gpu_ids = state.ledger.gpu_ids_for(&pending.demand).unwrap_or_default();
+        let idle = state.workers.iter_mut().find(|(_, w)| {
+            w.session == pending.session && w.gpu_ids == gpu_ids && matches!(w.state, WorkerState::Idle { .. })
+        });
         let Some((worker_id, worker)) = idle else {
             return Some(pending);
         };
@@ -470,15 +512,12 @@ impl LeaseManager {
         None
     }
 
-    fn spawn_worker(self: &Arc<Self>, session: u64, request: Option<PendingLease>) -> Result<()> {
-        self.spawn_worker_with_id(WorkerId::random(), session, request)
-    }
-
-    fn spawn_worker_with_id(
+    fn spawn_worker(
         self: &Arc<Self>,
         worker_id: WorkerId,
         session: u64,
         request: Option<PendingLease>,
+        gpu_ids: Vec<u32>,
     ) -> Result<()> {
         let (binary, binary_hash) = {
             let state = self.state();
@@ -496,6 +535,7 @@ impl LeaseManager {
             token: self.context.token.clone(),
             binary_hash,
             bind_ip: self.context.bind_ip.clone(),
+            gpu_ids: gpu_ids.clone(),
         };
         let (pid, exited) = worker_process::spawn(&binary, &bootstrap)?;
         self.state().workers.insert(
@@ -503,6 +543,7 @@ impl LeaseManager {
             Worker {
                 session,
                 pid,
+                gpu_ids,
                 state: WorkerState::Starting { request },
                 owns_objects: false,
             },
@@ -535,55 +576,59 @@ enum Decision {
     Grant,
     Wait,
     Spill(String),
-    Refuse(String),
+    Refuse(LeaseRefusalKind, String),
 }
 
-fn decide(state: &LeaseState, pending: &PendingLease) -> Decision {
+/// What to do with a request now. A request spilled here (no further
+/// spillback) runs here when it ever can; any other asks the policy, with
+/// this node preferred.
+fn decide(state: &mut LeaseState, pending: &PendingLease) -> Decision {
     if !state.sessions.contains_key(&pending.session) {
-        return Decision::Refuse("the lease session is closed".into());
+        return Decision::Refuse(
+            LeaseRefusalKind::WorkerStartFailed,
+            "the lease session is closed".into(),
+        );
     }
-    if state.ledger.fits_now(&pending.demand) {
-        return Decision::Grant;
+    let local = state.local;
+    let labels_match = pending
+        .scheduling
+        .label_selector
+        .matches(&state.cluster.node(local).labels);
+    if !pending.allow_spillback && labels_match && state.ledger.feasible(&pending.demand) {
+        return match state.ledger.fits_now(&pending.demand) {
+            true => Decision::Grant,
+            false => Decision::Wait,
+        };
     }
-    let has_room = |node: &&NodeView| node.available.fits(&pending.demand);
-    let can_ever_fit = |node: &&NodeView| node.total.fits(&pending.demand);
-    let roomiest = state
-        .cluster_view
-        .iter()
-        .filter(has_room)
-        .max_by_key(|n| n.available.get(CPU));
-    if pending.allow_spillback
-        && let Some(node) = roomiest
-    {
-        return Decision::Spill(node.address.clone());
-    }
-    if state.ledger.feasible(&pending.demand) {
-        return Decision::Wait;
-    }
-    match state.cluster_view.iter().find(can_ever_fit) {
-        Some(node) if pending.allow_spillback => Decision::Spill(node.address.clone()),
-        Some(_) => Decision::Wait,
-        None => Decision::Refuse(infeasible_reason(state, &pending.demand)),
-    }
-}
-
-fn infeasible_reason(state: &LeaseState, demand: &ResourceSet) -> String {
-    let mut largest = state.ledger.total().clone();
-    for node in &state.cluster_view {
-        if node.total.get(CPU) > largest.get(CPU) {
-            largest = node.total.clone();
+    let demand = state.cluster.demand(&pending.demand);
+    let request = Request {
+        demand: &demand,
+        scheduling: &pending.scheduling,
+        preferred: Some(local),
+    };
+    match state.placer.choose(&state.cluster, &request) {
+        Choice::Run(index) | Choice::Queue(index) if index == local => match state.ledger.fits_now(&pending.demand) {
+            true => Decision::Grant,
+            false => Decision::Wait,
+        },
+        Choice::Run(index) | Choice::Queue(index) => {
+            state.cluster.subtract(index, &demand);
+            Decision::Spill(state.cluster.node(index).address.clone())
         }
+        Choice::Infeasible(reason) => Decision::Refuse(LeaseRefusalKind::Infeasible, reason),
+        Choice::Unschedulable(reason) => Decision::Refuse(LeaseRefusalKind::Unschedulable, reason),
     }
-    format!(
-        "infeasible: no node in the cluster can ever fit {}; the largest node has {}",
-        describe(demand),
-        describe(&largest)
-    )
 }
 
-fn describe(set: &ResourceSet) -> String {
-    let parts: Vec<String> = set.iter().map(|(name, amount)| format!("{name}: {amount}")).collect();
-    format!("{{{}}}", parts.join(", "))
+/// The placement view: this node, with its labels and total, and the others.
+fn cluster_of(context: &WorkerContext, total: &ResourceSet, others: Vec<NodeView>) -> (ClusterResources, NodeIndex) {
+    let mut cluster = ClusterResources::new();
+    let local = cluster.upsert(context.node_id, &context.node_manager_address, &context.labels, total);
+    for node in others.into_iter().filter(|node| node.node_id != context.node_id) {
+        let index = cluster.upsert(node.node_id, &node.address, &node.labels, &node.total);
+        cluster.set_available(index, &node.available);
+    }
+    (cluster, local)
 }
 
 fn granted(request_id: u64, worker_id: WorkerId, worker: &Worker, address: &str, node_id: NodeId) -> EventKind {
@@ -596,21 +641,11 @@ fn granted(request_id: u64, worker_id: WorkerId, worker: &Worker, address: &str,
     })
 }
 
-fn refused_event(request_id: u64, reason: &str) -> EventKind {
-    let infeasible = false;
+fn refused_event(request_id: u64, kind: LeaseRefusalKind, reason: &str) -> EventKind {
     EventKind::Refused(LeaseRefused {
         request_id,
         reason: reason.to_string(),
-        infeasible,
-    })
-}
-
-fn infeasible_event(request_id: u64, reason: &str) -> EventKind {
-    let infeasible = true;
-    EventKind::Refused(LeaseRefused {
-        request_id,
-        reason: reason.to_string(),
-        infeasible,
+        kind: kind as i32,
     })
 }
 
@@ -627,6 +662,7 @@ fn send(events: &EventSender, event: EventKind) {
 #[cfg(test)]
 mod tests {
     use raylet_proto::Amount;
+    use raylet_proto::resources::CPU;
 
     use super::*;
 
@@ -640,16 +676,27 @@ mod tests {
             address: address.into(),
             total: cpus(total),
             available: cpus(available),
+            labels: Labels::new(),
         }
     }
 
     /// A node with `local` CPUs, `used` of them leased, one open session,
     /// and the given other nodes.
     fn state(local: u64, used: u64, others: Vec<NodeView>) -> LeaseState {
+        let context = WorkerContext {
+            node_id: NodeId::random(),
+            node_manager_address: "a:1".into(),
+            head_address: "h:1".into(),
+            token: String::new(),
+            bind_ip: "127.0.0.1".into(),
+            labels: Labels::new(),
+        };
         let mut ledger = ResourceLedger::new(cpus(local));
         if used > 0 {
             ledger.hold(WorkerId::random(), cpus(used));
         }
+        let (mut cluster, local) = cluster_of(&context, ledger.total(), others);
+        cluster.set_available(local, &ledger.available());
         let (events, _) = mpsc::unbounded_channel();
         let session = Session {
             binary: PathBuf::from("/bin/true"),
@@ -659,7 +706,9 @@ mod tests {
         };
         LeaseState {
             ledger,
-            cluster_view: others,
+            cluster,
+            local,
+            placer: Placer::new(1),
             sessions: HashMap::from([(1, session)]),
             next_session: 2,
             workers: HashMap::new(),
@@ -673,40 +722,57 @@ mod tests {
             session: 1,
             request_id: 7,
             demand: cpus(demand),
+            scheduling: Scheduling::default(),
             allow_spillback,
         }
     }
 
     #[test]
     fn a_request_that_fits_is_granted_here() {
-        let state = state(2, 1, vec![node("b:1", 8, 8)]);
-        assert!(matches!(decide(&state, &request(1, true)), Decision::Grant));
+        let mut state = state(2, 0, vec![node("b:1", 8, 8)]);
+        assert!(matches!(decide(&mut state, &request(1, true)), Decision::Grant));
     }
 
     #[test]
-    fn a_full_node_spills_to_the_roomiest_node_with_room() {
-        let state = state(2, 2, vec![node("b:1", 8, 1), node("c:1", 8, 6), node("d:1", 8, 0)]);
-        assert!(matches!(decide(&state, &request(1, true)), Decision::Spill(a) if a == "c:1"));
+    fn a_full_node_spills_to_the_least_utilized_node_with_room() {
+        let mut state = state(2, 2, vec![node("b:1", 8, 1), node("c:1", 8, 6), node("d:1", 8, 0)]);
+        assert!(matches!(decide(&mut state, &request(1, true)), Decision::Spill(a) if a == "c:1"));
+    }
+
+    #[test]
+    fn spilled_work_counts_against_the_node_it_went_to() {
+        let mut state = state(1, 1, vec![node("b:1", 2, 2), node("c:1", 2, 2)]);
+        let mut targets: Vec<String> = (0..4)
+            .map(|_| match decide(&mut state, &request(1, true)) {
+                Decision::Spill(address) => address,
+                _ => panic!("the local node is full"),
+            })
+            .collect();
+        targets.sort();
+        assert_eq!(targets, ["b:1", "b:1", "c:1", "c:1"]);
     }
 
     #[test]
     fn a_spilled_request_waits_instead_of_spilling_again() {
-        let state = state(2, 2, vec![node("b:1", 8, 8)]);
-        assert!(matches!(decide(&state, &request(1, false)), Decision::Wait));
+        let mut state = state(2, 2, vec![node("b:1", 8, 8)]);
+        assert!(matches!(decide(&mut state, &request(1, false)), Decision::Wait));
     }
 
     #[test]
     fn a_request_only_another_node_can_ever_fit_goes_there() {
-        let state = state(2, 0, vec![node("b:1", 16, 0)]);
-        assert!(matches!(decide(&state, &request(8, true)), Decision::Spill(a) if a == "b:1"));
+        let mut state = state(2, 0, vec![node("b:1", 16, 0)]);
+        assert!(matches!(decide(&mut state, &request(8, true)), Decision::Spill(a) if a == "b:1"));
     }
 
     #[test]
     fn a_request_no_node_can_ever_fit_is_refused_saying_why() {
-        let state = state(2, 0, vec![node("b:1", 4, 4)]);
-        let Decision::Refuse(reason) = decide(&state, &request(64, true)) else {
+        let mut state = state(2, 0, vec![node("b:1", 4, 4)]);
+        let Decision::Refuse(LeaseRefusalKind::Infeasible, reason) = decide(&mut state, &request(64, true)) else {
             panic!("an infeasible request must be refused");
         };
-        assert!(reason.contains("CPU: 64.0") && reason.contains("CPU: 4.0"), "{reason}");
+        assert!(
+            reason.contains("CPU: 64.0") && reason.contains("the most CPU any node has is 4.0"),
+            "{reason}"
+        );
     }
 }

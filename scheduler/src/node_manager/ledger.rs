@@ -1,14 +1,18 @@
-//! Resource accounting of one node: which worker holds which lease, and what
-//! is left. A worker blocked in `get()` gives its CPUs back until it resumes.
+//! Resource accounting of one node: which worker holds which lease, which
+//! GPU ids it was given, and what is left. A worker blocked in `get()` gives
+//! its CPUs back until it resumes.
 
 use std::collections::HashMap;
 
-use raylet_proto::resources::CPU;
+use raylet_proto::resources::{CPU, GPU};
 use raylet_proto::{Amount, ResourceSet, WorkerId};
+
+use super::gpus::GpuPool;
 
 #[derive(Clone, Debug)]
 struct Holding {
     demand: ResourceSet,
+    gpu_ids: Vec<u32>,
     blocked: bool,
 }
 
@@ -28,11 +32,13 @@ impl Holding {
 pub struct ResourceLedger {
     total: ResourceSet,
     holdings: HashMap<WorkerId, Holding>,
+    gpus: GpuPool,
 }
 
 impl ResourceLedger {
     pub fn new(total: ResourceSet) -> Self {
         ResourceLedger {
+            gpus: GpuPool::new(total.get(GPU)),
             total,
             holdings: HashMap::new(),
         }
@@ -54,9 +60,15 @@ impl ResourceLedger {
         available
     }
 
-    /// Whether `demand` fits in what is available now.
+    /// Whether `demand` fits in what is available now, its GPUs included:
+    /// a fraction must fit on one GPU, whole GPUs must be wholly free.
     pub fn fits_now(&self, demand: &ResourceSet) -> bool {
-        self.available().fits(demand)
+        self.available().fits(demand) && self.gpu_ids_for(demand).is_some()
+    }
+
+    /// The GPU ids that `demand` would be given now.
+    pub fn gpu_ids_for(&self, demand: &ResourceSet) -> Option<Vec<u32>> {
+        self.gpus.assignment(demand.get(GPU))
     }
 
     /// Whether `demand` could ever fit on this node.
@@ -64,13 +76,22 @@ impl ResourceLedger {
         self.total.fits(demand)
     }
 
-    /// Records that `worker` holds `demand`. The caller checked it fits.
-    pub fn hold(&mut self, worker: WorkerId, demand: ResourceSet) {
-        self.holdings.insert(worker, Holding { demand, blocked: false });
+    /// Records that `worker` holds `demand` and returns the GPU ids it is
+    /// given. The caller checked that it fits.
+    pub fn hold(&mut self, worker: WorkerId, demand: ResourceSet) -> Vec<u32> {
+        self.release(worker);
+        let gpu_ids = self.gpus.take(demand.get(GPU));
+        let holding = Holding {
+            demand,
+            gpu_ids: gpu_ids.clone(),
+            blocked: false,
+        };
+        self.holdings.insert(worker, holding);
+        gpu_ids
     }
 
     /// Changes what `worker` holds, e.g. once an actor placed with a CPU
-    /// runs holding none.
+    /// runs holding none. Its GPU ids stay as they are.
     pub fn resize(&mut self, worker: WorkerId, demand: ResourceSet) {
         if let Some(holding) = self.holdings.get_mut(&worker) {
             holding.demand = demand;
@@ -79,7 +100,9 @@ impl ResourceLedger {
 
     /// Gives back what `worker` holds.
     pub fn release(&mut self, worker: WorkerId) {
-        self.holdings.remove(&worker);
+        if let Some(holding) = self.holdings.remove(&worker) {
+            self.gpus.give_back(&holding.gpu_ids, holding.demand.get(GPU));
+        }
     }
 
     /// Marks `worker` as blocked (its CPUs count as free) or resumed.
@@ -110,6 +133,22 @@ mod tests {
         assert!(!ledger.feasible(&cpus(3.0)));
         ledger.release(a);
         assert_eq!(ledger.available(), cpus(1.0));
+    }
+
+    #[test]
+    fn gpu_holdings_get_ids_and_fractions_share_one_until_it_is_full() {
+        let gpus = |n: f64| ResourceSet::new().with(GPU, Amount::parse(GPU, n).unwrap());
+        let mut ledger = ResourceLedger::new(gpus(2.0));
+        let halves: Vec<Vec<u32>> = (0..4).map(|_| ledger.hold(WorkerId::random(), gpus(0.5))).collect();
+        assert_eq!(halves, [vec![0], vec![0], vec![1], vec![1]]);
+        assert!(!ledger.fits_now(&gpus(0.5)));
+        let mut ledger = ResourceLedger::new(gpus(2.0));
+        let quarter = WorkerId::random();
+        ledger.hold(quarter, gpus(0.25));
+        assert!(!ledger.fits_now(&gpus(2.0)), "one id is partly used");
+        assert_eq!(ledger.hold(WorkerId::random(), gpus(1.0)), [1]);
+        ledger.release(quarter);
+        assert_eq!(ledger.gpu_ids_for(&gpus(1.0)), Some(vec![0]));
     }
 
     #[test]

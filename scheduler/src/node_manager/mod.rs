@@ -3,6 +3,7 @@
 //! anew when the head has marked it dead, and serves its own gRPC service.
 
 mod binary_cache;
+mod gpus;
 mod heartbeat;
 mod leasing;
 mod ledger;
@@ -25,7 +26,7 @@ use raylet_proto::resources::OBJECT_STORE_MEMORY;
 use raylet_proto::server::{MAX_DATA_MESSAGE, authenticated, incoming};
 use raylet_proto::v1::node_manager_service_server::NodeManagerServiceServer;
 use raylet_proto::v1::object_store_service_server::ObjectStoreServiceServer;
-use raylet_proto::{NodeId, ResourceSet};
+use raylet_proto::{Labels, NodeId, ResourceSet};
 use tokio::net::TcpListener;
 
 pub use leasing::NodeView;
@@ -43,6 +44,8 @@ pub struct NodeConfig {
     pub token: AuthToken,
     pub node_id: NodeId,
     pub resources: ResourceSet,
+    /// Labels that label selectors match, from `--labels k=v,..`.
+    pub labels: Labels,
     pub is_head_node: bool,
     pub heartbeat_interval: Duration,
     /// How long to keep retrying an unreachable head before giving up.
@@ -67,12 +70,18 @@ impl NodeConfig {
             token,
             node_id: NodeId::random(),
             resources,
+            labels: Labels::new(),
             is_head_node: false,
             heartbeat_interval: Self::DEFAULT_HEARTBEAT_INTERVAL,
             connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
             spill_root: std::env::temp_dir().join("raylet-spill"),
             spill_limit: None,
         }
+    }
+
+    pub fn labels(mut self, labels: Labels) -> Self {
+        self.labels = labels;
+        self
     }
 
     pub fn node_id(mut self, node_id: NodeId) -> Self {
@@ -169,6 +178,7 @@ impl NodeManager {
             head_address: config.head_address.clone(),
             token: config.token.expose().to_string(),
             bind_ip: address.ip().to_string(),
+            labels: config.labels.clone(),
         };
         raise_open_file_limit();
         let store = SharedStore::new(config.store_config(), config.token.clone()).map_err(raylet_proto::Error::from)?;

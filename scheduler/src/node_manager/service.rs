@@ -11,7 +11,7 @@ use raylet_proto::v1::worker_session_message::Kind as WorkerKind;
 use raylet_proto::v1::{
     GetWorkerExitRequest, LeaseSessionEvent, LeaseSessionRequest, WorkerExit, WorkerSessionEvent, WorkerSessionMessage,
 };
-use raylet_proto::{Error, ResourceSet, WorkerId};
+use raylet_proto::{Error, ResourceSet, Scheduling, WorkerId};
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -107,17 +107,20 @@ fn handle_lease_message(leases: &Arc<LeaseManager>, session: u64, kind: LeaseKin
         LeaseKind::Open(_) => {
             tracing::warn!(session, "ignoring a second `open` in a lease session")
         }
-        LeaseKind::Request(request) => match ResourceSet::from_proto(&request.resources.unwrap_or_default()) {
-            Ok(demand) => leases.request(PendingLease {
-                session,
-                request_id: request.request_id,
-                demand,
-                allow_spillback: request.allow_spillback,
-            }),
-            Err(error) => {
-                tracing::warn!(session, %error, "ignoring a lease request with bad resources")
+        LeaseKind::Request(request) => {
+            let demand = ResourceSet::from_proto(&request.resources.unwrap_or_default());
+            let scheduling = Scheduling::from_proto(request.strategy.as_ref());
+            match (demand, scheduling) {
+                (Ok(demand), Ok(scheduling)) => leases.request(PendingLease {
+                    session,
+                    request_id: request.request_id,
+                    demand,
+                    scheduling,
+                    allow_spillback: request.allow_spillback,
+                }),
+                (Err(error), _) | (_, Err(error)) => leases.refuse_malformed(session, request.request_id, &error),
             }
-        },
+        }
         LeaseKind::ReturnLease(returned) => {
             if let Ok(worker_id) = WorkerId::from_wire(&returned.worker_id) {
                 leases.return_lease(session, worker_id, returned.worker_failed);

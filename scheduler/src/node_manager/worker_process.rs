@@ -10,14 +10,16 @@ use nix::unistd::Pid;
 use raylet_proto::worker_env::{WORKER_ENV, WorkerBootstrap};
 use raylet_proto::{Error, Result};
 
-/// Starts a worker from `binary`. Returns its pid, and a future that resolves
-/// with a description of how it exited once it has been reaped.
+/// Starts a worker from `binary`, seeing only the GPUs leased to it. Returns
+/// its pid, and a future that resolves with a description of how it exited
+/// once it has been reaped.
 pub(crate) fn spawn(
     binary: &Path,
     bootstrap: &WorkerBootstrap,
 ) -> Result<(u32, impl Future<Output = String> + Send + 'static)> {
     let mut child = tokio::process::Command::new(binary)
         .env(WORKER_ENV, bootstrap.to_env_value())
+        .env(CUDA_VISIBLE_DEVICES, gpu_list(&bootstrap.gpu_ids))
         .stdin(Stdio::null())
         .spawn()
         .map_err(|e| Error::Internal(format!("starting a worker from {}: {e}", binary.display())))?;
@@ -29,6 +31,14 @@ pub(crate) fn spawn(
         }
     };
     Ok((pid, exited))
+}
+
+/// The variable that limits which GPUs CUDA programs see.
+const CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
+
+/// "0,1"; empty for a worker without GPUs, which then sees none.
+fn gpu_list(ids: &[u32]) -> String {
+    ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
 }
 
 /// Kills a worker that has not been reaped yet.

@@ -7,8 +7,8 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 use raylet::session::{DEFAULT_TEMP_DIR, Session, TempRoot};
-use raylet_proto::ResourceSet;
 use raylet_proto::auth::AuthToken;
+use raylet_proto::{Labels, ResourceSet};
 use raylet_scheduler::head::HeadConfig;
 use raylet_scheduler::node_manager::{NodeConfig, ResourceOverrides};
 
@@ -168,6 +168,10 @@ pub struct StartArgs {
     /// Custom resources as a JSON object, e.g. '{"TPU": 4}'.
     #[arg(long, value_name = "JSON")]
     pub resources: Option<String>,
+    /// Labels of this node that tasks and actors select with
+    /// `label_selector`, e.g. `zone=us-east,disk=ssd`.
+    #[arg(long, value_name = "K=V,..", value_parser = parse_labels, default_value = "")]
+    pub labels: Labels,
     /// Stay in the foreground instead of starting a daemon.
     #[arg(long)]
     pub block: bool,
@@ -223,9 +227,14 @@ impl StartArgs {
             .spill_root(spill_root)
             .spill_limit(self.max_spill_bytes)
             .head_node(self.head)
+            .labels(self.labels.clone())
             .heartbeat_interval(self.heartbeat_interval)
             .connect_timeout(self.connect_timeout)
     }
+}
+
+fn parse_labels(text: &str) -> Result<Labels, String> {
+    raylet_proto::scheduling::parse_labels(text).map_err(|e| e.to_string())
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]

@@ -108,8 +108,17 @@ fn render_text(address: &str, status: &ClusterStatus) -> String {
 
 fn node_line(node: &NodeStatus) -> String {
     let role = if node.is_head_node { "  (head)" } else { "" };
+    let labels: Vec<String> = node
+        .labels
+        .iter()
+        .map(|(key, value)| format!("{key}={value}"))
+        .collect();
+    let labels = match labels.is_empty() {
+        true => String::new(),
+        false => format!("  labels {}", labels.join(",")),
+    };
     format!(
-        "node {}  {}  incarnation {}  host {}{role}",
+        "node {}  {}  incarnation {}  host {}{role}{labels}",
         node.node_id, node.address, node.incarnation, node.hostname
     )
 }

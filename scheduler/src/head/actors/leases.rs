@@ -12,9 +12,9 @@ use raylet_proto::v1::lease_session_event::Kind as LeaseEvent;
 use raylet_proto::v1::lease_session_request::Kind as LeaseRequest;
 use raylet_proto::v1::node_manager_service_client::NodeManagerServiceClient;
 use raylet_proto::v1::{
-    GetWorkerExitRequest, LeaseSessionRequest, RequestLease, ResizeLease, ReturnLease, WorkerBinary,
+    GetWorkerExitRequest, LeaseRefusalKind, LeaseSessionRequest, RequestLease, ResizeLease, ReturnLease, WorkerBinary,
 };
-use raylet_proto::{Error, NodeId, ResourceSet, Result, WorkerId};
+use raylet_proto::{Error, NodeId, ResourceSet, Result, Scheduling, WorkerId};
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
@@ -37,7 +37,7 @@ pub enum LeaseAnswer {
     Granted(Grant),
     Refused {
         reason: String,
-        infeasible: bool,
+        kind: LeaseRefusalKind,
     },
     /// The node is full; this other node has room.
     Spillback(String),
@@ -77,9 +77,16 @@ impl HeadLeases {
         }
     }
 
-    /// Asks the node manager at `node` for a worker of `binary` holding
-    /// `resources`; waits until it is granted, refused or spilled back.
-    pub async fn request(&self, node: &str, binary: &WorkerBinary, resources: &ResourceSet) -> Result<LeaseAnswer> {
+    /// Asks the node manager at `node`, chosen by the head's placement, for
+    /// a worker of `binary` holding `resources`; waits until it is granted,
+    /// refused or spilled back (when the node can never fit it).
+    pub async fn request(
+        &self,
+        node: &str,
+        binary: &WorkerBinary,
+        resources: &ResourceSet,
+        scheduling: &Scheduling,
+    ) -> Result<LeaseAnswer> {
         let session = self.session(node, binary).await?;
         let request_id = self.next_request.fetch_add(1, Ordering::Relaxed);
         let (answer, answered) = oneshot::channel();
@@ -90,7 +97,9 @@ impl HeadLeases {
         session.send(LeaseRequest::Request(RequestLease {
             request_id,
             resources: Some(resources.to_proto()),
-            allow_spillback: true,
+            allow_spillback: false,
+            strategy: Some(scheduling.to_proto()),
+            retriable: false,
         }));
         let answer = answered
             .await
@@ -207,8 +216,8 @@ fn answer_of(event: LeaseEvent) -> Option<(u64, LeaseAnswer)> {
         LeaseEvent::Refused(refused) => Some((
             refused.request_id,
             LeaseAnswer::Refused {
+                kind: refused.kind(),
                 reason: refused.reason,
-                infeasible: refused.infeasible,
             },
         )),
         LeaseEvent::Spillback(spillback) => {

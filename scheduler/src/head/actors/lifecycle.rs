@@ -6,17 +6,19 @@
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use raylet_proto::TaskId;
 use raylet_proto::auth::AuthToken;
 use raylet_proto::task_stream::{self, EventReader, TaskSender};
 use raylet_proto::v1::{
-    ActorCreation, ActorDeathKind, FailureKind, ObjectOutcome, TaskBatch, TaskFailure, TaskSpec, object_outcome,
+    ActorCreation, ActorDeathKind, FailureKind, LeaseRefusalKind, ObjectOutcome, TaskBatch, TaskFailure, TaskSpec,
+    object_outcome,
 };
-use raylet_proto::{ResourceSet, TaskId};
 use tokio::sync::watch;
 
 use super::leases::{Grant, HeadLeases, LeaseAnswer};
 use super::table::{ActorSpec, ActorTable, KillOrder, Placement};
-use crate::head::{NodeResourcesView, NodeTable};
+use crate::head::NodeTable;
+use crate::placement::{Choice, Placer, Request};
 
 /// A leased worker answers at once; if it does not, it is gone.
 const WORKER_PATIENCE: Duration = Duration::from_secs(2);
@@ -32,6 +34,7 @@ pub(crate) struct ActorRuntime {
     pub(crate) table: Arc<Mutex<ActorTable>>,
     pub(crate) nodes: Arc<Mutex<NodeTable>>,
     pub(crate) leases: HeadLeases,
+    pub(crate) placer: Mutex<Placer>,
     pub(crate) token: AuthToken,
     /// Set when the head stops: the streams it serves end, so that its
     /// server can finish.
@@ -166,29 +169,27 @@ enum Unplaced {
     Ended(Ended),
 }
 
-/// Leases a worker on the node that fits the actor best, following spillbacks.
+/// Leases a worker on the node the placement policy chooses, following
+/// spillbacks.
 async fn lease_on_a_fitting_node(runtime: &ActorRuntime, spec: &ActorSpec) -> Result<Grant, Unplaced> {
-    let views = runtime
-        .nodes
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .alive_resources();
-    let mut node = choose_node(&views, &spec.placement).ok_or_else(|| {
-        let reason = format!("no node of the cluster can ever fit {}", describe(&spec.placement));
-        Unplaced::Ended(Ended::Dead(ActorDeathKind::Infeasible, reason))
-    })?;
+    let mut node = choose_node(runtime, spec).map_err(Unplaced::Ended)?;
     for _ in 0..=MAX_SPILLBACKS {
-        let answer = runtime.leases.request(&node, &spec.binary, &spec.placement).await;
+        let answer = runtime
+            .leases
+            .request(&node, &spec.binary, &spec.placement, &spec.scheduling)
+            .await;
         match answer {
             Ok(LeaseAnswer::Granted(grant)) => return Ok(grant),
             Ok(LeaseAnswer::Spillback(other)) => node = other,
-            Ok(LeaseAnswer::Refused {
-                reason,
-                infeasible: true,
-            }) => {
-                return Err(Unplaced::Ended(Ended::Dead(ActorDeathKind::Infeasible, reason)));
+            Ok(LeaseAnswer::Refused { reason, kind }) => {
+                let ended = match kind {
+                    LeaseRefusalKind::WorkerStartFailed => Ended::ProcessDied(reason),
+                    LeaseRefusalKind::Infeasible | LeaseRefusalKind::Unschedulable => {
+                        Ended::Dead(ActorDeathKind::Infeasible, reason)
+                    }
+                };
+                return Err(Unplaced::Ended(ended));
             }
-            Ok(LeaseAnswer::Refused { reason, .. }) => return Err(Unplaced::Ended(Ended::ProcessDied(reason))),
             Err(error) => {
                 return Err(Unplaced::Unreachable(format!(
                     "its node {node} is unreachable ({error})"
@@ -201,26 +202,30 @@ async fn lease_on_a_fitting_node(runtime: &ActorRuntime, spec: &ActorSpec) -> Re
     ))))
 }
 
-/// The node to ask first: the one with the most room of those that fit the
-/// demand now, else one that could ever fit it.
-fn choose_node(views: &[NodeResourcesView], demand: &ResourceSet) -> Option<String> {
-    let room = |view: &NodeResourcesView| view.available.get(raylet_proto::resources::CPU);
-    views
-        .iter()
-        .filter(|view| view.available.fits(demand))
-        .max_by_key(|view| room(view))
-        .or_else(|| views.iter().find(|view| view.total.fits(demand)))
-        .map(|view| view.address.clone())
-}
-
-fn describe(set: &ResourceSet) -> String {
-    match set.is_empty() {
-        true => "no resources".to_string(),
-        false => set
-            .iter()
-            .map(|(name, amount)| format!("{name}={amount}"))
-            .collect::<Vec<_>>()
-            .join(", "),
+/// The node the head's placement policy chooses for the actor; its demand
+/// counts against that node until the node's next heartbeat.
+fn choose_node(runtime: &ActorRuntime, spec: &ActorSpec) -> Result<String, Ended> {
+    let mut nodes = runtime.nodes.lock().unwrap_or_else(|p| p.into_inner());
+    let cluster = nodes.placement_view();
+    let demand = cluster.demand(&spec.placement);
+    let request = Request {
+        demand: &demand,
+        scheduling: &spec.scheduling,
+        preferred: None,
+    };
+    let choice = runtime
+        .placer
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .choose(cluster, &request);
+    match choice {
+        Choice::Run(index) | Choice::Queue(index) => {
+            cluster.subtract(index, &demand);
+            Ok(cluster.node(index).address.clone())
+        }
+        Choice::Infeasible(reason) | Choice::Unschedulable(reason) => {
+            Err(Ended::Dead(ActorDeathKind::Infeasible, reason))
+        }
     }
 }
 
@@ -316,34 +321,5 @@ async fn ordered(kill: &mut watch::Receiver<Option<KillOrder>>) -> KillOrder {
         if kill.changed().await.is_err() {
             std::future::pending::<()>().await;
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use raylet_proto::resources::CPU;
-    use raylet_proto::{Amount, NodeId};
-
-    use super::*;
-
-    fn view(address: &str, total: f64, available: f64) -> NodeResourcesView {
-        let cpus = |n: f64| ResourceSet::new().with(CPU, Amount::parse(CPU, n).unwrap());
-        NodeResourcesView {
-            node_id: NodeId::random(),
-            address: address.into(),
-            total: cpus(total),
-            available: cpus(available),
-        }
-    }
-
-    #[test]
-    fn an_actor_goes_to_the_roomiest_node_that_fits_now_else_one_that_ever_fits() {
-        let demand = ResourceSet::new().with(CPU, Amount::parse(CPU, 1.0).unwrap());
-        let views = [view("a", 4.0, 0.5), view("b", 2.0, 1.0), view("c", 8.0, 3.0)];
-        assert_eq!(choose_node(&views, &demand).as_deref(), Some("c"));
-        let busy = [view("a", 1.0, 0.0), view("b", 2.0, 0.0)];
-        assert_eq!(choose_node(&busy, &demand).as_deref(), Some("a"));
-        let big = ResourceSet::new().with(CPU, Amount::parse(CPU, 16.0).unwrap());
-        assert_eq!(choose_node(&views, &big), None);
     }
 }

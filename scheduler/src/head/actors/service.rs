@@ -10,7 +10,7 @@ use raylet_proto::v1::{
     KillActorReply, KillActorRequest, ListActorsReply, ListActorsRequest, OwnerSessionEvent, OwnerSessionMessage,
     WatchActorRequest,
 };
-use raylet_proto::{ActorId, Error, ResourceSet, Result};
+use raylet_proto::{ActorId, Error, ResourceSet, Result, Scheduling};
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -126,6 +126,7 @@ fn decode_spec(request: CreateActorRequest) -> Result<ActorSpec> {
         binary,
         placement: ResourceSet::from_proto(&request.placement.unwrap_or_default())?,
         running: ResourceSet::from_proto(&request.running.unwrap_or_default())?,
+        scheduling: Scheduling::from_proto(request.strategy.as_ref())?,
         name: bounded_text("name", request.name)?,
         namespace: bounded_text("namespace", request.namespace)?,
         detached: request.detached,

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 use raylet_proto::v1::{ActorDeathKind, ActorRecord, ActorState, TaskArg, WorkerBinary};
-use raylet_proto::{ActorId, Error, IdMap, NodeId, ResourceSet, Result};
+use raylet_proto::{ActorId, Error, IdMap, NodeId, ResourceSet, Result, Scheduling};
 use tokio::sync::watch;
 
 /// What an actor is made from, as its creator asked.
@@ -18,6 +18,7 @@ pub struct ActorSpec {
     pub binary: WorkerBinary,
     pub placement: ResourceSet,
     pub running: ResourceSet,
+    pub scheduling: Scheduling,
     pub name: String,
     pub namespace: String,
     pub detached: bool,
@@ -266,6 +267,7 @@ mod tests {
             args: Vec::new(),
             binary: WorkerBinary::default(),
             placement: ResourceSet::new(),
+            scheduling: Scheduling::default(),
             running: ResourceSet::new(),
             name: name.into(),
             namespace: "default".into(),

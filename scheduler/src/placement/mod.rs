@@ -1,0 +1,10 @@
+//! Placement: the cluster's resources in a form built for fast decisions,
+//! and the policies that choose a node for each piece of work. Node
+//! managers (for leases), the head (for actors) and the scale simulation
+//! all run this same code.
+
+mod cluster;
+mod policy;
+
+pub use cluster::{ClusterResources, Demand, NodeIndex, NodeResources, is_bundle_resource};
+pub use policy::{Choice, Placer, Request, SPREAD_THRESHOLD, TOP_K_FRACTION};

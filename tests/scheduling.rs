@@ -1,0 +1,306 @@
+//! Scheduling: GPU ids and `CUDA_VISIBLE_DEVICES` on a node that declares
+//! GPUs (no real GPU needed), fractional GPUs packed onto one id, infeasible
+//! requests that fail at once naming what is missing, and, on a cluster of
+//! three `raylet start` daemons, SPREAD for tasks and actors, node affinity
+//! (hard to a dead node is a clear error, soft falls back) and label
+//! selectors.
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::Duration;
+
+use raylet::prelude::*;
+use raylet::{Error, NodeId};
+use serde_json::Value;
+
+mod common;
+
+use common::{Daemons, daemon_records, raylet};
+
+/// The GPU ids leased to this task, and what CUDA programs would see.
+#[raylet::remote]
+fn gpus_seen(hold_ms: u64) -> (Vec<u32>, String) {
+    std::thread::sleep(Duration::from_millis(hold_ms));
+    (
+        raylet::gpu_ids(),
+        std::env::var("CUDA_VISIBLE_DEVICES").unwrap_or_default(),
+    )
+}
+
+/// The pid of the node manager that runs this task, after `ms`.
+#[raylet::remote]
+fn node_manager_after(ms: u64) -> u32 {
+    std::thread::sleep(Duration::from_millis(ms));
+    std::os::unix::process::parent_id()
+}
+
+#[raylet::actor]
+#[derive(Default)]
+pub struct Placed;
+
+#[raylet::actor]
+impl Placed {
+    pub fn new() -> Self {
+        Placed
+    }
+
+    pub fn node_manager(&self) -> u32 {
+        std::os::unix::process::parent_id()
+    }
+}
+
+fn gpu_cluster() -> Cluster {
+    raylet::init_with(Config::new().num_cpus(4.0).num_gpus(2.0)).unwrap()
+}
+
+fn task_error(error: Error) -> raylet::TaskError {
+    match error {
+        Error::Task(task) => task,
+        other => panic!("expected a task error, got {other}"),
+    }
+}
+
+#[test]
+fn whole_gpu_tasks_get_distinct_ids_in_cuda_visible_devices_and_cpu_tasks_see_none() {
+    let cluster = gpu_cluster();
+    let refs: Vec<_> = (0..2)
+        .map(|_| gpus_seen::options().num_gpus(1.0).remote(&cluster, 1000).unwrap())
+        .collect();
+    let mut seen = cluster.get_all(&refs).unwrap();
+    seen.sort();
+    assert_eq!(seen, [(vec![0], "0".to_string()), (vec![1], "1".to_string())]);
+    let both = gpus_seen::options().num_gpus(2.0).remote(&cluster, 0).unwrap();
+    assert_eq!(both.get().unwrap(), (vec![0, 1], "0,1".to_string()));
+    let none = gpus_seen::remote(&cluster, 0).unwrap();
+    assert_eq!(
+        none.get().unwrap(),
+        (vec![], String::new()),
+        "no GPUs asked, none visible"
+    );
+    assert!(raylet::gpu_ids().is_empty(), "the driver holds no GPU lease");
+    cluster.shutdown().unwrap();
+}
+
+#[test]
+fn four_half_gpu_tasks_share_two_ids_two_per_id() {
+    let cluster = gpu_cluster();
+    let refs: Vec<_> = (0..4)
+        .map(|_| gpus_seen::options().num_gpus(0.5).remote(&cluster, 1500).unwrap())
+        .collect();
+    let mut per_id = BTreeMap::new();
+    for (ids, visible) in cluster.get_all(&refs).unwrap() {
+        assert_eq!(ids.len(), 1, "a fraction of a GPU is on one id");
+        assert_eq!(visible, ids[0].to_string());
+        *per_id.entry(ids[0]).or_insert(0) += 1;
+    }
+    assert_eq!(per_id, BTreeMap::from([(0, 2), (1, 2)]));
+    cluster.shutdown().unwrap();
+}
+
+#[test]
+fn eight_gpus_on_a_cluster_of_two_fail_at_once_naming_gpu_and_the_largest_node() {
+    let cluster = gpu_cluster();
+    let error = gpus_seen::options()
+        .num_gpus(8.0)
+        .remote(&cluster, 0)
+        .unwrap()
+        .get_timeout(Duration::from_secs(10))
+        .unwrap_err();
+    let task = task_error(error);
+    assert_eq!(task.kind, TaskErrorKind::Infeasible);
+    assert!(
+        task.message.contains("GPU: 8.0") && task.message.contains("the most GPU any node has is 2.0"),
+        "{}",
+        task.message
+    );
+    let bad = gpus_seen::options().num_gpus(1.5).remote(&cluster, 0).unwrap_err();
+    assert!(bad.to_string().contains("whole number"), "{bad}");
+    cluster.shutdown().unwrap();
+}
+
+/// A head and two nodes of 2 CPUs each, labelled zone=a, b and c, stopped
+/// when dropped even if an assertion fails.
+struct ThreeNodes<'a> {
+    temp: &'a Path,
+    head: String,
+    _daemons: Daemons<'a>,
+}
+
+impl<'a> ThreeNodes<'a> {
+    fn start(temp: &'a Path) -> Self {
+        let daemons = Daemons(temp);
+        let fast = [
+            "--num-cpus",
+            "2",
+            "--heartbeat-interval",
+            "100ms",
+            "--heartbeat-timeout",
+            "1s",
+        ];
+        raylet(
+            temp,
+            &[&["start", "--head", "--port", "0", "--labels", "zone=a"][..], &fast].concat(),
+        );
+        let head = std::fs::read_to_string(temp.join("session_latest/head_address")).unwrap();
+        let head = head.trim().to_string();
+        for zone in ["zone=b", "zone=c"] {
+            raylet(
+                temp,
+                &[&["start", "--address", &head, "--labels", zone][..], &fast].concat(),
+            );
+        }
+        let cluster = ThreeNodes {
+            temp,
+            head,
+            _daemons: daemons,
+        };
+        cluster.wait_for_alive(3);
+        std::thread::sleep(Duration::from_millis(300));
+        cluster
+    }
+
+    fn status(&self) -> Value {
+        serde_json::from_str(&raylet(self.temp, &["status", "--format", "json"])).unwrap()
+    }
+
+    fn wait_for_alive(&self, count: usize) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        while self.alive_nodes().len() != count {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{} alive nodes",
+                self.alive_nodes().len()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    fn alive_nodes(&self) -> Vec<Value> {
+        let status = self.status();
+        let nodes = status["nodes"].as_array().unwrap().clone();
+        nodes.into_iter().filter(|n| n["state"] == "ALIVE").collect()
+    }
+
+    /// The id and node manager pid of the node labelled `zone`.
+    fn node(&self, zone: &str) -> (NodeId, u32) {
+        let node = self
+            .alive_nodes()
+            .into_iter()
+            .find(|n| n["labels"]["zone"] == zone)
+            .unwrap_or_else(|| panic!("no alive node in zone {zone}"));
+        let id_text = node["node_id"].as_str().unwrap().to_string();
+        let id: NodeId = id_text.parse().unwrap();
+        let pid = daemon_records(self.temp)
+            .into_iter()
+            .find(|record| record["node_id"] == id_text.as_str())
+            .map(|record| record["pid"].as_u64().unwrap() as u32)
+            .unwrap_or_else(|| panic!("no process record of node {id_text}"));
+        (id, pid)
+    }
+
+    fn driver(&self) -> Cluster {
+        raylet::init_with(Config::new().address(&self.head).temp_dir(self.temp)).unwrap()
+    }
+}
+
+#[test]
+fn spread_puts_tasks_and_actors_on_three_different_nodes() {
+    let temp = tempfile::tempdir().unwrap();
+    let nodes = ThreeNodes::start(temp.path());
+    let all: Vec<u32> = ["a", "b", "c"].iter().map(|zone| nodes.node(zone).1).collect();
+    let cluster = nodes.driver();
+    let refs: Vec<_> = (0..3)
+        .map(|_| {
+            node_manager_after::options()
+                .scheduling_strategy(SchedulingStrategy::Spread)
+                .remote(&cluster, 2000)
+                .unwrap()
+        })
+        .collect();
+    let mut used = cluster.get_all(&refs).unwrap();
+    used.sort();
+    let mut expected = all.clone();
+    expected.sort();
+    assert_eq!(used, expected, "one task per node");
+
+    let actors: Vec<PlacedHandle> = (0..3)
+        .map(|_| {
+            Placed::remote(&cluster)
+                .scheduling_strategy(SchedulingStrategy::Spread)
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let mut hosts: Vec<u32> = actors.iter().map(|a| a.node_manager().get().unwrap()).collect();
+    hosts.sort();
+    assert_eq!(hosts, expected, "one actor per node");
+    cluster.shutdown().unwrap();
+}
+
+#[test]
+fn node_affinity_runs_on_its_node_and_a_hard_one_to_a_dead_node_is_a_clear_error() {
+    let temp = tempfile::tempdir().unwrap();
+    let nodes = ThreeNodes::start(temp.path());
+    let (target, target_pid) = nodes.node("c");
+    let cluster = nodes.driver();
+    let on = |soft: bool| {
+        node_manager_after::options()
+            .scheduling_strategy(SchedulingStrategy::NodeAffinity { node_id: target, soft })
+            .remote(&cluster, 0)
+            .unwrap()
+    };
+    for _ in 0..3 {
+        assert_eq!(on(false).get().unwrap(), target_pid);
+    }
+    let actor = Placed::remote(&cluster)
+        .scheduling_strategy(SchedulingStrategy::NodeAffinity {
+            node_id: target,
+            soft: false,
+        })
+        .spawn()
+        .unwrap();
+    assert_eq!(actor.node_manager().get().unwrap(), target_pid);
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(target_pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    nodes.wait_for_alive(2);
+    std::thread::sleep(Duration::from_millis(300));
+    let task = task_error(on(false).get_timeout(Duration::from_secs(10)).unwrap_err());
+    assert_eq!(task.kind, TaskErrorKind::Unschedulable);
+    assert!(
+        task.message.contains(&target.to_string()) && task.message.contains("not alive"),
+        "{}",
+        task.message
+    );
+    let elsewhere = on(true).get_timeout(Duration::from_secs(10)).unwrap();
+    assert_ne!(elsewhere, target_pid, "a soft affinity falls back to another node");
+    cluster.shutdown().unwrap();
+}
+
+#[test]
+fn label_selectors_choose_the_node_and_an_unmatched_one_fails_naming_the_labels() {
+    let temp = tempfile::tempdir().unwrap();
+    let nodes = ThreeNodes::start(temp.path());
+    let (_, b) = nodes.node("b");
+    let (_, c) = nodes.node("c");
+    let cluster = nodes.driver();
+    let select = |expression: &str| {
+        node_manager_after::options()
+            .label_selector("zone", expression)
+            .remote(&cluster, 0)
+            .unwrap()
+    };
+    for _ in 0..3 {
+        assert_eq!(select("b").get().unwrap(), b);
+        assert!([b, c].contains(&select("in(b,c)").get().unwrap()));
+    }
+    let actor = Placed::remote(&cluster).label_selector("zone", "c").spawn().unwrap();
+    assert_eq!(actor.node_manager().get().unwrap(), c);
+    let task = task_error(select("z").get_timeout(Duration::from_secs(10)).unwrap_err());
+    assert_eq!(task.kind, TaskErrorKind::Infeasible);
+    assert!(task.message.contains("zone=z"), "{}", task.message);
+    cluster.shutdown().unwrap();
+}
