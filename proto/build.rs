@@ -8,6 +8,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/raylet/v1/node_manager.proto",
         "proto/raylet/v1/object_store.proto",
         "proto/raylet/v1/owner.proto",
+        "proto/raylet/v1/placement_group.proto",
         "proto/raylet/v1/worker.proto",
     ];
     for proto in protos {

@@ -6,16 +6,14 @@
 //! selectors.
 
 use std::collections::BTreeMap;
-use std::path::Path;
 use std::time::Duration;
 
+use raylet::Error;
 use raylet::prelude::*;
-use raylet::{Error, NodeId};
-use serde_json::Value;
 
 mod common;
 
-use common::{Daemons, daemon_records, raylet};
+use common::ZonedCluster;
 
 /// The GPU ids leased to this task, and what CUDA programs would see.
 #[raylet::remote]
@@ -118,95 +116,10 @@ fn eight_gpus_on_a_cluster_of_two_fail_at_once_naming_gpu_and_the_largest_node()
     cluster.shutdown().unwrap();
 }
 
-/// A head and two nodes of 2 CPUs each, labelled zone=a, b and c, stopped
-/// when dropped even if an assertion fails.
-struct ThreeNodes<'a> {
-    temp: &'a Path,
-    head: String,
-    _daemons: Daemons<'a>,
-}
-
-impl<'a> ThreeNodes<'a> {
-    fn start(temp: &'a Path) -> Self {
-        let daemons = Daemons(temp);
-        let fast = [
-            "--num-cpus",
-            "2",
-            "--heartbeat-interval",
-            "100ms",
-            "--heartbeat-timeout",
-            "1s",
-        ];
-        raylet(
-            temp,
-            &[&["start", "--head", "--port", "0", "--labels", "zone=a"][..], &fast].concat(),
-        );
-        let head = std::fs::read_to_string(temp.join("session_latest/head_address")).unwrap();
-        let head = head.trim().to_string();
-        for zone in ["zone=b", "zone=c"] {
-            raylet(
-                temp,
-                &[&["start", "--address", &head, "--labels", zone][..], &fast].concat(),
-            );
-        }
-        let cluster = ThreeNodes {
-            temp,
-            head,
-            _daemons: daemons,
-        };
-        cluster.wait_for_alive(3);
-        std::thread::sleep(Duration::from_millis(300));
-        cluster
-    }
-
-    fn status(&self) -> Value {
-        serde_json::from_str(&raylet(self.temp, &["status", "--format", "json"])).unwrap()
-    }
-
-    fn wait_for_alive(&self, count: usize) {
-        let deadline = std::time::Instant::now() + Duration::from_secs(15);
-        while self.alive_nodes().len() != count {
-            assert!(
-                std::time::Instant::now() < deadline,
-                "{} alive nodes",
-                self.alive_nodes().len()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    fn alive_nodes(&self) -> Vec<Value> {
-        let status = self.status();
-        let nodes = status["nodes"].as_array().unwrap().clone();
-        nodes.into_iter().filter(|n| n["state"] == "ALIVE").collect()
-    }
-
-    /// The id and node manager pid of the node labelled `zone`.
-    fn node(&self, zone: &str) -> (NodeId, u32) {
-        let node = self
-            .alive_nodes()
-            .into_iter()
-            .find(|n| n["labels"]["zone"] == zone)
-            .unwrap_or_else(|| panic!("no alive node in zone {zone}"));
-        let id_text = node["node_id"].as_str().unwrap().to_string();
-        let id: NodeId = id_text.parse().unwrap();
-        let pid = daemon_records(self.temp)
-            .into_iter()
-            .find(|record| record["node_id"] == id_text.as_str())
-            .map(|record| record["pid"].as_u64().unwrap() as u32)
-            .unwrap_or_else(|| panic!("no process record of node {id_text}"));
-        (id, pid)
-    }
-
-    fn driver(&self) -> Cluster {
-        raylet::init_with(Config::new().address(&self.head).temp_dir(self.temp)).unwrap()
-    }
-}
-
 #[test]
 fn spread_puts_tasks_and_actors_on_three_different_nodes() {
     let temp = tempfile::tempdir().unwrap();
-    let nodes = ThreeNodes::start(temp.path());
+    let nodes = ZonedCluster::start(temp.path(), &["a", "b", "c"]);
     let all: Vec<u32> = ["a", "b", "c"].iter().map(|zone| nodes.node(zone).1).collect();
     let cluster = nodes.driver();
     let refs: Vec<_> = (0..3)
@@ -240,7 +153,7 @@ fn spread_puts_tasks_and_actors_on_three_different_nodes() {
 #[test]
 fn node_affinity_runs_on_its_node_and_a_hard_one_to_a_dead_node_is_a_clear_error() {
     let temp = tempfile::tempdir().unwrap();
-    let nodes = ThreeNodes::start(temp.path());
+    let nodes = ZonedCluster::start(temp.path(), &["a", "b", "c"]);
     let (target, target_pid) = nodes.node("c");
     let cluster = nodes.driver();
     let on = |soft: bool| {
@@ -283,7 +196,7 @@ fn node_affinity_runs_on_its_node_and_a_hard_one_to_a_dead_node_is_a_clear_error
 #[test]
 fn label_selectors_choose_the_node_and_an_unmatched_one_fails_naming_the_labels() {
     let temp = tempfile::tempdir().unwrap();
-    let nodes = ThreeNodes::start(temp.path());
+    let nodes = ZonedCluster::start(temp.path(), &["a", "b", "c"]);
     let (_, b) = nodes.node("b");
     let (_, c) = nodes.node("c");
     let cluster = nodes.driver();

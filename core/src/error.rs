@@ -3,7 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use raylet_proto::ObjectId;
+use raylet_proto::{ObjectId, PlacementGroupId};
 
 use crate::task::TaskError;
 
@@ -40,6 +40,19 @@ pub enum Error {
         name: String,
         expected: String,
         actual: String,
+    },
+    /// The alive nodes can never hold the placement group.
+    #[error("placement group {group} is infeasible: {reason}")]
+    PlacementGroupInfeasible { group: PlacementGroupId, reason: String },
+    /// The placement group was removed.
+    #[error("placement group {group} was removed")]
+    PlacementGroupRemoved { group: PlacementGroupId },
+    /// The placement group was not created in time.
+    #[error("placement group {group} was not created within {timeout:?}: {reason}")]
+    PlacementGroupTimeout {
+        group: PlacementGroupId,
+        timeout: Duration,
+        reason: String,
     },
     /// No cluster is running in this process.
     #[error("no raylet cluster in this process: call raylet::init() first")]

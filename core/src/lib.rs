@@ -28,11 +28,13 @@ mod config;
 mod core_worker;
 mod embedded;
 pub mod error;
+mod group_routes;
 mod memory;
 mod memory_store;
 mod net;
 mod object_ref;
 mod owner_service;
+mod placement_group;
 mod registry;
 pub mod session;
 mod shared_objects;
@@ -49,10 +51,11 @@ pub use error::{Error, Result};
 pub use memory::{NodeMemory, ObjectHolders, StoredObject, collect_memory};
 pub use net::local_ip_towards;
 pub use object_ref::{AnyObjectRef, ObjectRef};
+pub use placement_group::{Bundle, PlacementGroup, PlacementGroupInfo, PlacementGroupState, list_placement_groups};
 pub use raylet_macros::{actor, remote};
 pub use raylet_object_store::{ArchivedTensor, DType, INLINE_LIMIT, Tensor};
 pub use raylet_proto as proto;
-pub use raylet_proto::{NodeId, SchedulingStrategy};
+pub use raylet_proto::{NodeId, PlacementStrategy, SchedulingStrategy};
 pub use raylet_scheduler as scheduler;
 pub use rkyv;
 pub use task::{Arg, IntoArg, TaskError, TaskErrorKind, TaskOptions};
@@ -69,5 +72,8 @@ pub mod __private {
 
 /// The names most programs need.
 pub mod prelude {
-    pub use crate::{ActorHandle, Cluster, Config, ObjectRef, SchedulingStrategy, TaskError, TaskErrorKind, Tensor};
+    pub use crate::{
+        ActorHandle, Bundle, Cluster, Config, ObjectRef, PlacementGroup, PlacementStrategy, SchedulingStrategy,
+        TaskError, TaskErrorKind, Tensor,
+    };
 }

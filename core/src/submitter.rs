@@ -15,12 +15,15 @@ use raylet_proto::v1::{
     self, CancelLeaseRequest, CancelTask, GetWorkerExitRequest, LeaseRefusalKind, LeaseSessionEvent,
     LeaseSessionRequest, RequestLease, ReturnLease, TaskArg, TaskBatch, TaskSpec, task_arg,
 };
-use raylet_proto::{IdMap, NodeId, ObjectId, ResourceSet, Scheduling, TaskId, WorkerId};
+use raylet_proto::{
+    IdMap, NodeId, ObjectId, PlacementGroupId, ResourceSet, Scheduling, SchedulingStrategy, TaskId, WorkerId,
+};
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::core_worker::CoreWorker;
+use crate::group_routes::{GroupRoute, GroupRoutes, RouteTarget};
 use crate::object_ref::AnyObjectRef;
 use crate::task::{Arg, TaskError, TaskErrorKind, TaskOptions};
 use crate::value::{Body, EncodedValue, Outcome, outcome_from_proto};
@@ -83,6 +86,11 @@ pub(crate) enum SubmitterEvent {
     },
     /// These objects were freed: their tasks need not be kept to rebuild them.
     ForgetLineage(Vec<ObjectId>),
+    /// The head said where a placement group's bundles are.
+    GroupLocated {
+        group: PlacementGroupId,
+        route: GroupRoute,
+    },
     Shutdown(oneshot::Sender<()>),
 }
 
@@ -92,6 +100,16 @@ pub(crate) enum SubmitterEvent {
 pub(crate) struct SchedulingClass {
     pub(crate) demand: ResourceSet,
     pub(crate) scheduling: Scheduling,
+}
+
+impl SchedulingClass {
+    /// The placement group the work runs in, if any.
+    fn group(&self) -> Option<PlacementGroupId> {
+        match self.scheduling.strategy {
+            SchedulingStrategy::PlacementGroup { group, .. } => Some(group),
+            _ => None,
+        }
+    }
 }
 
 struct QueuedTask {
@@ -150,6 +168,7 @@ pub(crate) struct Submitter {
     /// The tasks that made objects now in a node's store, kept (with their
     /// arguments pinned) to run again if that node dies.
     lineage: IdMap<ObjectId, QueuedTask>,
+    groups: GroupRoutes,
 }
 
 impl Submitter {
@@ -167,6 +186,7 @@ impl Submitter {
             next_lease: 1,
             cancelled: HashSet::new(),
             lineage: IdMap::default(),
+            groups: GroupRoutes::default(),
         };
         core.runtime.spawn(submitter.run(events));
     }
@@ -214,6 +234,18 @@ impl Submitter {
             SubmitterEvent::ForgetLineage(objects) => {
                 for object in objects {
                     self.lineage.remove(&object);
+                }
+            }
+            SubmitterEvent::GroupLocated { group, route } => {
+                self.groups.located(group, route);
+                let in_group: Vec<SchedulingClass> = self
+                    .shapes
+                    .keys()
+                    .filter(|shape| shape.group() == Some(group))
+                    .cloned()
+                    .collect();
+                for shape in in_group {
+                    self.dispatch(&shape);
                 }
             }
             SubmitterEvent::Shutdown(_) => unreachable!("handled in run"),
@@ -305,9 +337,28 @@ impl Submitter {
             shape.pending_leases = 0;
             self.cancel_requests_of(shape_key);
         }
-        let local: Arc<str> = self.core.node_manager.as_str().into();
         for _ in 0..missing {
-            self.request_lease(local.clone(), shape_key.clone(), true);
+            match self.lease_target(shape_key) {
+                RouteTarget::Node(node) => {
+                    let allow_spillback = shape_key.group().is_none();
+                    self.request_lease(node, shape_key.clone(), allow_spillback);
+                }
+                RouteTarget::Later => return,
+                RouteTarget::Fail(reason) => {
+                    return self.fail_queued(shape_key, TaskErrorKind::Unschedulable, &reason);
+                }
+            }
+        }
+    }
+
+    /// The local node manager, or for work in a placement group the node
+    /// of its bundle.
+    fn lease_target(&mut self, shape: &SchedulingClass) -> RouteTarget {
+        match shape.scheduling.strategy {
+            SchedulingStrategy::PlacementGroup { group, bundle } => {
+                self.groups.target(&self.core, &self.events, group, bundle)
+            }
+            _ => RouteTarget::Node(self.core.node_manager.as_str().into()),
         }
     }
 
@@ -370,6 +421,11 @@ impl Submitter {
                     LeaseRefusalKind::Unschedulable => TaskErrorKind::Unschedulable,
                     LeaseRefusalKind::WorkerStartFailed => TaskErrorKind::WorkerCrashed,
                 };
+                if let Some(group) = request.shape.group()
+                    && kind != TaskErrorKind::WorkerCrashed
+                {
+                    return self.groups.relocate(&self.core, &self.events, group);
+                }
                 self.fail_queued(&request.shape, kind, &refused.reason);
             }
             Some(LeaseEvent::Spillback(spillback)) => {
@@ -459,7 +515,9 @@ impl Submitter {
         }
         let message = format!("the node manager at {node} is unreachable: {reason}");
         for shape in shapes {
-            if *node == *self.core.node_manager {
+            if let Some(group) = shape.group() {
+                self.groups.relocate(&self.core, &self.events, group);
+            } else if *node == *self.core.node_manager {
                 self.fail_queued(&shape, TaskErrorKind::WorkerCrashed, &message);
             } else {
                 self.dispatch(&shape);

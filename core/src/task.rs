@@ -4,12 +4,13 @@
 use std::fmt;
 
 use bytes::Bytes;
+use raylet_proto::placement_group::demand_in_bundle;
 use raylet_proto::resources::{CPU, GPU, MEMORY};
 use raylet_proto::v1::{self, FailureKind};
 use raylet_proto::{Amount, LabelSelector, NodeId, ResourceSet, Scheduling, SchedulingStrategy};
 use serde::Serialize;
 
-use crate::{ObjectRef, Result};
+use crate::{ObjectRef, PlacementGroup, Result};
 
 /// Options of one remote call. `#[raylet::remote(..)]` sets the defaults and
 /// the generated `options()` builder changes them per call.
@@ -90,9 +91,17 @@ impl TaskOptions {
         self
     }
 
-    /// The resource demand, validated.
+    /// Runs the task in bundle `bundle` of `group`, or in any of its
+    /// bundles; its resources come out of the bundle's.
+    pub fn placement_group(mut self, group: &PlacementGroup, bundle: Option<u32>) -> Self {
+        self.scheduling = self.scheduling.in_group(group, bundle);
+        self
+    }
+
+    /// The resource demand, validated; inside a placement group, asked
+    /// under the bundle's names.
     pub(crate) fn demand(&self) -> Result<ResourceSet> {
-        self.resources.to_set()
+        self.scheduling.in_bundle(self.resources.to_set()?)
     }
 
     pub(crate) fn shown_name(&self) -> String {
@@ -135,6 +144,8 @@ impl Resources {
 pub(crate) struct SchedulingOptions {
     strategy: SchedulingStrategy,
     label_selector: Vec<(String, String)>,
+    /// Why the options cannot be used, found when they were set.
+    invalid: Option<String>,
 }
 
 impl SchedulingOptions {
@@ -148,8 +159,34 @@ impl SchedulingOptions {
         self
     }
 
+    pub(crate) fn in_group(mut self, group: &PlacementGroup, bundle: Option<u32>) -> Self {
+        if let Some(index) = bundle.filter(|&index| index >= group.bundle_count()) {
+            self.invalid = Some(format!(
+                "bundle index {index} is out of range: placement group {} has {} bundles",
+                group.id(),
+                group.bundle_count()
+            ));
+        }
+        self.strategy = SchedulingStrategy::PlacementGroup {
+            group: group.id(),
+            bundle,
+        };
+        self
+    }
+
+    /// `demand` as work inside the placement group asks for it, if any.
+    pub(crate) fn in_bundle(&self, demand: ResourceSet) -> Result<ResourceSet> {
+        match self.strategy {
+            SchedulingStrategy::PlacementGroup { group, bundle } => Ok(demand_in_bundle(group, bundle, &demand)?),
+            _ => Ok(demand),
+        }
+    }
+
     /// The strategy and selector, validated.
     pub(crate) fn to_scheduling(&self) -> Result<Scheduling> {
+        if let Some(invalid) = &self.invalid {
+            return Err(raylet_proto::Error::InvalidArgument(invalid.clone()).into());
+        }
         let label_selector = self
             .label_selector
             .iter()

@@ -209,6 +209,9 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
                 pub fn label_selector(self, key: &str, expression: &str) -> Self {
                     Options(self.0.label_selector(key, expression))
                 }
+                pub fn placement_group(self, group: &::raylet::PlacementGroup, bundle: Option<u32>) -> Self {
+                    Options(self.0.placement_group(group, bundle))
+                }
 
                 /// Submits the call; arguments are values or `ObjectRef`s.
                 pub fn remote(

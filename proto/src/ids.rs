@@ -158,6 +158,12 @@ define_id!(
 );
 
 define_id!(
+    /// Identifies a placement group.
+    PlacementGroupId,
+    "PlacementGroupId"
+);
+
+define_id!(
     /// Identifies a worker process.
     WorkerId,
     "WorkerId"

@@ -7,6 +7,7 @@ pub mod channel;
 pub mod codec;
 pub mod error;
 pub mod ids;
+pub mod placement_group;
 pub mod resources;
 pub mod scheduling;
 pub mod server;
@@ -14,7 +15,8 @@ pub mod task_stream;
 pub mod worker_env;
 
 pub use error::{Error, Result};
-pub use ids::{ActorId, IdMap, IdSet, NodeId, ObjectId, TaskId, WorkerId};
+pub use ids::{ActorId, IdMap, IdSet, NodeId, ObjectId, PlacementGroupId, TaskId, WorkerId};
+pub use placement_group::PlacementStrategy;
 pub use resources::{Amount, ResourceSet};
 pub use scheduling::{LabelSelector, Labels, Scheduling, SchedulingStrategy};
 

@@ -17,7 +17,8 @@ pub const MEMORY: &str = "memory";
 pub const OBJECT_STORE_MEMORY: &str = "object_store_memory";
 
 const BUILT_IN: [&str; 4] = [CPU, GPU, MEMORY, OBJECT_STORE_MEMORY];
-const MAX_NAME_LEN: usize = 64;
+/// Long enough for a custom name inside a placement group bundle's name.
+const MAX_NAME_LEN: usize = 128;
 /// The largest amount of bytes a node may declare (about 91 TiB).
 const MAX_BYTES: f64 = 1e14;
 /// The largest count of any other resource a node may declare.

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::fmt;
 
 use crate::v1::scheduling_strategy::Kind as StrategyKind;
-use crate::{Error, NodeId, Result, v1};
+use crate::{Error, NodeId, PlacementGroupId, Result, v1};
 
 /// A node's labels, from `raylet start --labels k=v,..`.
 pub type Labels = BTreeMap<String, String>;
@@ -24,6 +24,11 @@ pub enum SchedulingStrategy {
     /// One node by id. Hard: only there, and an error when it is not alive.
     /// Soft: there when it has room, else wherever the default policy says.
     NodeAffinity { node_id: NodeId, soft: bool },
+    /// In bundle `bundle` of a placement group, or in any of its bundles.
+    PlacementGroup {
+        group: PlacementGroupId,
+        bundle: Option<u32>,
+    },
 }
 
 /// One condition on a label's value.
@@ -157,6 +162,10 @@ impl Scheduling {
                 node_id: NodeId::from_wire(&affinity.node_id)?,
                 soft: affinity.soft,
             },
+            Some(StrategyKind::PlacementGroup(group)) => SchedulingStrategy::PlacementGroup {
+                group: PlacementGroupId::from_wire(&group.placement_group_id)?,
+                bundle: group.bundle_index,
+            },
         };
         Ok(Scheduling {
             strategy,
@@ -172,6 +181,12 @@ impl Scheduling {
                 StrategyKind::NodeAffinity(v1::NodeAffinityStrategy {
                     node_id: node_id.as_bytes().to_vec(),
                     soft: *soft,
+                })
+            }
+            SchedulingStrategy::PlacementGroup { group, bundle } => {
+                StrategyKind::PlacementGroup(v1::PlacementGroupStrategy {
+                    placement_group_id: group.as_bytes().to_vec(),
+                    bundle_index: *bundle,
                 })
             }
         };
@@ -270,6 +285,10 @@ mod tests {
             SchedulingStrategy::Default,
             SchedulingStrategy::Spread,
             SchedulingStrategy::NodeAffinity { node_id, soft: true },
+            SchedulingStrategy::PlacementGroup {
+                group: PlacementGroupId::random(),
+                bundle: Some(2),
+            },
         ] {
             let scheduling = Scheduling {
                 strategy,

@@ -5,7 +5,9 @@
 
 use std::path::Path;
 use std::process::Command;
+use std::time::Duration;
 
+use raylet::{Cluster, Config, NodeId};
 use serde_json::Value;
 
 pub const RAYLET: &str = env!("CARGO_BIN_EXE_raylet");
@@ -55,4 +57,93 @@ pub fn daemon_pids(temp: &Path, role: &str) -> Vec<u32> {
         .filter(|record| record["role"] == role)
         .map(|record| record["pid"].as_u64().unwrap() as u32)
         .collect()
+}
+
+/// A head and nodes of 2 CPUs each, one per zone (the head in the first),
+/// labelled `zone=<zone>`, with fast heartbeats (100 ms, dead after 1 s),
+/// stopped when dropped even if an assertion fails.
+pub struct ZonedCluster<'a> {
+    pub temp: &'a Path,
+    pub head: String,
+    _daemons: Daemons<'a>,
+}
+
+impl<'a> ZonedCluster<'a> {
+    pub fn start(temp: &'a Path, zones: &[&str]) -> Self {
+        let daemons = Daemons(temp);
+        let fast = [
+            "--num-cpus",
+            "2",
+            "--heartbeat-interval",
+            "100ms",
+            "--heartbeat-timeout",
+            "1s",
+        ];
+        let label = |zone: &str| format!("zone={zone}");
+        let head_label = label(zones[0]);
+        raylet(
+            temp,
+            &[&["start", "--head", "--port", "0", "--labels", &head_label][..], &fast].concat(),
+        );
+        let head = std::fs::read_to_string(temp.join("session_latest/head_address")).unwrap();
+        let head = head.trim().to_string();
+        for zone in &zones[1..] {
+            let zone = label(zone);
+            raylet(
+                temp,
+                &[&["start", "--address", &head, "--labels", &zone][..], &fast].concat(),
+            );
+        }
+        let cluster = ZonedCluster {
+            temp,
+            head,
+            _daemons: daemons,
+        };
+        cluster.wait_for_alive(zones.len());
+        std::thread::sleep(Duration::from_millis(300));
+        cluster
+    }
+
+    pub fn status(&self) -> Value {
+        serde_json::from_str(&raylet(self.temp, &["status", "--format", "json"])).unwrap()
+    }
+
+    pub fn wait_for_alive(&self, count: usize) {
+        let deadline = std::time::Instant::now() + Duration::from_secs(15);
+        while self.alive_nodes().len() != count {
+            assert!(
+                std::time::Instant::now() < deadline,
+                "{} alive nodes",
+                self.alive_nodes().len()
+            );
+            std::thread::sleep(Duration::from_millis(50));
+        }
+    }
+
+    pub fn alive_nodes(&self) -> Vec<Value> {
+        let status = self.status();
+        let nodes = status["nodes"].as_array().unwrap().clone();
+        nodes.into_iter().filter(|n| n["state"] == "ALIVE").collect()
+    }
+
+    /// The id and node manager pid of the node labelled `zone`.
+    pub fn node(&self, zone: &str) -> (NodeId, u32) {
+        let node = self
+            .alive_nodes()
+            .into_iter()
+            .find(|n| n["labels"]["zone"] == zone)
+            .unwrap_or_else(|| panic!("no alive node in zone {zone}"));
+        let id_text = node["node_id"].as_str().unwrap().to_string();
+        let id: NodeId = id_text.parse().unwrap();
+        let pid = daemon_records(self.temp)
+            .into_iter()
+            .find(|record| record["node_id"] == id_text.as_str())
+            .map(|record| record["pid"].as_u64().unwrap() as u32)
+            .unwrap_or_else(|| panic!("no process record of node {id_text}"));
+        (id, pid)
+    }
+
+    pub fn driver(&self) -> Cluster {
+        raylet::init_with(Config::new().address(&self.head).temp_dir(self.temp)).unwrap()
+    }
 }

@@ -10,7 +10,7 @@ use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::object_ref::{AnyObjectRef, RawRef};
 use crate::task::{Arg, Resources, SchedulingOptions, TaskError, TaskErrorKind};
-use crate::{Cluster, ObjectRef, Result};
+use crate::{Cluster, ObjectRef, PlacementGroup, Result};
 
 /// A type made into an actor with `#[raylet::actor]`.
 pub trait Actor {
@@ -135,14 +135,15 @@ impl ActorOptions {
 
     /// What a node must have free to place the actor, and what the actor
     /// holds while it runs: an actor that names no CPUs is placed with one
-    /// and holds none.
+    /// and holds none. Inside a placement group both come out of a bundle.
     pub(crate) fn demands(&self) -> Result<(ResourceSet, ResourceSet)> {
         let running = self.resources.to_set()?;
         let placement = match self.resources.names(CPU) {
             true => running.clone(),
             false => self.resources.clone().with(CPU, 1.0).to_set()?,
         };
-        Ok((placement, running))
+        let scheduling = &self.scheduling;
+        Ok((scheduling.in_bundle(placement)?, scheduling.in_bundle(running)?))
     }
 }
 
@@ -191,6 +192,13 @@ impl<H: From<ActorHandle>> ActorBuilder<H> {
     /// policy; `Spread`; or a node affinity).
     pub fn scheduling_strategy(mut self, strategy: SchedulingStrategy) -> Self {
         self.options.scheduling = self.options.scheduling.strategy(strategy);
+        self
+    }
+
+    /// Runs the actor in bundle `bundle` of `group`, or in any of its
+    /// bundles; its resources come out of the bundle's.
+    pub fn placement_group(mut self, group: &PlacementGroup, bundle: Option<u32>) -> Self {
+        self.options.scheduling = self.options.scheduling.in_group(group, bundle);
         self
     }
 

@@ -1,8 +1,10 @@
 //! The head: keeps the table of node incarnations, marks silent nodes dead,
-//! answers `raylet status`, and places, restarts and lists actors.
+//! answers `raylet status`, places, restarts and lists actors, and reserves
+//! placement groups.
 
 pub mod actors;
 mod node_table;
+pub mod placement_groups;
 mod service;
 
 use std::future::Future;
@@ -13,6 +15,7 @@ use raylet_proto::auth::AuthToken;
 use raylet_proto::server::{MAX_DATA_MESSAGE, authenticated, incoming};
 use raylet_proto::v1::actor_service_server::ActorServiceServer;
 use raylet_proto::v1::head_service_server::HeadServiceServer;
+use raylet_proto::v1::placement_group_service_server::PlacementGroupServiceServer;
 use tokio::net::TcpListener;
 
 pub use node_table::{Heartbeat, HeartbeatOutcome, NodeResourcesView, NodeTable, Registration};
@@ -20,6 +23,7 @@ pub use node_table::{Heartbeat, HeartbeatOutcome, NodeResourcesView, NodeTable, 
 use crate::Result;
 use crate::placement::Placer;
 use actors::{ActorRuntime, ActorServiceImpl, ActorTable, HeadLeases};
+use placement_groups::{GroupManager, NodeManagerBundles, PlacementGroupServiceImpl, keep_placing};
 use service::HeadServiceImpl;
 
 /// Settings of a head.
@@ -50,11 +54,17 @@ impl HeadConfig {
 pub async fn run(config: HeadConfig, listener: TcpListener, shutdown: impl Future<Output = ()>) -> Result<()> {
     let table = Arc::new(Mutex::new(NodeTable::new(config.heartbeat_timeout)));
     let nodes = HeadServiceServer::new(HeadServiceImpl { table: table.clone() });
+    let groups = Arc::new(GroupManager::new(
+        table.clone(),
+        NodeManagerBundles::new(config.token.clone()),
+    ));
     let runtime = Arc::new(ActorRuntime {
         table: Arc::new(Mutex::new(ActorTable::default())),
         nodes: table.clone(),
         leases: HeadLeases::new(config.token.clone()),
         placer: Mutex::new(Placer::new(rand::random())),
+        groups: groups.clone(),
+        next_bundle: Default::default(),
         token: config.token.clone(),
         stopping: tokio::sync::watch::channel(false).0,
     });
@@ -66,13 +76,16 @@ pub async fn run(config: HeadConfig, listener: TcpListener, shutdown: impl Futur
     let actors = ActorServiceServer::new(ActorServiceImpl { runtime })
         .max_decoding_message_size(MAX_DATA_MESSAGE)
         .max_encoding_message_size(MAX_DATA_MESSAGE);
+    let placement_groups = PlacementGroupServiceServer::new(PlacementGroupServiceImpl { groups: groups.clone() });
     let server = authenticated(config.token)
         .add_service(nodes)
         .add_service(actors)
+        .add_service(placement_groups)
         .serve_with_incoming_shutdown(incoming(listener), shutdown);
     tokio::select! {
         result = server => Ok(result?),
         never = detect_failures(table, config.heartbeat_timeout) => match never {},
+        never = keep_placing(groups) => match never {},
     }
 }
 

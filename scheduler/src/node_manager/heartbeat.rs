@@ -87,7 +87,7 @@ async fn send_heartbeat(head: &mut HeadClient, shared: &NodeShared, timeout: Dur
     let mut request = Request::new(HeartbeatRequest {
         node_id: shared.config.node_id.as_bytes().to_vec(),
         incarnation: shared.incarnation(),
-        total: Some(shared.config.resources.to_proto()),
+        total: Some(shared.leases.total().to_proto()),
         available: Some(shared.available().to_proto()),
         stats: Some(shared.stats().to_proto()),
     });

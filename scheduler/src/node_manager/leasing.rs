@@ -12,7 +12,7 @@ use std::time::Duration;
 use raylet_proto::v1::lease_session_event::Kind as EventKind;
 use raylet_proto::v1::{LeaseGranted, LeaseRefusalKind, LeaseRefused, LeaseSessionEvent, LeaseSpillback, WorkerBinary};
 use raylet_proto::worker_env::WorkerBootstrap;
-use raylet_proto::{Error, Labels, NodeId, ResourceSet, Result, Scheduling, WorkerId};
+use raylet_proto::{Error, Labels, NodeId, PlacementGroupId, ResourceSet, Result, Scheduling, WorkerId};
 use tokio::sync::mpsc;
 use tonic::Status;
 
@@ -141,6 +141,58 @@ impl LeaseManager {
 
     pub(crate) fn available(&self) -> ResourceSet {
         self.state().ledger.available()
+    }
+
+    /// The machine's resources plus those of committed bundles.
+    pub(crate) fn total(&self) -> ResourceSet {
+        self.state().ledger.total().clone()
+    }
+
+    /// Sets aside placement group bundles, all or none.
+    pub(crate) fn reserve_bundles(&self, group: PlacementGroupId, bundles: &[(u32, ResourceSet)]) -> Result<()> {
+        let reserved = self.state().ledger.reserve_bundles(group, bundles);
+        reserved.map_err(Error::FailedPrecondition)
+    }
+
+    /// Offers reserved bundles' resources to work in the group.
+    pub(crate) fn commit_bundles(self: &Arc<Self>, group: PlacementGroupId, indexes: &[u32]) -> Result<()> {
+        self.state()
+            .ledger
+            .commit_bundles(group, indexes)
+            .map_err(Error::FailedPrecondition)?;
+        self.refresh_local_total();
+        self.pump();
+        Ok(())
+    }
+
+    /// Frees a group's bundles here and ends the workers leased in the group.
+    pub(crate) fn release_bundles(self: &Arc<Self>, group: PlacementGroupId, indexes: &[u32]) {
+        let pids: Vec<u32> = {
+            let mut state = self.state();
+            let workers = state.ledger.release_bundles(group, indexes);
+            let reason = format!("was ended: its placement group {group} was removed");
+            for worker in &workers {
+                state.exits.insert(*worker, reason.clone());
+            }
+            workers
+                .iter()
+                .filter_map(|worker| state.workers.remove(worker).map(|w| w.pid))
+                .collect()
+        };
+        tracing::info!(%group, workers = ?pids, "placement group bundles released; ending their workers");
+        pids.into_iter().for_each(worker_process::kill_worker);
+        self.refresh_local_total();
+        self.pump();
+    }
+
+    fn refresh_local_total(&self) {
+        let mut guard = self.state();
+        let state = &mut *guard;
+        let context = &self.context;
+        let total = state.ledger.total().clone();
+        state.local = state
+            .cluster
+            .upsert(context.node_id, &context.node_manager_address, &context.labels, &total);
     }
 
     pub(crate) fn set_cluster_view(self: &Arc<Self>, view: Vec<NodeView>) {
@@ -377,7 +429,7 @@ impl LeaseManager {
         if state.exits.len() >= MAX_REMEMBERED_EXITS {
             state.exits.clear();
         }
-        state.exits.insert(worker_id, description.clone());
+        state.exits.entry(worker_id).or_insert_with(|| description.clone());
         let Some(worker) = state.workers.remove(&worker_id) else {
             return;
         };

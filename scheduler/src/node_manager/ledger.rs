@@ -1,11 +1,14 @@
 //! Resource accounting of one node: which worker holds which lease, which
-//! GPU ids it was given, and what is left. A worker blocked in `get()` gives
+//! GPU ids it was given, which placement group bundles are reserved here
+//! (their resources set aside, and once committed offered under the
+//! bundles' own names), and what is left. A worker blocked in `get()` gives
 //! its CPUs back until it resumes.
 
 use std::collections::HashMap;
 
+use raylet_proto::placement_group::{committed_bundle, gpus_asked, is_of_group};
 use raylet_proto::resources::{CPU, GPU};
-use raylet_proto::{Amount, ResourceSet, WorkerId};
+use raylet_proto::{Amount, PlacementGroupId, ResourceSet, WorkerId};
 
 use super::gpus::GpuPool;
 
@@ -27,11 +30,22 @@ impl Holding {
     }
 }
 
+/// A placement group bundle reserved on this node.
+#[derive(Clone, Debug)]
+struct Reservation {
+    resources: ResourceSet,
+    committed: bool,
+}
+
 /// The node's total resources and every worker's holding.
 #[derive(Clone, Debug)]
 pub struct ResourceLedger {
+    /// What the node offers, without bundles.
+    machine: ResourceSet,
+    /// The machine's resources plus those of committed bundles.
     total: ResourceSet,
     holdings: HashMap<WorkerId, Holding>,
+    bundles: HashMap<(PlacementGroupId, u32), Reservation>,
     gpus: GpuPool,
 }
 
@@ -39,8 +53,10 @@ impl ResourceLedger {
     pub fn new(total: ResourceSet) -> Self {
         ResourceLedger {
             gpus: GpuPool::new(total.get(GPU)),
+            machine: total.clone(),
             total,
             holdings: HashMap::new(),
+            bundles: HashMap::new(),
         }
     }
 
@@ -48,11 +64,13 @@ impl ResourceLedger {
         &self.total
     }
 
-    /// Total minus what every unblocked holding counts. A resumed worker may
-    /// push a resource past zero for a while; it shows as zero.
+    /// Total minus what every unblocked holding and every bundle counts. A
+    /// resumed worker may push a resource past zero for a while; it shows
+    /// as zero.
     pub fn available(&self) -> ResourceSet {
         let mut used = ResourceSet::new();
         self.holdings.values().for_each(|h| used.add(&h.counted()));
+        self.bundles.values().for_each(|b| used.add(&b.resources));
         let mut available = ResourceSet::new();
         for (name, amount) in self.total.iter() {
             available.set(name, amount - used.get(name));
@@ -68,7 +86,7 @@ impl ResourceLedger {
 
     /// The GPU ids that `demand` would be given now.
     pub fn gpu_ids_for(&self, demand: &ResourceSet) -> Option<Vec<u32>> {
-        self.gpus.assignment(demand.get(GPU))
+        self.gpus.assignment(gpus_asked(demand))
     }
 
     /// Whether `demand` could ever fit on this node.
@@ -80,7 +98,7 @@ impl ResourceLedger {
     /// given. The caller checked that it fits.
     pub fn hold(&mut self, worker: WorkerId, demand: ResourceSet) -> Vec<u32> {
         self.release(worker);
-        let gpu_ids = self.gpus.take(demand.get(GPU));
+        let gpu_ids = self.gpus.take(gpus_asked(&demand));
         let holding = Holding {
             demand,
             gpu_ids: gpu_ids.clone(),
@@ -101,8 +119,76 @@ impl ResourceLedger {
     /// Gives back what `worker` holds.
     pub fn release(&mut self, worker: WorkerId) {
         if let Some(holding) = self.holdings.remove(&worker) {
-            self.gpus.give_back(&holding.gpu_ids, holding.demand.get(GPU));
+            self.gpus.give_back(&holding.gpu_ids, gpus_asked(&holding.demand));
         }
+    }
+
+    /// Sets aside the resources of `bundles` of `group`, all of them or,
+    /// when they do not fit together now, none. Bundles already here stay.
+    pub fn reserve_bundles(&mut self, group: PlacementGroupId, bundles: &[(u32, ResourceSet)]) -> Result<(), String> {
+        let mut needed = ResourceSet::new();
+        let new: Vec<&(u32, ResourceSet)> = bundles
+            .iter()
+            .filter(|(index, _)| !self.bundles.contains_key(&(group, *index)))
+            .collect();
+        new.iter().for_each(|(_, resources)| needed.add(resources));
+        if !self.available().fits(&needed) {
+            return Err(format!(
+                "the {} bundles do not fit in what the node has free now",
+                new.len()
+            ));
+        }
+        for (index, resources) in new {
+            let reservation = Reservation {
+                resources: resources.clone(),
+                committed: false,
+            };
+            self.bundles.insert((group, *index), reservation);
+        }
+        Ok(())
+    }
+
+    /// Offers reserved bundles' resources under their own names.
+    pub fn commit_bundles(&mut self, group: PlacementGroupId, indexes: &[u32]) -> Result<(), String> {
+        if let Some(index) = indexes.iter().find(|i| !self.bundles.contains_key(&(group, **i))) {
+            return Err(format!(
+                "bundle {index} of placement group {group} is not reserved here"
+            ));
+        }
+        for index in indexes {
+            if let Some(reservation) = self.bundles.get_mut(&(group, *index)) {
+                reservation.committed = true;
+            }
+        }
+        self.recount_total();
+        Ok(())
+    }
+
+    /// Frees the bundles of `group` with these indexes (all when empty) and
+    /// returns the workers that hold leases in the group, for the caller to end.
+    pub fn release_bundles(&mut self, group: PlacementGroupId, indexes: &[u32]) -> Vec<WorkerId> {
+        self.bundles
+            .retain(|(g, index), _| *g != group || !(indexes.is_empty() || indexes.contains(index)));
+        self.recount_total();
+        let in_group = |holding: &Holding| holding.demand.iter().any(|(name, _)| is_of_group(name, group));
+        let workers: Vec<WorkerId> = self
+            .holdings
+            .iter()
+            .filter(|(_, holding)| in_group(holding))
+            .map(|(worker, _)| *worker)
+            .collect();
+        workers.iter().for_each(|worker| self.release(*worker));
+        workers
+    }
+
+    fn recount_total(&mut self) {
+        let mut total = self.machine.clone();
+        for ((group, index), reservation) in &self.bundles {
+            if reservation.committed {
+                total.add(&committed_bundle(*group, *index, &reservation.resources));
+            }
+        }
+        self.total = total;
     }
 
     /// Marks `worker` as blocked (its CPUs count as free) or resumed.
@@ -149,6 +235,29 @@ mod tests {
         assert_eq!(ledger.hold(WorkerId::random(), gpus(1.0)), [1]);
         ledger.release(quarter);
         assert_eq!(ledger.gpu_ids_for(&gpus(1.0)), Some(vec![0]));
+    }
+
+    #[test]
+    fn bundles_are_reserved_all_or_none_then_offered_under_their_names_until_released() {
+        let mut ledger = ResourceLedger::new(cpus(4.0));
+        let group = PlacementGroupId::random();
+        let too_much = [(0, cpus(3.0)), (1, cpus(2.0))];
+        assert!(ledger.reserve_bundles(group, &too_much).is_err());
+        assert_eq!(ledger.available(), cpus(4.0), "nothing is held after a refusal");
+        ledger
+            .reserve_bundles(group, &[(0, cpus(1.0)), (1, cpus(2.0))])
+            .unwrap();
+        assert_eq!(ledger.available(), cpus(1.0));
+        let in_bundle = raylet_proto::placement_group::demand_in_bundle(group, Some(1), &cpus(2.0)).unwrap();
+        assert!(!ledger.fits_now(&in_bundle), "reserved is not yet committed");
+        ledger.commit_bundles(group, &[0, 1]).unwrap();
+        assert!(ledger.fits_now(&in_bundle));
+        let worker = WorkerId::random();
+        ledger.hold(worker, in_bundle.clone());
+        assert!(!ledger.fits_now(&in_bundle));
+        assert_eq!(ledger.release_bundles(group, &[]), [worker]);
+        assert_eq!(ledger.available(), cpus(4.0));
+        assert_eq!(ledger.total(), &cpus(4.0));
     }
 
     #[test]

@@ -1,5 +1,5 @@
-//! The gRPC face of the node manager: lease sessions, worker sessions and
-//! worker exits.
+//! The gRPC face of the node manager: lease sessions, worker sessions,
+//! worker exits and placement group bundles.
 
 use std::pin::Pin;
 use std::sync::Arc;
@@ -9,9 +9,10 @@ use raylet_proto::v1::lease_session_request::Kind as LeaseKind;
 use raylet_proto::v1::node_manager_service_server::NodeManagerService;
 use raylet_proto::v1::worker_session_message::Kind as WorkerKind;
 use raylet_proto::v1::{
-    GetWorkerExitRequest, LeaseSessionEvent, LeaseSessionRequest, WorkerExit, WorkerSessionEvent, WorkerSessionMessage,
+    BundlesReply, BundlesRequest, GetWorkerExitRequest, LeaseSessionEvent, LeaseSessionRequest, WorkerExit,
+    WorkerSessionEvent, WorkerSessionMessage,
 };
-use raylet_proto::{Error, ResourceSet, Scheduling, WorkerId};
+use raylet_proto::{Error, PlacementGroupId, ResourceSet, Scheduling, WorkerId};
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -92,6 +93,32 @@ impl NodeManagerService for NodeManagerServiceImpl {
         Ok(Response::new(Box::pin(UnboundedReceiverStream::new(receiver))))
     }
 
+    async fn reserve_bundles(&self, request: Request<BundlesRequest>) -> Result<Response<BundlesReply>, Status> {
+        let request = request.into_inner();
+        let commit = request.commit;
+        let (group, bundles) = decode_bundles(request)?;
+        self.shared.leases.reserve_bundles(group, &bundles)?;
+        if commit {
+            let indexes: Vec<u32> = bundles.iter().map(|(index, _)| *index).collect();
+            self.shared.leases.commit_bundles(group, &indexes)?;
+        }
+        Ok(Response::new(BundlesReply {}))
+    }
+
+    async fn commit_bundles(&self, request: Request<BundlesRequest>) -> Result<Response<BundlesReply>, Status> {
+        let (group, bundles) = decode_bundles(request.into_inner())?;
+        let indexes: Vec<u32> = bundles.iter().map(|(index, _)| *index).collect();
+        self.shared.leases.commit_bundles(group, &indexes)?;
+        Ok(Response::new(BundlesReply {}))
+    }
+
+    async fn release_bundles(&self, request: Request<BundlesRequest>) -> Result<Response<BundlesReply>, Status> {
+        let (group, bundles) = decode_bundles(request.into_inner())?;
+        let indexes: Vec<u32> = bundles.iter().map(|(index, _)| *index).collect();
+        self.shared.leases.release_bundles(group, &indexes);
+        Ok(Response::new(BundlesReply {}))
+    }
+
     async fn get_worker_exit(&self, request: Request<GetWorkerExitRequest>) -> Result<Response<WorkerExit>, Status> {
         let worker_id = WorkerId::from_wire(&request.into_inner().worker_id)?;
         let exit = self.shared.leases.worker_exit(worker_id, EXIT_PATIENCE).await;
@@ -100,6 +127,22 @@ impl NodeManagerService for NodeManagerServiceImpl {
             description: exit.unwrap_or_default(),
         }))
     }
+}
+
+/// The group and its bundles' indexes and resources, validated.
+fn decode_bundles(request: BundlesRequest) -> Result<(PlacementGroupId, Vec<(u32, ResourceSet)>), Error> {
+    let group = PlacementGroupId::from_wire(&request.placement_group_id)?;
+    let bundles = request
+        .bundles
+        .into_iter()
+        .map(|bundle| {
+            Ok((
+                bundle.index,
+                ResourceSet::from_proto(&bundle.resources.unwrap_or_default())?,
+            ))
+        })
+        .collect::<Result<_, Error>>()?;
+    Ok((group, bundles))
 }
 
 fn handle_lease_message(leases: &Arc<LeaseManager>, session: u64, kind: LeaseKind) {

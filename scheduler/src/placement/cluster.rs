@@ -175,6 +175,28 @@ impl ClusterResources {
                 .all(|&(resource, amount)| NodeResources::amount(&node.total, resource) >= amount)
     }
 
+    /// Whether all of `demands` together fit in what the node has free now
+    /// (`now`), or in its total.
+    pub fn fits_together(&self, index: NodeIndex, demands: &[&Demand], now: bool) -> bool {
+        let node = &self.nodes[index];
+        let amounts = if now { &node.available } else { &node.total };
+        let mut needed: Vec<(usize, i64)> = Vec::new();
+        for demand in demands {
+            if demand.unknown.is_some() {
+                return false;
+            }
+            for &(resource, amount) in &demand.amounts {
+                match needed.iter_mut().find(|(r, _)| *r == resource) {
+                    Some((_, sum)) => *sum += amount,
+                    None => needed.push((resource, amount)),
+                }
+            }
+        }
+        needed
+            .iter()
+            .all(|&(resource, amount)| NodeResources::amount(amounts, resource) >= amount)
+    }
+
     /// Whether the node has GPUs at all.
     pub fn has_gpu(&self, index: NodeIndex) -> bool {
         self.gpu
@@ -188,6 +210,18 @@ impl ClusterResources {
         for &(resource, amount) in &demand.amounts {
             if let Some(free) = node.available.get_mut(resource) {
                 *free = (*free - amount).max(0);
+            }
+        }
+        self.refresh_utilization(index);
+    }
+
+    /// Gives `demand` back to the node's free resources, up to its total.
+    pub fn add_back(&mut self, index: NodeIndex, demand: &Demand) {
+        let node = &mut self.nodes[index];
+        for &(resource, amount) in &demand.amounts {
+            let total = NodeResources::amount(&node.total, resource);
+            if let Some(free) = node.available.get_mut(resource) {
+                *free = (*free + amount).min(total);
             }
         }
         self.refresh_utilization(index);

@@ -3,8 +3,10 @@
 //! managers (for leases), the head (for actors) and the scale simulation
 //! all run this same code.
 
+mod bundles;
 mod cluster;
 mod policy;
 
+pub use bundles::{BundlePlan, plan_bundles};
 pub use cluster::{ClusterResources, Demand, NodeIndex, NodeResources, is_bundle_resource};
 pub use policy::{Choice, Placer, Request, SPREAD_THRESHOLD, TOP_K_FRACTION};

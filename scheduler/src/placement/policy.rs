@@ -68,7 +68,9 @@ impl Placer {
             ));
         }
         match &request.scheduling.strategy {
-            SchedulingStrategy::Default => self.hybrid(cluster, request, &eligible),
+            SchedulingStrategy::Default | SchedulingStrategy::PlacementGroup { .. } => {
+                self.hybrid(cluster, request, &eligible)
+            }
             SchedulingStrategy::Spread => self.spread(cluster, request, &eligible),
             SchedulingStrategy::NodeAffinity { node_id, soft } => match cluster.index(*node_id) {
                 Some(index) => self.affinity(cluster, request, index, *soft, &eligible),

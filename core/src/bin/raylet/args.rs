@@ -38,7 +38,7 @@ pub enum Command {
     /// Show each node's object store: memory used and spilled, and every
     /// object with its size, state, owner and the processes holding refs.
     Memory(StatusArgs),
-    /// List the cluster's actors (and, later, other entities).
+    /// List the cluster's actors or placement groups.
     #[command(subcommand)]
     List(ListCommand),
     /// Stop every raylet process that this machine's sessions started.
@@ -56,6 +56,10 @@ pub enum ListCommand {
     /// Every actor, dead ones included: id, type, name, state (PENDING,
     /// ALIVE, RESTARTING, DEAD), node, pid, restarts and why it died.
     Actors(StatusArgs),
+    /// Every placement group, removed ones included: id, strategy, state
+    /// (PENDING, CREATED, RESCHEDULING, INFEASIBLE, REMOVED), bundle count,
+    /// the node of each bundle, and why it waits.
+    PlacementGroups(StatusArgs),
 }
 
 #[derive(Debug, Clone, Args)]

@@ -1,10 +1,10 @@
-//! `raylet list actors`: the cluster's actors, as text or JSON, as
-//! `ray list actors` shows them.
+//! `raylet list actors` and `raylet list placement-groups`: the cluster's
+//! actors and placement groups, as text or JSON, as `ray list` shows them.
 
 use std::fmt::Write;
 
 use anyhow::Context;
-use raylet::ActorInfo;
+use raylet::{ActorInfo, PlacementGroupInfo};
 
 use crate::args::{OutputFormat, StatusArgs};
 use crate::status::head_address;
@@ -21,6 +21,48 @@ pub fn actors(args: StatusArgs) -> anyhow::Result<()> {
     };
     println!("{output}");
     Ok(())
+}
+
+pub fn placement_groups(args: StatusArgs) -> anyhow::Result<()> {
+    let address = head_address(&args)?;
+    let token = args.session.resolve_token()?;
+    let groups = crate::runtime()?
+        .block_on(raylet::list_placement_groups(&address, &token))
+        .with_context(|| format!("listing the placement groups of the cluster at {address}"))?;
+    let output = match args.format {
+        OutputFormat::Json => serde_json::to_string_pretty(&groups)?,
+        OutputFormat::Text => render_groups(&groups),
+    };
+    println!("{output}");
+    Ok(())
+}
+
+fn render_groups(groups: &[PlacementGroupInfo]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "======== {} placement groups ========", groups.len());
+    let _ = writeln!(
+        out,
+        "{:<32}  {:<13}  {:<12}  {:>7}  {:<26}  REASON",
+        "PLACEMENT GROUP ID", "STRATEGY", "STATE", "BUNDLES", "NODES"
+    );
+    for group in groups {
+        let nodes: Vec<String> = group.nodes.iter().map(|node| node.short()).collect();
+        let nodes = match nodes.is_empty() {
+            true => "-".to_string(),
+            false => nodes.join(","),
+        };
+        let _ = writeln!(
+            out,
+            "{:<32}  {:<13}  {:<12}  {:>7}  {:<26}  {}",
+            group.id.to_string(),
+            group.strategy.to_string(),
+            group.state.to_string(),
+            group.bundles.len(),
+            nodes,
+            group.reason
+        );
+    }
+    out.trim_end().to_string()
 }
 
 fn render_text(actors: &[ActorInfo]) -> String {

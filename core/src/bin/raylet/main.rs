@@ -20,6 +20,7 @@ fn main() -> std::process::ExitCode {
         Command::Status(args) => status::status(args),
         Command::Memory(args) => memory::memory(args),
         Command::List(ListCommand::Actors(args)) => list::actors(args),
+        Command::List(ListCommand::PlacementGroups(args)) => list::placement_groups(args),
         Command::Stop(args) => stop::stop(args),
         Command::Microbenchmark(args) => microbenchmark::microbenchmark(args),
     };

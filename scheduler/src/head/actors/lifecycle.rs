@@ -3,21 +3,23 @@
 //! as the actor lives, and when that stream ends (the process died) or a
 //! kill order comes, restart it or record its death.
 
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
-use raylet_proto::TaskId;
 use raylet_proto::auth::AuthToken;
 use raylet_proto::task_stream::{self, EventReader, TaskSender};
 use raylet_proto::v1::{
     ActorCreation, ActorDeathKind, FailureKind, LeaseRefusalKind, ObjectOutcome, TaskBatch, TaskFailure, TaskSpec,
     object_outcome,
 };
+use raylet_proto::{PlacementGroupId, SchedulingStrategy, TaskId};
 use tokio::sync::watch;
 
 use super::leases::{Grant, HeadLeases, LeaseAnswer};
 use super::table::{ActorSpec, ActorTable, KillOrder, Placement};
 use crate::head::NodeTable;
+use crate::head::placement_groups::{GroupManager, GroupState, NodeManagerBundles};
 use crate::placement::{Choice, Placer, Request};
 
 /// A leased worker answers at once; if it does not, it is gone.
@@ -35,6 +37,9 @@ pub(crate) struct ActorRuntime {
     pub(crate) nodes: Arc<Mutex<NodeTable>>,
     pub(crate) leases: HeadLeases,
     pub(crate) placer: Mutex<Placer>,
+    pub(crate) groups: Arc<GroupManager<NodeManagerBundles>>,
+    /// Turns over the bundles of a group for actors that name no bundle.
+    pub(crate) next_bundle: AtomicUsize,
     pub(crate) token: AuthToken,
     /// Set when the head stops: the streams it serves end, so that its
     /// server can finish.
@@ -172,7 +177,12 @@ enum Unplaced {
 /// Leases a worker on the node the placement policy chooses, following
 /// spillbacks.
 async fn lease_on_a_fitting_node(runtime: &ActorRuntime, spec: &ActorSpec) -> Result<Grant, Unplaced> {
-    let mut node = choose_node(runtime, spec).map_err(Unplaced::Ended)?;
+    let mut node = match &spec.scheduling.strategy {
+        SchedulingStrategy::PlacementGroup { group, bundle } => {
+            bundle_node(runtime, *group, *bundle).await.map_err(Unplaced::Ended)?
+        }
+        _ => choose_node(runtime, spec).map_err(Unplaced::Ended)?,
+    };
     for _ in 0..=MAX_SPILLBACKS {
         let answer = runtime
             .leases
@@ -200,6 +210,34 @@ async fn lease_on_a_fitting_node(runtime: &ActorRuntime, spec: &ActorSpec) -> Re
     Err(Unplaced::Ended(Ended::ProcessDied(format!(
         "its lease was passed on {MAX_SPILLBACKS} times without a grant"
     ))))
+}
+
+/// The node of the actor's bundle, once its placement group is created; any
+/// bundle's node in turn when the actor names none.
+async fn bundle_node(runtime: &ActorRuntime, group: PlacementGroupId, bundle: Option<u32>) -> Result<String, Ended> {
+    let dead = |cause: String| Ended::Dead(ActorDeathKind::Infeasible, cause);
+    let record = runtime
+        .groups
+        .wait_placed(group)
+        .await
+        .map_err(|e| dead(e.to_string()))?;
+    if record.state == GroupState::Removed {
+        return Err(dead(format!("its placement group {group} was removed")));
+    }
+    let count = record.locations.len();
+    let index = match bundle {
+        Some(index) => index as usize,
+        None => runtime.next_bundle.fetch_add(1, Ordering::Relaxed) % count.max(1),
+    };
+    match record.locations.get(index) {
+        Some(Some(location)) => Ok(location.address.clone()),
+        Some(None) => Err(Ended::ProcessDied(format!(
+            "bundle {index} of placement group {group} has no node"
+        ))),
+        None => Err(dead(format!(
+            "bundle index {index} is out of range: placement group {group} has {count} bundles"
+        ))),
+    }
 }
 
 /// The node the head's placement policy chooses for the actor; its demand

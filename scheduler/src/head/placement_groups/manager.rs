@@ -1,0 +1,340 @@
+//! Placing placement groups: plan every bundle against the alive nodes,
+//! reserve each on its node, commit only once all are reserved (else
+//! release the ones that were), place again what a dead node held, and
+//! release every bundle when the group is removed. The node managers are
+//! reached through [`BundleNodes`], so a test can put virtual nodes there.
+
+use std::collections::BTreeMap;
+use std::future::Future;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use futures_util::future::join_all;
+use raylet_proto::{PlacementGroupId, ResourceSet, Result};
+
+use super::table::{BundleLocation, GroupRecord, GroupSpec, GroupState, GroupTable};
+use crate::head::NodeTable;
+use crate::placement::{BundlePlan, plan_bundles};
+
+/// The node managers that hold bundles, as the group manager calls them.
+pub trait BundleNodes: Send + Sync + 'static {
+    /// Sets aside `bundles` on the node at `address`, all or none; with
+    /// `commit`, also offers them at once (the node holds the whole group).
+    fn reserve(
+        &self,
+        address: &str,
+        group: PlacementGroupId,
+        bundles: Vec<(u32, ResourceSet)>,
+        commit: bool,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Offers reserved bundles to work in the group.
+    fn commit(
+        &self,
+        address: &str,
+        group: PlacementGroupId,
+        indexes: Vec<u32>,
+    ) -> impl Future<Output = Result<()>> + Send;
+
+    /// Frees the group's bundles on the node and ends the work in them.
+    fn release(&self, address: &str, group: PlacementGroupId) -> impl Future<Output = Result<()>> + Send;
+}
+
+/// The head's placement groups and how they are placed.
+pub struct GroupManager<N> {
+    table: Mutex<GroupTable>,
+    nodes: Arc<Mutex<NodeTable>>,
+    bundle_nodes: N,
+    /// One placement pass at a time: a group is never placed twice at once.
+    placing: tokio::sync::Mutex<()>,
+}
+
+/// New bundles of one group, by the address of their node.
+type NodeBundles = BTreeMap<String, Vec<(u32, ResourceSet)>>;
+
+/// What planning a group decided.
+enum Planned {
+    /// Nodes for the bundles that had none.
+    New(Vec<(usize, BundleLocation)>),
+    Wait(String),
+    Infeasible(String),
+}
+
+fn bundles_by_node(new: &[(usize, BundleLocation)], spec: &GroupSpec) -> NodeBundles {
+    let mut by_node = NodeBundles::new();
+    for (index, location) in new {
+        by_node
+            .entry(location.address.clone())
+            .or_default()
+            .push((*index as u32, spec.bundles[*index].clone()));
+    }
+    by_node
+}
+
+impl<N: BundleNodes> GroupManager<N> {
+    pub fn new(nodes: Arc<Mutex<NodeTable>>, bundle_nodes: N) -> Self {
+        GroupManager {
+            table: Mutex::new(GroupTable::default()),
+            nodes,
+            bundle_nodes,
+            placing: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    fn table(&self) -> MutexGuard<'_, GroupTable> {
+        self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn nodes(&self) -> MutexGuard<'_, NodeTable> {
+        self.nodes.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers a group and tries to place it (and any older waiting
+    /// group) at once; returns its record after that attempt.
+    pub async fn create(&self, spec: GroupSpec) -> Result<GroupRecord> {
+        let id = spec.id;
+        self.table().create(spec)?;
+        self.place_waiting().await;
+        self.table().record(id)
+    }
+
+    pub fn record(&self, id: PlacementGroupId) -> Result<GroupRecord> {
+        self.table().record(id)
+    }
+
+    pub fn records(&self) -> Vec<GroupRecord> {
+        self.table().records()
+    }
+
+    /// The group's record once it is created, infeasible or removed, or
+    /// when `timeout` passes.
+    pub async fn wait(&self, id: PlacementGroupId, timeout: Duration) -> Result<GroupRecord> {
+        let mut watcher = self.table().watch(id)?;
+        let settled = watcher.wait_for(|record| record.state.is_settled());
+        let _ = tokio::time::timeout(timeout, settled).await;
+        let record = watcher.borrow().clone();
+        Ok(record)
+    }
+
+    /// The group once it is created or removed: what work in it waits for.
+    pub async fn wait_placed(&self, id: PlacementGroupId) -> Result<GroupRecord> {
+        let mut watcher = self.table().watch(id)?;
+        let placed = watcher
+            .wait_for(|record| matches!(record.state, GroupState::Created | GroupState::Removed))
+            .await
+            .map(|record| record.clone());
+        placed.or_else(|_| self.record(id))
+    }
+
+    /// Removes the group: frees its bundles on every node that holds them,
+    /// which ends the work that runs in them.
+    pub async fn remove(&self, id: PlacementGroupId) -> Result<GroupRecord> {
+        let _placing = self.placing.lock().await;
+        let record = self.table().record(id)?;
+        let locations = self.table().remove(id, "removed by its owner")?;
+        self.give_back_to_view(&record.spec, &locations);
+        let addresses: std::collections::BTreeSet<String> = locations
+            .into_iter()
+            .flatten()
+            .map(|location| location.address)
+            .collect();
+        let releases = addresses.iter().map(|address| self.bundle_nodes.release(address, id));
+        for (address, released) in addresses.iter().zip(join_all(releases).await) {
+            if let Err(error) = released {
+                tracing::debug!(%id, %address, %error, "releasing bundles failed; the node may be gone");
+            }
+        }
+        self.table().record(id)
+    }
+
+    /// One pass: bundles on nodes that died need a node again, then every
+    /// waiting group, oldest first, is placed if it can be.
+    pub async fn reconcile_and_place(&self) {
+        self.forget_dead_nodes();
+        self.place_waiting().await;
+    }
+
+    async fn place_waiting(&self) {
+        let _placing = self.placing.lock().await;
+        let waiting = self.table().unplaced();
+        for id in waiting {
+            let record = self.table().record(id);
+            if let Ok(record) = record
+                && record.state.is_unplaced()
+            {
+                self.try_place(&record).await;
+            }
+        }
+    }
+
+    /// Marks the bundles on nodes no longer alive as unplaced.
+    fn forget_dead_nodes(&self) {
+        let alive =
+            |location: &BundleLocation, nodes: &mut NodeTable| nodes.placement_view().index(location.node_id).is_some();
+        let created = self.table().created();
+        for record in created {
+            let mut nodes = self.nodes();
+            let lost: Vec<usize> = (0..record.locations.len())
+                .filter(|&i| record.locations[i].as_ref().is_some_and(|l| !alive(l, &mut nodes)))
+                .collect();
+            drop(nodes);
+            if lost.is_empty() {
+                continue;
+            }
+            let dead: Vec<String> = lost
+                .iter()
+                .filter_map(|&i| record.locations[i].as_ref().map(|l| l.node_id.short()))
+                .collect();
+            tracing::warn!(group = %record.spec.id, bundles = ?lost, "placement group bundles lost with their node; placing them again");
+            self.table().update(record.spec.id, |record| {
+                lost.iter().for_each(|&i| record.locations[i] = None);
+                record.state = GroupState::Rescheduling;
+                record.reason = format!("bundles {lost:?} were lost with node {}", dead.join(", "));
+            });
+        }
+    }
+
+    /// Plans the group's unplaced bundles; reserves and commits them when
+    /// the plan places them all.
+    async fn try_place(&self, record: &GroupRecord) {
+        let id = record.spec.id;
+        let new = match self.plan(record) {
+            Planned::New(new) => new,
+            Planned::Wait(reason) => return self.still_waiting(id, record.state, reason),
+            Planned::Infeasible(reason) => {
+                let state = match record.state {
+                    GroupState::Rescheduling => GroupState::Rescheduling,
+                    _ => GroupState::Infeasible,
+                };
+                return self.table().update(id, |record| {
+                    record.state = state;
+                    record.reason = format!("infeasible: {reason}");
+                });
+            }
+        };
+        let by_node = bundles_by_node(&new, &record.spec);
+        match self.reserve_and_commit(id, &by_node).await {
+            Ok(()) => self.table().update(id, |record| {
+                for (index, location) in &new {
+                    record.locations[*index] = Some(location.clone());
+                }
+                record.state = GroupState::Created;
+                record.reason.clear();
+            }),
+            Err(reason) => {
+                let locations: Vec<Option<BundleLocation>> = new.iter().map(|(_, l)| Some(l.clone())).collect();
+                let spec = GroupSpec {
+                    bundles: new.iter().map(|(i, _)| record.spec.bundles[*i].clone()).collect(),
+                    ..(*record.spec).clone()
+                };
+                self.give_back_to_view(&spec, &locations);
+                self.still_waiting(id, record.state, reason);
+            }
+        }
+    }
+
+    /// Plans the group against the head's view; the bundles it places anew
+    /// count against their nodes from now on.
+    fn plan(&self, record: &GroupRecord) -> Planned {
+        let mut nodes = self.nodes();
+        let view = nodes.placement_view();
+        let demands: Vec<_> = record.spec.bundles.iter().map(|bundle| view.demand(bundle)).collect();
+        let placed: Vec<_> = record
+            .locations
+            .iter()
+            .map(|location| location.as_ref().and_then(|l| view.index(l.node_id)))
+            .collect();
+        match plan_bundles(view, &demands, &placed, record.spec.strategy) {
+            BundlePlan::Placed(assigned) => {
+                let mut new = Vec::new();
+                for (bundle, &node) in assigned
+                    .iter()
+                    .enumerate()
+                    .filter(|(bundle, _)| placed[*bundle].is_none())
+                {
+                    view.subtract(node, &demands[bundle]);
+                    let location = BundleLocation {
+                        node_id: view.node(node).node_id,
+                        address: view.node(node).address.clone(),
+                    };
+                    new.push((bundle, location));
+                }
+                Planned::New(new)
+            }
+            BundlePlan::Wait(reason) => Planned::Wait(reason),
+            BundlePlan::Infeasible(reason) => Planned::Infeasible(reason),
+        }
+    }
+
+    fn still_waiting(&self, id: PlacementGroupId, state: GroupState, reason: String) {
+        let state = match state {
+            GroupState::Rescheduling => GroupState::Rescheduling,
+            _ => GroupState::Pending,
+        };
+        self.table().update(id, |record| {
+            record.state = state;
+            record.reason = reason;
+        });
+    }
+
+    /// Reserves every new bundle, then commits them all; releases the
+    /// reserved ones if any node refuses, so no part of the group is held.
+    async fn reserve_and_commit(&self, id: PlacementGroupId, by_node: &NodeBundles) -> Result<(), String> {
+        let single_node = by_node.len() == 1;
+        let reserves = by_node
+            .iter()
+            .map(|(address, bundles)| self.bundle_nodes.reserve(address, id, bundles.clone(), single_node));
+        let reserved = join_all(reserves).await;
+        let refusal = by_node
+            .keys()
+            .zip(&reserved)
+            .find_map(|(address, result)| result.as_ref().err().map(|e| format!("node {address} refused: {e}")));
+        if let Some(refusal) = refusal {
+            self.release_where(id, by_node, &reserved).await;
+            return Err(refusal);
+        }
+        if single_node {
+            return Ok(());
+        }
+        let commits = by_node.iter().map(|(address, bundles)| {
+            let indexes = bundles.iter().map(|(index, _)| *index).collect();
+            self.bundle_nodes.commit(address, id, indexes)
+        });
+        let committed = join_all(commits).await;
+        let failure = by_node.keys().zip(&committed).find_map(|(address, result)| {
+            result
+                .as_ref()
+                .err()
+                .map(|e| format!("node {address} failed to commit: {e}"))
+        });
+        if let Some(failure) = failure {
+            let all_ok: Vec<Result<()>> = by_node.keys().map(|_| Ok(())).collect();
+            self.release_where(id, by_node, &all_ok).await;
+            return Err(failure);
+        }
+        Ok(())
+    }
+
+    /// Releases the group on the nodes whose reservation succeeded.
+    async fn release_where(&self, id: PlacementGroupId, by_node: &NodeBundles, reserved: &[Result<()>]) {
+        let releases = by_node
+            .keys()
+            .zip(reserved)
+            .filter(|(_, result)| result.is_ok())
+            .map(|(address, _)| self.bundle_nodes.release(address, id));
+        join_all(releases).await;
+    }
+
+    /// Puts the bundles at `locations` back into the head's view of free
+    /// resources, until the nodes' next heartbeats.
+    fn give_back_to_view(&self, spec: &GroupSpec, locations: &[Option<BundleLocation>]) {
+        let mut nodes = self.nodes();
+        let view = nodes.placement_view();
+        for (bundle, location) in spec.bundles.iter().zip(locations) {
+            if let Some(index) = location.as_ref().and_then(|l| view.index(l.node_id)) {
+                let demand = view.demand(bundle);
+                view.add_back(index, &demand);
+            }
+        }
+    }
+}
