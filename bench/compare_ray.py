@@ -173,6 +173,13 @@ METRICS = [
         "4 tasks each call 5000 times round-robin over `cpu_count // 2` `AsyncActor`s; 20,000 ops per round",
         "4 `call_round_robin` tasks do the same on `AsyncEcho` actors",
     ),
+    (
+        "placement group create/removal",
+        "on a cluster started with `resources={\"custom\": 100}`: 100 `placement_group([{\"custom\": 0.001}])`, "
+        "then `pg.wait()` on each, then `remove_placement_group` on each; 100 ops per round",
+        "on an embedded node with `custom: 100`: 100 `cluster.placement_group(vec![Bundle::new().resource(\"custom\", "
+        "0.001)], Pack)`, then `ready()` on each, then `remove()` on each; 100 ops per round",
+    ),
 ]
 
 LIFECYCLE_ROWS = ["start", "idle-rss", "idle-pss", "status", "stop", "first-task"]

@@ -1,5 +1,7 @@
 //! The embedded cluster: a head and one node manager inside the driver's own
 //! process, on loopback ports, started by `raylet::init()` with no address.
+//! They run on a thread of their own, so the driver's calls and the
+//! cluster's answers are worked on side by side.
 
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
@@ -16,6 +18,7 @@ use crate::{Error, Result};
 
 /// The running head and node manager, and how to stop them.
 pub(crate) struct Embedded {
+    runtime: tokio::runtime::Runtime,
     stops: Vec<oneshot::Sender<()>>,
     tasks: Vec<JoinHandle<raylet_proto::Result<()>>>,
     pub(crate) node_manager: String,
@@ -39,7 +42,12 @@ impl Embedded {
         let head_address = head_listener.local_addr()?.to_string();
         let (stop_head, head_stopped) = oneshot::channel::<()>();
         let head_config = HeadConfig::new(token.clone());
-        let head = tokio::spawn(head::run(head_config, head_listener, async {
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(1)
+            .thread_name("raylet-embedded")
+            .enable_all()
+            .build()?;
+        let head = runtime.spawn(head::run(head_config, head_listener, async {
             let _ = head_stopped.await;
         }));
         let node_config = NodeConfig::new(head_address.clone(), token.clone(), resources)
@@ -47,13 +55,18 @@ impl Embedded {
             .spill_root(config.temp_dir.join("spill"))
             .spill_limit(config.max_spill_bytes)
             .connect_timeout(Duration::from_secs(5));
-        let node = NodeManager::start(node_config, TcpListener::bind(loopback).await?).await?;
+        let node_listener = TcpListener::bind(loopback).await?;
+        let started = runtime.spawn(NodeManager::start(node_config, node_listener));
+        let node = started
+            .await
+            .map_err(|e| Error::Cluster(raylet_proto::Error::Internal(e.to_string())))??;
         let node_manager = node.address().to_string();
         let (stop_node, node_stopped) = oneshot::channel::<()>();
-        let node = tokio::spawn(node.run(async {
+        let node = runtime.spawn(node.run(async {
             let _ = node_stopped.await;
         }));
         Ok(Embedded {
+            runtime,
             stops: vec![stop_node, stop_head],
             tasks: vec![node, head],
             node_manager,
@@ -69,6 +82,7 @@ impl Embedded {
             task.await
                 .map_err(|e| Error::Cluster(raylet_proto::Error::Internal(e.to_string())))??;
         }
+        self.runtime.shutdown_background();
         Ok(())
     }
 }

@@ -4,6 +4,7 @@
 //! and the listing that `raylet list placement-groups` prints.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use raylet_proto::auth::AuthToken;
@@ -15,6 +16,7 @@ use raylet_proto::v1::{
 };
 use raylet_proto::{NodeId, PlacementGroupId, PlacementStrategy, ResourceSet};
 use serde::{Deserialize, Serialize};
+use tokio::sync::watch;
 
 use crate::core_worker::CoreWorker;
 use crate::task::Resources;
@@ -55,11 +57,27 @@ impl Bundle {
 
 /// A placement group. It is `Clone` and `Serialize`: tasks and actors that
 /// get it can run work in it too.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug)]
 pub struct PlacementGroup {
     id: PlacementGroupId,
     bundle_count: u32,
+    /// The head's answer to the creation, in the handle that created the
+    /// group: `ready()` and `remove()` wait for it first.
+    creation: Option<watch::Receiver<Option<Creation>>>,
+    /// Set once `remove()` was called on this handle or a clone of it.
+    removed: Arc<AtomicBool>,
 }
+
+/// How the head answered the creation: the group's state then, or why it refused.
+type Creation = Result<v1::PlacementGroupState, raylet_proto::Error>;
+
+impl PartialEq for PlacementGroup {
+    fn eq(&self, other: &Self) -> bool {
+        self.id == other.id
+    }
+}
+
+impl Eq for PlacementGroup {}
 
 /// How a placement group handle travels.
 #[derive(Serialize, Deserialize)]
@@ -86,6 +104,8 @@ impl<'de> Deserialize<'de> for PlacementGroup {
         Ok(PlacementGroup {
             id,
             bundle_count: wire.bundle_count,
+            creation: None,
+            removed: Arc::default(),
         })
     }
 }
@@ -114,7 +134,10 @@ impl PlacementGroup {
     pub fn remove(&self) -> Result<()> {
         let core = crate::current()?.core().clone();
         let id = self.id;
+        let creation = self.creation.clone();
+        self.removed.store(true, Ordering::Release);
         core.clone().block_on(async move {
+            let _ = created(creation).await;
             let request = RemovePlacementGroupRequest {
                 placement_group_id: id.as_bytes().to_vec(),
             };
@@ -130,7 +153,13 @@ impl PlacementGroup {
     fn wait(&self, timeout: Option<Duration>) -> Result<()> {
         let core = crate::current()?.core().clone();
         let id = self.id;
+        let creation = self.creation.clone().filter(|_| !self.removed.load(Ordering::Acquire));
         core.clone().block_on(async move {
+            match created(creation).await {
+                Some(Ok(v1::PlacementGroupState::Created)) => return Ok(()),
+                Some(Err(error)) => return Err(error.into()),
+                _ => {}
+            }
             let deadline = timeout.map(|timeout| tokio::time::Instant::now() + timeout);
             loop {
                 let slice = deadline.map_or(WAIT_SLICE, |d| d.saturating_duration_since(tokio::time::Instant::now()));
@@ -159,34 +188,48 @@ impl PlacementGroup {
     }
 }
 
+/// The head's answer to the creation this handle made, once it came.
+async fn created(creation: Option<watch::Receiver<Option<Creation>>>) -> Option<Creation> {
+    let mut creation = creation?;
+    let answer = creation.wait_for(Option::is_some).await.ok()?;
+    answer.clone()
+}
+
 impl Cluster {
     /// Asks the head to reserve `bundles` under `strategy`, all at once or
-    /// not at all. Returns at once; [`PlacementGroup::ready`] waits.
+    /// not at all. Returns at once, as the request goes out;
+    /// [`PlacementGroup::ready`] waits for the group.
     pub fn placement_group(&self, bundles: Vec<Bundle>, strategy: PlacementStrategy) -> Result<PlacementGroup> {
         let bundles = bundles
             .iter()
             .map(|b| b.0.to_set())
             .collect::<Result<Vec<ResourceSet>>>()?;
         raylet_proto::placement_group::check_bundles(&bundles)?;
+        let id = PlacementGroupId::random();
+        let (answer, creation) = watch::channel(None);
         let group = PlacementGroup {
-            id: PlacementGroupId::random(),
+            id,
             bundle_count: bundles.len() as u32,
+            creation: Some(creation),
+            removed: Arc::default(),
         };
         let request = CreatePlacementGroupRequest {
-            placement_group_id: group.id.as_bytes().to_vec(),
+            placement_group_id: id.as_bytes().to_vec(),
             name: String::new(),
             bundles: bundles.iter().map(ResourceSet::to_proto).collect(),
             strategy: strategy.to_proto() as i32,
         };
         let core = self.core().clone();
-        core.clone().block_on(async move {
-            client(&core)
-                .await?
-                .create_placement_group(request)
-                .await
-                .map_err(raylet_proto::Error::from)?;
-            Ok::<_, Error>(())
-        })?;
+        self.core().runtime.spawn(async move {
+            let created = async {
+                let channel = core.channel(&core.head_address).await.map_err(cluster_error)?;
+                let reply = PlacementGroupServiceClient::new(channel)
+                    .create_placement_group(request)
+                    .await?;
+                Ok(reply.into_inner().state())
+            };
+            answer.send_replace(Some(created.await));
+        });
         Ok(group)
     }
 
@@ -195,6 +238,14 @@ impl Cluster {
         let core = self.core().clone();
         core.clone()
             .block_on(async move { list_placement_groups(&core.head_address, &core.token).await })
+    }
+}
+
+/// The cluster error inside `error`, as the head's answers carry them.
+fn cluster_error(error: Error) -> raylet_proto::Error {
+    match error {
+        Error::Cluster(error) => error,
+        other => raylet_proto::Error::Internal(other.to_string()),
     }
 }
 

@@ -158,6 +158,13 @@ impl ResourceSet {
         }
     }
 
+    /// Takes every amount of `other` from this set, down to zero at most.
+    pub fn subtract(&mut self, other: &ResourceSet) {
+        for (name, amount) in other.iter() {
+            self.set(name, self.get(name) - amount);
+        }
+    }
+
     /// Whether every amount of `demand` fits in this set.
     pub fn fits(&self, demand: &ResourceSet) -> bool {
         demand.iter().all(|(name, amount)| self.get(name) >= amount)

@@ -1,10 +1,13 @@
-//! raylet's control plane: the head, which keeps the cluster's node table and
-//! its actors, and the node manager, which runs on every machine and reports to the head.
+//! raylet's control plane: the head, which keeps the cluster's node table,
+//! its actors and placement groups; the node manager, which runs on every
+//! machine and reports to the head; the placement engine both use; and the
+//! scale simulation that measures it.
 
 pub mod head;
 pub mod node_manager;
 pub mod placement;
 pub mod sandbox;
+pub mod simulation;
 pub mod status;
 
 pub use raylet_proto::{Error, Result};

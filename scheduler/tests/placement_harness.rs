@@ -225,7 +225,11 @@ async fn every_group_strategy_places_its_bundles_as_it_promises() {
     let mut harness = Harness::new(&[cpus(6), cpus(6), cpus(6)]);
     let spread = harness.create(vec![cpus(1); 3], PlacementStrategy::Spread).await;
     assert_eq!(spread.state, GroupState::Created);
-    assert_eq!(distinct(&harness.bundle_addresses(&spread)), 3, "SPREAD uses every node");
+    assert_eq!(
+        distinct(&harness.bundle_addresses(&spread)),
+        3,
+        "SPREAD uses every node"
+    );
     let pack = harness.create(vec![cpus(1); 3], PlacementStrategy::Pack).await;
     assert_eq!(distinct(&harness.bundle_addresses(&pack)), 1, "PACK fills one node");
     let strict_pack = harness.create(vec![cpus(1); 2], PlacementStrategy::StrictPack).await;
@@ -279,7 +283,8 @@ async fn a_group_too_big_for_free_resources_waits_and_one_too_big_for_the_nodes_
     assert_eq!(never.state, GroupState::Infeasible);
     assert!(never.reason.contains("needs 3 different nodes"), "{}", never.reason);
 
-    harness.groups.remove(first.spec.id).await.unwrap();
+    let (_, release) = harness.groups.remove(first.spec.id).await.unwrap();
+    release.await;
     harness.report();
     harness.groups.reconcile_and_place().await;
     assert_eq!(
@@ -334,8 +339,9 @@ async fn a_removed_group_frees_its_bundles_on_every_node() {
     let mut harness = Harness::new(&[cpus(2), cpus(2)]);
     let record = harness.create(vec![cpus(2), cpus(2)], PlacementStrategy::Spread).await;
     assert_eq!(harness.available_cpus("n0"), Amount::ZERO);
-    let removed = harness.groups.remove(record.spec.id).await.unwrap();
+    let (removed, release) = harness.groups.remove(record.spec.id).await.unwrap();
     assert_eq!(removed.state, GroupState::Removed);
+    release.await;
     assert_eq!(harness.available_cpus("n0"), Amount::whole(2));
     assert_eq!(harness.available_cpus("n1"), Amount::whole(2));
     let waited = harness.groups.wait(record.spec.id, Duration::ZERO).await.unwrap();

@@ -127,9 +127,9 @@ impl Cluster {
         Ok(A::Handle::from(ActorHandle::new(id, A::CLASS, record.max_task_retries)))
     }
 
-    /// Ends an actor's process. Unless `no_restart`, it restarts if its
-    /// `max_restarts` allow; otherwise it is dead, and its calls fail with
-    /// `ActorDied`.
+    /// Ends an actor's process and returns once it is gone. Unless
+    /// `no_restart`, it restarts if its `max_restarts` allow; otherwise it is
+    /// dead, and its calls fail with `ActorDied`.
     pub fn kill(&self, handle: impl AsRef<ActorHandle>, no_restart: bool) -> Result<()> {
         let core = self.core().clone();
         let request = KillActorRequest {

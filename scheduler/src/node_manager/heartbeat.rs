@@ -84,11 +84,12 @@ fn other_nodes(shared: &NodeShared, view: Vec<NodeResources>) -> Vec<NodeView> {
 }
 
 async fn send_heartbeat(head: &mut HeadClient, shared: &NodeShared, timeout: Duration) -> Result<HeartbeatReply> {
+    let (total, available) = shared.leases.reported();
     let mut request = Request::new(HeartbeatRequest {
         node_id: shared.config.node_id.as_bytes().to_vec(),
         incarnation: shared.incarnation(),
-        total: Some(shared.leases.total().to_proto()),
-        available: Some(shared.available().to_proto()),
+        total: Some(total.to_proto()),
+        available: Some(available.to_proto()),
         stats: Some(shared.stats().to_proto()),
     });
     request.set_timeout(timeout);

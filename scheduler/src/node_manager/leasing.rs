@@ -139,13 +139,9 @@ impl LeaseManager {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    pub(crate) fn available(&self) -> ResourceSet {
-        self.state().ledger.available()
-    }
-
-    /// The machine's resources plus those of committed bundles.
-    pub(crate) fn total(&self) -> ResourceSet {
-        self.state().ledger.total().clone()
+    /// The machine's resources and what of them is free, as the head is told.
+    pub(crate) fn reported(&self) -> (ResourceSet, ResourceSet) {
+        self.state().ledger.reported()
     }
 
     /// Sets aside placement group bundles, all or none.
@@ -160,7 +156,6 @@ impl LeaseManager {
             .ledger
             .commit_bundles(group, indexes)
             .map_err(Error::FailedPrecondition)?;
-        self.refresh_local_total();
         self.pump();
         Ok(())
     }
@@ -179,20 +174,11 @@ impl LeaseManager {
                 .filter_map(|worker| state.workers.remove(worker).map(|w| w.pid))
                 .collect()
         };
-        tracing::info!(%group, workers = ?pids, "placement group bundles released; ending their workers");
+        if !pids.is_empty() {
+            tracing::info!(%group, workers = ?pids, "placement group bundles released; ending their workers");
+        }
         pids.into_iter().for_each(worker_process::kill_worker);
-        self.refresh_local_total();
         self.pump();
-    }
-
-    fn refresh_local_total(&self) {
-        let mut guard = self.state();
-        let state = &mut *guard;
-        let context = &self.context;
-        let total = state.ledger.total().clone();
-        state.local = state
-            .cluster
-            .upsert(context.node_id, &context.node_manager_address, &context.labels, &total);
     }
 
     pub(crate) fn set_cluster_view(self: &Arc<Self>, view: Vec<NodeView>) {

@@ -156,20 +156,28 @@ impl ResourceLedger {
             ));
         }
         for index in indexes {
-            if let Some(reservation) = self.bundles.get_mut(&(group, *index)) {
+            if let Some(reservation) = self.bundles.get_mut(&(group, *index))
+                && !reservation.committed
+            {
                 reservation.committed = true;
+                self.total.add(&committed_bundle(group, *index, &reservation.resources));
             }
         }
-        self.recount_total();
         Ok(())
     }
 
     /// Frees the bundles of `group` with these indexes (all when empty) and
     /// returns the workers that hold leases in the group, for the caller to end.
     pub fn release_bundles(&mut self, group: PlacementGroupId, indexes: &[u32]) -> Vec<WorkerId> {
-        self.bundles
-            .retain(|(g, index), _| *g != group || !(indexes.is_empty() || indexes.contains(index)));
-        self.recount_total();
+        let released: Vec<(u32, Reservation)> = self
+            .bundles
+            .extract_if(|(g, index), _| *g == group && (indexes.is_empty() || indexes.contains(index)))
+            .map(|((_, index), reservation)| (index, reservation))
+            .collect();
+        for (index, reservation) in released.iter().filter(|(_, r)| r.committed) {
+            self.total
+                .subtract(&committed_bundle(group, *index, &reservation.resources));
+        }
         let in_group = |holding: &Holding| holding.demand.iter().any(|(name, _)| is_of_group(name, group));
         let workers: Vec<WorkerId> = self
             .holdings
@@ -181,14 +189,18 @@ impl ResourceLedger {
         workers
     }
 
-    fn recount_total(&mut self) {
-        let mut total = self.machine.clone();
-        for ((group, index), reservation) in &self.bundles {
-            if reservation.committed {
-                total.add(&committed_bundle(*group, *index, &reservation.resources));
-            }
-        }
-        self.total = total;
+    /// What the node reports to the head: its machine's resources and what
+    /// of them is free. Bundles' own names stay on the node: work in a
+    /// bundle is sent straight to it.
+    pub fn reported(&self) -> (ResourceSet, ResourceSet) {
+        let mut available = self.available();
+        let bundle_names: Vec<String> = available
+            .iter()
+            .filter(|(name, _)| self.machine.get(name) == Amount::ZERO)
+            .map(|(name, _)| name.to_string())
+            .collect();
+        bundle_names.iter().for_each(|name| available.set(name, Amount::ZERO));
+        (self.machine.clone(), available)
     }
 
     /// Marks `worker` as blocked (its CPUs count as free) or resumed.

@@ -145,10 +145,6 @@ impl NodeShared {
         self.incarnation.load(Ordering::Acquire)
     }
 
-    pub(crate) fn available(&self) -> ResourceSet {
-        self.leases.available()
-    }
-
     pub(crate) fn stats(&self) -> NodeStats {
         *lock(&self.stats)
     }

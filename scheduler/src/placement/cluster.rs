@@ -1,12 +1,15 @@
 //! The cluster's resources as the placement policies read them: every alive
 //! node's total and available amounts in dense arrays indexed by interned
-//! resource names, with each node's utilization kept up to date, so that one
-//! decision over a thousand nodes is a tight scan.
+//! resource names, with each node's utilization kept up to date and the
+//! nodes kept ranked by their score, so that the default policy finds the
+//! best nodes without scanning all of them.
 
-use std::collections::HashMap;
+use std::collections::{BTreeSet, HashMap};
 
 use raylet_proto::resources::{GPU, OBJECT_STORE_MEMORY};
 use raylet_proto::{Amount, Labels, NodeId, ResourceSet};
+
+use super::policy::SPREAD_THRESHOLD;
 
 /// A node's position in a [`ClusterResources`]; stable until it is removed.
 pub type NodeIndex = usize;
@@ -21,6 +24,22 @@ pub struct NodeResources {
     available: Vec<i64>,
     /// The highest share in use of any resource that counts.
     utilization: f64,
+    /// The node's key in the ranking, once ranked.
+    rank: Option<Rank>,
+}
+
+/// A node's place in the ranking: its score (0 below the spread
+/// threshold, else its utilization in millionths), then a salt from its id
+/// so that equal scores are not ordered by when nodes joined.
+type Rank = (u32, u32, NodeIndex);
+
+fn rank_of(node: &NodeResources, index: NodeIndex) -> Rank {
+    let score = match node.utilization < SPREAD_THRESHOLD {
+        true => 0,
+        false => (node.utilization * 1e6) as u32,
+    };
+    let id = node.node_id.as_bytes();
+    (score, u32::from_le_bytes([id[0], id[1], id[2], id[3]]), index)
 }
 
 impl NodeResources {
@@ -59,11 +78,12 @@ pub struct ClusterResources {
     names: Vec<String>,
     name_index: HashMap<String, usize>,
     /// Whether each resource counts toward a node's utilization: the object
-    /// store and placement group bundles do not.
+    /// store does not.
     counts: Vec<bool>,
     nodes: Vec<NodeResources>,
     index_of: HashMap<NodeId, NodeIndex>,
     gpu: Option<usize>,
+    ranked: BTreeSet<Rank>,
 }
 
 impl ClusterResources {
@@ -106,12 +126,13 @@ impl ClusterResources {
             available: total.clone(),
             total,
             utilization: 0.0,
+            rank: None,
         };
         let index = match self.index_of.get(&node_id) {
             Some(&index) => {
-                let available = std::mem::take(&mut self.nodes[index].available);
-                self.nodes[index] = node;
-                self.nodes[index].available = available;
+                let old = std::mem::replace(&mut self.nodes[index], node);
+                self.nodes[index].available = old.available;
+                self.nodes[index].rank = old.rank;
                 index
             }
             None => {
@@ -135,10 +156,23 @@ impl ClusterResources {
         let Some(index) = self.index_of.remove(&node_id) else {
             return;
         };
-        self.nodes.swap_remove(index);
-        if let Some(moved) = self.nodes.get(index) {
-            self.index_of.insert(moved.node_id, index);
+        let removed = self.nodes.swap_remove(index);
+        if let Some(rank) = removed.rank {
+            self.ranked.remove(&rank);
         }
+        if let Some(moved) = self.nodes.get_mut(index) {
+            self.index_of.insert(moved.node_id, index);
+            if let Some(rank) = moved.rank.take() {
+                self.ranked.remove(&rank);
+            }
+            self.refresh_utilization(index);
+        }
+    }
+
+    /// Every node, best score first: the least utilized, with those below
+    /// the spread threshold all counted as empty.
+    pub fn ranked(&self) -> impl Iterator<Item = NodeIndex> + '_ {
+        self.ranked.iter().map(|&(_, _, index)| index)
     }
 
     /// Resolves `demand` to resource indices.
@@ -253,13 +287,22 @@ impl ClusterResources {
             .map(|&(resource, amount)| (resource, self.names[resource].as_str(), amount))
     }
 
-    /// The node's total resources, placement group bundles left out, for messages.
+    /// The node's total resources.
+    pub fn total_of(&self, index: NodeIndex) -> ResourceSet {
+        let mut total = ResourceSet::new();
+        for (resource, &raw) in self.nodes[index].total.iter().enumerate() {
+            total.set(&self.names[resource], Amount::from_raw(raw).unwrap_or_default());
+        }
+        total
+    }
+
+    /// The node's total resources, for messages.
     pub fn describe_total(&self, index: NodeIndex) -> String {
         let parts: Vec<String> = self.nodes[index]
             .total
             .iter()
             .enumerate()
-            .filter(|&(resource, &amount)| amount > 0 && !is_bundle_resource(&self.names[resource]))
+            .filter(|&(_, &amount)| amount > 0)
             .map(|(resource, &amount)| format!("{}: {}", self.names[resource], display(amount)))
             .collect();
         format!("{{{}}}", parts.join(", "))
@@ -280,9 +323,12 @@ impl ClusterResources {
         index
     }
 
+    /// The amounts of `set` by resource index. Placement group bundles'
+    /// resources are left out: work in a bundle is sent to its node
+    /// directly, and their names would only pile up here.
     fn dense(&mut self, set: &ResourceSet) -> Vec<i64> {
         let mut amounts = vec![0; self.names.len()];
-        for (name, amount) in set.iter() {
+        for (name, amount) in set.iter().filter(|(name, _)| !is_bundle_resource(name)) {
             let resource = self.intern(name);
             if amounts.len() <= resource {
                 amounts.resize(resource + 1, 0);
@@ -302,6 +348,13 @@ impl ClusterResources {
             }
         }
         node.utilization = highest;
+        let rank = rank_of(node, index);
+        if node.rank != Some(rank) {
+            if let Some(old) = node.rank.replace(rank) {
+                self.ranked.remove(&old);
+            }
+            self.ranked.insert(rank);
+        }
     }
 }
 

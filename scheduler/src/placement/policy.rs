@@ -45,7 +45,8 @@ pub struct Request<'a> {
 pub struct Placer {
     rng: StdRng,
     spread_next: usize,
-    scores: Vec<(f64, NodeIndex)>,
+    /// The nodes with room passed over while walking the ranking.
+    fitting: Vec<NodeIndex>,
 }
 
 impl Placer {
@@ -54,7 +55,7 @@ impl Placer {
         Placer {
             rng: StdRng::seed_from_u64(seed),
             spread_next: 0,
-            scores: Vec::new(),
+            fitting: Vec::new(),
         }
     }
 
@@ -101,7 +102,8 @@ impl Placer {
     }
 
     /// The preferred node while it has room and is below the threshold,
-    /// else a random one of the top-k scored nodes with room.
+    /// else a random one of the top-k scored nodes with room: the ranking
+    /// is walked only as far as the pick.
     fn least_utilized(
         &mut self,
         cluster: &ClusterResources,
@@ -116,37 +118,22 @@ impl Placer {
         {
             return Some(preferred);
         }
-        let count = cluster.len();
-        if count == 0 {
-            return None;
-        }
-        let top_k = ((count as f64 * TOP_K_FRACTION).ceil() as usize).max(1);
-        let start = self.rng.random_range(0..count);
-        self.scores.clear();
-        let mut empty_found = 0;
-        for index in (start..count).chain(0..start) {
+        let top_k = ((cluster.len() as f64 * TOP_K_FRACTION).ceil() as usize).max(1);
+        let pick = self.rng.random_range(0..top_k);
+        self.fitting.clear();
+        for index in cluster.ranked() {
             if !cluster.fits_now(index, demand) || !eligible(index) {
                 continue;
             }
-            let score = score(cluster.node(index).utilization());
-            self.scores.push((score, index));
-            if score == 0.0 {
-                empty_found += 1;
-                if empty_found == top_k {
-                    break;
-                }
+            if self.fitting.len() == pick {
+                return Some(index);
             }
+            self.fitting.push(index);
         }
-        if self.scores.len() > top_k {
-            self.scores
-                .select_nth_unstable_by(top_k - 1, |a, b| a.0.partial_cmp(&b.0).unwrap_or(Ordering::Equal));
-            self.scores.truncate(top_k);
+        match self.fitting.is_empty() {
+            true => None,
+            false => Some(self.fitting[self.rng.random_range(0..self.fitting.len())]),
         }
-        if self.scores.is_empty() {
-            return None;
-        }
-        let pick = self.rng.random_range(0..self.scores.len());
-        Some(self.scores[pick].1)
     }
 
     /// Round robin over the eligible nodes with room.
@@ -214,14 +201,6 @@ impl Placer {
             Some(index) => Choice::Queue(index),
             None => Choice::Infeasible(infeasible_reason(cluster, request, eligible)),
         }
-    }
-}
-
-fn score(utilization: f64) -> f64 {
-    if utilization < SPREAD_THRESHOLD {
-        0.0
-    } else {
-        utilization
     }
 }
 

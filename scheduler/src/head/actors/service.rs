@@ -20,6 +20,9 @@ use super::lifecycle::{ActorRuntime, run_actor};
 use super::table::{ActorSpec, KillOrder};
 use crate::head::service::bounded_text;
 
+/// How long `KillActor` waits for the actor's process to be gone.
+const KILL_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
+
 /// Serves [`ActorService`] over the head's actor runtime.
 pub(crate) struct ActorServiceImpl {
     pub(crate) runtime: Arc<ActorRuntime>,
@@ -77,7 +80,13 @@ impl ActorService for ActorServiceImpl {
             kind: ActorDeathKind::Killed,
             cause: "it was killed through cluster.kill".to_string(),
         };
+        let mut watcher = self.runtime.table().watch(id)?;
+        let pid = watcher.borrow_and_update().pid;
         self.runtime.table().kill(id, order)?;
+        let gone = watcher.wait_for(|record| {
+            matches!(record.state(), ActorState::Dead | ActorState::Restarting) || record.pid != pid
+        });
+        let _ = tokio::time::timeout(KILL_PATIENCE, gone).await;
         Ok(Response::new(KillActorReply {}))
     }
 

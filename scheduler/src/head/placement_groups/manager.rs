@@ -1,10 +1,12 @@
 //! Placing placement groups: plan every bundle against the alive nodes,
 //! reserve each on its node, commit only once all are reserved (else
 //! release the ones that were), place again what a dead node held, and
-//! release every bundle when the group is removed. The node managers are
+//! release every bundle when the group is removed. Waiting groups are
+//! planned one after another but reserved all at once; a reservation on a
+//! node waits for the releases in flight there. The node managers are
 //! reached through [`BundleNodes`], so a test can put virtual nodes there.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::future::Future;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -44,9 +46,13 @@ pub trait BundleNodes: Send + Sync + 'static {
 pub struct GroupManager<N> {
     table: Mutex<GroupTable>,
     nodes: Arc<Mutex<NodeTable>>,
-    bundle_nodes: N,
+    bundle_nodes: Arc<N>,
     /// One placement pass at a time: a group is never placed twice at once.
     placing: tokio::sync::Mutex<()>,
+    /// Per node address: held shared by the releases in flight there, and
+    /// taken alone before a reservation there, which so never overtakes a
+    /// release of resources it may need.
+    releases: Mutex<HashMap<String, Arc<tokio::sync::RwLock<()>>>>,
 }
 
 /// New bundles of one group, by the address of their node.
@@ -76,8 +82,9 @@ impl<N: BundleNodes> GroupManager<N> {
         GroupManager {
             table: Mutex::new(GroupTable::default()),
             nodes,
-            bundle_nodes,
+            bundle_nodes: Arc::new(bundle_nodes),
             placing: tokio::sync::Mutex::new(()),
+            releases: Mutex::new(HashMap::new()),
         }
     }
 
@@ -126,25 +133,47 @@ impl<N: BundleNodes> GroupManager<N> {
         placed.or_else(|_| self.record(id))
     }
 
-    /// Removes the group: frees its bundles on every node that holds them,
-    /// which ends the work that runs in them.
-    pub async fn remove(&self, id: PlacementGroupId) -> Result<GroupRecord> {
-        let _placing = self.placing.lock().await;
+    /// Marks the group removed and returns its record with the work that
+    /// frees its bundles on every node that holds them (which ends what
+    /// runs in them); run that work, or spawn it.
+    pub async fn remove(
+        &self,
+        id: PlacementGroupId,
+    ) -> Result<(GroupRecord, impl Future<Output = ()> + Send + 'static)> {
         let record = self.table().record(id)?;
         let locations = self.table().remove(id, "removed by its owner")?;
         self.give_back_to_view(&record.spec, &locations);
-        let addresses: std::collections::BTreeSet<String> = locations
-            .into_iter()
-            .flatten()
-            .map(|location| location.address)
-            .collect();
-        let releases = addresses.iter().map(|address| self.bundle_nodes.release(address, id));
-        for (address, released) in addresses.iter().zip(join_all(releases).await) {
-            if let Err(error) = released {
-                tracing::debug!(%id, %address, %error, "releasing bundles failed; the node may be gone");
-            }
+        let addresses: BTreeSet<String> = locations.into_iter().flatten().map(|l| l.address).collect();
+        let release = self.release_on(id, addresses).await;
+        Ok((self.table().record(id)?, release))
+    }
+
+    /// The release of the group on `addresses`, already counted as in
+    /// flight there.
+    async fn release_on(
+        &self,
+        id: PlacementGroupId,
+        addresses: BTreeSet<String>,
+    ) -> impl Future<Output = ()> + Send + 'static {
+        let mut in_flight = Vec::with_capacity(addresses.len());
+        for address in &addresses {
+            in_flight.push(self.release_lock(address).read_owned().await);
         }
-        self.table().record(id)
+        let nodes = self.bundle_nodes.clone();
+        async move {
+            let released = join_all(addresses.iter().map(|address| nodes.release(address, id))).await;
+            for (address, result) in addresses.iter().zip(released) {
+                if let Err(error) = result {
+                    tracing::debug!(%id, %address, %error, "releasing bundles failed; the node may be gone");
+                }
+            }
+            drop(in_flight);
+        }
+    }
+
+    fn release_lock(&self, address: &str) -> Arc<tokio::sync::RwLock<()>> {
+        let mut releases = self.releases.lock().unwrap_or_else(|p| p.into_inner());
+        releases.entry(address.to_string()).or_default().clone()
     }
 
     /// One pass: bundles on nodes that died need a node again, then every
@@ -154,17 +183,72 @@ impl<N: BundleNodes> GroupManager<N> {
         self.place_waiting().await;
     }
 
+    /// Plans every waiting group, oldest first, then reserves the planned
+    /// ones all at once.
     async fn place_waiting(&self) {
         let _placing = self.placing.lock().await;
         let waiting = self.table().unplaced();
+        let mut planned = Vec::new();
         for id in waiting {
             let record = self.table().record(id);
-            if let Ok(record) = record
-                && record.state.is_unplaced()
-            {
-                self.try_place(&record).await;
+            let Ok(record) = record else {
+                continue;
+            };
+            match self.plan(&record) {
+                Planned::New(new) => planned.push((record, new)),
+                Planned::Wait(reason) => self.still_waiting(id, record.state, reason),
+                Planned::Infeasible(reason) => self.infeasible(&record, reason),
             }
         }
+        let attempts = planned
+            .iter()
+            .map(|(record, new)| self.reserve_and_commit(record.spec.id, bundles_by_node(new, &record.spec)));
+        let results = join_all(attempts).await;
+        for ((record, new), result) in planned.into_iter().zip(results) {
+            match result {
+                Ok(()) => self.placed(&record, new).await,
+                Err(reason) => {
+                    self.give_back_new(&record, &new);
+                    self.still_waiting(record.spec.id, record.state, reason);
+                }
+            }
+        }
+    }
+
+    /// Records the new bundles' nodes, unless the group was removed while
+    /// they were reserved: then they are released again.
+    async fn placed(&self, record: &GroupRecord, new: Vec<(usize, BundleLocation)>) {
+        let id = record.spec.id;
+        let removed = {
+            let mut table = self.table();
+            let removed = table.record(id).is_ok_and(|now| now.state == GroupState::Removed);
+            if !removed {
+                table.update(id, |record| {
+                    for (index, location) in &new {
+                        record.locations[*index] = Some(location.clone());
+                    }
+                    record.state = GroupState::Created;
+                    record.reason.clear();
+                });
+            }
+            removed
+        };
+        if removed {
+            self.give_back_new(record, &new);
+            let addresses = new.into_iter().map(|(_, location)| location.address).collect();
+            self.release_on(id, addresses).await.await;
+        }
+    }
+
+    fn infeasible(&self, record: &GroupRecord, reason: String) {
+        let state = match record.state {
+            GroupState::Rescheduling => GroupState::Rescheduling,
+            _ => GroupState::Infeasible,
+        };
+        self.table().update(record.spec.id, |record| {
+            record.state = state;
+            record.reason = format!("infeasible: {reason}");
+        });
     }
 
     /// Marks the bundles on nodes no longer alive as unplaced.
@@ -191,45 +275,6 @@ impl<N: BundleNodes> GroupManager<N> {
                 record.state = GroupState::Rescheduling;
                 record.reason = format!("bundles {lost:?} were lost with node {}", dead.join(", "));
             });
-        }
-    }
-
-    /// Plans the group's unplaced bundles; reserves and commits them when
-    /// the plan places them all.
-    async fn try_place(&self, record: &GroupRecord) {
-        let id = record.spec.id;
-        let new = match self.plan(record) {
-            Planned::New(new) => new,
-            Planned::Wait(reason) => return self.still_waiting(id, record.state, reason),
-            Planned::Infeasible(reason) => {
-                let state = match record.state {
-                    GroupState::Rescheduling => GroupState::Rescheduling,
-                    _ => GroupState::Infeasible,
-                };
-                return self.table().update(id, |record| {
-                    record.state = state;
-                    record.reason = format!("infeasible: {reason}");
-                });
-            }
-        };
-        let by_node = bundles_by_node(&new, &record.spec);
-        match self.reserve_and_commit(id, &by_node).await {
-            Ok(()) => self.table().update(id, |record| {
-                for (index, location) in &new {
-                    record.locations[*index] = Some(location.clone());
-                }
-                record.state = GroupState::Created;
-                record.reason.clear();
-            }),
-            Err(reason) => {
-                let locations: Vec<Option<BundleLocation>> = new.iter().map(|(_, l)| Some(l.clone())).collect();
-                let spec = GroupSpec {
-                    bundles: new.iter().map(|(i, _)| record.spec.bundles[*i].clone()).collect(),
-                    ..(*record.spec).clone()
-                };
-                self.give_back_to_view(&spec, &locations);
-                self.still_waiting(id, record.state, reason);
-            }
         }
     }
 
@@ -279,11 +324,15 @@ impl<N: BundleNodes> GroupManager<N> {
 
     /// Reserves every new bundle, then commits them all; releases the
     /// reserved ones if any node refuses, so no part of the group is held.
-    async fn reserve_and_commit(&self, id: PlacementGroupId, by_node: &NodeBundles) -> Result<(), String> {
+    async fn reserve_and_commit(&self, id: PlacementGroupId, by_node: NodeBundles) -> Result<(), String> {
+        let by_node = &by_node;
         let single_node = by_node.len() == 1;
-        let reserves = by_node
-            .iter()
-            .map(|(address, bundles)| self.bundle_nodes.reserve(address, id, bundles.clone(), single_node));
+        let reserves = by_node.iter().map(|(address, bundles)| async move {
+            drop(self.release_lock(address).write().await);
+            self.bundle_nodes
+                .reserve(address, id, bundles.clone(), single_node)
+                .await
+        });
         let reserved = join_all(reserves).await;
         let refusal = by_node
             .keys()
@@ -313,6 +362,16 @@ impl<N: BundleNodes> GroupManager<N> {
             return Err(failure);
         }
         Ok(())
+    }
+
+    /// Puts the bundles the last plan placed back into the head's view.
+    fn give_back_new(&self, record: &GroupRecord, new: &[(usize, BundleLocation)]) {
+        let spec = GroupSpec {
+            bundles: new.iter().map(|(i, _)| record.spec.bundles[*i].clone()).collect(),
+            ..(*record.spec).clone()
+        };
+        let locations: Vec<Option<BundleLocation>> = new.iter().map(|(_, l)| Some(l.clone())).collect();
+        self.give_back_to_view(&spec, &locations);
     }
 
     /// Releases the group on the nodes whose reservation succeeded.

@@ -55,7 +55,8 @@ impl PlacementGroupService for PlacementGroupServiceImpl {
         request: Request<RemovePlacementGroupRequest>,
     ) -> Result<Response<PlacementGroupRecord>, Status> {
         let id = PlacementGroupId::from_wire(&request.into_inner().placement_group_id)?;
-        let record = self.groups.remove(id).await?;
+        let (record, release) = self.groups.remove(id).await?;
+        tokio::spawn(release);
         Ok(Response::new(record.to_proto()))
     }
 

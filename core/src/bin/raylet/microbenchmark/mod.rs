@@ -2,16 +2,19 @@
 //! the same way (a warm-up, then timed trials of repeated calls) and printed
 //! in the same words, on an embedded cluster whose workers are this binary,
 //! or on the cluster at `RAYLET_ADDRESS`, where a second node started with
-//! the `microbenchmark_peer` resource adds node-to-node transfer.
+//! the `microbenchmark_peer` resource adds node-to-node transfer; then the
+//! scheduler's scale simulation (alone with `--filter scheduler`).
 
 use std::time::{Duration, Instant};
 
-use raylet::{Cluster, Config, DType, ObjectRef, Tensor};
+use raylet::proto::{Amount, ResourceSet};
+use raylet::{Bundle, Cluster, Config, DType, ObjectRef, PlacementGroup, PlacementStrategy, Tensor};
 use serde_bytes::ByteBuf;
 
 use crate::args::MicrobenchmarkArgs;
 
 mod actors;
+mod scheduler;
 
 #[raylet::remote]
 fn small_value() -> ByteBuf {
@@ -100,7 +103,12 @@ pub fn microbenchmark(args: MicrobenchmarkArgs) -> anyhow::Result<()> {
         },
     };
     crate::init_logging("warn");
-    let cluster = raylet::init_with(Config::from_env().log_to_driver(false))?;
+    if args.filter.as_deref().is_some_and(|f| f.starts_with(scheduler::PREFIX)) {
+        scheduler::run(args.quick);
+        return Ok(());
+    }
+    let pg_resource = ResourceSet::new().with(PG_RESOURCE, Amount::whole(100));
+    let cluster = raylet::init_with(Config::from_env().log_to_driver(false).resources(pg_resource))?;
     let metrics = metrics(&cluster)?;
     let mut ran = 0;
     for mut metric in metrics {
@@ -126,6 +134,10 @@ pub fn microbenchmark(args: MicrobenchmarkArgs) -> anyhow::Result<()> {
         ran += 1;
     }
     cluster.shutdown()?;
+    if args.filter.is_none() {
+        scheduler::run(args.quick);
+        ran += 1;
+    }
     if ran == 0 {
         anyhow::bail!("no metric matches --filter {:?}", args.filter.unwrap_or_default());
     }
@@ -266,7 +278,29 @@ fn metrics(cluster: &Cluster) -> raylet::Result<Vec<Metric<'_>>> {
         ),
     ];
     metrics.extend(actors::actor_metrics(cluster));
+    metrics.push(metric(
+        "placement group create/removal",
+        PLACEMENT_GROUPS as f64,
+        Box::new(|| placement_group_create_removal(cluster, PLACEMENT_GROUPS)),
+    ));
     Ok(metrics)
+}
+
+/// Placement groups created, waited for and removed per round, as Ray's
+/// microbenchmark does, each of one bundle of a sliver of [`PG_RESOURCE`].
+const PLACEMENT_GROUPS: usize = 100;
+/// The custom resource the embedded node offers for placement group bundles.
+const PG_RESOURCE: &str = "custom";
+
+fn placement_group_create_removal(cluster: &Cluster, count: usize) -> raylet::Result<()> {
+    let bundle = || vec![Bundle::new().resource(PG_RESOURCE, 0.001)];
+    let groups: Vec<PlacementGroup> = (0..count)
+        .map(|_| cluster.placement_group(bundle(), PlacementStrategy::Pack))
+        .collect::<raylet::Result<_>>()?;
+    for group in &groups {
+        group.ready_timeout(Duration::from_secs(30))?;
+    }
+    groups.iter().try_for_each(PlacementGroup::remove)
 }
 
 /// Sets up once, on the first run, what a metric's runs share.
