@@ -2,8 +2,8 @@
 //! GPUs (no real GPU needed), fractional GPUs packed onto one id, infeasible
 //! requests that fail at once naming what is missing, and, on a cluster of
 //! three `raylet start` daemons, SPREAD for tasks and actors, node affinity
-//! (hard to a dead node is a clear error, soft falls back) and label
-//! selectors.
+//! (hard to a dead node is a clear error, soft falls back), label selectors,
+//! and tasks sent to the node that holds their largest argument.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -29,6 +29,19 @@ fn gpus_seen(hold_ms: u64) -> (Vec<u32>, String) {
 #[raylet::remote]
 fn node_manager_after(ms: u64) -> u32 {
     std::thread::sleep(Duration::from_millis(ms));
+    std::os::unix::process::parent_id()
+}
+
+/// A 1 MiB block: large enough to live in the node's object store.
+#[raylet::remote]
+fn make_block(fill: u8) -> serde_bytes::ByteBuf {
+    serde_bytes::ByteBuf::from(vec![fill; 1 << 20])
+}
+
+/// The pid of the node manager that runs this task, which reads `block`.
+#[raylet::remote]
+fn node_manager_reading(block: serde_bytes::ByteBuf) -> u32 {
+    assert_eq!(block.len(), 1 << 20);
     std::os::unix::process::parent_id()
 }
 
@@ -215,5 +228,28 @@ fn label_selectors_choose_the_node_and_an_unmatched_one_fails_naming_the_labels(
     let task = task_error(select("z").get_timeout(Duration::from_secs(10)).unwrap_err());
     assert_eq!(task.kind, TaskErrorKind::Infeasible);
     assert!(task.message.contains("zone=z"), "{}", task.message);
+    cluster.shutdown().unwrap();
+}
+
+#[test]
+fn a_task_runs_on_the_node_that_holds_its_largest_argument() {
+    let temp = tempfile::tempdir().unwrap();
+    let nodes = ZonedCluster::start_with_cpus(temp.path(), &["a", "b"], 4);
+    let (_, b) = nodes.node("b");
+    let cluster = nodes.driver();
+    let block = make_block::options()
+        .label_selector("zone", "b")
+        .remote(&cluster, 7)
+        .unwrap();
+    let (ready, _) = cluster.wait(std::slice::from_ref(&block), 1, Some(Duration::from_secs(10)));
+    assert_eq!(ready.len(), 1);
+    for _ in 0..3 {
+        let reader = node_manager_reading::remote(&cluster, &block).unwrap();
+        assert_eq!(
+            reader.get().unwrap(),
+            b,
+            "the task goes to the node that stores its argument"
+        );
+    }
     cluster.shutdown().unwrap();
 }

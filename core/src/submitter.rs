@@ -114,6 +114,8 @@ impl SchedulingClass {
 
 struct QueuedTask {
     spec: TaskSpec,
+    /// The node manager whose store holds most of the arguments' bytes.
+    near: Option<Arc<str>>,
     return_id: ObjectId,
     options: TaskOptions,
     shape: SchedulingClass,
@@ -286,6 +288,7 @@ impl Submitter {
         };
         let pinned = pinned_by(submission.args);
         let task = QueuedTask {
+            near: holder_of_most_bytes(&spec.args),
             spec,
             return_id: submission.return_id,
             options: submission.options,
@@ -351,14 +354,23 @@ impl Submitter {
         }
     }
 
-    /// The local node manager, or for work in a placement group the node
-    /// of its bundle.
+    /// The node manager that holds most of the next task's argument bytes,
+    /// else the local one; for work in a placement group the node of its
+    /// bundle.
     fn lease_target(&mut self, shape: &SchedulingClass) -> RouteTarget {
+        let local = || RouteTarget::Node(self.core.node_manager.as_str().into());
         match shape.scheduling.strategy {
             SchedulingStrategy::PlacementGroup { group, bundle } => {
                 self.groups.target(&self.core, &self.events, group, bundle)
             }
-            _ => RouteTarget::Node(self.core.node_manager.as_str().into()),
+            SchedulingStrategy::Default => {
+                let next = self.shapes.get(shape).and_then(|s| s.queue.front());
+                match next.and_then(|task| task.near.clone()) {
+                    Some(node) => RouteTarget::Node(node),
+                    None => local(),
+                }
+            }
+            _ => local(),
         }
     }
 
@@ -760,6 +772,27 @@ impl RunTimes {
         let queued: f64 = in_flight.values().map(expected).sum();
         queued + next.map_or(0.0, expected) <= budget
     }
+}
+
+/// The node manager whose store holds the most bytes of `args` that are
+/// stored (a copy counts for every node that holds one); `None` when no
+/// argument is stored.
+fn holder_of_most_bytes(args: &[TaskArg]) -> Option<Arc<str>> {
+    let mut bytes: HashMap<&str, u64> = HashMap::new();
+    for arg in args {
+        if let Some(task_arg::Kind::Stored(stored)) = &arg.kind
+            && let Some(location) = &stored.location
+        {
+            let holders = std::iter::once(&location.node_address).chain(&location.copies);
+            for holder in holders {
+                *bytes.entry(holder.as_str()).or_default() += location.size;
+            }
+        }
+    }
+    bytes
+        .into_iter()
+        .max_by_key(|(node, size)| (*size, std::cmp::Reverse(*node)))
+        .map(|(node, _)| node.into())
 }
 
 /// An owned, finished argument: its bytes inline, or where it is stored.

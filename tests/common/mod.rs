@@ -59,7 +59,7 @@ pub fn daemon_pids(temp: &Path, role: &str) -> Vec<u32> {
         .collect()
 }
 
-/// A head and nodes of 2 CPUs each, one per zone (the head in the first),
+/// A head and nodes of 2 CPUs each (or as given), one per zone (the head in the first),
 /// labelled `zone=<zone>`, with fast heartbeats (100 ms, dead after 1 s),
 /// stopped when dropped even if an assertion fails.
 pub struct ZonedCluster<'a> {
@@ -70,10 +70,16 @@ pub struct ZonedCluster<'a> {
 
 impl<'a> ZonedCluster<'a> {
     pub fn start(temp: &'a Path, zones: &[&str]) -> Self {
+        Self::start_with_cpus(temp, zones, 2)
+    }
+
+    /// [`ZonedCluster::start`] with `cpus` CPUs per node.
+    pub fn start_with_cpus(temp: &'a Path, zones: &[&str], cpus: u32) -> Self {
         let daemons = Daemons(temp);
+        let cpus = cpus.to_string();
         let fast = [
             "--num-cpus",
-            "2",
+            &cpus,
             "--heartbeat-interval",
             "100ms",
             "--heartbeat-timeout",
