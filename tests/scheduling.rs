@@ -3,7 +3,8 @@
 //! requests that fail at once naming what is missing, and, on a cluster of
 //! three `raylet start` daemons, SPREAD for tasks and actors, node affinity
 //! (hard to a dead node is a clear error, soft falls back), label selectors,
-//! and tasks sent to the node that holds their largest argument.
+//! tasks sent to the node that holds their largest argument, and a memory
+//! hog ended by the out-of-memory monitor and retried.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
@@ -251,5 +252,78 @@ fn a_task_runs_on_the_node_that_holds_its_largest_argument() {
             "the task goes to the node that stores its argument"
         );
     }
+    cluster.shutdown().unwrap();
+}
+
+/// Allocates and writes memory 256 MiB at a time up to `limit_mib`, slowly
+/// enough for the out-of-memory monitor to see it grow, and keeps it.
+fn hog(limit_mib: u64) {
+    let mut held: Vec<Vec<u8>> = Vec::new();
+    for _ in 0..limit_mib / 256 {
+        held.push(vec![1u8; 256 << 20]);
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    std::hint::black_box(&held);
+}
+
+/// Hogs memory on its first run only (counted in the file `marker`);
+/// returns how many times it ran.
+#[raylet::remote(max_retries = 2)]
+fn hog_memory_once(marker: String, limit_mib: u64) -> u64 {
+    let runs = std::fs::read_to_string(&marker).map_or(0, |t| t.len() as u64) + 1;
+    std::fs::write(&marker, "x".repeat(runs as usize)).unwrap();
+    if runs == 1 {
+        hog(limit_mib);
+    }
+    runs
+}
+
+#[raylet::remote(max_retries = 1)]
+fn hog_memory_always(limit_mib: u64) -> u64 {
+    hog(limit_mib);
+    0
+}
+
+/// The machine's memory: (used, total) bytes, from /proc/meminfo.
+fn machine_memory() -> (u64, u64) {
+    let info = std::fs::read_to_string("/proc/meminfo").unwrap();
+    let field = |name: &str| -> u64 {
+        let line = info.lines().find(|l| l.starts_with(name)).unwrap();
+        line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+    };
+    let total = field("MemTotal:");
+    (total - field("MemAvailable:"), total)
+}
+
+#[test]
+fn a_memory_hog_is_ended_by_the_oom_monitor_and_retried_and_the_node_survives() {
+    let (used, total) = machine_memory();
+    let headroom = (2u64 << 30).min(total / 10);
+    let threshold = (used + headroom) as f64 / total as f64;
+    let limit_mib = (headroom + (3 << 30)) >> 20;
+    let cluster = raylet::init_with(Config::new().num_cpus(2.0).memory_usage_threshold(threshold)).unwrap();
+    let temp = tempfile::tempdir().unwrap();
+    let marker = temp.path().join("runs").to_string_lossy().to_string();
+    let runs = hog_memory_once::remote(&cluster, marker, limit_mib).unwrap();
+    assert_eq!(
+        runs.get_timeout(Duration::from_secs(60)).unwrap(),
+        2,
+        "ended once, then retried"
+    );
+
+    let error = hog_memory_always::remote(&cluster, limit_mib)
+        .unwrap()
+        .get_timeout(Duration::from_secs(60))
+        .unwrap_err();
+    let task = task_error(error);
+    assert_eq!(task.kind, TaskErrorKind::OutOfMemory);
+    assert!(task.message.contains("out-of-memory monitor"), "{}", task.message);
+    assert_eq!(task.attempt, 1, "retried once before failing");
+    let after = gpus_seen::remote(&cluster, 0).unwrap();
+    assert_eq!(
+        after.get_timeout(Duration::from_secs(30)).unwrap().0,
+        Vec::<u32>::new(),
+        "the node still runs tasks"
+    );
     cluster.shutdown().unwrap();
 }

@@ -4,6 +4,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use raylet_proto::ResourceSet;
+use raylet_scheduler::node_manager::MemoryMonitorConfig;
 
 use crate::session::DEFAULT_TEMP_DIR;
 
@@ -24,6 +25,7 @@ pub struct Config {
     pub(crate) log_to_driver: bool,
     pub(crate) object_store_full_timeout: Duration,
     pub(crate) io_threads: usize,
+    pub(crate) memory_monitor: MemoryMonitorConfig,
 }
 
 impl Default for Config {
@@ -41,6 +43,7 @@ impl Default for Config {
             log_to_driver: true,
             object_store_full_timeout: Self::DEFAULT_OBJECT_STORE_FULL_TIMEOUT,
             io_threads: 1,
+            memory_monitor: MemoryMonitorConfig::default(),
         }
     }
 }
@@ -124,6 +127,14 @@ impl Config {
     /// of the free space of the temp directory].
     pub fn max_spill_bytes(mut self, bytes: u64) -> Self {
         self.max_spill_bytes = Some(bytes);
+        self
+    }
+
+    /// The share of the machine's memory in use above which the embedded
+    /// node ends the newest task's worker (its task is retried) [default:
+    /// 0.95, checked every 250 ms].
+    pub fn memory_usage_threshold(mut self, share: f64) -> Self {
+        self.memory_monitor.threshold = share;
         self
     }
 

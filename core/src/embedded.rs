@@ -54,6 +54,7 @@ impl Embedded {
             .head_node(true)
             .spill_root(config.temp_dir.join("spill"))
             .spill_limit(config.max_spill_bytes)
+            .memory_monitor(config.memory_monitor)
             .connect_timeout(Duration::from_secs(5));
         let node_listener = TcpListener::bind(loopback).await?;
         let started = runtime.spawn(NodeManager::start(node_config, node_listener));

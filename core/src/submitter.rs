@@ -38,6 +38,10 @@ const PIPELINE_BUDGET: Duration = Duration::from_micros(2_000);
 const MAX_PENDING_LEASES: usize = 10;
 /// A leased worker listens already when its lease is granted.
 const WORKER_CONNECT_PATIENCE: Duration = Duration::from_secs(2);
+/// The first pause before a task whose worker ran out of memory runs again.
+const OOM_RETRY_BACKOFF: Duration = Duration::from_millis(500);
+/// How node managers describe the exit of a worker their out-of-memory monitor ended.
+const OOM_MONITOR: &str = "out-of-memory monitor";
 /// A leased worker with nothing to do is given back after this long.
 const LEASE_LINGER: Duration = Duration::from_millis(30);
 
@@ -86,6 +90,8 @@ pub(crate) enum SubmitterEvent {
     },
     /// These objects were freed: their tasks need not be kept to rebuild them.
     ForgetLineage(Vec<ObjectId>),
+    /// A task whose worker the out-of-memory monitor ended, back after its backoff.
+    Retry(Box<QueuedTask>),
     /// The head said where a placement group's bundles are.
     GroupLocated {
         group: PlacementGroupId,
@@ -112,7 +118,7 @@ impl SchedulingClass {
     }
 }
 
-struct QueuedTask {
+pub(crate) struct QueuedTask {
     spec: TaskSpec,
     /// The node manager whose store holds most of the arguments' bytes.
     near: Option<Arc<str>>,
@@ -237,6 +243,11 @@ impl Submitter {
                 for object in objects {
                     self.lineage.remove(&object);
                 }
+            }
+            SubmitterEvent::Retry(task) => {
+                let shape = task.shape.clone();
+                self.shapes.entry(shape.clone()).or_default().queue.push_front(*task);
+                self.dispatch(&shape);
             }
             SubmitterEvent::GroupLocated { group, route } => {
                 self.groups.located(group, route);
@@ -377,12 +388,13 @@ impl Submitter {
     fn request_lease(&mut self, node: Arc<str>, shape: SchedulingClass, allow_spillback: bool) {
         let request_id = self.next_request;
         self.next_request += 1;
+        let next = self.shapes.get(&shape).and_then(|s| s.queue.front());
         let request = RequestLease {
             request_id,
             resources: Some(shape.demand.to_proto()),
             allow_spillback,
             strategy: Some(shape.scheduling.to_proto()),
-            retriable: false,
+            retriable: next.is_some_and(can_retry),
         };
         self.session(&node).send_request(LeaseRequest::Request(request));
         self.shapes.entry(shape.clone()).or_default().pending_leases += 1;
@@ -609,6 +621,18 @@ impl Submitter {
         self.shapes.entry(shape).or_default().queue.push_front(task);
     }
 
+    /// Runs the task again after a pause that doubles with each attempt,
+    /// giving the node time to free memory.
+    fn requeue_after_backoff(&mut self, mut task: QueuedTask) {
+        let delay = OOM_RETRY_BACKOFF * 2u32.saturating_pow(task.spec.attempt.min(4));
+        task.spec.attempt += 1;
+        let events = self.events.clone();
+        tokio::spawn(async move {
+            tokio::time::sleep(delay).await;
+            let _ = events.send(SubmitterEvent::Retry(Box::new(task)));
+        });
+    }
+
     fn on_stream_closed(&mut self, worker_id: WorkerId, lease: u64) {
         let Some(worker) = self.workers.get_mut(&worker_id).filter(|w| w.lease == lease) else {
             return;
@@ -638,6 +662,7 @@ impl Submitter {
                 worker_id: worker_id.as_bytes().to_vec(),
                 worker_failed: true,
             }));
+        let out_of_memory = description.contains(OOM_MONITOR);
         for task in worker.in_flight.into_values() {
             if self.cancelled.remove(&task.return_id) {
                 continue;
@@ -649,12 +674,19 @@ impl Submitter {
                     description,
                     "worker died; retrying its task"
                 );
-                self.requeue(task);
+                match out_of_memory {
+                    true => self.requeue_after_backoff(task),
+                    false => self.requeue(task),
+                }
                 continue;
             }
+            let kind = match out_of_memory {
+                true => TaskErrorKind::OutOfMemory,
+                false => TaskErrorKind::WorkerCrashed,
+            };
             let attempts = task.spec.attempt + 1;
             let mut error = TaskError::new(
-                TaskErrorKind::WorkerCrashed,
+                kind,
                 &task.options.shown_name(),
                 format!("the worker process {description} while running the task (ran {attempts} time(s))"),
             );

@@ -255,6 +255,8 @@ pub enum TaskErrorKind {
     Panic,
     /// The worker process died, on every attempt.
     WorkerCrashed,
+    /// The node's out-of-memory monitor ended the worker, on every attempt.
+    OutOfMemory,
     Cancelled,
     /// No node of the cluster can ever fit the requested resources.
     Infeasible,
@@ -305,6 +307,7 @@ impl TaskError {
             FailureKind::Application => TaskErrorKind::Application,
             FailureKind::Panic => TaskErrorKind::Panic,
             FailureKind::WorkerCrashed => TaskErrorKind::WorkerCrashed,
+            FailureKind::OutOfMemory => TaskErrorKind::OutOfMemory,
             FailureKind::Cancelled => TaskErrorKind::Cancelled,
             FailureKind::Infeasible => TaskErrorKind::Infeasible,
             FailureKind::Unschedulable => TaskErrorKind::Unschedulable,
@@ -330,6 +333,7 @@ impl TaskError {
             TaskErrorKind::Application => FailureKind::Application,
             TaskErrorKind::Panic => FailureKind::Panic,
             TaskErrorKind::WorkerCrashed => FailureKind::WorkerCrashed,
+            TaskErrorKind::OutOfMemory => FailureKind::OutOfMemory,
             TaskErrorKind::Cancelled => FailureKind::Cancelled,
             TaskErrorKind::Infeasible => FailureKind::Infeasible,
             TaskErrorKind::Unschedulable => FailureKind::Unschedulable,
@@ -362,6 +366,7 @@ impl fmt::Display for TaskError {
             TaskErrorKind::Application => "returned an error",
             TaskErrorKind::Panic => "panicked",
             TaskErrorKind::WorkerCrashed => "lost its worker",
+            TaskErrorKind::OutOfMemory => "ran out of memory (OOM)",
             TaskErrorKind::Cancelled => "was cancelled",
             TaskErrorKind::Infeasible => "cannot be scheduled",
             TaskErrorKind::Unschedulable => "cannot be scheduled where it must run",

@@ -7,7 +7,7 @@
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use raylet_proto::v1::lease_session_event::Kind as EventKind;
 use raylet_proto::v1::{LeaseGranted, LeaseRefusalKind, LeaseRefused, LeaseSessionEvent, LeaseSpillback, WorkerBinary};
@@ -50,6 +50,8 @@ pub(crate) struct PendingLease {
     pub(crate) demand: ResourceSet,
     pub(crate) scheduling: Scheduling,
     pub(crate) allow_spillback: bool,
+    /// The work is retried if its worker dies.
+    pub(crate) retriable: bool,
 }
 
 enum WorkerState {
@@ -62,6 +64,9 @@ enum WorkerState {
     },
     Leased {
         address: String,
+        since: Instant,
+        /// Its work is retried if the worker dies.
+        retriable: bool,
     },
 }
 
@@ -301,7 +306,7 @@ impl LeaseManager {
                 .count();
             match state.workers.get_mut(&worker_id) {
                 Some(worker) if worker.session == session => match &worker.state {
-                    WorkerState::Leased { address } if !failed && (idle < max_idle || worker.owns_objects) => {
+                    WorkerState::Leased { address, .. } if !failed && (idle < max_idle || worker.owns_objects) => {
                         worker.state = WorkerState::Idle {
                             address: address.clone(),
                         };
@@ -338,6 +343,8 @@ impl LeaseManager {
             WorkerState::Starting { request: Some(pending) } => {
                 worker.state = WorkerState::Leased {
                     address: address.clone(),
+                    since: Instant::now(),
+                    retriable: pending.retriable,
                 };
                 Some(pending.request_id)
             }
@@ -381,6 +388,28 @@ impl LeaseManager {
     pub(crate) fn set_blocked(self: &Arc<Self>, worker_id: WorkerId, blocked: bool) {
         self.state().ledger.set_blocked(worker_id, blocked);
         self.pump();
+    }
+
+    /// Ends the worker of the newest lease, retriable work first, because
+    /// the node's memory use (`usage`) is past the threshold. Returns the
+    /// worker it ended, if any lease is held.
+    pub(crate) fn end_newest_for_memory(&self, usage: &str) -> Option<WorkerId> {
+        let mut state = self.state();
+        let (worker, pid) = state
+            .workers
+            .iter()
+            .filter_map(|(id, worker)| match worker.state {
+                WorkerState::Leased { since, retriable, .. } => Some(((retriable, since), *id, worker.pid)),
+                _ => None,
+            })
+            .max_by_key(|(newest_retriable, _, _)| *newest_retriable)
+            .map(|(_, id, pid)| (id, pid))?;
+        let reason = format!("was killed by the out-of-memory monitor: {usage}");
+        tracing::warn!(%worker, pid, %reason, "ending a worker to free memory");
+        state.exits.insert(worker, reason);
+        drop(state);
+        worker_process::kill_worker(pid);
+        Some(worker)
     }
 
     /// How `worker_id` exited, waiting up to `patience` for it to be reaped.
@@ -543,6 +572,8 @@ impl LeaseManager {
         let address = address.clone();
         worker.state = WorkerState::Leased {
             address: address.clone(),
+            since: Instant::now(),
+            retriable: pending.retriable,
         };
         state.ledger.hold(worker_id, pending.demand);
         let event = granted(pending.request_id, worker_id, worker, &address, self.context.node_id);
@@ -762,6 +793,7 @@ mod tests {
             demand: cpus(demand),
             scheduling: Scheduling::default(),
             allow_spillback,
+            retriable: true,
         }
     }
 

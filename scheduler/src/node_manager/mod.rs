@@ -1,12 +1,14 @@
 //! The node manager: one per machine. It registers with the head, sends a
 //! heartbeat with its resources and utilization every interval, registers
-//! anew when the head has marked it dead, and serves its own gRPC service.
+//! anew when the head has marked it dead, serves its own gRPC service, and
+//! ends workers when the machine runs out of memory.
 
 mod binary_cache;
 mod gpus;
 mod heartbeat;
 mod leasing;
 mod ledger;
+mod memory_monitor;
 mod resources;
 mod service;
 mod stats;
@@ -31,6 +33,7 @@ use tokio::net::TcpListener;
 
 pub use leasing::NodeView;
 pub use ledger::ResourceLedger;
+pub use memory_monitor::MemoryMonitorConfig;
 pub use resources::{ResourceOverrides, resolve as resolve_resources};
 
 use crate::Result;
@@ -56,6 +59,7 @@ pub struct NodeConfig {
     /// Bytes of disk the spilled objects may use [default: 90% of the
     /// space free in the spill directory's file system at start].
     pub spill_limit: Option<u64>,
+    pub memory_monitor: MemoryMonitorConfig,
 }
 
 impl NodeConfig {
@@ -76,6 +80,7 @@ impl NodeConfig {
             connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
             spill_root: std::env::temp_dir().join("raylet-spill"),
             spill_limit: None,
+            memory_monitor: MemoryMonitorConfig::default(),
         }
     }
 
@@ -97,6 +102,12 @@ impl NodeConfig {
     /// This node's own spill directory.
     pub fn spill_dir(&self) -> PathBuf {
         self.spill_root.join(self.node_id.to_string())
+    }
+
+    /// When the out-of-memory monitor ends workers, and how often it looks.
+    pub fn memory_monitor(mut self, monitor: MemoryMonitorConfig) -> Self {
+        self.memory_monitor = monitor;
+        self
     }
 
     pub fn spill_limit(mut self, bytes: Option<u64>) -> Self {
@@ -165,6 +176,7 @@ impl NodeManager {
     /// Connects to the head (retrying with backoff up to the connect timeout)
     /// and registers. Returns once the node is a member of the cluster.
     pub async fn start(config: NodeConfig, listener: TcpListener) -> Result<Self> {
+        config.memory_monitor.validate()?;
         let address = listener.local_addr()?;
         let mut head =
             raylet_proto::channel::connect_head(&config.head_address, &config.token, config.connect_timeout).await?;
@@ -228,6 +240,7 @@ impl NodeManager {
         let result = tokio::select! {
             result = server => result.map_err(crate::Error::from),
             never = heartbeat::run(head.clone(), shared.clone()) => match never {},
+            never = memory_monitor::run(shared.leases.clone(), shared.config.memory_monitor) => match never {},
         };
         shared.leases.shut_down();
         remove_spill_dir(&shared.config.spill_dir());

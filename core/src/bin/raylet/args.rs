@@ -10,7 +10,7 @@ use raylet::session::{DEFAULT_TEMP_DIR, Session, TempRoot};
 use raylet_proto::auth::AuthToken;
 use raylet_proto::{Labels, ResourceSet};
 use raylet_scheduler::head::HeadConfig;
-use raylet_scheduler::node_manager::{NodeConfig, ResourceOverrides};
+use raylet_scheduler::node_manager::{MemoryMonitorConfig, NodeConfig, ResourceOverrides};
 
 /// raylet: a Ray-like distributed runtime for ML workloads, in Rust.
 ///
@@ -176,6 +176,14 @@ pub struct StartArgs {
     /// `label_selector`, e.g. `zone=us-east,disk=ssd`.
     #[arg(long, value_name = "K=V,..", value_parser = parse_labels, default_value = "")]
     pub labels: Labels,
+    /// The share of the machine's memory in use above which the node ends
+    /// the newest task's worker (retriable work first) so that it survives;
+    /// the task is retried.
+    #[arg(long, value_name = "SHARE", default_value_t = 0.95)]
+    pub memory_usage_threshold: f64,
+    /// How often the out-of-memory monitor reads memory use; 0s turns it off.
+    #[arg(long, value_parser = parse_duration, default_value = "250ms")]
+    pub memory_monitor_interval: Duration,
     /// Stay in the foreground instead of starting a daemon.
     #[arg(long)]
     pub block: bool,
@@ -232,6 +240,10 @@ impl StartArgs {
             .spill_limit(self.max_spill_bytes)
             .head_node(self.head)
             .labels(self.labels.clone())
+            .memory_monitor(MemoryMonitorConfig {
+                threshold: self.memory_usage_threshold,
+                interval: self.memory_monitor_interval,
+            })
             .heartbeat_interval(self.heartbeat_interval)
             .connect_timeout(self.connect_timeout)
     }
