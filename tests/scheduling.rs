@@ -11,6 +11,9 @@ use std::time::Duration;
 
 use raylet::Error;
 use raylet::prelude::*;
+use raylet::proto::Amount;
+use raylet::proto::resources::{CPU, GPU};
+use raylet::scheduler::status::ResourceDemand;
 
 mod common;
 
@@ -127,7 +130,36 @@ fn eight_gpus_on_a_cluster_of_two_fail_at_once_naming_gpu_and_the_largest_node()
     );
     let bad = gpus_seen::options().num_gpus(1.5).remote(&cluster, 0).unwrap_err();
     assert!(bad.to_string().contains("whole number"), "{bad}");
+    let listed = wait_for_demand(&cluster, |d| d.infeasible && d.shape.get(GPU) == Amount::whole(8));
+    assert!(listed.reason.contains("the most GPU any node has is 2.0"), "{listed:?}");
     cluster.shutdown().unwrap();
+}
+
+#[test]
+fn work_waiting_for_room_is_listed_as_pending_demand() {
+    let cluster = gpu_cluster();
+    let busy: Vec<_> = (0..6).map(|_| gpus_seen::remote(&cluster, 3000).unwrap()).collect();
+    let pending = wait_for_demand(&cluster, |d| !d.infeasible && d.shape.get(CPU) == Amount::whole(1));
+    assert!(pending.count >= 1, "{pending:?}");
+    cluster.get_all(&busy).unwrap();
+    cluster.shutdown().unwrap();
+}
+
+/// The first demand in the cluster's status that `wanted` accepts, once
+/// heartbeats have carried it to the head.
+fn wait_for_demand(cluster: &Cluster, wanted: impl Fn(&ResourceDemand) -> bool) -> ResourceDemand {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let demands = cluster.status().unwrap().demands();
+        if let Some(found) = demands.into_iter().find(|d| wanted(d)) {
+            return found;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the demand never showed in the status"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 #[test]

@@ -197,6 +197,30 @@ impl Scheduling {
     }
 }
 
+/// "SPREAD", "node affinity 1a2b3c4d (hard)", "labels zone=a", or empty
+/// for the default strategy and no labels.
+impl fmt::Display for Scheduling {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut parts = Vec::new();
+        match &self.strategy {
+            SchedulingStrategy::Default => {}
+            SchedulingStrategy::Spread => parts.push("SPREAD".to_string()),
+            SchedulingStrategy::NodeAffinity { node_id, soft } => {
+                let kind = if *soft { "soft" } else { "hard" };
+                parts.push(format!("node affinity {} ({kind})", node_id.short()));
+            }
+            SchedulingStrategy::PlacementGroup { group, bundle } => {
+                let bundle = bundle.map_or("any bundle".to_string(), |index| format!("bundle {index}"));
+                parts.push(format!("placement group {} {bundle}", group.short()));
+            }
+        }
+        if !self.label_selector.is_empty() {
+            parts.push(format!("labels {}", self.label_selector));
+        }
+        write!(f, "{}", parts.join(", "))
+    }
+}
+
 /// Parses `k=v,k2=v2` as given to `--labels`; an empty string is no labels.
 pub fn parse_labels(text: &str) -> Result<Labels> {
     let mut labels = Labels::new();

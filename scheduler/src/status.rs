@@ -25,6 +25,40 @@ pub struct NodeStats {
     pub memory_total_bytes: u64,
 }
 
+/// Work of one shape that waits for room, or that no node could ever fit.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct ResourceDemand {
+    pub shape: ResourceSet,
+    /// What else constrains it: a strategy, labels, a placement group.
+    pub constraint: String,
+    pub count: u64,
+    pub infeasible: bool,
+    /// Why it is infeasible.
+    pub reason: String,
+}
+
+impl ResourceDemand {
+    pub fn from_proto(demand: &v1::ResourceDemand) -> Result<Self> {
+        Ok(ResourceDemand {
+            shape: ResourceSet::from_proto(&demand.shape.clone().unwrap_or_default())?,
+            constraint: demand.constraint.clone(),
+            count: demand.count,
+            infeasible: demand.infeasible,
+            reason: demand.reason.clone(),
+        })
+    }
+
+    pub fn to_proto(&self) -> v1::ResourceDemand {
+        v1::ResourceDemand {
+            shape: Some(self.shape.to_proto()),
+            constraint: self.constraint.clone(),
+            count: self.count,
+            infeasible: self.infeasible,
+            reason: self.reason.clone(),
+        }
+    }
+}
+
 /// One incarnation of one node, as the head knows it.
 #[derive(Clone, Debug, Serialize)]
 pub struct NodeStatus {
@@ -39,6 +73,9 @@ pub struct NodeStatus {
     pub available: ResourceSet,
     pub labels: Labels,
     pub stats: NodeStats,
+    /// Lease requests waiting for room there, and those refused lately
+    /// because no node could ever fit them.
+    pub demands: Vec<ResourceDemand>,
     pub registered_unix_ms: u64,
     pub last_heartbeat_unix_ms: u64,
     pub died_unix_ms: Option<u64>,
@@ -50,6 +87,8 @@ pub struct NodeStatus {
 pub struct ClusterStatus {
     pub now_unix_ms: u64,
     pub nodes: Vec<NodeStatus>,
+    /// Placement groups that wait for room or can never be placed.
+    pub placement_groups: Vec<ResourceDemand>,
 }
 
 impl ClusterStatus {
@@ -71,6 +110,23 @@ impl ClusterStatus {
         sum(self.alive().map(|n| &n.available))
     }
 
+    /// The demands of every alive node, those of one shape and constraint
+    /// added up, then the placement groups'.
+    pub fn demands(&self) -> Vec<ResourceDemand> {
+        let mut merged: Vec<ResourceDemand> = Vec::new();
+        for demand in self.alive().flat_map(|node| &node.demands) {
+            let same = merged.iter_mut().find(|d| {
+                d.shape == demand.shape && d.constraint == demand.constraint && d.infeasible == demand.infeasible
+            });
+            match same {
+                Some(existing) => existing.count += demand.count,
+                None => merged.push(demand.clone()),
+            }
+        }
+        merged.extend(self.placement_groups.iter().cloned());
+        merged
+    }
+
     /// Asks the head at `head` for the cluster's nodes, retrying the
     /// connection for up to `patience`.
     pub async fn fetch(head: &str, token: &AuthToken, patience: Duration) -> Result<Self> {
@@ -84,6 +140,11 @@ impl ClusterStatus {
         Ok(ClusterStatus {
             now_unix_ms: status.now_unix_ms,
             nodes: nodes.collect::<Result<_>>()?,
+            placement_groups: status
+                .placement_groups
+                .iter()
+                .map(ResourceDemand::from_proto)
+                .collect::<Result<_>>()?,
         })
     }
 
@@ -92,6 +153,7 @@ impl ClusterStatus {
             nodes: self.nodes.iter().map(NodeStatus::to_proto).collect(),
             now_unix_ms: self.now_unix_ms,
             protocol_version: raylet_proto::PROTOCOL_VERSION,
+            placement_groups: self.placement_groups.iter().map(ResourceDemand::to_proto).collect(),
         }
     }
 }
@@ -118,6 +180,11 @@ impl NodeStatus {
             total: ResourceSet::from_proto(&node.total.unwrap_or_default())?,
             available: ResourceSet::from_proto(&node.available.unwrap_or_default())?,
             labels: labels_from_proto(&node.labels)?,
+            demands: node
+                .demands
+                .iter()
+                .map(ResourceDemand::from_proto)
+                .collect::<Result<_>>()?,
             stats: NodeStats::from_proto(node.stats.unwrap_or_default()),
             registered_unix_ms: node.registered_unix_ms,
             last_heartbeat_unix_ms: node.last_heartbeat_unix_ms,
@@ -146,6 +213,7 @@ impl NodeStatus {
             died_unix_ms: self.died_unix_ms.unwrap_or(0),
             death_reason: self.death_reason.clone().unwrap_or_default(),
             labels: labels_to_proto(&self.labels),
+            demands: self.demands.iter().map(ResourceDemand::to_proto).collect(),
         }
     }
 }

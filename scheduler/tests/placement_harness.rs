@@ -168,6 +168,7 @@ impl Harness {
                 total: ledger.total().clone(),
                 available: ledger.available(),
                 stats: NodeStats::default(),
+                demands: Vec::new(),
             };
             table.heartbeat(heartbeat, self.clock);
         }

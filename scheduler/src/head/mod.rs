@@ -53,11 +53,14 @@ impl HeadConfig {
 /// Runs a head on `listener` until `shutdown` resolves.
 pub async fn run(config: HeadConfig, listener: TcpListener, shutdown: impl Future<Output = ()>) -> Result<()> {
     let table = Arc::new(Mutex::new(NodeTable::new(config.heartbeat_timeout)));
-    let nodes = HeadServiceServer::new(HeadServiceImpl { table: table.clone() });
     let groups = Arc::new(GroupManager::new(
         table.clone(),
         NodeManagerBundles::new(config.token.clone()),
     ));
+    let nodes = HeadServiceServer::new(HeadServiceImpl {
+        table: table.clone(),
+        groups: groups.clone(),
+    });
     let runtime = Arc::new(ActorRuntime {
         table: Arc::new(Mutex::new(ActorTable::default())),
         nodes: table.clone(),

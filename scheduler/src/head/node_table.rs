@@ -8,7 +8,7 @@ use std::time::{Duration, Instant, SystemTime};
 use raylet_proto::{Labels, NodeId, ResourceSet};
 
 use crate::placement::ClusterResources;
-use crate::status::{ClusterStatus, NodeState, NodeStats, NodeStatus, unix_ms};
+use crate::status::{ClusterStatus, NodeState, NodeStats, NodeStatus, ResourceDemand, unix_ms};
 
 /// How many dead incarnations are kept for `raylet status`.
 const MAX_DEAD_RECORDS: usize = 1000;
@@ -32,6 +32,7 @@ pub struct Heartbeat {
     pub total: ResourceSet,
     pub available: ResourceSet,
     pub stats: NodeStats,
+    pub demands: Vec<ResourceDemand>,
 }
 
 /// How the head answered a heartbeat.
@@ -106,6 +107,7 @@ impl NodeTable {
             total: registration.total,
             labels: registration.labels,
             stats: NodeStats::default(),
+            demands: Vec::new(),
             registered_unix_ms: wall,
             last_heartbeat_unix_ms: wall,
             died_unix_ms: None,
@@ -130,6 +132,7 @@ impl NodeTable {
         entry.status.total = heartbeat.total;
         entry.status.available = heartbeat.available;
         entry.status.stats = heartbeat.stats;
+        entry.status.demands = heartbeat.demands;
         let status = &entry.status;
         let index = self
             .alive
@@ -196,6 +199,7 @@ impl NodeTable {
         ClusterStatus {
             now_unix_ms: unix_ms(SystemTime::now()),
             nodes,
+            placement_groups: Vec::new(),
         }
     }
 
@@ -272,6 +276,7 @@ mod tests {
             total: ResourceSet::new().with(CPU, Amount::whole(4)),
             available: ResourceSet::new().with(CPU, Amount::whole(3)),
             stats: NodeStats::default(),
+            demands: Vec::new(),
         }
     }
 

@@ -13,11 +13,13 @@ use raylet_proto::{Error, NodeId, ResourceSet, Result};
 use tonic::{Request, Response, Status};
 
 use super::node_table::{Heartbeat, HeartbeatOutcome, NodeResourcesView, NodeTable, Registration};
-use crate::status::NodeStats;
+use super::placement_groups::{GroupManager, NodeManagerBundles};
+use crate::status::{NodeStats, ResourceDemand};
 
 /// Serves [`HeadService`] over a shared [`NodeTable`].
 pub(crate) struct HeadServiceImpl {
     pub(crate) table: Arc<Mutex<NodeTable>>,
+    pub(crate) groups: Arc<GroupManager<NodeManagerBundles>>,
 }
 
 impl HeadServiceImpl {
@@ -64,7 +66,9 @@ impl HeadService for HeadServiceImpl {
         &self,
         _request: Request<GetClusterStatusRequest>,
     ) -> Result<Response<ClusterStatus>, Status> {
-        Ok(Response::new(self.table().snapshot().to_proto()))
+        let mut status = self.table().snapshot();
+        status.placement_groups = self.groups.demands();
+        Ok(Response::new(status.to_proto()))
     }
 }
 
@@ -88,6 +92,12 @@ fn decode_heartbeat(request: HeartbeatRequest) -> Result<Heartbeat> {
         total: ResourceSet::from_proto(&request.total.unwrap_or_default())?,
         available: ResourceSet::from_proto(&request.available.unwrap_or_default())?,
         stats: NodeStats::from_proto(request.stats.unwrap_or_default()),
+        demands: request
+            .demands
+            .iter()
+            .take(MAX_DEMANDS)
+            .map(ResourceDemand::from_proto)
+            .collect::<Result<_>>()?,
     })
 }
 
@@ -111,6 +121,9 @@ pub(super) fn bounded_text(field: &str, text: String) -> Result<String> {
     }
     Ok(text)
 }
+
+/// The most demand shapes one heartbeat may carry.
+const MAX_DEMANDS: usize = 100;
 
 /// The longest name, address or other text a request may carry.
 const MAX_TEXT_LEN: usize = 1024;

@@ -15,6 +15,7 @@ use tonic::Request;
 use super::stats::StatsSampler;
 use super::{NodeShared, NodeView, lock};
 use crate::Result;
+use crate::status::ResourceDemand;
 
 const UNREGISTER_TIMEOUT: Duration = Duration::from_secs(1);
 
@@ -90,6 +91,7 @@ async fn send_heartbeat(head: &mut HeadClient, shared: &NodeShared, timeout: Dur
         incarnation: shared.incarnation(),
         total: Some(total.to_proto()),
         available: Some(available.to_proto()),
+        demands: shared.leases.demands().iter().map(ResourceDemand::to_proto).collect(),
         stats: Some(shared.stats().to_proto()),
     });
     request.set_timeout(timeout);

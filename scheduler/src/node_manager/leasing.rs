@@ -20,6 +20,7 @@ use super::binary_cache::BinaryCache;
 use super::ledger::ResourceLedger;
 use super::worker_process;
 use crate::placement::{Choice, ClusterResources, NodeIndex, Placer, Request};
+use crate::status::ResourceDemand;
 
 /// Where a session's lease events go.
 pub(crate) type EventSender = mpsc::UnboundedSender<Result<LeaseSessionEvent, Status>>;
@@ -31,6 +32,10 @@ const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(30);
 /// A session whose workers die this often before registering is refused.
 const MAX_STARTUP_FAILURES: u32 = 3;
 const MAX_REMEMBERED_EXITS: usize = 4096;
+/// How long an infeasible request stays listed in `raylet status`.
+const INFEASIBLE_MEMORY: Duration = Duration::from_secs(300);
+/// The most infeasible shapes listed at once.
+const MAX_INFEASIBLE_SHAPES: usize = 50;
 
 /// Another node, as the head last reported it.
 #[derive(Clone, Debug)]
@@ -99,6 +104,17 @@ struct LeaseState {
     workers: HashMap<WorkerId, Worker>,
     queue: VecDeque<PendingLease>,
     exits: HashMap<WorkerId, String>,
+    /// Requests refused lately because no node could ever fit them.
+    infeasible: Vec<RefusedDemand>,
+}
+
+/// Requests of one shape refused as infeasible, for `raylet status`.
+struct RefusedDemand {
+    demand: ResourceSet,
+    scheduling: Scheduling,
+    count: u64,
+    reason: String,
+    last: Instant,
 }
 
 /// What a node needs to know to start workers that can find it.
@@ -136,12 +152,47 @@ impl LeaseManager {
                 workers: HashMap::new(),
                 queue: VecDeque::new(),
                 exits: HashMap::new(),
+                infeasible: Vec::new(),
             }),
         })
     }
 
     fn state(&self) -> MutexGuard<'_, LeaseState> {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// The requests waiting here, by shape, and those refused lately
+    /// because no node could ever fit them.
+    pub(crate) fn demands(&self) -> Vec<ResourceDemand> {
+        let mut state = self.state();
+        state
+            .infeasible
+            .retain(|refused| refused.last.elapsed() < INFEASIBLE_MEMORY);
+        let mut demands: Vec<ResourceDemand> = Vec::new();
+        for pending in &state.queue {
+            let constraint = pending.scheduling.to_string();
+            let same = demands
+                .iter_mut()
+                .find(|d| d.shape == pending.demand && d.constraint == constraint);
+            match same {
+                Some(demand) => demand.count += 1,
+                None => demands.push(ResourceDemand {
+                    shape: pending.demand.clone(),
+                    constraint,
+                    count: 1,
+                    infeasible: false,
+                    reason: String::new(),
+                }),
+            }
+        }
+        demands.extend(state.infeasible.iter().map(|refused| ResourceDemand {
+            shape: refused.demand.clone(),
+            constraint: refused.scheduling.to_string(),
+            count: refused.count,
+            infeasible: true,
+            reason: refused.reason.clone(),
+        }));
+        demands
     }
 
     /// The machine's resources and what of them is free, as the head is told.
@@ -537,6 +588,9 @@ impl LeaseManager {
                         send_to_session(state, pending.session, event);
                     }
                     Decision::Refuse(kind, reason) => {
+                        if kind == LeaseRefusalKind::Infeasible {
+                            remember_infeasible(&mut state.infeasible, &pending, &reason);
+                        }
                         send_to_session(state, pending.session, refused_event(pending.request_id, kind, &reason));
                     }
                     Decision::Wait => unreachable!("waiting requests stay queued"),
@@ -689,6 +743,27 @@ fn decide(state: &mut LeaseState, pending: &PendingLease) -> Decision {
     }
 }
 
+/// Counts an infeasible refusal with the others of its shape.
+fn remember_infeasible(refused: &mut Vec<RefusedDemand>, pending: &PendingLease, reason: &str) {
+    let same = refused
+        .iter()
+        .position(|r| r.demand == pending.demand && r.scheduling == pending.scheduling);
+    match same {
+        Some(index) => {
+            refused[index].count += 1;
+            refused[index].last = Instant::now();
+        }
+        None if refused.len() < MAX_INFEASIBLE_SHAPES => refused.push(RefusedDemand {
+            demand: pending.demand.clone(),
+            scheduling: pending.scheduling.clone(),
+            count: 1,
+            reason: reason.to_string(),
+            last: Instant::now(),
+        }),
+        None => {}
+    }
+}
+
 /// The placement view: this node, with its labels and total, and the others.
 fn cluster_of(context: &WorkerContext, total: &ResourceSet, others: Vec<NodeView>) -> (ClusterResources, NodeIndex) {
     let mut cluster = ClusterResources::new();
@@ -783,6 +858,7 @@ mod tests {
             workers: HashMap::new(),
             queue: VecDeque::new(),
             exits: HashMap::new(),
+            infeasible: Vec::new(),
         }
     }
 

@@ -6,7 +6,7 @@ use std::time::{Duration, UNIX_EPOCH};
 use anyhow::Context;
 use raylet_proto::ResourceSet;
 use raylet_proto::resources::is_bytes;
-use raylet_scheduler::status::{ClusterStatus, NodeStatus};
+use raylet_scheduler::status::{ClusterStatus, NodeStatus, ResourceDemand};
 use serde::Serialize;
 
 use crate::args::{OutputFormat, StatusArgs};
@@ -54,6 +54,9 @@ struct StatusReport<'a> {
     dead_nodes: usize,
     total: ResourceSet,
     available: ResourceSet,
+    /// Every node's waiting and infeasible work added up, and the
+    /// placement groups that wait.
+    demands: Vec<ResourceDemand>,
     #[serde(flatten)]
     status: &'a ClusterStatus,
 }
@@ -66,6 +69,7 @@ impl<'a> StatusReport<'a> {
             dead_nodes: status.dead().count(),
             total: status.total(),
             available: status.available(),
+            demands: status.demands(),
             status,
         }
     }
@@ -103,7 +107,45 @@ fn render_text(address: &str, status: &ClusterStatus) -> String {
         );
         out.push_str(&usage_lines(&node.total, &node.available, "  "));
     }
+    out.push_str(&demand_lines(&status.demands()));
     out.trim_end().to_string()
+}
+
+/// "Demands", then pending and infeasible work, one shape per line.
+fn demand_lines(demands: &[ResourceDemand]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out);
+    let _ = writeln!(out, "Demands");
+    let _ = writeln!(out, "{}", "-".repeat(64));
+    let pending: Vec<&ResourceDemand> = demands.iter().filter(|d| !d.infeasible).collect();
+    let infeasible: Vec<&ResourceDemand> = demands.iter().filter(|d| d.infeasible).collect();
+    for (title, group) in [("Pending", pending), ("Infeasible", infeasible)] {
+        match group.is_empty() {
+            true => {
+                let _ = writeln!(out, "{title}: (none)");
+            }
+            false => {
+                let _ = writeln!(out, "{title}:");
+            }
+        }
+        for demand in group {
+            let shape: Vec<String> = demand
+                .shape
+                .iter()
+                .map(|(name, amount)| format!("{name}: {amount}"))
+                .collect();
+            let constraint = match demand.constraint.is_empty() {
+                true => String::new(),
+                false => format!(" [{}]", demand.constraint),
+            };
+            let _ = write!(out, " {{{}}}{constraint} x {}", shape.join(", "), demand.count);
+            let _ = match demand.reason.is_empty() {
+                true => writeln!(out),
+                false => writeln!(out, ": {}", demand.reason),
+            };
+        }
+    }
+    out
 }
 
 fn node_line(node: &NodeStatus) -> String {

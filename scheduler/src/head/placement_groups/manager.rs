@@ -17,6 +17,7 @@ use raylet_proto::{PlacementGroupId, ResourceSet, Result};
 use super::table::{BundleLocation, GroupRecord, GroupSpec, GroupState, GroupTable};
 use crate::head::NodeTable;
 use crate::placement::{BundlePlan, plan_bundles};
+use crate::status::ResourceDemand;
 
 /// The node managers that hold bundles, as the group manager calls them.
 pub trait BundleNodes: Send + Sync + 'static {
@@ -111,6 +112,30 @@ impl<N: BundleNodes> GroupManager<N> {
 
     pub fn records(&self) -> Vec<GroupRecord> {
         self.table().records()
+    }
+
+    /// The groups that wait for room or can never be placed, as demands.
+    pub fn demands(&self) -> Vec<ResourceDemand> {
+        let table = self.table();
+        let waiting = table.unplaced().into_iter().filter_map(|id| table.record(id).ok());
+        waiting
+            .map(|record| {
+                let mut shape = ResourceSet::new();
+                record.spec.bundles.iter().for_each(|bundle| shape.add(bundle));
+                ResourceDemand {
+                    shape,
+                    constraint: format!(
+                        "placement group {} ({}, {} bundles)",
+                        record.spec.id.short(),
+                        record.spec.strategy,
+                        record.spec.bundles.len()
+                    ),
+                    count: 1,
+                    infeasible: record.state == GroupState::Infeasible,
+                    reason: record.reason.clone(),
+                }
+            })
+            .collect()
     }
 
     /// The group's record once it is created, infeasible or removed, or
