@@ -111,11 +111,6 @@ impl ClusterResources {
         self.index_of.get(&node_id).copied()
     }
 
-    /// The resource names, in index order.
-    pub fn names(&self) -> &[String] {
-        &self.names
-    }
-
     /// Adds the node, or replaces what is known of it.
     pub fn upsert(&mut self, node_id: NodeId, address: &str, labels: &Labels, total: &ResourceSet) -> NodeIndex {
         let total = self.dense(total);
