@@ -337,11 +337,8 @@ fn a_memory_hog_is_ended_by_the_oom_monitor_and_retried_and_the_node_survives() 
     let temp = tempfile::tempdir().unwrap();
     let marker = temp.path().join("runs").to_string_lossy().to_string();
     let runs = hog_memory_once::remote(&cluster, marker, limit_mib).unwrap();
-    assert_eq!(
-        runs.get_timeout(Duration::from_secs(60)).unwrap(),
-        2,
-        "ended once, then retried"
-    );
+    let runs = runs.get_timeout(Duration::from_secs(60)).unwrap();
+    assert!(runs >= 2, "ended at least once, then retried: ran {runs} time(s)");
 
     let error = hog_memory_always::remote(&cluster, limit_mib)
         .unwrap()
