@@ -107,9 +107,14 @@ pub fn gpus_asked(demand: &ResourceSet) -> Amount {
     demand.get(GPU) + in_bundles
 }
 
+/// Whether `name` is a resource that a committed bundle made.
+pub fn is_bundle_resource(name: &str) -> bool {
+    name.contains("_group_")
+}
+
 /// Whether `name` is a resource of a bundle of `group`.
 pub fn is_of_group(name: &str, group: PlacementGroupId) -> bool {
-    name.contains("_group_") && name.ends_with(&group.to_string())
+    is_bundle_resource(name) && name.ends_with(&group.to_string())
 }
 
 /// Checks bundles as a user gave them: at least one, none empty.

@@ -83,7 +83,7 @@ impl BundleNodes for InstantNodes {
         Ok(())
     }
 
-    async fn release(&self, _: &str, _: PlacementGroupId) -> Result<()> {
+    async fn release(&self, _: &str, _: PlacementGroupId, _: Vec<u32>) -> Result<()> {
         Ok(())
     }
 }

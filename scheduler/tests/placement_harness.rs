@@ -91,10 +91,10 @@ impl BundleNodes for VirtualNodes {
         })
     }
 
-    async fn release(&self, address: &str, group: PlacementGroupId) -> Result<()> {
+    async fn release(&self, address: &str, group: PlacementGroupId, indexes: Vec<u32>) -> Result<()> {
         self.calls.lock().unwrap().push(format!("release {address}"));
         self.alive(address)?;
-        self.ledger(address, |ledger| ledger.release_bundles(group, &[]));
+        self.ledger(address, |ledger| ledger.release_bundles(group, &indexes));
         Ok(())
     }
 }
@@ -402,4 +402,37 @@ async fn every_task_policy_decides_over_the_heads_node_table() {
         decide(&resources(1, 4), &Scheduling::default()),
         Choice::Infeasible(_)
     ));
+}
+
+#[tokio::test]
+async fn a_refusal_while_placing_lost_bundles_again_keeps_the_bundles_that_stayed() {
+    let mut harness = Harness::new(&[cpus(4), cpus(4), cpus(4)]);
+    let record = harness.create(vec![cpus(2); 3], PlacementStrategy::Pack).await;
+    let before = harness.bundle_addresses(&record);
+    assert_eq!(before[0], before[1], "PACK puts two bundles on one node: {before:?}");
+    let stayed = before[2].clone();
+    let spare = ["n0", "n1", "n2"]
+        .into_iter()
+        .find(|a| *a != before[0] && *a != stayed)
+        .unwrap()
+        .to_string();
+    harness.kill(&before[0]);
+    harness.nodes.refusing.lock().unwrap().insert(spare.clone());
+    harness.groups.reconcile_and_place().await;
+    let refused = harness.groups.record(record.spec.id).unwrap();
+    assert_eq!(refused.state, GroupState::Rescheduling, "{}", refused.reason);
+    assert_eq!(
+        harness.available_cpus(&stayed),
+        Amount::whole(2),
+        "bundle 2 stays held on {stayed}; only the new bundle there is released"
+    );
+
+    harness.nodes.refusing.lock().unwrap().clear();
+    harness.report();
+    harness.groups.reconcile_and_place().await;
+    let placed = harness.groups.record(record.spec.id).unwrap();
+    assert_eq!(placed.state, GroupState::Created, "{}", placed.reason);
+    assert_eq!(harness.bundle_addresses(&placed)[2], stayed);
+    assert_eq!(harness.available_cpus(&stayed), Amount::ZERO);
+    assert_eq!(harness.available_cpus(&spare), Amount::whole(2));
 }

@@ -764,11 +764,12 @@ fn remember_infeasible(refused: &mut Vec<RefusedDemand>, pending: &PendingLease,
     }
 }
 
-/// The placement view: this node, with its labels and total, and the others.
+/// The placement view: this node, with its labels and total, and the
+/// others (which the heartbeat reply lists without this one).
 fn cluster_of(context: &WorkerContext, total: &ResourceSet, others: Vec<NodeView>) -> (ClusterResources, NodeIndex) {
     let mut cluster = ClusterResources::new();
     let local = cluster.upsert(context.node_id, &context.node_manager_address, &context.labels, total);
-    for node in others.into_iter().filter(|node| node.node_id != context.node_id) {
+    for node in others {
         let index = cluster.upsert(node.node_id, &node.address, &node.labels, &node.total);
         cluster.set_available(index, &node.available);
     }

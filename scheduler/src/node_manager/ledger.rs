@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use raylet_proto::placement_group::{committed_bundle, gpus_asked, is_of_group};
+use raylet_proto::placement_group::{committed_bundle, gpus_asked, is_bundle_resource, is_of_group};
 use raylet_proto::resources::{CPU, GPU};
 use raylet_proto::{Amount, PlacementGroupId, ResourceSet, WorkerId};
 
@@ -193,13 +193,10 @@ impl ResourceLedger {
     /// of them is free. Bundles' own names stay on the node: work in a
     /// bundle is sent straight to it.
     pub fn reported(&self) -> (ResourceSet, ResourceSet) {
-        let mut available = self.available();
-        let bundle_names: Vec<String> = available
-            .iter()
-            .filter(|(name, _)| self.machine.get(name) == Amount::ZERO)
-            .map(|(name, _)| name.to_string())
-            .collect();
-        bundle_names.iter().for_each(|name| available.set(name, Amount::ZERO));
+        let mut available = ResourceSet::new();
+        for (name, amount) in self.available().iter().filter(|(name, _)| !is_bundle_resource(name)) {
+            available.set(name, amount);
+        }
         (self.machine.clone(), available)
     }
 

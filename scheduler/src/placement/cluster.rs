@@ -6,6 +6,7 @@
 
 use std::collections::{BTreeSet, HashMap};
 
+use raylet_proto::placement_group::is_bundle_resource;
 use raylet_proto::resources::{GPU, OBJECT_STORE_MEMORY};
 use raylet_proto::{Amount, Labels, NodeId, ResourceSet};
 
@@ -310,8 +311,7 @@ impl ClusterResources {
         let index = self.names.len();
         self.names.push(name.to_string());
         self.name_index.insert(name.to_string(), index);
-        self.counts
-            .push(name != OBJECT_STORE_MEMORY && !is_bundle_resource(name));
+        self.counts.push(name != OBJECT_STORE_MEMORY);
         if name == GPU {
             self.gpu = Some(index);
         }
@@ -351,11 +351,6 @@ impl ClusterResources {
             self.ranked.insert(rank);
         }
     }
-}
-
-/// Whether `name` is a resource that a placement group bundle made.
-pub fn is_bundle_resource(name: &str) -> bool {
-    name.contains("_group_")
 }
 
 /// A raw amount as the resource sets show it, e.g. "0.25".

@@ -8,5 +8,5 @@ mod cluster;
 mod policy;
 
 pub use bundles::{BundlePlan, plan_bundles};
-pub use cluster::{ClusterResources, Demand, NodeIndex, NodeResources, is_bundle_resource};
+pub use cluster::{ClusterResources, Demand, NodeIndex, NodeResources};
 pub use policy::{Choice, Placer, Request, SPREAD_THRESHOLD, TOP_K_FRACTION};

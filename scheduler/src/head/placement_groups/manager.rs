@@ -39,8 +39,14 @@ pub trait BundleNodes: Send + Sync + 'static {
         indexes: Vec<u32>,
     ) -> impl Future<Output = Result<()>> + Send;
 
-    /// Frees the group's bundles on the node and ends the work in them.
-    fn release(&self, address: &str, group: PlacementGroupId) -> impl Future<Output = Result<()>> + Send;
+    /// Frees the group's bundles with these indexes on the node (all of
+    /// them when `indexes` is empty) and ends the work in them.
+    fn release(
+        &self,
+        address: &str,
+        group: PlacementGroupId,
+        indexes: Vec<u32>,
+    ) -> impl Future<Output = Result<()>> + Send;
 }
 
 /// The head's placement groups and how they are placed.
@@ -167,7 +173,8 @@ impl<N: BundleNodes> GroupManager<N> {
     ) -> Result<(GroupRecord, impl Future<Output = ()> + Send + 'static)> {
         let record = self.table().record(id)?;
         let locations = self.table().remove(id, "removed by its owner")?;
-        self.give_back_to_view(&record.spec, &locations);
+        let placed = record.spec.bundles.iter().zip(&locations);
+        self.give_back_to_view(placed.filter_map(|(bundle, location)| Some((bundle, location.as_ref()?))));
         let addresses: BTreeSet<String> = locations.into_iter().flatten().map(|l| l.address).collect();
         let release = self.release_on(id, addresses).await;
         Ok((self.table().record(id)?, release))
@@ -186,7 +193,7 @@ impl<N: BundleNodes> GroupManager<N> {
         }
         let nodes = self.bundle_nodes.clone();
         async move {
-            let released = join_all(addresses.iter().map(|address| nodes.release(address, id))).await;
+            let released = join_all(addresses.iter().map(|address| nodes.release(address, id, Vec::new()))).await;
             for (address, result) in addresses.iter().zip(released) {
                 if let Err(error) = result {
                     tracing::debug!(%id, %address, %error, "releasing bundles failed; the node may be gone");
@@ -278,18 +285,23 @@ impl<N: BundleNodes> GroupManager<N> {
 
     /// Marks the bundles on nodes no longer alive as unplaced.
     fn forget_dead_nodes(&self) {
-        let alive =
-            |location: &BundleLocation, nodes: &mut NodeTable| nodes.placement_view().index(location.node_id).is_some();
         let created = self.table().created();
-        for record in created {
+        let with_losses: Vec<(GroupRecord, Vec<usize>)> = {
             let mut nodes = self.nodes();
-            let lost: Vec<usize> = (0..record.locations.len())
-                .filter(|&i| record.locations[i].as_ref().is_some_and(|l| !alive(l, &mut nodes)))
-                .collect();
-            drop(nodes);
-            if lost.is_empty() {
-                continue;
-            }
+            let view = nodes.placement_view();
+            let gone =
+                |location: &Option<BundleLocation>| location.as_ref().is_some_and(|l| view.index(l.node_id).is_none());
+            created
+                .into_iter()
+                .filter_map(|record| {
+                    let lost: Vec<usize> = (0..record.locations.len())
+                        .filter(|&i| gone(&record.locations[i]))
+                        .collect();
+                    (!lost.is_empty()).then_some((record, lost))
+                })
+                .collect()
+        };
+        for (record, lost) in with_losses {
             let dead: Vec<String> = lost
                 .iter()
                 .filter_map(|&i| record.locations[i].as_ref().map(|l| l.node_id.short()))
@@ -364,7 +376,7 @@ impl<N: BundleNodes> GroupManager<N> {
             .zip(&reserved)
             .find_map(|(address, result)| result.as_ref().err().map(|e| format!("node {address} refused: {e}")));
         if let Some(refusal) = refusal {
-            self.release_where(id, by_node, &reserved).await;
+            self.release_new(id, by_node, &reserved).await;
             return Err(refusal);
         }
         if single_node {
@@ -383,7 +395,7 @@ impl<N: BundleNodes> GroupManager<N> {
         });
         if let Some(failure) = failure {
             let all_ok: Vec<Result<()>> = by_node.keys().map(|_| Ok(())).collect();
-            self.release_where(id, by_node, &all_ok).await;
+            self.release_new(id, by_node, &all_ok).await;
             return Err(failure);
         }
         Ok(())
@@ -391,31 +403,34 @@ impl<N: BundleNodes> GroupManager<N> {
 
     /// Puts the bundles the last plan placed back into the head's view.
     fn give_back_new(&self, record: &GroupRecord, new: &[(usize, BundleLocation)]) {
-        let spec = GroupSpec {
-            bundles: new.iter().map(|(i, _)| record.spec.bundles[*i].clone()).collect(),
-            ..(*record.spec).clone()
-        };
-        let locations: Vec<Option<BundleLocation>> = new.iter().map(|(_, l)| Some(l.clone())).collect();
-        self.give_back_to_view(&spec, &locations);
+        self.give_back_to_view(
+            new.iter()
+                .map(|(index, location)| (&record.spec.bundles[*index], location)),
+        );
     }
 
-    /// Releases the group on the nodes whose reservation succeeded.
-    async fn release_where(&self, id: PlacementGroupId, by_node: &NodeBundles, reserved: &[Result<()>]) {
-        let releases = by_node
-            .keys()
-            .zip(reserved)
-            .filter(|(_, result)| result.is_ok())
-            .map(|(address, _)| self.bundle_nodes.release(address, id));
+    /// Releases the new bundles on the nodes whose reservation succeeded;
+    /// bundles the group already held there stay.
+    async fn release_new(&self, id: PlacementGroupId, by_node: &NodeBundles, reserved: &[Result<()>]) {
+        let releases =
+            by_node
+                .iter()
+                .zip(reserved)
+                .filter(|(_, result)| result.is_ok())
+                .map(|((address, bundles), _)| {
+                    let indexes = bundles.iter().map(|(index, _)| *index).collect();
+                    self.bundle_nodes.release(address, id, indexes)
+                });
         join_all(releases).await;
     }
 
-    /// Puts the bundles at `locations` back into the head's view of free
-    /// resources, until the nodes' next heartbeats.
-    fn give_back_to_view(&self, spec: &GroupSpec, locations: &[Option<BundleLocation>]) {
+    /// Puts `bundles` back into the head's view of free resources on their
+    /// nodes, until the nodes' next heartbeats.
+    fn give_back_to_view<'a>(&self, bundles: impl IntoIterator<Item = (&'a ResourceSet, &'a BundleLocation)>) {
         let mut nodes = self.nodes();
         let view = nodes.placement_view();
-        for (bundle, location) in spec.bundles.iter().zip(locations) {
-            if let Some(index) = location.as_ref().and_then(|l| view.index(l.node_id)) {
+        for (bundle, location) in bundles {
+            if let Some(index) = view.index(location.node_id) {
                 let demand = view.demand(bundle);
                 view.add_back(index, &demand);
             }

@@ -80,6 +80,14 @@ enum Call {
     Release,
 }
 
+/// Bundles named by index alone, as commits and releases name them.
+fn by_index(indexes: Vec<u32>) -> Vec<Bundle> {
+    indexes
+        .into_iter()
+        .map(|index| Bundle { index, resources: None })
+        .collect()
+}
+
 fn request(group: PlacementGroupId, bundles: Vec<Bundle>, commit: bool) -> BundlesRequest {
     BundlesRequest {
         placement_group_id: group.as_bytes().to_vec(),
@@ -107,15 +115,12 @@ impl BundleNodes for NodeManagerBundles {
     }
 
     async fn commit(&self, address: &str, group: PlacementGroupId, indexes: Vec<u32>) -> Result<()> {
-        let bundles = indexes
-            .into_iter()
-            .map(|index| Bundle { index, resources: None })
-            .collect();
-        self.call(address, Call::Commit, request(group, bundles, false)).await
+        self.call(address, Call::Commit, request(group, by_index(indexes), false))
+            .await
     }
 
-    async fn release(&self, address: &str, group: PlacementGroupId) -> Result<()> {
-        self.call(address, Call::Release, request(group, Vec::new(), false))
+    async fn release(&self, address: &str, group: PlacementGroupId, indexes: Vec<u32>) -> Result<()> {
+        self.call(address, Call::Release, request(group, by_index(indexes), false))
             .await
     }
 }
