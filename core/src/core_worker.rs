@@ -18,6 +18,7 @@ use crate::actor::ActorClients;
 use crate::borrows::Borrows;
 use crate::memory_store::{MemoryStore, OwningHook};
 use crate::object_ref::AnyObjectRef;
+use crate::placement_group::GroupSession;
 use crate::submitter::SubmitterEvent;
 use crate::value::{Outcome, outcome_from_proto};
 use crate::{Error, Result};
@@ -52,6 +53,8 @@ pub(crate) struct CoreWorker {
     pub(crate) blocked_hook: Option<BlockedHook>,
     /// The actors this process calls.
     pub(crate) actors: ActorClients,
+    /// Placement group creates and removes go to the head through this.
+    pub(crate) placement_groups: GroupSession,
     channels: Mutex<HashMap<String, AuthedChannel>>,
 }
 
@@ -95,6 +98,7 @@ impl CoreWorker {
             log_to_driver: settings.log_to_driver,
             blocked_hook: settings.blocked_hook,
             actors: ActorClients::default(),
+            placement_groups: GroupSession::default(),
             channels: Mutex::new(HashMap::new()),
         });
         runtime.spawn(crate::borrows::send_changes(core.clone(), borrower_changes));

@@ -92,6 +92,21 @@ impl From<Status> for Error {
     }
 }
 
+impl From<Error> for crate::v1::CallFailure {
+    fn from(error: Error) -> Self {
+        crate::v1::CallFailure {
+            code: error.code() as i32,
+            message: error.message().to_string(),
+        }
+    }
+}
+
+impl From<crate::v1::CallFailure> for Error {
+    fn from(failure: crate::v1::CallFailure) -> Self {
+        Error::from(Status::new(Code::from_i32(failure.code), failure.message))
+    }
+}
+
 impl From<tonic::transport::Error> for Error {
     fn from(error: tonic::transport::Error) -> Self {
         Error::Unavailable(error_chain(&error))
@@ -124,7 +139,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn every_error_survives_a_status_round_trip() {
+    fn every_error_survives_a_status_and_a_call_failure_round_trip() {
         let errors = [
             Error::InvalidArgument("bad".into()),
             Error::NotFound("gone".into()),
@@ -139,6 +154,8 @@ mod tests {
         for error in errors {
             let status = Status::from(error.clone());
             assert_eq!(Error::from(status), error);
+            let failure = crate::v1::CallFailure::from(error.clone());
+            assert_eq!(Error::from(failure), error);
         }
     }
 

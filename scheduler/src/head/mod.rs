@@ -76,10 +76,13 @@ pub async fn run(config: HeadConfig, listener: TcpListener, shutdown: impl Futur
         shutdown.await;
         stopping.stop_streams();
     };
+    let placement_groups = PlacementGroupServiceServer::new(PlacementGroupServiceImpl {
+        groups: groups.clone(),
+        stopping: runtime.stopping.subscribe(),
+    });
     let actors = ActorServiceServer::new(ActorServiceImpl { runtime })
         .max_decoding_message_size(MAX_DATA_MESSAGE)
         .max_encoding_message_size(MAX_DATA_MESSAGE);
-    let placement_groups = PlacementGroupServiceServer::new(PlacementGroupServiceImpl { groups: groups.clone() });
     let server = authenticated(config.token)
         .add_service(nodes)
         .add_service(actors)

@@ -12,11 +12,12 @@ use std::time::{Duration, Instant};
 use raylet_proto::v1::lease_session_event::Kind as EventKind;
 use raylet_proto::v1::{LeaseGranted, LeaseRefusalKind, LeaseRefused, LeaseSessionEvent, LeaseSpillback, WorkerBinary};
 use raylet_proto::worker_env::WorkerBootstrap;
-use raylet_proto::{Error, Labels, NodeId, PlacementGroupId, ResourceSet, Result, Scheduling, WorkerId};
+use raylet_proto::{Error, Labels, NodeId, ResourceSet, Result, Scheduling, WorkerId};
 use tokio::sync::mpsc;
 use tonic::Status;
 
 use super::binary_cache::BinaryCache;
+use super::bundle_ops::BundleOperation;
 use super::ledger::ResourceLedger;
 use super::worker_process;
 use crate::placement::{Choice, ClusterResources, NodeIndex, Placer, Request};
@@ -200,41 +201,26 @@ impl LeaseManager {
         self.state().ledger.reported()
     }
 
-    /// Sets aside placement group bundles, all or none.
-    pub(crate) fn reserve_bundles(&self, group: PlacementGroupId, bundles: &[(u32, ResourceSet)]) -> Result<()> {
-        let reserved = self.state().ledger.reserve_bundles(group, bundles);
-        reserved.map_err(Error::FailedPrecondition)
-    }
-
-    /// Offers reserved bundles' resources to work in the group.
-    pub(crate) fn commit_bundles(self: &Arc<Self>, group: PlacementGroupId, indexes: &[u32]) -> Result<()> {
-        self.state()
-            .ledger
-            .commit_bundles(group, indexes)
-            .map_err(Error::FailedPrecondition)?;
-        self.pump();
-        Ok(())
-    }
-
-    /// Frees a group's bundles here and ends the workers leased in the group.
-    pub(crate) fn release_bundles(self: &Arc<Self>, group: PlacementGroupId, indexes: &[u32]) {
-        let pids: Vec<u32> = {
+    /// Applies bundle operations in order under one lock, each on its own,
+    /// ends the workers leased in released bundles, then grants what the
+    /// changes let run.
+    pub(crate) fn apply_bundle_ops(
+        self: &Arc<Self>,
+        ops: Vec<Result<BundleOperation, String>>,
+    ) -> Vec<Result<(), String>> {
+        let mut ended = Vec::new();
+        let results = {
             let mut state = self.state();
-            let workers = state.ledger.release_bundles(group, indexes);
-            let reason = format!("was ended: its placement group {group} was removed");
-            for worker in &workers {
-                state.exits.insert(*worker, reason.clone());
-            }
-            workers
-                .iter()
-                .filter_map(|worker| state.workers.remove(worker).map(|w| w.pid))
+            ops.into_iter()
+                .map(|op| op.and_then(|op| apply_bundle_op(&mut state, op, &mut ended)))
                 .collect()
         };
-        if !pids.is_empty() {
-            tracing::info!(%group, workers = ?pids, "placement group bundles released; ending their workers");
+        if !ended.is_empty() {
+            tracing::info!(workers = ?ended, "placement group bundles released; ending their workers");
         }
-        pids.into_iter().for_each(worker_process::kill_worker);
+        ended.into_iter().for_each(worker_process::kill_worker);
         self.pump();
+        results
     }
 
     pub(crate) fn set_cluster_view(self: &Arc<Self>, view: Vec<NodeView>) {
@@ -700,6 +686,35 @@ enum Decision {
     Wait,
     Spill(String),
     Refuse(LeaseRefusalKind, String),
+}
+
+/// Applies one bundle operation to the ledger; the pids of workers leased in
+/// released bundles go to `ended`.
+fn apply_bundle_op(state: &mut LeaseState, op: BundleOperation, ended: &mut Vec<u32>) -> Result<(), String> {
+    match op {
+        BundleOperation::Reserve { group, bundles, commit } => {
+            state.ledger.reserve_bundles(group, &bundles)?;
+            let indexes: Vec<u32> = bundles.iter().map(|(index, _)| *index).collect();
+            match commit {
+                true => state.ledger.commit_bundles(group, &indexes),
+                false => Ok(()),
+            }
+        }
+        BundleOperation::Commit { group, indexes } => state.ledger.commit_bundles(group, &indexes),
+        BundleOperation::Release { group, indexes } => {
+            let workers = state.ledger.release_bundles(group, &indexes);
+            let reason = format!("was ended: its placement group {group} was removed");
+            for worker in &workers {
+                state.exits.insert(*worker, reason.clone());
+            }
+            ended.extend(
+                workers
+                    .iter()
+                    .filter_map(|worker| state.workers.remove(worker).map(|w| w.pid)),
+            );
+            Ok(())
+        }
+    }
 }
 
 /// What to do with a request now. A request spilled here (no further

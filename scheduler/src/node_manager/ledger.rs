@@ -6,7 +6,7 @@
 
 use std::collections::HashMap;
 
-use raylet_proto::placement_group::{committed_bundle, gpus_asked, is_bundle_resource, is_of_group};
+use raylet_proto::placement_group::{committed_bundle, gpus_asked, is_of_group};
 use raylet_proto::resources::{CPU, GPU};
 use raylet_proto::{Amount, PlacementGroupId, ResourceSet, WorkerId};
 
@@ -44,6 +44,9 @@ pub struct ResourceLedger {
     machine: ResourceSet,
     /// The machine's resources plus those of committed bundles.
     total: ResourceSet,
+    /// What every unblocked holding and every bundle counts, kept as they
+    /// change so that a fit is checked without a pass over every bundle.
+    used: ResourceSet,
     holdings: HashMap<WorkerId, Holding>,
     bundles: HashMap<(PlacementGroupId, u32), Reservation>,
     gpus: GpuPool,
@@ -55,6 +58,7 @@ impl ResourceLedger {
             gpus: GpuPool::new(total.get(GPU)),
             machine: total.clone(),
             total,
+            used: ResourceSet::new(),
             holdings: HashMap::new(),
             bundles: HashMap::new(),
         }
@@ -64,24 +68,29 @@ impl ResourceLedger {
         &self.total
     }
 
-    /// Total minus what every unblocked holding and every bundle counts. A
-    /// resumed worker may push a resource past zero for a while; it shows
-    /// as zero.
+    /// What is free of the machine's resources: their total minus what
+    /// every unblocked holding and every bundle counts. A resumed worker may
+    /// push a resource past zero for a while; it shows as zero. Bundles'
+    /// own names are left out.
     pub fn available(&self) -> ResourceSet {
-        let mut used = ResourceSet::new();
-        self.holdings.values().for_each(|h| used.add(&h.counted()));
-        self.bundles.values().for_each(|b| used.add(&b.resources));
         let mut available = ResourceSet::new();
-        for (name, amount) in self.total.iter() {
-            available.set(name, amount - used.get(name));
+        for (name, amount) in self.machine.iter() {
+            available.set(name, amount - self.used.get(name));
         }
         available
+    }
+
+    /// Whether `demand` fits in what is free now, bundles' names included.
+    fn fits_free(&self, demand: &ResourceSet) -> bool {
+        demand
+            .iter()
+            .all(|(name, amount)| self.total.get(name) - self.used.get(name) >= amount)
     }
 
     /// Whether `demand` fits in what is available now, its GPUs included:
     /// a fraction must fit on one GPU, whole GPUs must be wholly free.
     pub fn fits_now(&self, demand: &ResourceSet) -> bool {
-        self.available().fits(demand) && self.gpu_ids_for(demand).is_some()
+        self.fits_free(demand) && self.gpu_ids_for(demand).is_some()
     }
 
     /// The GPU ids that `demand` would be given now.
@@ -99,6 +108,7 @@ impl ResourceLedger {
     pub fn hold(&mut self, worker: WorkerId, demand: ResourceSet) -> Vec<u32> {
         self.release(worker);
         let gpu_ids = self.gpus.take(gpus_asked(&demand));
+        self.used.add(&demand);
         let holding = Holding {
             demand,
             gpu_ids: gpu_ids.clone(),
@@ -112,13 +122,16 @@ impl ResourceLedger {
     /// runs holding none. Its GPU ids stay as they are.
     pub fn resize(&mut self, worker: WorkerId, demand: ResourceSet) {
         if let Some(holding) = self.holdings.get_mut(&worker) {
+            self.used.subtract(&holding.counted());
             holding.demand = demand;
+            self.used.add(&holding.counted());
         }
     }
 
     /// Gives back what `worker` holds.
     pub fn release(&mut self, worker: WorkerId) {
         if let Some(holding) = self.holdings.remove(&worker) {
+            self.used.subtract(&holding.counted());
             self.gpus.give_back(&holding.gpu_ids, gpus_asked(&holding.demand));
         }
     }
@@ -132,12 +145,13 @@ impl ResourceLedger {
             .filter(|(index, _)| !self.bundles.contains_key(&(group, *index)))
             .collect();
         new.iter().for_each(|(_, resources)| needed.add(resources));
-        if !self.available().fits(&needed) {
+        if !self.fits_free(&needed) {
             return Err(format!(
                 "the {} bundles do not fit in what the node has free now",
                 new.len()
             ));
         }
+        self.used.add(&needed);
         for (index, resources) in new {
             let reservation = Reservation {
                 resources: resources.clone(),
@@ -174,9 +188,12 @@ impl ResourceLedger {
             .extract_if(|(g, index), _| *g == group && (indexes.is_empty() || indexes.contains(index)))
             .map(|((_, index), reservation)| (index, reservation))
             .collect();
-        for (index, reservation) in released.iter().filter(|(_, r)| r.committed) {
-            self.total
-                .subtract(&committed_bundle(group, *index, &reservation.resources));
+        for (index, reservation) in &released {
+            self.used.subtract(&reservation.resources);
+            if reservation.committed {
+                self.total
+                    .subtract(&committed_bundle(group, *index, &reservation.resources));
+            }
         }
         let in_group = |holding: &Holding| holding.demand.iter().any(|(name, _)| is_of_group(name, group));
         let workers: Vec<WorkerId> = self
@@ -193,17 +210,15 @@ impl ResourceLedger {
     /// of them is free. Bundles' own names stay on the node: work in a
     /// bundle is sent straight to it.
     pub fn reported(&self) -> (ResourceSet, ResourceSet) {
-        let mut available = ResourceSet::new();
-        for (name, amount) in self.available().iter().filter(|(name, _)| !is_bundle_resource(name)) {
-            available.set(name, amount);
-        }
-        (self.machine.clone(), available)
+        (self.machine.clone(), self.available())
     }
 
     /// Marks `worker` as blocked (its CPUs count as free) or resumed.
     pub fn set_blocked(&mut self, worker: WorkerId, blocked: bool) {
         if let Some(holding) = self.holdings.get_mut(&worker) {
+            self.used.subtract(&holding.counted());
             holding.blocked = blocked;
+            self.used.add(&holding.counted());
         }
     }
 }

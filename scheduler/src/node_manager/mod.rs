@@ -4,6 +4,7 @@
 //! ends workers when the machine runs out of memory.
 
 mod binary_cache;
+mod bundle_ops;
 mod gpus;
 mod heartbeat;
 mod leasing;

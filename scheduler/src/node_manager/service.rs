@@ -9,16 +9,17 @@ use raylet_proto::v1::lease_session_request::Kind as LeaseKind;
 use raylet_proto::v1::node_manager_service_server::NodeManagerService;
 use raylet_proto::v1::worker_session_message::Kind as WorkerKind;
 use raylet_proto::v1::{
-    BundlesReply, BundlesRequest, GetWorkerExitRequest, LeaseSessionEvent, LeaseSessionRequest, WorkerExit,
-    WorkerSessionEvent, WorkerSessionMessage,
+    BundleOpResult, BundleOpsReply, BundleOpsRequest, GetWorkerExitRequest, LeaseSessionEvent, LeaseSessionRequest,
+    WorkerExit, WorkerSessionEvent, WorkerSessionMessage,
 };
-use raylet_proto::{Error, PlacementGroupId, ResourceSet, Scheduling, WorkerId};
+use raylet_proto::{Error, ResourceSet, Scheduling, WorkerId};
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::NodeShared;
+use super::bundle_ops::BundleOperation;
 use super::leasing::{LeaseManager, PendingLease};
 
 /// How long `GetWorkerExit` waits for a dying worker to be reaped.
@@ -93,30 +94,23 @@ impl NodeManagerService for NodeManagerServiceImpl {
         Ok(Response::new(Box::pin(UnboundedReceiverStream::new(receiver))))
     }
 
-    async fn reserve_bundles(&self, request: Request<BundlesRequest>) -> Result<Response<BundlesReply>, Status> {
-        let request = request.into_inner();
-        let commit = request.commit;
-        let (group, bundles) = decode_bundles(request)?;
-        self.shared.leases.reserve_bundles(group, &bundles)?;
-        if commit {
-            let indexes: Vec<u32> = bundles.iter().map(|(index, _)| *index).collect();
-            self.shared.leases.commit_bundles(group, &indexes)?;
-        }
-        Ok(Response::new(BundlesReply {}))
-    }
-
-    async fn commit_bundles(&self, request: Request<BundlesRequest>) -> Result<Response<BundlesReply>, Status> {
-        let (group, bundles) = decode_bundles(request.into_inner())?;
-        let indexes: Vec<u32> = bundles.iter().map(|(index, _)| *index).collect();
-        self.shared.leases.commit_bundles(group, &indexes)?;
-        Ok(Response::new(BundlesReply {}))
-    }
-
-    async fn release_bundles(&self, request: Request<BundlesRequest>) -> Result<Response<BundlesReply>, Status> {
-        let (group, bundles) = decode_bundles(request.into_inner())?;
-        let indexes: Vec<u32> = bundles.iter().map(|(index, _)| *index).collect();
-        self.shared.leases.release_bundles(group, &indexes);
-        Ok(Response::new(BundlesReply {}))
+    async fn apply_bundle_ops(&self, request: Request<BundleOpsRequest>) -> Result<Response<BundleOpsReply>, Status> {
+        let ops = request
+            .into_inner()
+            .ops
+            .into_iter()
+            .map(|op| BundleOperation::decode(op).map_err(|error| error.to_string()))
+            .collect();
+        let results = self
+            .shared
+            .leases
+            .apply_bundle_ops(ops)
+            .into_iter()
+            .map(|result| BundleOpResult {
+                error: result.err().unwrap_or_default(),
+            })
+            .collect();
+        Ok(Response::new(BundleOpsReply { results }))
     }
 
     async fn get_worker_exit(&self, request: Request<GetWorkerExitRequest>) -> Result<Response<WorkerExit>, Status> {
@@ -127,22 +121,6 @@ impl NodeManagerService for NodeManagerServiceImpl {
             description: exit.unwrap_or_default(),
         }))
     }
-}
-
-/// The group and its bundles' indexes and resources, validated.
-fn decode_bundles(request: BundlesRequest) -> Result<(PlacementGroupId, Vec<(u32, ResourceSet)>), Error> {
-    let group = PlacementGroupId::from_wire(&request.placement_group_id)?;
-    let bundles = request
-        .bundles
-        .into_iter()
-        .map(|bundle| {
-            Ok((
-                bundle.index,
-                ResourceSet::from_proto(&bundle.resources.unwrap_or_default())?,
-            ))
-        })
-        .collect::<Result<_, Error>>()?;
-    Ok((group, bundles))
 }
 
 fn handle_lease_message(leases: &Arc<LeaseManager>, session: u64, kind: LeaseKind) {

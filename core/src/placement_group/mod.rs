@@ -3,12 +3,15 @@
 //! a handle to wait for them, remove them and run tasks and actors in them,
 //! and the listing that `raylet list placement-groups` prints.
 
+mod session;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use raylet_proto::auth::AuthToken;
 use raylet_proto::resources::{CPU, GPU, MEMORY};
+use raylet_proto::v1::placement_group_call::Kind as CallKind;
 use raylet_proto::v1::placement_group_service_client::PlacementGroupServiceClient;
 use raylet_proto::v1::{
     self, CreatePlacementGroupRequest, ListPlacementGroupsRequest, PlacementGroupRecord, RemovePlacementGroupRequest,
@@ -21,6 +24,8 @@ use tokio::sync::watch;
 use crate::core_worker::CoreWorker;
 use crate::task::Resources;
 use crate::{Cluster, Error, Result};
+
+pub(crate) use session::GroupSession;
 
 /// How long the head may take to answer a connection.
 const HEAD_PATIENCE: Duration = Duration::from_secs(5);
@@ -141,11 +146,7 @@ impl PlacementGroup {
             let request = RemovePlacementGroupRequest {
                 placement_group_id: id.as_bytes().to_vec(),
             };
-            client(&core)
-                .await?
-                .remove_placement_group(request)
-                .await
-                .map_err(raylet_proto::Error::from)?;
+            core.placement_groups.call(&core, CallKind::Remove(request)).await?;
             Ok(())
         })
     }
@@ -221,14 +222,9 @@ impl Cluster {
         };
         let core = self.core().clone();
         self.core().runtime.spawn(async move {
-            let created = async {
-                let channel = core.channel(&core.head_address).await.map_err(cluster_error)?;
-                let reply = PlacementGroupServiceClient::new(channel)
-                    .create_placement_group(request)
-                    .await?;
-                Ok(reply.into_inner().state())
-            };
-            answer.send_replace(Some(created.await));
+            let created = core.placement_groups.call(&core, CallKind::Create(request)).await;
+            let state = created.map(|record| record.state()).map_err(cluster_error);
+            answer.send_replace(Some(state));
         });
         Ok(group)
     }
