@@ -135,7 +135,9 @@ impl PlacementGroup {
         self.wait(Some(timeout))
     }
 
-    /// Frees the bundles, ending the tasks and actors that run in them.
+    /// Removes the group. It returns once the head has marked the group
+    /// removed; the bundles are freed, and the tasks and actors that run in
+    /// them ended, right after.
     pub fn remove(&self) -> Result<()> {
         let core = crate::current()?.core().clone();
         let id = self.id;
