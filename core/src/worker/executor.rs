@@ -48,6 +48,7 @@ pub(crate) async fn run_task(
         Err(error) => Err(error),
     };
     let outcome = outcome.map_err(|error| with_origin(error, &spec, context));
+    logs::drain();
     TaskResult {
         task_id: spec.task_id,
         outcome: Some(outcome_to_proto(&outcome, true)),
