@@ -5,6 +5,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/raylet/v1/actor.proto",
         "proto/raylet/v1/common.proto",
         "proto/raylet/v1/head.proto",
+        "proto/raylet/v1/job.proto",
         "proto/raylet/v1/node_manager.proto",
         "proto/raylet/v1/object_store.proto",
         "proto/raylet/v1/owner.proto",
@@ -20,6 +21,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         ".raylet.v1.EncodedValue.data",
         ".raylet.v1.TaskArg.value",
         ".raylet.v1.ObjectChunk.data",
+        ".raylet.v1.BlobChunk.data",
+        ".raylet.v1.JobLogChunk.data",
     ]);
     tonic_prost_build::configure().compile_with_config(config, &protos, &["proto"])?;
     Ok(())

@@ -9,7 +9,8 @@ use raylet_scheduler::node_manager::MemoryMonitorConfig;
 use crate::session::DEFAULT_TEMP_DIR;
 
 /// Settings for [`crate::init_with`]. `Config::from_env()` reads
-/// `RAYLET_ADDRESS`, `RAYLET_TOKEN`, `RAYLET_TEMP_DIR` and
+/// `RAYLET_ADDRESS`, `RAYLET_TOKEN`, `RAYLET_NODE_MANAGER` (which a node
+/// manager sets for the job drivers it starts), `RAYLET_TEMP_DIR` and
 /// `RAYLET_LOG_TO_DRIVER`.
 #[derive(Clone, Debug)]
 pub struct Config {
@@ -63,6 +64,7 @@ impl Config {
         Config {
             address: variable("RAYLET_ADDRESS"),
             token: variable("RAYLET_TOKEN"),
+            node_manager: variable("RAYLET_NODE_MANAGER"),
             temp_dir: variable("RAYLET_TEMP_DIR").map_or(defaults.temp_dir.clone(), PathBuf::from),
             log_to_driver: variable("RAYLET_LOG_TO_DRIVER")
                 .is_none_or(|value| !matches!(value.as_str(), "0" | "false" | "no")),

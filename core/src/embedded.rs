@@ -41,7 +41,7 @@ impl Embedded {
         let head_listener = TcpListener::bind(loopback).await?;
         let head_address = head_listener.local_addr()?.to_string();
         let (stop_head, head_stopped) = oneshot::channel::<()>();
-        let head_config = HeadConfig::new(token.clone());
+        let head_config = HeadConfig::new(token.clone()).state_dir(config.temp_dir.join("head"));
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(1)
             .thread_name("raylet-embedded")
@@ -53,6 +53,7 @@ impl Embedded {
         let node_config = NodeConfig::new(head_address.clone(), token.clone(), resources)
             .head_node(true)
             .spill_root(config.temp_dir.join("spill"))
+            .work_root(config.temp_dir.join("work"))
             .spill_limit(config.max_spill_bytes)
             .memory_monitor(config.memory_monitor)
             .connect_timeout(Duration::from_secs(5));

@@ -90,3 +90,9 @@ impl From<std::io::Error> for Error {
         Error::Cluster(error.into())
     }
 }
+
+impl From<tonic::Status> for Error {
+    fn from(status: tonic::Status) -> Self {
+        Error::Cluster(status.into())
+    }
+}

@@ -10,20 +10,28 @@ use crate::{Error, Result};
 
 /// Hashes the file at `path` with XXH3-128, as 32 hex digits.
 pub fn hash_file(path: &Path) -> Result<String> {
-    let mut file = std::fs::File::open(path)
-        .map_err(|e| Error::NotFound(format!("binary {} cannot be opened: {e}", path.display())))?;
     let mut hasher = Xxh3::new();
+    for_each_chunk(path, |chunk| hasher.update(chunk))?;
+    Ok(format!("{:032x}", hasher.digest128()))
+}
+
+/// Reads the file at `path` in 1 MiB chunks, handing each to `use_chunk`;
+/// returns the file's size.
+pub(crate) fn for_each_chunk(path: &Path, mut use_chunk: impl FnMut(&[u8])) -> Result<u64> {
+    let mut file =
+        std::fs::File::open(path).map_err(|e| Error::NotFound(format!("{} cannot be opened: {e}", path.display())))?;
     let mut buffer = vec![0u8; 1 << 20];
+    let mut size = 0;
     loop {
         let read = file
             .read(&mut buffer)
             .map_err(|e| Error::Internal(format!("reading {}: {e}", path.display())))?;
         if read == 0 {
-            break;
+            return Ok(size);
         }
-        hasher.update(&buffer[..read]);
+        use_chunk(&buffer[..read]);
+        size += read as u64;
     }
-    Ok(format!("{:032x}", hasher.digest128()))
 }
 
 #[cfg(test)]

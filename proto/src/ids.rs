@@ -164,6 +164,12 @@ define_id!(
 );
 
 define_id!(
+    /// Identifies a submitted job.
+    JobId,
+    "JobId"
+);
+
+define_id!(
     /// Identifies a worker process.
     WorkerId,
     "WorkerId"

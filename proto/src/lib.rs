@@ -3,6 +3,7 @@
 
 pub mod auth;
 pub mod binary_hash;
+pub mod blob;
 pub mod channel;
 pub mod codec;
 pub mod error;
@@ -15,7 +16,7 @@ pub mod task_stream;
 pub mod worker_env;
 
 pub use error::{Error, Result};
-pub use ids::{ActorId, IdMap, IdSet, NodeId, ObjectId, PlacementGroupId, TaskId, WorkerId};
+pub use ids::{ActorId, IdMap, IdSet, JobId, NodeId, ObjectId, PlacementGroupId, TaskId, WorkerId};
 pub use placement_group::PlacementStrategy;
 pub use resources::{Amount, ResourceSet};
 pub use scheduling::{LabelSelector, Labels, Scheduling, SchedulingStrategy};

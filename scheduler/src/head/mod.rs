@@ -1,13 +1,15 @@
 //! The head: keeps the table of node incarnations, marks silent nodes dead,
-//! answers `raylet status`, places, restarts and lists actors, and reserves
-//! placement groups.
+//! answers `raylet status`, places, restarts and lists actors, reserves
+//! placement groups, and runs jobs.
 
 pub mod actors;
+pub mod jobs;
 mod node_table;
 pub mod placement_groups;
 mod service;
 
 use std::future::Future;
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -15,6 +17,7 @@ use raylet_proto::auth::AuthToken;
 use raylet_proto::server::{MAX_DATA_MESSAGE, authenticated, incoming};
 use raylet_proto::v1::actor_service_server::ActorServiceServer;
 use raylet_proto::v1::head_service_server::HeadServiceServer;
+use raylet_proto::v1::job_service_server::JobServiceServer;
 use raylet_proto::v1::placement_group_service_server::PlacementGroupServiceServer;
 use tokio::net::TcpListener;
 
@@ -23,6 +26,7 @@ pub use node_table::{Heartbeat, HeartbeatOutcome, NodeResourcesView, NodeTable, 
 use crate::Result;
 use crate::placement::Placer;
 use actors::{ActorRuntime, ActorServiceImpl, ActorTable, HeadLeases};
+use jobs::{JobManager, JobServiceImpl};
 use placement_groups::{GroupManager, NodeManagerBundles, PlacementGroupServiceImpl, keep_placing};
 use service::HeadServiceImpl;
 
@@ -32,16 +36,36 @@ pub struct HeadConfig {
     pub token: AuthToken,
     /// A node whose heartbeats stop for this long is marked dead.
     pub heartbeat_timeout: Duration,
+    /// Where the head keeps jobs' blobs, records and output.
+    pub state_dir: PathBuf,
+    /// The largest binary or file a job may upload, in bytes.
+    pub max_blob_bytes: u64,
 }
 
 impl HeadConfig {
     pub const DEFAULT_HEARTBEAT_TIMEOUT: Duration = Duration::from_secs(5);
+    pub const DEFAULT_MAX_BLOB_BYTES: u64 = 4 << 30;
 
+    /// A config whose state would live in a new directory under the
+    /// system's temporary directory (made only once a job comes).
     pub fn new(token: AuthToken) -> Self {
+        let unique: u64 = rand::random();
         HeadConfig {
             token,
             heartbeat_timeout: Self::DEFAULT_HEARTBEAT_TIMEOUT,
+            state_dir: std::env::temp_dir().join(format!("raylet-head-{unique:016x}")),
+            max_blob_bytes: Self::DEFAULT_MAX_BLOB_BYTES,
         }
+    }
+
+    pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.state_dir = dir.into();
+        self
+    }
+
+    pub fn max_blob_bytes(mut self, bytes: u64) -> Self {
+        self.max_blob_bytes = bytes;
+        self
     }
 
     pub fn heartbeat_timeout(mut self, timeout: Duration) -> Self {
@@ -80,6 +104,18 @@ pub async fn run(config: HeadConfig, listener: TcpListener, shutdown: impl Futur
         groups: groups.clone(),
         stopping: runtime.stopping.subscribe(),
     });
+    let job_manager = JobManager::new(
+        &config.state_dir,
+        config.max_blob_bytes,
+        table.clone(),
+        config.token.clone(),
+    );
+    let jobs = JobServiceServer::new(JobServiceImpl {
+        jobs: Arc::new(job_manager),
+        stopping: runtime.stopping.subscribe(),
+    })
+    .max_decoding_message_size(MAX_DATA_MESSAGE)
+    .max_encoding_message_size(MAX_DATA_MESSAGE);
     let actors = ActorServiceServer::new(ActorServiceImpl { runtime })
         .max_decoding_message_size(MAX_DATA_MESSAGE)
         .max_encoding_message_size(MAX_DATA_MESSAGE);
@@ -87,6 +123,7 @@ pub async fn run(config: HeadConfig, listener: TcpListener, shutdown: impl Futur
         .add_service(nodes)
         .add_service(actors)
         .add_service(placement_groups)
+        .add_service(jobs)
         .serve_with_incoming_shutdown(incoming(listener), shutdown);
     tokio::select! {
         result = server => Ok(result?),

@@ -223,6 +223,24 @@ impl LeaseManager {
         results
     }
 
+    /// Sets `demand` aside for a job's driver under a holder id of its own,
+    /// if it fits now.
+    pub(crate) fn hold_for_driver(&self, demand: ResourceSet) -> Option<WorkerId> {
+        let mut state = self.state();
+        if !state.ledger.fits_now(&demand) {
+            return None;
+        }
+        let holder = WorkerId::random();
+        state.ledger.hold(holder, demand);
+        Some(holder)
+    }
+
+    /// Gives back what a job's driver held, and grants what that lets run.
+    pub(crate) fn release_driver(self: &Arc<Self>, holder: WorkerId) {
+        self.state().ledger.release(holder);
+        self.pump();
+    }
+
     pub(crate) fn set_cluster_view(self: &Arc<Self>, view: Vec<NodeView>) {
         {
             let mut state = self.state();

@@ -4,9 +4,11 @@
 //! ends workers when the machine runs out of memory.
 
 mod binary_cache;
+mod blob_fetch;
 mod bundle_ops;
 mod gpus;
 mod heartbeat;
+mod job_drivers;
 mod leasing;
 mod ledger;
 mod memory_monitor;
@@ -39,6 +41,7 @@ pub use resources::{ResourceOverrides, resolve as resolve_resources};
 
 use crate::Result;
 use crate::status::NodeStats;
+use job_drivers::JobDrivers;
 use leasing::{LeaseManager, WorkerContext};
 
 /// Settings of a node manager.
@@ -61,6 +64,8 @@ pub struct NodeConfig {
     /// space free in the spill directory's file system at start].
     pub spill_limit: Option<u64>,
     pub memory_monitor: MemoryMonitorConfig,
+    /// Job drivers run in, and blobs are cached under, `<work_root>/<node id>`.
+    pub work_root: PathBuf,
 }
 
 impl NodeConfig {
@@ -82,6 +87,7 @@ impl NodeConfig {
             spill_root: std::env::temp_dir().join("raylet-spill"),
             spill_limit: None,
             memory_monitor: MemoryMonitorConfig::default(),
+            work_root: std::env::temp_dir().join("raylet-work"),
         }
     }
 
@@ -98,6 +104,16 @@ impl NodeConfig {
     pub fn spill_root(mut self, dir: impl Into<PathBuf>) -> Self {
         self.spill_root = dir.into();
         self
+    }
+
+    pub fn work_root(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.work_root = dir.into();
+        self
+    }
+
+    /// This node's own directory for job drivers and cached blobs.
+    pub fn work_dir(&self) -> PathBuf {
+        self.work_root.join(self.node_id.to_string())
     }
 
     /// This node's own spill directory.
@@ -150,6 +166,7 @@ pub(crate) struct NodeShared {
     pub(crate) leases: Arc<LeaseManager>,
     pub(crate) stats: Mutex<NodeStats>,
     pub(crate) store: Arc<SharedStore>,
+    pub(crate) job_drivers: Arc<JobDrivers>,
 }
 
 impl NodeShared {
@@ -194,6 +211,11 @@ impl NodeManager {
         let shared = Arc::new(NodeShared {
             leases: LeaseManager::new(context, config.resources.clone()),
             store,
+            job_drivers: Arc::new(JobDrivers::new(
+                &config.work_dir(),
+                config.head_address.clone(),
+                config.token.clone(),
+            )),
             config,
             address,
             incarnation: AtomicU64::new(0),

@@ -9,10 +9,11 @@ use raylet_proto::v1::lease_session_request::Kind as LeaseKind;
 use raylet_proto::v1::node_manager_service_server::NodeManagerService;
 use raylet_proto::v1::worker_session_message::Kind as WorkerKind;
 use raylet_proto::v1::{
-    BundleOpResult, BundleOpsReply, BundleOpsRequest, GetWorkerExitRequest, LeaseSessionEvent, LeaseSessionRequest,
-    WorkerExit, WorkerSessionEvent, WorkerSessionMessage,
+    BundleOpResult, BundleOpsReply, BundleOpsRequest, GetWorkerExitRequest, JobDriverEvent, LeaseSessionEvent,
+    LeaseSessionRequest, RunJobDriverRequest, StopJobDriverReply, StopJobDriverRequest, WorkerExit, WorkerSessionEvent,
+    WorkerSessionMessage,
 };
-use raylet_proto::{Error, ResourceSet, Scheduling, WorkerId};
+use raylet_proto::{Error, JobId, ResourceSet, Scheduling, WorkerId};
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -20,10 +21,13 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::NodeShared;
 use super::bundle_ops::BundleOperation;
+use super::job_drivers;
 use super::leasing::{LeaseManager, PendingLease};
 
 /// How long `GetWorkerExit` waits for a dying worker to be reaped.
 const EXIT_PATIENCE: Duration = Duration::from_secs(3);
+/// The longest grace period a driver's stop may ask for.
+const MAX_STOP_GRACE: Duration = Duration::from_secs(3600);
 
 type EventStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
 
@@ -36,6 +40,7 @@ pub(crate) struct NodeManagerServiceImpl {
 impl NodeManagerService for NodeManagerServiceImpl {
     type LeaseSessionStream = EventStream<LeaseSessionEvent>;
     type WorkerSessionStream = EventStream<WorkerSessionEvent>;
+    type RunJobDriverStream = EventStream<JobDriverEvent>;
 
     async fn lease_session(
         &self,
@@ -111,6 +116,31 @@ impl NodeManagerService for NodeManagerServiceImpl {
             })
             .collect();
         Ok(Response::new(BundleOpsReply { results }))
+    }
+
+    async fn run_job_driver(
+        &self,
+        request: Request<RunJobDriverRequest>,
+    ) -> Result<Response<EventStream<JobDriverEvent>>, Status> {
+        let request = request.into_inner();
+        let job = JobId::from_wire(&request.job_id)?;
+        let spec = request
+            .spec
+            .ok_or_else(|| Error::InvalidArgument("a job driver needs the job's spec".into()))?;
+        let (events, receiver) = mpsc::unbounded_channel();
+        tokio::spawn(job_drivers::run(self.shared.clone(), job, spec, events));
+        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(receiver))))
+    }
+
+    async fn stop_job_driver(
+        &self,
+        request: Request<StopJobDriverRequest>,
+    ) -> Result<Response<StopJobDriverReply>, Status> {
+        let request = request.into_inner();
+        let job = JobId::from_wire(&request.job_id)?;
+        let grace = Duration::from_millis(request.grace_ms).min(MAX_STOP_GRACE);
+        let found = self.shared.job_drivers.stop(job, grace);
+        Ok(Response::new(StopJobDriverReply { found }))
     }
 
     async fn get_worker_exit(&self, request: Request<GetWorkerExitRequest>) -> Result<Response<WorkerExit>, Status> {

@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 use raylet::session::{DEFAULT_TEMP_DIR, Session, TempRoot};
 use raylet_proto::auth::AuthToken;
-use raylet_proto::{Labels, ResourceSet};
+use raylet_proto::{JobId, Labels, ResourceSet};
 use raylet_scheduler::head::HeadConfig;
 use raylet_scheduler::node_manager::{MemoryMonitorConfig, NodeConfig, ResourceOverrides};
 
@@ -41,6 +41,13 @@ pub enum Command {
     /// List the cluster's actors or placement groups.
     #[command(subcommand)]
     List(ListCommand),
+    /// Submit jobs and follow, stop and list them.
+    ///
+    /// A job is a binary that links raylet, run as a driver on a node of the
+    /// cluster. Its binary and --files are uploaded to the head once
+    /// (content-addressed by sha256: what the head has is not sent again).
+    #[command(subcommand)]
+    Job(JobCommand),
     /// Stop every raylet process that this machine's sessions started.
     Stop(StopArgs),
     /// Measure task, object and wait throughput the way `ray microbenchmark` does.
@@ -169,6 +176,10 @@ pub struct StartArgs {
     /// then fails with ObjectStoreFull [default: 90% of the free space].
     #[arg(long, value_name = "BYTES")]
     pub max_spill_bytes: Option<u64>,
+    /// The largest binary or file a job may upload to the head, in bytes
+    /// (with `--head`).
+    #[arg(long, value_name = "BYTES", default_value_t = HeadConfig::DEFAULT_MAX_BLOB_BYTES)]
+    pub max_upload_bytes: u64,
     /// Custom resources as a JSON object, e.g. '{"TPU": 4}'.
     #[arg(long, value_name = "JSON")]
     pub resources: Option<String>,
@@ -223,8 +234,11 @@ impl StartArgs {
         Ok(raylet_scheduler::node_manager::resolve_resources(&overrides)?)
     }
 
-    pub fn head_config(&self, token: AuthToken) -> HeadConfig {
-        HeadConfig::new(token).heartbeat_timeout(self.heartbeat_timeout)
+    pub fn head_config(&self, token: AuthToken, session_dir: &Path) -> HeadConfig {
+        HeadConfig::new(token)
+            .heartbeat_timeout(self.heartbeat_timeout)
+            .state_dir(session_dir.join("head"))
+            .max_blob_bytes(self.max_upload_bytes)
     }
 
     pub fn node_config(
@@ -237,6 +251,7 @@ impl StartArgs {
         let spill_root = self.spill_dir.clone().unwrap_or_else(|| session_dir.join("spill"));
         NodeConfig::new(head_address, token, resources)
             .spill_root(spill_root)
+            .work_root(session_dir.join("work"))
             .spill_limit(self.max_spill_bytes)
             .head_node(self.head)
             .labels(self.labels.clone())
@@ -257,6 +272,86 @@ fn parse_labels(text: &str) -> Result<Labels, String> {
 pub enum OutputFormat {
     Text,
     Json,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum JobCommand {
+    /// Upload and start a job, then print its output until it ends and exit
+    /// with its status (the driver's exit code when it failed with one).
+    ///
+    /// Example: raylet job submit --files model/ -- ./target/release/my_job --epochs 3
+    Submit(JobSubmitArgs),
+    /// Show a job's status, exit code or signal, and for a failure the end of its stderr.
+    Status(JobIdArgs),
+    /// Print a job's output (stdout and stderr as they came).
+    Logs(JobLogsArgs),
+    /// Stop a job: SIGTERM to its driver, then SIGKILL after the grace period.
+    Stop(JobStopArgs),
+    /// List every job of the cluster, ended ones included.
+    List(StatusArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct JobSubmitArgs {
+    #[command(flatten)]
+    pub cluster: StatusArgs,
+    /// Return once the job is submitted instead of following it.
+    #[arg(long)]
+    pub no_wait: bool,
+    /// A name to list the job under.
+    #[arg(long)]
+    pub name: Option<String>,
+    /// Files or directories to ship into the driver's working directory.
+    #[arg(long, value_name = "PATH", num_args = 1..)]
+    pub files: Vec<PathBuf>,
+    /// Environment variables of the driver.
+    #[arg(long, value_name = "K=V", value_parser = parse_key_value)]
+    pub env: Vec<(String, String)>,
+    /// Metadata to keep with the job.
+    #[arg(long, value_name = "K=V", value_parser = parse_key_value)]
+    pub metadata: Vec<(String, String)>,
+    /// CPUs the driver holds on its node.
+    #[arg(long, default_value_t = 0.0)]
+    pub num_cpus: f64,
+    /// GPUs the driver holds on its node.
+    #[arg(long, default_value_t = 0.0)]
+    pub num_gpus: f64,
+    /// The binary to run, then its arguments.
+    #[arg(last = true, required = true, value_name = "BINARY [ARGS]")]
+    pub entrypoint: Vec<String>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct JobIdArgs {
+    #[command(flatten)]
+    pub cluster: StatusArgs,
+    /// The job's id, as `raylet job list` shows it.
+    pub job_id: JobId,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct JobLogsArgs {
+    #[command(flatten)]
+    pub job: JobIdArgs,
+    /// Keep printing new output until the job ends.
+    #[arg(long, short)]
+    pub follow: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct JobStopArgs {
+    #[command(flatten)]
+    pub job: JobIdArgs,
+    /// How long the driver gets to exit after SIGTERM before SIGKILL.
+    #[arg(long, value_parser = parse_duration, default_value = "5s")]
+    pub grace_period: Duration,
+}
+
+fn parse_key_value(text: &str) -> Result<(String, String), String> {
+    match text.split_once('=') {
+        Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
+        _ => Err(format!("'{text}' is not KEY=VALUE")),
+    }
 }
 
 #[derive(Debug, Clone, Args)]

@@ -2,6 +2,7 @@
 
 mod args;
 mod daemon;
+mod job;
 mod list;
 mod memory;
 mod microbenchmark;
@@ -9,28 +10,29 @@ mod start;
 mod status;
 mod stop;
 
+use std::process::ExitCode;
+
 use clap::Parser;
 
 use args::{Cli, Command, ListCommand};
 
-fn main() -> std::process::ExitCode {
+fn main() -> ExitCode {
     let cli = Cli::parse();
+    let done = |result: anyhow::Result<()>| result.map(|()| ExitCode::SUCCESS);
     let result = match cli.command {
-        Command::Start(args) => start::start(*args),
-        Command::Status(args) => status::status(args),
-        Command::Memory(args) => memory::memory(args),
-        Command::List(ListCommand::Actors(args)) => list::actors(args),
-        Command::List(ListCommand::PlacementGroups(args)) => list::placement_groups(args),
-        Command::Stop(args) => stop::stop(args),
-        Command::Microbenchmark(args) => microbenchmark::microbenchmark(args),
+        Command::Start(args) => done(start::start(*args)),
+        Command::Status(args) => done(status::status(args)),
+        Command::Memory(args) => done(memory::memory(args)),
+        Command::List(ListCommand::Actors(args)) => done(list::actors(args)),
+        Command::List(ListCommand::PlacementGroups(args)) => done(list::placement_groups(args)),
+        Command::Job(command) => job::job(command),
+        Command::Stop(args) => done(stop::stop(args)),
+        Command::Microbenchmark(args) => done(microbenchmark::microbenchmark(args)),
     };
-    match result {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(error) => {
-            eprintln!("error: {error:#}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    result.unwrap_or_else(|error| {
+        eprintln!("error: {error:#}");
+        ExitCode::FAILURE
+    })
 }
 
 /// A tokio runtime for one command.

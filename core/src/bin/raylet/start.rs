@@ -115,7 +115,7 @@ async fn run_head(args: &StartArgs, resources: ResourceSet, session: &Session) -
     let head_address = listener.local_addr()?.to_string();
     session.write_head_address(&head_address)?;
     let (stop_head, head_stopped) = tokio::sync::oneshot::channel::<()>();
-    let head_config = args.head_config(token.clone());
+    let head_config = args.head_config(token.clone(), session.dir());
     let head_task = tokio::spawn(head::run(head_config, listener, async {
         let _ = head_stopped.await;
     }));

@@ -1,0 +1,214 @@
+//! Talks to the head's job service: uploads what the head lacks (by
+//! sha256, in chunks), submits, follows, lists and stops jobs, and reads
+//! their output. The CLI uses it as is; [`crate::JobHandle`] wraps it.
+
+use std::path::Path;
+use std::time::Duration;
+
+use raylet_proto::JobId;
+use raylet_proto::auth::AuthToken;
+use raylet_proto::blob::{CHUNK_BYTES, blob_of_file};
+use raylet_proto::channel::AuthedChannel;
+use raylet_proto::server::MAX_DATA_MESSAGE;
+use raylet_proto::v1::job_service_client::JobServiceClient;
+use raylet_proto::v1::{
+    BlobChunk, BlobRef, JobFile, JobLogChunk, JobSpec, ListJobsRequest, MissingBlobsRequest, ReadJobLogsRequest,
+    StopJobRequest, SubmitJobRequest, WatchJobRequest,
+};
+use tokio::io::AsyncReadExt;
+
+use super::{Job, JobInfo};
+use crate::Result;
+
+/// How long the head may take to answer a connection.
+const HEAD_PATIENCE: Duration = Duration::from_secs(5);
+
+/// A connection to the job service of the head at an address.
+#[derive(Clone)]
+pub struct JobClient {
+    client: JobServiceClient<AuthedChannel>,
+}
+
+/// A submitted job's id and how many bytes its submission uploaded.
+#[derive(Clone, Copy, Debug)]
+pub struct Submitted {
+    pub id: JobId,
+    pub uploaded_bytes: u64,
+}
+
+impl JobClient {
+    pub async fn connect(head: &str, token: &AuthToken) -> Result<Self> {
+        let channel = raylet_proto::channel::connect(head, token, HEAD_PATIENCE).await?;
+        let client = JobServiceClient::new(channel)
+            .max_decoding_message_size(MAX_DATA_MESSAGE)
+            .max_encoding_message_size(MAX_DATA_MESSAGE);
+        Ok(JobClient { client })
+    }
+
+    /// Uploads the job's binary and files that the head lacks, then submits it.
+    pub async fn submit(&self, job: &Job) -> Result<Submitted> {
+        let shipped = job.shipped_files()?;
+        let paths: Vec<&Path> = std::iter::once(job.binary.as_path())
+            .chain(shipped.iter().map(|(path, _)| path.as_path()))
+            .collect();
+        let blobs = hash_all(&paths).await?;
+        let uploaded_bytes = self.upload_missing(&paths, &blobs).await?;
+        let files = shipped
+            .iter()
+            .zip(&blobs[1..])
+            .map(|((path, relative), blob)| JobFile {
+                path: relative.clone(),
+                blob: Some(blob.clone()),
+                executable: is_executable(path),
+            })
+            .collect();
+        let spec = JobSpec {
+            binary: Some(blobs[0].clone()),
+            files,
+            ..job.spec()?
+        };
+        let id = JobId::random();
+        let request = SubmitJobRequest {
+            job_id: id.as_bytes().to_vec(),
+            spec: Some(spec),
+        };
+        self.client.clone().submit_job(request).await?;
+        Ok(Submitted { id, uploaded_bytes })
+    }
+
+    /// Uploads the blobs the head lacks; returns the bytes sent.
+    async fn upload_missing(&self, paths: &[&Path], blobs: &[BlobRef]) -> Result<u64> {
+        let names = blobs.iter().map(|b| b.sha256.clone()).collect();
+        let missing = self
+            .client
+            .clone()
+            .missing_blobs(MissingBlobsRequest { sha256: names })
+            .await?
+            .into_inner()
+            .sha256;
+        let mut uploaded = 0;
+        for (path, blob) in paths.iter().zip(blobs) {
+            if missing.contains(&blob.sha256) {
+                uploaded += self.upload(path, blob.clone()).await?;
+            }
+        }
+        Ok(uploaded)
+    }
+
+    /// Sends one file as a blob, in chunks; returns the bytes the head stored.
+    pub async fn upload(&self, path: &Path, blob: BlobRef) -> Result<u64> {
+        let mut file = tokio::fs::File::open(path).await?;
+        let (chunks, outbound) = tokio::sync::mpsc::channel(4);
+        let reader = tokio::spawn(async move {
+            let mut first = Some(blob);
+            loop {
+                let mut data = vec![0u8; CHUNK_BYTES];
+                let read = file.read(&mut data).await?;
+                if read == 0 && first.is_none() {
+                    return Ok::<(), std::io::Error>(());
+                }
+                data.truncate(read);
+                let chunk = BlobChunk {
+                    blob: first.take(),
+                    data: data.into(),
+                };
+                if chunks.send(chunk).await.is_err() || read == 0 {
+                    return Ok(());
+                }
+            }
+        });
+        let stream = tokio_stream::wrappers::ReceiverStream::new(outbound);
+        let stored = self.client.clone().upload_blob(stream).await;
+        reader
+            .await
+            .map_err(|e| raylet_proto::Error::Internal(e.to_string()))??;
+        Ok(stored?.into_inner().bytes_stored)
+    }
+
+    /// The job's record now.
+    pub async fn info(&self, id: JobId) -> Result<JobInfo> {
+        let mut records = self.watch(id).await?;
+        let record = records
+            .message()
+            .await?
+            .ok_or_else(|| raylet_proto::Error::Unavailable("the head sent no record".into()))?;
+        JobInfo::from_record(record)
+    }
+
+    /// The job's record now, then at each change until it ends.
+    pub async fn watch(&self, id: JobId) -> Result<tonic::Streaming<raylet_proto::v1::JobRecord>> {
+        let request = WatchJobRequest {
+            job_id: id.as_bytes().to_vec(),
+        };
+        Ok(self.client.clone().watch_job(request).await?.into_inner())
+    }
+
+    /// The job's record once it has ended.
+    pub async fn wait(&self, id: JobId) -> Result<JobInfo> {
+        let mut records = self.watch(id).await?;
+        let mut last = None;
+        while let Some(record) = records.message().await? {
+            last = Some(record);
+        }
+        let record = last.ok_or_else(|| raylet_proto::Error::Unavailable("the head sent no record".into()))?;
+        let info = JobInfo::from_record(record)?;
+        match info.status.is_ended() {
+            true => Ok(info),
+            false => Err(raylet_proto::Error::Unavailable(format!("the head stopped following job {id}")).into()),
+        }
+    }
+
+    pub async fn list(&self) -> Result<Vec<JobInfo>> {
+        let jobs = self
+            .client
+            .clone()
+            .list_jobs(ListJobsRequest {})
+            .await?
+            .into_inner()
+            .jobs;
+        jobs.into_iter().map(JobInfo::from_record).collect()
+    }
+
+    /// Stops the job: SIGTERM to its driver, then SIGKILL after `grace`.
+    pub async fn stop(&self, id: JobId, grace: Duration) -> Result<JobInfo> {
+        let request = StopJobRequest {
+            job_id: id.as_bytes().to_vec(),
+            grace_ms: grace.as_millis() as u64,
+        };
+        JobInfo::from_record(self.client.clone().stop_job(request).await?.into_inner())
+    }
+
+    /// The job's output from `offset`, in chunks; with `follow`, until the job ends.
+    pub async fn read_logs(&self, id: JobId, offset: u64, follow: bool) -> Result<tonic::Streaming<JobLogChunk>> {
+        let request = ReadJobLogsRequest {
+            job_id: id.as_bytes().to_vec(),
+            offset,
+            follow,
+        };
+        Ok(self.client.clone().read_job_logs(request).await?.into_inner())
+    }
+
+    /// The job's whole output so far.
+    pub async fn logs(&self, id: JobId) -> Result<Vec<u8>> {
+        let mut chunks = self.read_logs(id, 0, false).await?;
+        let mut output = Vec::new();
+        while let Some(chunk) = chunks.message().await? {
+            output.extend_from_slice(&chunk.data);
+        }
+        Ok(output)
+    }
+}
+
+/// The sha256 of every file, computed off the async threads.
+async fn hash_all(paths: &[&Path]) -> Result<Vec<BlobRef>> {
+    let owned: Vec<std::path::PathBuf> = paths.iter().map(|p| p.to_path_buf()).collect();
+    let hashed = tokio::task::spawn_blocking(move || owned.iter().map(|p| blob_of_file(p)).collect());
+    let blobs: raylet_proto::Result<Vec<BlobRef>> =
+        hashed.await.map_err(|e| raylet_proto::Error::Internal(e.to_string()))?;
+    Ok(blobs?)
+}
+
+fn is_executable(path: &Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.permissions().mode() & 0o111 != 0)
+}

@@ -1,0 +1,213 @@
+//! Content-addressed blobs, the binaries and files that jobs ship: their
+//! sha256 names, a writer that checks a blob as its chunks arrive, and the
+//! chunk size they travel in.
+
+use std::io::Write;
+use std::path::{Path, PathBuf};
+
+use sha2::{Digest, Sha256};
+use xxhash_rust::xxh3::Xxh3;
+
+use crate::v1::BlobRef;
+use crate::{Error, Result};
+
+/// Bytes per chunk of an upload or a fetch.
+pub const CHUNK_BYTES: usize = 1 << 20;
+
+/// Whether `name` is a sha256 as blobs are named: 64 lowercase hex digits.
+pub fn is_sha256(name: &str) -> bool {
+    name.len() == 64 && name.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+}
+
+/// Checks that `blob` names a blob by a well-formed sha256.
+pub fn check_ref(blob: &BlobRef) -> Result<()> {
+    match is_sha256(&blob.sha256) {
+        true => Ok(()),
+        false => Err(Error::InvalidArgument(format!(
+            "'{}' is not a sha256 (64 lowercase hex digits)",
+            blob.sha256
+        ))),
+    }
+}
+
+/// The sha256 and size of the file at `path`.
+pub fn blob_of_file(path: &Path) -> Result<BlobRef> {
+    let mut hasher = Sha256::new();
+    let size = crate::binary_hash::for_each_chunk(path, |chunk| hasher.update(chunk))?;
+    Ok(BlobRef {
+        sha256: hex(&hasher.finalize()),
+        size,
+    })
+}
+
+fn hex(bytes: &[u8]) -> String {
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Writes a blob's chunks to a temporary file next to its final place,
+/// checking size and sha256 as they come; only a blob that matches what it
+/// claimed is moved into place. It also computes the XXH3 build hash that
+/// worker binaries go by.
+pub struct BlobWriter {
+    expected: BlobRef,
+    limit: u64,
+    temp: PartialFile,
+    file: std::fs::File,
+    sha256: Sha256,
+    build: Xxh3,
+    written: u64,
+}
+
+impl BlobWriter {
+    /// Starts a blob that claims to be `expected`, in `dir`; refuses one
+    /// larger than `limit` bytes.
+    pub fn create(dir: &Path, expected: BlobRef, limit: u64) -> Result<Self> {
+        check_ref(&expected)?;
+        if expected.size > limit {
+            return Err(Error::ResourceExhausted(format!(
+                "the blob {} has {} bytes, more than the limit of {limit}",
+                expected.sha256, expected.size
+            )));
+        }
+        let temp = PartialFile::new(dir, &expected.sha256);
+        let file = std::fs::File::create(temp.path())
+            .map_err(|e| Error::Internal(format!("creating {}: {e}", temp.path().display())))?;
+        Ok(BlobWriter {
+            expected,
+            limit,
+            temp,
+            file,
+            sha256: Sha256::new(),
+            build: Xxh3::new(),
+            written: 0,
+        })
+    }
+
+    /// Appends a chunk; fails once the blob passes the size it claimed.
+    pub fn write(&mut self, data: &[u8]) -> Result<()> {
+        self.written += data.len() as u64;
+        if self.written > self.expected.size.min(self.limit) {
+            return Err(Error::InvalidArgument(format!(
+                "the blob {} sent more than the {} bytes it claimed",
+                self.expected.sha256, self.expected.size
+            )));
+        }
+        self.sha256.update(data);
+        self.build.update(data);
+        self.file
+            .write_all(data)
+            .map_err(|e| Error::Internal(format!("writing {}: {e}", self.temp.path().display())))
+    }
+
+    /// Checks the whole blob and moves it to `dir/<sha256>`; returns its
+    /// build hash.
+    pub fn finish(mut self, mode: u32) -> Result<String> {
+        let sha256 = hex(&self.sha256.finalize_reset());
+        if self.written != self.expected.size || sha256 != self.expected.sha256 {
+            return Err(Error::InvalidArgument(format!(
+                "the upload does not match its name: it claimed sha256 {} and {} bytes, \
+                 and {} bytes with sha256 {sha256} arrived",
+                self.expected.sha256, self.expected.size, self.written
+            )));
+        }
+        self.file
+            .sync_all()
+            .map_err(|e| Error::Internal(format!("syncing {}: {e}", self.temp.path().display())))?;
+        set_mode(self.temp.path(), mode)?;
+        let target = self.temp.path().with_file_name(&sha256);
+        self.temp.persist(&target)?;
+        Ok(format!("{:032x}", self.build.digest128()))
+    }
+}
+
+fn set_mode(path: &Path, mode: u32) -> Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(mode))
+        .map_err(|e| Error::Internal(format!("setting the mode of {}: {e}", path.display())))
+}
+
+/// A blob's file while it arrives, named apart from finished blobs and
+/// removed on drop unless it was moved into place.
+struct PartialFile(Option<PathBuf>);
+
+impl PartialFile {
+    fn new(dir: &Path, name: &str) -> Self {
+        let unique: u64 = rand::random();
+        PartialFile(Some(dir.join(format!(".{name}.{unique:016x}.partial"))))
+    }
+
+    fn path(&self) -> &Path {
+        self.0.as_deref().expect("not yet moved into place")
+    }
+
+    fn persist(&mut self, target: &Path) -> Result<()> {
+        let path = self.0.take().expect("moved into place once");
+        std::fs::rename(&path, target).map_err(|e| {
+            let _ = std::fs::remove_file(&path);
+            Error::Internal(format!("moving {} to {}: {e}", path.display(), target.display()))
+        })
+    }
+}
+
+impl Drop for PartialFile {
+    fn drop(&mut self) {
+        if let Some(path) = self.0.take() {
+            let _ = std::fs::remove_file(path);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dir() -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("raylet-blob-{}-{}", std::process::id(), rand::random::<u32>()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
+    }
+
+    #[test]
+    fn a_blob_that_matches_its_name_lands_under_it_and_others_leave_nothing() {
+        let dir = dir();
+        let source = dir.join("source");
+        std::fs::write(&source, b"hello blob").unwrap();
+        let blob = blob_of_file(&source).unwrap();
+        assert!(is_sha256(&blob.sha256));
+        assert_eq!(blob.size, 10);
+
+        let mut writer = BlobWriter::create(&dir, blob.clone(), 1 << 20).unwrap();
+        writer.write(b"hello ").unwrap();
+        writer.write(b"blob").unwrap();
+        let build = writer.finish(0o644).unwrap();
+        assert_eq!(std::fs::read(dir.join(&blob.sha256)).unwrap(), b"hello blob");
+        assert_eq!(build, crate::binary_hash::hash_file(&source).unwrap());
+
+        let mut corrupt = BlobWriter::create(&dir, blob.clone(), 1 << 20).unwrap();
+        corrupt.write(b"hello BLOB").unwrap();
+        let error = corrupt.finish(0o644).unwrap_err();
+        assert!(error.to_string().contains("does not match"), "{error}");
+        let mut long = BlobWriter::create(&dir, blob.clone(), 1 << 20).unwrap();
+        assert!(long.write(b"hello blob and more").is_err());
+        drop(long);
+        let too_big = BlobWriter::create(&dir, blob.clone(), 5).err().unwrap();
+        assert!(matches!(too_big, Error::ResourceExhausted(_)), "{too_big}");
+        let names: Vec<String> = std::fs::read_dir(&dir)
+            .unwrap()
+            .map(|e| e.unwrap().file_name().into_string().unwrap())
+            .collect();
+        assert_eq!(names.len(), 2, "only the source and the good blob: {names:?}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    #[test]
+    fn names_that_are_not_a_sha256_are_refused() {
+        assert!(!is_sha256("../etc/passwd"));
+        assert!(!is_sha256(&"A".repeat(64)));
+        let bad = BlobRef {
+            sha256: "abc".into(),
+            size: 1,
+        };
+        assert!(check_ref(&bad).is_err());
+    }
+}

@@ -1,0 +1,325 @@
+//! Runs jobs: picks a node for each driver with the placement policy, asks
+//! that node manager to run it, records what it reports (start, output,
+//! exit) and stops drivers on request. A driver that finds no room waits.
+
+use std::collections::HashMap;
+use std::path::{Component, Path};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+use raylet_proto::auth::AuthToken;
+use raylet_proto::blob::check_ref;
+use raylet_proto::v1::job_driver_event::Kind as DriverEvent;
+use raylet_proto::v1::node_manager_service_client::NodeManagerServiceClient;
+use raylet_proto::v1::{JobDriverExit, JobRecord, JobSpec, JobStatus, RunJobDriverRequest, StopJobDriverRequest};
+use raylet_proto::{Error, JobId, NodeId, ResourceSet, Result, Scheduling};
+
+use super::blobs::BlobStore;
+use super::table::{JobTable, is_ended};
+use crate::head::NodeTable;
+use crate::placement::{Choice, Placer, Request};
+
+/// How long a node manager may take to answer a connection.
+const NODE_PATIENCE: Duration = Duration::from_secs(5);
+/// How often a job that found no room looks again.
+const PENDING_RETRY: Duration = Duration::from_millis(500);
+/// The most files one job may ship.
+const MAX_FILES: usize = 100_000;
+
+/// Where a job's driver runs, and whether it was asked to stop.
+#[derive(Clone, Default)]
+struct Driver {
+    address: Option<String>,
+    stop_grace: Option<Duration>,
+}
+
+/// How a job ended.
+struct Ended {
+    status: JobStatus,
+    message: String,
+    exit: Option<JobDriverExit>,
+}
+
+/// The head's jobs and their drivers.
+pub struct JobManager {
+    pub(crate) table: JobTable,
+    pub(crate) blobs: BlobStore,
+    nodes: Arc<Mutex<NodeTable>>,
+    placer: Mutex<Placer>,
+    token: AuthToken,
+    drivers: Mutex<HashMap<JobId, Driver>>,
+}
+
+impl JobManager {
+    /// Keeps blobs and job records under `dir`.
+    pub fn new(dir: &Path, max_blob_bytes: u64, nodes: Arc<Mutex<NodeTable>>, token: AuthToken) -> Self {
+        JobManager {
+            table: JobTable::open(&dir.join("jobs")),
+            blobs: BlobStore::open(&dir.join("blobs"), max_blob_bytes),
+            nodes,
+            placer: Mutex::new(Placer::new(rand::random())),
+            token,
+            drivers: Mutex::new(HashMap::new()),
+        }
+    }
+
+    fn drivers(&self) -> MutexGuard<'_, HashMap<JobId, Driver>> {
+        self.drivers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Registers the job and starts placing its driver.
+    pub fn submit(self: &Arc<Self>, id: JobId, spec: JobSpec) -> Result<JobRecord> {
+        self.check_spec(&spec)?;
+        let record = self.table.create(id, spec.clone(), now_ms())?;
+        self.drivers().insert(id, Driver::default());
+        tokio::spawn(self.clone().drive(id, spec));
+        Ok(record)
+    }
+
+    /// Stops the job: a pending one at once, a running one by signalling
+    /// its driver (SIGTERM, then SIGKILL after `grace`).
+    pub async fn stop(&self, id: JobId, grace: Duration) -> Result<JobRecord> {
+        let record = self.table.record(id)?;
+        if is_ended(record.status()) {
+            return Ok(record);
+        }
+        let address = {
+            let mut drivers = self.drivers();
+            let driver = drivers.entry(id).or_default();
+            driver.stop_grace = Some(grace);
+            driver.address.clone()
+        };
+        if let Some(address) = address {
+            self.signal_driver(&address, id, grace).await?;
+        }
+        self.table.record(id)
+    }
+
+    fn check_spec(&self, spec: &JobSpec) -> Result<()> {
+        let binary = spec
+            .binary
+            .as_ref()
+            .ok_or_else(|| Error::InvalidArgument("a job needs a binary".into()))?;
+        check_relative(&spec.binary_name)?;
+        if spec.files.len() > MAX_FILES {
+            return Err(Error::InvalidArgument(format!(
+                "a job may ship at most {MAX_FILES} files, got {}",
+                spec.files.len()
+            )));
+        }
+        let mut blobs = vec![binary];
+        for file in &spec.files {
+            check_relative(&file.path)?;
+            blobs.push(
+                file.blob
+                    .as_ref()
+                    .ok_or_else(|| Error::InvalidArgument(format!("the file {} names no blob", file.path)))?,
+            );
+        }
+        for blob in blobs {
+            check_ref(blob)?;
+            if self.blobs.path(&blob.sha256).is_none() {
+                return Err(Error::FailedPrecondition(format!(
+                    "the blob {} was not uploaded; upload it before submitting",
+                    blob.sha256
+                )));
+            }
+        }
+        ResourceSet::from_proto(&spec.resources.clone().unwrap_or_default())?;
+        Ok(())
+    }
+
+    /// Places and runs the driver until the job ends, then records how.
+    async fn drive(self: Arc<Self>, id: JobId, spec: JobSpec) {
+        let ended = self.run_until_ended(id, &spec).await;
+        let result = self.table.update(id, |record| {
+            record.set_status(ended.status);
+            record.message = ended.message;
+            if let Some(exit) = ended.exit {
+                record.exit_code = exit.exit_code;
+                record.signal = exit.signal;
+                record.stderr_tail = exit.stderr_tail;
+            }
+            record.ended_unix_ms = now_ms();
+        });
+        if let Err(error) = result {
+            tracing::warn!(job = %id, %error, "could not record the end of a job");
+        }
+        self.drivers().remove(&id);
+    }
+
+    async fn run_until_ended(&self, id: JobId, spec: &JobSpec) -> Ended {
+        loop {
+            if self.stop_grace(id).is_some() {
+                return ended(JobStatus::Stopped, "stopped before its driver started".into(), None);
+            }
+            match self.choose_node(spec) {
+                Err(reason) => return ended(JobStatus::Failed, reason, None),
+                Ok(None) => {}
+                Ok(Some((node_id, address))) => {
+                    if let Some(end) = self.run_on(id, spec, node_id, &address).await {
+                        return end;
+                    }
+                }
+            }
+            tokio::time::sleep(PENDING_RETRY).await;
+        }
+    }
+
+    fn stop_grace(&self, id: JobId) -> Option<Duration> {
+        self.drivers().get(&id).and_then(|driver| driver.stop_grace)
+    }
+
+    /// The node for the driver: `None` while no node has room.
+    fn choose_node(&self, spec: &JobSpec) -> Result<Option<(NodeId, String)>, String> {
+        let demand = ResourceSet::from_proto(&spec.resources.clone().unwrap_or_default()).map_err(|e| e.to_string())?;
+        let mut nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
+        let cluster = nodes.placement_view();
+        let demand = cluster.demand(&demand);
+        let scheduling = Scheduling::default();
+        let request = Request {
+            demand: &demand,
+            scheduling: &scheduling,
+            preferred: None,
+        };
+        let choice = self
+            .placer
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .choose(cluster, &request);
+        match choice {
+            Choice::Run(index) => {
+                cluster.subtract(index, &demand);
+                let node = cluster.node(index);
+                Ok(Some((node.node_id, node.address.clone())))
+            }
+            Choice::Queue(_) => Ok(None),
+            Choice::Infeasible(reason) | Choice::Unschedulable(reason) => {
+                Err(format!("the driver can never be placed: {reason}"))
+            }
+        }
+    }
+
+    /// Runs the driver on one node; `None` when the node had no room.
+    async fn run_on(&self, id: JobId, spec: &JobSpec, node_id: NodeId, address: &str) -> Option<Ended> {
+        self.drivers().entry(id).or_default().address = Some(address.to_string());
+        let lost = |error: String| {
+            let message = format!("the node {node_id} running the driver died or became unreachable: {error}");
+            Some(ended(JobStatus::Failed, message, None))
+        };
+        let channel = match raylet_proto::channel::connect(address, &self.token, NODE_PATIENCE).await {
+            Ok(channel) => channel,
+            Err(error) => return lost(error.to_string()),
+        };
+        let request = RunJobDriverRequest {
+            job_id: id.as_bytes().to_vec(),
+            spec: Some(spec.clone()),
+        };
+        let mut events = match NodeManagerServiceClient::new(channel).run_job_driver(request).await {
+            Ok(events) => events.into_inner(),
+            Err(status) => return lost(Error::from(status).to_string()),
+        };
+        loop {
+            let event = match events.message().await {
+                Ok(Some(event)) => event.kind,
+                Ok(None) => return lost("its stream ended before the driver exited".into()),
+                Err(status) => return lost(Error::from(status).to_string()),
+            };
+            match event {
+                Some(DriverEvent::Started(pid)) => self.started(id, node_id, address, pid).await,
+                Some(DriverEvent::Output(data)) => {
+                    if let Err(error) = self.table.append_output(id, &data) {
+                        tracing::warn!(job = %id, %error, "could not keep a job's output");
+                    }
+                }
+                Some(DriverEvent::Exited(exit)) => return Some(self.exited(id, exit)),
+                Some(DriverEvent::Failed(reason)) => return Some(ended(JobStatus::Failed, reason, None)),
+                Some(DriverEvent::Busy(_)) => {
+                    self.drivers().entry(id).or_default().address = None;
+                    return None;
+                }
+                None => {}
+            }
+        }
+    }
+
+    async fn started(&self, id: JobId, node_id: NodeId, address: &str, pid: u32) {
+        let running = self.table.update(id, |record| {
+            record.set_status(JobStatus::Running);
+            record.node_id = node_id.as_bytes().to_vec();
+            record.message = format!("running on node {node_id} ({address}), pid {pid}");
+        });
+        if let Err(error) = running {
+            tracing::warn!(job = %id, %error, "could not record a job's start");
+        }
+        if let Some(grace) = self.stop_grace(id) {
+            let _ = self.signal_driver(address, id, grace).await;
+        }
+    }
+
+    fn exited(&self, id: JobId, exit: JobDriverExit) -> Ended {
+        let how = match (exit.exit_code, exit.signal) {
+            (Some(code), _) => format!("exit code {code}"),
+            (None, Some(signal)) => format!("signal {signal}"),
+            (None, None) => "an unknown status".into(),
+        };
+        let (status, message) = match (self.stop_grace(id), exit.exit_code) {
+            (Some(_), _) => (
+                JobStatus::Stopped,
+                format!("stopped on request; the driver ended with {how}"),
+            ),
+            (None, Some(0)) => (JobStatus::Succeeded, "the driver exited with code 0".into()),
+            (None, _) => (JobStatus::Failed, format!("the driver ended with {how}")),
+        };
+        ended(status, message, Some(exit))
+    }
+
+    async fn signal_driver(&self, address: &str, id: JobId, grace: Duration) -> Result<()> {
+        let channel = raylet_proto::channel::connect(address, &self.token, NODE_PATIENCE).await?;
+        let request = StopJobDriverRequest {
+            job_id: id.as_bytes().to_vec(),
+            grace_ms: grace.as_millis() as u64,
+        };
+        NodeManagerServiceClient::new(channel).stop_job_driver(request).await?;
+        Ok(())
+    }
+}
+
+fn ended(status: JobStatus, message: String, exit: Option<JobDriverExit>) -> Ended {
+    Ended { status, message, exit }
+}
+
+/// Checks that a shipped path stays inside the job's directory.
+fn check_relative(path: &str) -> Result<()> {
+    let parsed = Path::new(path);
+    let inside = !path.is_empty()
+        && path.len() <= 4096
+        && parsed
+            .components()
+            .all(|component| matches!(component, Component::Normal(_)));
+    match inside {
+        true => Ok(()),
+        false => Err(Error::InvalidArgument(format!(
+            "'{path}' must be a relative path inside the job's directory, without '..'"
+        ))),
+    }
+}
+
+fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn shipped_paths_must_stay_inside_the_job_directory() {
+        assert!(check_relative("model/weights.bin").is_ok());
+        for bad in ["", "/etc/passwd", "../x", "a/../../b", "./a"] {
+            assert!(check_relative(bad).is_err(), "{bad}");
+        }
+    }
+}

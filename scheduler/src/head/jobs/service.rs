@@ -1,0 +1,217 @@
+//! The gRPC face of the head's jobs: blobs in and out, submit, watch, list,
+//! stop and read the output.
+
+use std::pin::Pin;
+use std::sync::Arc;
+use std::time::Duration;
+
+use raylet_proto::blob::{CHUNK_BYTES, is_sha256};
+use raylet_proto::v1::fetch_blob_request::By;
+use raylet_proto::v1::job_service_server::JobService;
+use raylet_proto::v1::{
+    BlobChunk, BlobRef, FetchBlobRequest, JobLogChunk, JobRecord, ListJobsReply, ListJobsRequest, MissingBlobsReply,
+    MissingBlobsRequest, ReadJobLogsRequest, StopJobRequest, SubmitJobRequest, UploadBlobReply, WatchJobRequest,
+};
+use raylet_proto::{Error, JobId, Result};
+use tokio::io::AsyncReadExt;
+use tokio::sync::{mpsc, watch};
+use tokio_stream::Stream;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use super::manager::JobManager;
+use super::table::is_ended;
+
+/// The most names one `MissingBlobs` call may ask about.
+const MAX_NAMES: usize = 100_000;
+/// The longest grace period a stop may ask for.
+const MAX_GRACE: Duration = Duration::from_secs(3600);
+
+type ReplyStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send>>;
+
+/// Serves [`JobService`] over the head's job manager.
+pub(crate) struct JobServiceImpl {
+    pub(crate) jobs: Arc<JobManager>,
+    /// Turns true when the head stops: following streams end then.
+    pub(crate) stopping: watch::Receiver<bool>,
+}
+
+#[tonic::async_trait]
+impl JobService for JobServiceImpl {
+    type FetchBlobStream = ReplyStream<BlobChunk>;
+    type WatchJobStream = ReplyStream<JobRecord>;
+    type ReadJobLogsStream = ReplyStream<JobLogChunk>;
+
+    async fn missing_blobs(
+        &self,
+        request: Request<MissingBlobsRequest>,
+    ) -> Result<Response<MissingBlobsReply>, Status> {
+        let names = request.into_inner().sha256;
+        if names.len() > MAX_NAMES {
+            return Err(Error::InvalidArgument(format!("ask about at most {MAX_NAMES} blobs at once")).into());
+        }
+        if let Some(bad) = names.iter().find(|name| !is_sha256(name)) {
+            return Err(Error::InvalidArgument(format!("'{bad}' is not a sha256")).into());
+        }
+        Ok(Response::new(MissingBlobsReply {
+            sha256: self.jobs.blobs.missing(&names),
+        }))
+    }
+
+    async fn upload_blob(&self, request: Request<Streaming<BlobChunk>>) -> Result<Response<UploadBlobReply>, Status> {
+        let mut chunks = request.into_inner();
+        let first = chunks
+            .message()
+            .await?
+            .ok_or_else(|| Error::InvalidArgument("an upload must send at least one chunk".into()))?;
+        let blob = first
+            .blob
+            .ok_or_else(|| Error::InvalidArgument("an upload's first chunk must name its blob".into()))?;
+        let Some(mut writer) = self.jobs.blobs.receive(blob.clone())? else {
+            return Ok(Response::new(UploadBlobReply { bytes_stored: 0 }));
+        };
+        writer.write(&first.data)?;
+        while let Some(chunk) = chunks.message().await? {
+            writer.write(&chunk.data)?;
+        }
+        self.jobs.blobs.keep(writer, &blob.sha256)?;
+        Ok(Response::new(UploadBlobReply {
+            bytes_stored: blob.size,
+        }))
+    }
+
+    async fn fetch_blob(&self, request: Request<FetchBlobRequest>) -> Result<Response<Self::FetchBlobStream>, Status> {
+        let sha256 = match request.into_inner().by {
+            Some(By::Sha256(sha256)) => sha256,
+            Some(By::BuildHash(build)) => self.jobs.blobs.by_build_hash(&build).ok_or_else(|| {
+                Error::NotFound(format!("no binary with build hash {build} was uploaded to the head"))
+            })?,
+            None => return Err(Error::InvalidArgument("a fetch must name a blob".into()).into()),
+        };
+        let path = self
+            .jobs
+            .blobs
+            .path(&sha256)
+            .ok_or_else(|| Error::NotFound(format!("the head has no blob {sha256}")))?;
+        let mut file = tokio::fs::File::open(&path)
+            .await
+            .map_err(|e| Error::Internal(format!("opening {}: {e}", path.display())))?;
+        let size = file.metadata().await.map_err(|e| Error::Internal(e.to_string()))?.len();
+        let (chunks, receiver) = mpsc::channel(4);
+        tokio::spawn(async move {
+            let mut blob = Some(BlobRef { sha256, size });
+            loop {
+                let mut data = vec![0u8; CHUNK_BYTES];
+                let read = match file.read(&mut data).await {
+                    Ok(read) => read,
+                    Err(error) => {
+                        let _ = chunks.send(Err(Error::Internal(error.to_string()).into())).await;
+                        return;
+                    }
+                };
+                if read == 0 && blob.is_none() {
+                    return;
+                }
+                data.truncate(read);
+                let chunk = BlobChunk {
+                    blob: blob.take(),
+                    data: data.into(),
+                };
+                if chunks.send(Ok(chunk)).await.is_err() || read == 0 {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(receiver))))
+    }
+
+    async fn submit_job(&self, request: Request<SubmitJobRequest>) -> Result<Response<JobRecord>, Status> {
+        let request = request.into_inner();
+        let id = JobId::from_wire(&request.job_id)?;
+        let spec = request
+            .spec
+            .ok_or_else(|| Error::InvalidArgument("a job needs a spec".into()))?;
+        Ok(Response::new(self.jobs.submit(id, spec)?))
+    }
+
+    async fn watch_job(&self, request: Request<WatchJobRequest>) -> Result<Response<Self::WatchJobStream>, Status> {
+        let id = JobId::from_wire(&request.into_inner().job_id)?;
+        let mut watcher = self.jobs.table.watch(id)?;
+        let mut stopping = self.stopping.clone();
+        let (records, receiver) = mpsc::channel(8);
+        tokio::spawn(async move {
+            loop {
+                let record = watcher.borrow_and_update().clone();
+                let ended = is_ended(record.status());
+                if records.send(Ok(record)).await.is_err() || ended {
+                    return;
+                }
+                tokio::select! {
+                    changed = watcher.changed() => if changed.is_err() { return },
+                    _ = stopping.wait_for(|stopping| *stopping) => return,
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(receiver))))
+    }
+
+    async fn list_jobs(&self, _request: Request<ListJobsRequest>) -> Result<Response<ListJobsReply>, Status> {
+        Ok(Response::new(ListJobsReply {
+            jobs: self.jobs.table.list(),
+        }))
+    }
+
+    async fn stop_job(&self, request: Request<StopJobRequest>) -> Result<Response<JobRecord>, Status> {
+        let request = request.into_inner();
+        let id = JobId::from_wire(&request.job_id)?;
+        let grace = Duration::from_millis(request.grace_ms).min(MAX_GRACE);
+        Ok(Response::new(self.jobs.stop(id, grace).await?))
+    }
+
+    async fn read_job_logs(
+        &self,
+        request: Request<ReadJobLogsRequest>,
+    ) -> Result<Response<Self::ReadJobLogsStream>, Status> {
+        let request = request.into_inner();
+        let id = JobId::from_wire(&request.job_id)?;
+        let jobs = self.jobs.clone();
+        let mut written = jobs.table.watch_output(id)?;
+        let mut record = jobs.table.watch(id)?;
+        let mut stopping = self.stopping.clone();
+        let (chunks, receiver) = mpsc::channel(4);
+        tokio::spawn(async move {
+            let mut offset = request.offset;
+            loop {
+                let ended = is_ended(record.borrow_and_update().status());
+                let available = *written.borrow_and_update();
+                if offset < available {
+                    let data = match jobs.table.read_output(id, offset, CHUNK_BYTES) {
+                        Ok(data) => data,
+                        Err(error) => {
+                            let _ = chunks.send(Err(error.into())).await;
+                            return;
+                        }
+                    };
+                    let chunk = JobLogChunk {
+                        offset,
+                        data: data.clone().into(),
+                    };
+                    offset += data.len() as u64;
+                    if data.is_empty() || chunks.send(Ok(chunk)).await.is_err() {
+                        return;
+                    }
+                    continue;
+                }
+                if !request.follow || ended {
+                    return;
+                }
+                tokio::select! {
+                    _ = written.changed() => {}
+                    _ = record.changed() => {}
+                    _ = stopping.wait_for(|stopping| *stopping) => return,
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(receiver))))
+    }
+}

@@ -1,0 +1,159 @@
+//! The head's job records and their output. Each record lives in memory
+//! behind a watch channel and on disk in `<dir>/<job id>/record.pb`,
+//! written at every change; the driver's output is appended to
+//! `<dir>/<job id>/output.log`, so both outlast the job.
+
+use std::collections::BTreeMap;
+use std::io::{Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::{Mutex, MutexGuard};
+
+use prost::Message;
+use raylet_proto::v1::{JobRecord, JobSpec, JobStatus};
+use raylet_proto::{Error, JobId, Result};
+use tokio::sync::watch;
+
+/// One job: its record and how much output it has.
+struct JobEntry {
+    record: watch::Sender<JobRecord>,
+    output_bytes: watch::Sender<u64>,
+}
+
+/// Every job the head knows, ended ones included.
+pub struct JobTable {
+    dir: PathBuf,
+    jobs: Mutex<BTreeMap<JobId, JobEntry>>,
+}
+
+impl JobTable {
+    /// The table whose jobs live under `dir`, made when the first job comes.
+    pub fn open(dir: &Path) -> Self {
+        JobTable {
+            dir: dir.to_path_buf(),
+            jobs: Mutex::new(BTreeMap::new()),
+        }
+    }
+
+    fn jobs(&self) -> MutexGuard<'_, BTreeMap<JobId, JobEntry>> {
+        self.jobs.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn job_dir(&self, id: JobId) -> PathBuf {
+        self.dir.join(id.to_string())
+    }
+
+    /// Registers a pending job.
+    pub fn create(&self, id: JobId, spec: JobSpec, now_ms: u64) -> Result<JobRecord> {
+        let mut jobs = self.jobs();
+        if jobs.contains_key(&id) {
+            return Err(Error::AlreadyExists(format!("job {id} was submitted before")));
+        }
+        let dir = self.job_dir(id);
+        std::fs::create_dir_all(&dir).map_err(|e| Error::Internal(format!("creating {}: {e}", dir.display())))?;
+        let record = JobRecord {
+            job_id: id.as_bytes().to_vec(),
+            spec: Some(spec),
+            status: JobStatus::Pending as i32,
+            message: "waiting for a node to run the driver".into(),
+            submitted_unix_ms: now_ms,
+            ..JobRecord::default()
+        };
+        self.persist(id, &record)?;
+        let entry = JobEntry {
+            record: watch::channel(record.clone()).0,
+            output_bytes: watch::channel(0).0,
+        };
+        jobs.insert(id, entry);
+        Ok(record)
+    }
+
+    pub fn record(&self, id: JobId) -> Result<JobRecord> {
+        let jobs = self.jobs();
+        let entry = jobs.get(&id).ok_or_else(|| unknown(id))?;
+        Ok(entry.record.borrow().clone())
+    }
+
+    /// Every job, oldest first.
+    pub fn list(&self) -> Vec<JobRecord> {
+        let mut records: Vec<JobRecord> = self.jobs().values().map(|e| e.record.borrow().clone()).collect();
+        records.sort_by_key(|r| r.submitted_unix_ms);
+        records
+    }
+
+    /// Changes the record, unless it has ended, and writes it to disk.
+    /// Returns the record as it is after.
+    pub fn update(&self, id: JobId, change: impl FnOnce(&mut JobRecord)) -> Result<JobRecord> {
+        let jobs = self.jobs();
+        let entry = jobs.get(&id).ok_or_else(|| unknown(id))?;
+        let mut record = entry.record.borrow().clone();
+        if is_ended(record.status()) {
+            return Ok(record);
+        }
+        change(&mut record);
+        record.log_bytes = *entry.output_bytes.borrow();
+        self.persist(id, &record)?;
+        entry.record.send_replace(record.clone());
+        Ok(record)
+    }
+
+    /// Follows the job's record.
+    pub fn watch(&self, id: JobId) -> Result<watch::Receiver<JobRecord>> {
+        let jobs = self.jobs();
+        Ok(jobs.get(&id).ok_or_else(|| unknown(id))?.record.subscribe())
+    }
+
+    /// Follows how many bytes of output the job has.
+    pub fn watch_output(&self, id: JobId) -> Result<watch::Receiver<u64>> {
+        let jobs = self.jobs();
+        Ok(jobs.get(&id).ok_or_else(|| unknown(id))?.output_bytes.subscribe())
+    }
+
+    /// Appends the driver's output.
+    pub fn append_output(&self, id: JobId, data: &[u8]) -> Result<()> {
+        let jobs = self.jobs();
+        let entry = jobs.get(&id).ok_or_else(|| unknown(id))?;
+        let path = self.job_dir(id).join("output.log");
+        let mut file = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&path)
+            .map_err(|e| Error::Internal(format!("opening {}: {e}", path.display())))?;
+        file.write_all(data)
+            .map_err(|e| Error::Internal(format!("writing {}: {e}", path.display())))?;
+        entry.output_bytes.send_modify(|bytes| *bytes += data.len() as u64);
+        Ok(())
+    }
+
+    /// Up to `max` bytes of the job's output from `offset`.
+    pub fn read_output(&self, id: JobId, offset: u64, max: usize) -> Result<Vec<u8>> {
+        self.record(id)?;
+        let path = self.job_dir(id).join("output.log");
+        let Ok(mut file) = std::fs::File::open(&path) else {
+            return Ok(Vec::new());
+        };
+        file.seek(SeekFrom::Start(offset))
+            .map_err(|e| Error::Internal(format!("reading {}: {e}", path.display())))?;
+        let mut data = Vec::new();
+        file.take(max as u64)
+            .read_to_end(&mut data)
+            .map_err(|e| Error::Internal(format!("reading {}: {e}", path.display())))?;
+        Ok(data)
+    }
+
+    fn persist(&self, id: JobId, record: &JobRecord) -> Result<()> {
+        let path = self.job_dir(id).join("record.pb");
+        let partial = path.with_extension("pb.partial");
+        std::fs::write(&partial, record.encode_to_vec())
+            .and_then(|()| std::fs::rename(&partial, &path))
+            .map_err(|e| Error::Internal(format!("writing {}: {e}", path.display())))
+    }
+}
+
+/// Whether a job in `status` has ended for good.
+pub fn is_ended(status: JobStatus) -> bool {
+    matches!(status, JobStatus::Succeeded | JobStatus::Failed | JobStatus::Stopped)
+}
+
+fn unknown(id: JobId) -> Error {
+    Error::NotFound(format!("no job {id} was submitted to this cluster"))
+}

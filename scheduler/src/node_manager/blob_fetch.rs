@@ -1,0 +1,74 @@
+//! Blobs this node fetched from the head, the binaries and files of jobs:
+//! kept by sha256 under the node's work directory, each checked against
+//! its sha256 and size as it arrives, fetched once however many ask.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use raylet_proto::auth::AuthToken;
+use raylet_proto::blob::{BlobWriter, check_ref};
+use raylet_proto::v1::fetch_blob_request::By;
+use raylet_proto::v1::job_service_client::JobServiceClient;
+use raylet_proto::v1::{BlobRef, FetchBlobRequest};
+use raylet_proto::{Error, Result};
+
+/// How long the head may take to answer a connection.
+const HEAD_PATIENCE: Duration = Duration::from_secs(5);
+
+/// The node's cache of blobs from the head.
+pub(crate) struct BlobFetch {
+    dir: PathBuf,
+    head_address: String,
+    token: AuthToken,
+    /// One fetch at a time: a second asker finds the blob in place.
+    fetching: tokio::sync::Mutex<()>,
+}
+
+impl BlobFetch {
+    pub(crate) fn new(dir: PathBuf, head_address: String, token: AuthToken) -> Self {
+        BlobFetch {
+            dir,
+            head_address,
+            token,
+            fetching: tokio::sync::Mutex::new(()),
+        }
+    }
+
+    /// The local path of `blob`, fetched from the head unless cached.
+    pub(crate) async fn get(&self, blob: &BlobRef) -> Result<PathBuf> {
+        check_ref(blob)?;
+        let path = self.dir.join(&blob.sha256);
+        let _fetching = self.fetching.lock().await;
+        if path.is_file() {
+            return Ok(path);
+        }
+        self.fetch(By::Sha256(blob.sha256.clone())).await
+    }
+
+    /// Fetches a blob into the cache; returns its path.
+    async fn fetch(&self, by: By) -> Result<PathBuf> {
+        std::fs::create_dir_all(&self.dir)
+            .map_err(|e| Error::Internal(format!("creating {}: {e}", self.dir.display())))?;
+        let channel = raylet_proto::channel::connect(&self.head_address, &self.token, HEAD_PATIENCE).await?;
+        let request = FetchBlobRequest { by: Some(by) };
+        let mut chunks = JobServiceClient::new(channel)
+            .max_decoding_message_size(raylet_proto::server::MAX_DATA_MESSAGE)
+            .fetch_blob(request)
+            .await?
+            .into_inner();
+        let first = chunks
+            .message()
+            .await?
+            .ok_or_else(|| Error::Unavailable("the head sent no chunk of the blob".into()))?;
+        let blob = first
+            .blob
+            .ok_or_else(|| Error::Internal("the head's first chunk names no blob".into()))?;
+        let mut writer = BlobWriter::create(&self.dir, blob.clone(), u64::MAX)?;
+        writer.write(&first.data)?;
+        while let Some(chunk) = chunks.message().await? {
+            writer.write(&chunk.data)?;
+        }
+        writer.finish(0o755)?;
+        Ok(self.dir.join(&blob.sha256))
+    }
+}

@@ -1,0 +1,311 @@
+//! Jobs on clusters of `raylet start` daemons: this test binary is also the
+//! job, run on the cluster with the name of one of its ignored `driver_*`
+//! tests as the argument. A job that runs tasks on every node succeeds
+//! with their output in its logs, resubmitting uploads nothing, a stopped
+//! job frees its resources, a panicking one fails with its exit status and
+//! stderr, a binary that cannot run fails clearly, and a corrupt upload is
+//! refused.
+
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use raylet::prelude::*;
+use raylet::proto::blob::blob_of_file;
+use raylet::proto::resources::CPU;
+use raylet::proto::v1::BlobRef;
+use raylet::{Error, Job, JobClient, JobHandle, JobInfo, JobStatus};
+
+mod common;
+
+use common::ZonedCluster;
+
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// The pid of the node manager that runs this task, after a pause that
+/// keeps the spread tasks apart; printed so that it reaches the job's logs.
+#[raylet::remote]
+fn report_node(pause_ms: u64) -> u32 {
+    std::thread::sleep(Duration::from_millis(pause_ms));
+    let node_manager = std::os::unix::process::parent_id();
+    println!("task ran under node manager {node_manager}");
+    node_manager
+}
+
+#[raylet::remote]
+fn sleep_long() -> u32 {
+    std::thread::sleep(Duration::from_secs(600));
+    0
+}
+
+#[test]
+#[ignore = "a job driver: `a_job_runs_tasks_on_every_node...` runs it on the cluster"]
+fn driver_spread_over_nodes() {
+    let cluster = raylet::init().unwrap();
+    let refs: Vec<ObjectRef<u32>> = (0..3)
+        .map(|_| {
+            report_node::options()
+                .scheduling_strategy(SchedulingStrategy::Spread)
+                .remote(&cluster, 2000)
+                .unwrap()
+        })
+        .collect();
+    let nodes = cluster.get_all(&refs).unwrap();
+    println!("the driver saw node managers {nodes:?}");
+    cluster.shutdown().unwrap();
+}
+
+#[test]
+#[ignore = "a job driver: `a_stopped_job...` runs it on the cluster"]
+fn driver_runs_until_stopped() {
+    let cluster = raylet::init().unwrap();
+    let task = sleep_long::remote(&cluster).unwrap();
+    println!("the driver waits for a task that sleeps");
+    task.get().unwrap();
+}
+
+#[test]
+#[ignore = "a job driver: `a_panicking_job...` runs it on the cluster"]
+fn driver_panics() {
+    eprintln!("about to give up");
+    panic!("the driver gave up: out of ideas");
+}
+
+/// A job that runs this test binary's `driver` test.
+fn job(driver: &str) -> Job {
+    Job::new(std::env::current_exe().unwrap()).args([driver, "--exact", "--ignored", "--nocapture"])
+}
+
+fn wait_for_status(handle: &JobHandle, status: JobStatus) -> JobInfo {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let info = handle.status().unwrap();
+        if info.status == status {
+            return info;
+        }
+        assert!(
+            Instant::now() < deadline && !info.status.is_ended(),
+            "job {} is {} ({}), not {status}; logs:\n{}",
+            info.id,
+            info.status,
+            info.message,
+            handle.logs().unwrap_or_default()
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn free_cpus(cluster: &Cluster) -> f64 {
+    cluster.status().unwrap().available().get(CPU).as_f64()
+}
+
+#[test]
+fn a_job_runs_tasks_on_every_node_succeeds_and_its_logs_hold_their_output() {
+    let temp = tempfile::tempdir().unwrap();
+    let nodes = ZonedCluster::start(temp.path(), &["a", "b", "c"]);
+    let node_managers: Vec<u32> = ["a", "b", "c"].iter().map(|zone| nodes.node(zone).1).collect();
+    let cluster = nodes.driver();
+
+    let handle = cluster
+        .submit(
+            job("driver_spread_over_nodes")
+                .name("spread")
+                .metadata("owner", "tests"),
+        )
+        .unwrap();
+    assert!(handle.uploaded_bytes() > 0, "the first submission uploads the binary");
+    let done = handle.wait().unwrap();
+    let logs = handle.logs().unwrap();
+    assert_eq!(done.status, JobStatus::Succeeded, "{done:?}\n{logs}");
+    assert_eq!(done.exit_code, Some(0));
+    for pid in &node_managers {
+        assert!(
+            logs.contains(&format!("task ran under node manager {pid}")),
+            "node manager {pid} is missing from the logs:\n{logs}"
+        );
+    }
+    let listed = cluster.jobs().unwrap();
+    let entry = listed
+        .iter()
+        .find(|info| info.id == handle.id())
+        .expect("the job is listed");
+    assert_eq!((entry.name.as_str(), entry.status), ("spread", JobStatus::Succeeded));
+    assert_eq!(entry.metadata.get("owner").map(String::as_str), Some("tests"));
+
+    let again = cluster.submit(job("driver_spread_over_nodes")).unwrap();
+    assert_eq!(again.uploaded_bytes(), 0, "the head has the binary already");
+    assert_eq!(again.wait().unwrap().status, JobStatus::Succeeded);
+    cluster.shutdown().unwrap();
+}
+
+#[test]
+fn a_stopped_job_is_stopped_and_its_resources_come_back() {
+    let temp = tempfile::tempdir().unwrap();
+    let nodes = ZonedCluster::start(temp.path(), &["a", "b"]);
+    let cluster = nodes.driver();
+    let total = free_cpus(&cluster);
+
+    let handle = cluster.submit(job("driver_runs_until_stopped").num_cpus(1.0)).unwrap();
+    wait_for_status(&handle, JobStatus::Running);
+    let deadline = Instant::now() + PATIENCE;
+    while free_cpus(&cluster) > total - 2.0 {
+        assert!(Instant::now() < deadline, "the driver and its task hold 2 CPUs");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let started = Instant::now();
+    handle.stop_with_grace(Duration::from_secs(1)).unwrap();
+    let stopped = handle.wait().unwrap();
+    assert_eq!(stopped.status, JobStatus::Stopped, "{stopped:?}");
+    assert!(stopped.message.contains("stopped on request"), "{}", stopped.message);
+    while free_cpus(&cluster) < total {
+        assert!(
+            started.elapsed() < Duration::from_secs(10),
+            "every CPU is free again within seconds"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let logs = handle.logs().unwrap();
+    assert!(logs.contains("the driver waits for a task that sleeps"), "{logs}");
+    cluster.shutdown().unwrap();
+}
+
+#[test]
+fn a_panicking_job_fails_with_its_exit_status_and_stderr_tail() {
+    let temp = tempfile::tempdir().unwrap();
+    let nodes = ZonedCluster::start(temp.path(), &["a"]);
+    let cluster = nodes.driver();
+    let failed = cluster.submit(job("driver_panics")).unwrap().wait().unwrap();
+    assert_eq!(failed.status, JobStatus::Failed, "{failed:?}");
+    assert_eq!(failed.exit_code, Some(101), "a failed test binary exits with 101");
+    assert!(failed.message.contains("exit code 101"), "{}", failed.message);
+    assert!(
+        failed.stderr_tail.contains("the driver gave up: out of ideas"),
+        "{}",
+        failed.stderr_tail
+    );
+
+    let not_a_binary = temp.path().join("notes.txt");
+    std::fs::write(&not_a_binary, "not a program").unwrap();
+    let refused = cluster.submit(Job::new(&not_a_binary)).unwrap().wait().unwrap();
+    assert_eq!(refused.status, JobStatus::Failed, "{refused:?}");
+    assert!(
+        refused.message.contains("not an executable this node"),
+        "{}",
+        refused.message
+    );
+    cluster.shutdown().unwrap();
+}
+
+#[test]
+fn a_corrupt_or_overlong_upload_is_refused_and_a_good_one_is_stored_once() {
+    let temp = tempfile::tempdir().unwrap();
+    let nodes = ZonedCluster::start(temp.path(), &["a"]);
+    let token = raylet::session::TempRoot::new(temp.path())
+        .require_latest()
+        .unwrap()
+        .read_token()
+        .unwrap()
+        .unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let client = runtime.block_on(JobClient::connect(&nodes.head, &token)).unwrap();
+    let file: PathBuf = temp.path().join("model.bin");
+    std::fs::write(&file, vec![7u8; 3 << 20]).unwrap();
+    let honest = blob_of_file(&file).unwrap();
+    let lying = BlobRef {
+        sha256: "0".repeat(64),
+        size: honest.size,
+    };
+    let error = runtime.block_on(client.upload(&file, lying)).unwrap_err();
+    assert!(
+        matches!(&error, Error::Cluster(raylet::proto::Error::InvalidArgument(m)) if m.contains("does not match")),
+        "{error}"
+    );
+    let short = BlobRef {
+        sha256: honest.sha256.clone(),
+        size: honest.size - 1,
+    };
+    let error = runtime.block_on(client.upload(&file, short)).unwrap_err();
+    assert!(error.to_string().contains("more than the"), "{error}");
+    assert_eq!(runtime.block_on(client.upload(&file, honest.clone())).unwrap(), 3 << 20);
+    assert_eq!(
+        runtime.block_on(client.upload(&file, honest)).unwrap(),
+        0,
+        "a blob the head has is not stored twice"
+    );
+}
+
+/// Runs `raylet job ARGS` against the cluster in `temp`, with `entrypoint`
+/// after `--`; returns its exit code, stdout and stderr.
+fn raylet_job(temp: &std::path::Path, args: &[&str], entrypoint: &[&str]) -> (i32, String, String) {
+    let mut command = std::process::Command::new(common::RAYLET);
+    command.arg("job").args(args).arg("--temp-dir").arg(temp);
+    if !entrypoint.is_empty() {
+        command.arg("--").args(entrypoint);
+    }
+    let output = command.output().unwrap();
+    (
+        output.status.code().unwrap_or(-1),
+        String::from_utf8_lossy(&output.stdout).into_owned(),
+        String::from_utf8_lossy(&output.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn the_cli_submits_and_follows_a_job_exits_with_its_status_and_lists_it() {
+    let temp = tempfile::tempdir().unwrap();
+    let _nodes = ZonedCluster::start(temp.path(), &["a", "b", "c"]);
+    let exe = std::env::current_exe().unwrap();
+    let exe = exe.to_str().unwrap();
+    let driver = |name| [exe, name, "--exact", "--ignored", "--nocapture"];
+
+    let (code, stdout, stderr) = raylet_job(
+        temp.path(),
+        &["submit", "--name", "cli"],
+        &driver("driver_spread_over_nodes"),
+    );
+    assert_eq!(code, 0, "{stdout}\n{stderr}");
+    assert_eq!(stdout.matches("task ran under node manager").count(), 3, "{stdout}");
+    assert!(stderr.contains("SUCCEEDED"), "{stderr}");
+
+    let (code, stdout, stderr) = raylet_job(temp.path(), &["submit"], &driver("driver_panics"));
+    assert_eq!(code, 101, "the driver's exit code: {stdout}\n{stderr}");
+    let failed_id = stderr
+        .split_whitespace()
+        .nth(1)
+        .expect("the first line names the job")
+        .to_string();
+    let (code, status, _) = raylet_job(temp.path(), &["status", &failed_id], &[]);
+    assert_eq!(code, 0);
+    assert!(status.contains("FAILED") && status.contains("out of ideas"), "{status}");
+
+    let (code, listed, _) = raylet_job(temp.path(), &["list", "--format", "json"], &[]);
+    assert_eq!(code, 0);
+    let listed: serde_json::Value = serde_json::from_str(&listed).unwrap();
+    let jobs = listed.as_array().unwrap();
+    assert_eq!(jobs.len(), 2, "{listed}");
+    assert_eq!(
+        (jobs[0]["name"].as_str(), jobs[0]["status"].as_str()),
+        (Some("cli"), Some("SUCCEEDED"))
+    );
+    assert_eq!(jobs[1]["status"], "FAILED");
+
+    let (code, id, stderr) = raylet_job(
+        temp.path(),
+        &["submit", "--no-wait"],
+        &driver("driver_runs_until_stopped"),
+    );
+    assert_eq!(code, 0, "{stderr}");
+    let id = id.trim().to_string();
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let (code, logs, stderr) = raylet_job(temp.path(), &["logs", &id], &[]);
+        assert_eq!(code, 0, "{stderr}");
+        if logs.contains("the driver waits") {
+            break;
+        }
+        assert!(Instant::now() < deadline, "the driver never started: {logs}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let (code, stopped, stderr) = raylet_job(temp.path(), &["stop", &id, "--grace-period", "1s"], &[]);
+    assert_eq!(code, 0, "{stderr}");
+    assert!(stopped.contains("STOPPED"), "{stopped}");
+}
