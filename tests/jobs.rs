@@ -70,6 +70,46 @@ fn driver_panics() {
     panic!("the driver gave up: out of ideas");
 }
 
+#[test]
+#[ignore = "a job driver: `shipped_files...` runs it on the cluster"]
+fn driver_reads_shipped_files() {
+    for path in ["inputs/config.txt", "inputs/nested/data.txt", "notes.md"] {
+        let text = std::fs::read_to_string(path).unwrap();
+        println!("{path}: {text}");
+    }
+    println!("GREETING={}", std::env::var("GREETING").unwrap());
+}
+
+/// Remembers the job that created it.
+#[raylet::actor]
+pub struct JobTag {
+    job: String,
+}
+
+#[raylet::actor]
+impl JobTag {
+    pub fn new(job: String) -> Self {
+        JobTag { job }
+    }
+
+    pub fn job(&self) -> String {
+        self.job.clone()
+    }
+}
+
+#[test]
+#[ignore = "a job driver: `two_jobs_...` runs it on the cluster"]
+fn driver_names_an_actor() {
+    let cluster = raylet::init().unwrap();
+    let job = std::env::var("RAYLET_JOB_ID").unwrap();
+    JobTag::remote(&cluster, job.clone()).name("tag").spawn().unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let found = cluster.get_actor::<JobTag>("tag").unwrap();
+    println!("the actor named tag holds job {}", found.job().get().unwrap());
+    assert_eq!(found.job().get().unwrap(), job);
+    cluster.shutdown().unwrap();
+}
+
 /// A job that runs this test binary's `driver` test.
 fn job(driver: &str) -> Job {
     Job::new(std::env::current_exe().unwrap()).args([driver, "--exact", "--ignored", "--nocapture"])
@@ -192,6 +232,58 @@ fn a_panicking_job_fails_with_its_exit_status_and_stderr_tail() {
         "{}",
         refused.message
     );
+    cluster.shutdown().unwrap();
+}
+
+#[test]
+fn shipped_files_and_directories_land_in_the_drivers_working_directory() {
+    let temp = tempfile::tempdir().unwrap();
+    let nodes = ZonedCluster::start(temp.path(), &["a"]);
+    let cluster = nodes.driver();
+    let inputs = temp.path().join("inputs");
+    std::fs::create_dir_all(inputs.join("nested")).unwrap();
+    std::fs::write(inputs.join("config.txt"), "epochs=3").unwrap();
+    std::fs::write(inputs.join("nested/data.txt"), "1,2,3").unwrap();
+    let notes = temp.path().join("notes.md");
+    std::fs::write(&notes, "read me").unwrap();
+    let job = job("driver_reads_shipped_files")
+        .files([inputs, notes])
+        .env("GREETING", "hello");
+    let handle = cluster.submit(job).unwrap();
+    let done = handle.wait().unwrap();
+    let logs = handle.logs().unwrap();
+    assert_eq!(done.status, JobStatus::Succeeded, "{done:?}\n{logs}");
+    for line in [
+        "inputs/config.txt: epochs=3",
+        "inputs/nested/data.txt: 1,2,3",
+        "notes.md: read me",
+        "GREETING=hello",
+    ] {
+        assert!(logs.contains(line), "{line} is missing:\n{logs}");
+    }
+    assert!(handle.logs_tail(1).unwrap().len() < logs.len());
+    cluster.shutdown().unwrap();
+}
+
+#[test]
+fn two_jobs_at_once_name_an_actor_alike_without_colliding() {
+    let temp = tempfile::tempdir().unwrap();
+    let nodes = ZonedCluster::start(temp.path(), &["a", "b"]);
+    let cluster = nodes.driver();
+    let handles: Vec<JobHandle> = (0..2)
+        .map(|_| cluster.submit(job("driver_names_an_actor")).unwrap())
+        .collect();
+    for handle in &handles {
+        let done = handle.wait().unwrap();
+        let logs = handle.logs().unwrap();
+        assert_eq!(done.status, JobStatus::Succeeded, "{done:?}\n{logs}");
+        let own = format!("the actor named tag holds job {}", handle.id());
+        assert!(logs.contains(&own), "{own} is missing:\n{logs}");
+    }
+    let Err(error) = cluster.get_actor::<JobTag>("tag") else {
+        panic!("the jobs' actors died with them, and none was in this driver's namespace");
+    };
+    assert!(error.to_string().contains("tag"), "{error}");
     cluster.shutdown().unwrap();
 }
 

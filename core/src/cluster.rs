@@ -418,9 +418,12 @@ async fn start_driver(config: Config, runtime: tokio::runtime::Handle) -> Result
             (None, address.clone(), node_manager, token, ip)
         }
     };
-    let binary = binary
-        .await
-        .map_err(|e| Error::Cluster(raylet_proto::Error::Internal(e.to_string())))??;
+    let binary = WorkerBinary {
+        namespace: config.namespace.clone(),
+        ..binary
+            .await
+            .map_err(|e| Error::Cluster(raylet_proto::Error::Internal(e.to_string())))??
+    };
     let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, 0)).await?;
     let (submitter, submissions) = mpsc::unbounded_channel();
     let settings = CoreSettings {
@@ -461,6 +464,7 @@ fn own_binary() -> Result<WorkerBinary> {
     Ok(WorkerBinary {
         path: path.to_string_lossy().into_owned(),
         hash,
+        namespace: String::new(),
     })
 }
 

@@ -9,15 +9,16 @@ use raylet_scheduler::node_manager::MemoryMonitorConfig;
 use crate::session::DEFAULT_TEMP_DIR;
 
 /// Settings for [`crate::init_with`]. `Config::from_env()` reads
-/// `RAYLET_ADDRESS`, `RAYLET_TOKEN`, `RAYLET_NODE_MANAGER` (which a node
-/// manager sets for the job drivers it starts), `RAYLET_TEMP_DIR` and
-/// `RAYLET_LOG_TO_DRIVER`.
+/// `RAYLET_ADDRESS`, `RAYLET_TOKEN`, `RAYLET_NODE_MANAGER` and
+/// `RAYLET_NAMESPACE` (which a node manager sets for the job drivers it
+/// starts), `RAYLET_TEMP_DIR` and `RAYLET_LOG_TO_DRIVER`.
 #[derive(Clone, Debug)]
 pub struct Config {
     pub(crate) address: Option<String>,
     pub(crate) node_manager: Option<String>,
     pub(crate) token: Option<String>,
     pub(crate) temp_dir: PathBuf,
+    pub(crate) namespace: String,
     pub(crate) num_cpus: Option<f64>,
     pub(crate) num_gpus: Option<f64>,
     pub(crate) resources: ResourceSet,
@@ -36,6 +37,7 @@ impl Default for Config {
             node_manager: None,
             token: None,
             temp_dir: PathBuf::from(DEFAULT_TEMP_DIR),
+            namespace: Self::DEFAULT_NAMESPACE.to_string(),
             num_cpus: None,
             num_gpus: None,
             resources: ResourceSet::new(),
@@ -51,6 +53,8 @@ impl Default for Config {
 
 impl Config {
     pub const DEFAULT_OBJECT_STORE_FULL_TIMEOUT: Duration = Duration::from_secs(10);
+    /// The namespace of named actors when none is set.
+    pub const DEFAULT_NAMESPACE: &'static str = "default";
 
     /// An embedded cluster with detected resources.
     pub fn new() -> Self {
@@ -65,6 +69,7 @@ impl Config {
             address: variable("RAYLET_ADDRESS"),
             token: variable("RAYLET_TOKEN"),
             node_manager: variable("RAYLET_NODE_MANAGER"),
+            namespace: variable("RAYLET_NAMESPACE").unwrap_or(defaults.namespace.clone()),
             temp_dir: variable("RAYLET_TEMP_DIR").map_or(defaults.temp_dir.clone(), PathBuf::from),
             log_to_driver: variable("RAYLET_LOG_TO_DRIVER")
                 .is_none_or(|value| !matches!(value.as_str(), "0" | "false" | "no")),
@@ -86,6 +91,14 @@ impl Config {
     /// [default: a node on this machine, else the head's].
     pub fn node_manager(mut self, address: impl Into<String>) -> Self {
         self.node_manager = Some(address.into());
+        self
+    }
+
+    /// The namespace in which this program and its workers create and find
+    /// named actors [default: `RAYLET_NAMESPACE`, which a job's driver gets
+    /// set to `job-<job id>`, else "default"].
+    pub fn namespace(mut self, namespace: impl Into<String>) -> Self {
+        self.namespace = namespace.into();
         self
     }
 

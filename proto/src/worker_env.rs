@@ -23,6 +23,8 @@ pub struct WorkerBootstrap {
     pub bind_ip: String,
     /// The GPUs leased to the worker, also in its `CUDA_VISIBLE_DEVICES`.
     pub gpu_ids: Vec<u32>,
+    /// The namespace of the session's owner, for named actors.
+    pub namespace: String,
 }
 
 impl WorkerBootstrap {

@@ -279,6 +279,7 @@ fn actor_spec(i: usize, placement: &ResourceSet) -> ActorSpec {
         binary: WorkerBinary {
             path: "/opt/app/bin/train".into(),
             hash: "0123456789abcdef".into(),
+            namespace: "default".into(),
         },
         placement: placement.clone(),
         running: ResourceSet::new(),

@@ -7,9 +7,10 @@ use raylet_proto::auth::{AuthToken, ClientAuth};
 use raylet_proto::channel::endpoint;
 use raylet_proto::resources::CPU;
 use raylet_proto::v1::head_service_client::HeadServiceClient;
+use raylet_proto::v1::job_service_client::JobServiceClient;
 use raylet_proto::v1::lease_session_request::Kind as LeaseKind;
 use raylet_proto::v1::node_manager_service_client::NodeManagerServiceClient;
-use raylet_proto::v1::{GetClusterStatusRequest, LeaseSessionRequest, WorkerBinary};
+use raylet_proto::v1::{BlobChunk, GetClusterStatusRequest, LeaseSessionRequest, WorkerBinary};
 use raylet_proto::{Amount, Error, ResourceSet};
 use raylet_scheduler::node_manager::{NodeConfig, NodeManager};
 use raylet_scheduler::sandbox::ClusterSandbox;
@@ -173,6 +174,7 @@ async fn refused_lease_session(sandbox: &ClusterSandbox, path: &str, hash: &str)
     let binary = WorkerBinary {
         path: path.into(),
         hash: hash.into(),
+        namespace: String::new(),
     };
     let open = LeaseSessionRequest {
         kind: Some(LeaseKind::Open(binary)),
@@ -202,5 +204,54 @@ async fn a_lease_session_for_a_binary_the_node_lacks_is_refused() {
     let sandbox = sandbox(1).await;
     let error = refused_lease_session(&sandbox, "/no/such/binary", &"0".repeat(32)).await;
     assert!(error.contains("/no/such/binary is not on this node"), "{error}");
+    sandbox.shutdown().await.unwrap();
+}
+
+#[tokio::test]
+async fn a_worker_binary_missing_on_a_node_is_fetched_from_the_head_when_a_job_brought_it() {
+    let sandbox = sandbox(1).await;
+    let binary = std::path::Path::new("/bin/true");
+    let blob = raylet_proto::blob::blob_of_file(binary).unwrap();
+    let build_hash = raylet_proto::binary_hash::hash_file(binary).unwrap();
+    let missing = "/no/such/dir/true";
+    let refused = refused_lease_session(&sandbox, missing, &build_hash).await;
+    assert!(refused.contains("is not on this node"), "{refused}");
+
+    let head = raylet_proto::channel::connect(sandbox.head_address(), sandbox.token(), Duration::from_secs(5))
+        .await
+        .unwrap();
+    let chunk = BlobChunk {
+        blob: Some(blob.clone()),
+        data: std::fs::read(binary).unwrap().into(),
+    };
+    let stored = JobServiceClient::new(head)
+        .upload_blob(tokio_stream::iter(vec![chunk]))
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(stored.bytes_stored, blob.size);
+
+    let channel = raylet_proto::channel::connect(sandbox.node_address(0), sandbox.token(), Duration::from_secs(5))
+        .await
+        .unwrap();
+    let open = LeaseSessionRequest {
+        kind: Some(LeaseKind::Open(WorkerBinary {
+            path: missing.into(),
+            hash: build_hash,
+            namespace: String::new(),
+        })),
+    };
+    let opened = tokio::time::timeout(
+        Duration::from_secs(10),
+        NodeManagerServiceClient::new(channel).lease_session(tokio_stream::iter(vec![open])),
+    )
+    .await
+    .expect("the node answers the session in time");
+    assert!(
+        opened.is_ok(),
+        "the node fetched the binary by its build hash: {:?}",
+        opened.err()
+    );
+    drop(opened);
     sandbox.shutdown().await.unwrap();
 }

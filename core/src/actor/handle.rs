@@ -106,7 +106,8 @@ pub struct ActorOptions {
     pub(crate) resources: Resources,
     pub(crate) scheduling: SchedulingOptions,
     pub(crate) name: String,
-    pub(crate) namespace: String,
+    /// `None`: the namespace of the creating program.
+    pub(crate) namespace: Option<String>,
     pub(crate) detached: bool,
     pub(crate) max_restarts: i32,
     pub(crate) max_task_retries: u32,
@@ -114,9 +115,6 @@ pub struct ActorOptions {
 }
 
 impl ActorOptions {
-    /// The namespace of actors created or looked up without one.
-    pub const DEFAULT_NAMESPACE: &'static str = "default";
-
     /// Defaults as in Ray: 1 CPU to place the actor and none while it runs,
     /// no name, owned by its creator, no restarts, one call at a time.
     pub fn new(class: &'static str) -> Self {
@@ -125,7 +123,7 @@ impl ActorOptions {
             resources: Resources::default(),
             scheduling: SchedulingOptions::default(),
             name: String::new(),
-            namespace: Self::DEFAULT_NAMESPACE.to_string(),
+            namespace: None,
             detached: false,
             max_restarts: 0,
             max_task_retries: 0,
@@ -217,7 +215,7 @@ impl<H: From<ActorHandle>> ActorBuilder<H> {
     }
 
     pub fn namespace(mut self, namespace: &str) -> Self {
-        self.options.namespace = namespace.to_string();
+        self.options.namespace = Some(namespace.to_string());
         self
     }
 

@@ -49,7 +49,7 @@ impl Cluster {
                 placement: Some(placement.to_proto()),
                 running: Some(running.to_proto()),
                 name: options.name,
-                namespace: options.namespace,
+                namespace: options.namespace.unwrap_or_else(|| core.binary.namespace.clone()),
                 detached: options.detached,
                 max_restarts: options.max_restarts,
                 max_concurrency: options.max_concurrency,
@@ -97,11 +97,12 @@ impl Cluster {
         object
     }
 
-    /// The live actor named `name` in the default namespace, as a handle of
+    /// The live actor named `name` in this program's namespace, as a handle of
     /// type `A`. Fails when no live actor has that name, or when it is of
     /// another type.
     pub fn get_actor<A: Actor>(&self, name: &str) -> Result<A::Handle> {
-        self.get_actor_in::<A>(ActorOptions::DEFAULT_NAMESPACE, name)
+        let namespace = self.core().binary.namespace.clone();
+        self.get_actor_in::<A>(&namespace, name)
     }
 
     /// [`Cluster::get_actor`] in `namespace`.

@@ -144,6 +144,7 @@ async fn start(
     let binary = WorkerBinary {
         path: std::env::current_exe()?.to_string_lossy().into_owned(),
         hash: bootstrap.binary_hash.clone(),
+        namespace: bootstrap.namespace.clone(),
     };
     let settings = CoreSettings {
         address: owner_listener.local_addr()?.to_string(),

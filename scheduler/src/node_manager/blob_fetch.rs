@@ -2,6 +2,7 @@
 //! kept by sha256 under the node's work directory, each checked against
 //! its sha256 and size as it arrives, fetched once however many ask.
 
+use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -20,8 +21,9 @@ pub(crate) struct BlobFetch {
     dir: PathBuf,
     head_address: String,
     token: AuthToken,
-    /// One fetch at a time: a second asker finds the blob in place.
-    fetching: tokio::sync::Mutex<()>,
+    /// One fetch at a time: a second asker finds the blob in place. Holds
+    /// the sha256 of each binary fetched by its build hash.
+    fetching: tokio::sync::Mutex<HashMap<String, String>>,
 }
 
 impl BlobFetch {
@@ -30,7 +32,7 @@ impl BlobFetch {
             dir,
             head_address,
             token,
-            fetching: tokio::sync::Mutex::new(()),
+            fetching: tokio::sync::Mutex::new(HashMap::new()),
         }
     }
 
@@ -42,11 +44,27 @@ impl BlobFetch {
         if path.is_file() {
             return Ok(path);
         }
-        self.fetch(By::Sha256(blob.sha256.clone())).await
+        self.fetch(By::Sha256(blob.sha256.clone())).await.map(|(path, _)| path)
     }
 
-    /// Fetches a blob into the cache; returns its path.
-    async fn fetch(&self, by: By) -> Result<PathBuf> {
+    /// The local path of the binary whose build hash is `build_hash`,
+    /// fetched from the head unless cached: the head has it when it came
+    /// with a job.
+    pub(crate) async fn get_binary(&self, build_hash: &str) -> Result<PathBuf> {
+        let mut by_build = self.fetching.lock().await;
+        if let Some(sha256) = by_build.get(build_hash) {
+            let path = self.dir.join(sha256);
+            if path.is_file() {
+                return Ok(path);
+            }
+        }
+        let (path, sha256) = self.fetch(By::BuildHash(build_hash.to_string())).await?;
+        by_build.insert(build_hash.to_string(), sha256);
+        Ok(path)
+    }
+
+    /// Fetches a blob into the cache; returns its path and sha256.
+    async fn fetch(&self, by: By) -> Result<(PathBuf, String)> {
         std::fs::create_dir_all(&self.dir)
             .map_err(|e| Error::Internal(format!("creating {}: {e}", self.dir.display())))?;
         let channel = raylet_proto::channel::connect(&self.head_address, &self.token, HEAD_PATIENCE).await?;
@@ -69,6 +87,6 @@ impl BlobFetch {
             writer.write(&chunk.data)?;
         }
         writer.finish(0o755)?;
-        Ok(self.dir.join(&blob.sha256))
+        Ok((self.dir.join(&blob.sha256), blob.sha256))
     }
 }

@@ -47,6 +47,12 @@ impl JobDrivers {
         }
     }
 
+    /// A worker binary that is not on this node, from the head, which has
+    /// it when it came with a job.
+    pub(crate) async fn binary_by_build(&self, build_hash: &str) -> Result<PathBuf> {
+        self.blobs.get_binary(build_hash).await
+    }
+
     fn running(&self) -> MutexGuard<'_, HashMap<JobId, u32>> {
         self.running.lock().unwrap_or_else(|p| p.into_inner())
     }
@@ -141,6 +147,7 @@ fn driver_env(shared: &NodeShared, job: JobId) -> Vec<(&'static str, String)> {
         ("RAYLET_TOKEN", shared.config.token.expose().to_string()),
         ("RAYLET_NODE_MANAGER", shared.address.to_string()),
         ("RAYLET_JOB_ID", job.to_string()),
+        ("RAYLET_NAMESPACE", format!("job-{job}")),
     ]
 }
 

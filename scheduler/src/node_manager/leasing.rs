@@ -89,6 +89,7 @@ struct Worker {
 struct Session {
     binary: PathBuf,
     binary_hash: String,
+    namespace: String,
     events: EventSender,
     startup_failures: u32,
 }
@@ -273,6 +274,7 @@ impl LeaseManager {
                 Session {
                     binary: path,
                     binary_hash: actual,
+                    namespace: binary.namespace,
                     events,
                     startup_failures: 0,
                 },
@@ -646,13 +648,13 @@ impl LeaseManager {
         request: Option<PendingLease>,
         gpu_ids: Vec<u32>,
     ) -> Result<()> {
-        let (binary, binary_hash) = {
+        let (binary, binary_hash, namespace) = {
             let state = self.state();
             let entry = state
                 .sessions
                 .get(&session)
                 .ok_or_else(|| Error::NotFound(format!("lease session {session} is closed")))?;
-            (entry.binary.clone(), entry.binary_hash.clone())
+            (entry.binary.clone(), entry.binary_hash.clone(), entry.namespace.clone())
         };
         let bootstrap = WorkerBootstrap {
             node_manager_address: self.context.node_manager_address.clone(),
@@ -663,6 +665,7 @@ impl LeaseManager {
             binary_hash,
             bind_ip: self.context.bind_ip.clone(),
             gpu_ids: gpu_ids.clone(),
+            namespace,
         };
         let (pid, exited) = worker_process::spawn(&binary, &bootstrap)?;
         self.state().workers.insert(
@@ -879,6 +882,7 @@ mod tests {
         let session = Session {
             binary: PathBuf::from("/bin/true"),
             binary_hash: String::new(),
+            namespace: String::new(),
             events,
             startup_failures: 0,
         };

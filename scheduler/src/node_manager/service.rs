@@ -10,8 +10,8 @@ use raylet_proto::v1::node_manager_service_server::NodeManagerService;
 use raylet_proto::v1::worker_session_message::Kind as WorkerKind;
 use raylet_proto::v1::{
     BundleOpResult, BundleOpsReply, BundleOpsRequest, GetWorkerExitRequest, JobDriverEvent, LeaseSessionEvent,
-    LeaseSessionRequest, RunJobDriverRequest, StopJobDriverReply, StopJobDriverRequest, WorkerExit, WorkerSessionEvent,
-    WorkerSessionMessage,
+    LeaseSessionRequest, RunJobDriverRequest, StopJobDriverReply, StopJobDriverRequest, WorkerBinary, WorkerExit,
+    WorkerSessionEvent, WorkerSessionMessage,
 };
 use raylet_proto::{Error, JobId, ResourceSet, Scheduling, WorkerId};
 use tokio::sync::mpsc;
@@ -55,7 +55,19 @@ impl NodeManagerService for NodeManagerServiceImpl {
         };
         let (events, receiver) = mpsc::unbounded_channel();
         let leases = self.shared.leases.clone();
-        let session = leases.open_session(binary, events)?;
+        let session = match leases.open_session(binary.clone(), events.clone()) {
+            Ok(session) => session,
+            Err(not_here) => {
+                let Ok(path) = self.shared.job_drivers.binary_by_build(&binary.hash).await else {
+                    return Err(not_here.into());
+                };
+                let fetched = WorkerBinary {
+                    path: path.to_string_lossy().into_owned(),
+                    ..binary
+                };
+                leases.open_session(fetched, events)?
+            }
+        };
         tokio::spawn(async move {
             while let Ok(Some(message)) = inbound.message().await {
                 if let Some(kind) = message.kind {
