@@ -2,9 +2,12 @@
 //! job, run on the cluster with the name of one of its ignored `driver_*`
 //! tests as the argument. A job that runs tasks on every node succeeds
 //! with their output in its logs, resubmitting uploads nothing, a stopped
-//! job frees its resources, a panicking one fails with its exit status and
-//! stderr, a binary that cannot run fails clearly, and a corrupt upload is
-//! refused.
+//! job frees its resources, a driver that ignores SIGTERM is killed after
+//! the grace period while its output streams, a panicking one fails with
+//! its exit status and stderr, a binary that cannot run or a driver that
+//! can never be placed fails clearly, shipped files land in the working
+//! directory, two jobs name actors alike, the CLI does all of it, and a
+//! corrupt upload is refused.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -78,6 +81,19 @@ fn driver_reads_shipped_files() {
         println!("{path}: {text}");
     }
     println!("GREETING={}", std::env::var("GREETING").unwrap());
+}
+
+#[test]
+#[ignore = "a job driver: `a_driver_that_ignores_sigterm...` runs it on the cluster"]
+fn driver_ignores_sigterm() {
+    use nix::sys::signal::{SigHandler, Signal, signal};
+    // SAFETY: ignoring a signal installs no handler code.
+    unsafe { signal(Signal::SIGTERM, SigHandler::SigIgn) }.unwrap();
+    println!("ready, ignoring SIGTERM");
+    for tick in 0.. {
+        println!("tick {tick}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 /// Remembers the job that created it.
@@ -284,6 +300,41 @@ fn two_jobs_at_once_name_an_actor_alike_without_colliding() {
         panic!("the jobs' actors died with them, and none was in this driver's namespace");
     };
     assert!(error.to_string().contains("tag"), "{error}");
+    cluster.shutdown().unwrap();
+}
+
+#[test]
+fn a_driver_that_ignores_sigterm_is_killed_after_the_grace_period_while_its_logs_stream() {
+    let temp = tempfile::tempdir().unwrap();
+    let nodes = ZonedCluster::start(temp.path(), &["a"]);
+    let cluster = nodes.driver();
+    let handle = cluster.submit(job("driver_ignores_sigterm")).unwrap();
+    let mut streamed = String::new();
+    let mut output = handle.follow_logs();
+    while !streamed.contains("tick 3") {
+        let chunk = output.next().expect("the output streams while the job runs").unwrap();
+        streamed.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    assert!(streamed.contains("ready, ignoring SIGTERM"), "{streamed}");
+    let asked = Instant::now();
+    handle.stop_with_grace(Duration::from_secs(1)).unwrap();
+    let rest: Vec<u8> = output.flat_map(Result::unwrap).collect();
+    let stopped = handle.wait().unwrap();
+    assert!(
+        asked.elapsed() >= Duration::from_secs(1),
+        "SIGTERM alone did not end it"
+    );
+    assert_eq!(stopped.status, JobStatus::Stopped, "{stopped:?}");
+    assert_eq!(stopped.signal, Some(9), "ended by SIGKILL: {stopped:?}");
+    assert!(!rest.is_empty(), "the stream went on until the job ended");
+
+    let too_big = cluster
+        .submit(job("driver_panics").num_cpus(64.0))
+        .unwrap()
+        .wait()
+        .unwrap();
+    assert_eq!(too_big.status, JobStatus::Failed, "{too_big:?}");
+    assert!(too_big.message.contains("can never be placed"), "{}", too_big.message);
     cluster.shutdown().unwrap();
 }
 
