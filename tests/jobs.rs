@@ -6,8 +6,9 @@
 //! the grace period while its output streams, a panicking one fails with
 //! its exit status and stderr, a binary that cannot run or a driver that
 //! can never be placed fails clearly, shipped files land in the working
-//! directory, two jobs name actors alike, the CLI does all of it, and a
-//! corrupt upload is refused.
+//! directory, two jobs name actors alike, a job's owned actors end with it
+//! while detached ones live on, the CLI does all of it, and a corrupt
+//! upload is refused.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -124,6 +125,29 @@ fn driver_names_an_actor() {
     println!("the actor named tag holds job {}", found.job().get().unwrap());
     assert_eq!(found.job().get().unwrap(), job);
     cluster.shutdown().unwrap();
+}
+
+#[test]
+#[ignore = "a job driver: `a_jobs_owned_actors_end_with_it...` runs it on the cluster"]
+fn driver_leaves_actors_behind() {
+    let cluster = raylet::init().unwrap();
+    let job = std::env::var("RAYLET_JOB_ID").unwrap();
+    let owned = JobTag::remote(&cluster, job.clone())
+        .name("owned")
+        .namespace("shared")
+        .spawn()
+        .unwrap();
+    let detached = JobTag::remote(&cluster, job)
+        .name("detached")
+        .namespace("shared")
+        .detached()
+        .spawn()
+        .unwrap();
+    println!(
+        "actors ready: {} {}",
+        owned.job().get().unwrap(),
+        detached.job().get().unwrap()
+    );
 }
 
 /// A job that runs this test binary's `driver` test.
@@ -335,6 +359,29 @@ fn a_driver_that_ignores_sigterm_is_killed_after_the_grace_period_while_its_logs
         .unwrap();
     assert_eq!(too_big.status, JobStatus::Failed, "{too_big:?}");
     assert!(too_big.message.contains("can never be placed"), "{}", too_big.message);
+    cluster.shutdown().unwrap();
+}
+
+#[test]
+fn a_jobs_owned_actors_end_with_it_and_detached_ones_live_on() {
+    let temp = tempfile::tempdir().unwrap();
+    let nodes = ZonedCluster::start(temp.path(), &["a", "b"]);
+    let cluster = nodes.driver();
+    let handle = cluster.submit(job("driver_leaves_actors_behind")).unwrap();
+    let done = handle.wait().unwrap();
+    assert_eq!(
+        done.status,
+        JobStatus::Succeeded,
+        "{done:?}\n{}",
+        handle.logs().unwrap()
+    );
+    let detached = cluster.get_actor_in::<JobTag>("shared", "detached").unwrap();
+    assert_eq!(detached.job().get().unwrap(), handle.id().to_string());
+    let deadline = Instant::now() + PATIENCE;
+    while cluster.get_actor_in::<JobTag>("shared", "owned").is_ok() {
+        assert!(Instant::now() < deadline, "the job's owned actor ends with its driver");
+        std::thread::sleep(Duration::from_millis(100));
+    }
     cluster.shutdown().unwrap();
 }
 
