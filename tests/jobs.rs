@@ -495,7 +495,64 @@ fn the_cli_submits_and_follows_a_job_exits_with_its_status_and_lists_it() {
         assert!(Instant::now() < deadline, "the driver never started: {logs}");
         std::thread::sleep(Duration::from_millis(100));
     }
+    let follower = std::process::Command::new(common::RAYLET)
+        .args(["job", "logs", "--follow", &id, "--temp-dir"])
+        .arg(temp.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     let (code, stopped, stderr) = raylet_job(temp.path(), &["stop", &id, "--grace-period", "1s"], &[]);
     assert_eq!(code, 0, "{stderr}");
     assert!(stopped.contains("STOPPED"), "{stopped}");
+    let followed = follower.wait_with_output().unwrap();
+    assert!(followed.status.success(), "`job logs --follow` ends with the job");
+    let followed = String::from_utf8_lossy(&followed.stdout);
+    assert!(followed.contains("the driver waits"), "{followed}");
+}
+
+#[test]
+fn a_job_waits_for_room_for_its_driver_and_uploads_over_the_limit_are_refused() {
+    let temp = tempfile::tempdir().unwrap();
+    let _daemons = common::Daemons(temp.path());
+    common::raylet(
+        temp.path(),
+        &[
+            "start",
+            "--head",
+            "--port",
+            "0",
+            "--num-cpus",
+            "2",
+            "--max-upload-bytes",
+            "1000000000",
+        ],
+    );
+    let head = std::fs::read_to_string(temp.path().join("session_latest/head_address")).unwrap();
+    let cluster = raylet::init_with(raylet::Config::new().address(head.trim()).temp_dir(temp.path())).unwrap();
+    let too_big = temp.path().join("big.bin");
+    std::fs::File::create(&too_big).unwrap().set_len(1_000_000_001).unwrap();
+    let error = cluster
+        .submit(Job::new(&too_big))
+        .err()
+        .expect("an upload over the limit is refused");
+    assert!(
+        matches!(&error, Error::Cluster(raylet::proto::Error::ResourceExhausted(m)) if m.contains("more than the limit")),
+        "{error}"
+    );
+
+    let first = cluster.submit(job("driver_runs_until_stopped").num_cpus(1.5)).unwrap();
+    wait_for_status(&first, JobStatus::Running);
+    let second = cluster.submit(job("driver_runs_until_stopped").num_cpus(1.5)).unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let waiting = second.status().unwrap();
+    assert_eq!(
+        waiting.status,
+        JobStatus::Pending,
+        "no room for a second driver: {waiting:?}"
+    );
+    first.stop_with_grace(Duration::from_secs(1)).unwrap();
+    wait_for_status(&second, JobStatus::Running);
+    second.stop_with_grace(Duration::from_secs(1)).unwrap();
+    assert_eq!(second.wait().unwrap().status, JobStatus::Stopped);
+    cluster.shutdown().unwrap();
 }
