@@ -282,7 +282,7 @@ pub enum JobCommand {
     /// Example: raylet job submit --files model/ -- ./target/release/my_job --epochs 3
     Submit(JobSubmitArgs),
     /// Show a job's status, exit code or signal, and for a failure the end of its stderr.
-    Status(JobIdArgs),
+    Status(JobStatusArgs),
     /// Print a job's output (stdout and stderr as they came).
     Logs(JobLogsArgs),
     /// Stop a job: SIGTERM to its driver, then SIGKILL after the grace period.
@@ -294,7 +294,7 @@ pub enum JobCommand {
 #[derive(Debug, Clone, Args)]
 pub struct JobSubmitArgs {
     #[command(flatten)]
-    pub cluster: StatusArgs,
+    pub cluster: ClusterArgs,
     /// Return once the job is submitted instead of following it.
     #[arg(long)]
     pub no_wait: bool,
@@ -324,9 +324,17 @@ pub struct JobSubmitArgs {
 #[derive(Debug, Clone, Args)]
 pub struct JobIdArgs {
     #[command(flatten)]
-    pub cluster: StatusArgs,
+    pub cluster: ClusterArgs,
     /// The job's id, as `raylet job list` shows it.
     pub job_id: JobId,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct JobStatusArgs {
+    #[command(flatten)]
+    pub job: JobIdArgs,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -354,15 +362,40 @@ fn parse_key_value(text: &str) -> Result<(String, String), String> {
     }
 }
 
+/// Which cluster a command talks to.
 #[derive(Debug, Clone, Args)]
-pub struct StatusArgs {
+pub struct ClusterArgs {
     /// The head's HOST:PORT [default: read from the latest session].
     #[arg(long, env = "RAYLET_ADDRESS", value_name = "HOST:PORT")]
     pub address: Option<String>,
-    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
-    pub format: OutputFormat,
     #[command(flatten)]
     pub session: SessionArgs,
+}
+
+impl ClusterArgs {
+    /// The head's address (`--address`, or the latest session's head) and the token.
+    pub fn head(&self) -> anyhow::Result<(String, AuthToken)> {
+        let token = self.session.resolve_token()?;
+        if let Some(address) = &self.address {
+            return Ok((address.clone(), token));
+        }
+        let session = self.session.root().require_latest()?;
+        let address = session.read_head_address()?.with_context(|| {
+            format!(
+                "{} has no head_address: no head runs in this session; pass --address",
+                session.dir().display()
+            )
+        })?;
+        Ok((address, token))
+    }
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct StatusArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    #[arg(long, value_enum, default_value_t = OutputFormat::Text)]
+    pub format: OutputFormat,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -9,8 +9,9 @@ use anyhow::Context;
 use raylet::{Job, JobClient, JobInfo, JobStatus};
 use raylet_proto::JobId;
 
-use crate::args::{JobCommand, JobIdArgs, JobLogsArgs, JobStopArgs, JobSubmitArgs, OutputFormat, StatusArgs};
-use crate::status::head_address;
+use crate::args::{
+    ClusterArgs, JobCommand, JobLogsArgs, JobStatusArgs, JobStopArgs, JobSubmitArgs, OutputFormat, StatusArgs,
+};
 
 pub fn job(command: JobCommand) -> anyhow::Result<ExitCode> {
     let runtime = crate::runtime()?;
@@ -25,9 +26,8 @@ pub fn job(command: JobCommand) -> anyhow::Result<ExitCode> {
     })
 }
 
-async fn connect(args: &StatusArgs) -> anyhow::Result<JobClient> {
-    let address = head_address(args)?;
-    let token = args.session.resolve_token()?;
+async fn connect(args: &ClusterArgs) -> anyhow::Result<JobClient> {
+    let (address, token) = args.head()?;
     JobClient::connect(&address, &token)
         .await
         .with_context(|| format!("connecting to the head at {address}"))
@@ -90,9 +90,9 @@ async fn print_output(client: &JobClient, id: JobId, follow: bool) -> anyhow::Re
     Ok(())
 }
 
-async fn status(args: JobIdArgs) -> anyhow::Result<()> {
-    let info = connect(&args.cluster).await?.info(args.job_id).await?;
-    let output = match args.cluster.format {
+async fn status(args: JobStatusArgs) -> anyhow::Result<()> {
+    let info = connect(&args.job.cluster).await?.info(args.job.job_id).await?;
+    let output = match args.format {
         OutputFormat::Json => serde_json::to_string_pretty(&info)?,
         OutputFormat::Text => describe(&info),
     };
@@ -132,7 +132,7 @@ async fn stop(args: JobStopArgs) -> anyhow::Result<()> {
 }
 
 async fn list(args: StatusArgs) -> anyhow::Result<()> {
-    let jobs = connect(&args).await?.list().await?;
+    let jobs = connect(&args.cluster).await?.list().await?;
     let output = match args.format {
         OutputFormat::Json => serde_json::to_string_pretty(&jobs)?,
         OutputFormat::Text => render_jobs(&jobs),

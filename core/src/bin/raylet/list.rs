@@ -7,11 +7,9 @@ use anyhow::Context;
 use raylet::{ActorInfo, PlacementGroupInfo};
 
 use crate::args::{OutputFormat, StatusArgs};
-use crate::status::head_address;
 
 pub fn actors(args: StatusArgs) -> anyhow::Result<()> {
-    let address = head_address(&args)?;
-    let token = args.session.resolve_token()?;
+    let (address, token) = args.cluster.head()?;
     let actors = crate::runtime()?
         .block_on(raylet::list_actors(&address, &token))
         .with_context(|| format!("listing the actors of the cluster at {address}"))?;
@@ -24,8 +22,7 @@ pub fn actors(args: StatusArgs) -> anyhow::Result<()> {
 }
 
 pub fn placement_groups(args: StatusArgs) -> anyhow::Result<()> {
-    let address = head_address(&args)?;
-    let token = args.session.resolve_token()?;
+    let (address, token) = args.cluster.head()?;
     let groups = crate::runtime()?
         .block_on(raylet::list_placement_groups(&address, &token))
         .with_context(|| format!("listing the placement groups of the cluster at {address}"))?;

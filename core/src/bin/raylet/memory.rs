@@ -8,11 +8,9 @@ use raylet::{NodeMemory, StoredObject};
 use raylet_object_store::bytes;
 
 use crate::args::{OutputFormat, StatusArgs};
-use crate::status::head_address;
 
 pub fn memory(args: StatusArgs) -> anyhow::Result<()> {
-    let address = head_address(&args)?;
-    let token = args.session.resolve_token()?;
+    let (address, token) = args.cluster.head()?;
     let nodes = crate::runtime()?
         .block_on(raylet::collect_memory(&address, &token))
         .with_context(|| format!("collecting the object stores of the cluster at {address}"))?;

@@ -15,8 +15,7 @@ use crate::args::{OutputFormat, StatusArgs};
 const PATIENCE: Duration = Duration::from_secs(2);
 
 pub fn status(args: StatusArgs) -> anyhow::Result<()> {
-    let address = head_address(&args)?;
-    let token = args.session.resolve_token()?;
+    let (address, token) = args.cluster.head()?;
     let status = crate::runtime()?.block_on(fetch(&address, &token))?;
     let output = match args.format {
         OutputFormat::Json => serde_json::to_string_pretty(&StatusReport::new(&address, &status))?,
@@ -24,20 +23,6 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
     };
     println!("{output}");
     Ok(())
-}
-
-/// The head's address: `--address`, or the latest session's head.
-pub fn head_address(args: &StatusArgs) -> anyhow::Result<String> {
-    if let Some(address) = &args.address {
-        return Ok(address.clone());
-    }
-    let session = args.session.root().require_latest()?;
-    session.read_head_address()?.with_context(|| {
-        format!(
-            "{} has no head_address: no head runs in this session; pass --address",
-            session.dir().display()
-        )
-    })
 }
 
 async fn fetch(address: &str, token: &raylet_proto::auth::AuthToken) -> anyhow::Result<ClusterStatus> {
