@@ -302,6 +302,15 @@ fn shipped_files_and_directories_land_in_the_drivers_working_directory() {
         assert!(logs.contains(line), "{line} is missing:\n{logs}");
     }
     assert!(handle.logs_tail(1).unwrap().len() < logs.len());
+    let work = temp.path().join("session_latest/work");
+    for node in std::fs::read_dir(&work).unwrap() {
+        let job_dir = node.unwrap().path().join("jobs").join(handle.id().to_string());
+        assert!(
+            !job_dir.exists(),
+            "{} is removed once the driver ended",
+            job_dir.display()
+        );
+    }
     cluster.shutdown().unwrap();
 }
 

@@ -2,7 +2,8 @@
 //! head and laid out in the job's own directory, the binary checked to be
 //! one this machine can run, the driver started there (joined to the
 //! cluster through `RAYLET_*` variables, in a process group of its own),
-//! its output and exit streamed back, and stops: SIGTERM, then SIGKILL.
+//! its output and exit streamed back, the directory removed once it ended
+//! (the blobs stay cached), and stops: SIGTERM, then SIGKILL.
 
 use std::collections::{HashMap, VecDeque};
 use std::io::Read;
@@ -91,6 +92,10 @@ pub(crate) async fn run(shared: Arc<NodeShared>, job: JobId, spec: JobSpec, even
     };
     let outcome = prepare_and_run(&shared, job, &spec, &send).await;
     shared.leases.release_driver(holder);
+    let dir = shared.job_drivers.jobs_dir.join(job.to_string());
+    if let Err(error) = std::fs::remove_dir_all(&dir) {
+        tracing::debug!(%job, %error, "could not remove the job's directory");
+    }
     match outcome {
         Ok(exit) => send(Event::Exited(exit)),
         Err(error) => send(Event::Failed(error.to_string())),
