@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 use raylet::prelude::*;
 use raylet::proto::blob::blob_of_file;
 use raylet::proto::resources::CPU;
-use raylet::proto::v1::BlobRef;
 use raylet::{Error, Job, JobClient, JobHandle, JobInfo, JobStatus};
 
 mod common;
@@ -409,27 +408,18 @@ fn a_corrupt_or_overlong_upload_is_refused_and_a_good_one_is_stored_once() {
     let file: PathBuf = temp.path().join("model.bin");
     std::fs::write(&file, vec![7u8; 3 << 20]).unwrap();
     let honest = blob_of_file(&file).unwrap();
-    let lying = BlobRef {
-        sha256: "0".repeat(64),
-        size: honest.size,
-    };
-    let error = runtime.block_on(client.upload(&file, lying)).unwrap_err();
+    let lying = "0".repeat(64);
+    let error = runtime.block_on(client.upload(&file, &lying, honest.size)).unwrap_err();
     assert!(
         matches!(&error, Error::Cluster(raylet::proto::Error::InvalidArgument(m)) if m.contains("does not match")),
         "{error}"
     );
-    let short = BlobRef {
-        sha256: honest.sha256.clone(),
-        size: honest.size - 1,
-    };
-    let error = runtime.block_on(client.upload(&file, short)).unwrap_err();
+    let short = runtime.block_on(client.upload(&file, &honest.sha256, honest.size - 1));
+    let error = short.unwrap_err();
     assert!(error.to_string().contains("more than the"), "{error}");
-    assert_eq!(runtime.block_on(client.upload(&file, honest.clone())).unwrap(), 3 << 20);
-    assert_eq!(
-        runtime.block_on(client.upload(&file, honest)).unwrap(),
-        0,
-        "a blob the head has is not stored twice"
-    );
+    let upload = || runtime.block_on(client.upload(&file, &honest.sha256, honest.size));
+    assert_eq!(upload().unwrap(), 3 << 20);
+    assert_eq!(upload().unwrap(), 0, "a blob the head has is not stored twice");
 }
 
 /// Runs `raylet job ARGS` against the cluster in `temp`, with `entrypoint`

@@ -49,7 +49,7 @@ pub use archived::{Archivable, ArchivedRef, Checkable};
 pub use cluster::{Cluster, current, init, init_with};
 pub use config::Config;
 pub use error::{Error, Result};
-pub use job::{DEFAULT_STOP_GRACE, Job, JobClient, JobHandle, JobInfo, JobStatus, Submitted};
+pub use job::{DEFAULT_STOP_GRACE, Job, JobClient, JobHandle, JobInfo, JobOutput, JobStatus, Submitted};
 pub use memory::{NodeMemory, ObjectHolders, StoredObject, collect_memory};
 pub use net::local_ip_towards;
 pub use object_ref::{AnyObjectRef, ObjectRef};

@@ -8,7 +8,9 @@ use std::path::{Path, PathBuf};
 use sha2::{Digest, Sha256};
 use xxhash_rust::xxh3::Xxh3;
 
-use crate::v1::BlobRef;
+use tokio::io::AsyncReadExt;
+
+use crate::v1::{BlobChunk, BlobRef};
 use crate::{Error, Result};
 
 /// Bytes per chunk of an upload or a fetch.
@@ -38,6 +40,32 @@ pub fn blob_of_file(path: &Path) -> Result<BlobRef> {
         sha256: hex(&hasher.finalize()),
         size,
     })
+}
+
+/// Sends `file` as the chunks of `blob`, the first naming it, each wrapped
+/// by `wrap`; stops early when the receiver is gone.
+pub async fn send_chunks<T>(
+    mut file: tokio::fs::File,
+    blob: BlobRef,
+    chunks: &tokio::sync::mpsc::Sender<T>,
+    wrap: impl Fn(BlobChunk) -> T,
+) -> std::io::Result<()> {
+    let mut first = Some(blob);
+    loop {
+        let mut data = vec![0u8; CHUNK_BYTES];
+        let read = file.read(&mut data).await?;
+        if read == 0 && first.is_none() {
+            return Ok(());
+        }
+        data.truncate(read);
+        let chunk = BlobChunk {
+            blob: first.take(),
+            data: data.into(),
+        };
+        if chunks.send(wrap(chunk)).await.is_err() || read == 0 {
+            return Ok(());
+        }
+    }
 }
 
 fn hex(bytes: &[u8]) -> String {

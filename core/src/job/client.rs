@@ -7,15 +7,14 @@ use std::time::Duration;
 
 use raylet_proto::JobId;
 use raylet_proto::auth::AuthToken;
-use raylet_proto::blob::{CHUNK_BYTES, blob_of_file};
+use raylet_proto::blob::{blob_of_file, send_chunks};
 use raylet_proto::channel::AuthedChannel;
 use raylet_proto::server::MAX_DATA_MESSAGE;
 use raylet_proto::v1::job_service_client::JobServiceClient;
 use raylet_proto::v1::{
-    BlobChunk, BlobRef, JobFile, JobLogChunk, JobSpec, ListJobsRequest, MissingBlobsRequest, ReadJobLogsRequest,
-    StopJobRequest, SubmitJobRequest, WatchJobRequest,
+    BlobRef, JobFile, JobLogChunk, JobSpec, ListJobsRequest, MissingBlobsRequest, ReadJobLogsRequest, StopJobRequest,
+    SubmitJobRequest, WatchJobRequest,
 };
-use tokio::io::AsyncReadExt;
 
 use super::{Job, JobInfo};
 use crate::Result;
@@ -89,34 +88,22 @@ impl JobClient {
         let mut uploaded = 0;
         for (path, blob) in paths.iter().zip(blobs) {
             if missing.contains(&blob.sha256) {
-                uploaded += self.upload(path, blob.clone()).await?;
+                uploaded += self.upload(path, &blob.sha256, blob.size).await?;
             }
         }
         Ok(uploaded)
     }
 
-    /// Sends one file as a blob, in chunks; returns the bytes the head stored.
-    pub async fn upload(&self, path: &Path, blob: BlobRef) -> Result<u64> {
-        let mut file = tokio::fs::File::open(path).await?;
+    /// Sends the file at `path` as the blob it claims to be, in chunks;
+    /// returns the bytes the head stored (0 when it had the blob).
+    pub async fn upload(&self, path: &Path, sha256: &str, size: u64) -> Result<u64> {
+        let file = tokio::fs::File::open(path).await?;
+        let blob = BlobRef {
+            sha256: sha256.to_string(),
+            size,
+        };
         let (chunks, outbound) = tokio::sync::mpsc::channel(4);
-        let reader = tokio::spawn(async move {
-            let mut first = Some(blob);
-            loop {
-                let mut data = vec![0u8; CHUNK_BYTES];
-                let read = file.read(&mut data).await?;
-                if read == 0 && first.is_none() {
-                    return Ok::<(), std::io::Error>(());
-                }
-                data.truncate(read);
-                let chunk = BlobChunk {
-                    blob: first.take(),
-                    data: data.into(),
-                };
-                if chunks.send(chunk).await.is_err() || read == 0 {
-                    return Ok(());
-                }
-            }
-        });
+        let reader = tokio::spawn(async move { send_chunks(file, blob, &chunks, |chunk| chunk).await });
         let stream = tokio_stream::wrappers::ReceiverStream::new(outbound);
         let stored = self.client.clone().upload_blob(stream).await;
         reader
@@ -136,7 +123,7 @@ impl JobClient {
     }
 
     /// The job's record now, then at each change until it ends.
-    pub async fn watch(&self, id: JobId) -> Result<tonic::Streaming<raylet_proto::v1::JobRecord>> {
+    async fn watch(&self, id: JobId) -> Result<tonic::Streaming<raylet_proto::v1::JobRecord>> {
         let request = WatchJobRequest {
             job_id: id.as_bytes().to_vec(),
         };
@@ -178,24 +165,37 @@ impl JobClient {
         JobInfo::from_record(self.client.clone().stop_job(request).await?.into_inner())
     }
 
-    /// The job's output from `offset`, in chunks; with `follow`, until the job ends.
-    pub async fn read_logs(&self, id: JobId, offset: u64, follow: bool) -> Result<tonic::Streaming<JobLogChunk>> {
+    /// The job's output from `offset`; with `follow`, until the job ends.
+    pub async fn read_logs(&self, id: JobId, offset: u64, follow: bool) -> Result<JobOutput> {
         let request = ReadJobLogsRequest {
             job_id: id.as_bytes().to_vec(),
             offset,
             follow,
         };
-        Ok(self.client.clone().read_job_logs(request).await?.into_inner())
+        let chunks = self.client.clone().read_job_logs(request).await?.into_inner();
+        Ok(JobOutput { chunks })
     }
 
     /// The job's whole output so far.
     pub async fn logs(&self, id: JobId) -> Result<Vec<u8>> {
         let mut chunks = self.read_logs(id, 0, false).await?;
         let mut output = Vec::new();
-        while let Some(chunk) = chunks.message().await? {
-            output.extend_from_slice(&chunk.data);
+        while let Some(chunk) = chunks.next().await? {
+            output.extend_from_slice(&chunk);
         }
         Ok(output)
+    }
+}
+
+/// A job's output as it arrives.
+pub struct JobOutput {
+    chunks: tonic::Streaming<JobLogChunk>,
+}
+
+impl JobOutput {
+    /// The next piece of output; `None` once there is no more.
+    pub async fn next(&mut self) -> Result<Option<Vec<u8>>> {
+        Ok(self.chunks.message().await?.map(|chunk| chunk.data.to_vec()))
     }
 }
 

@@ -15,7 +15,7 @@ use raylet_proto::v1::{self, JobRecord, JobSpec};
 use raylet_proto::{JobId, NodeId};
 use serde::Serialize;
 
-pub use client::{JobClient, Submitted};
+pub use client::{JobClient, JobOutput, Submitted};
 
 use crate::core_worker::CoreWorker;
 use crate::task::Resources;
@@ -308,10 +308,8 @@ impl JobHandle {
                 }
             };
             loop {
-                let next = match chunks.message().await {
-                    Ok(Some(chunk)) => Ok(chunk.data.to_vec()),
-                    Ok(None) => return,
-                    Err(status) => Err(status.into()),
+                let Some(next) = chunks.next().await.transpose() else {
+                    return;
                 };
                 if sender.send(next).is_err() {
                     return;

@@ -5,9 +5,9 @@
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime};
 
-use raylet_proto::{Labels, NodeId, ResourceSet};
+use raylet_proto::{Labels, NodeId, ResourceSet, Scheduling};
 
-use crate::placement::ClusterResources;
+use crate::placement::{Choice, ClusterResources, Placer, Request};
 use crate::status::{ClusterStatus, NodeState, NodeStats, NodeStatus, ResourceDemand, unix_ms};
 
 /// How many dead incarnations are kept for `raylet status`.
@@ -175,6 +175,24 @@ impl NodeTable {
     /// here counts until the node's next heartbeat.
     pub fn placement_view(&mut self) -> &mut ClusterResources {
         &mut self.alive
+    }
+
+    /// Where `placer` puts work that needs `resources`, with no node
+    /// preferred. A node chosen to run it now or later counts the demand
+    /// until its next heartbeat.
+    pub fn choose(&mut self, placer: &mut Placer, resources: &ResourceSet, scheduling: &Scheduling) -> Choice {
+        let cluster = self.placement_view();
+        let demand = cluster.demand(resources);
+        let request = Request {
+            demand: &demand,
+            scheduling,
+            preferred: None,
+        };
+        let choice = placer.choose(cluster, &request);
+        if let Choice::Run(index) | Choice::Queue(index) = choice {
+            cluster.subtract(index, &demand);
+        }
+        choice
     }
 
     /// The resources of every alive node.

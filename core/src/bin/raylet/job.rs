@@ -83,8 +83,8 @@ fn exit_code_of(info: &JobInfo) -> ExitCode {
 async fn print_output(client: &JobClient, id: JobId, follow: bool) -> anyhow::Result<()> {
     let mut chunks = client.read_logs(id, 0, follow).await?;
     let mut stdout = std::io::stdout();
-    while let Some(chunk) = chunks.message().await.context("reading the job's output")? {
-        stdout.write_all(&chunk.data)?;
+    while let Some(chunk) = chunks.next().await.context("reading the job's output")? {
+        stdout.write_all(&chunk)?;
         stdout.flush()?;
     }
     Ok(())

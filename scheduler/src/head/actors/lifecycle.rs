@@ -20,7 +20,7 @@ use super::leases::{Grant, HeadLeases, LeaseAnswer};
 use super::table::{ActorSpec, ActorTable, KillOrder, Placement};
 use crate::head::NodeTable;
 use crate::head::placement_groups::{GroupManager, GroupState, NodeManagerBundles};
-use crate::placement::{Choice, Placer, Request};
+use crate::placement::{Choice, Placer};
 
 /// A leased worker answers at once; if it does not, it is gone.
 const WORKER_PATIENCE: Duration = Duration::from_secs(2);
@@ -244,23 +244,9 @@ async fn bundle_node(runtime: &ActorRuntime, group: PlacementGroupId, bundle: Op
 /// counts against that node until the node's next heartbeat.
 fn choose_node(runtime: &ActorRuntime, spec: &ActorSpec) -> Result<String, Ended> {
     let mut nodes = runtime.nodes.lock().unwrap_or_else(|p| p.into_inner());
-    let cluster = nodes.placement_view();
-    let demand = cluster.demand(&spec.placement);
-    let request = Request {
-        demand: &demand,
-        scheduling: &spec.scheduling,
-        preferred: None,
-    };
-    let choice = runtime
-        .placer
-        .lock()
-        .unwrap_or_else(|p| p.into_inner())
-        .choose(cluster, &request);
-    match choice {
-        Choice::Run(index) | Choice::Queue(index) => {
-            cluster.subtract(index, &demand);
-            Ok(cluster.node(index).address.clone())
-        }
+    let mut placer = runtime.placer.lock().unwrap_or_else(|p| p.into_inner());
+    match nodes.choose(&mut placer, &spec.placement, &spec.scheduling) {
+        Choice::Run(index) | Choice::Queue(index) => Ok(nodes.placement_view().node(index).address.clone()),
         Choice::Infeasible(reason) | Choice::Unschedulable(reason) => {
             Err(Ended::Dead(ActorDeathKind::Infeasible, reason))
         }

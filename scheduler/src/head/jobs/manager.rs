@@ -17,7 +17,7 @@ use raylet_proto::{Error, JobId, NodeId, ResourceSet, Result, Scheduling};
 use super::blobs::BlobStore;
 use super::table::{JobTable, is_ended};
 use crate::head::NodeTable;
-use crate::placement::{Choice, Placer, Request};
+use crate::placement::{Choice, Placer};
 
 /// How long a node manager may take to answer a connection.
 const NODE_PATIENCE: Duration = Duration::from_secs(5);
@@ -69,10 +69,10 @@ impl JobManager {
 
     /// Registers the job and starts placing its driver.
     pub fn submit(self: &Arc<Self>, id: JobId, spec: JobSpec) -> Result<JobRecord> {
-        self.check_spec(&spec)?;
+        let demand = self.check_spec(&spec)?;
         let record = self.table.create(id, spec.clone(), now_ms())?;
         self.drivers().insert(id, Driver::default());
-        tokio::spawn(self.clone().drive(id, spec));
+        tokio::spawn(self.clone().drive(id, spec, demand));
         Ok(record)
     }
 
@@ -95,7 +95,8 @@ impl JobManager {
         self.table.record(id)
     }
 
-    fn check_spec(&self, spec: &JobSpec) -> Result<()> {
+    /// Checks the spec; returns what the driver holds.
+    fn check_spec(&self, spec: &JobSpec) -> Result<ResourceSet> {
         let binary = spec
             .binary
             .as_ref()
@@ -125,13 +126,12 @@ impl JobManager {
                 )));
             }
         }
-        ResourceSet::from_proto(&spec.resources.clone().unwrap_or_default())?;
-        Ok(())
+        ResourceSet::from_proto(&spec.resources.clone().unwrap_or_default())
     }
 
     /// Places and runs the driver until the job ends, then records how.
-    async fn drive(self: Arc<Self>, id: JobId, spec: JobSpec) {
-        let ended = self.run_until_ended(id, &spec).await;
+    async fn drive(self: Arc<Self>, id: JobId, spec: JobSpec, demand: ResourceSet) {
+        let ended = self.run_until_ended(id, &spec, &demand).await;
         let result = self.table.update(id, |record| {
             record.set_status(ended.status);
             record.message = ended.message;
@@ -148,12 +148,12 @@ impl JobManager {
         self.drivers().remove(&id);
     }
 
-    async fn run_until_ended(&self, id: JobId, spec: &JobSpec) -> Ended {
+    async fn run_until_ended(&self, id: JobId, spec: &JobSpec, demand: &ResourceSet) -> Ended {
         loop {
             if self.stop_grace(id).is_some() {
                 return ended(JobStatus::Stopped, "stopped before its driver started".into(), None);
             }
-            match self.choose_node(spec) {
+            match self.choose_node(demand) {
                 Err(reason) => return ended(JobStatus::Failed, reason, None),
                 Ok(None) => {}
                 Ok(Some((node_id, address))) => {
@@ -171,26 +171,12 @@ impl JobManager {
     }
 
     /// The node for the driver: `None` while no node has room.
-    fn choose_node(&self, spec: &JobSpec) -> Result<Option<(NodeId, String)>, String> {
-        let demand = ResourceSet::from_proto(&spec.resources.clone().unwrap_or_default()).map_err(|e| e.to_string())?;
+    fn choose_node(&self, demand: &ResourceSet) -> Result<Option<(NodeId, String)>, String> {
         let mut nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
-        let cluster = nodes.placement_view();
-        let demand = cluster.demand(&demand);
-        let scheduling = Scheduling::default();
-        let request = Request {
-            demand: &demand,
-            scheduling: &scheduling,
-            preferred: None,
-        };
-        let choice = self
-            .placer
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .choose(cluster, &request);
-        match choice {
+        let mut placer = self.placer.lock().unwrap_or_else(|p| p.into_inner());
+        match nodes.choose(&mut placer, demand, &Scheduling::default()) {
             Choice::Run(index) => {
-                cluster.subtract(index, &demand);
-                let node = cluster.node(index);
+                let node = nodes.placement_view().node(index);
                 Ok(Some((node.node_id, node.address.clone())))
             }
             Choice::Queue(_) => Ok(None),

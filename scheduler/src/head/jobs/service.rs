@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use raylet_proto::blob::{CHUNK_BYTES, is_sha256};
+use raylet_proto::blob::{CHUNK_BYTES, is_sha256, send_chunks};
 use raylet_proto::v1::fetch_blob_request::By;
 use raylet_proto::v1::job_service_server::JobService;
 use raylet_proto::v1::{
@@ -13,7 +13,6 @@ use raylet_proto::v1::{
     MissingBlobsRequest, ReadJobLogsRequest, StopJobRequest, SubmitJobRequest, UploadBlobReply, WatchJobRequest,
 };
 use raylet_proto::{Error, JobId, Result};
-use tokio::io::AsyncReadExt;
 use tokio::sync::{mpsc, watch};
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
@@ -93,33 +92,15 @@ impl JobService for JobServiceImpl {
             .blobs
             .path(&sha256)
             .ok_or_else(|| Error::NotFound(format!("the head has no blob {sha256}")))?;
-        let mut file = tokio::fs::File::open(&path)
+        let file = tokio::fs::File::open(&path)
             .await
             .map_err(|e| Error::Internal(format!("opening {}: {e}", path.display())))?;
         let size = file.metadata().await.map_err(|e| Error::Internal(e.to_string()))?.len();
         let (chunks, receiver) = mpsc::channel(4);
         tokio::spawn(async move {
-            let mut blob = Some(BlobRef { sha256, size });
-            loop {
-                let mut data = vec![0u8; CHUNK_BYTES];
-                let read = match file.read(&mut data).await {
-                    Ok(read) => read,
-                    Err(error) => {
-                        let _ = chunks.send(Err(Error::Internal(error.to_string()).into())).await;
-                        return;
-                    }
-                };
-                if read == 0 && blob.is_none() {
-                    return;
-                }
-                data.truncate(read);
-                let chunk = BlobChunk {
-                    blob: blob.take(),
-                    data: data.into(),
-                };
-                if chunks.send(Ok(chunk)).await.is_err() || read == 0 {
-                    return;
-                }
+            let sent = send_chunks(file, BlobRef { sha256, size }, &chunks, Ok).await;
+            if let Err(error) = sent {
+                let _ = chunks.send(Err(Error::Internal(error.to_string()).into())).await;
             }
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(receiver))))

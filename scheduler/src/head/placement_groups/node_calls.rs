@@ -48,14 +48,12 @@ impl NodeManagerBundles {
 
     /// Queues `op` for the node at `address` and waits for its answer.
     async fn call(&self, address: &str, op: BundleOp) -> Result<()> {
+        let stopped = || Error::Unavailable(format!("the sender to node {address} has stopped"));
         let (answer, answered) = oneshot::channel();
-        let sent = self.queue(address).send(QueuedOp { op, answer });
-        if sent.is_err() {
-            return Err(Error::Unavailable(format!("the sender to node {address} has stopped")));
+        if self.queue(address).send(QueuedOp { op, answer }).is_err() {
+            return Err(stopped());
         }
-        answered
-            .await
-            .unwrap_or_else(|_| Err(Error::Unavailable(format!("the sender to node {address} has stopped"))))
+        answered.await.unwrap_or_else(|_| Err(stopped()))
     }
 
     /// The queue of the node's sender task, started on first use.
