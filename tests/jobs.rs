@@ -6,7 +6,9 @@
 //! the grace period while its output streams, a panicking one fails with
 //! its exit status and stderr, a binary that cannot run or a driver that
 //! can never be placed fails clearly, shipped files land in the working
-//! directory, two jobs name actors alike, a job's owned actors end with it
+//! directory, two jobs name actors alike, two jobs at once share no worker
+//! and their objects go with them, even from other nodes' stores when the
+//! driver is killed, a job's owned actors end with it
 //! while detached ones live on, the CLI does all of it, and a corrupt
 //! upload is refused.
 
@@ -16,7 +18,8 @@ use std::time::{Duration, Instant};
 use raylet::prelude::*;
 use raylet::proto::blob::blob_of_file;
 use raylet::proto::resources::CPU;
-use raylet::{Error, Job, JobClient, JobHandle, JobInfo, JobStatus};
+use raylet::{Error, Job, JobClient, JobHandle, JobId, JobInfo, JobStatus, NodeId};
+use serde_bytes::ByteBuf;
 
 mod common;
 
@@ -147,6 +150,70 @@ fn driver_leaves_actors_behind() {
         owned.job().get().unwrap(),
         detached.job().get().unwrap()
     );
+}
+
+/// The pid of the worker that runs it and the job id at the front of the
+/// block it reads.
+#[raylet::remote]
+fn read_block(block: ByteBuf) -> (u32, String) {
+    let job = String::from_utf8_lossy(&block[..32]).into_owned();
+    (std::process::id(), job)
+}
+
+#[test]
+#[ignore = "a job driver: `two_jobs_at_once_keep_their_objects...` runs it on the cluster"]
+fn driver_keeps_its_objects() {
+    let cluster = raylet::init().unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    while cluster
+        .jobs()
+        .unwrap()
+        .iter()
+        .filter(|job| job.status == JobStatus::Running)
+        .count()
+        < 2
+    {
+        assert!(Instant::now() < deadline, "the other job never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let (block, workers) = put_a_block_read_on_every_node(&cluster);
+    println!("workers {}", serde_json::to_string(&workers).unwrap());
+    println!("block {}", serde_json::to_string(&block).unwrap());
+    cluster.shutdown().unwrap();
+}
+
+#[test]
+#[ignore = "a job driver: `a_killed_drivers_objects...` runs it on the cluster"]
+fn driver_holds_a_block_until_killed() {
+    let cluster = raylet::init().unwrap();
+    let (block, _) = put_a_block_read_on_every_node(&cluster);
+    println!("block {}", serde_json::to_string(&block).unwrap());
+    std::thread::sleep(Duration::from_secs(600));
+}
+
+/// Puts a 4 MiB block that starts with the job's id and has two tasks on
+/// each node with CPUs read it, so that every such node stores a copy;
+/// returns the block and the pids of the workers that read it.
+fn put_a_block_read_on_every_node(cluster: &Cluster) -> (ObjectRef<ByteBuf>, Vec<u32>) {
+    let job = std::env::var("RAYLET_JOB_ID").unwrap();
+    let mut bytes = job.clone().into_bytes();
+    bytes.resize(4 << 20, 7);
+    let block = cluster.put(&ByteBuf::from(bytes)).unwrap();
+    let status = cluster.status().unwrap();
+    let reads: Vec<ObjectRef<(u32, String)>> = status
+        .alive()
+        .filter(|node| node.total.get(CPU).as_f64() > 0.0)
+        .flat_map(|node| [node.node_id; 2])
+        .map(|node_id| {
+            read_block::options()
+                .scheduling_strategy(SchedulingStrategy::NodeAffinity { node_id, soft: false })
+                .remote(cluster, &block)
+                .unwrap()
+        })
+        .collect();
+    let seen = cluster.get_all(&reads).unwrap();
+    assert!(seen.iter().all(|(_, owner)| *owner == job), "{seen:?}");
+    (block, seen.iter().map(|(pid, _)| *pid).collect())
 }
 
 /// A job that runs this test binary's `driver` test.
@@ -318,20 +385,114 @@ fn two_jobs_at_once_name_an_actor_alike_without_colliding() {
     let temp = tempfile::tempdir().unwrap();
     let nodes = ZonedCluster::start(temp.path(), &["a", "b"]);
     let cluster = nodes.driver();
-    let handles: Vec<JobHandle> = (0..2)
-        .map(|_| cluster.submit(job("driver_names_an_actor")).unwrap())
-        .collect();
-    for handle in &handles {
-        let done = handle.wait().unwrap();
-        let logs = handle.logs().unwrap();
-        assert_eq!(done.status, JobStatus::Succeeded, "{done:?}\n{logs}");
-        let own = format!("the actor named tag holds job {}", handle.id());
+    for (id, logs) in run_twice_at_once(&cluster, "driver_names_an_actor") {
+        let own = format!("the actor named tag holds job {id}");
         assert!(logs.contains(&own), "{own} is missing:\n{logs}");
     }
     let Err(error) = cluster.get_actor::<JobTag>("tag") else {
         panic!("the jobs' actors died with them, and none was in this driver's namespace");
     };
     assert!(error.to_string().contains("tag"), "{error}");
+    cluster.shutdown().unwrap();
+}
+
+/// Submits two jobs that run `driver` at once; returns their ids and logs
+/// once both succeeded.
+fn run_twice_at_once(cluster: &Cluster, driver: &str) -> Vec<(JobId, String)> {
+    let handles: Vec<JobHandle> = (0..2).map(|_| cluster.submit(job(driver)).unwrap()).collect();
+    let finished = |handle: &JobHandle| {
+        let done = handle.wait().unwrap();
+        let logs = handle.logs().unwrap();
+        assert_eq!(done.status, JobStatus::Succeeded, "{done:?}\n{logs}");
+        (handle.id(), logs)
+    };
+    handles.iter().map(finished).collect()
+}
+
+/// The JSON after `label ` on a line of the logs.
+fn logged<T: serde::de::DeserializeOwned>(logs: &str, label: &str) -> T {
+    let prefix = format!("{label} ");
+    let line = logs
+        .lines()
+        .find_map(|line| line.strip_prefix(&prefix))
+        .unwrap_or_else(|| panic!("no '{label}' line in:\n{logs}"));
+    serde_json::from_str(line).unwrap()
+}
+
+#[test]
+fn two_jobs_at_once_keep_their_objects_and_workers_apart_and_free_them_at_the_end() {
+    let temp = tempfile::tempdir().unwrap();
+    let nodes = ZonedCluster::start(temp.path(), &["a", "b"]);
+    let cluster = nodes.driver();
+    let mut workers = Vec::new();
+    let mut blocks = Vec::new();
+    for (_, logs) in run_twice_at_once(&cluster, "driver_keeps_its_objects") {
+        workers.push(logged::<Vec<u32>>(&logs, "workers"));
+        blocks.push(logged::<ObjectRef<ByteBuf>>(&logs, "block"));
+    }
+    assert!(
+        workers[0].iter().all(|pid| !workers[1].contains(pid)),
+        "no worker served both jobs: {workers:?}"
+    );
+    for block in &blocks {
+        let Err(error) = block.get_timeout(Duration::from_secs(10)) else {
+            panic!("a job's object is gone with its driver");
+        };
+        assert!(error.to_string().contains("unreachable"), "{error}");
+    }
+    let owners: Vec<&str> = blocks.iter().map(|block| block.owner_address()).collect();
+    wait_until_no_store_holds_objects_of(&cluster, &owners);
+    cluster.shutdown().unwrap();
+}
+
+/// The nodes whose stores hold objects that one of `owners` owns.
+fn nodes_holding_objects_of(cluster: &Cluster, owners: &[&str]) -> Vec<NodeId> {
+    let memory = cluster.memory().unwrap();
+    let holds = |node: &&raylet::NodeMemory| {
+        node.objects
+            .iter()
+            .any(|object| owners.contains(&object.owner.as_str()))
+    };
+    memory.iter().filter(holds).map(|node| node.node_id).collect()
+}
+
+fn wait_until_no_store_holds_objects_of(cluster: &Cluster, owners: &[&str]) {
+    let deadline = Instant::now() + PATIENCE;
+    loop {
+        let holding = nodes_holding_objects_of(cluster, owners);
+        if holding.is_empty() {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "nodes {holding:?} still store objects of {owners:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn a_killed_drivers_objects_are_freed_on_every_node_that_stored_a_copy() {
+    let temp = tempfile::tempdir().unwrap();
+    let nodes = ZonedCluster::start(temp.path(), &["a", "b"]);
+    let cluster = nodes.driver();
+    let handle = cluster.submit(job("driver_holds_a_block_until_killed")).unwrap();
+    let mut streamed = String::new();
+    let mut output = handle.follow_logs();
+    while !streamed.lines().any(|line| line.starts_with("block ")) {
+        let chunk = output.next().expect("the driver prints its block").unwrap();
+        streamed.push_str(&String::from_utf8_lossy(&chunk));
+    }
+    let block = logged::<ObjectRef<ByteBuf>>(&streamed, "block");
+    let owners = [block.owner_address()];
+    assert_eq!(
+        nodes_holding_objects_of(&cluster, &owners).len(),
+        2,
+        "both nodes store a copy"
+    );
+    handle.stop_with_grace(Duration::ZERO).unwrap();
+    assert_eq!(handle.wait().unwrap().status, JobStatus::Stopped);
+    wait_until_no_store_holds_objects_of(&cluster, &owners);
     cluster.shutdown().unwrap();
 }
 

@@ -143,16 +143,25 @@ impl CoreWorker {
         }
     }
 
-    /// Asks the object's owner for it. A failed call is tried once more on a
-    /// new connection: the cached one may lead to a process that is gone.
+    /// Asks the object's owner for it. A call that failed on a cached
+    /// connection is tried once more on a new one: the cached one may lead
+    /// to a process that is gone.
     async fn fetch(&self, object: &AnyObjectRef, wait: Duration) -> Result<Option<Outcome>> {
+        let cached = self.has_channel(object.owner_address());
         match self.fetch_once(object, wait).await {
-            Err(Error::Task(_)) => {
+            Err(Error::Task(_)) if cached => {
                 self.forget_channel(object.owner_address());
                 self.fetch_once(object, wait).await
             }
             other => other,
         }
+    }
+
+    fn has_channel(&self, address: &str) -> bool {
+        self.channels
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .contains_key(address)
     }
 
     pub(crate) fn forget_channel(&self, address: &str) {

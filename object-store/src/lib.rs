@@ -7,6 +7,7 @@
 pub mod archive;
 pub mod client;
 pub mod error;
+pub mod owner_watch;
 pub mod segment;
 pub mod service;
 pub mod store;

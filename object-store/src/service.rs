@@ -85,6 +85,13 @@ impl SharedStore {
         self.freed.notify_waiters();
     }
 
+    /// Frees the objects that `owner` owns, once it is gone; returns how many.
+    pub(crate) fn delete_owned_by(&self, owner: &str) -> usize {
+        let count = self.lock().delete_owned_by(owner);
+        self.freed.notify_waiters();
+        count
+    }
+
     /// Reserves room for a new object written under `session`, waiting up
     /// to `wait` for frees when the store is full.
     pub(crate) async fn create(

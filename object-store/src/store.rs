@@ -2,7 +2,7 @@
 //! who pins them, and making room by spilling the least recently used.
 //! Plain synchronous code; the service serializes calls with a lock.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -337,6 +337,30 @@ impl ObjectStore {
         }
     }
 
+    /// The owners of stored objects that no open session speaks for:
+    /// processes elsewhere, whose end this store would not hear of.
+    pub fn remote_owners(&self) -> HashSet<Arc<str>> {
+        let local: HashSet<&str> = self.sessions.values().map(|s| &*s.owner).collect();
+        self.objects
+            .values()
+            .map(|entry| &entry.owner)
+            .filter(|owner| !owner.is_empty() && !local.contains(&***owner))
+            .cloned()
+            .collect()
+    }
+
+    /// Frees the objects that `owner` owns; returns how many there were.
+    pub fn delete_owned_by(&mut self, owner: &str) -> usize {
+        let owned: Vec<ObjectId> = self
+            .objects
+            .iter()
+            .filter(|(_, entry)| &*entry.owner == owner)
+            .map(|(id, _)| *id)
+            .collect();
+        self.delete(&owned);
+        owned.len()
+    }
+
     pub fn usage(&self) -> StoreUsage {
         let mut objects: Vec<ObjectInfo> = self
             .objects
@@ -579,6 +603,23 @@ mod tests {
             .to_vec();
         store.release(session, id);
         bytes
+    }
+
+    #[test]
+    fn owners_without_a_session_here_are_remote_and_their_objects_can_be_dropped() {
+        let (mut store, _dir) = store(10 * MIB, 0);
+        let local = store.open_session("owner:1", None);
+        let pulls = store.open_session("", None);
+        let mine = put(&mut store, local, 1, MIB).unwrap();
+        let theirs = ObjectId::random();
+        store.create(pulls, theirs, MIB, "elsewhere:2").unwrap();
+        store.seal(pulls, theirs, MIB).unwrap();
+        let remote: Vec<String> = store.remote_owners().iter().map(|o| o.to_string()).collect();
+        assert_eq!(remote, ["elsewhere:2"]);
+        assert_eq!(store.delete_owned_by("elsewhere:2"), 1);
+        assert!(store.remote_owners().is_empty());
+        let left: Vec<ObjectId> = store.usage().objects.iter().map(|o| o.id).collect();
+        assert_eq!(left, [mine]);
     }
 
     #[test]

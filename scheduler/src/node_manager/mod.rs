@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use raylet_object_store::{ObjectStoreServiceImpl, SharedStore, StoreConfig};
+use raylet_object_store::{ObjectStoreServiceImpl, SharedStore, StoreConfig, owner_watch};
 use raylet_proto::auth::AuthToken;
 use raylet_proto::channel::HeadClient;
 use raylet_proto::resources::OBJECT_STORE_MEMORY;
@@ -264,6 +264,7 @@ impl NodeManager {
             result = server => result.map_err(crate::Error::from),
             never = heartbeat::run(head.clone(), shared.clone()) => match never {},
             never = memory_monitor::run(shared.leases.clone(), shared.config.memory_monitor) => match never {},
+            never = owner_watch::run(shared.store.clone(), shared.config.token.clone()) => match never {},
         };
         shared.leases.shut_down();
         remove_spill_dir(&shared.config.spill_dir());
