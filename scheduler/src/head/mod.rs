@@ -1,12 +1,14 @@
 //! The head: keeps the table of node incarnations, marks silent nodes dead,
 //! answers `raylet status`, places, restarts and lists actors, reserves
-//! placement groups, and runs jobs.
+//! placement groups, and runs jobs. A persistent head keeps its tables in
+//! its state directory and recovers them when started there again.
 
 pub mod actors;
 pub mod jobs;
 mod node_table;
 pub mod placement_groups;
 mod service;
+pub mod state_store;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -29,6 +31,7 @@ use actors::{ActorRuntime, ActorServiceImpl, ActorTable, HeadLeases};
 use jobs::{JobManager, JobServiceImpl};
 use placement_groups::{GroupManager, NodeManagerBundles, PlacementGroupServiceImpl, keep_placing};
 use service::HeadServiceImpl;
+use state_store::StateStore;
 
 /// Settings of a head.
 #[derive(Clone, Debug)]
@@ -40,6 +43,10 @@ pub struct HeadConfig {
     pub state_dir: PathBuf,
     /// The largest binary or file a job may upload, in bytes.
     pub max_blob_bytes: u64,
+    /// Whether the tables are written to `state_dir` and recovered from
+    /// it on start; a head that cannot be restarted (the embedded one)
+    /// keeps them in memory only.
+    pub persistent: bool,
 }
 
 impl HeadConfig {
@@ -55,7 +62,13 @@ impl HeadConfig {
             heartbeat_timeout: Self::DEFAULT_HEARTBEAT_TIMEOUT,
             state_dir: std::env::temp_dir().join(format!("raylet-head-{unique:016x}")),
             max_blob_bytes: Self::DEFAULT_MAX_BLOB_BYTES,
+            persistent: false,
         }
+    }
+
+    pub fn persistent(mut self, persistent: bool) -> Self {
+        self.persistent = persistent;
+        self
     }
 
     pub fn state_dir(mut self, dir: impl Into<PathBuf>) -> Self {
@@ -76,7 +89,12 @@ impl HeadConfig {
 
 /// Runs a head on `listener` until `shutdown` resolves.
 pub async fn run(config: HeadConfig, listener: TcpListener, shutdown: impl Future<Output = ()>) -> Result<()> {
-    let table = Arc::new(Mutex::new(NodeTable::new(config.heartbeat_timeout)));
+    let store = match config.persistent {
+        true => StateStore::open(&config.state_dir)?,
+        false => StateStore::in_memory_only(),
+    };
+    let nodes = NodeTable::recover(config.heartbeat_timeout, store.clone(), Instant::now())?;
+    let table = Arc::new(Mutex::new(nodes));
     let groups = Arc::new(GroupManager::new(
         table.clone(),
         NodeManagerBundles::new(config.token.clone()),
@@ -104,14 +122,15 @@ pub async fn run(config: HeadConfig, listener: TcpListener, shutdown: impl Futur
         groups: groups.clone(),
         stopping: runtime.stopping.subscribe(),
     });
-    let job_manager = JobManager::new(
+    let job_manager = JobManager::recover(
         &config.state_dir,
         config.max_blob_bytes,
         table.clone(),
         config.token.clone(),
-    );
+        store.clone(),
+    )?;
     let jobs = JobServiceServer::new(JobServiceImpl {
-        jobs: Arc::new(job_manager),
+        jobs: job_manager,
         stopping: runtime.stopping.subscribe(),
     })
     .max_decoding_message_size(MAX_DATA_MESSAGE)
@@ -125,11 +144,13 @@ pub async fn run(config: HeadConfig, listener: TcpListener, shutdown: impl Futur
         .add_service(placement_groups)
         .add_service(jobs)
         .serve_with_incoming_shutdown(incoming(listener), shutdown);
-    tokio::select! {
-        result = server => Ok(result?),
+    let result = tokio::select! {
+        result = server => result,
         never = detect_failures(table, config.heartbeat_timeout) => match never {},
         never = keep_placing(groups) => match never {},
-    }
+    };
+    store.flush().await;
+    Ok(result?)
 }
 
 /// Checks for silent nodes several times per timeout, forever.

@@ -1,12 +1,19 @@
 //! The head's table of node incarnations: registration, heartbeats and
 //! failure detection, with the alive nodes' resources kept for placement.
-//! Time is passed in, so the logic is deterministic.
+//! Time is passed in, so the logic is deterministic. Each node's latest
+//! incarnation is written to the head's state store as it changes, and a
+//! restarted head gives the recovered alive ones a heartbeat timeout to
+//! show up again.
 
 use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime};
 
 use raylet_proto::{Labels, NodeId, ResourceSet, Scheduling};
 
+use prost::Message;
+use raylet_proto::v1;
+
+use super::state_store::{StateStore, Table};
 use crate::placement::{Choice, ClusterResources, Placer, Request};
 use crate::status::{ClusterStatus, NodeState, NodeStats, NodeStatus, ResourceDemand, unix_ms};
 
@@ -64,6 +71,7 @@ pub struct NodeTable {
     entries: Vec<Entry>,
     latest_incarnation: HashMap<NodeId, u64>,
     alive: ClusterResources,
+    store: StateStore,
 }
 
 impl NodeTable {
@@ -73,7 +81,33 @@ impl NodeTable {
             entries: Vec::new(),
             latest_incarnation: HashMap::new(),
             alive: ClusterResources::new(),
+            store: StateStore::in_memory_only(),
         }
+    }
+
+    /// The table as `store` last saw it: the nodes that were alive count as
+    /// alive, heard from `now`, and must heartbeat within the timeout.
+    /// Changes from here on are written to `store`.
+    pub fn recover(heartbeat_timeout: Duration, store: StateStore, now: Instant) -> raylet_proto::Result<Self> {
+        let mut table = NodeTable::new(heartbeat_timeout);
+        for (_, bytes) in store.load(Table::Nodes)? {
+            let record = v1::NodeRecord::decode(bytes.as_slice())
+                .map_err(|e| raylet_proto::Error::Internal(format!("a stored node record is corrupt: {e}")))?;
+            let status = NodeStatus::from_proto(record)?;
+            table.latest_incarnation.insert(status.node_id, status.incarnation);
+            if status.state == NodeState::Alive {
+                let index = table
+                    .alive
+                    .upsert(status.node_id, &status.address, &status.labels, &status.total);
+                table.alive.set_available(index, &status.available);
+            }
+            table.entries.push(Entry {
+                status,
+                last_heartbeat: now,
+            });
+        }
+        table.store = store;
+        Ok(table)
     }
 
     /// How long a node may be silent before it is marked dead.
@@ -114,6 +148,7 @@ impl NodeTable {
             death_reason: None,
         };
         tracing::info!(%node_id, incarnation, address = %status.address, "node registered");
+        self.save(&status);
         self.entries.push(Entry {
             status,
             last_heartbeat: now,
@@ -165,6 +200,7 @@ impl NodeTable {
                 );
                 mark_dead(&mut entry.status, &reason);
                 self.alive.remove(entry.status.node_id);
+                save_latest(&self.store, &self.latest_incarnation, &entry.status);
                 marked += 1;
             }
         }
@@ -226,8 +262,13 @@ impl NodeTable {
             if matches(&entry.status) {
                 mark_dead(&mut entry.status, reason);
                 self.alive.remove(entry.status.node_id);
+                save_latest(&self.store, &self.latest_incarnation, &entry.status);
             }
         }
+    }
+
+    fn save(&self, status: &NodeStatus) {
+        save_latest(&self.store, &self.latest_incarnation, status);
     }
 
     fn forget_oldest_dead(&mut self) {
@@ -242,6 +283,13 @@ impl NodeTable {
                 self.entries.remove(index);
             }
         }
+    }
+}
+
+/// Writes the status when it is of the node's latest incarnation.
+fn save_latest(store: &StateStore, latest: &HashMap<NodeId, u64>, status: &NodeStatus) {
+    if latest.get(&status.node_id) == Some(&status.incarnation) {
+        store.put(Table::Nodes, status.node_id.as_bytes(), &status.to_proto());
     }
 }
 
@@ -296,6 +344,36 @@ mod tests {
             stats: NodeStats::default(),
             demands: Vec::new(),
         }
+    }
+
+    #[tokio::test]
+    async fn a_recovered_table_accepts_the_incarnations_it_knew_and_keeps_the_dead_dead() {
+        let dir = tempfile::tempdir().unwrap();
+        let (alive, left) = (NodeId::random(), NodeId::random());
+        {
+            let store = StateStore::open(dir.path()).unwrap();
+            let mut table = NodeTable::recover(TIMEOUT, store.clone(), Instant::now()).unwrap();
+            table.register(registration(alive), Instant::now());
+            table.register(registration(alive), Instant::now());
+            let incarnation = table.register(registration(left), Instant::now());
+            table.unregister(left, incarnation, "done");
+            store.flush().await;
+        }
+        let store = crate::head::state_store::tests::reopen(dir.path()).await;
+        let now = Instant::now();
+        let mut table = NodeTable::recover(TIMEOUT, store, now).unwrap();
+        assert_eq!(table.heartbeat(heartbeat(alive, 2), now), HeartbeatOutcome::Accepted);
+        assert_eq!(
+            table.heartbeat(heartbeat(left, 1), now),
+            HeartbeatOutcome::MustReregister
+        );
+        assert_eq!(table.alive_resources().len(), 1);
+        assert_eq!(table.register(registration(left), now), 2, "incarnations go on");
+        assert_eq!(
+            table.detect_failures(now + TIMEOUT * 2),
+            2,
+            "silent recovered nodes die"
+        );
     }
 
     #[test]

@@ -1,12 +1,13 @@
-//! Job drivers on this node: the job's binary and files fetched from the
-//! head and laid out in the job's own directory, the binary checked to be
-//! one this machine can run, the driver started there (joined to the
-//! cluster through `RAYLET_*` variables, in a process group of its own),
-//! its output and exit streamed back, the directory removed once it ended
-//! (the blobs stay cached), and stops: SIGTERM, then SIGKILL.
+//! Job drivers on this node. A driver is started in its job's directory
+//! (joined to the cluster through `RAYLET_*` variables, in a process group
+//! of its own) and supervised on its own: its output goes to a file beside
+//! the directory and its end is kept for a while, so that a head that lost
+//! the stream (it restarted) attaches again and reads on from where it was.
+//! The directory is removed once the driver ended (the blobs stay cached).
+//! Stops: SIGTERM, then SIGKILL.
 
 use std::collections::{HashMap, VecDeque};
-use std::io::Read;
+use std::io::{Seek, SeekFrom, Write};
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -19,10 +20,11 @@ use raylet_proto::v1::job_driver_event::Kind as Event;
 use raylet_proto::v1::{JobDriverEvent, JobDriverExit, JobSpec};
 use raylet_proto::{Error, JobId, ResourceSet, Result};
 use tokio::io::{AsyncRead, AsyncReadExt};
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, watch};
 
 use super::NodeShared;
 use super::blob_fetch::BlobFetch;
+use super::job_layout::{check_runnable, lay_out};
 
 /// Where a driver's events go.
 pub(crate) type DriverEvents = mpsc::UnboundedSender<std::result::Result<JobDriverEvent, tonic::Status>>;
@@ -31,12 +33,32 @@ pub(crate) type DriverEvents = mpsc::UnboundedSender<std::result::Result<JobDriv
 const STDERR_TAIL_BYTES: usize = 8 * 1024;
 /// Lines of stderr kept for a failed job's message.
 const STDERR_TAIL_LINES: usize = 20;
+/// How long an ended driver's output and end are kept for a head that
+/// attaches late.
+const ENDED_RETENTION: Duration = Duration::from_secs(600);
+/// The most output bytes sent in one event.
+const OUTPUT_CHUNK: usize = 64 * 1024;
+
+/// How far a driver has got.
+#[derive(Clone, Debug, Default)]
+struct Progress {
+    pid: Option<u32>,
+    output_bytes: u64,
+    /// `Exited` or `Failed`, once it ended.
+    end: Option<Event>,
+}
+
+/// A driver this node started, running or lately ended.
+struct Driver {
+    output: PathBuf,
+    progress: watch::Sender<Progress>,
+}
 
 /// The drivers this node runs, by job.
 pub(crate) struct JobDrivers {
     blobs: BlobFetch,
     jobs_dir: PathBuf,
-    running: Mutex<HashMap<JobId, u32>>,
+    drivers: Mutex<HashMap<JobId, Arc<Driver>>>,
 }
 
 impl JobDrivers {
@@ -44,7 +66,7 @@ impl JobDrivers {
         JobDrivers {
             blobs: BlobFetch::new(work_dir.join("blobs"), head_address, token),
             jobs_dir: work_dir.join("jobs"),
-            running: Mutex::new(HashMap::new()),
+            drivers: Mutex::new(HashMap::new()),
         }
     }
 
@@ -54,64 +76,100 @@ impl JobDrivers {
         self.blobs.get_binary(build_hash).await
     }
 
-    fn running(&self) -> MutexGuard<'_, HashMap<JobId, u32>> {
-        self.running.lock().unwrap_or_else(|p| p.into_inner())
+    fn drivers(&self) -> MutexGuard<'_, HashMap<JobId, Arc<Driver>>> {
+        self.drivers.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn driver(&self, job: JobId) -> Option<Arc<Driver>> {
+        self.drivers().get(&job).cloned()
     }
 
     /// Signals the job's driver group with SIGTERM, and SIGKILL after
     /// `grace` if it still runs. Says whether this node runs the driver.
     pub(crate) fn stop(self: &Arc<Self>, job: JobId, grace: Duration) -> bool {
-        let Some(pid) = self.running().get(&job).copied() else {
+        let running = self.driver(job).and_then(|driver| {
+            let progress = driver.progress.borrow();
+            progress.pid.filter(|_| progress.end.is_none())
+        });
+        let Some(pid) = running else {
             return false;
         };
         let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGTERM);
         let drivers = self.clone();
         tokio::spawn(async move {
             tokio::time::sleep(grace).await;
-            if drivers.running().get(&job) == Some(&pid) {
+            let still = drivers.driver(job).is_some_and(|d| d.progress.borrow().end.is_none());
+            if still {
                 let _ = killpg(Pid::from_raw(pid as i32), Signal::SIGKILL);
             }
         });
         true
     }
+
+    /// Streams the driver's events to `events`: its start, its output from
+    /// `offset` on, and its end. Fails when this node has no such driver.
+    pub(crate) fn attach(&self, job: JobId, offset: u64, events: DriverEvents) -> Result<()> {
+        let driver = self
+            .driver(job)
+            .ok_or_else(|| Error::NotFound(format!("this node runs no driver of job {job}, and has not lately")))?;
+        tokio::spawn(stream_events(driver, offset, events));
+        Ok(())
+    }
 }
 
-/// Prepares and runs the driver, sending its events; ends once it exited.
-pub(crate) async fn run(shared: Arc<NodeShared>, job: JobId, spec: JobSpec, events: DriverEvents) {
-    let send = |kind: Event| {
-        let _ = events.send(Ok(JobDriverEvent { kind: Some(kind) }));
-    };
-    let demand = match ResourceSet::from_proto(&spec.resources.clone().unwrap_or_default()) {
-        Ok(demand) => demand,
-        Err(error) => return send(Event::Failed(error.to_string())),
-    };
+/// Starts the job's driver and streams its events; sends only `Busy` when
+/// the node has no room for it.
+pub(crate) fn start(shared: &Arc<NodeShared>, job: JobId, spec: JobSpec, events: DriverEvents) -> Result<()> {
+    let demand = ResourceSet::from_proto(&spec.resources.clone().unwrap_or_default())?;
     let Some(holder) = shared.leases.hold_for_driver(demand) else {
-        return send(Event::Busy(
-            "the node has no room for the driver's resources now".into(),
-        ));
+        let busy = Event::Busy("the node has no room for the driver's resources now".into());
+        let _ = events.send(Ok(JobDriverEvent { kind: Some(busy) }));
+        return Ok(());
     };
-    let outcome = prepare_and_run(&shared, job, &spec, &send).await;
-    shared.leases.release_driver(holder);
-    let dir = shared.job_drivers.jobs_dir.join(job.to_string());
-    if let Err(error) = std::fs::remove_dir_all(&dir) {
-        tracing::debug!(%job, %error, "could not remove the job's directory");
+    let drivers = &shared.job_drivers;
+    let driver = Arc::new(Driver {
+        output: drivers.jobs_dir.join(format!("{job}.out")),
+        progress: watch::channel(Progress::default()).0,
+    });
+    if drivers.drivers().insert(job, driver.clone()).is_some() {
+        tracing::warn!(%job, "the head started a driver of this job again; the old one is no longer followed");
     }
-    match outcome {
-        Ok(exit) => send(Event::Exited(exit)),
-        Err(error) => send(Event::Failed(error.to_string())),
-    }
+    let shared = shared.clone();
+    tokio::spawn(async move {
+        let end = match supervise(&shared, job, &spec, &driver).await {
+            Ok(exit) => Event::Exited(exit),
+            Err(error) => Event::Failed(error.to_string()),
+        };
+        shared.leases.release_driver(holder);
+        let dir = shared.job_drivers.jobs_dir.join(job.to_string());
+        if let Err(error) = std::fs::remove_dir_all(&dir) {
+            tracing::debug!(%job, %error, "could not remove the job's directory");
+        }
+        driver.progress.send_modify(|progress| progress.end = Some(end));
+        tokio::time::sleep(ENDED_RETENTION).await;
+        forget(&shared.job_drivers, job, &driver);
+    });
+    drivers.attach(job, 0, events)
 }
 
-async fn prepare_and_run(
-    shared: &Arc<NodeShared>,
-    job: JobId,
-    spec: &JobSpec,
-    send: &impl Fn(Event),
-) -> Result<JobDriverExit> {
+/// Drops an ended driver's record and output, unless a newer one took its place.
+fn forget(drivers: &JobDrivers, job: JobId, driver: &Arc<Driver>) {
+    let mut all = drivers.drivers();
+    if all.get(&job).is_some_and(|current| Arc::ptr_eq(current, driver)) {
+        all.remove(&job);
+    }
+    let _ = std::fs::remove_file(&driver.output);
+}
+
+/// Lays the job out, runs its driver and keeps its output; returns how it
+/// exited.
+async fn supervise(shared: &Arc<NodeShared>, job: JobId, spec: &JobSpec, driver: &Driver) -> Result<JobDriverExit> {
     let drivers = &shared.job_drivers;
     let dir = drivers.jobs_dir.join(job.to_string());
-    let binary = lay_out(drivers, &dir, spec).await?;
+    let binary = lay_out(&drivers.blobs, &dir, spec).await?;
     check_runnable(&binary)?;
+    let mut output = std::fs::File::create(&driver.output)
+        .map_err(|e| Error::Internal(format!("creating {}: {e}", driver.output.display())))?;
     let mut child = tokio::process::Command::new(&binary)
         .args(&spec.args)
         .current_dir(&dir)
@@ -124,25 +182,82 @@ async fn prepare_and_run(
         .spawn()
         .map_err(|e| Error::FailedPrecondition(format!("the driver {} could not start: {e}", binary.display())))?;
     let pid = child.id().unwrap_or_default();
-    drivers.running().insert(job, pid);
-    send(Event::Started(pid));
-    let (output, mut received) = mpsc::unbounded_channel();
-    let stdout = tokio::spawn(forward(child.stdout.take(), output.clone(), None));
+    driver.progress.send_modify(|progress| progress.pid = Some(pid));
+    let (chunks, mut received) = mpsc::unbounded_channel();
+    let stdout = tokio::spawn(forward(child.stdout.take(), chunks.clone(), None));
     let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
-    let stderr = tokio::spawn(forward(child.stderr.take(), output, Some(stderr_tail.clone())));
+    let stderr = tokio::spawn(forward(child.stderr.take(), chunks, Some(stderr_tail.clone())));
     while let Some(data) = received.recv().await {
-        send(Event::Output(data));
+        match output.write_all(&data) {
+            Ok(()) => driver
+                .progress
+                .send_modify(|progress| progress.output_bytes += data.len() as u64),
+            Err(error) => tracing::warn!(%job, %error, "cannot keep the driver's output"),
+        }
     }
     let _ = (stdout.await, stderr.await);
-    let status = child.wait().await;
-    drivers.running().remove(&job);
-    let status = status.map_err(|e| Error::Internal(format!("waiting for the driver: {e}")))?;
+    let status = child
+        .wait()
+        .await
+        .map_err(|e| Error::Internal(format!("waiting for the driver: {e}")))?;
     let tail = stderr_tail.lock().unwrap_or_else(|p| p.into_inner()).clone();
     Ok(JobDriverExit {
         exit_code: status.code(),
         signal: status.signal(),
         stderr_tail: last_lines(&Vec::from(tail)),
     })
+}
+
+/// Sends the driver's start, its output from `offset` and its end, as they
+/// come, until it ended or the receiver is gone.
+async fn stream_events(driver: Arc<Driver>, mut offset: u64, events: DriverEvents) {
+    let send = |kind: Event| events.send(Ok(JobDriverEvent { kind: Some(kind) })).is_ok();
+    let mut progress = driver.progress.subscribe();
+    let mut started = false;
+    loop {
+        let now = progress.borrow_and_update().clone();
+        if let (false, Some(pid)) = (started, now.pid) {
+            started = send(Event::Started(pid));
+        }
+        while offset < now.output_bytes {
+            let chunk = match read_output(&driver.output, offset, now.output_bytes) {
+                Ok(chunk) => chunk,
+                Err(error) => {
+                    send(Event::Failed(error.to_string()));
+                    return;
+                }
+            };
+            offset += chunk.len() as u64;
+            if !send(Event::Output(chunk)) {
+                return;
+            }
+        }
+        if let Some(end) = now.end {
+            send(end);
+            return;
+        }
+        if progress.changed().await.is_err() {
+            return;
+        }
+    }
+}
+
+/// Up to one chunk of the output file from `offset`, not past `end`.
+fn read_output(path: &Path, offset: u64, end: u64) -> Result<Vec<u8>> {
+    use std::io::Read;
+    let failed = |e: std::io::Error| Error::Internal(format!("reading {}: {e}", path.display()));
+    let mut file = std::fs::File::open(path).map_err(failed)?;
+    file.seek(SeekFrom::Start(offset)).map_err(failed)?;
+    let wanted = (end - offset).min(OUTPUT_CHUNK as u64);
+    let mut chunk = Vec::with_capacity(wanted as usize);
+    file.take(wanted).read_to_end(&mut chunk).map_err(failed)?;
+    if chunk.is_empty() {
+        return Err(Error::Internal(format!(
+            "{} holds less output than was written",
+            path.display()
+        )));
+    }
+    Ok(chunk)
 }
 
 /// The variables that join the driver to this cluster through this node.
@@ -154,87 +269,6 @@ fn driver_env(shared: &NodeShared, job: JobId) -> Vec<(&'static str, String)> {
         ("RAYLET_JOB_ID", job.to_string()),
         ("RAYLET_NAMESPACE", format!("job-{job}")),
     ]
-}
-
-/// Fetches the binary and files and places them in `dir`; returns the
-/// binary's path there.
-async fn lay_out(drivers: &JobDrivers, dir: &Path, spec: &JobSpec) -> Result<PathBuf> {
-    let binary = spec
-        .binary
-        .as_ref()
-        .ok_or_else(|| Error::InvalidArgument("the job names no binary".into()))?;
-    let cached = drivers.blobs.get(binary).await?;
-    let target = dir.join(&spec.binary_name);
-    link_binary(&cached, &target)?;
-    for file in &spec.files {
-        let blob = file
-            .blob
-            .as_ref()
-            .ok_or_else(|| Error::InvalidArgument(format!("the file {} names no blob", file.path)))?;
-        let cached = drivers.blobs.get(blob).await?;
-        place(&cached, &dir.join(&file.path), file.executable)?;
-    }
-    Ok(target)
-}
-
-/// Links the cached binary (executable, and never written) into the job's
-/// directory; copies it where a link cannot be made.
-fn link_binary(cached: &Path, target: &Path) -> Result<()> {
-    let failed = |e: std::io::Error| Error::Internal(format!("placing {}: {e}", target.display()));
-    std::fs::create_dir_all(target.parent().unwrap_or(Path::new("."))).map_err(failed)?;
-    match std::fs::hard_link(cached, target) {
-        Ok(()) => Ok(()),
-        Err(_) => place(cached, target, true),
-    }
-}
-
-/// Copies a cached blob to `target`, making its directories: the job may
-/// change its copy without touching the cache.
-fn place(cached: &Path, target: &Path, executable: bool) -> Result<()> {
-    use std::os::unix::fs::PermissionsExt;
-    let failed = |e: std::io::Error| Error::Internal(format!("placing {}: {e}", target.display()));
-    if let Some(parent) = target.parent() {
-        std::fs::create_dir_all(parent).map_err(failed)?;
-    }
-    std::fs::copy(cached, target).map_err(failed)?;
-    let mode = if executable { 0o755 } else { 0o644 };
-    std::fs::set_permissions(target, std::fs::Permissions::from_mode(mode)).map_err(failed)
-}
-
-/// The ELF machine number of this build's architecture.
-fn elf_machine() -> Option<u16> {
-    match std::env::consts::ARCH {
-        "x86_64" => Some(62),
-        "aarch64" => Some(183),
-        "riscv64" => Some(243),
-        _ => None,
-    }
-}
-
-/// Refuses a binary this machine cannot run, saying why, before trying.
-fn check_runnable(binary: &Path) -> Result<()> {
-    let mut head = [0u8; 20];
-    let read = std::fs::File::open(binary)
-        .and_then(|mut file| file.read(&mut head))
-        .map_err(|e| Error::Internal(format!("reading {}: {e}", binary.display())))?;
-    let head = &head[..read];
-    if head.starts_with(b"#!") {
-        return Ok(());
-    }
-    let here = format!("{} Linux", std::env::consts::ARCH);
-    if !head.starts_with(b"\x7fELF") || head.len() < 20 {
-        return Err(Error::FailedPrecondition(format!(
-            "the job's binary is not an executable this node ({here}) can run: it is neither an ELF file nor a script"
-        )));
-    }
-    let machine = u16::from_le_bytes([head[18], head[19]]);
-    if head[4] != 2 || Some(machine) != elf_machine() {
-        return Err(Error::FailedPrecondition(format!(
-            "the job's binary is built for another machine (ELF class {}, machine {machine}); this node is {here}",
-            head[4]
-        )));
-    }
-    Ok(())
 }
 
 /// Sends what `pipe` gives as output events; keeps its tail if asked.
@@ -271,26 +305,6 @@ fn last_lines(bytes: &[u8]) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn binaries_for_other_machines_and_non_executables_are_refused_with_a_reason() {
-        let dir = tempfile::tempdir().unwrap();
-        let text = dir.path().join("notes.txt");
-        std::fs::write(&text, b"just some text").unwrap();
-        let error = check_runnable(&text).unwrap_err().to_string();
-        assert!(error.contains("neither an ELF file nor a script"), "{error}");
-        let mut foreign = b"\x7fELF\x02\x01\x01\x00".to_vec();
-        foreign.resize(18, 0);
-        foreign.extend(20u16.to_le_bytes());
-        let other = dir.path().join("ppc");
-        std::fs::write(&other, &foreign).unwrap();
-        let error = check_runnable(&other).unwrap_err().to_string();
-        assert!(
-            error.contains("built for another machine (ELF class 2, machine 20)"),
-            "{error}"
-        );
-        assert!(check_runnable(&std::env::current_exe().unwrap()).is_ok());
-    }
 
     #[test]
     fn the_stderr_tail_keeps_the_last_lines() {

@@ -9,6 +9,7 @@ mod bundle_ops;
 mod gpus;
 mod heartbeat;
 mod job_drivers;
+mod job_layout;
 mod leasing;
 mod ledger;
 mod memory_monitor;

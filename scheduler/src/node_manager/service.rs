@@ -9,9 +9,9 @@ use raylet_proto::v1::lease_session_request::Kind as LeaseKind;
 use raylet_proto::v1::node_manager_service_server::NodeManagerService;
 use raylet_proto::v1::worker_session_message::Kind as WorkerKind;
 use raylet_proto::v1::{
-    BundleOpResult, BundleOpsReply, BundleOpsRequest, GetWorkerExitRequest, JobDriverEvent, LeaseSessionEvent,
-    LeaseSessionRequest, RunJobDriverRequest, StopJobDriverReply, StopJobDriverRequest, WorkerBinary, WorkerExit,
-    WorkerSessionEvent, WorkerSessionMessage,
+    AttachJobDriverRequest, BundleOpResult, BundleOpsReply, BundleOpsRequest, GetWorkerExitRequest, JobDriverEvent,
+    LeaseSessionEvent, LeaseSessionRequest, RunJobDriverRequest, StopJobDriverReply, StopJobDriverRequest,
+    WorkerBinary, WorkerExit, WorkerSessionEvent, WorkerSessionMessage,
 };
 use raylet_proto::{Error, JobId, ResourceSet, Scheduling, WorkerId};
 use tokio::sync::mpsc;
@@ -41,6 +41,7 @@ impl NodeManagerService for NodeManagerServiceImpl {
     type LeaseSessionStream = EventStream<LeaseSessionEvent>;
     type WorkerSessionStream = EventStream<WorkerSessionEvent>;
     type RunJobDriverStream = EventStream<JobDriverEvent>;
+    type AttachJobDriverStream = EventStream<JobDriverEvent>;
 
     async fn lease_session(
         &self,
@@ -140,7 +141,18 @@ impl NodeManagerService for NodeManagerServiceImpl {
             .spec
             .ok_or_else(|| Error::InvalidArgument("a job driver needs the job's spec".into()))?;
         let (events, receiver) = mpsc::unbounded_channel();
-        tokio::spawn(job_drivers::run(self.shared.clone(), job, spec, events));
+        job_drivers::start(&self.shared, job, spec, events)?;
+        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(receiver))))
+    }
+
+    async fn attach_job_driver(
+        &self,
+        request: Request<AttachJobDriverRequest>,
+    ) -> Result<Response<EventStream<JobDriverEvent>>, Status> {
+        let request = request.into_inner();
+        let job = JobId::from_wire(&request.job_id)?;
+        let (events, receiver) = mpsc::unbounded_channel();
+        self.shared.job_drivers.attach(job, request.output_offset, events)?;
         Ok(Response::new(Box::pin(UnboundedReceiverStream::new(receiver))))
     }
 

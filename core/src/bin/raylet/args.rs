@@ -146,6 +146,12 @@ pub struct StartArgs {
     /// Start the head of a new cluster on this machine.
     #[arg(long)]
     pub head: bool,
+    /// (head) Start the head of this machine's latest session again, after
+    /// it died or was stopped: on the same address, with the same token,
+    /// recovering its nodes, jobs and binaries from the session's state.
+    /// Nodes and running job drivers carry on and attach again.
+    #[arg(long, requires = "head")]
+    pub recover: bool,
     /// Join the cluster whose head listens at HOST:PORT.
     #[arg(long, value_name = "HOST:PORT")]
     pub address: Option<String>,
@@ -239,6 +245,7 @@ impl StartArgs {
             .heartbeat_timeout(self.heartbeat_timeout)
             .state_dir(session_dir.join("head"))
             .max_blob_bytes(self.max_upload_bytes)
+            .persistent(true)
     }
 
     pub fn node_config(

@@ -2,7 +2,7 @@
 //! background, its output going to the session's log, and waits for the
 //! daemon to report through a ready file that it serves, or why it failed.
 
-use std::fs::{self, File};
+use std::fs;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -50,7 +50,11 @@ pub fn spawn_and_wait(session: &Session, log_name: &str, patience: Duration) -> 
     let ready_file = session.dir().join(format!("{log_name}.ready"));
     let _ = fs::remove_file(&ready_file);
     let log = session.log_path(log_name);
-    let log_file = File::create(&log).with_context(|| format!("creating {}", log.display()))?;
+    let log_file = fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&log)
+        .with_context(|| format!("opening {}", log.display()))?;
     let mut child = Command::new(std::env::current_exe()?)
         .args(std::env::args_os().skip(1))
         .arg("--block")

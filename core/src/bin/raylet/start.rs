@@ -7,8 +7,8 @@ use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 
 use anyhow::{Context, bail};
 use raylet::session::{ProcessRecord, ProcessRole, Session};
-use raylet_proto::ResourceSet;
 use raylet_proto::auth::AuthToken;
+use raylet_proto::{NodeId, ResourceSet};
 use raylet_scheduler::head;
 use raylet_scheduler::node_manager::NodeManager;
 use tokio::net::TcpListener;
@@ -55,6 +55,16 @@ pub fn start(args: StartArgs) -> anyhow::Result<()> {
 /// Says whether the session is new: it becomes the latest once ready.
 fn prepare_session(args: &StartArgs) -> anyhow::Result<(Session, bool)> {
     let root = args.session.root();
+    if args.recover {
+        let session = root.require_latest()?;
+        if session.read_head_address()?.is_none() {
+            bail!(
+                "{} has no head address: its head never started, so there is nothing to recover",
+                session.dir().display()
+            );
+        }
+        return Ok((session, false));
+    }
     if args.head {
         let session = root.create_session()?;
         let token = match &args.session.token {
@@ -110,8 +120,12 @@ fn foreground_session(args: &StartArgs) -> anyhow::Result<Session> {
 
 async fn run_head(args: &StartArgs, resources: ResourceSet, session: &Session) -> anyhow::Result<()> {
     let token = args.session.token_for(session)?;
-    let ip = args.node_ip.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
-    let listener = bind(SocketAddr::new(ip, args.port)).await?;
+    let dead_head_node = match args.recover {
+        true => take_over_dead_head(session)?,
+        false => None,
+    };
+    let listener = bind(head_bind_address(args, session)?).await?;
+    let ip = listener.local_addr()?.ip();
     let head_address = listener.local_addr()?.to_string();
     session.write_head_address(&head_address)?;
     let (stop_head, head_stopped) = tokio::sync::oneshot::channel::<()>();
@@ -120,12 +134,51 @@ async fn run_head(args: &StartArgs, resources: ResourceSet, session: &Session) -
         let _ = head_stopped.await;
     }));
     let node_listener = bind(SocketAddr::new(ip, 0)).await?;
-    let node_config = args.node_config(&head_address, token, resources, session.dir());
+    let mut node_config = args.node_config(&head_address, token, resources, session.dir());
+    if let Some(node_id) = dead_head_node {
+        node_config = node_config.node_id(node_id);
+    }
     let node = NodeManager::start(node_config, node_listener).await?;
     serve_until_signal(args, session, ProcessRole::Head, &head_address, node).await?;
     let _ = stop_head.send(());
     head_task.await??;
     Ok(())
+}
+
+/// Before a head recovers its session: fails while the session's head still
+/// runs; else removes the dead head's record and returns its node id, so
+/// that the head's own node comes back as a new incarnation of that node
+/// (and the head's table marks the old one dead at once).
+fn take_over_dead_head(session: &Session) -> anyhow::Result<Option<NodeId>> {
+    let (records, _) = session.processes();
+    let mut node_id = None;
+    for record in records.iter().filter(|record| record.role == ProcessRole::Head) {
+        if crate::stop::is_raylet_daemon(record.pid) {
+            bail!(
+                "the head of {} still runs (pid {}); `raylet stop` ends it",
+                session.dir().display(),
+                record.pid
+            );
+        }
+        session.remove_process(record.pid);
+        node_id = record.node_id.parse().ok();
+    }
+    Ok(node_id)
+}
+
+/// Where the head listens: where it listened before when it recovers, so
+/// that nodes and drivers find it again; else --node-ip and --port.
+fn head_bind_address(args: &StartArgs, session: &Session) -> anyhow::Result<SocketAddr> {
+    if args.recover {
+        let stored = session
+            .read_head_address()?
+            .context("the session has no head address to recover")?;
+        return stored
+            .parse()
+            .with_context(|| format!("the session's head address '{stored}'"));
+    }
+    let ip = args.node_ip.unwrap_or(IpAddr::V4(Ipv4Addr::LOCALHOST));
+    Ok(SocketAddr::new(ip, args.port))
 }
 
 async fn run_node(args: &StartArgs, resources: ResourceSet, session: &Session) -> anyhow::Result<()> {

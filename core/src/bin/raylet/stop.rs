@@ -65,7 +65,7 @@ fn find_daemons(root: &TempRoot) -> BTreeMap<u32, ProcessRole> {
             let _ = fs::remove_file(path);
         }
         for record in records {
-            if command_line(record.pid).is_some_and(|args| is_raylet(&args)) {
+            if is_raylet_daemon(record.pid) {
                 daemons.insert(record.pid, record.role);
             }
         }
@@ -98,6 +98,11 @@ fn scan_proc_for_daemons(root: &Path) -> Vec<(u32, ProcessRole)> {
             ours.then_some((pid, role))
         })
         .collect()
+}
+
+/// Whether `pid` is a raylet daemon (and not a process that took its pid).
+pub(crate) fn is_raylet_daemon(pid: u32) -> bool {
+    command_line(pid).is_some_and(|args| is_raylet(&args))
 }
 
 fn command_line(pid: u32) -> Option<Vec<String>> {

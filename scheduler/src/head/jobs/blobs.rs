@@ -1,6 +1,7 @@
 //! The head's blob store: the binaries and files of jobs, one file per
 //! blob named by its sha256, checked as it arrives, with an index from the
-//! build hash that worker binaries go by to the blob of that binary.
+//! build hash that worker binaries go by to the blob of that binary, kept in
+//! the head's state store.
 
 use std::collections::HashMap;
 use std::path::{Path, PathBuf};
@@ -10,23 +11,34 @@ use raylet_proto::blob::{BlobWriter, is_sha256};
 use raylet_proto::v1::BlobRef;
 use raylet_proto::{Error, Result};
 
+use crate::head::state_store::{StateStore, Table};
+
 /// Blobs on the head's disk.
 pub struct BlobStore {
     dir: PathBuf,
     /// The largest blob accepted, in bytes.
     max_blob_bytes: u64,
-    /// Build hash (XXH3) to sha256, for the blobs received since start.
+    /// Build hash (XXH3) to sha256, for the binaries received.
     by_build: Mutex<HashMap<String, String>>,
+    store: StateStore,
 }
 
 impl BlobStore {
-    /// The store in `dir`, made when the first blob arrives.
-    pub fn open(dir: &Path, max_blob_bytes: u64) -> Self {
-        BlobStore {
+    /// The store in `dir` (made when the first blob arrives), with the
+    /// index that `store` holds.
+    pub fn recover(dir: &Path, max_blob_bytes: u64, store: StateStore) -> Result<Self> {
+        let mut by_build = HashMap::new();
+        for (key, value) in store.load(Table::Binaries)? {
+            let sha256 = <String as prost::Message>::decode(value.as_slice())
+                .map_err(|e| Error::Internal(format!("a stored binary index entry is corrupt: {e}")))?;
+            by_build.insert(String::from_utf8_lossy(&key).into_owned(), sha256);
+        }
+        Ok(BlobStore {
             dir: dir.to_path_buf(),
             max_blob_bytes,
-            by_build: Mutex::new(HashMap::new()),
-        }
+            by_build: Mutex::new(by_build),
+            store,
+        })
     }
 
     /// Where the blob `sha256` lives, if the store has it.
@@ -59,6 +71,8 @@ impl BlobStore {
     /// Checks and keeps a received blob.
     pub fn keep(&self, writer: BlobWriter, sha256: &str) -> Result<()> {
         let build_hash = writer.finish(0o644)?;
+        self.store
+            .put(Table::Binaries, build_hash.as_bytes(), &sha256.to_string());
         let mut index = self.by_build.lock().unwrap_or_else(|p| p.into_inner());
         index.insert(build_hash, sha256.to_string());
         Ok(())

@@ -1,6 +1,8 @@
 //! Runs jobs: picks a node for each driver with the placement policy, asks
 //! that node manager to run it, records what it reports (start, output,
 //! exit) and stops drivers on request. A driver that finds no room waits.
+//! When the stream from the node breaks, or the head restarted, the head
+//! attaches to the driver again and reads its output on from where it was.
 
 use std::collections::HashMap;
 use std::path::{Component, Path};
@@ -11,17 +13,22 @@ use raylet_proto::auth::AuthToken;
 use raylet_proto::blob::check_ref;
 use raylet_proto::v1::job_driver_event::Kind as DriverEvent;
 use raylet_proto::v1::node_manager_service_client::NodeManagerServiceClient;
-use raylet_proto::v1::{JobDriverExit, JobRecord, JobSpec, JobStatus, RunJobDriverRequest, StopJobDriverRequest};
+use raylet_proto::v1::{
+    AttachJobDriverRequest, JobDriverEvent, JobDriverExit, JobRecord, JobSpec, JobStatus, RunJobDriverRequest,
+    StopJobDriverRequest,
+};
 use raylet_proto::{Error, JobId, NodeId, ResourceSet, Result, Scheduling};
 
 use super::blobs::BlobStore;
 use super::table::{JobTable, is_ended};
 use crate::head::NodeTable;
+use crate::head::state_store::StateStore;
 use crate::placement::{Choice, Placer};
 
 /// How long a node manager may take to answer a connection.
 const NODE_PATIENCE: Duration = Duration::from_secs(5);
-/// How often a job that found no room looks again.
+/// How often a job that found no room looks again, and how often the head
+/// tries to attach again to a driver on a node it cannot reach.
 const PENDING_RETRY: Duration = Duration::from_millis(500);
 /// The most files one job may ship.
 const MAX_FILES: usize = 100_000;
@@ -31,6 +38,15 @@ const MAX_FILES: usize = 100_000;
 struct Driver {
     address: Option<String>,
     stop_grace: Option<Duration>,
+}
+
+/// Where following a driver's stream got to.
+enum Following {
+    Ended(Ended),
+    /// The node had no room for the driver.
+    Busy,
+    /// The stream broke while the driver may still run.
+    Broken(String),
 }
 
 /// How a job ended.
@@ -51,16 +67,45 @@ pub struct JobManager {
 }
 
 impl JobManager {
-    /// Keeps blobs and job records under `dir`.
-    pub fn new(dir: &Path, max_blob_bytes: u64, nodes: Arc<Mutex<NodeTable>>, token: AuthToken) -> Self {
-        JobManager {
-            table: JobTable::open(&dir.join("jobs")),
-            blobs: BlobStore::open(&dir.join("blobs"), max_blob_bytes),
+    /// Keeps blobs and job output under `dir` and records in `store`;
+    /// goes on with the jobs `store` holds that had not ended: places the
+    /// pending ones and attaches to the running ones' drivers.
+    pub fn recover(
+        dir: &Path,
+        max_blob_bytes: u64,
+        nodes: Arc<Mutex<NodeTable>>,
+        token: AuthToken,
+        store: StateStore,
+    ) -> Result<Arc<Self>> {
+        let manager = Arc::new(JobManager {
+            table: JobTable::recover(&dir.join("jobs"), store.clone())?,
+            blobs: BlobStore::recover(&dir.join("blobs"), max_blob_bytes, store)?,
             nodes,
             placer: Mutex::new(Placer::new(rand::random())),
             token,
             drivers: Mutex::new(HashMap::new()),
+        });
+        for record in manager.table.list() {
+            manager.go_on_with(record);
         }
+        Ok(manager)
+    }
+
+    /// Goes on with a recovered job that had not ended.
+    fn go_on_with(self: &Arc<Self>, record: JobRecord) {
+        let (Ok(id), Some(spec)) = (JobId::from_wire(&record.job_id), record.spec.clone()) else {
+            return;
+        };
+        let demand = ResourceSet::from_proto(&spec.resources.clone().unwrap_or_default()).unwrap_or_default();
+        let running_on = NodeId::from_wire(&record.node_id).ok();
+        match record.status() {
+            JobStatus::Pending => {}
+            JobStatus::Running if running_on.is_some() => {}
+            _ => return,
+        }
+        tracing::info!(job = %id, status = ?record.status(), "going on with a job after a restart");
+        self.drivers().insert(id, Driver::default());
+        tokio::spawn(self.clone().drive(id, spec, demand, running_on));
     }
 
     fn drivers(&self) -> MutexGuard<'_, HashMap<JobId, Driver>> {
@@ -72,7 +117,7 @@ impl JobManager {
         let demand = self.check_spec(&spec)?;
         let record = self.table.create(id, spec.clone(), now_ms())?;
         self.drivers().insert(id, Driver::default());
-        tokio::spawn(self.clone().drive(id, spec, demand));
+        tokio::spawn(self.clone().drive(id, spec, demand, None));
         Ok(record)
     }
 
@@ -129,9 +174,13 @@ impl JobManager {
         ResourceSet::from_proto(&spec.resources.clone().unwrap_or_default())
     }
 
-    /// Places and runs the driver until the job ends, then records how.
-    async fn drive(self: Arc<Self>, id: JobId, spec: JobSpec, demand: ResourceSet) {
-        let ended = self.run_until_ended(id, &spec, &demand).await;
+    /// Places and runs the driver, or follows the one already `running_on`
+    /// a node, until the job ends; then records how.
+    async fn drive(self: Arc<Self>, id: JobId, spec: JobSpec, demand: ResourceSet, running_on: Option<NodeId>) {
+        let ended = match running_on {
+            Some(node_id) => self.attach(id, node_id).await,
+            None => self.run_until_ended(id, &spec, &demand).await,
+        };
         let result = self.table.update(id, |record| {
             record.set_status(ended.status);
             record.message = ended.message;
@@ -201,15 +250,36 @@ impl JobManager {
             job_id: id.as_bytes().to_vec(),
             spec: Some(spec.clone()),
         };
-        let mut events = match NodeManagerServiceClient::new(channel).run_job_driver(request).await {
+        let events = match NodeManagerServiceClient::new(channel).run_job_driver(request).await {
             Ok(events) => events.into_inner(),
             Err(status) => return lost(Error::from(status).to_string()),
         };
+        match self.follow(id, node_id, address, events).await {
+            Following::Ended(end) => Some(end),
+            Following::Busy => {
+                self.drivers().entry(id).or_default().address = None;
+                None
+            }
+            Following::Broken(reason) => {
+                tracing::warn!(job = %id, %reason, "the stream from the driver's node broke; attaching again");
+                Some(self.attach(id, node_id).await)
+            }
+        }
+    }
+
+    /// Records the driver's events until it ended or the stream broke.
+    async fn follow(
+        &self,
+        id: JobId,
+        node_id: NodeId,
+        address: &str,
+        mut events: tonic::Streaming<JobDriverEvent>,
+    ) -> Following {
         loop {
             let event = match events.message().await {
                 Ok(Some(event)) => event.kind,
-                Ok(None) => return lost("its stream ended before the driver exited".into()),
-                Err(status) => return lost(Error::from(status).to_string()),
+                Ok(None) => return Following::Broken("its stream ended before the driver exited".into()),
+                Err(status) => return Following::Broken(Error::from(status).to_string()),
             };
             match event {
                 Some(DriverEvent::Started(pid)) => self.started(id, node_id, address, pid).await,
@@ -218,15 +288,61 @@ impl JobManager {
                         tracing::warn!(job = %id, %error, "could not keep a job's output");
                     }
                 }
-                Some(DriverEvent::Exited(exit)) => return Some(self.exited(id, exit)),
-                Some(DriverEvent::Failed(reason)) => return Some(ended(JobStatus::Failed, reason, None)),
-                Some(DriverEvent::Busy(_)) => {
-                    self.drivers().entry(id).or_default().address = None;
-                    return None;
+                Some(DriverEvent::Exited(exit)) => return Following::Ended(self.exited(id, exit)),
+                Some(DriverEvent::Failed(reason)) => {
+                    return Following::Ended(ended(JobStatus::Failed, reason, None));
                 }
+                Some(DriverEvent::Busy(_)) => return Following::Busy,
                 None => {}
             }
         }
+    }
+
+    /// Follows the driver that runs on `node_id` from the output the head
+    /// has, attaching again whenever the stream breaks, until it ended or
+    /// its node died or forgot it.
+    async fn attach(&self, id: JobId, node_id: NodeId) -> Ended {
+        loop {
+            let Some(address) = self.alive_address(node_id) else {
+                let message = format!("the node {node_id} running the driver died");
+                return ended(JobStatus::Failed, message, None);
+            };
+            self.drivers().entry(id).or_default().address = Some(address.clone());
+            match self.attach_once(id, node_id, &address).await {
+                Ok(Following::Ended(end)) => return end,
+                Ok(Following::Busy) => {}
+                Ok(Following::Broken(reason)) => tracing::debug!(job = %id, %reason, "attaching again"),
+                Err(Error::NotFound(reason)) => {
+                    let message = format!("the node {node_id} lost the driver: {reason}");
+                    return ended(JobStatus::Failed, message, None);
+                }
+                Err(error) => tracing::debug!(job = %id, %error, "cannot attach to the driver yet"),
+            }
+            tokio::time::sleep(PENDING_RETRY).await;
+        }
+    }
+
+    async fn attach_once(&self, id: JobId, node_id: NodeId, address: &str) -> Result<Following> {
+        let channel = raylet_proto::channel::connect(address, &self.token, NODE_PATIENCE).await?;
+        let request = AttachJobDriverRequest {
+            job_id: id.as_bytes().to_vec(),
+            output_offset: self.table.output_bytes(id)?,
+        };
+        let events = NodeManagerServiceClient::new(channel)
+            .attach_job_driver(request)
+            .await?
+            .into_inner();
+        Ok(self.follow(id, node_id, address, events).await)
+    }
+
+    /// The address of the node while it is alive.
+    fn alive_address(&self, node_id: NodeId) -> Option<String> {
+        let nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
+        nodes
+            .alive_resources()
+            .into_iter()
+            .find(|node| node.node_id == node_id)
+            .map(|node| node.address)
     }
 
     async fn started(&self, id: JobId, node_id: NodeId, address: &str, pid: u32) {

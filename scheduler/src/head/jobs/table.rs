@@ -1,7 +1,7 @@
 //! The head's job records and their output. Each record lives in memory
-//! behind a watch channel and on disk in `<dir>/<job id>/record.pb`,
-//! written at every change; the driver's output is appended to
-//! `<dir>/<job id>/output.log`, so both outlast the job.
+//! behind a watch channel and in the head's state store, written at every
+//! change; the driver's output is appended to `<dir>/<job id>/output.log`,
+//! so both outlast the job and a restart of the head.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Seek, SeekFrom, Write};
@@ -13,6 +13,8 @@ use raylet_proto::v1::{JobRecord, JobSpec, JobStatus};
 use raylet_proto::{Error, JobId, Result};
 use tokio::sync::watch;
 
+use crate::head::state_store::{StateStore, Table};
+
 /// One job: its record and how much output it has.
 struct JobEntry {
     record: watch::Sender<JobRecord>,
@@ -23,15 +25,29 @@ struct JobEntry {
 pub struct JobTable {
     dir: PathBuf,
     jobs: Mutex<BTreeMap<JobId, JobEntry>>,
+    store: StateStore,
 }
 
 impl JobTable {
-    /// The table whose jobs live under `dir`, made when the first job comes.
-    pub fn open(dir: &Path) -> Self {
-        JobTable {
-            dir: dir.to_path_buf(),
-            jobs: Mutex::new(BTreeMap::new()),
+    /// The jobs `store` holds, with their output under `dir`.
+    pub fn recover(dir: &Path, store: StateStore) -> Result<Self> {
+        let mut jobs = BTreeMap::new();
+        for (key, bytes) in store.load(Table::Jobs)? {
+            let id = JobId::from_wire(&key)?;
+            let record = JobRecord::decode(bytes.as_slice())
+                .map_err(|e| Error::Internal(format!("the stored record of job {id} is corrupt: {e}")))?;
+            let output = std::fs::metadata(dir.join(id.to_string()).join("output.log")).map_or(0, |m| m.len());
+            let entry = JobEntry {
+                record: watch::channel(record).0,
+                output_bytes: watch::channel(output).0,
+            };
+            jobs.insert(id, entry);
         }
+        Ok(JobTable {
+            dir: dir.to_path_buf(),
+            jobs: Mutex::new(jobs),
+            store,
+        })
     }
 
     fn jobs(&self) -> MutexGuard<'_, BTreeMap<JobId, JobEntry>> {
@@ -58,7 +74,7 @@ impl JobTable {
             submitted_unix_ms: now_ms,
             ..JobRecord::default()
         };
-        self.persist(id, &record)?;
+        self.store.put(Table::Jobs, id.as_bytes(), &record);
         let entry = JobEntry {
             record: watch::channel(record.clone()).0,
             output_bytes: watch::channel(0).0,
@@ -91,7 +107,7 @@ impl JobTable {
         }
         change(&mut record);
         record.log_bytes = *entry.output_bytes.borrow();
-        self.persist(id, &record)?;
+        self.store.put(Table::Jobs, id.as_bytes(), &record);
         entry.record.send_replace(record.clone());
         Ok(record)
     }
@@ -100,6 +116,12 @@ impl JobTable {
     pub fn watch(&self, id: JobId) -> Result<watch::Receiver<JobRecord>> {
         let jobs = self.jobs();
         Ok(jobs.get(&id).ok_or_else(|| unknown(id))?.record.subscribe())
+    }
+
+    /// How many bytes of output the job has.
+    pub fn output_bytes(&self, id: JobId) -> Result<u64> {
+        let jobs = self.jobs();
+        Ok(*jobs.get(&id).ok_or_else(|| unknown(id))?.output_bytes.borrow())
     }
 
     /// Follows how many bytes of output the job has.
@@ -138,14 +160,6 @@ impl JobTable {
             .read_to_end(&mut data)
             .map_err(|e| Error::Internal(format!("reading {}: {e}", path.display())))?;
         Ok(data)
-    }
-
-    fn persist(&self, id: JobId, record: &JobRecord) -> Result<()> {
-        let path = self.job_dir(id).join("record.pb");
-        let partial = path.with_extension("pb.partial");
-        std::fs::write(&partial, record.encode_to_vec())
-            .and_then(|()| std::fs::rename(&partial, &path))
-            .map_err(|e| Error::Internal(format!("writing {}: {e}", path.display())))
     }
 }
 

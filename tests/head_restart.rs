@@ -1,0 +1,157 @@
+//! A head killed with SIGKILL and started again with `raylet start --head
+//! --recover` on clusters of `raylet start` daemons: this test binary is
+//! also the job, run on the cluster with the name of its ignored `driver_*`
+//! test as the argument. The job's driver and tasks carry on while the head
+//! is down, the restarted head knows the job and its nodes (same
+//! incarnations), attaches to the driver again and records every line it
+//! printed, and the job succeeds; the head's own node comes back as the
+//! next incarnation of the node it was.
+
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use raylet::prelude::*;
+use raylet::{Job, JobStatus};
+
+mod common;
+
+use common::{Daemons, daemon_pids, raylet};
+
+const PATIENCE: Duration = Duration::from_secs(60);
+const TICKS: u32 = 40;
+/// Heartbeats every 100 ms; a node silent for 3 s is dead.
+const FAST: [&str; 4] = ["--heartbeat-interval", "100ms", "--heartbeat-timeout", "3s"];
+
+#[raylet::remote]
+fn square(x: u32) -> u32 {
+    x * x
+}
+
+#[test]
+#[ignore = "a job driver: `a_head_killed_mid_job...` runs it on the cluster"]
+fn driver_ticks() {
+    let cluster = raylet::init().unwrap();
+    for tick in 0..TICKS {
+        let squared = square::remote(&cluster, tick).unwrap().get().unwrap();
+        println!("tick {tick} squared {squared}");
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    println!("all ticks done");
+}
+
+/// Starts a head without CPUs (drivers and tasks run on the nodes) and two
+/// nodes of 2 CPUs; returns the head's address.
+fn start_cluster(temp: &Path) -> String {
+    raylet(
+        temp,
+        &[&["start", "--head", "--port", "0", "--num-cpus", "0"][..], &FAST].concat(),
+    );
+    let head = std::fs::read_to_string(temp.join("session_latest/head_address")).unwrap();
+    let head = head.trim().to_string();
+    for _ in 0..2 {
+        raylet(
+            temp,
+            &[&["start", "--address", &head, "--num-cpus", "2"][..], &FAST].concat(),
+        );
+    }
+    head
+}
+
+/// The alive worker nodes (those with CPUs) as `raylet status` lists them:
+/// id and incarnation.
+fn alive_workers(temp: &Path) -> Vec<(String, u64)> {
+    let status: serde_json::Value = serde_json::from_str(&raylet(temp, &["status", "--format", "json"])).unwrap();
+    let mut nodes: Vec<(String, u64)> = status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|node| node["state"] == "ALIVE" && !node["is_head_node"].as_bool().unwrap())
+        .map(|node| {
+            let id = node["node_id"].as_str().unwrap().to_string();
+            (id, node["incarnation"].as_u64().unwrap())
+        })
+        .collect();
+    nodes.sort();
+    nodes
+}
+
+#[test]
+fn a_head_killed_mid_job_recovers_its_nodes_and_jobs_and_the_job_completes() {
+    let temp = tempfile::tempdir().unwrap();
+    let _daemons = Daemons(temp.path());
+    let head = start_cluster(temp.path());
+    let deadline = Instant::now() + PATIENCE;
+    while alive_workers(temp.path()).len() < 2 {
+        assert!(Instant::now() < deadline, "the nodes join");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let workers = alive_workers(temp.path());
+    let cluster = raylet::init_with(Config::new().address(&head).temp_dir(temp.path())).unwrap();
+    let job = Job::new(std::env::current_exe().unwrap())
+        .args(["driver_ticks", "--exact", "--ignored", "--nocapture"])
+        .num_cpus(1.0);
+    let handle = cluster.submit(job).unwrap();
+    let id = handle.id();
+    while !handle.logs().unwrap().contains("tick 5 ") {
+        assert!(Instant::now() < deadline, "the job ticks: {:?}", handle.status());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    let [head_pid] = daemon_pids(temp.path(), "head")[..] else {
+        panic!("one head runs");
+    };
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(head_pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    raylet(
+        temp.path(),
+        &[&["start", "--head", "--recover", "--num-cpus", "0"][..], &FAST].concat(),
+    );
+
+    let printed = raylet(temp.path(), &["job", "status", &id.to_string()]);
+    assert!(
+        printed.contains(&id.to_string()),
+        "the restarted head knows the job:\n{printed}"
+    );
+    let done = cluster.job(id).unwrap().wait().unwrap();
+    let logs = cluster.job(id).unwrap().logs().unwrap();
+    assert_eq!(done.status, JobStatus::Succeeded, "{done:?}\n{logs}");
+    let lines: Vec<&str> = logs.lines().filter(|line| line.starts_with("tick ")).collect();
+    let expected: Vec<String> = (0..TICKS).map(|t| format!("tick {t} squared {}", t * t)).collect();
+    assert_eq!(lines, expected, "every line, once and in order:\n{logs}");
+    assert!(logs.contains("all ticks done"), "{logs}");
+    assert_eq!(
+        alive_workers(temp.path()),
+        workers,
+        "the nodes carried on as the same incarnations"
+    );
+    let status: serde_json::Value =
+        serde_json::from_str(&raylet(temp.path(), &["status", "--format", "json"])).unwrap();
+    let head_nodes: Vec<(String, u64, String)> = status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|node| node["is_head_node"].as_bool().unwrap())
+        .map(|node| {
+            let reason = node["death_reason"].as_str().unwrap_or_default().to_string();
+            (
+                node["state"].as_str().unwrap().to_string(),
+                node["incarnation"].as_u64().unwrap(),
+                reason,
+            )
+        })
+        .collect();
+    assert_eq!(head_nodes.len(), 2, "{head_nodes:?}");
+    assert!(
+        head_nodes.contains(&("ALIVE".into(), 2, String::new())),
+        "the head's own node came back as its next incarnation: {head_nodes:?}"
+    );
+    assert!(
+        head_nodes.contains(&("DEAD".into(), 1, "superseded by incarnation 2".into())),
+        "{head_nodes:?}"
+    );
+    cluster.shutdown().unwrap();
+}
