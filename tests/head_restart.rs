@@ -4,7 +4,8 @@
 //! test as the argument. The job's driver and tasks carry on while the head
 //! is down, the restarted head knows the job and its nodes (same
 //! incarnations), attaches to the driver again and records every line it
-//! printed, and the job succeeds; the head's own node comes back as the
+//! printed, and the job succeeds; `wait()` and `follow_logs()` begun before
+//! the kill wait out the restart; the head's own node comes back as the
 //! next incarnation of the node it was.
 
 use std::path::Path;
@@ -97,6 +98,14 @@ fn a_head_killed_mid_job_recovers_its_nodes_and_jobs_and_the_job_completes() {
         std::thread::sleep(Duration::from_millis(50));
     }
 
+    let waiter = {
+        let handle = handle.clone();
+        std::thread::spawn(move || handle.wait())
+    };
+    let follower = {
+        let handle = handle.clone();
+        std::thread::spawn(move || handle.follow_logs().collect::<Result<Vec<Vec<u8>>, _>>())
+    };
     let [head_pid] = daemon_pids(temp.path(), "head")[..] else {
         panic!("one head runs");
     };
@@ -116,9 +125,19 @@ fn a_head_killed_mid_job_recovers_its_nodes_and_jobs_and_the_job_completes() {
         printed.contains(&id.to_string()),
         "the restarted head knows the job:\n{printed}"
     );
-    let done = cluster.job(id).unwrap().wait().unwrap();
+    let done = waiter.join().unwrap().expect("wait() waits out the restart");
     let logs = cluster.job(id).unwrap().logs().unwrap();
     assert_eq!(done.status, JobStatus::Succeeded, "{done:?}\n{logs}");
+    let followed = follower
+        .join()
+        .unwrap()
+        .expect("follow_logs() waits out the restart")
+        .concat();
+    assert_eq!(
+        String::from_utf8_lossy(&followed),
+        logs,
+        "the followed output goes on where it was"
+    );
     let lines: Vec<&str> = logs.lines().filter(|line| line.starts_with("tick ")).collect();
     let expected: Vec<String> = (0..TICKS).map(|t| format!("tick {t} squared {}", t * t)).collect();
     assert_eq!(lines, expected, "every line, once and in order:\n{logs}");

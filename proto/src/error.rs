@@ -76,7 +76,14 @@ impl From<Error> for Status {
 }
 
 impl From<Status> for Error {
+    /// A status with a source error was made on this side from a failed
+    /// connection (a peer sends none): the peer is unreachable.
     fn from(status: Status) -> Self {
+        if status.code() == Code::Unknown
+            && let Some(source) = std::error::Error::source(&status)
+        {
+            return Error::Unavailable(format!("{}: {}", status.message(), error_chain(source)));
+        }
         let message = status.message().to_string();
         match status.code() {
             Code::InvalidArgument | Code::OutOfRange => Error::InvalidArgument(message),
@@ -157,6 +164,21 @@ mod tests {
             let failure = crate::v1::CallFailure::from(error.clone());
             assert_eq!(Error::from(failure), error);
         }
+    }
+
+    #[test]
+    fn a_status_made_here_from_a_failed_connection_is_unavailable_and_one_from_the_peer_is_not() {
+        let broken = std::io::Error::new(std::io::ErrorKind::ConnectionReset, "connection reset");
+        let local = Status::from_error(Box::new(broken));
+        let error = Error::from(local);
+        assert!(
+            matches!(&error, Error::Unavailable(text) if text.contains("connection reset")),
+            "{error:?}"
+        );
+        assert_eq!(
+            Error::from(Status::unknown("the peer's own failure")),
+            Error::Internal("the peer's own failure".into())
+        );
     }
 
     #[test]

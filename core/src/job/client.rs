@@ -1,6 +1,8 @@
 //! Talks to the head's job service: uploads what the head lacks (by
 //! sha256, in chunks), submits, follows, lists and stops jobs, and reads
 //! their output. The CLI uses it as is; [`crate::JobHandle`] wraps it.
+//! Following a job (`wait`, `follow_logs`) outlasts a restart of the head:
+//! a broken stream is opened again, the output from where it was.
 
 use std::path::Path;
 use std::time::Duration;
@@ -21,6 +23,11 @@ use crate::Result;
 
 /// How long the head may take to answer a connection.
 const HEAD_PATIENCE: Duration = Duration::from_secs(5);
+/// How long a follower of a job waits for a head that went away: it may
+/// be restarting (`raylet start --head --recover`).
+const HEAD_RESTART_PATIENCE: Duration = Duration::from_secs(60);
+/// How often a follower tries to reach a head that went away.
+const HEAD_RETRY: Duration = Duration::from_millis(200);
 
 /// A connection to the job service of the head at an address.
 #[derive(Clone)]
@@ -130,18 +137,29 @@ impl JobClient {
         Ok(self.client.clone().watch_job(request).await?.into_inner())
     }
 
-    /// The job's record once it has ended.
+    /// The job's record once it has ended; waits out a restart of the head.
     pub async fn wait(&self, id: JobId) -> Result<JobInfo> {
-        let mut records = self.watch(id).await?;
-        let mut last = None;
-        while let Some(record) = records.message().await? {
-            last = Some(record);
-        }
-        let record = last.ok_or_else(|| raylet_proto::Error::Unavailable("the head sent no record".into()))?;
-        let info = JobInfo::from_record(record)?;
-        match info.status.is_ended() {
-            true => Ok(info),
-            false => Err(raylet_proto::Error::Unavailable(format!("the head stopped following job {id}")).into()),
+        let mut head_lost = HeadLost::default();
+        loop {
+            let mut records = match self.watch(id).await {
+                Ok(records) => records,
+                Err(error) => {
+                    head_lost.wait_or_fail(error).await?;
+                    continue;
+                }
+            };
+            let mut last = None;
+            while let Ok(Some(record)) = records.message().await {
+                head_lost = HeadLost::default();
+                last = Some(record);
+            }
+            if let Some(info) = last.map(JobInfo::from_record).transpose()?
+                && info.status.is_ended()
+            {
+                return Ok(info);
+            }
+            let broken = raylet_proto::Error::Unavailable(format!("the head stopped following job {id}"));
+            head_lost.wait_or_fail(broken.into()).await?;
         }
     }
 
@@ -176,6 +194,39 @@ impl JobClient {
         Ok(JobOutput { chunks })
     }
 
+    /// Sends the job's output from the start until it ends to `sender`,
+    /// opening the stream again from where it was when it breaks (the head
+    /// may restart meanwhile). Returns once the job ended, an error was
+    /// sent, or the receiver is gone.
+    pub async fn follow(&self, id: JobId, sender: std::sync::mpsc::SyncSender<Result<Vec<u8>>>) {
+        let (mut offset, mut head_lost) = (0u64, HeadLost::default());
+        loop {
+            let mut output = match self.read_logs(id, offset, true).await {
+                Ok(output) => output,
+                Err(error) => match head_lost.wait_or_fail(error).await {
+                    Ok(()) => continue,
+                    Err(error) => {
+                        let _ = sender.send(Err(error));
+                        return;
+                    }
+                },
+            };
+            loop {
+                match output.next().await {
+                    Ok(Some(chunk)) => {
+                        head_lost = HeadLost::default();
+                        offset += chunk.len() as u64;
+                        if sender.send(Ok(chunk)).is_err() {
+                            return;
+                        }
+                    }
+                    Ok(None) => return,
+                    Err(_) => break,
+                }
+            }
+        }
+    }
+
     /// The job's whole output so far.
     pub async fn logs(&self, id: JobId) -> Result<Vec<u8>> {
         let mut chunks = self.read_logs(id, 0, false).await?;
@@ -196,6 +247,27 @@ impl JobOutput {
     /// The next piece of output; `None` once there is no more.
     pub async fn next(&mut self) -> Result<Option<Vec<u8>>> {
         Ok(self.chunks.message().await?.map(|chunk| chunk.data.to_vec()))
+    }
+}
+
+/// A follower's view of a head that stopped answering: it is waited for up
+/// to [`HEAD_RESTART_PATIENCE`] from the first failure.
+#[derive(Default)]
+struct HeadLost {
+    since: Option<std::time::Instant>,
+}
+
+impl HeadLost {
+    /// Waits a moment before the next try when `error` says the head is
+    /// unreachable and patience is left; else returns the error.
+    async fn wait_or_fail(&mut self, error: crate::Error) -> Result<()> {
+        let unreachable = matches!(error, crate::Error::Cluster(raylet_proto::Error::Unavailable(_)));
+        let since = *self.since.get_or_insert_with(std::time::Instant::now);
+        if !unreachable || since.elapsed() > HEAD_RESTART_PATIENCE {
+            return Err(error);
+        }
+        tokio::time::sleep(HEAD_RETRY).await;
+        Ok(())
     }
 }
 

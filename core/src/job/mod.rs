@@ -277,7 +277,7 @@ impl JobHandle {
         self.run(|client, id| async move { client.info(id).await })
     }
 
-    /// Waits until the job ends.
+    /// Waits until the job ends, waiting out a restart of the head.
     pub fn wait(&self) -> Result<JobInfo> {
         self.run(|client, id| async move { client.wait(id).await })
     }
@@ -295,27 +295,12 @@ impl JobHandle {
         Ok(all[all.len().saturating_sub(lines)..].join("\n"))
     }
 
-    /// The job's output as it comes, until the job ends.
+    /// The job's output as it comes, until the job ends; a restart of the
+    /// head meanwhile is waited out and the output goes on where it was.
     pub fn follow_logs(&self) -> impl Iterator<Item = Result<Vec<u8>>> + use<> {
         let (sender, receiver) = std::sync::mpsc::sync_channel(16);
         let (client, id) = (self.client.clone(), self.id);
-        self.core.runtime.spawn(async move {
-            let mut chunks = match client.read_logs(id, 0, true).await {
-                Ok(chunks) => chunks,
-                Err(error) => {
-                    let _ = sender.send(Err(error));
-                    return;
-                }
-            };
-            loop {
-                let Some(next) = chunks.next().await.transpose() else {
-                    return;
-                };
-                if sender.send(next).is_err() {
-                    return;
-                }
-            }
-        });
+        self.core.runtime.spawn(async move { client.follow(id, sender).await });
         receiver.into_iter()
     }
 
