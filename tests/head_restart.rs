@@ -4,8 +4,8 @@
 //! test as the argument. The job's driver and tasks carry on while the head
 //! is down, the restarted head knows the job and its nodes (same
 //! incarnations), attaches to the driver again and records every line it
-//! printed, and the job succeeds; `wait()` and `follow_logs()` begun before
-//! the kill wait out the restart; the head's own node comes back as the
+//! printed, and the job succeeds; `wait()`, `follow_logs()` and `raylet job
+//! logs --follow` begun before the kill wait out the restart; the head's own node comes back as the
 //! next incarnation of the node it was.
 
 use std::path::Path;
@@ -106,6 +106,12 @@ fn a_head_killed_mid_job_recovers_its_nodes_and_jobs_and_the_job_completes() {
         let handle = handle.clone();
         std::thread::spawn(move || handle.follow_logs().collect::<Result<Vec<Vec<u8>>, _>>())
     };
+    let cli_follower = std::process::Command::new(common::RAYLET)
+        .args(["job", "logs", "--follow", &id.to_string(), "--temp-dir"])
+        .arg(temp.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
     let [head_pid] = daemon_pids(temp.path(), "head")[..] else {
         panic!("one head runs");
     };
@@ -137,6 +143,13 @@ fn a_head_killed_mid_job_recovers_its_nodes_and_jobs_and_the_job_completes() {
         String::from_utf8_lossy(&followed),
         logs,
         "the followed output goes on where it was"
+    );
+    let printed = cli_follower.wait_with_output().unwrap();
+    assert!(printed.status.success(), "raylet job logs --follow: {printed:?}");
+    assert_eq!(
+        String::from_utf8_lossy(&printed.stdout),
+        logs,
+        "`raylet job logs --follow` goes on where it was"
     );
     let lines: Vec<&str> = logs.lines().filter(|line| line.starts_with("tick ")).collect();
     let expected: Vec<String> = (0..TICKS).map(|t| format!("tick {t} squared {}", t * t)).collect();

@@ -198,7 +198,7 @@ impl JobClient {
     /// opening the stream again from where it was when it breaks (the head
     /// may restart meanwhile). Returns once the job ended, an error was
     /// sent, or the receiver is gone.
-    pub async fn follow(&self, id: JobId, sender: std::sync::mpsc::SyncSender<Result<Vec<u8>>>) {
+    pub async fn follow(&self, id: JobId, sender: tokio::sync::mpsc::Sender<Result<Vec<u8>>>) {
         let (mut offset, mut head_lost) = (0u64, HeadLost::default());
         loop {
             let mut output = match self.read_logs(id, offset, true).await {
@@ -206,7 +206,7 @@ impl JobClient {
                 Err(error) => match head_lost.wait_or_fail(error).await {
                     Ok(()) => continue,
                     Err(error) => {
-                        let _ = sender.send(Err(error));
+                        let _ = sender.send(Err(error)).await;
                         return;
                     }
                 },
@@ -216,7 +216,7 @@ impl JobClient {
                     Ok(Some(chunk)) => {
                         head_lost = HeadLost::default();
                         offset += chunk.len() as u64;
-                        if sender.send(Ok(chunk)).is_err() {
+                        if sender.send(Ok(chunk)).await.is_err() {
                             return;
                         }
                     }

@@ -298,10 +298,10 @@ impl JobHandle {
     /// The job's output as it comes, until the job ends; a restart of the
     /// head meanwhile is waited out and the output goes on where it was.
     pub fn follow_logs(&self) -> impl Iterator<Item = Result<Vec<u8>>> + use<> {
-        let (sender, receiver) = std::sync::mpsc::sync_channel(16);
+        let (sender, mut receiver) = tokio::sync::mpsc::channel(16);
         let (client, id) = (self.client.clone(), self.id);
         self.core.runtime.spawn(async move { client.follow(id, sender).await });
-        receiver.into_iter()
+        std::iter::from_fn(move || receiver.blocking_recv())
     }
 
     /// Stops the job: SIGTERM to its driver, SIGKILL after [`DEFAULT_STOP_GRACE`].

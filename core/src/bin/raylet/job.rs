@@ -80,12 +80,22 @@ fn exit_code_of(info: &JobInfo) -> ExitCode {
     }
 }
 
+/// Prints the job's output so far; with `follow`, until the job ends,
+/// waiting out a restart of the head.
 async fn print_output(client: &JobClient, id: JobId, follow: bool) -> anyhow::Result<()> {
-    let mut chunks = client.read_logs(id, 0, follow).await?;
     let mut stdout = std::io::stdout();
-    while let Some(chunk) = chunks.next().await.context("reading the job's output")? {
+    let mut print = |chunk: Vec<u8>| -> std::io::Result<()> {
         stdout.write_all(&chunk)?;
-        stdout.flush()?;
+        stdout.flush()
+    };
+    if !follow {
+        return Ok(print(client.logs(id).await?)?);
+    }
+    let (sender, mut chunks) = tokio::sync::mpsc::channel(16);
+    let follower = client.clone();
+    tokio::spawn(async move { follower.follow(id, sender).await });
+    while let Some(chunk) = chunks.recv().await {
+        print(chunk.context("reading the job's output")?)?;
     }
     Ok(())
 }
