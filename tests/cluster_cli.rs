@@ -1,6 +1,6 @@
 //! Multi-process tests of the real `raylet` binary on loopback: start a head
-//! and nodes as daemons, read `raylet status`, kill and stop nodes, and feed
-//! the CLI bad input.
+//! and nodes as daemons, read `raylet status`, kill, pause (and fence) and
+//! stop nodes, and feed the CLI bad input.
 
 use std::net::TcpListener;
 use std::path::{Path, PathBuf};
@@ -206,12 +206,50 @@ fn a_node_killed_with_sigkill_is_marked_dead_within_the_timeout() {
     assert!(cluster.ok(&["status"]).contains("Dead: 1 node(s)"));
 }
 
+/// Sleeps for `seconds`, keeping a worker busy.
+#[raylet::remote]
+fn hold(seconds: u64) -> u32 {
+    std::thread::sleep(Duration::from_secs(seconds));
+    std::process::id()
+}
+
+/// The processes whose parent is `pid`.
+fn children(pid: i32) -> Vec<i32> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<i32>().ok())
+        .filter(|child| {
+            let stat = std::fs::read_to_string(format!("/proc/{child}/stat")).unwrap_or_default();
+            let fields: Vec<&str> = stat
+                .rsplit_once(')')
+                .map_or(Vec::new(), |(_, rest)| rest.split_whitespace().collect());
+            fields.get(1).and_then(|ppid| ppid.parse::<i32>().ok()) == Some(pid) && fields[0] != "Z"
+        })
+        .collect()
+}
+
 #[test]
-fn a_paused_node_is_marked_dead_and_returns_as_a_new_incarnation() {
+fn a_paused_node_is_marked_dead_and_returns_as_a_new_incarnation_without_its_old_workers() {
     let cluster = TestCluster::new();
-    cluster.start_head(&["--heartbeat-timeout", "1s", "--heartbeat-interval", "100ms"]);
+    let head = cluster.start_head(&[
+        "--heartbeat-timeout",
+        "1s",
+        "--heartbeat-interval",
+        "100ms",
+        "--num-cpus",
+        "0",
+    ]);
     cluster.start_node(&["--heartbeat-interval", "100ms"]);
     let node_pid = cluster.pids("node")[0];
+    let driver = raylet::init_with(raylet::Config::new().address(&head).temp_dir(cluster.root())).unwrap();
+    let _held = hold::remote(&driver, 600).unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while children(node_pid).is_empty() {
+        assert!(Instant::now() < deadline, "the node starts a worker for the task");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let old_workers = children(node_pid);
 
     signal(node_pid, Signal::SIGSTOP);
     cluster.wait_for_status(Duration::from_secs(8), |s| s["dead_nodes"] == 1);
@@ -226,6 +264,15 @@ fn a_paused_node_is_marked_dead_and_returns_as_a_new_incarnation() {
         .expect("the paused node registers again under its node id");
     assert_eq!(dead["incarnation"], 1);
     assert_eq!(reborn["incarnation"], 2);
+    let deadline = Instant::now() + Duration::from_secs(10);
+    while old_workers.iter().any(|pid| children(node_pid).contains(pid)) {
+        assert!(
+            Instant::now() < deadline,
+            "the old incarnation's workers {old_workers:?} are killed"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    driver.shutdown().unwrap();
 }
 
 #[test]

@@ -1,5 +1,6 @@
 //! Registration with the head and the heartbeat loop, which registers anew
-//! when the head says this incarnation is no longer alive.
+//! when the head says this incarnation is no longer alive, after fencing the
+//! old one: its workers and job drivers are killed.
 
 use std::convert::Infallible;
 use std::sync::atomic::Ordering;
@@ -103,9 +104,24 @@ async fn reregister(head: &mut HeadClient, shared: &NodeShared) {
         incarnation = shared.incarnation(),
         "the head no longer counts this incarnation as alive; registering anew"
     );
+    fence(shared);
     if let Err(error) = register(head, shared).await {
         tracing::warn!(error = %error_chain(&error), "registering anew failed; will retry");
     }
+}
+
+/// Ends what the old incarnation ran: the head counted it dead, so its
+/// tasks were failed or retried elsewhere, its actors restarted and its
+/// jobs failed. Its workers and drivers must not go on beside their
+/// replacements.
+fn fence(shared: &NodeShared) {
+    let workers = shared.leases.kill_all_workers();
+    let drivers = shared.job_drivers.kill_all();
+    tracing::warn!(
+        workers,
+        drivers,
+        "fenced the old incarnation: its workers and job drivers were killed"
+    );
 }
 
 /// Tells the head this node is leaving; best effort, bounded in time.

@@ -106,6 +106,23 @@ impl JobDrivers {
         true
     }
 
+    /// Kills every running driver's process group at once; returns how
+    /// many there were.
+    pub(crate) fn kill_all(&self) -> usize {
+        let running: Vec<u32> = self
+            .drivers()
+            .values()
+            .filter_map(|driver| {
+                let progress = driver.progress.borrow();
+                progress.pid.filter(|_| progress.end.is_none())
+            })
+            .collect();
+        for pid in &running {
+            let _ = killpg(Pid::from_raw(*pid as i32), Signal::SIGKILL);
+        }
+        running.len()
+    }
+
     /// Streams the driver's events to `events`: its start, its output from
     /// `offset` on, and its end. Fails when this node has no such driver.
     pub(crate) fn attach(&self, job: JobId, offset: u64, events: DriverEvents) -> Result<()> {

@@ -495,6 +495,15 @@ impl LeaseManager {
         pids.into_iter().for_each(worker_process::kill_worker);
     }
 
+    /// Kills every worker, keeping the sessions: the node's old incarnation
+    /// was counted dead and its work failed or retried elsewhere. Returns
+    /// how many there were.
+    pub(crate) fn kill_all_workers(&self) -> usize {
+        let pids: Vec<u32> = self.state().workers.values().map(|w| w.pid).collect();
+        pids.iter().copied().for_each(worker_process::kill_worker);
+        pids.len()
+    }
+
     fn worker_exited(self: &Arc<Self>, worker_id: WorkerId, description: String) {
         let mut state = self.state();
         state.ledger.release(worker_id);
