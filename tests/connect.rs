@@ -54,7 +54,7 @@ fn a_driver_joins_a_cli_cluster_and_spills_tasks_to_the_node_that_fits() {
             "100ms",
         ],
     );
-    let head = std::fs::read_to_string(temp.path().join("session_latest/head_address")).unwrap();
+    let head = common::head_address(temp.path());
     raylet(
         temp.path(),
         &[
@@ -74,7 +74,7 @@ fn a_driver_joins_a_cli_cluster_and_spills_tasks_to_the_node_that_fits() {
     // The head learns the second node's resources from its heartbeats.
     std::thread::sleep(std::time::Duration::from_millis(500));
 
-    let cluster = raylet::init_with(Config::new().address(head.trim()).temp_dir(temp.path())).unwrap();
+    let cluster = raylet::init_with(Config::new().address(&head).temp_dir(temp.path())).unwrap();
     let status = cluster.status().unwrap();
     assert_eq!(status.alive().count(), 2);
 
@@ -102,8 +102,8 @@ fn raylet_memory_lists_each_object_with_its_owner_and_holders() {
     let temp = tempfile::tempdir().unwrap();
     let _daemons = Daemons(temp.path());
     raylet(temp.path(), &["start", "--head", "--port", "0", "--num-cpus", "1"]);
-    let head = std::fs::read_to_string(temp.path().join("session_latest/head_address")).unwrap();
-    let cluster = raylet::init_with(Config::new().address(head.trim()).temp_dir(temp.path())).unwrap();
+    let head = common::head_address(temp.path());
+    let cluster = raylet::init_with(Config::new().address(&head).temp_dir(temp.path())).unwrap();
     let big = cluster.put(&serde_bytes::ByteBuf::from(vec![3u8; 2 << 20])).unwrap();
     let outer = cluster.put(&vec![big.clone()]).unwrap();
 
@@ -138,8 +138,7 @@ fn raylet_memory_lists_each_object_with_its_owner_and_holders() {
 fn two_nodes(temp: &Path) -> (String, String, String, u32) {
     let fast = ["--num-cpus", "1", "--heartbeat-interval", "100ms"];
     raylet(temp, &[&["start", "--head", "--port", "0"][..], &fast].concat());
-    let head = std::fs::read_to_string(temp.join("session_latest/head_address")).unwrap();
-    let head = head.trim().to_string();
+    let head = common::head_address(temp);
     let special = ["--resources", r#"{"special": 1}"#];
     raylet(temp, &[&["start", "--address", &head][..], &fast, &special].concat());
     std::thread::sleep(std::time::Duration::from_millis(500));

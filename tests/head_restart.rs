@@ -47,8 +47,7 @@ fn start_cluster(temp: &Path) -> String {
         temp,
         &[&["start", "--head", "--port", "0", "--num-cpus", "0"][..], &FAST].concat(),
     );
-    let head = std::fs::read_to_string(temp.join("session_latest/head_address")).unwrap();
-    let head = head.trim().to_string();
+    let head = common::head_address(temp);
     for _ in 0..2 {
         raylet(
             temp,

@@ -687,8 +687,8 @@ fn a_job_waits_for_room_for_its_driver_and_uploads_over_the_limit_are_refused() 
             "1000000000",
         ],
     );
-    let head = std::fs::read_to_string(temp.path().join("session_latest/head_address")).unwrap();
-    let cluster = raylet::init_with(raylet::Config::new().address(head.trim()).temp_dir(temp.path())).unwrap();
+    let head = common::head_address(temp.path());
+    let cluster = raylet::init_with(raylet::Config::new().address(&head).temp_dir(temp.path())).unwrap();
     let too_big = temp.path().join("big.bin");
     std::fs::File::create(&too_big).unwrap().set_len(1_000_000_001).unwrap();
     let error = cluster

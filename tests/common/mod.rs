@@ -29,6 +29,12 @@ pub fn raylet(temp: &Path, args: &[&str]) -> String {
     String::from_utf8(output.stdout).unwrap()
 }
 
+/// The head address of the latest session under `temp`.
+pub fn head_address(temp: &Path) -> String {
+    let text = std::fs::read_to_string(temp.join("session_latest/head_address")).unwrap();
+    text.trim().to_string()
+}
+
 /// Stops the test's daemons even when an assertion fails.
 pub struct Daemons<'a>(pub &'a Path);
 
@@ -91,8 +97,7 @@ impl<'a> ZonedCluster<'a> {
             temp,
             &[&["start", "--head", "--port", "0", "--labels", &head_label][..], &fast].concat(),
         );
-        let head = std::fs::read_to_string(temp.join("session_latest/head_address")).unwrap();
-        let head = head.trim().to_string();
+        let head = head_address(temp);
         for zone in &zones[1..] {
             let zone = label(zone);
             raylet(

@@ -7,7 +7,7 @@
 //! Stops: SIGTERM, then SIGKILL.
 
 use std::collections::{HashMap, VecDeque};
-use std::io::{Seek, SeekFrom, Write};
+use std::io::Write;
 use std::os::unix::process::ExitStatusExt;
 use std::path::{Path, PathBuf};
 use std::process::Stdio;
@@ -231,13 +231,14 @@ async fn stream_events(driver: Arc<Driver>, mut offset: u64, events: DriverEvent
     let send = |kind: Event| events.send(Ok(JobDriverEvent { kind: Some(kind) })).is_ok();
     let mut progress = driver.progress.subscribe();
     let mut started = false;
+    let mut output: Option<std::fs::File> = None;
     loop {
         let now = progress.borrow_and_update().clone();
         if let (false, Some(pid)) = (started, now.pid) {
             started = send(Event::Started(pid));
         }
         while offset < now.output_bytes {
-            let chunk = match read_output(&driver.output, offset, now.output_bytes) {
+            let chunk = match read_output(&mut output, &driver.output, offset, now.output_bytes) {
                 Ok(chunk) => chunk,
                 Err(error) => {
                     send(Event::Failed(error.to_string()));
@@ -259,15 +260,18 @@ async fn stream_events(driver: Arc<Driver>, mut offset: u64, events: DriverEvent
     }
 }
 
-/// Up to one chunk of the output file from `offset`, not past `end`.
-fn read_output(path: &Path, offset: u64, end: u64) -> Result<Vec<u8>> {
-    use std::io::Read;
+/// Up to one chunk of the output file from `offset`, not past `end`; the
+/// file is opened on the first read and kept open for the next ones.
+fn read_output(file: &mut Option<std::fs::File>, path: &Path, offset: u64, end: u64) -> Result<Vec<u8>> {
+    use std::os::unix::fs::FileExt;
     let failed = |e: std::io::Error| Error::Internal(format!("reading {}: {e}", path.display()));
-    let mut file = std::fs::File::open(path).map_err(failed)?;
-    file.seek(SeekFrom::Start(offset)).map_err(failed)?;
-    let wanted = (end - offset).min(OUTPUT_CHUNK as u64);
-    let mut chunk = Vec::with_capacity(wanted as usize);
-    file.take(wanted).read_to_end(&mut chunk).map_err(failed)?;
+    let file = match file {
+        Some(file) => file,
+        None => file.insert(std::fs::File::open(path).map_err(failed)?),
+    };
+    let mut chunk = vec![0u8; (end - offset).min(OUTPUT_CHUNK as u64) as usize];
+    let read = file.read_at(&mut chunk, offset).map_err(failed)?;
+    chunk.truncate(read);
     if chunk.is_empty() {
         return Err(Error::Internal(format!(
             "{} holds less output than was written",

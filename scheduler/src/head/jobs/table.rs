@@ -19,6 +19,8 @@ use crate::head::state_store::{StateStore, Table};
 struct JobEntry {
     record: watch::Sender<JobRecord>,
     output_bytes: watch::Sender<u64>,
+    /// The output file, open for appending once output came.
+    output: Option<std::fs::File>,
 }
 
 /// Every job the head knows, ended ones included.
@@ -36,10 +38,11 @@ impl JobTable {
             let id = JobId::from_wire(&key)?;
             let record = JobRecord::decode(bytes.as_slice())
                 .map_err(|e| Error::Internal(format!("the stored record of job {id} is corrupt: {e}")))?;
-            let output = std::fs::metadata(dir.join(id.to_string()).join("output.log")).map_or(0, |m| m.len());
+            let output = std::fs::metadata(output_path(dir, id)).map_or(0, |m| m.len());
             let entry = JobEntry {
                 record: watch::channel(record).0,
                 output_bytes: watch::channel(output).0,
+                output: None,
             };
             jobs.insert(id, entry);
         }
@@ -78,6 +81,7 @@ impl JobTable {
         let entry = JobEntry {
             record: watch::channel(record.clone()).0,
             output_bytes: watch::channel(0).0,
+            output: None,
         };
         jobs.insert(id, entry);
         Ok(record)
@@ -98,15 +102,19 @@ impl JobTable {
 
     /// Changes the record, unless it has ended, and writes it to disk.
     /// Returns the record as it is after.
+    /// The output file closes once the job ended.
     pub fn update(&self, id: JobId, change: impl FnOnce(&mut JobRecord)) -> Result<JobRecord> {
-        let jobs = self.jobs();
-        let entry = jobs.get(&id).ok_or_else(|| unknown(id))?;
+        let mut jobs = self.jobs();
+        let entry = jobs.get_mut(&id).ok_or_else(|| unknown(id))?;
         let mut record = entry.record.borrow().clone();
         if is_ended(record.status()) {
             return Ok(record);
         }
         change(&mut record);
         record.log_bytes = *entry.output_bytes.borrow();
+        if is_ended(record.status()) {
+            entry.output = None;
+        }
         self.store.put(Table::Jobs, id.as_bytes(), &record);
         entry.record.send_replace(record.clone());
         Ok(record)
@@ -132,14 +140,19 @@ impl JobTable {
 
     /// Appends the driver's output.
     pub fn append_output(&self, id: JobId, data: &[u8]) -> Result<()> {
-        let jobs = self.jobs();
-        let entry = jobs.get(&id).ok_or_else(|| unknown(id))?;
-        let path = self.job_dir(id).join("output.log");
-        let mut file = std::fs::OpenOptions::new()
-            .create(true)
-            .append(true)
-            .open(&path)
-            .map_err(|e| Error::Internal(format!("opening {}: {e}", path.display())))?;
+        let mut jobs = self.jobs();
+        let entry = jobs.get_mut(&id).ok_or_else(|| unknown(id))?;
+        let path = output_path(&self.dir, id);
+        let file = match &mut entry.output {
+            Some(file) => file,
+            None => entry.output.insert(
+                std::fs::OpenOptions::new()
+                    .create(true)
+                    .append(true)
+                    .open(&path)
+                    .map_err(|e| Error::Internal(format!("opening {}: {e}", path.display())))?,
+            ),
+        };
         file.write_all(data)
             .map_err(|e| Error::Internal(format!("writing {}: {e}", path.display())))?;
         entry.output_bytes.send_modify(|bytes| *bytes += data.len() as u64);
@@ -149,7 +162,7 @@ impl JobTable {
     /// Up to `max` bytes of the job's output from `offset`.
     pub fn read_output(&self, id: JobId, offset: u64, max: usize) -> Result<Vec<u8>> {
         self.record(id)?;
-        let path = self.job_dir(id).join("output.log");
+        let path = output_path(&self.dir, id);
         let Ok(mut file) = std::fs::File::open(&path) else {
             return Ok(Vec::new());
         };
@@ -166,6 +179,10 @@ impl JobTable {
 /// Whether a job in `status` has ended for good.
 pub fn is_ended(status: JobStatus) -> bool {
     matches!(status, JobStatus::Succeeded | JobStatus::Failed | JobStatus::Stopped)
+}
+
+fn output_path(dir: &Path, id: JobId) -> PathBuf {
+    dir.join(id.to_string()).join("output.log")
 }
 
 fn unknown(id: JobId) -> Error {
