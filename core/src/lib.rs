@@ -33,6 +33,7 @@ mod job;
 mod memory;
 mod memory_store;
 mod net;
+mod node_watch;
 mod object_ref;
 mod owner_service;
 mod placement_group;

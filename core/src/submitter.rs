@@ -1,7 +1,8 @@
 //! The task submitter of a process: it resolves arguments, leases workers
 //! from node managers per resource shape, pushes tasks to leased workers over
-//! one stream each with several in flight, retries tasks whose worker died,
-//! and returns leases that stay idle. One tokio task owns all of its state.
+//! one stream each with several in flight, retries tasks whose worker or
+//! node died, and returns leases that stay idle. One tokio task owns all of
+//! its state.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
@@ -24,6 +25,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::core_worker::CoreWorker;
 use crate::group_routes::{GroupRoute, GroupRoutes, RouteTarget};
+use crate::node_watch::NodeDeath;
 use crate::object_ref::AnyObjectRef;
 use crate::task::{Arg, TaskError, TaskErrorKind, TaskOptions};
 use crate::value::{Body, EncodedValue, Outcome, outcome_from_proto};
@@ -83,6 +85,8 @@ pub(crate) enum SubmitterEvent {
         worker: WorkerId,
         description: String,
     },
+    /// The head counts a node incarnation dead.
+    NodeDied(NodeDeath),
     /// Run the task that made a lost object again; says why it cannot be.
     Reconstruct {
         object: ObjectId,
@@ -149,6 +153,8 @@ struct LeasedWorker {
     shape: SchedulingClass,
     node: Arc<str>,
     node_id: Option<NodeId>,
+    /// The node's incarnation when it granted the lease: the worker dies with it.
+    incarnation: u64,
     pid: u32,
     tasks: mpsc::UnboundedSender<TaskBatch>,
     in_flight: HashMap<TaskId, QueuedTask>,
@@ -169,6 +175,10 @@ pub(crate) struct Submitter {
     shapes: HashMap<SchedulingClass, Shape>,
     workers: HashMap<WorkerId, LeasedWorker>,
     sessions: HashMap<Arc<str>, mpsc::UnboundedSender<LeaseSessionRequest>>,
+    /// The node incarnation that last granted a lease through each session.
+    session_nodes: HashMap<Arc<str>, (NodeId, u64)>,
+    /// Whether node deaths are watched: from the first lease session on.
+    watching_nodes: bool,
     requests: HashMap<u64, PendingRequest>,
     next_request: u64,
     next_lease: u64,
@@ -189,6 +199,8 @@ impl Submitter {
             shapes: HashMap::new(),
             workers: HashMap::new(),
             sessions: HashMap::new(),
+            session_nodes: HashMap::new(),
+            watching_nodes: false,
             requests: HashMap::new(),
             next_request: 1,
             next_lease: 1,
@@ -236,6 +248,7 @@ impl Submitter {
             } => self.on_results(worker, lease, finished, logs),
             SubmitterEvent::WorkerStreamClosed { worker, lease } => self.on_stream_closed(worker, lease),
             SubmitterEvent::WorkerDied { worker, description } => self.on_worker_died(worker, &description),
+            SubmitterEvent::NodeDied(death) => self.on_node_died(death),
             SubmitterEvent::Reconstruct { object, done } => {
                 let _ = done.send(self.reconstruct(object));
             }
@@ -426,6 +439,10 @@ impl Submitter {
 
     /// The lease session with `node`, opened on first use.
     fn session(&mut self, node: &Arc<str>) -> SessionSender<'_> {
+        if !self.watching_nodes {
+            self.watching_nodes = true;
+            crate::node_watch::spawn(self.core.clone(), self.events.clone());
+        }
         if !self.sessions.contains_key(node) {
             let sender = open_lease_session(self.core.clone(), self.events.clone(), node.clone());
             self.sessions.insert(node.clone(), sender);
@@ -486,6 +503,10 @@ impl Submitter {
         };
         let lease = self.next_lease;
         self.next_lease += 1;
+        let node_id = NodeId::from_wire(&granted.node_id).ok();
+        if let Some(node_id) = node_id {
+            self.session_nodes.insert(node.clone(), (node_id, granted.incarnation));
+        }
         let tasks = connect_worker(
             self.core.clone(),
             self.events.clone(),
@@ -496,7 +517,8 @@ impl Submitter {
             lease,
             shape: request.shape.clone(),
             node,
-            node_id: NodeId::from_wire(&granted.node_id).ok(),
+            node_id,
+            incarnation: granted.incarnation,
             pid: granted.pid,
             tasks,
             in_flight: HashMap::new(),
@@ -525,6 +547,7 @@ impl Submitter {
     fn on_session_closed(&mut self, node: Arc<str>, reason: String) {
         tracing::warn!(%node, %reason, "lease session closed");
         self.sessions.remove(&node);
+        self.session_nodes.remove(&node);
         let lost: Vec<u64> = self
             .requests
             .iter()
@@ -651,17 +674,53 @@ impl Submitter {
     }
 
     fn on_worker_died(&mut self, worker_id: WorkerId, description: &str) {
-        let Some(worker) = self.workers.remove(&worker_id) else {
+        let Some(worker) = self.forget_worker(worker_id) else {
             return;
         };
-        if let Some(shape) = self.shapes.get_mut(&worker.shape) {
-            shape.workers.retain(|id| *id != worker_id);
-        }
         self.session(&worker.node)
             .send_request(LeaseRequest::ReturnLease(ReturnLease {
                 worker_id: worker_id.as_bytes().to_vec(),
                 worker_failed: true,
             }));
+        self.rerun_or_fail(worker, description);
+    }
+
+    /// Runs again, or fails, what the workers leased on a dead node
+    /// incarnation ran; results they send late are ignored, as they are no
+    /// longer leased. A session with that node closes unless a newer
+    /// incarnation granted through it.
+    fn on_node_died(&mut self, death: NodeDeath) {
+        let lost: Vec<WorkerId> = self
+            .workers
+            .iter()
+            .filter(|(_, w)| w.node_id == Some(death.node_id) && w.incarnation == death.incarnation)
+            .map(|(id, _)| *id)
+            .collect();
+        let description = format!("was lost with its node ({})", death.reason);
+        for worker_id in lost {
+            if let Some(worker) = self.forget_worker(worker_id) {
+                tracing::warn!(node = %death.node_id, pid = worker.pid, "a leased worker's node died");
+                self.rerun_or_fail(worker, &description);
+            }
+        }
+        let address: Arc<str> = death.address.into();
+        let granted_by = self.session_nodes.get(&address);
+        if self.sessions.contains_key(&address) && granted_by.is_none_or(|n| *n == (death.node_id, death.incarnation)) {
+            self.on_session_closed(address, format!("its node died: {}", death.reason));
+        }
+    }
+
+    fn forget_worker(&mut self, worker_id: WorkerId) -> Option<LeasedWorker> {
+        let worker = self.workers.remove(&worker_id)?;
+        if let Some(shape) = self.shapes.get_mut(&worker.shape) {
+            shape.workers.retain(|id| *id != worker_id);
+        }
+        Some(worker)
+    }
+
+    /// Queues the tasks a dead worker was running again, those that may run
+    /// again, and fails the others.
+    fn rerun_or_fail(&mut self, worker: LeasedWorker, description: &str) {
         let out_of_memory = description.contains(OOM_MONITOR);
         for task in worker.in_flight.into_values() {
             if self.cancelled.remove(&task.return_id) {

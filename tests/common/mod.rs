@@ -3,6 +3,8 @@
 //! Each test crate that includes this module uses only part of it.
 #![allow(dead_code)]
 
+pub mod netns;
+
 use std::path::Path;
 use std::process::Command;
 use std::time::Duration;

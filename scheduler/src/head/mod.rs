@@ -99,9 +99,11 @@ pub async fn run(config: HeadConfig, listener: TcpListener, shutdown: impl Futur
         table.clone(),
         NodeManagerBundles::new(config.token.clone()),
     ));
+    let stopping = tokio::sync::watch::channel(false).0;
     let nodes = HeadServiceServer::new(HeadServiceImpl {
         table: table.clone(),
         groups: groups.clone(),
+        stopping: stopping.subscribe(),
     });
     let runtime = Arc::new(ActorRuntime {
         table: Arc::new(Mutex::new(ActorTable::default())),
@@ -111,7 +113,7 @@ pub async fn run(config: HeadConfig, listener: TcpListener, shutdown: impl Futur
         groups: groups.clone(),
         next_bundle: Default::default(),
         token: config.token.clone(),
-        stopping: tokio::sync::watch::channel(false).0,
+        stopping,
     });
     let stopping = runtime.clone();
     let shutdown = async move {

@@ -9,6 +9,7 @@ use std::collections::HashMap;
 use std::time::{Duration, Instant, SystemTime};
 
 use raylet_proto::{Labels, NodeId, ResourceSet, Scheduling};
+use tokio::sync::watch;
 
 use prost::Message;
 use raylet_proto::v1;
@@ -72,6 +73,8 @@ pub struct NodeTable {
     latest_incarnation: HashMap<NodeId, u64>,
     alive: ClusterResources,
     store: StateStore,
+    /// Counts deaths: watchers wake on each and read [`NodeTable::dead`].
+    deaths: watch::Sender<u64>,
 }
 
 impl NodeTable {
@@ -82,6 +85,7 @@ impl NodeTable {
             latest_incarnation: HashMap::new(),
             alive: ClusterResources::new(),
             store: StateStore::in_memory_only(),
+            deaths: watch::channel(0).0,
         }
     }
 
@@ -204,7 +208,34 @@ impl NodeTable {
                 marked += 1;
             }
         }
+        if marked > 0 {
+            self.deaths.send_modify(|deaths| *deaths += 1);
+        }
         marked
+    }
+
+    /// Wakes on every death from now on.
+    pub fn watch_deaths(&self) -> watch::Receiver<u64> {
+        self.deaths.subscribe()
+    }
+
+    /// The dead incarnations the table still lists, oldest first.
+    pub fn dead(&self) -> Vec<NodeStatus> {
+        let dead = self.entries.iter().filter(|e| e.status.state == NodeState::Dead);
+        dead.map(|e| e.status.clone()).collect()
+    }
+
+    /// Why this incarnation of the node is dead, or `None` while it is alive.
+    pub fn death_of(&self, node_id: NodeId, incarnation: u64) -> Option<String> {
+        let entry = self
+            .entries
+            .iter()
+            .find(|e| e.status.node_id == node_id && e.status.incarnation == incarnation);
+        match entry {
+            Some(entry) if entry.status.state == NodeState::Alive => None,
+            Some(entry) => Some(entry.status.death_reason.clone().unwrap_or_default()),
+            None => Some("it is no longer known".into()),
+        }
     }
 
     /// The alive nodes' resources as placement reads them; work placed
@@ -258,12 +289,17 @@ impl NodeTable {
     }
 
     fn mark_dead_where(&mut self, matches: impl Fn(&NodeStatus) -> bool, reason: &str) {
+        let mut marked = false;
         for entry in &mut self.entries {
             if matches(&entry.status) {
                 mark_dead(&mut entry.status, reason);
                 self.alive.remove(entry.status.node_id);
                 save_latest(&self.store, &self.latest_incarnation, &entry.status);
+                marked = true;
             }
+        }
+        if marked {
+            self.deaths.send_modify(|deaths| *deaths += 1);
         }
     }
 

@@ -6,10 +6,12 @@ use std::time::Instant;
 use raylet_proto::scheduling::{labels_from_proto, labels_to_proto};
 use raylet_proto::v1::head_service_server::HeadService;
 use raylet_proto::v1::{
-    ClusterStatus, GetClusterStatusRequest, HeartbeatReply, HeartbeatRequest, NodeResources, RegisterNodeReply,
-    RegisterNodeRequest, UnregisterNodeReply, UnregisterNodeRequest,
+    ClusterStatus, GetClusterStatusRequest, HeartbeatReply, HeartbeatRequest, NodeDeath, NodeResources,
+    RegisterNodeReply, RegisterNodeRequest, UnregisterNodeReply, UnregisterNodeRequest, WatchNodeDeathsRequest,
 };
 use raylet_proto::{Error, NodeId, ResourceSet, Result};
+use tokio::sync::{mpsc, watch};
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status};
 
 use super::node_table::{Heartbeat, HeartbeatOutcome, NodeResourcesView, NodeTable, Registration};
@@ -20,6 +22,8 @@ use crate::status::{NodeStats, ResourceDemand};
 pub(crate) struct HeadServiceImpl {
     pub(crate) table: Arc<Mutex<NodeTable>>,
     pub(crate) groups: Arc<GroupManager<NodeManagerBundles>>,
+    /// Set when the head stops: death watches end.
+    pub(crate) stopping: watch::Receiver<bool>,
 }
 
 impl HeadServiceImpl {
@@ -30,6 +34,8 @@ impl HeadServiceImpl {
 
 #[tonic::async_trait]
 impl HeadService for HeadServiceImpl {
+    type WatchNodeDeathsStream = ReceiverStream<Result<NodeDeath, Status>>;
+
     async fn register_node(
         &self,
         request: Request<RegisterNodeRequest>,
@@ -69,6 +75,48 @@ impl HeadService for HeadServiceImpl {
         let mut status = self.table().snapshot();
         status.placement_groups = self.groups.demands();
         Ok(Response::new(status.to_proto()))
+    }
+
+    async fn watch_node_deaths(
+        &self,
+        _request: Request<WatchNodeDeathsRequest>,
+    ) -> Result<Response<Self::WatchNodeDeathsStream>, Status> {
+        let (deaths, stream) = mpsc::channel(64);
+        tokio::spawn(send_node_deaths(self.table.clone(), deaths, self.stopping.clone()));
+        Ok(Response::new(ReceiverStream::new(stream)))
+    }
+}
+
+/// Sends every dead incarnation once, those dead already first, until the
+/// watcher goes or the head stops.
+async fn send_node_deaths(
+    table: Arc<Mutex<NodeTable>>,
+    deaths: mpsc::Sender<Result<NodeDeath, Status>>,
+    mut stopping: watch::Receiver<bool>,
+) {
+    let lock = || table.lock().unwrap_or_else(|poisoned| poisoned.into_inner());
+    let mut changed = lock().watch_deaths();
+    let mut sent = std::collections::HashSet::new();
+    loop {
+        let dead = lock().dead();
+        for node in dead {
+            if sent.insert((node.node_id, node.incarnation)) {
+                let death = NodeDeath {
+                    node_id: node.node_id.as_bytes().to_vec(),
+                    incarnation: node.incarnation,
+                    address: node.address,
+                    reason: node.death_reason.unwrap_or_default(),
+                };
+                if deaths.send(Ok(death)).await.is_err() {
+                    return;
+                }
+            }
+        }
+        tokio::select! {
+            changed = changed.changed() => if changed.is_err() { return },
+            () = deaths.closed() => return,
+            _ = stopping.wait_for(|stopping| *stopping) => return,
+        }
     }
 }
 

@@ -6,6 +6,7 @@
 
 use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
@@ -58,6 +59,9 @@ pub(crate) struct PendingLease {
     pub(crate) allow_spillback: bool,
     /// The work is retried if its worker dies.
     pub(crate) retriable: bool,
+    /// The cluster view current when the request was queued (set by the
+    /// lease manager): only a later view may call it infeasible.
+    pub(crate) view: u64,
 }
 
 enum WorkerState {
@@ -108,6 +112,8 @@ struct LeaseState {
     exits: HashMap<WorkerId, String>,
     /// Requests refused lately because no node could ever fit them.
     infeasible: Vec<RefusedDemand>,
+    /// How many cluster views the head has sent.
+    view: u64,
 }
 
 /// Requests of one shape refused as infeasible, for `raylet status`.
@@ -123,6 +129,8 @@ struct RefusedDemand {
 #[derive(Clone, Debug)]
 pub(crate) struct WorkerContext {
     pub(crate) node_id: NodeId,
+    /// The node's incarnation, set as it registers.
+    pub(crate) incarnation: Arc<AtomicU64>,
     pub(crate) node_manager_address: String,
     pub(crate) head_address: String,
     pub(crate) token: String,
@@ -155,6 +163,7 @@ impl LeaseManager {
                 queue: VecDeque::new(),
                 exits: HashMap::new(),
                 infeasible: Vec::new(),
+                view: 0,
             }),
         })
     }
@@ -248,6 +257,7 @@ impl LeaseManager {
             let (cluster, local) = cluster_of(&self.context, state.ledger.total(), view);
             state.cluster = cluster;
             state.local = local;
+            state.view += 1;
         }
         self.pump();
     }
@@ -311,8 +321,11 @@ impl LeaseManager {
         self.pump();
     }
 
-    pub(crate) fn request(self: &Arc<Self>, pending: PendingLease) {
-        self.state().queue.push_back(pending);
+    pub(crate) fn request(self: &Arc<Self>, mut pending: PendingLease) {
+        let mut state = self.state();
+        pending.view = state.view;
+        state.queue.push_back(pending);
+        drop(state);
         self.pump();
     }
 
@@ -410,7 +423,7 @@ impl LeaseManager {
         if let Some(session) = state.sessions.get_mut(&session) {
             session.startup_failures = 0;
             if let (Some(request_id), Some(worker)) = (grant, state.workers.get(&worker_id)) {
-                let event = granted(request_id, worker_id, worker, &address, self.context.node_id);
+                let event = granted(request_id, worker_id, worker, &address, &self.context);
                 send(&session.events, event);
             }
         }
@@ -645,7 +658,7 @@ impl LeaseManager {
             retriable: pending.retriable,
         };
         state.ledger.hold(worker_id, pending.demand);
-        let event = granted(pending.request_id, worker_id, worker, &address, self.context.node_id);
+        let event = granted(pending.request_id, worker_id, worker, &address, &self.context);
         send_to_session(state, pending.session, event);
         None
     }
@@ -749,7 +762,9 @@ fn apply_bundle_op(state: &mut LeaseState, op: BundleOperation, ended: &mut Vec<
 
 /// What to do with a request now. A request spilled here (no further
 /// spillback) runs here when it ever can; any other asks the policy, with
-/// this node preferred.
+/// this node preferred. A request no node fits waits for the head's next
+/// view of the cluster before it is refused: nodes may have joined since
+/// the last one.
 fn decide(state: &mut LeaseState, pending: &PendingLease) -> Decision {
     if !state.sessions.contains_key(&pending.session) {
         return Decision::Refuse(
@@ -783,6 +798,7 @@ fn decide(state: &mut LeaseState, pending: &PendingLease) -> Decision {
             state.cluster.subtract(index, &demand);
             Decision::Spill(state.cluster.node(index).address.clone())
         }
+        Choice::Infeasible(_) if pending.view == state.view => Decision::Wait,
         Choice::Infeasible(reason) => Decision::Refuse(LeaseRefusalKind::Infeasible, reason),
         Choice::Unschedulable(reason) => Decision::Refuse(LeaseRefusalKind::Unschedulable, reason),
     }
@@ -821,13 +837,14 @@ fn cluster_of(context: &WorkerContext, total: &ResourceSet, others: Vec<NodeView
     (cluster, local)
 }
 
-fn granted(request_id: u64, worker_id: WorkerId, worker: &Worker, address: &str, node_id: NodeId) -> EventKind {
+fn granted(request_id: u64, worker_id: WorkerId, worker: &Worker, address: &str, node: &WorkerContext) -> EventKind {
     EventKind::Granted(LeaseGranted {
         request_id,
         worker_id: worker_id.as_bytes().to_vec(),
         worker_address: address.to_string(),
-        node_id: node_id.as_bytes().to_vec(),
+        node_id: node.node_id.as_bytes().to_vec(),
         pid: worker.pid,
+        incarnation: node.incarnation.load(Ordering::Acquire),
     })
 }
 
@@ -875,6 +892,7 @@ mod tests {
     fn state(local: u64, used: u64, others: Vec<NodeView>) -> LeaseState {
         let context = WorkerContext {
             node_id: NodeId::random(),
+            incarnation: Arc::new(AtomicU64::new(1)),
             node_manager_address: "a:1".into(),
             head_address: "h:1".into(),
             token: String::new(),
@@ -906,6 +924,7 @@ mod tests {
             queue: VecDeque::new(),
             exits: HashMap::new(),
             infeasible: Vec::new(),
+            view: 1,
         }
     }
 
@@ -917,6 +936,7 @@ mod tests {
             scheduling: Scheduling::default(),
             allow_spillback,
             retriable: true,
+            view: 0,
         }
     }
 
@@ -967,5 +987,13 @@ mod tests {
             reason.contains("CPU: 64.0") && reason.contains("the most CPU any node has is 4.0"),
             "{reason}"
         );
+    }
+
+    #[test]
+    fn a_request_no_node_fits_waits_for_a_view_newer_than_itself() {
+        let mut state = state(2, 0, vec![node("b:1", 4, 4)]);
+        let mut pending = request(64, true);
+        pending.view = state.view;
+        assert!(matches!(decide(&mut state, &pending), Decision::Wait));
     }
 }

@@ -163,7 +163,8 @@ impl NodeConfig {
 pub(crate) struct NodeShared {
     pub(crate) config: NodeConfig,
     pub(crate) address: SocketAddr,
-    pub(crate) incarnation: AtomicU64,
+    /// The incarnation the head gave this node; its lease grants carry it.
+    pub(crate) incarnation: Arc<AtomicU64>,
     pub(crate) leases: Arc<LeaseManager>,
     pub(crate) stats: Mutex<NodeStats>,
     pub(crate) store: Arc<SharedStore>,
@@ -199,8 +200,10 @@ impl NodeManager {
         let address = listener.local_addr()?;
         let mut head =
             raylet_proto::channel::connect_head(&config.head_address, &config.token, config.connect_timeout).await?;
+        let incarnation = Arc::new(AtomicU64::new(0));
         let context = WorkerContext {
             node_id: config.node_id,
+            incarnation: incarnation.clone(),
             node_manager_address: address.to_string(),
             head_address: config.head_address.clone(),
             token: config.token.expose().to_string(),
@@ -219,7 +222,7 @@ impl NodeManager {
             )),
             config,
             address,
-            incarnation: AtomicU64::new(0),
+            incarnation,
             stats: Mutex::new(NodeStats::default()),
         });
         heartbeat::register(&mut head, &shared).await?;

@@ -193,6 +193,7 @@ fn handle_lease_message(leases: &Arc<LeaseManager>, session: u64, kind: LeaseKin
                     scheduling,
                     allow_spillback: request.allow_spillback,
                     retriable: request.retriable,
+                    view: 0,
                 }),
                 (Err(error), _) | (_, Err(error)) => leases.refuse_malformed(session, request.request_id, &error),
             }

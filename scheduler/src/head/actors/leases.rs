@@ -28,6 +28,8 @@ pub struct Grant {
     pub worker_id: WorkerId,
     pub address: String,
     pub node_id: NodeId,
+    /// The node's incarnation when it granted the lease.
+    pub incarnation: u64,
     pub pid: u32,
 }
 
@@ -209,6 +211,7 @@ fn answer_of(event: LeaseEvent) -> Option<(u64, LeaseAnswer)> {
                 worker_id: WorkerId::from_wire(&granted.worker_id).ok()?,
                 address: granted.worker_address,
                 node_id: NodeId::from_wire(&granted.node_id).ok()?,
+                incarnation: granted.incarnation,
                 pid: granted.pid,
             };
             Some((granted.request_id, LeaseAnswer::Granted(grant)))

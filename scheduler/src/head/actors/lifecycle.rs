@@ -327,11 +327,28 @@ async fn until_gone(
     let ended = async { while let Ok(Some(_)) = hosted.events.message().await {} };
     tokio::select! {
         () = ended => runtime.leases.worker_exit(&hosted.grant).await,
+        cause = node_death(runtime, &hosted.grant) => cause,
         order = ordered(kill) => {
             runtime.leases.end_worker(&hosted.grant, &spec.binary).await;
             let drained = async { while let Ok(Some(_)) = hosted.events.message().await {} };
             let _ = tokio::time::timeout(KILL_PATIENCE, drained).await;
             order.cause
+        }
+    }
+}
+
+/// Resolves, saying why, once the head counts the grant's node
+/// incarnation dead: a node cut off keeps its connections open, and its
+/// actors must restart elsewhere all the same.
+async fn node_death(runtime: &ActorRuntime, grant: &Grant) -> String {
+    let nodes = || runtime.nodes.lock().unwrap_or_else(|p| p.into_inner());
+    let mut deaths = nodes().watch_deaths();
+    loop {
+        if let Some(reason) = nodes().death_of(grant.node_id, grant.incarnation) {
+            return format!("its node {} died: {reason}", grant.node_id);
+        }
+        if deaths.changed().await.is_err() {
+            std::future::pending::<()>().await;
         }
     }
 }
