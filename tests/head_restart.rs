@@ -6,7 +6,8 @@
 //! incarnations), attaches to the driver again and records every line it
 //! printed, and the job succeeds; `wait()`, `follow_logs()` and `raylet job
 //! logs --follow` begun before the kill wait out the restart; the head's own node comes back as the
-//! next incarnation of the node it was.
+//! next incarnation of the node it was. Creating an actor and looking one
+//! up by name while the head is down wait for it to come back.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -41,7 +42,7 @@ fn driver_ticks() {
 }
 
 /// Starts a head without CPUs (drivers and tasks run on the nodes) and two
-/// nodes of 2 CPUs; returns the head's address.
+/// nodes of 2 CPUs; returns the head's address once both nodes are alive.
 fn start_cluster(temp: &Path) -> String {
     raylet(
         temp,
@@ -53,6 +54,11 @@ fn start_cluster(temp: &Path) -> String {
             temp,
             &[&["start", "--address", &head, "--num-cpus", "2"][..], &FAST].concat(),
         );
+    }
+    let deadline = Instant::now() + PATIENCE;
+    while alive_workers(temp).len() < 2 {
+        assert!(Instant::now() < deadline, "the nodes join");
+        std::thread::sleep(Duration::from_millis(50));
     }
     head
 }
@@ -81,10 +87,6 @@ fn a_head_killed_mid_job_recovers_its_nodes_and_jobs_and_the_job_completes() {
     let _daemons = Daemons(temp.path());
     let head = start_cluster(temp.path());
     let deadline = Instant::now() + PATIENCE;
-    while alive_workers(temp.path()).len() < 2 {
-        assert!(Instant::now() < deadline, "the nodes join");
-        std::thread::sleep(Duration::from_millis(50));
-    }
     let workers = alive_workers(temp.path());
     let cluster = raylet::init_with(Config::new().address(&head).temp_dir(temp.path())).unwrap();
     let job = Job::new(std::env::current_exe().unwrap())
@@ -111,14 +113,7 @@ fn a_head_killed_mid_job_recovers_its_nodes_and_jobs_and_the_job_completes() {
         .stdout(std::process::Stdio::piped())
         .spawn()
         .unwrap();
-    let [head_pid] = daemon_pids(temp.path(), "head")[..] else {
-        panic!("one head runs");
-    };
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(head_pid as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
+    kill_head(temp.path());
     std::thread::sleep(Duration::from_secs(1));
     raylet(
         temp.path(),
@@ -185,4 +180,65 @@ fn a_head_killed_mid_job_recovers_its_nodes_and_jobs_and_the_job_completes() {
         "{head_nodes:?}"
     );
     cluster.shutdown().unwrap();
+}
+
+#[raylet::actor]
+#[derive(Default)]
+pub struct Greeter;
+
+#[raylet::actor]
+impl Greeter {
+    pub fn new() -> Self {
+        Greeter
+    }
+
+    pub fn greet(&self, who: String) -> String {
+        format!("hello {who}")
+    }
+}
+
+#[test]
+fn actor_calls_that_need_the_head_wait_while_it_restarts_and_go_on_once_it_is_back() {
+    let temp = tempfile::tempdir().unwrap();
+    let _daemons = Daemons(temp.path());
+    let head = start_cluster(temp.path());
+    let cluster = raylet::init_with(Config::new().address(&head).temp_dir(temp.path())).unwrap();
+    let before = Greeter::remote(&cluster).name("before").spawn().unwrap();
+    assert_eq!(before.greet("owner".to_string()).get().unwrap(), "hello owner");
+
+    kill_head(temp.path());
+    let creating = {
+        let cluster = cluster.clone();
+        std::thread::spawn(move || {
+            let greeter = Greeter::remote(&cluster).name("after").spawn()?;
+            greeter.greet("again".to_string()).get()
+        })
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    assert!(!creating.is_finished(), "the creation waits for the head");
+    raylet(
+        temp.path(),
+        &[&["start", "--head", "--recover", "--num-cpus", "0"][..], &FAST].concat(),
+    );
+
+    let greeted = creating.join().unwrap();
+    assert_eq!(
+        greeted.expect("the actor is created once the head is back"),
+        "hello again"
+    );
+    let found = cluster.get_actor::<Greeter>("after").unwrap();
+    assert_eq!(found.greet("by name".to_string()).get().unwrap(), "hello by name");
+    cluster.kill(&found, true).unwrap();
+    cluster.shutdown().unwrap();
+}
+
+fn kill_head(temp: &Path) {
+    let [head_pid] = daemon_pids(temp, "head")[..] else {
+        panic!("one head runs");
+    };
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(head_pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
 }

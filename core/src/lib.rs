@@ -29,6 +29,7 @@ mod core_worker;
 mod embedded;
 pub mod error;
 mod group_routes;
+mod head_retry;
 mod job;
 mod memory;
 mod memory_store;

@@ -9,6 +9,7 @@
 //! why.
 
 use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use raylet_proto::task_stream::TaskSender;
@@ -17,7 +18,7 @@ use raylet_proto::v1::{
     ActorDeathKind, ActorRecord, ActorState, OwnerSessionMessage, TaskBatch, TaskSpec, WatchActorRequest, WorkerEvents,
 };
 use raylet_proto::{ActorId, IdMap, NodeId, ObjectId, TaskId};
-use tokio::sync::{Notify, OnceCell, mpsc};
+use tokio::sync::{Notify, mpsc};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::core_worker::CoreWorker;
@@ -38,7 +39,13 @@ pub(crate) struct ActorCall {
 #[derive(Default)]
 pub(crate) struct ActorClients {
     clients: Mutex<IdMap<ActorId, Arc<ActorClient>>>,
-    owner_session: OnceCell<mpsc::UnboundedSender<OwnerSessionMessage>>,
+    owner_session: tokio::sync::Mutex<Option<OwnerSession>>,
+}
+
+/// This process's owner session with the head, open until `ended` is set.
+struct OwnerSession {
+    _messages: mpsc::UnboundedSender<OwnerSessionMessage>,
+    ended: Arc<AtomicBool>,
 }
 
 impl ActorClients {
@@ -69,24 +76,33 @@ impl ActorClients {
         self.clients.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Opens this process's owner session with the head once: when it
-    /// ends, with the process, the actors it owns that are not detached die.
+    /// Opens this process's owner session with the head, unless one is
+    /// open: when it ends, with the process, the actors it owns that are
+    /// not detached die. A session that a head restart broke is opened anew.
     pub(crate) async fn ensure_owner_session(&self, core: &CoreWorker) -> Result<()> {
-        self.owner_session
-            .get_or_try_init(|| async {
-                let channel = core.channel(&core.head_address).await?;
-                let (messages, outbound) = mpsc::unbounded_channel();
-                let _ = messages.send(OwnerSessionMessage {
-                    owner_address: core.address.to_string(),
-                });
-                let reply = ActorServiceClient::new(channel)
-                    .owner_session(UnboundedReceiverStream::new(outbound))
-                    .await;
-                let mut events = reply.map_err(raylet_proto::Error::from)?.into_inner();
-                tokio::spawn(async move { while let Ok(Some(_)) = events.message().await {} });
-                Ok::<_, Error>(messages)
-            })
-            .await?;
+        let mut session = self.owner_session.lock().await;
+        if session.as_ref().is_some_and(|open| !open.ended.load(Ordering::Acquire)) {
+            return Ok(());
+        }
+        let channel = core.channel(&core.head_address).await?;
+        let (messages, outbound) = mpsc::unbounded_channel();
+        let _ = messages.send(OwnerSessionMessage {
+            owner_address: core.address.to_string(),
+        });
+        let reply = ActorServiceClient::new(channel)
+            .owner_session(UnboundedReceiverStream::new(outbound))
+            .await;
+        let mut events = reply.map_err(raylet_proto::Error::from)?.into_inner();
+        let ended = Arc::new(AtomicBool::new(false));
+        let ending = ended.clone();
+        tokio::spawn(async move {
+            while let Ok(Some(_)) = events.message().await {}
+            ending.store(true, Ordering::Release);
+        });
+        *session = Some(OwnerSession {
+            _messages: messages,
+            ended,
+        });
         Ok(())
     }
 }

@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use raylet_proto::auth::AuthToken;
+use raylet_proto::channel::AuthedChannel;
 use raylet_proto::v1::actor_service_client::ActorServiceClient;
 use raylet_proto::v1::{CreateActorRequest, GetNamedActorRequest, KillActorRequest, ListActorsRequest, TaskArg};
 use raylet_proto::{ActorId, TaskId};
@@ -20,6 +21,7 @@ pub use handle::{Actor, ActorBuilder, ActorHandle, ActorOptions};
 pub use info::{ActorInfo, ActorState};
 
 use crate::core_worker::CoreWorker;
+use crate::head_retry::retrying;
 use crate::submitter::{pinned_by, resolve_arg};
 use crate::task::{Arg, TaskError};
 use crate::{Cluster, Error, ObjectRef, Result};
@@ -40,7 +42,6 @@ impl Cluster {
         let creating = core.clone();
         core.block_on(async move {
             let core = creating;
-            core.actors.ensure_owner_session(&core).await?;
             let request = CreateActorRequest {
                 actor_id: id.as_bytes().to_vec(),
                 class_name: options.class.to_string(),
@@ -57,11 +58,13 @@ impl Cluster {
                 max_task_retries: options.max_task_retries,
                 strategy: Some(scheduling.to_proto()),
             };
-            let channel = core.channel(&core.head_address).await?;
-            ActorServiceClient::new(channel)
-                .create_actor(request)
-                .await
-                .map_err(raylet_proto::Error::from)?;
+            retrying(|| async {
+                core.actors.ensure_owner_session(&core).await?;
+                let reply = actor_service(&core).await?.create_actor(request.clone()).await;
+                reply.map_err(raylet_proto::Error::from)?;
+                Ok(())
+            })
+            .await?;
             core.actors
                 .created(&core, id, options.max_task_retries, pinned_by(args));
             Ok::<_, Error>(())
@@ -113,9 +116,11 @@ impl Cluster {
             namespace: namespace.to_string(),
         };
         let record = core.clone().block_on(async move {
-            let channel = core.channel(&core.head_address).await?;
-            let reply = ActorServiceClient::new(channel).get_named_actor(request).await;
-            Ok::<_, Error>(reply.map_err(raylet_proto::Error::from)?.into_inner())
+            let named = || async {
+                let reply = actor_service(&core).await?.get_named_actor(request.clone()).await;
+                Ok(reply.map_err(raylet_proto::Error::from)?.into_inner())
+            };
+            retrying(named).await
         })?;
         if record.class_name != A::CLASS {
             return Err(Error::WrongActorType {
@@ -138,10 +143,12 @@ impl Cluster {
             no_restart,
         };
         core.clone().block_on(async move {
-            let channel = core.channel(&core.head_address).await?;
-            let reply = ActorServiceClient::new(channel).kill_actor(request).await;
-            reply.map_err(raylet_proto::Error::from)?;
-            Ok(())
+            let kill = || async {
+                let reply = actor_service(&core).await?.kill_actor(request.clone()).await;
+                reply.map_err(raylet_proto::Error::from)?;
+                Ok(())
+            };
+            retrying(kill).await
         })
     }
 
@@ -151,6 +158,11 @@ impl Cluster {
         core.clone()
             .block_on(async move { list_actors(&core.head_address, &core.token).await })
     }
+}
+
+/// The head's actor service, on this process's channel to the head.
+async fn actor_service(core: &CoreWorker) -> Result<ActorServiceClient<AuthedChannel>> {
+    Ok(ActorServiceClient::new(core.channel(&core.head_address).await?))
 }
 
 /// Every actor of the cluster whose head is at `head`, dead ones included,

@@ -20,14 +20,10 @@ use raylet_proto::v1::{
 
 use super::{Job, JobInfo};
 use crate::Result;
+use crate::head_retry::HeadLost;
 
 /// How long the head may take to answer a connection.
 const HEAD_PATIENCE: Duration = Duration::from_secs(5);
-/// How long a follower of a job waits for a head that went away: it may
-/// be restarting (`raylet start --head --recover`).
-const HEAD_RESTART_PATIENCE: Duration = Duration::from_secs(60);
-/// How often a follower tries to reach a head that went away.
-const HEAD_RETRY: Duration = Duration::from_millis(200);
 
 /// A connection to the job service of the head at an address.
 #[derive(Clone)]
@@ -247,27 +243,6 @@ impl JobOutput {
     /// The next piece of output; `None` once there is no more.
     pub async fn next(&mut self) -> Result<Option<Vec<u8>>> {
         Ok(self.chunks.message().await?.map(|chunk| chunk.data.to_vec()))
-    }
-}
-
-/// A follower's view of a head that stopped answering: it is waited for up
-/// to [`HEAD_RESTART_PATIENCE`] from the first failure.
-#[derive(Default)]
-struct HeadLost {
-    since: Option<std::time::Instant>,
-}
-
-impl HeadLost {
-    /// Waits a moment before the next try when `error` says the head is
-    /// unreachable and patience is left; else returns the error.
-    async fn wait_or_fail(&mut self, error: crate::Error) -> Result<()> {
-        let unreachable = matches!(error, crate::Error::Cluster(raylet_proto::Error::Unavailable(_)));
-        let since = *self.since.get_or_insert_with(std::time::Instant::now);
-        if !unreachable || since.elapsed() > HEAD_RESTART_PATIENCE {
-            return Err(error);
-        }
-        tokio::time::sleep(HEAD_RETRY).await;
-        Ok(())
     }
 }
 

@@ -38,6 +38,9 @@ impl ActorService for ActorServiceImpl {
 
     async fn create_actor(&self, request: Request<CreateActorRequest>) -> Result<Response<CreateActorReply>, Status> {
         let spec = decode_spec(request.into_inner())?;
+        if self.runtime.table().contains(spec.id) {
+            return Ok(Response::new(CreateActorReply {}));
+        }
         let (spec, kill) = self.runtime.table().create(spec)?;
         tokio::spawn(run_actor(self.runtime.clone(), spec, kill));
         Ok(Response::new(CreateActorReply {}))

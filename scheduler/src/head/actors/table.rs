@@ -70,6 +70,12 @@ pub struct ActorTable {
 }
 
 impl ActorTable {
+    /// Whether the actor is known: a creation that is asked for again (its
+    /// caller lost the answer) is done already.
+    pub fn contains(&self, id: ActorId) -> bool {
+        self.actors.contains_key(&id)
+    }
+
     /// Registers a new actor as pending. Fails when its id is known or its
     /// name is taken by a live actor of its namespace.
     pub fn create(&mut self, spec: ActorSpec) -> Result<(Arc<ActorSpec>, watch::Receiver<Option<KillOrder>>)> {
