@@ -29,14 +29,18 @@ const NODES: [&str; 3] = ["n1", "n2", "n3"];
 const HEAD_PORT: &str = "6380";
 const PATIENCE: Duration = Duration::from_secs(120);
 
+/// What a run of `step` answers: the value the driver checks, and the host
+/// (namespace inode) that ran it.
+type Answer = (u64, u64);
+
 /// One unit of work: logs its start and end, sleeps `work_micros`, and
-/// returns a value the driver checks.
+/// returns a value the driver checks with the host that ran it.
 #[raylet::remote(max_retries = 5)]
-fn step(index: u32, log: String, work_micros: u64) -> u64 {
+fn step(index: u32, log: String, work_micros: u64) -> Answer {
     record(&log, 'S', index);
     std::thread::sleep(Duration::from_micros(work_micros));
     record(&log, 'E', index);
-    expected(index)
+    (expected(index), host_inode())
 }
 
 /// A block of 256 KiB, too big to return inline: it stays in the store of
@@ -184,25 +188,45 @@ impl ChaosCluster {
 
     /// What a fault of n2 at `fault`, which the head saw at `died`, did to
     /// the workload: the figures with a note of what ran where, and the lost
-    /// tasks.
+    /// tasks. A task whose answer came from n2 although it ran again
+    /// elsewhere, or ended on n2 after the head counted n2 dead, counts as
+    /// lost too: the owner took a late result of an incarnation it had
+    /// given up.
     fn n2_fault_figures(
         &self,
         scenario: &'static str,
         workload: &Workload,
-        results: &[raylet::Result<u64>],
+        results: &[raylet::Result<Answer>],
         (fault, died): (u64, u64),
     ) -> (Figures, Vec<String>) {
-        let lost = workload.lost(results);
+        let mut lost = workload.lost(results);
         let runs = Runs::read(&workload.log);
         let n2 = self.network.host("n2").namespace_inode();
         let reruns = runs.reruns(|run| run.host == n2);
+        let late: Vec<u32> = runs
+            .0
+            .iter()
+            .filter(|run| run.host == n2 && run.ended > Some(died))
+            .map(|run| run.task)
+            .collect();
+        let given_up = reruns.iter().map(|(hit, _, _)| hit.task).chain(late.iter().copied());
+        for task in given_up {
+            if matches!(results[task as usize], Ok((_, host)) if host == n2) {
+                lost.push(format!("task {task}: its answer came from n2's given-up incarnation"));
+            }
+        }
+        let late = late.len();
         let figures = Figures {
             scenario,
             detection: Some(since(fault, died)),
             recovery: recovery(&reruns, fault),
             tasks_lost: lost.len(),
             duplicates: runs.duplicates(),
-            note: format!("{} ran again; runs: {}", reruns.len(), self.runs_per_host(&runs)),
+            note: format!(
+                "{} ran again; runs: {}; {late} ended on n2 after it was counted dead, none of their results taken",
+                reruns.len(),
+                self.runs_per_host(&runs)
+            ),
         };
         (figures, lost)
     }
@@ -255,10 +279,10 @@ impl Workload {
 
     /// Submits every task and gets their results on another thread, which
     /// also says when it had the last one (unix microseconds).
-    fn start(&self, cluster: &Cluster) -> std::thread::JoinHandle<(Vec<raylet::Result<u64>>, u64)> {
+    fn start(&self, cluster: &Cluster) -> std::thread::JoinHandle<(Vec<raylet::Result<Answer>>, u64)> {
         let log = self.log.to_string_lossy().into_owned();
         let work = self.work.as_micros() as u64;
-        let results: Vec<ObjectRef<u64>> = (0..self.tasks)
+        let results: Vec<ObjectRef<Answer>> = (0..self.tasks)
             .map(|index| step::remote(cluster, index, log.clone(), work).unwrap())
             .collect();
         std::thread::spawn(move || {
@@ -295,12 +319,12 @@ impl Workload {
     }
 
     /// The tasks whose result is missing or wrong.
-    fn lost(&self, results: &[raylet::Result<u64>]) -> Vec<String> {
+    fn lost(&self, results: &[raylet::Result<Answer>]) -> Vec<String> {
         assert_eq!(results.len(), self.tasks as usize, "one result per task");
         results
             .iter()
             .zip(0..)
-            .filter(|(result, index)| !matches!(result, Ok(value) if *value == expected(*index)))
+            .filter(|(result, index)| !matches!(result, Ok((value, _)) if *value == expected(*index)))
             .map(|(result, index)| format!("task {index}: {result:?}"))
             .collect()
     }
@@ -529,11 +553,11 @@ fn driver_chaos_tasks() {
     let tasks: u32 = std::env::var("CHAOS_TASKS").unwrap().parse().unwrap();
     let mut lost = 0;
     for wave in 0..tasks / 100 {
-        let results: Vec<ObjectRef<u64>> = (wave * 100..(wave + 1) * 100)
+        let results: Vec<ObjectRef<Answer>> = (wave * 100..(wave + 1) * 100)
             .map(|index| step::remote(&cluster, index, log.clone(), 20_000).unwrap())
             .collect();
         for (result, index) in results.iter().zip(wave * 100..) {
-            if result.get().ok() != Some(expected(index)) {
+            if result.get().ok().map(|(value, _)| value) != Some(expected(index)) {
                 lost += 1;
             }
         }
@@ -629,8 +653,30 @@ impl ChaosCluster {
 
 #[test]
 fn chaos_an_actors_host_killed_restarts_it_on_another_node_and_calls_go_on() {
+    actor_host_fault(4, HostFault::Kill);
+}
+
+#[test]
+fn chaos_an_actors_host_cut_off_restarts_it_on_another_node_once_counted_dead() {
+    actor_host_fault(7, HostFault::Cut);
+}
+
+/// What happens to the host of an actor in [`actor_host_fault`].
+#[derive(Clone, Copy, PartialEq)]
+enum HostFault {
+    /// Every process on it is killed: its connections close at once.
+    Kill,
+    /// Its link goes down until the calls are done: its connections stay
+    /// open, and only the head's verdict moves the actor.
+    Cut,
+}
+
+/// Calls an actor 200 times, one after another; the 50th call finds its
+/// host hit by `fault`. Every call is answered, those from the 50th on by
+/// the actor restarted on another host.
+fn actor_host_fault(scenario: u8, fault: HostFault) {
     let temp = tempfile::tempdir().unwrap();
-    let Some(cluster) = ChaosCluster::start(4, temp.path()) else {
+    let Some(cluster) = ChaosCluster::start(scenario, temp.path()) else {
         return;
     };
     let pinger = Pinger::remote(&cluster.driver)
@@ -643,28 +689,38 @@ fn chaos_an_actors_host_killed_restarts_it_on_another_node_and_calls_go_on() {
     let victim_host = cluster.host_of(first_host).to_string();
     let victim = cluster.node_on(&victim_host);
     let mut answers = Vec::new();
-    let mut fault = None;
+    let mut hit = 0;
     let deadline = Instant::now() + PATIENCE;
     for call in 1..=200 {
         if call == 50 {
-            fault = Some(now_micros());
-            cluster.network.signal_host(&victim_host, Signal::SIGKILL);
+            hit = now_micros();
+            match fault {
+                HostFault::Kill => cluster.network.signal_host(&victim_host, Signal::SIGKILL),
+                HostFault::Cut => cluster.network.cut(&victim_host),
+            }
         }
-        let (answered, host) = pinger.ping(call).get().unwrap();
+        let answer = cluster.driver.get_timeout(&pinger.ping(call), Duration::from_secs(60));
+        let (answered, host) = answer.unwrap_or_else(|error| panic!("call {call} is not answered: {error}"));
         assert_eq!(answered, call);
         answers.push((call, host, now_micros()));
         assert!(Instant::now() < deadline, "the calls go on in time");
         std::thread::sleep(Duration::from_millis(10));
     }
-    let fault = fault.unwrap();
     let died = cluster.wait_for_death(victim);
+    if fault == HostFault::Cut {
+        cluster.network.heal(&victim_host);
+    }
     let (_, new_host, first_after) = answers.iter().find(|(call, _, _)| *call >= 50).copied().unwrap();
-    assert_ne!(new_host, first_host, "the actor moved off its dead host");
+    assert_ne!(new_host, first_host, "the actor moved off its lost host");
     assert!(answers[49..].iter().all(|(_, host, _)| *host == new_host));
+    let scenario = match fault {
+        HostFault::Kill => "kill an actor's host",
+        HostFault::Cut => "cut an actor's host off",
+    };
     Figures {
-        scenario: "kill an actor's host",
-        detection: Some(since(fault, died)),
-        recovery: Some(since(fault, first_after)),
+        scenario,
+        detection: Some(since(hit, died)),
+        recovery: Some(since(hit, first_after)),
         tasks_lost: 0,
         duplicates: 0,
         note: format!(
