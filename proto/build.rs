@@ -6,6 +6,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/raylet/v1/common.proto",
         "proto/raylet/v1/head.proto",
         "proto/raylet/v1/job.proto",
+        "proto/raylet/v1/kv.proto",
         "proto/raylet/v1/node_manager.proto",
         "proto/raylet/v1/object_store.proto",
         "proto/raylet/v1/owner.proto",

@@ -6,8 +6,9 @@
 //! incarnations), attaches to the driver again and records every line it
 //! printed, and the job succeeds; `wait()`, `follow_logs()` and `raylet job
 //! logs --follow` begun before the kill wait out the restart; the head's own node comes back as the
-//! next incarnation of the node it was. Creating an actor and looking one
-//! up by name while the head is down wait for it to come back.
+//! next incarnation of the node it was. Creating an actor, looking one up
+//! by name and reading the key-value store while the head is down wait
+//! for it to come back, and the store's entries survive the restart.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -198,15 +199,27 @@ impl Greeter {
 }
 
 #[test]
-fn actor_calls_that_need_the_head_wait_while_it_restarts_and_go_on_once_it_is_back() {
+fn actor_and_kv_calls_wait_while_the_head_restarts_and_the_kv_store_survives_it() {
     let temp = tempfile::tempdir().unwrap();
     let _daemons = Daemons(temp.path());
     let head = start_cluster(temp.path());
     let cluster = raylet::init_with(Config::new().address(&head).temp_dir(temp.path())).unwrap();
     let before = Greeter::remote(&cluster).name("before").spawn().unwrap();
     assert_eq!(before.greet("owner".to_string()).get().unwrap(), "hello owner");
+    cluster.kv_put("rendezvous/leader", "10.0.0.7:29500").unwrap();
+    assert!(cluster.kv_put_if_absent("rendezvous/epoch", "1").unwrap());
+    assert!(
+        !cluster.kv_put_if_absent("rendezvous/epoch", "2").unwrap(),
+        "the first value stays"
+    );
+    cluster.kv_put("scratch", "x").unwrap();
+    assert!(cluster.kv_delete("scratch").unwrap());
 
     kill_head(temp.path());
+    let reading = {
+        let cluster = cluster.clone();
+        std::thread::spawn(move || cluster.kv_get("rendezvous/leader"))
+    };
     let creating = {
         let cluster = cluster.clone();
         std::thread::spawn(move || {
@@ -216,11 +229,22 @@ fn actor_calls_that_need_the_head_wait_while_it_restarts_and_go_on_once_it_is_ba
     };
     std::thread::sleep(Duration::from_secs(2));
     assert!(!creating.is_finished(), "the creation waits for the head");
+    assert!(!reading.is_finished(), "the read waits for the head");
     raylet(
         temp.path(),
         &[&["start", "--head", "--recover", "--num-cpus", "0"][..], &FAST].concat(),
     );
 
+    let leader = reading.join().unwrap().expect("the read waits for the head");
+    assert_eq!(
+        leader.as_deref(),
+        Some(&b"10.0.0.7:29500"[..]),
+        "the value survived the restart"
+    );
+    let keys = cluster.kv_keys("rendezvous/").unwrap();
+    assert_eq!(keys, [&b"rendezvous/epoch"[..], &b"rendezvous/leader"[..]]);
+    assert_eq!(cluster.kv_get("rendezvous/epoch").unwrap().as_deref(), Some(&b"1"[..]));
+    assert_eq!(cluster.kv_get("scratch").unwrap(), None, "a deleted key stays deleted");
     let greeted = creating.join().unwrap();
     assert_eq!(
         greeted.expect("the actor is created once the head is back"),

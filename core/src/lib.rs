@@ -31,6 +31,7 @@ pub mod error;
 mod group_routes;
 mod head_retry;
 mod job;
+mod kv;
 mod memory;
 mod memory_store;
 mod net;

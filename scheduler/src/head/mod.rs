@@ -1,10 +1,12 @@
 //! The head: keeps the table of node incarnations, marks silent nodes dead,
 //! answers `raylet status`, places, restarts and lists actors, reserves
-//! placement groups, and runs jobs. A persistent head keeps its tables in
-//! its state directory and recovers them when started there again.
+//! placement groups, runs jobs and keeps a key-value store. A persistent
+//! head keeps its tables in its state directory and recovers them when
+//! started there again.
 
 pub mod actors;
 pub mod jobs;
+pub mod kv;
 mod node_table;
 pub mod placement_groups;
 mod service;
@@ -20,6 +22,7 @@ use raylet_proto::server::{MAX_DATA_MESSAGE, authenticated, incoming};
 use raylet_proto::v1::actor_service_server::ActorServiceServer;
 use raylet_proto::v1::head_service_server::HeadServiceServer;
 use raylet_proto::v1::job_service_server::JobServiceServer;
+use raylet_proto::v1::kv_service_server::KvServiceServer;
 use raylet_proto::v1::placement_group_service_server::PlacementGroupServiceServer;
 use tokio::net::TcpListener;
 
@@ -29,6 +32,7 @@ use crate::Result;
 use crate::placement::Placer;
 use actors::{ActorRuntime, ActorServiceImpl, ActorTable, HeadLeases};
 use jobs::{JobManager, JobServiceImpl};
+use kv::{KvServiceImpl, KvTable};
 use placement_groups::{GroupManager, NodeManagerBundles, PlacementGroupServiceImpl, keep_placing};
 use service::HeadServiceImpl;
 use state_store::StateStore;
@@ -137,6 +141,11 @@ pub async fn run(config: HeadConfig, listener: TcpListener, shutdown: impl Futur
     })
     .max_decoding_message_size(MAX_DATA_MESSAGE)
     .max_encoding_message_size(MAX_DATA_MESSAGE);
+    let kv = KvServiceServer::new(KvServiceImpl {
+        table: Arc::new(Mutex::new(KvTable::recover(store.clone())?)),
+        store: store.clone(),
+    })
+    .max_decoding_message_size(MAX_DATA_MESSAGE);
     let actors = ActorServiceServer::new(ActorServiceImpl { runtime })
         .max_decoding_message_size(MAX_DATA_MESSAGE)
         .max_encoding_message_size(MAX_DATA_MESSAGE);
@@ -145,6 +154,7 @@ pub async fn run(config: HeadConfig, listener: TcpListener, shutdown: impl Futur
         .add_service(actors)
         .add_service(placement_groups)
         .add_service(jobs)
+        .add_service(kv)
         .serve_with_incoming_shutdown(incoming(listener), shutdown);
     let result = tokio::select! {
         result = server => result,

@@ -24,16 +24,19 @@ pub enum Table {
     Jobs,
     /// Build hashes of job binaries to the sha256 of their blob.
     Binaries,
+    /// The key-value store's entries, by namespace, a zero byte and key.
+    Kv,
 }
 
 impl Table {
-    const ALL: [Table; 3] = [Table::Nodes, Table::Jobs, Table::Binaries];
+    const ALL: [Table; 4] = [Table::Nodes, Table::Jobs, Table::Binaries, Table::Kv];
 
     fn definition(self) -> TableDefinition<'static, &'static [u8], &'static [u8]> {
         TableDefinition::new(match self {
             Table::Nodes => "nodes",
             Table::Jobs => "jobs",
             Table::Binaries => "binaries",
+            Table::Kv => "kv",
         })
     }
 }

@@ -1,0 +1,97 @@
+//! The cluster's key-value store from the user's side: small shared state
+//! (a rendezvous address, a flag) kept by the head across its restarts, in
+//! this program's namespace. Calls wait out a restart of the head.
+
+use std::future::Future;
+
+use raylet_proto::channel::AuthedChannel;
+use raylet_proto::v1::kv_service_client::KvServiceClient;
+use raylet_proto::v1::{KvDeleteRequest, KvGetRequest, KvKeysRequest, KvPutRequest};
+
+use crate::core_worker::CoreWorker;
+use crate::head_retry::retrying;
+use crate::{Cluster, Result};
+
+impl Cluster {
+    /// Sets `key` to `value` (at most 16 MiB).
+    pub fn kv_put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
+        self.put_entry(key.as_ref(), value.as_ref(), true).map(|_| ())
+    }
+
+    /// Sets `key` to `value` unless the key has a value already; returns
+    /// whether it was set. Of several callers racing, exactly one wins.
+    pub fn kv_put_if_absent(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<bool> {
+        self.put_entry(key.as_ref(), value.as_ref(), false)
+    }
+
+    /// The value of `key`, if it has one.
+    pub fn kv_get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
+        let request = KvGetRequest {
+            namespace: self.core().binary.namespace.clone(),
+            key: key.as_ref().to_vec(),
+        };
+        self.with_kv(move |mut kv| {
+            let request = request.clone();
+            async move { Ok(kv.kv_get(request).await?.into_inner().value) }
+        })
+    }
+
+    /// Removes `key`; returns whether it had a value.
+    pub fn kv_delete(&self, key: impl AsRef<[u8]>) -> Result<bool> {
+        let request = KvDeleteRequest {
+            namespace: self.core().binary.namespace.clone(),
+            key: key.as_ref().to_vec(),
+        };
+        self.with_kv(move |mut kv| {
+            let request = request.clone();
+            async move { Ok(kv.kv_delete(request).await?.into_inner().deleted) }
+        })
+    }
+
+    /// The keys that start with `prefix`, in byte order.
+    pub fn kv_keys(&self, prefix: impl AsRef<[u8]>) -> Result<Vec<Vec<u8>>> {
+        let request = KvKeysRequest {
+            namespace: self.core().binary.namespace.clone(),
+            prefix: prefix.as_ref().to_vec(),
+        };
+        self.with_kv(move |mut kv| {
+            let request = request.clone();
+            async move { Ok(kv.kv_keys(request).await?.into_inner().keys) }
+        })
+    }
+
+    fn put_entry(&self, key: &[u8], value: &[u8], overwrite: bool) -> Result<bool> {
+        let request = KvPutRequest {
+            namespace: self.core().binary.namespace.clone(),
+            key: key.to_vec(),
+            value: value.to_vec(),
+            overwrite,
+        };
+        self.with_kv(move |mut kv| {
+            let request = request.clone();
+            async move { Ok(kv.kv_put(request).await?.into_inner().added) }
+        })
+    }
+
+    /// Runs `call` on the head's key-value service, again while the head
+    /// is away (up to the restart patience).
+    fn with_kv<T, F, Fut>(&self, call: F) -> Result<T>
+    where
+        T: Send + 'static,
+        F: Fn(KvServiceClient<AuthedChannel>) -> Fut + Send + Sync + 'static,
+        Fut: Future<Output = Result<T, tonic::Status>> + Send,
+    {
+        let core = self.core().clone();
+        core.clone().block_on(async move {
+            let attempt = || async {
+                let kv = kv_client(&core).await?;
+                Ok(call(kv).await.map_err(raylet_proto::Error::from)?)
+            };
+            retrying(attempt).await
+        })
+    }
+}
+
+async fn kv_client(core: &CoreWorker) -> Result<KvServiceClient<AuthedChannel>> {
+    Ok(KvServiceClient::new(core.channel(&core.head_address).await?))
+}
