@@ -24,11 +24,12 @@ impl HeadLost {
     /// unreachable and patience is left; else returns the error.
     pub(crate) async fn wait_or_fail(&mut self, error: Error) -> Result<()> {
         let unreachable = matches!(error, Error::Cluster(raylet_proto::Error::Unavailable(_)));
+        let first = self.since.is_none();
         let since = *self.since.get_or_insert_with(Instant::now);
         if !unreachable || since.elapsed() > HEAD_RESTART_PATIENCE {
             return Err(error);
         }
-        if since.elapsed() < HEAD_RETRY {
+        if first {
             tracing::warn!(%error, "the head is unreachable; waiting for it to come back");
         }
         tokio::time::sleep(HEAD_RETRY).await;

@@ -65,10 +65,12 @@ pub(crate) enum SubmitterEvent {
     },
     Lease {
         node: Arc<str>,
+        session: u64,
         event: LeaseSessionEvent,
     },
     LeaseSessionClosed {
         node: Arc<str>,
+        session: u64,
         reason: String,
     },
     Results {
@@ -162,6 +164,16 @@ struct LeasedWorker {
     dying: bool,
 }
 
+/// A lease session with one node manager.
+struct LeaseSession {
+    /// Tells this session from earlier ones with the same node manager:
+    /// their late events are ignored.
+    id: u64,
+    requests: mpsc::UnboundedSender<LeaseSessionRequest>,
+    /// The node incarnation that last granted a lease through it.
+    granted_by: Option<(NodeId, u64)>,
+}
+
 struct PendingRequest {
     shape: SchedulingClass,
     node: Arc<str>,
@@ -174,9 +186,8 @@ pub(crate) struct Submitter {
     events: mpsc::UnboundedSender<SubmitterEvent>,
     shapes: HashMap<SchedulingClass, Shape>,
     workers: HashMap<WorkerId, LeasedWorker>,
-    sessions: HashMap<Arc<str>, mpsc::UnboundedSender<LeaseSessionRequest>>,
-    /// The node incarnation that last granted a lease through each session.
-    session_nodes: HashMap<Arc<str>, (NodeId, u64)>,
+    sessions: HashMap<Arc<str>, LeaseSession>,
+    next_session: u64,
     /// Whether node deaths are watched: from the first lease session on.
     watching_nodes: bool,
     requests: HashMap<u64, PendingRequest>,
@@ -199,7 +210,7 @@ impl Submitter {
             shapes: HashMap::new(),
             workers: HashMap::new(),
             sessions: HashMap::new(),
-            session_nodes: HashMap::new(),
+            next_session: 1,
             watching_nodes: false,
             requests: HashMap::new(),
             next_request: 1,
@@ -238,8 +249,16 @@ impl Submitter {
         match event {
             SubmitterEvent::Submit(submission) => self.submit(*submission),
             SubmitterEvent::Cancel { object, force } => self.cancel(object, force),
-            SubmitterEvent::Lease { node, event } => self.on_lease_event(node, event),
-            SubmitterEvent::LeaseSessionClosed { node, reason } => self.on_session_closed(node, reason),
+            SubmitterEvent::Lease { node, session, event } => {
+                if self.is_current(&node, session) {
+                    self.on_lease_event(node, event);
+                }
+            }
+            SubmitterEvent::LeaseSessionClosed { node, session, reason } => {
+                if self.is_current(&node, session) {
+                    self.close_session(node, reason);
+                }
+            }
             SubmitterEvent::Results {
                 worker,
                 lease,
@@ -444,10 +463,21 @@ impl Submitter {
             crate::node_watch::spawn(self.core.clone(), self.events.clone());
         }
         if !self.sessions.contains_key(node) {
-            let sender = open_lease_session(self.core.clone(), self.events.clone(), node.clone());
-            self.sessions.insert(node.clone(), sender);
+            let id = self.next_session;
+            self.next_session += 1;
+            let session = LeaseSession {
+                id,
+                requests: open_lease_session(self.core.clone(), self.events.clone(), (node.clone(), id)),
+                granted_by: None,
+            };
+            self.sessions.insert(node.clone(), session);
         }
-        SessionSender(&self.sessions[node])
+        SessionSender(&self.sessions[node].requests)
+    }
+
+    /// Whether `session` is the open session with `node`.
+    fn is_current(&self, node: &Arc<str>, session: u64) -> bool {
+        self.sessions.get(node).is_some_and(|open| open.id == session)
     }
 
     fn on_lease_event(&mut self, node: Arc<str>, event: LeaseSessionEvent) {
@@ -504,8 +534,8 @@ impl Submitter {
         let lease = self.next_lease;
         self.next_lease += 1;
         let node_id = NodeId::from_wire(&granted.node_id).ok();
-        if let Some(node_id) = node_id {
-            self.session_nodes.insert(node.clone(), (node_id, granted.incarnation));
+        if let (Some(node_id), Some(session)) = (node_id, self.sessions.get_mut(&node)) {
+            session.granted_by = Some((node_id, granted.incarnation));
         }
         let tasks = connect_worker(
             self.core.clone(),
@@ -544,10 +574,9 @@ impl Submitter {
         }
     }
 
-    fn on_session_closed(&mut self, node: Arc<str>, reason: String) {
+    fn close_session(&mut self, node: Arc<str>, reason: String) {
         tracing::warn!(%node, %reason, "lease session closed");
         self.sessions.remove(&node);
-        self.session_nodes.remove(&node);
         let lost: Vec<u64> = self
             .requests
             .iter()
@@ -704,9 +733,13 @@ impl Submitter {
             }
         }
         let address: Arc<str> = death.address.into();
-        let granted_by = self.session_nodes.get(&address);
-        if self.sessions.contains_key(&address) && granted_by.is_none_or(|n| *n == (death.node_id, death.incarnation)) {
-            self.on_session_closed(address, format!("its node died: {}", death.reason));
+        let with_dead = self.sessions.get(&address).is_some_and(|session| {
+            session
+                .granted_by
+                .is_none_or(|granted_by| granted_by == (death.node_id, death.incarnation))
+        });
+        if with_dead {
+            self.close_session(address, format!("its node died: {}", death.reason));
         }
     }
 
@@ -939,12 +972,12 @@ impl SessionSender<'_> {
     }
 }
 
-/// Opens a lease session with the node manager at `node`; its events flow
-/// into the submitter.
+/// Opens lease session `session` with the node manager at `node`; its
+/// events flow into the submitter.
 fn open_lease_session(
     core: Arc<CoreWorker>,
     events: mpsc::UnboundedSender<SubmitterEvent>,
-    node: Arc<str>,
+    (node, session): (Arc<str>, u64),
 ) -> mpsc::UnboundedSender<LeaseSessionRequest> {
     let (requests, outbound) = mpsc::unbounded_channel();
     let open = LeaseSessionRequest {
@@ -960,6 +993,7 @@ fn open_lease_session(
             while let Some(event) = inbound.message().await.map_err(raylet_proto::Error::from)? {
                 let _ = events.send(SubmitterEvent::Lease {
                     node: node.clone(),
+                    session,
                     event,
                 });
             }
@@ -970,7 +1004,7 @@ fn open_lease_session(
             Ok(()) => "the node manager ended the session".to_string(),
             Err(error) => error.to_string(),
         };
-        let _ = events.send(SubmitterEvent::LeaseSessionClosed { node, reason });
+        let _ = events.send(SubmitterEvent::LeaseSessionClosed { node, session, reason });
     });
     requests
 }

@@ -21,6 +21,8 @@ use super::state_store::{StateStore, Table};
 const MAX_KEY_BYTES: usize = 4096;
 /// The largest value, in bytes: the store is for small state, not data.
 const MAX_VALUE_BYTES: usize = 16 << 20;
+/// The largest request the service decodes: a largest key and value.
+pub(crate) const MAX_REQUEST_BYTES: usize = MAX_VALUE_BYTES + MAX_KEY_BYTES + 4096;
 
 /// A namespace and a key.
 type Slot = (String, Vec<u8>);
@@ -110,15 +112,20 @@ fn stored_key(namespace: &str, key: &[u8]) -> Vec<u8> {
     [namespace.as_bytes(), &[0], key].concat()
 }
 
-/// Serves [`KvService`] over a shared [`KvTable`] that writes to `store`.
+/// Serves [`KvService`] over a shared [`KvTable`].
 pub(crate) struct KvServiceImpl {
     pub(crate) table: Arc<Mutex<KvTable>>,
-    pub(crate) store: StateStore,
 }
 
 impl KvServiceImpl {
     fn table(&self) -> MutexGuard<'_, KvTable> {
         self.table.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Waits until the table's changes so far are on disk.
+    async fn flush(&self) {
+        let store = self.table().store.clone();
+        store.flush().await;
     }
 }
 
@@ -129,7 +136,7 @@ impl KvService for KvServiceImpl {
         let added = self
             .table()
             .put(&request.namespace, &request.key, request.value, request.overwrite)?;
-        self.store.flush().await;
+        self.flush().await;
         Ok(Response::new(KvPutReply { added }))
     }
 
@@ -142,7 +149,7 @@ impl KvService for KvServiceImpl {
     async fn kv_delete(&self, request: Request<KvDeleteRequest>) -> Result<Response<KvDeleteReply>, Status> {
         let request = request.into_inner();
         let deleted = self.table().delete(&request.namespace, &request.key);
-        self.store.flush().await;
+        self.flush().await;
         Ok(Response::new(KvDeleteReply { deleted }))
     }
 

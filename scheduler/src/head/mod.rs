@@ -143,9 +143,8 @@ pub async fn run(config: HeadConfig, listener: TcpListener, shutdown: impl Futur
     .max_encoding_message_size(MAX_DATA_MESSAGE);
     let kv = KvServiceServer::new(KvServiceImpl {
         table: Arc::new(Mutex::new(KvTable::recover(store.clone())?)),
-        store: store.clone(),
     })
-    .max_decoding_message_size(MAX_DATA_MESSAGE);
+    .max_decoding_message_size(kv::MAX_REQUEST_BYTES);
     let actors = ActorServiceServer::new(ActorServiceImpl { runtime })
         .max_decoding_message_size(MAX_DATA_MESSAGE)
         .max_encoding_message_size(MAX_DATA_MESSAGE);

@@ -73,7 +73,7 @@ pub struct NodeTable {
     latest_incarnation: HashMap<NodeId, u64>,
     alive: ClusterResources,
     store: StateStore,
-    /// Counts deaths: watchers wake on each and read [`NodeTable::dead`].
+    /// Counts deaths: watchers wake on each and read [`NodeTable::latest_deaths`].
     deaths: watch::Sender<u64>,
 }
 
@@ -219,9 +219,15 @@ impl NodeTable {
         self.deaths.subscribe()
     }
 
-    /// The dead incarnations the table still lists, oldest first.
-    pub fn dead(&self) -> Vec<NodeStatus> {
-        let dead = self.entries.iter().filter(|e| e.status.state == NodeState::Dead);
+    /// The dead incarnations that are their node's latest, oldest first. An
+    /// older one is left out: its node registered again since, fencing
+    /// what the old one ran, and its address now belongs to the new one.
+    pub fn latest_deaths(&self) -> Vec<NodeStatus> {
+        let latest = |status: &NodeStatus| self.latest_incarnation.get(&status.node_id) == Some(&status.incarnation);
+        let dead = self
+            .entries
+            .iter()
+            .filter(|e| e.status.state == NodeState::Dead && latest(&e.status));
         dead.map(|e| e.status.clone()).collect()
     }
 
@@ -476,6 +482,31 @@ mod tests {
         assert_eq!(status.alive().count(), 1);
         let dead = status.dead().next().unwrap();
         assert_eq!(dead.death_reason.as_deref(), Some("superseded by incarnation 2"));
+    }
+
+    #[test]
+    fn deaths_are_watched_and_listed_while_the_dead_incarnation_is_its_nodes_latest() {
+        let mut table = NodeTable::new(TIMEOUT);
+        let (gone, back) = (NodeId::random(), NodeId::random());
+        let start = Instant::now();
+        table.register(registration(gone), start);
+        table.register(registration(back), start);
+        let deaths = table.watch_deaths();
+        assert_eq!(table.detect_failures(start + TIMEOUT * 2), 2);
+        assert!(deaths.has_changed().unwrap(), "watchers wake on a death");
+        table.register(registration(back), start + TIMEOUT * 2);
+        let latest: Vec<(NodeId, u64)> = table
+            .latest_deaths()
+            .iter()
+            .map(|n| (n.node_id, n.incarnation))
+            .collect();
+        assert_eq!(
+            latest,
+            [(gone, 1)],
+            "incarnation 1 of the node that came back is left out"
+        );
+        assert_eq!(table.death_of(back, 2), None);
+        assert!(table.death_of(back, 1).unwrap().contains("no heartbeat"));
     }
 
     #[test]

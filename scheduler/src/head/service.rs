@@ -87,8 +87,8 @@ impl HeadService for HeadServiceImpl {
     }
 }
 
-/// Sends every dead incarnation once, those dead already first, until the
-/// watcher goes or the head stops.
+/// Sends each dead incarnation once, those dead already first, while it is
+/// its node's latest, until the watcher goes or the head stops.
 async fn send_node_deaths(
     table: Arc<Mutex<NodeTable>>,
     deaths: mpsc::Sender<Result<NodeDeath, Status>>,
@@ -98,7 +98,7 @@ async fn send_node_deaths(
     let mut changed = lock().watch_deaths();
     let mut sent = std::collections::HashSet::new();
     loop {
-        let dead = lock().dead();
+        let dead = lock().latest_deaths();
         for node in dead {
             if sent.insert((node.node_id, node.incarnation)) {
                 let death = NodeDeath {
