@@ -1,8 +1,9 @@
 //! The chaos suite: a head and three nodes, each a real `raylet` daemon in
 //! its own network namespace, with this test process as the driver in the
 //! namespace that joins them. Each scenario injects one fault into a running
-//! job (kill -9 of a host, a 30 s partition, kill -9 of the head, the death
-//! of an actor's host, a frozen host, a storm of worker kills), checks that
+//! job (kill -9 of a host, a 30 s partition, kill -9 of the head with an
+//! actor called throughout, the death of an actor's host, a frozen host, a
+//! storm of worker kills), checks that
 //! no task is lost, and prints its figures: detection time, recovery time,
 //! tasks lost and duplicate executions (FAULT_TOLERANCE.md sums them up).
 //! Every task run writes a start and an end line to a log the test reads.
@@ -572,6 +573,7 @@ fn chaos_kill_9_of_the_head_mid_job_then_a_restart_completes_the_job() {
     let Some(cluster) = ChaosCluster::start(3, temp.path()) else {
         return;
     };
+    let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let workload = Workload::new(temp.path(), 2_000, Duration::from_millis(20));
     let job = Job::new(std::env::current_exe().unwrap())
         .args(["driver_chaos_tasks", "--exact", "--ignored", "--nocapture"])
@@ -579,6 +581,9 @@ fn chaos_kill_9_of_the_head_mid_job_then_a_restart_completes_the_job() {
         .env("CHAOS_TASKS", workload.tasks.to_string())
         .num_cpus(1.0);
     let handle = cluster.driver.submit(job).unwrap();
+    let pinger = Pinger::remote(&cluster.driver).spawn().unwrap();
+    let pinger_id = pinger.id();
+    let pinging = ping_until(pinger, stop.clone());
     workload.wait_for_ends(500);
     let nodes: Vec<(raylet::NodeId, u64)> = NODES.iter().map(|node| cluster.node_on(node)).collect();
     let fault = now_micros();
@@ -603,6 +608,18 @@ fn chaos_kill_9_of_the_head_mid_job_then_a_restart_completes_the_job() {
     let done = handle.wait().unwrap();
     let logs = handle.logs().unwrap();
     assert_eq!(done.status, JobStatus::Succeeded, "{done:?}\n{logs}");
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    let pings = pinging.join().unwrap();
+    let hosts: std::collections::HashSet<u64> = pings.iter().map(|(_, host)| *host).collect();
+    let listed = cluster.driver.list_actors().unwrap();
+    let actor = listed.iter().find(|info| info.id == pinger_id).unwrap();
+    assert_eq!(
+        (hosts.len(), actor.restarts),
+        (1, 0),
+        "the actor stayed on its worker throughout: {actor:?}"
+    );
+    let pinged_while_down = pings.iter().filter(|(at, _)| (fault..restarted).contains(at)).count();
+    assert!(pinged_while_down > 0, "the actor answers while the head is down");
 
     let runs = Runs::read(&workload.log);
     let ran: usize = runs
@@ -625,12 +642,36 @@ fn chaos_kill_9_of_the_head_mid_job_then_a_restart_completes_the_job() {
         tasks_lost,
         duplicates: runs.duplicates(),
         note: format!(
-            "job of 2,000 tasks of 20 ms; head down {:.1} s; raylet job status knows the job; job SUCCEEDED",
-            since(fault, restarted).as_secs_f64()
+            "job of 2,000 tasks of 20 ms; head down {:.1} s; raylet job status knows the job; job SUCCEEDED; \
+             an actor answered all {} calls ({pinged_while_down} while the head was down) on one worker",
+            since(fault, restarted).as_secs_f64(),
+            pings.len()
         ),
     }
     .report();
     assert_eq!(tasks_lost, 0);
+}
+
+/// Calls the actor every 20 ms until `stop` is set; each call must be
+/// answered. Returns when each answer came and the host that gave it.
+fn ping_until(
+    pinger: PingerHandle,
+    stop: std::sync::Arc<std::sync::atomic::AtomicBool>,
+) -> std::thread::JoinHandle<Vec<(u64, u64)>> {
+    std::thread::spawn(move || {
+        let mut answers = Vec::new();
+        for call in 0.. {
+            if stop.load(std::sync::atomic::Ordering::Acquire) {
+                break;
+            }
+            let answer = pinger.ping(call).get();
+            let (answered, host) = answer.unwrap_or_else(|error| panic!("ping {call} is not answered: {error}"));
+            assert_eq!(answered, call);
+            answers.push((now_micros(), host));
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        answers
+    })
 }
 
 /// `raylet job status ID` run against the head.

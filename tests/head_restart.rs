@@ -9,12 +9,16 @@
 //! next incarnation of the node it was. Creating an actor, looking one up
 //! by name and reading the key-value store while the head is down wait
 //! for it to come back, and the store's entries survive the restart.
+//! Actors and placement groups outlive the restart: an actor's worker keeps
+//! running and answering calls while the head is down, the restarted head
+//! adopts it (same process, same state) and still restarts it when it
+//! dies, finds it by name, and places new actors in a group made before.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
 
 use raylet::prelude::*;
-use raylet::{Job, JobStatus};
+use raylet::{ActorState, Job, JobStatus, PlacementGroupState};
 
 mod common;
 
@@ -252,6 +256,106 @@ fn actor_and_kv_calls_wait_while_the_head_restarts_and_the_kv_store_survives_it(
     );
     let found = cluster.get_actor::<Greeter>("after").unwrap();
     assert_eq!(found.greet("by name".to_string()).get().unwrap(), "hello by name");
+    cluster.kill(&found, true).unwrap();
+    cluster.shutdown().unwrap();
+}
+
+#[raylet::actor]
+#[derive(Default)]
+pub struct Tally {
+    count: u64,
+}
+
+#[raylet::actor]
+impl Tally {
+    pub fn new() -> Self {
+        Tally::default()
+    }
+
+    /// Adds `by`; returns the count and the process that hosts the tally.
+    pub fn add(&mut self, by: u64) -> (u64, u32) {
+        self.count += by;
+        (self.count, std::process::id())
+    }
+}
+
+#[test]
+fn actors_and_placement_groups_outlive_a_head_restart() {
+    let temp = tempfile::tempdir().unwrap();
+    let _daemons = Daemons(temp.path());
+    let head = start_cluster(temp.path());
+    let cluster = raylet::init_with(Config::new().address(&head).temp_dir(temp.path())).unwrap();
+    let owned = Tally::remote(&cluster).max_restarts(1).spawn().unwrap();
+    let named = Tally::remote(&cluster).name("kept").detached().spawn().unwrap();
+    let group = cluster
+        .placement_group(
+            vec![Bundle::new().num_cpus(1.0), Bundle::new().num_cpus(1.0)],
+            PlacementStrategy::Spread,
+        )
+        .unwrap();
+    group.ready().unwrap();
+    let (count, pid) = owned.add(1).get().unwrap();
+    assert_eq!(count, 1);
+    assert_eq!(named.add(10).get().unwrap().0, 10);
+
+    kill_head(temp.path());
+    assert_eq!(
+        owned.add(1).get().unwrap(),
+        (2, pid),
+        "the actor answers while the head is down"
+    );
+    let creating_in_group = {
+        let (cluster, group) = (cluster.clone(), group.clone());
+        std::thread::spawn(move || {
+            let placed = Tally::remote(&cluster).placement_group(&group, Some(1)).spawn()?;
+            placed.add(5).get()
+        })
+    };
+    std::thread::sleep(Duration::from_secs(2));
+    raylet(
+        temp.path(),
+        &[&["start", "--head", "--recover", "--num-cpus", "0"][..], &FAST].concat(),
+    );
+
+    assert_eq!(
+        owned.add(1).get().unwrap(),
+        (3, pid),
+        "the restarted head adopted the same worker, state and all"
+    );
+    let found = cluster.get_actor::<Tally>("kept").unwrap();
+    assert_eq!(found.add(1).get().unwrap().0, 11, "found by name, state kept");
+    let placed = creating_in_group.join().unwrap();
+    assert_eq!(placed.expect("an actor is placed in a group made before").0, 5);
+    let listed = cluster.list_actors().unwrap();
+    let owned_info = listed.iter().find(|info| info.id == owned.id()).unwrap();
+    assert_eq!(
+        (owned_info.state, owned_info.pid, owned_info.restarts),
+        (ActorState::Alive, pid, 0),
+        "{owned_info:?}"
+    );
+    let groups = cluster.list_placement_groups().unwrap();
+    let info = groups.iter().find(|info| info.id == group.id()).unwrap();
+    assert_eq!(info.state, PlacementGroupState::Created, "{info:?}");
+
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    let restarted = loop {
+        if let Ok(answer) = owned.add(1).get() {
+            break answer;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the adopted actor restarts when its worker dies"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(restarted.0, 1, "a restarted actor starts afresh");
+    assert_ne!(restarted.1, pid);
+    group.remove().unwrap();
     cluster.kill(&found, true).unwrap();
     cluster.shutdown().unwrap();
 }

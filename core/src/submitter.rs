@@ -427,6 +427,7 @@ impl Submitter {
             allow_spillback,
             strategy: Some(shape.scheduling.to_proto()),
             retriable: next.is_some_and(can_retry),
+            outlives_session: false,
         };
         self.session(&node).send_request(LeaseRequest::Request(request));
         self.shapes.entry(shape.clone()).or_default().pending_leases += 1;
@@ -490,7 +491,7 @@ impl Submitter {
                 let kind = match refused.kind() {
                     LeaseRefusalKind::Infeasible => TaskErrorKind::Infeasible,
                     LeaseRefusalKind::Unschedulable => TaskErrorKind::Unschedulable,
-                    LeaseRefusalKind::WorkerStartFailed => TaskErrorKind::WorkerCrashed,
+                    LeaseRefusalKind::WorkerStartFailed | LeaseRefusalKind::WorkerGone => TaskErrorKind::WorkerCrashed,
                 };
                 if let Some(group) = request.shape.group()
                     && kind != TaskErrorKind::WorkerCrashed

@@ -16,10 +16,10 @@ use raylet_proto::resources::{CPU, GPU, MEMORY};
 use raylet_proto::v1::WorkerBinary;
 use raylet_proto::{
     ActorId, Amount, LabelSelector, Labels, NodeId, PlacementGroupId, PlacementStrategy, ResourceSet, Result,
-    Scheduling, SchedulingStrategy,
+    Scheduling, SchedulingStrategy, WorkerId,
 };
 
-use crate::head::actors::{ActorSpec, ActorTable, Placement};
+use crate::head::actors::{ActorSpec, ActorTable, Grant};
 use crate::head::placement_groups::{BundleNodes, GroupManager, GroupSpec, GroupState};
 use crate::head::{NodeTable, Registration};
 use crate::placement::{Choice, ClusterResources, Demand, Placer, Request};
@@ -261,12 +261,15 @@ fn place_actors(table: &mut NodeTable, actors: &mut ActorTable, count: usize) ->
         let Ok((spec, _kill)) = actors.create(spec) else {
             continue;
         };
-        let placement = Placement {
+        let host = Grant {
+            node: view.node(node).address.clone(),
+            worker_id: WorkerId::random(),
             address: view.node(node).address.clone(),
             node_id: view.node(node).node_id,
+            incarnation: 1,
             pid: 1000 + i as u32,
         };
-        actors.alive(spec.id, &placement);
+        actors.alive(spec.id, &host);
     }
     started.elapsed()
 }

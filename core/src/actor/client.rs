@@ -15,13 +15,15 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use raylet_proto::task_stream::TaskSender;
 use raylet_proto::v1::actor_service_client::ActorServiceClient;
 use raylet_proto::v1::{
-    ActorDeathKind, ActorRecord, ActorState, OwnerSessionMessage, TaskBatch, TaskSpec, WatchActorRequest, WorkerEvents,
+    ActorDeathKind, ActorRecord, ActorState, OwnerSessionEvent, OwnerSessionMessage, TaskBatch, TaskSpec,
+    WatchActorRequest, WorkerEvents,
 };
 use raylet_proto::{ActorId, IdMap, NodeId, ObjectId, TaskId};
 use tokio::sync::{Notify, mpsc};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::core_worker::CoreWorker;
+use crate::head_retry::{HeadLost, retrying};
 use crate::object_ref::AnyObjectRef;
 use crate::submitter::{complete_values, connect_task_stream, print_log_lines, resolve_arg};
 use crate::task::{Arg, TaskError, TaskErrorKind};
@@ -42,10 +44,16 @@ pub(crate) struct ActorClients {
     owner_session: tokio::sync::Mutex<Option<OwnerSession>>,
 }
 
-/// This process's owner session with the head, open until `ended` is set.
+/// This process's owner session with the head, kept open (opened again
+/// after a restart of the head) until `ended` is set.
 struct OwnerSession {
-    _messages: mpsc::UnboundedSender<OwnerSessionMessage>,
     ended: Arc<AtomicBool>,
+}
+
+/// One open owner session: the head ends its actors when `messages` closes.
+struct OpenOwnerSession {
+    _messages: mpsc::UnboundedSender<OwnerSessionMessage>,
+    events: tonic::Streaming<OwnerSessionEvent>,
 }
 
 impl ActorClients {
@@ -78,33 +86,56 @@ impl ActorClients {
 
     /// Opens this process's owner session with the head, unless one is
     /// open: when it ends, with the process, the actors it owns that are
-    /// not detached die. A session that a head restart broke is opened anew.
-    pub(crate) async fn ensure_owner_session(&self, core: &CoreWorker) -> Result<()> {
+    /// not detached die. A session that a head restart broke is opened anew
+    /// at once, so that the restarted head knows the owner lives; one that
+    /// could not be opened again in time is opened here.
+    pub(crate) async fn ensure_owner_session(&self, core: &Arc<CoreWorker>) -> Result<()> {
         let mut session = self.owner_session.lock().await;
         if session.as_ref().is_some_and(|open| !open.ended.load(Ordering::Acquire)) {
             return Ok(());
         }
-        let channel = core.channel(&core.head_address).await?;
-        let (messages, outbound) = mpsc::unbounded_channel();
-        let _ = messages.send(OwnerSessionMessage {
-            owner_address: core.address.to_string(),
-        });
-        let reply = ActorServiceClient::new(channel)
-            .owner_session(UnboundedReceiverStream::new(outbound))
-            .await;
-        let mut events = reply.map_err(raylet_proto::Error::from)?.into_inner();
+        let open = open_owner_session(core).await?;
         let ended = Arc::new(AtomicBool::new(false));
-        let ending = ended.clone();
-        tokio::spawn(async move {
-            while let Ok(Some(_)) = events.message().await {}
-            ending.store(true, Ordering::Release);
-        });
-        *session = Some(OwnerSession {
-            _messages: messages,
-            ended,
-        });
+        tokio::spawn(keep_owner_session(Arc::downgrade(core), open, ended.clone()));
+        *session = Some(OwnerSession { ended });
         Ok(())
     }
+}
+
+async fn open_owner_session(core: &CoreWorker) -> Result<OpenOwnerSession> {
+    let channel = core.channel(&core.head_address).await?;
+    let (messages, outbound) = mpsc::unbounded_channel();
+    let _ = messages.send(OwnerSessionMessage {
+        owner_address: core.address.to_string(),
+    });
+    let reply = ActorServiceClient::new(channel)
+        .owner_session(UnboundedReceiverStream::new(outbound))
+        .await;
+    let events = reply.map_err(raylet_proto::Error::from)?.into_inner();
+    Ok(OpenOwnerSession {
+        _messages: messages,
+        events,
+    })
+}
+
+/// Holds the owner session open while the process lives, opening it again
+/// when the head goes away and comes back; sets `ended` when the head
+/// stayed away too long.
+async fn keep_owner_session(core: Weak<CoreWorker>, mut open: OpenOwnerSession, ended: Arc<AtomicBool>) {
+    loop {
+        while let Ok(Some(_)) = open.events.message().await {}
+        let Some(core) = core.upgrade() else {
+            break;
+        };
+        match retrying(|| open_owner_session(&core)).await {
+            Ok(reopened) => open = reopened,
+            Err(error) => {
+                tracing::warn!(%error, "the owner session with the head could not be opened again");
+                break;
+            }
+        }
+    }
+    ended.store(true, Ordering::Release);
 }
 
 /// A call that has not finished.
@@ -426,28 +457,46 @@ async fn send_when_told(client: Weak<ActorClient>, told: Arc<Notify>) {
     }
 }
 
-/// Follows the actor's records at the head until it is dead.
+/// Follows the actor's records at the head until it is dead. A head that
+/// goes away is waited for as calls to it are ([`HeadLost`]): the actor's
+/// worker lives on meanwhile, and calls to it go on.
 async fn follow_records(client: Arc<ActorClient>) {
-    let core = client.core.clone();
-    let followed = async {
-        let channel = core.channel(&core.head_address).await?;
-        let request = WatchActorRequest {
-            actor_id: client.actor.as_bytes().to_vec(),
+    let mut head_lost = HeadLost::default();
+    loop {
+        let error = match watch_until_dead(&client, &mut head_lost).await {
+            Ok(()) => return,
+            Err(error) => error,
         };
-        let reply = ActorServiceClient::new(channel).watch_actor(request).await;
-        let mut records = reply.map_err(raylet_proto::Error::from)?.into_inner();
-        while let Some(record) = records.message().await.map_err(raylet_proto::Error::from)? {
-            let dead = record.state() == ActorState::Dead;
-            client.on_record(record);
-            if dead {
-                return Ok(());
-            }
+        if let Err(error) = head_lost.wait_or_fail(error).await {
+            client.records_ended(format!("the head cannot report on it ({error})"));
+            return;
         }
-        Ok::<_, Error>(())
+    }
+}
+
+/// Watches the actor's records until it is dead. A stream that breaks or
+/// ends before that counts as a head gone away; each record received shows
+/// the head is back.
+async fn watch_until_dead(client: &Arc<ActorClient>, head_lost: &mut HeadLost) -> Result<()> {
+    let core = &client.core;
+    let channel = core.channel(&core.head_address).await?;
+    let request = WatchActorRequest {
+        actor_id: client.actor.as_bytes().to_vec(),
     };
-    let ended = match followed.await {
-        Ok(()) => "the head stopped reporting on it".to_string(),
-        Err(error) => format!("the head cannot report on it ({error})"),
-    };
-    client.records_ended(ended);
+    let reply = ActorServiceClient::new(channel).watch_actor(request).await;
+    let mut records = reply.map_err(raylet_proto::Error::from)?.into_inner();
+    let gone = |why: String| Error::Cluster(raylet_proto::Error::Unavailable(why));
+    loop {
+        let record = match records.message().await {
+            Ok(Some(record)) => record,
+            Ok(None) => return Err(gone("the head stopped reporting on the actor".into())),
+            Err(status) => return Err(gone(format!("the head's report broke off ({})", status.message()))),
+        };
+        *head_lost = HeadLost::default();
+        let dead = record.state() == ActorState::Dead;
+        client.on_record(record);
+        if dead {
+            return Ok(());
+        }
+    }
 }

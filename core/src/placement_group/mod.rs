@@ -22,6 +22,7 @@ use serde::{Deserialize, Serialize};
 use tokio::sync::watch;
 
 use crate::core_worker::CoreWorker;
+use crate::head_retry::retrying;
 use crate::task::Resources;
 use crate::{Cluster, Error, Result};
 
@@ -253,7 +254,8 @@ async fn client(core: &Arc<CoreWorker>) -> Result<PlacementGroupServiceClient<ra
     ))
 }
 
-/// The group's record once it settles or `timeout` passes.
+/// The group's record once it settles or `timeout` passes; a restart of
+/// the head is waited out.
 pub(crate) async fn wait_for_group(
     core: &Arc<CoreWorker>,
     id: PlacementGroupId,
@@ -263,8 +265,11 @@ pub(crate) async fn wait_for_group(
         placement_group_id: id.as_bytes().to_vec(),
         timeout_ms: timeout.as_millis() as u64,
     };
-    let reply = client(core).await?.wait_placement_group(request).await;
-    Ok(reply.map_err(raylet_proto::Error::from)?.into_inner())
+    retrying(|| async {
+        let reply = client(core).await?.wait_placement_group(request.clone()).await;
+        Ok(reply.map_err(raylet_proto::Error::from)?.into_inner())
+    })
+    .await
 }
 
 /// Every placement group of the cluster whose head is at `head`.

@@ -1,7 +1,8 @@
 //! This process's placement group session with the head: creates and
 //! removes go as messages on one long-lived stream and are answered by call
 //! id, so a burst of groups costs no unary round trip each. The stream is
-//! opened on first use and again after it breaks.
+//! opened on first use and again after it breaks; a call that finds the
+//! head gone waits for it to come back (both calls are safe to repeat).
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -15,6 +16,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::core_worker::CoreWorker;
+use crate::head_retry::retrying;
 use crate::{Error, Result};
 
 type Answer = raylet_proto::Result<PlacementGroupRecord>;
@@ -34,8 +36,13 @@ struct SessionLink {
 }
 
 impl GroupSession {
-    /// Sends one call and waits for the head's answer.
+    /// Sends one call and waits for the head's answer, waiting out a
+    /// restart of the head.
     pub(crate) async fn call(&self, core: &CoreWorker, kind: CallKind) -> Result<PlacementGroupRecord> {
+        retrying(|| self.call_once(core, kind.clone())).await
+    }
+
+    async fn call_once(&self, core: &CoreWorker, kind: CallKind) -> Result<PlacementGroupRecord> {
         let link = self.link(core).await?;
         let call_id = self.next_call.fetch_add(1, Ordering::Relaxed);
         let (answer, answered) = oneshot::channel();

@@ -30,7 +30,7 @@ pub use node_table::{Heartbeat, HeartbeatOutcome, NodeResourcesView, NodeTable, 
 
 use crate::Result;
 use crate::placement::Placer;
-use actors::{ActorRuntime, ActorServiceImpl, ActorTable, HeadLeases};
+use actors::{ActorRuntime, ActorServiceImpl, ActorTable, HeadLeases, resume_actors};
 use jobs::{JobManager, JobServiceImpl};
 use kv::{KvServiceImpl, KvTable};
 use placement_groups::{GroupManager, NodeManagerBundles, PlacementGroupServiceImpl, keep_placing};
@@ -99,18 +99,21 @@ pub async fn run(config: HeadConfig, listener: TcpListener, shutdown: impl Futur
     };
     let nodes = NodeTable::recover(config.heartbeat_timeout, store.clone(), Instant::now())?;
     let table = Arc::new(Mutex::new(nodes));
-    let groups = Arc::new(GroupManager::new(
+    let groups = Arc::new(GroupManager::recover(
         table.clone(),
         NodeManagerBundles::new(config.token.clone()),
-    ));
+        store.clone(),
+    )?);
+    groups.release_unrecorded_reservations().await;
     let stopping = tokio::sync::watch::channel(false).0;
     let nodes = HeadServiceServer::new(HeadServiceImpl {
         table: table.clone(),
         groups: groups.clone(),
         stopping: stopping.subscribe(),
     });
+    let (actor_table, recovered_actors) = ActorTable::recover(store.clone())?;
     let runtime = Arc::new(ActorRuntime {
-        table: Arc::new(Mutex::new(ActorTable::default())),
+        table: Arc::new(Mutex::new(actor_table)),
         nodes: table.clone(),
         leases: HeadLeases::new(config.token.clone()),
         placer: Mutex::new(Placer::new(rand::random())),
@@ -119,6 +122,7 @@ pub async fn run(config: HeadConfig, listener: TcpListener, shutdown: impl Futur
         token: config.token.clone(),
         stopping,
     });
+    resume_actors(&runtime, recovered_actors);
     let stopping = runtime.clone();
     let shutdown = async move {
         shutdown.await;

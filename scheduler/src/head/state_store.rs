@@ -26,10 +26,21 @@ pub enum Table {
     Binaries,
     /// The key-value store's entries, by namespace, a zero byte and key.
     Kv,
+    /// Actors, their specs and where they run, by actor id.
+    Actors,
+    /// Placement groups and where their bundles are, by group id.
+    PlacementGroups,
 }
 
 impl Table {
-    const ALL: [Table; 4] = [Table::Nodes, Table::Jobs, Table::Binaries, Table::Kv];
+    const ALL: [Table; 6] = [
+        Table::Nodes,
+        Table::Jobs,
+        Table::Binaries,
+        Table::Kv,
+        Table::Actors,
+        Table::PlacementGroups,
+    ];
 
     fn definition(self) -> TableDefinition<'static, &'static [u8], &'static [u8]> {
         TableDefinition::new(match self {
@@ -37,6 +48,8 @@ impl Table {
             Table::Jobs => "jobs",
             Table::Binaries => "binaries",
             Table::Kv => "kv",
+            Table::Actors => "actors",
+            Table::PlacementGroups => "placement_groups",
         })
     }
 }
@@ -48,8 +61,8 @@ enum Change {
 }
 
 /// Where the head writes its tables; a store made with
-/// [`StateStore::in_memory_only`] keeps nothing.
-#[derive(Clone)]
+/// [`StateStore::in_memory_only`] (the default) keeps nothing.
+#[derive(Clone, Default)]
 pub struct StateStore {
     inner: Option<Arc<Persisted>>,
 }

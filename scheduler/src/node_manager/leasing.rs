@@ -38,6 +38,11 @@ const MAX_REMEMBERED_EXITS: usize = 4096;
 const INFEASIBLE_MEMORY: Duration = Duration::from_secs(300);
 /// The most infeasible shapes listed at once.
 const MAX_INFEASIBLE_SHAPES: usize = 50;
+/// The session of a lease that outlived its own; sessions count from 1.
+const NO_SESSION: u64 = 0;
+/// How long a lease that outlives its session waits to be adopted before
+/// its worker is killed: as long as drivers wait for a head to come back.
+const ADOPTION_GRACE: Duration = Duration::from_secs(60);
 
 /// Another node, as the head last reported it.
 #[derive(Clone, Debug)]
@@ -59,6 +64,9 @@ pub(crate) struct PendingLease {
     pub(crate) allow_spillback: bool,
     /// The work is retried if its worker dies.
     pub(crate) retriable: bool,
+    /// The lease is held for a while when its session ends, for a new
+    /// session to adopt (the worker hosts an actor of the head).
+    pub(crate) outlives_session: bool,
     /// The cluster view current when the request was queued (set by the
     /// lease manager): only a later view may call it infeasible.
     pub(crate) view: u64,
@@ -77,11 +85,16 @@ enum WorkerState {
         since: Instant,
         /// Its work is retried if the worker dies.
         retriable: bool,
+        /// Held when its session ends, for a new session to adopt.
+        outlives_session: bool,
     },
 }
 
 struct Worker {
+    /// [`NO_SESSION`] while its lease waits to be adopted.
     session: u64,
+    /// When its session ended and left its lease to be adopted.
+    orphaned_at: Option<Instant>,
     pid: u32,
     /// The GPUs in its `CUDA_VISIBLE_DEVICES`: it serves only leases given these.
     gpu_ids: Vec<u32>,
@@ -158,7 +171,7 @@ impl LeaseManager {
                 local,
                 placer: Placer::new(seed),
                 sessions: HashMap::new(),
-                next_session: 1,
+                next_session: NO_SESSION + 1,
                 workers: HashMap::new(),
                 queue: VecDeque::new(),
                 exits: HashMap::new(),
@@ -297,18 +310,28 @@ impl LeaseManager {
         Ok(session)
     }
 
-    /// Kills the session's workers, frees their resources and drops its requests.
+    /// Kills the session's workers, frees their resources and drops its
+    /// requests; leases that outlive the session are held for adoption for
+    /// [`ADOPTION_GRACE`] instead.
     pub(crate) fn close_session(self: &Arc<Self>, session: u64) {
         let doomed: Vec<u32> = {
             let mut state = self.state();
             state.sessions.remove(&session);
             state.queue.retain(|p| p.session != session);
+            let orphaned = self.orphan_outliving_leases(&mut state, session);
             let ids: Vec<WorkerId> = state
                 .workers
                 .iter()
                 .filter(|(_, w)| w.session == session)
                 .map(|(id, _)| *id)
                 .collect();
+            if orphaned > 0 {
+                tracing::info!(
+                    session,
+                    orphaned,
+                    "lease session closed; holding its actors' workers for adoption"
+                );
+            }
             ids.iter()
                 .filter_map(|id| {
                     state.ledger.release(*id);
@@ -319,6 +342,92 @@ impl LeaseManager {
         tracing::debug!(session, workers = ?doomed, "lease session closed; killing its workers");
         doomed.into_iter().for_each(worker_process::kill_worker);
         self.pump();
+    }
+
+    /// Moves the session's leases that outlive it to [`NO_SESSION`] and has
+    /// them killed unless adopted within [`ADOPTION_GRACE`]; returns how many.
+    fn orphan_outliving_leases(self: &Arc<Self>, state: &mut LeaseState, session: u64) -> usize {
+        let now = Instant::now();
+        let orphans = state.workers.values_mut().filter(|w| {
+            w.session == session
+                && matches!(
+                    w.state,
+                    WorkerState::Leased {
+                        outlives_session: true,
+                        ..
+                    }
+                )
+        });
+        let count = orphans
+            .map(|worker| {
+                worker.session = NO_SESSION;
+                worker.orphaned_at = Some(now);
+            })
+            .count();
+        if count > 0 {
+            let manager = Arc::downgrade(self);
+            tokio::spawn(async move {
+                tokio::time::sleep(ADOPTION_GRACE).await;
+                if let Some(manager) = manager.upgrade() {
+                    manager.kill_unadopted();
+                }
+            });
+        }
+        count
+    }
+
+    /// Kills the workers whose leases waited [`ADOPTION_GRACE`] for adoption.
+    fn kill_unadopted(self: &Arc<Self>) {
+        let doomed: Vec<(WorkerId, u32)> = {
+            let mut state = self.state();
+            let expired: Vec<(WorkerId, u32)> = state
+                .workers
+                .iter()
+                .filter(|(_, w)| w.orphaned_at.is_some_and(|at| at.elapsed() >= ADOPTION_GRACE))
+                .map(|(id, w)| (*id, w.pid))
+                .collect();
+            for (worker_id, _) in &expired {
+                let reason = format!("was not adopted within {ADOPTION_GRACE:?} after its lease session ended");
+                state.exits.insert(*worker_id, reason);
+            }
+            expired
+        };
+        for (worker_id, pid) in doomed {
+            tracing::warn!(%worker_id, pid, "killing a worker whose lease nobody adopted");
+            worker_process::kill_worker(pid);
+        }
+    }
+
+    /// Hands a lease that outlives its session to `session`: granted under
+    /// `request_id` when the worker is still leased here, refused when not.
+    pub(crate) fn adopt_lease(&self, session: u64, request_id: u64, worker_id: WorkerId) {
+        let mut guard = self.state();
+        let state = &mut *guard;
+        let adoptable = state.workers.get_mut(&worker_id).filter(|worker| {
+            matches!(
+                worker.state,
+                WorkerState::Leased {
+                    outlives_session: true,
+                    ..
+                }
+            )
+        });
+        let event = match adoptable {
+            Some(worker) => {
+                worker.session = session;
+                worker.orphaned_at = None;
+                let WorkerState::Leased { address, .. } = &worker.state else {
+                    unreachable!("filtered for leased workers")
+                };
+                granted(request_id, worker_id, worker, address, &self.context)
+            }
+            None => {
+                let exit = state.exits.get(&worker_id).map_or("is not held here", String::as_str);
+                let reason = format!("worker {worker_id} {exit}");
+                refused_event(request_id, LeaseRefusalKind::WorkerGone, &reason)
+            }
+        };
+        send_to_session(state, session, event);
     }
 
     pub(crate) fn request(self: &Arc<Self>, mut pending: PendingLease) {
@@ -415,6 +524,7 @@ impl LeaseManager {
                     address: address.clone(),
                     since: Instant::now(),
                     retriable: pending.retriable,
+                    outlives_session: pending.outlives_session,
                 };
                 Some(pending.request_id)
             }
@@ -496,7 +606,6 @@ impl LeaseManager {
         }
     }
 
-    /// Kills every worker; the node is shutting down.
     /// Ends every lease session (their owners see their streams end) and
     /// kills every worker, as the node shuts down.
     pub(crate) fn shut_down(&self) {
@@ -656,6 +765,7 @@ impl LeaseManager {
             address: address.clone(),
             since: Instant::now(),
             retriable: pending.retriable,
+            outlives_session: pending.outlives_session,
         };
         state.ledger.hold(worker_id, pending.demand);
         let event = granted(pending.request_id, worker_id, worker, &address, &self.context);
@@ -694,6 +804,7 @@ impl LeaseManager {
             worker_id,
             Worker {
                 session,
+                orphaned_at: None,
                 pid,
                 gpu_ids,
                 state: WorkerState::Starting { request },
@@ -936,6 +1047,7 @@ mod tests {
             scheduling: Scheduling::default(),
             allow_spillback,
             retriable: true,
+            outlives_session: false,
             view: 0,
         }
     }

@@ -193,6 +193,7 @@ fn handle_lease_message(leases: &Arc<LeaseManager>, session: u64, kind: LeaseKin
                     scheduling,
                     allow_spillback: request.allow_spillback,
                     retriable: request.retriable,
+                    outlives_session: request.outlives_session,
                     view: 0,
                 }),
                 (Err(error), _) | (_, Err(error)) => leases.refuse_malformed(session, request.request_id, &error),
@@ -203,6 +204,10 @@ fn handle_lease_message(leases: &Arc<LeaseManager>, session: u64, kind: LeaseKin
                 leases.return_lease(session, worker_id, returned.worker_failed);
             }
         }
+        LeaseKind::Adopt(adopt) => match WorkerId::from_wire(&adopt.worker_id) {
+            Ok(worker_id) => leases.adopt_lease(session, adopt.request_id, worker_id),
+            Err(error) => leases.refuse_malformed(session, adopt.request_id, &error),
+        },
         LeaseKind::Cancel(cancel) => leases.cancel_request(session, cancel.request_id),
         LeaseKind::Resize(resize) => {
             let worker_id = WorkerId::from_wire(&resize.worker_id);

@@ -1,6 +1,7 @@
 //! The head's lease sessions with node managers, one per node and binary:
 //! the workers that host actors are leased through them, resized once the
 //! actor runs, and given back (which ends the worker) when it is killed.
+//! Their leases outlive the session, so that a restarted head adopts them.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -12,7 +13,8 @@ use raylet_proto::v1::lease_session_event::Kind as LeaseEvent;
 use raylet_proto::v1::lease_session_request::Kind as LeaseRequest;
 use raylet_proto::v1::node_manager_service_client::NodeManagerServiceClient;
 use raylet_proto::v1::{
-    GetWorkerExitRequest, LeaseRefusalKind, LeaseSessionRequest, RequestLease, ResizeLease, ReturnLease, WorkerBinary,
+    AdoptLease, GetWorkerExitRequest, LeaseRefusalKind, LeaseSessionRequest, RequestLease, ResizeLease, ReturnLease,
+    WorkerBinary,
 };
 use raylet_proto::{Error, NodeId, ResourceSet, Result, Scheduling, WorkerId};
 use tokio::sync::{mpsc, oneshot};
@@ -89,6 +91,39 @@ impl HeadLeases {
         resources: &ResourceSet,
         scheduling: &Scheduling,
     ) -> Result<LeaseAnswer> {
+        self.ask(node, binary, |request_id| {
+            LeaseRequest::Request(RequestLease {
+                request_id,
+                resources: Some(resources.to_proto()),
+                allow_spillback: false,
+                strategy: Some(scheduling.to_proto()),
+                retriable: false,
+                outlives_session: true,
+            })
+        })
+        .await
+    }
+
+    /// Takes over the lease of `host`, granted to this head before it
+    /// restarted; granted again when its worker still runs.
+    pub async fn adopt(&self, host: &Grant, binary: &WorkerBinary) -> Result<LeaseAnswer> {
+        let worker_id = host.worker_id.as_bytes().to_vec();
+        self.ask(&host.node, binary, |request_id| {
+            LeaseRequest::Adopt(AdoptLease {
+                request_id,
+                worker_id: worker_id.clone(),
+            })
+        })
+        .await
+    }
+
+    /// Sends the request `make` builds under a new id and waits for its answer.
+    async fn ask(
+        &self,
+        node: &str,
+        binary: &WorkerBinary,
+        make: impl FnOnce(u64) -> LeaseRequest,
+    ) -> Result<LeaseAnswer> {
         let session = self.session(node, binary).await?;
         let request_id = self.next_request.fetch_add(1, Ordering::Relaxed);
         let (answer, answered) = oneshot::channel();
@@ -96,13 +131,7 @@ impl HeadLeases {
         if session.closed.load(Ordering::Acquire) {
             session.pending().remove(&request_id);
         }
-        session.send(LeaseRequest::Request(RequestLease {
-            request_id,
-            resources: Some(resources.to_proto()),
-            allow_spillback: false,
-            strategy: Some(scheduling.to_proto()),
-            retriable: false,
-        }));
+        session.send(make(request_id));
         let answer = answered
             .await
             .map_err(|_| Error::Unavailable(format!("the node manager at {node} closed the lease session")))?;

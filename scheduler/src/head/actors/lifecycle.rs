@@ -1,7 +1,10 @@
 //! One actor's life, run by the head: place it on a node, lease a worker
 //! there, run its constructor, hold the worker's task stream open as long
 //! as the actor lives, and when that stream ends (the process died) or a
-//! kill order comes, restart it or record its death.
+//! kill order comes, restart it or record its death. A head that restarted
+//! takes over the actors it had: it adopts the lease of each one's worker,
+//! which its node manager held meanwhile, and restarts those whose worker
+//! is gone.
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -17,7 +20,7 @@ use raylet_proto::{PlacementGroupId, SchedulingStrategy, TaskId};
 use tokio::sync::watch;
 
 use super::leases::{Grant, HeadLeases, LeaseAnswer};
-use super::table::{ActorSpec, ActorTable, KillOrder, Placement};
+use super::table::{ActorSpec, ActorTable, KillOrder, RecoveredActor};
 use crate::head::NodeTable;
 use crate::head::placement_groups::{GroupManager, GroupState, NodeManagerBundles};
 use crate::placement::{Choice, Placer};
@@ -30,6 +33,10 @@ const MAX_SPILLBACKS: usize = 8;
 const KILL_PATIENCE: Duration = Duration::from_secs(5);
 const FIRST_PLACEMENT_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_PLACEMENT_BACKOFF: Duration = Duration::from_secs(1);
+/// How long a restarted head waits for the owners of the actors it
+/// recovered to open their sessions again before it kills their actors
+/// that are not detached; owners try again every 200 ms.
+const OWNER_RETURN_GRACE: Duration = Duration::from_secs(10);
 
 /// What every actor's life needs from the head.
 pub(crate) struct ActorRuntime {
@@ -78,22 +85,42 @@ struct Hosted {
     _tasks: TaskSender,
 }
 
-/// Runs an actor until it is dead for good.
+/// Runs the actors a restarted head recovered: each adopts its worker, or
+/// is placed again. Once owners had time to come back, the actors of those
+/// that did not are killed.
+pub(crate) fn resume_actors(runtime: &Arc<ActorRuntime>, recovered: Vec<RecoveredActor>) {
+    if recovered.is_empty() {
+        return;
+    }
+    tracing::info!(actors = recovered.len(), "taking over the actors the head had");
+    let ids: Vec<_> = recovered.iter().map(|actor| actor.spec.id).collect();
+    for actor in recovered {
+        tokio::spawn(run_actor(runtime.clone(), actor.spec, actor.kill, actor.host));
+    }
+    let runtime = runtime.clone();
+    tokio::spawn(async move {
+        tokio::time::sleep(OWNER_RETURN_GRACE).await;
+        runtime.table().kill_orphans(&ids);
+    });
+}
+
+/// Runs an actor until it is dead for good; `adopted` is the lease of the
+/// worker that hosted it before the head restarted.
 pub(crate) async fn run_actor(
     runtime: Arc<ActorRuntime>,
     spec: Arc<ActorSpec>,
     mut kill: watch::Receiver<Option<KillOrder>>,
+    mut adopted: Option<Grant>,
 ) {
     loop {
         let restarts = runtime.table().record(spec.id).map(|r| r.restarts).unwrap_or_default();
-        let cause = match host(&runtime, &spec, restarts, &mut kill).await {
+        let hosted = match adopted.take() {
+            Some(host) => adopt(&runtime, &spec, host).await,
+            None => self::host(&runtime, &spec, restarts, &mut kill).await,
+        };
+        let cause = match hosted {
             Ok(hosted) => {
-                let placement = Placement {
-                    address: hosted.grant.address.clone(),
-                    node_id: hosted.grant.node_id,
-                    pid: hosted.grant.pid,
-                };
-                runtime.table().alive(spec.id, &placement);
+                runtime.table().alive(spec.id, &hosted.grant);
                 until_gone(&runtime, &spec, hosted, &mut kill).await
             }
             Err(Ended::ProcessDied(cause)) => cause,
@@ -106,6 +133,35 @@ pub(crate) async fn run_actor(
             return;
         }
         tracing::info!(actor = %spec.id, %cause, "restarting an actor");
+    }
+}
+
+/// Takes over the worker that hosted the actor before the head restarted:
+/// adopts its lease from its node manager and opens a task stream to it.
+async fn adopt(runtime: &ActorRuntime, spec: &ActorSpec, host: Grant) -> Result<Hosted, Ended> {
+    let lost = |why: String| Ended::ProcessDied(format!("its worker was lost while the head was down: {why}"));
+    let grant = match runtime.leases.adopt(&host, &spec.binary).await {
+        Ok(LeaseAnswer::Granted(grant)) => grant,
+        Ok(LeaseAnswer::Refused { reason, .. }) => return Err(lost(reason)),
+        Ok(LeaseAnswer::Spillback(node)) => return Err(lost(format!("its node passed it on to {node}"))),
+        Err(error) => return Err(lost(format!("its node {} is unreachable ({error})", host.node))),
+    };
+    match task_stream::open(&grant.address, &runtime.token, WORKER_PATIENCE).await {
+        Ok((tasks, events)) => {
+            tracing::info!(actor = %spec.id, worker = %grant.worker_id, "adopted the actor's worker");
+            Ok(Hosted {
+                grant,
+                events,
+                _tasks: tasks,
+            })
+        }
+        Err(error) => {
+            runtime.leases.end_worker(&grant, &spec.binary).await;
+            Err(lost(format!(
+                "its worker at {} is unreachable ({error})",
+                grant.address
+            )))
+        }
     }
 }
 
@@ -193,7 +249,7 @@ async fn lease_on_a_fitting_node(runtime: &ActorRuntime, spec: &ActorSpec) -> Re
             Ok(LeaseAnswer::Spillback(other)) => node = other,
             Ok(LeaseAnswer::Refused { reason, kind }) => {
                 let ended = match kind {
-                    LeaseRefusalKind::WorkerStartFailed => Ended::ProcessDied(reason),
+                    LeaseRefusalKind::WorkerStartFailed | LeaseRefusalKind::WorkerGone => Ended::ProcessDied(reason),
                     LeaseRefusalKind::Infeasible | LeaseRefusalKind::Unschedulable => {
                         Ended::Dead(ActorDeathKind::Infeasible, reason)
                     }

@@ -8,7 +8,7 @@ mod service;
 mod table;
 
 pub use leases::{Grant, HeadLeases, LeaseAnswer};
-pub use table::{ActorSpec, ActorTable, KillOrder, Placement};
+pub use table::{ActorSpec, ActorTable, KillOrder, RecoveredActor};
 
-pub(crate) use lifecycle::ActorRuntime;
+pub(crate) use lifecycle::{ActorRuntime, resume_actors};
 pub(crate) use service::ActorServiceImpl;

@@ -10,7 +10,7 @@ use raylet_proto::v1::{
     KillActorReply, KillActorRequest, ListActorsReply, ListActorsRequest, OwnerSessionEvent, OwnerSessionMessage,
     WatchActorRequest,
 };
-use raylet_proto::{ActorId, Error, ResourceSet, Result, Scheduling};
+use raylet_proto::{ActorId, Error};
 use tokio::sync::mpsc;
 use tokio_stream::Stream;
 use tokio_stream::wrappers::UnboundedReceiverStream;
@@ -37,12 +37,14 @@ impl ActorService for ActorServiceImpl {
     type OwnerSessionStream = OwnerStream;
 
     async fn create_actor(&self, request: Request<CreateActorRequest>) -> Result<Response<CreateActorReply>, Status> {
-        let spec = decode_spec(request.into_inner())?;
+        let spec = ActorSpec::from_request(request.into_inner())?;
         if self.runtime.table().contains(spec.id) {
             return Ok(Response::new(CreateActorReply {}));
         }
         let (spec, kill) = self.runtime.table().create(spec)?;
-        tokio::spawn(run_actor(self.runtime.clone(), spec, kill));
+        tokio::spawn(run_actor(self.runtime.clone(), spec, kill, None));
+        let flushed = self.runtime.table().flushed();
+        flushed.await;
         Ok(Response::new(CreateActorReply {}))
     }
 
@@ -122,29 +124,4 @@ impl ActorService for ActorServiceImpl {
         });
         Ok(Response::new(Box::pin(UnboundedReceiverStream::new(receiver))))
     }
-}
-
-fn decode_spec(request: CreateActorRequest) -> Result<ActorSpec> {
-    let binary = request
-        .binary
-        .ok_or_else(|| Error::InvalidArgument("an actor needs the binary that hosts it".into()))?;
-    if request.max_concurrency == 0 {
-        return Err(Error::InvalidArgument("max_concurrency must be at least 1".into()));
-    }
-    Ok(ActorSpec {
-        id: ActorId::from_wire(&request.actor_id)?,
-        class_name: bounded_text("class_name", request.class_name)?,
-        args: request.args,
-        binary,
-        placement: ResourceSet::from_proto(&request.placement.unwrap_or_default())?,
-        running: ResourceSet::from_proto(&request.running.unwrap_or_default())?,
-        scheduling: Scheduling::from_proto(request.strategy.as_ref())?,
-        name: bounded_text("name", request.name)?,
-        namespace: bounded_text("namespace", request.namespace)?,
-        detached: request.detached,
-        max_restarts: request.max_restarts,
-        max_task_retries: request.max_task_retries,
-        max_concurrency: request.max_concurrency,
-        owner: bounded_text("owner_address", request.owner_address)?,
-    })
 }

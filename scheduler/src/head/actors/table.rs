@@ -1,13 +1,21 @@
 //! The head's actor table: every actor's spec and record, the names of live
 //! actors, and the owners they die with. Plain synchronous state; each
-//! record is published on a watch channel that callers follow.
+//! record is published on a watch channel that callers follow, and written
+//! to the head's state store, from which a restarted head recovers it.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::Arc;
 
-use raylet_proto::v1::{ActorDeathKind, ActorRecord, ActorState, TaskArg, WorkerBinary};
-use raylet_proto::{ActorId, Error, IdMap, NodeId, ResourceSet, Result, Scheduling};
+use prost::Message;
+use raylet_proto::v1::{
+    ActorDeathKind, ActorRecord, ActorState, CreateActorRequest, StoredActor, TaskArg, WorkerBinary,
+};
+use raylet_proto::{ActorId, Error, IdMap, NodeId, ResourceSet, Result, Scheduling, WorkerId};
 use tokio::sync::watch;
+
+use super::leases::Grant;
+use crate::head::service::bounded_text;
+use crate::head::state_store::{StateStore, Table};
 
 /// What an actor is made from, as its creator asked.
 #[derive(Clone, Debug)]
@@ -30,6 +38,52 @@ pub struct ActorSpec {
 }
 
 impl ActorSpec {
+    /// Decodes and checks a creation request.
+    pub fn from_request(request: CreateActorRequest) -> Result<Self> {
+        let binary = request
+            .binary
+            .ok_or_else(|| Error::InvalidArgument("an actor needs the binary that hosts it".into()))?;
+        if request.max_concurrency == 0 {
+            return Err(Error::InvalidArgument("max_concurrency must be at least 1".into()));
+        }
+        Ok(ActorSpec {
+            id: ActorId::from_wire(&request.actor_id)?,
+            class_name: bounded_text("class_name", request.class_name)?,
+            args: request.args,
+            binary,
+            placement: ResourceSet::from_proto(&request.placement.unwrap_or_default())?,
+            running: ResourceSet::from_proto(&request.running.unwrap_or_default())?,
+            scheduling: Scheduling::from_proto(request.strategy.as_ref())?,
+            name: bounded_text("name", request.name)?,
+            namespace: bounded_text("namespace", request.namespace)?,
+            detached: request.detached,
+            max_restarts: request.max_restarts,
+            max_task_retries: request.max_task_retries,
+            max_concurrency: request.max_concurrency,
+            owner: bounded_text("owner_address", request.owner_address)?,
+        })
+    }
+
+    /// The creation request this spec was decoded from.
+    pub fn to_request(&self) -> CreateActorRequest {
+        CreateActorRequest {
+            actor_id: self.id.as_bytes().to_vec(),
+            class_name: self.class_name.clone(),
+            args: self.args.clone(),
+            binary: Some(self.binary.clone()),
+            placement: Some(self.placement.to_proto()),
+            running: Some(self.running.to_proto()),
+            name: self.name.clone(),
+            namespace: self.namespace.clone(),
+            detached: self.detached,
+            max_restarts: self.max_restarts,
+            max_concurrency: self.max_concurrency,
+            owner_address: self.owner.clone(),
+            max_task_retries: self.max_task_retries,
+            strategy: Some(self.scheduling.to_proto()),
+        }
+    }
+
     fn may_restart(&self, restarts: u32) -> bool {
         self.max_restarts < 0 || restarts < self.max_restarts as u32
     }
@@ -43,19 +97,22 @@ pub struct KillOrder {
     pub cause: String,
 }
 
-/// Where an actor runs once it is constructed.
-#[derive(Clone, Debug)]
-pub struct Placement {
-    pub address: String,
-    pub node_id: NodeId,
-    pub pid: u32,
-}
-
 struct ActorEntry {
     spec: Arc<ActorSpec>,
     record: watch::Sender<ActorRecord>,
     kill: watch::Sender<Option<KillOrder>>,
     created: u64,
+    /// The lease of the worker that hosts it, while it is alive.
+    host: Option<Grant>,
+}
+
+/// An actor a restarted head found in its state store, to be run again.
+pub struct RecoveredActor {
+    pub spec: Arc<ActorSpec>,
+    pub kill: watch::Receiver<Option<KillOrder>>,
+    /// The lease of the worker that hosted it when the head went down, to
+    /// be adopted; none when it was not alive.
+    pub host: Option<Grant>,
 }
 
 /// Every actor of the cluster.
@@ -67,9 +124,83 @@ pub struct ActorTable {
     /// How many sessions each owner process holds open.
     owners: HashMap<String, u32>,
     created: u64,
+    store: StateStore,
 }
 
 impl ActorTable {
+    /// The table as `store` holds it, and the actors that are not dead, to
+    /// be run again (their kill orders, if any were sent, are lost: a kill
+    /// is asked for again by its caller).
+    pub fn recover(store: StateStore) -> Result<(Self, Vec<RecoveredActor>)> {
+        let mut table = ActorTable {
+            store: store.clone(),
+            ..ActorTable::default()
+        };
+        let mut recovered = Vec::new();
+        for (key, value) in store.load(Table::Actors)? {
+            let stored = StoredActor::decode(value.as_slice())
+                .map_err(|e| Error::Internal(format!("actor {key:02x?} in the state store is corrupt: {e}")))?;
+            if let Some(actor) = table.restore(stored)? {
+                recovered.push(actor);
+            }
+        }
+        Ok((table, recovered))
+    }
+
+    /// Puts a stored actor back; returns it when it is to be run again.
+    fn restore(&mut self, stored: StoredActor) -> Result<Option<RecoveredActor>> {
+        let spec = Arc::new(ActorSpec::from_request(stored.spec.unwrap_or_default())?);
+        let record = stored.record.unwrap_or_default();
+        let host = stored_host(
+            &stored.worker_id,
+            stored.node_manager_address,
+            stored.node_incarnation,
+            &record,
+        );
+        let live = record.state() != ActorState::Dead;
+        if live && !spec.name.is_empty() {
+            self.names.insert((spec.namespace.clone(), spec.name.clone()), spec.id);
+        }
+        let (kill, killed) = watch::channel(None);
+        self.created = self.created.max(stored.created);
+        let entry = ActorEntry {
+            spec: spec.clone(),
+            record: watch::channel(record).0,
+            kill,
+            created: stored.created,
+            host: host.clone(),
+        };
+        self.actors.insert(spec.id, entry);
+        Ok(live.then_some(RecoveredActor {
+            spec,
+            kill: killed,
+            host,
+        }))
+    }
+
+    /// Kills, for good, those of `actors` that are not detached and whose
+    /// owner has no session open: owners that outlived a restart of the
+    /// head have opened theirs again by now.
+    pub fn kill_orphans(&mut self, actors: &[ActorId]) {
+        let absent: HashSet<ActorId> = actors
+            .iter()
+            .filter_map(|id| self.actors.get(id))
+            .filter(|entry| !entry.spec.detached && !self.owners.contains_key(&entry.spec.owner))
+            .map(|entry| entry.spec.id)
+            .collect();
+        for id in absent {
+            let Some(owner) = self.actors.get(&id).map(|entry| entry.spec.owner.clone()) else {
+                continue;
+            };
+            let order = KillOrder {
+                no_restart: true,
+                kind: ActorDeathKind::OwnerDied,
+                cause: format!("its owner {owner} did not come back after the head restarted, and it was not detached"),
+            };
+            let _ = self.kill(id, order);
+        }
+    }
+
     /// Whether the actor is known: a creation that is asked for again (its
     /// caller lost the answer) is done already.
     pub fn contains(&self, id: ActorId) -> bool {
@@ -112,8 +243,10 @@ impl ActorTable {
             record: watch::channel(record).0,
             kill,
             created: self.created,
+            host: None,
         };
         self.actors.insert(spec.id, entry);
+        self.persist(spec.id);
         Ok((spec, killed))
     }
 
@@ -152,13 +285,27 @@ impl ActorTable {
         Ok(())
     }
 
-    /// The actor runs at `placement` now.
-    pub fn alive(&mut self, id: ActorId, placement: &Placement) {
+    /// The actor runs on the worker of `host` now. A worker adopted after a
+    /// restart of the head leaves the record as it was: its callers keep
+    /// their connections and calls.
+    pub fn alive(&mut self, id: ActorId, host: &Grant) {
+        let Some(entry) = self.actors.get_mut(&id) else {
+            return;
+        };
+        entry.host = Some(host.clone());
+        let unchanged = {
+            let record = entry.record.borrow();
+            record.state() == ActorState::Alive && record.address == host.address && record.pid == host.pid
+        };
+        if unchanged {
+            self.persist(id);
+            return;
+        }
         self.update(id, |record| {
             record.state = ActorState::Alive as i32;
-            record.address = placement.address.clone();
-            record.node_id = placement.node_id.as_bytes().to_vec();
-            record.pid = placement.pid;
+            record.address = host.address.clone();
+            record.node_id = host.node_id.as_bytes().to_vec();
+            record.pid = host.pid;
         });
     }
 
@@ -252,14 +399,57 @@ impl ActorTable {
             .ok_or_else(|| Error::NotFound(format!("no actor {id}")))
     }
 
+    /// Changes the actor's record; it has no host unless it is alive.
     fn update(&mut self, id: ActorId, change: impl FnOnce(&mut ActorRecord)) {
-        if let Some(entry) = self.actors.get(&id) {
+        if let Some(entry) = self.actors.get_mut(&id) {
             entry.record.send_modify(|record| {
                 change(record);
                 record.version += 1;
             });
+            if entry.record.borrow().state() != ActorState::Alive {
+                entry.host = None;
+            }
         }
+        self.persist(id);
     }
+
+    /// Writes the actor to the state store, behind the caller.
+    fn persist(&self, id: ActorId) {
+        let Some(entry) = self.actors.get(&id) else {
+            return;
+        };
+        let host = entry.host.as_ref();
+        let stored = StoredActor {
+            spec: Some(entry.spec.to_request()),
+            record: Some(entry.record.borrow().clone()),
+            created: entry.created,
+            worker_id: host.map(|h| h.worker_id.as_bytes().to_vec()).unwrap_or_default(),
+            node_manager_address: host.map(|h| h.node.clone()).unwrap_or_default(),
+            node_incarnation: host.map_or(0, |h| h.incarnation),
+        };
+        self.store.put(Table::Actors, id.as_bytes(), &stored);
+    }
+
+    /// Waits until every change so far is on disk.
+    pub fn flushed(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let store = self.store.clone();
+        async move { store.flush().await }
+    }
+}
+
+/// The lease of a stored actor's worker, when it was alive.
+fn stored_host(worker_id: &[u8], node: String, incarnation: u64, record: &ActorRecord) -> Option<Grant> {
+    if record.state() != ActorState::Alive {
+        return None;
+    }
+    Some(Grant {
+        node,
+        worker_id: WorkerId::from_wire(worker_id).ok()?,
+        address: record.address.clone(),
+        node_id: NodeId::from_wire(&record.node_id).ok()?,
+        incarnation,
+        pid: record.pid,
+    })
 }
 
 #[cfg(test)]
@@ -285,10 +475,13 @@ mod tests {
         }
     }
 
-    fn placement() -> Placement {
-        Placement {
+    fn placement() -> Grant {
+        Grant {
+            node: "127.0.0.1:8".into(),
+            worker_id: WorkerId::random(),
             address: "127.0.0.1:9".into(),
             node_id: NodeId::random(),
+            incarnation: 1,
             pid: 42,
         }
     }
@@ -341,6 +534,64 @@ mod tests {
         assert!(!table.process_died(owned.id, "killed"));
         assert_eq!(table.record(owned.id).unwrap().death_kind(), ActorDeathKind::OwnerDied);
         assert_eq!(table.record(detached.id).unwrap().state(), ActorState::Pending);
+    }
+
+    #[tokio::test]
+    async fn a_recovered_table_has_every_actor_with_its_name_and_host_and_runs_the_live_ones_again() {
+        let dir = tempfile::tempdir().unwrap();
+        let host = placement();
+        let (kept, waiting, gone) = {
+            let (mut table, recovered) = ActorTable::recover(StateStore::open(dir.path()).unwrap()).unwrap();
+            assert!(recovered.is_empty());
+            let (kept, _) = table.create(spec("kept", -1, true)).unwrap();
+            table.alive(kept.id, &host);
+            let (waiting, _) = table.create(spec("", 0, false)).unwrap();
+            let (gone, _) = table.create(spec("gone", 0, false)).unwrap();
+            table.dead(gone.id, ActorDeathKind::Killed, "killed");
+            table.flushed().await;
+            (kept.id, waiting.id, gone.id)
+        };
+        let store = crate::head::state_store::tests::reopen(dir.path()).await;
+        let (table, recovered) = ActorTable::recover(store).unwrap();
+        let mut live: Vec<(ActorId, Option<WorkerId>)> = recovered
+            .iter()
+            .map(|actor| (actor.spec.id, actor.host.as_ref().map(|h| h.worker_id)))
+            .collect();
+        live.sort();
+        let mut expected = vec![(kept, Some(host.worker_id)), (waiting, None)];
+        expected.sort();
+        assert_eq!(
+            live, expected,
+            "the live actors run again; the alive one adopts its worker"
+        );
+        let adopted = recovered.iter().find_map(|actor| actor.host.clone()).unwrap();
+        assert_eq!((adopted.node, adopted.incarnation), (host.node, host.incarnation));
+        assert_eq!(table.named("default", "kept").unwrap().actor_id, kept.as_bytes());
+        assert!(table.named("default", "gone").is_err(), "a dead actor's name is free");
+        let listed: Vec<Vec<u8>> = table.list().into_iter().map(|r| r.actor_id).collect();
+        assert_eq!(
+            listed,
+            [kept, waiting, gone].map(|id| id.as_bytes().to_vec()),
+            "in creation order"
+        );
+        assert_eq!(table.record(gone).unwrap().death_kind(), ActorDeathKind::Killed);
+    }
+
+    #[test]
+    fn after_a_restart_the_actors_of_owners_that_did_not_come_back_are_killed() {
+        let mut table = ActorTable::default();
+        let back = table.create(spec("", -1, false)).unwrap();
+        let mut orphan_spec = spec("", -1, false);
+        orphan_spec.owner = "driver:2".into();
+        let orphan = table.create(orphan_spec.clone()).unwrap();
+        orphan_spec.id = ActorId::random();
+        orphan_spec.detached = true;
+        let detached = table.create(orphan_spec).unwrap();
+        table.owner_joined("driver:1");
+        table.kill_orphans(&[back.0.id, orphan.0.id, detached.0.id]);
+        assert!(back.1.borrow().is_none(), "its owner came back");
+        assert_eq!(orphan.1.borrow().clone().unwrap().kind, ActorDeathKind::OwnerDied);
+        assert!(detached.1.borrow().is_none(), "a detached actor outlives its owner");
     }
 
     #[test]

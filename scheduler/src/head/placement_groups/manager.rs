@@ -14,6 +14,8 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use raylet_proto::{PlacementGroupId, ResourceSet, Result};
 
+use crate::head::state_store::StateStore;
+
 use super::table::{BundleLocation, GroupRecord, GroupSpec, GroupState, GroupTable};
 use crate::head::NodeTable;
 use crate::placement::{BundlePlan, plan_bundles};
@@ -85,9 +87,19 @@ fn bundles_by_node(new: &[(usize, BundleLocation)], spec: &GroupSpec) -> NodeBun
 }
 
 impl<N: BundleNodes> GroupManager<N> {
+    /// A manager whose groups are kept in memory only.
     pub fn new(nodes: Arc<Mutex<NodeTable>>, bundle_nodes: N) -> Self {
+        Self::with_table(GroupTable::default(), nodes, bundle_nodes)
+    }
+
+    /// A manager of the groups `store` holds, which keeps every change there.
+    pub fn recover(nodes: Arc<Mutex<NodeTable>>, bundle_nodes: N, store: StateStore) -> Result<Self> {
+        Ok(Self::with_table(GroupTable::recover(store)?, nodes, bundle_nodes))
+    }
+
+    fn with_table(table: GroupTable, nodes: Arc<Mutex<NodeTable>>, bundle_nodes: N) -> Self {
         GroupManager {
-            table: Mutex::new(GroupTable::default()),
+            table: Mutex::new(table),
             nodes,
             bundle_nodes: Arc::new(bundle_nodes),
             placing: tokio::sync::Mutex::new(()),
@@ -104,12 +116,47 @@ impl<N: BundleNodes> GroupManager<N> {
     }
 
     /// Registers a group and tries to place it (and any older waiting
-    /// group) at once; returns its record after that attempt.
+    /// group) at once; returns its record after that attempt, once that is
+    /// on disk. A group created again (its caller lost the answer when the
+    /// head restarted) is answered with its record.
     pub async fn create(&self, spec: GroupSpec) -> Result<GroupRecord> {
         let id = spec.id;
+        if let Ok(record) = self.table().record(id) {
+            return Ok(record);
+        }
         self.table().create(spec)?;
         self.place_waiting().await;
+        let flushed = self.table().flushed();
+        flushed.await;
         self.table().record(id)
+    }
+
+    /// Frees what a head that went down while it placed groups may have
+    /// reserved for them: the bundles the recovered table has no node for,
+    /// on every alive node. Runs before the restarted head places anything.
+    pub async fn release_unrecorded_reservations(&self) {
+        let unplaced: Vec<(PlacementGroupId, Vec<u32>)> = {
+            let table = self.table();
+            let records = table.unplaced().into_iter().filter_map(|id| table.record(id).ok());
+            records
+                .map(|record| {
+                    let indexes = (0..record.locations.len() as u32)
+                        .filter(|&i| record.locations[i as usize].is_none())
+                        .collect();
+                    (record.spec.id, indexes)
+                })
+                .collect()
+        };
+        if unplaced.is_empty() {
+            return;
+        }
+        let addresses: Vec<String> = self.nodes().alive_resources().into_iter().map(|n| n.address).collect();
+        let releases = unplaced.iter().flat_map(|(id, indexes)| {
+            addresses
+                .iter()
+                .map(|address| self.bundle_nodes.release(address, *id, indexes.clone()))
+        });
+        join_all(releases).await;
     }
 
     pub fn record(&self, id: PlacementGroupId) -> Result<GroupRecord> {
@@ -177,6 +224,8 @@ impl<N: BundleNodes> GroupManager<N> {
         self.give_back_to_view(placed.filter_map(|(bundle, location)| Some((bundle, location.as_ref()?))));
         let addresses: BTreeSet<String> = locations.into_iter().flatten().map(|l| l.address).collect();
         let release = self.release_on(id, addresses).await;
+        let flushed = self.table().flushed();
+        flushed.await;
         Ok((self.table().record(id)?, release))
     }
 

@@ -1,14 +1,17 @@
 //! The head's table of placement groups: each group's bundles, strategy,
 //! state and bundle locations, with a watch per group for those who wait
-//! for it to be created.
+//! for it to be created. Every change is written to the head's state
+//! store, from which a restarted head recovers the table.
 
 use std::collections::{BTreeSet, VecDeque};
 use std::sync::Arc;
 use std::time::SystemTime;
 
+use prost::Message;
 use raylet_proto::{Error, IdMap, NodeId, PlacementGroupId, PlacementStrategy, ResourceSet, Result, v1};
 use tokio::sync::watch;
 
+use crate::head::state_store::{StateStore, Table};
 use crate::status::unix_ms;
 
 /// How many removed groups are kept for `raylet list placement-groups`.
@@ -68,6 +71,66 @@ pub struct GroupRecord {
 }
 
 impl GroupRecord {
+    /// The record as the state store keeps it, with every placed bundle.
+    fn to_stored(&self, seq: u64) -> v1::StoredPlacementGroup {
+        let placed = self.locations.iter().enumerate().filter_map(|(index, location)| {
+            let location = location.as_ref()?;
+            Some(v1::PlacedBundle {
+                index: index as u32,
+                location: Some(v1::BundleLocation {
+                    node_id: location.node_id.as_bytes().to_vec(),
+                    address: location.address.clone(),
+                }),
+            })
+        });
+        v1::StoredPlacementGroup {
+            record: Some(self.to_proto()),
+            placed: placed.collect(),
+            seq,
+        }
+    }
+
+    /// A record the state store kept, and its creation order.
+    fn from_stored(stored: v1::StoredPlacementGroup) -> Result<(Self, u64)> {
+        let record = stored.record.unwrap_or_default();
+        let bundles = record
+            .bundles
+            .iter()
+            .map(ResourceSet::from_proto)
+            .collect::<Result<Vec<_>>>()?;
+        let mut locations = vec![None; bundles.len()];
+        for placed in stored.placed {
+            let location = placed.location.unwrap_or_default();
+            if let Some(slot) = locations.get_mut(placed.index as usize) {
+                *slot = Some(BundleLocation {
+                    node_id: NodeId::from_wire(&location.node_id)?,
+                    address: location.address,
+                });
+            }
+        }
+        let state = match record.state() {
+            v1::PlacementGroupState::Created => GroupState::Created,
+            v1::PlacementGroupState::Rescheduling => GroupState::Rescheduling,
+            v1::PlacementGroupState::Infeasible => GroupState::Infeasible,
+            v1::PlacementGroupState::Removed => GroupState::Removed,
+            v1::PlacementGroupState::Pending | v1::PlacementGroupState::Unspecified => GroupState::Pending,
+        };
+        let spec = GroupSpec {
+            id: PlacementGroupId::from_wire(&record.placement_group_id)?,
+            strategy: PlacementStrategy::from_proto(record.strategy()),
+            name: record.name,
+            bundles,
+        };
+        let group = GroupRecord {
+            spec: Arc::new(spec),
+            state,
+            locations,
+            reason: record.reason,
+            created_unix_ms: record.created_unix_ms,
+        };
+        Ok((group, stored.seq))
+    }
+
     pub fn to_proto(&self) -> v1::PlacementGroupRecord {
         let state = match self.state {
             GroupState::Pending => v1::PlacementGroupState::Pending,
@@ -109,9 +172,53 @@ pub struct GroupTable {
     /// The groups that wait for nodes, by creation order.
     unplaced: BTreeSet<(u64, PlacementGroupId)>,
     removed: VecDeque<PlacementGroupId>,
+    store: StateStore,
 }
 
 impl GroupTable {
+    /// The table as `store` holds it.
+    pub fn recover(store: StateStore) -> Result<Self> {
+        let mut stored = Vec::new();
+        for (key, value) in store.load(Table::PlacementGroups)? {
+            let group = v1::StoredPlacementGroup::decode(value.as_slice()).map_err(|e| {
+                Error::Internal(format!("placement group {key:02x?} in the state store is corrupt: {e}"))
+            })?;
+            stored.push(GroupRecord::from_stored(group)?);
+        }
+        stored.sort_by_key(|(_, seq)| *seq);
+        let mut table = GroupTable {
+            store,
+            ..GroupTable::default()
+        };
+        for (record, seq) in stored {
+            let id = record.spec.id;
+            table.next_seq = table.next_seq.max(seq);
+            match record.state {
+                GroupState::Removed => table.removed.push_back(id),
+                state if state.is_unplaced() => {
+                    table.unplaced.insert((seq, id));
+                }
+                _ => {}
+            }
+            table.groups.insert(id, (seq, watch::channel(record).0));
+        }
+        Ok(table)
+    }
+
+    /// Writes the group to the state store, behind the caller.
+    fn persist(&self, id: PlacementGroupId) {
+        if let Some((seq, group)) = self.groups.get(&id) {
+            let stored = group.borrow().to_stored(*seq);
+            self.store.put(Table::PlacementGroups, id.as_bytes(), &stored);
+        }
+    }
+
+    /// Waits until every change so far is on disk.
+    pub fn flushed(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
+        let store = self.store.clone();
+        async move { store.flush().await }
+    }
+
     /// Adds a pending group; its id must be new.
     pub fn create(&mut self, spec: GroupSpec) -> Result<()> {
         if self.groups.contains_key(&spec.id) {
@@ -129,8 +236,9 @@ impl GroupTable {
         };
         self.next_seq += 1;
         self.unplaced.insert((self.next_seq, record.spec.id));
-        self.groups
-            .insert(record.spec.id, (self.next_seq, watch::channel(record).0));
+        let id = record.spec.id;
+        self.groups.insert(id, (self.next_seq, watch::channel(record).0));
+        self.persist(id);
         Ok(())
     }
 
@@ -158,6 +266,7 @@ impl GroupTable {
             true => self.unplaced.insert((*seq, id)),
             false => self.unplaced.remove(&(*seq, id)),
         };
+        self.persist(id);
     }
 
     /// The groups that wait for nodes, oldest first.
@@ -183,12 +292,14 @@ impl GroupTable {
         self.update(id, |record| {
             record.state = GroupState::Removed;
             record.reason = reason.to_string();
+            record.locations.iter_mut().for_each(|location| *location = None);
         });
         self.removed.push_back(id);
         if self.removed.len() > MAX_REMOVED_RECORDS
             && let Some(oldest) = self.removed.pop_front()
         {
             self.groups.remove(&oldest);
+            self.store.delete(Table::PlacementGroups, oldest.as_bytes());
         }
         Ok(record.locations)
     }
@@ -198,5 +309,80 @@ impl GroupTable {
         let mut groups: Vec<&(u64, watch::Sender<GroupRecord>)> = self.groups.values().collect();
         groups.sort_by_key(|(seq, _)| *seq);
         groups.into_iter().map(|(_, group)| group.borrow().clone()).collect()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use raylet_proto::resources::CPU;
+    use raylet_proto::{Amount, PlacementGroupId};
+
+    use super::*;
+    use crate::head::state_store::tests::reopen;
+
+    fn spec(bundles: usize) -> GroupSpec {
+        GroupSpec {
+            id: PlacementGroupId::random(),
+            name: String::new(),
+            bundles: vec![ResourceSet::new().with(CPU, Amount::whole(1)); bundles],
+            strategy: PlacementStrategy::Spread,
+        }
+    }
+
+    fn location(port: u16) -> BundleLocation {
+        BundleLocation {
+            node_id: NodeId::random(),
+            address: format!("10.0.0.1:{port}"),
+        }
+    }
+
+    #[tokio::test]
+    async fn a_recovered_table_has_every_group_with_its_bundles_nodes() {
+        let dir = tempfile::tempdir().unwrap();
+        let (created, rescheduling, removed) = (spec(2), spec(2), spec(1));
+        let (first, second) = (location(1), location(2));
+        {
+            let mut table = GroupTable::recover(StateStore::open(dir.path()).unwrap()).unwrap();
+            for group in [&created, &rescheduling, &removed] {
+                table.create(group.clone()).unwrap();
+            }
+            table.update(created.id, |record| {
+                record.state = GroupState::Created;
+                record.locations = vec![Some(first.clone()), Some(second.clone())];
+            });
+            table.update(rescheduling.id, |record| {
+                record.state = GroupState::Rescheduling;
+                record.locations = vec![None, Some(second.clone())];
+            });
+            table.remove(removed.id, "removed by its owner").unwrap();
+            table.flushed().await;
+        }
+        let table = GroupTable::recover(reopen(dir.path()).await).unwrap();
+        let states: Vec<(PlacementGroupId, GroupState)> =
+            table.records().iter().map(|r| (r.spec.id, r.state)).collect();
+        assert_eq!(
+            states,
+            [
+                (created.id, GroupState::Created),
+                (rescheduling.id, GroupState::Rescheduling),
+                (removed.id, GroupState::Removed)
+            ],
+            "in creation order"
+        );
+        let record = table.record(created.id).unwrap();
+        assert_eq!(record.locations, [Some(first), Some(second.clone())]);
+        assert_eq!(record.spec.bundles, created.bundles);
+        assert_eq!(record.spec.strategy, PlacementStrategy::Spread);
+        assert_eq!(table.record(rescheduling.id).unwrap().locations, [None, Some(second)]);
+        assert_eq!(
+            table.unplaced(),
+            [rescheduling.id],
+            "the group with a bundle to place is placed again"
+        );
+        assert_eq!(
+            table.record(removed.id).unwrap().locations,
+            [None],
+            "a removed group holds nothing"
+        );
     }
 }
