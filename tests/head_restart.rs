@@ -12,7 +12,9 @@
 //! Actors and placement groups outlive the restart: an actor's worker keeps
 //! running and answering calls while the head is down, the restarted head
 //! adopts it (same process, same state) and still restarts it when it
-//! dies, finds it by name, and places new actors in a group made before.
+//! dies, finds it by name, and places new actors in a group made before. A
+//! worker no restarted head adopts in time is killed by its node, and the
+//! actors of an owner that died while the head was down die too.
 
 use std::path::Path;
 use std::time::{Duration, Instant};
@@ -49,6 +51,11 @@ fn driver_ticks() {
 /// Starts a head without CPUs (drivers and tasks run on the nodes) and two
 /// nodes of 2 CPUs; returns the head's address once both nodes are alive.
 fn start_cluster(temp: &Path) -> String {
+    start_cluster_with(temp, &[])
+}
+
+/// [`start_cluster`], with more flags for the two nodes.
+fn start_cluster_with(temp: &Path, node_flags: &[&str]) -> String {
     raylet(
         temp,
         &[&["start", "--head", "--port", "0", "--num-cpus", "0"][..], &FAST].concat(),
@@ -57,7 +64,7 @@ fn start_cluster(temp: &Path) -> String {
     for _ in 0..2 {
         raylet(
             temp,
-            &[&["start", "--address", &head, "--num-cpus", "2"][..], &FAST].concat(),
+            &[&["start", "--address", &head, "--num-cpus", "2"][..], &FAST, node_flags].concat(),
         );
     }
     let deadline = Instant::now() + PATIENCE;
@@ -357,6 +364,104 @@ fn actors_and_placement_groups_outlive_a_head_restart() {
     assert_ne!(restarted.1, pid);
     group.remove().unwrap();
     cluster.kill(&found, true).unwrap();
+    cluster.shutdown().unwrap();
+}
+
+#[test]
+fn an_actor_whose_worker_was_not_adopted_in_time_restarts_once_the_head_is_back() {
+    let temp = tempfile::tempdir().unwrap();
+    let _daemons = Daemons(temp.path());
+    let head = start_cluster_with(temp.path(), &["--actor-adoption-grace", "1s"]);
+    let cluster = raylet::init_with(Config::new().address(&head).temp_dir(temp.path())).unwrap();
+    let tally = Tally::remote(&cluster).max_restarts(1).spawn().unwrap();
+    let (_, pid) = tally.add(1).get().unwrap();
+
+    kill_head(temp.path());
+    let worker = nix::unistd::Pid::from_raw(pid as i32);
+    let deadline = Instant::now() + PATIENCE;
+    while nix::sys::signal::kill(worker, None).is_ok() {
+        assert!(Instant::now() < deadline, "the node kills the worker nobody adopted");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    raylet(
+        temp.path(),
+        &[&["start", "--head", "--recover", "--num-cpus", "0"][..], &FAST].concat(),
+    );
+
+    let restarted = loop {
+        if let Ok(answer) = tally.add(1).get() {
+            break answer;
+        }
+        assert!(Instant::now() < deadline, "the actor restarts once the head is back");
+        std::thread::sleep(Duration::from_millis(100));
+    };
+    assert_eq!(restarted.0, 1, "a restarted actor starts afresh");
+    let listed = cluster.list_actors().unwrap();
+    let info = listed.iter().find(|info| info.id == tally.id()).unwrap();
+    assert_eq!((info.state, info.restarts), (ActorState::Alive, 1), "{info:?}");
+    assert!(
+        info.death_cause.contains("was not adopted within 1s"),
+        "the restart says why: {}",
+        info.death_cause
+    );
+    cluster.shutdown().unwrap();
+}
+
+#[test]
+#[ignore = "an owner: `the_actors_of_an_owner_that_died...` runs it"]
+fn owner_of_a_tally() {
+    let cluster = raylet::init().unwrap();
+    let tally = Tally::remote(&cluster).name("orphan").spawn().unwrap();
+    tally.add(1).get().unwrap();
+    println!("owner ready");
+    std::thread::sleep(PATIENCE);
+}
+
+#[test]
+fn the_actors_of_an_owner_that_died_while_the_head_was_down_die_once_it_is_back() {
+    use std::io::BufRead;
+    let temp = tempfile::tempdir().unwrap();
+    let _daemons = Daemons(temp.path());
+    let head = start_cluster(temp.path());
+    let mut owner = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["owner_of_a_tally", "--exact", "--ignored", "--nocapture"])
+        .env("RAYLET_ADDRESS", &head)
+        .env("RAYLET_TEMP_DIR", temp.path())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(owner.stdout.take().unwrap()).lines();
+    assert!(
+        lines.any(|line| line.unwrap().contains("owner ready")),
+        "the owner made its actor"
+    );
+    let cluster = raylet::init_with(Config::new().address(&head).temp_dir(temp.path())).unwrap();
+    let orphan = cluster.get_actor::<Tally>("orphan").unwrap();
+
+    kill_head(temp.path());
+    owner.kill().unwrap();
+    owner.wait().unwrap();
+    raylet(
+        temp.path(),
+        &[&["start", "--head", "--recover", "--num-cpus", "0"][..], &FAST].concat(),
+    );
+
+    let deadline = Instant::now() + PATIENCE;
+    let info = loop {
+        let listed = cluster.list_actors().unwrap();
+        let info = listed.into_iter().find(|info| info.id == orphan.id()).unwrap();
+        if info.state == ActorState::Dead {
+            break info;
+        }
+        assert!(Instant::now() < deadline, "the orphan dies: {info:?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert!(
+        info.death_cause.contains("did not come back after the head restarted"),
+        "{}",
+        info.death_cause
+    );
+    assert!(cluster.get_actor::<Tally>("orphan").is_err(), "its name is free again");
     cluster.shutdown().unwrap();
 }
 

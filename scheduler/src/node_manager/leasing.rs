@@ -40,9 +40,6 @@ const INFEASIBLE_MEMORY: Duration = Duration::from_secs(300);
 const MAX_INFEASIBLE_SHAPES: usize = 50;
 /// The session of a lease that outlived its own; sessions count from 1.
 const NO_SESSION: u64 = 0;
-/// How long a lease that outlives its session waits to be adopted before
-/// its worker is killed: as long as drivers wait for a head to come back.
-const ADOPTION_GRACE: Duration = Duration::from_secs(60);
 
 /// Another node, as the head last reported it.
 #[derive(Clone, Debug)]
@@ -156,15 +153,19 @@ pub(crate) struct LeaseManager {
     context: WorkerContext,
     binaries: BinaryCache,
     state: Mutex<LeaseState>,
+    /// How long a lease that outlives its session waits to be adopted
+    /// before its worker is killed.
+    adoption_grace: Duration,
 }
 
 impl LeaseManager {
-    pub(crate) fn new(context: WorkerContext, total: ResourceSet) -> Arc<Self> {
+    pub(crate) fn new(context: WorkerContext, total: ResourceSet, adoption_grace: Duration) -> Arc<Self> {
         let (cluster, local) = cluster_of(&context, &total, Vec::new());
         let seed = u64::from_le_bytes(context.node_id.as_bytes()[..8].try_into().expect("ids are 16 bytes"));
         Arc::new(LeaseManager {
             context,
             binaries: BinaryCache::default(),
+            adoption_grace,
             state: Mutex::new(LeaseState {
                 ledger: ResourceLedger::new(total),
                 cluster,
@@ -312,7 +313,7 @@ impl LeaseManager {
 
     /// Kills the session's workers, frees their resources and drops its
     /// requests; leases that outlive the session are held for adoption for
-    /// [`ADOPTION_GRACE`] instead.
+    /// the adoption grace instead.
     pub(crate) fn close_session(self: &Arc<Self>, session: u64) {
         let doomed: Vec<u32> = {
             let mut state = self.state();
@@ -345,7 +346,7 @@ impl LeaseManager {
     }
 
     /// Moves the session's leases that outlive it to [`NO_SESSION`] and has
-    /// them killed unless adopted within [`ADOPTION_GRACE`]; returns how many.
+    /// them killed unless adopted within the adoption grace; returns how many.
     fn orphan_outliving_leases(self: &Arc<Self>, state: &mut LeaseState, session: u64) -> usize {
         let now = Instant::now();
         let orphans = state.workers.values_mut().filter(|w| {
@@ -365,9 +366,9 @@ impl LeaseManager {
             })
             .count();
         if count > 0 {
-            let manager = Arc::downgrade(self);
+            let (manager, grace) = (Arc::downgrade(self), self.adoption_grace);
             tokio::spawn(async move {
-                tokio::time::sleep(ADOPTION_GRACE).await;
+                tokio::time::sleep(grace).await;
                 if let Some(manager) = manager.upgrade() {
                     manager.kill_unadopted();
                 }
@@ -376,18 +377,19 @@ impl LeaseManager {
         count
     }
 
-    /// Kills the workers whose leases waited [`ADOPTION_GRACE`] for adoption.
+    /// Kills the workers whose leases waited the adoption grace in vain.
     fn kill_unadopted(self: &Arc<Self>) {
+        let grace = self.adoption_grace;
         let doomed: Vec<(WorkerId, u32)> = {
             let mut state = self.state();
             let expired: Vec<(WorkerId, u32)> = state
                 .workers
                 .iter()
-                .filter(|(_, w)| w.orphaned_at.is_some_and(|at| at.elapsed() >= ADOPTION_GRACE))
+                .filter(|(_, w)| w.orphaned_at.is_some_and(|at| at.elapsed() >= grace))
                 .map(|(id, w)| (*id, w.pid))
                 .collect();
             for (worker_id, _) in &expired {
-                let reason = format!("was not adopted within {ADOPTION_GRACE:?} after its lease session ended");
+                let reason = format!("was not adopted within {grace:?} after its lease session ended");
                 state.exits.insert(*worker_id, reason);
             }
             expired

@@ -58,6 +58,9 @@ pub struct NodeConfig {
     pub heartbeat_interval: Duration,
     /// How long to keep retrying an unreachable head before giving up.
     pub connect_timeout: Duration,
+    /// How long the workers of the head's actors outlive the head's lease
+    /// session, for a restarted head to adopt them.
+    pub adoption_grace: Duration,
     /// The object store spills into `<spill_root>/<node id>`, which is
     /// removed when the node stops.
     pub spill_root: PathBuf,
@@ -72,6 +75,8 @@ pub struct NodeConfig {
 impl NodeConfig {
     pub const DEFAULT_HEARTBEAT_INTERVAL: Duration = Duration::from_secs(1);
     pub const DEFAULT_CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+    /// As long as drivers wait for a head to come back.
+    pub const DEFAULT_ADOPTION_GRACE: Duration = Duration::from_secs(60);
 
     /// A config for a node that joins the head at `head_address`, with the
     /// given total resources (see [`resolve_resources`]).
@@ -85,6 +90,7 @@ impl NodeConfig {
             is_head_node: false,
             heartbeat_interval: Self::DEFAULT_HEARTBEAT_INTERVAL,
             connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
+            adoption_grace: Self::DEFAULT_ADOPTION_GRACE,
             spill_root: std::env::temp_dir().join("raylet-spill"),
             spill_limit: None,
             memory_monitor: MemoryMonitorConfig::default(),
@@ -157,6 +163,11 @@ impl NodeConfig {
         self.connect_timeout = timeout;
         self
     }
+
+    pub fn adoption_grace(mut self, grace: Duration) -> Self {
+        self.adoption_grace = grace;
+        self
+    }
 }
 
 /// State that the heartbeat loop and the gRPC service share.
@@ -213,7 +224,7 @@ impl NodeManager {
         raise_open_file_limit();
         let store = SharedStore::new(config.store_config(), config.token.clone()).map_err(raylet_proto::Error::from)?;
         let shared = Arc::new(NodeShared {
-            leases: LeaseManager::new(context, config.resources.clone()),
+            leases: LeaseManager::new(context, config.resources.clone(), config.adoption_grace),
             store,
             job_drivers: Arc::new(JobDrivers::new(
                 &config.work_dir(),

@@ -213,6 +213,11 @@ pub struct StartArgs {
     /// (node) How long to retry an unreachable head before giving up.
     #[arg(long, value_parser = parse_duration, default_value = "10s")]
     pub connect_timeout: Duration,
+    /// (node) How long the workers of the head's actors live on after the
+    /// head goes away, for a restarted head (`--recover`) to take them
+    /// over; then they are killed.
+    #[arg(long, value_parser = parse_duration, default_value = "60s")]
+    pub actor_adoption_grace: Duration,
     #[command(flatten)]
     pub session: SessionArgs,
     /// The session directory the daemon uses; set by the starting process.
@@ -268,6 +273,7 @@ impl StartArgs {
             })
             .heartbeat_interval(self.heartbeat_interval)
             .connect_timeout(self.connect_timeout)
+            .adoption_grace(self.actor_adoption_grace)
     }
 }
 
