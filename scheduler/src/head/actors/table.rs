@@ -3,7 +3,7 @@
 //! record is published on a watch channel that callers follow, and written
 //! to the head's state store, from which a restarted head recovers it.
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
 use prost::Message;
@@ -16,6 +16,10 @@ use tokio::sync::watch;
 use super::leases::Grant;
 use crate::head::service::bounded_text;
 use crate::head::state_store::{StateStore, Table};
+
+/// How many dead actors are kept for `raylet list actors` and late watchers;
+/// older ones are forgotten, on disk too.
+const MAX_DEAD_ACTORS: usize = 10_000;
 
 /// What an actor is made from, as its creator asked.
 #[derive(Clone, Debug)]
@@ -124,6 +128,8 @@ pub struct ActorTable {
     /// How many sessions each owner process holds open.
     owners: HashMap<String, u32>,
     created: u64,
+    /// Dead actors, the first to die first.
+    dead: VecDeque<ActorId>,
     store: StateStore,
 }
 
@@ -137,13 +143,19 @@ impl ActorTable {
             ..ActorTable::default()
         };
         let mut recovered = Vec::new();
+        let mut dead = Vec::new();
         for (key, value) in store.load(Table::Actors)? {
             let stored = StoredActor::decode(value.as_slice())
                 .map_err(|e| Error::Internal(format!("actor {key:02x?} in the state store is corrupt: {e}")))?;
-            if let Some(actor) = table.restore(stored)? {
-                recovered.push(actor);
+            let created = stored.created;
+            match table.restore(stored)? {
+                Some(actor) => recovered.push(actor),
+                None => dead.push((created, key)),
             }
         }
+        dead.sort();
+        let dead = dead.into_iter().filter_map(|(_, key)| ActorId::from_wire(&key).ok());
+        table.dead.extend(dead);
         Ok((table, recovered))
     }
 
@@ -344,11 +356,13 @@ impl ActorTable {
         }
     }
 
-    /// The actor is dead for good: its name is free again.
+    /// The actor is dead for good: its name is free again. The oldest dead
+    /// actor is forgotten past [`MAX_DEAD_ACTORS`].
     pub fn dead(&mut self, id: ActorId, kind: ActorDeathKind, cause: &str) {
         let Ok(entry) = self.entry(id) else {
             return;
         };
+        let newly_dead = entry.record.borrow().state() != ActorState::Dead;
         let key = (entry.spec.namespace.clone(), entry.spec.name.clone());
         if self.names.get(&key) == Some(&id) {
             self.names.remove(&key);
@@ -359,6 +373,15 @@ impl ActorTable {
             record.death_kind = kind as i32;
             record.death_cause = cause.to_string();
         });
+        if newly_dead {
+            self.dead.push_back(id);
+        }
+        if self.dead.len() > MAX_DEAD_ACTORS
+            && let Some(oldest) = self.dead.pop_front()
+        {
+            self.actors.remove(&oldest);
+            self.store.delete(Table::Actors, oldest.as_bytes());
+        }
     }
 
     /// An owner opened a session.
@@ -592,6 +615,23 @@ mod tests {
         assert!(back.1.borrow().is_none(), "its owner came back");
         assert_eq!(orphan.1.borrow().clone().unwrap().kind, ActorDeathKind::OwnerDied);
         assert!(detached.1.borrow().is_none(), "a detached actor outlives its owner");
+    }
+
+    #[test]
+    fn the_first_dead_actors_are_forgotten_past_the_limit_and_the_live_ones_kept() {
+        let mut table = ActorTable::default();
+        let (live, _) = table.create(spec("", 0, false)).unwrap();
+        let ids: Vec<ActorId> = (0..=MAX_DEAD_ACTORS)
+            .map(|_| table.create(spec("", 0, false)).unwrap().0.id)
+            .collect();
+        for id in &ids {
+            table.dead(*id, ActorDeathKind::Killed, "killed");
+        }
+        table.dead(ids[5], ActorDeathKind::Killed, "killed again");
+        assert!(table.record(ids[0]).is_err(), "the first to die is forgotten");
+        assert!(table.record(ids[1]).is_ok());
+        assert!(table.record(live.id).is_ok());
+        assert_eq!(table.list().len(), MAX_DEAD_ACTORS + 1);
     }
 
     #[test]
