@@ -4,7 +4,8 @@
 //! reservation failures. No timers, no sockets: every run decides the same.
 //! It checks every placement group strategy end to end through the real
 //! group manager, all-or-nothing reservation, rescheduling after a node
-//! dies, and every task policy over the same node table.
+//! dies, what a restarted head frees that its predecessor left reserved,
+//! and every task policy over the same node table.
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
@@ -16,6 +17,7 @@ use raylet_proto::{
     SchedulingStrategy,
 };
 use raylet_scheduler::head::placement_groups::{BundleNodes, GroupManager, GroupRecord, GroupSpec, GroupState};
+use raylet_scheduler::head::state_store::StateStore;
 use raylet_scheduler::head::{Heartbeat, NodeTable, Registration};
 use raylet_scheduler::node_manager::ResourceLedger;
 use raylet_scheduler::placement::{Choice, Placer, Request};
@@ -347,6 +349,56 @@ async fn a_removed_group_frees_its_bundles_on_every_node() {
     assert_eq!(harness.available_cpus("n1"), Amount::whole(2));
     let waited = harness.groups.wait(record.spec.id, Duration::ZERO).await.unwrap();
     assert_eq!(waited.state, GroupState::Removed);
+}
+
+/// Opens the state store in `dir` once the last head's writer let go of it.
+async fn reopen(dir: &std::path::Path) -> StateStore {
+    for _ in 0..500 {
+        if let Ok(store) = StateStore::open(dir) {
+            return store;
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    panic!("the state store in {} stays locked", dir.display());
+}
+
+#[tokio::test]
+async fn a_restarted_head_frees_the_bundles_of_a_group_removed_just_before_it_died() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut harness = Harness::new(&[cpus(2), cpus(2)]);
+    let store = reopen(dir.path()).await;
+    harness.groups = GroupManager::recover(harness.table.clone(), harness.nodes.clone(), store).unwrap();
+    let removed = harness.create(vec![cpus(1), cpus(1)], PlacementStrategy::Spread).await;
+    let (_, release) = harness.groups.remove(removed.spec.id).await.unwrap();
+    drop(release);
+    assert_eq!(
+        harness.available_cpus("n0"),
+        Amount::whole(1),
+        "the head died before it freed them"
+    );
+
+    harness.groups = GroupManager::new(harness.table.clone(), harness.nodes.clone());
+    let store = reopen(dir.path()).await;
+    let restarted = GroupManager::recover(harness.table.clone(), harness.nodes.clone(), store).unwrap();
+    assert_eq!(restarted.record(removed.spec.id).unwrap().state, GroupState::Removed);
+    restarted.release_unrecorded_reservations().await;
+    assert_eq!(
+        harness.available_cpus("n0"),
+        Amount::whole(2),
+        "freed by the restarted head"
+    );
+    assert_eq!(harness.available_cpus("n1"), Amount::whole(2));
+    drop(restarted);
+
+    let store = reopen(dir.path()).await;
+    let restarted_again = GroupManager::recover(harness.table.clone(), harness.nodes.clone(), store).unwrap();
+    let calls = harness.nodes.calls.lock().unwrap().len();
+    restarted_again.release_unrecorded_reservations().await;
+    assert_eq!(
+        harness.nodes.calls.lock().unwrap().len(),
+        calls,
+        "freed once, not again at every restart"
+    );
 }
 
 #[tokio::test]

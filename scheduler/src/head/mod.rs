@@ -115,7 +115,7 @@ pub async fn run(config: HeadConfig, listener: TcpListener, shutdown: impl Futur
     let runtime = Arc::new(ActorRuntime {
         table: Arc::new(Mutex::new(actor_table)),
         nodes: table.clone(),
-        leases: HeadLeases::new(config.token.clone()),
+        leases: HeadLeases::new(config.token.clone(), config.persistent),
         placer: Mutex::new(Placer::new(rand::random())),
         groups: groups.clone(),
         next_bundle: Default::default(),

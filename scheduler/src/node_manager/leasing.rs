@@ -405,14 +405,16 @@ impl LeaseManager {
     pub(crate) fn adopt_lease(&self, session: u64, request_id: u64, worker_id: WorkerId) {
         let mut guard = self.state();
         let state = &mut *guard;
+        let grace = self.adoption_grace;
         let adoptable = state.workers.get_mut(&worker_id).filter(|worker| {
-            matches!(
+            let leased = matches!(
                 worker.state,
                 WorkerState::Leased {
                     outlives_session: true,
                     ..
                 }
-            )
+            );
+            leased && worker.orphaned_at.is_none_or(|at| at.elapsed() < grace)
         });
         let event = match adoptable {
             Some(worker) => {
@@ -468,10 +470,18 @@ impl LeaseManager {
 
     /// The owner is done with `worker`: it becomes idle, or is killed when
     /// it failed or the session already has enough idle workers (unless it
-    /// owns objects that are still referenced).
+    /// owns objects that are still referenced). A worker of another session
+    /// is left alone.
     pub(crate) fn return_lease(self: &Arc<Self>, session: u64, worker_id: WorkerId, failed: bool) {
         let kill_pid = {
             let mut state = self.state();
+            if state
+                .workers
+                .get(&worker_id)
+                .is_none_or(|worker| worker.session != session)
+            {
+                return;
+            }
             state.ledger.release(worker_id);
             let max_idle = state
                 .ledger

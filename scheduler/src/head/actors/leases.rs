@@ -1,9 +1,10 @@
 //! The head's lease sessions with node managers, one per node and binary:
 //! the workers that host actors are leased through them, resized once the
 //! actor runs, and given back (which ends the worker) when it is killed.
-//! Their leases outlive the session, so that a restarted head adopts them.
+//! A persistent head's leases outlive the session, so that the head adopts
+//! them again: once restarted, or when a session broke and was opened anew.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
@@ -66,17 +67,30 @@ impl LeaseSession {
 /// The head's lease sessions, opened on first use.
 pub struct HeadLeases {
     token: AuthToken,
+    /// Leases outlive their session, for a restarted head to adopt: set for
+    /// a head that persists its actors.
+    outlive_sessions: bool,
     sessions: Arc<Mutex<Sessions>>,
+    /// Held while a session is opened, so that one opens per key.
+    opening: Mutex<HashMap<SessionKey, Arc<tokio::sync::Mutex<()>>>>,
+    /// The workers that host live actors, by session: adopted again when
+    /// their session is opened anew.
+    hosting: Mutex<HashMap<SessionKey, HashSet<WorkerId>>>,
     next_request: AtomicU64,
 }
 
-type Sessions = HashMap<(String, String), Arc<LeaseSession>>;
+/// A node manager's address and a binary's hash.
+type SessionKey = (String, String);
+type Sessions = HashMap<SessionKey, Arc<LeaseSession>>;
 
 impl HeadLeases {
-    pub fn new(token: AuthToken) -> Self {
+    pub fn new(token: AuthToken, outlive_sessions: bool) -> Self {
         HeadLeases {
             token,
+            outlive_sessions,
             sessions: Arc::new(Mutex::new(HashMap::new())),
+            opening: Mutex::new(HashMap::new()),
+            hosting: Mutex::new(HashMap::new()),
             next_request: AtomicU64::new(1),
         }
     }
@@ -98,7 +112,7 @@ impl HeadLeases {
                 allow_spillback: false,
                 strategy: Some(scheduling.to_proto()),
                 retriable: false,
-                outlives_session: true,
+                outlives_session: self.outlive_sessions,
             })
         })
         .await
@@ -136,12 +150,27 @@ impl HeadLeases {
             .await
             .map_err(|_| Error::Unavailable(format!("the node manager at {node} closed the lease session")))?;
         Ok(match answer {
-            LeaseAnswer::Granted(grant) => LeaseAnswer::Granted(Grant {
-                node: node.to_string(),
-                ..grant
-            }),
+            LeaseAnswer::Granted(grant) => {
+                self.hosts(node, binary, |hosts| hosts.insert(grant.worker_id));
+                LeaseAnswer::Granted(Grant {
+                    node: node.to_string(),
+                    ..grant
+                })
+            }
             other => other,
         })
+    }
+
+    /// Runs `change` on the workers that host actors through the session
+    /// of `node` and `binary`.
+    fn hosts<T>(&self, node: &str, binary: &WorkerBinary, change: impl FnOnce(&mut HashSet<WorkerId>) -> T) -> T {
+        let mut hosting = self.hosting.lock().unwrap_or_else(|p| p.into_inner());
+        change(hosting.entry((node.to_string(), binary.hash.clone())).or_default())
+    }
+
+    /// The actor on `grant`'s worker is gone: its lease is not adopted again.
+    pub fn forget(&self, grant: &Grant, binary: &WorkerBinary) {
+        self.hosts(&grant.node, binary, |hosts| hosts.remove(&grant.worker_id));
     }
 
     /// Makes a granted lease hold `resources` from now on.
@@ -156,6 +185,7 @@ impl HeadLeases {
 
     /// Gives a lease back and has its node manager end the worker.
     pub async fn end_worker(&self, grant: &Grant, binary: &WorkerBinary) {
+        self.forget(grant, binary);
         if let Ok(session) = self.session(&grant.node, binary).await {
             session.send(LeaseRequest::ReturnLease(ReturnLease {
                 worker_id: grant.worker_id.as_bytes().to_vec(),
@@ -181,13 +211,33 @@ impl HeadLeases {
         }
     }
 
+    /// The open session of `node` and `binary`, opened when there is none.
+    /// A session opened anew adopts the leases of the workers that host
+    /// actors through it: the last one broke, and they outlived it.
     async fn session(&self, node: &str, binary: &WorkerBinary) -> Result<Arc<LeaseSession>> {
         let key = (node.to_string(), binary.hash.clone());
         if let Some(session) = self.sessions().get(&key) {
             return Ok(session.clone());
         }
+        let opening = {
+            let mut opening = self.opening.lock().unwrap_or_else(|p| p.into_inner());
+            opening.entry(key.clone()).or_default().clone()
+        };
+        let _opening = opening.lock().await;
+        if let Some(session) = self.sessions().get(&key) {
+            return Ok(session.clone());
+        }
         let opened = self.open(key.clone(), binary).await?;
-        Ok(self.sessions().entry(key).or_insert(opened).clone())
+        let hosted: Vec<WorkerId> = self.hosts(node, binary, |hosts| hosts.iter().copied().collect());
+        for worker_id in hosted {
+            let request_id = self.next_request.fetch_add(1, Ordering::Relaxed);
+            opened.send(LeaseRequest::Adopt(AdoptLease {
+                request_id,
+                worker_id: worker_id.as_bytes().to_vec(),
+            }));
+        }
+        self.sessions().insert(key, opened.clone());
+        Ok(opened)
     }
 
     /// Opens a session; when the node manager ends it, it is forgotten and

@@ -120,8 +120,13 @@ pub(crate) async fn run_actor(
         };
         let cause = match hosted {
             Ok(hosted) => {
-                runtime.table().alive(spec.id, &hosted.grant);
-                until_gone(&runtime, &spec, hosted, &mut kill).await
+                let grant = hosted.grant.clone();
+                let stored = runtime.table().store_alive(spec.id, &grant);
+                stored.await;
+                runtime.table().alive(spec.id, &grant);
+                let cause = until_gone(&runtime, &spec, hosted, &mut kill).await;
+                runtime.leases.forget(&grant, &spec.binary);
+                cause
             }
             Err(Ended::ProcessDied(cause)) => cause,
             Err(Ended::Dead(kind, cause)) => {

@@ -38,11 +38,10 @@ impl ActorService for ActorServiceImpl {
 
     async fn create_actor(&self, request: Request<CreateActorRequest>) -> Result<Response<CreateActorReply>, Status> {
         let spec = ActorSpec::from_request(request.into_inner())?;
-        if self.runtime.table().contains(spec.id) {
-            return Ok(Response::new(CreateActorReply {}));
+        if !self.runtime.table().contains(spec.id) {
+            let (spec, kill) = self.runtime.table().create(spec)?;
+            tokio::spawn(run_actor(self.runtime.clone(), spec, kill, None));
         }
-        let (spec, kill) = self.runtime.table().create(spec)?;
-        tokio::spawn(run_actor(self.runtime.clone(), spec, kill, None));
         let flushed = self.runtime.table().flushed();
         flushed.await;
         Ok(Response::new(CreateActorReply {}))
@@ -92,6 +91,8 @@ impl ActorService for ActorServiceImpl {
             matches!(record.state(), ActorState::Dead | ActorState::Restarting) || record.pid != pid
         });
         let _ = tokio::time::timeout(KILL_PATIENCE, gone).await;
+        let flushed = self.runtime.table().flushed();
+        flushed.await;
         Ok(Response::new(KillActorReply {}))
     }
 

@@ -305,20 +305,29 @@ impl ActorTable {
             return;
         };
         entry.host = Some(host.clone());
-        let unchanged = {
-            let record = entry.record.borrow();
-            record.state() == ActorState::Alive && record.address == host.address && record.pid == host.pid
-        };
-        if unchanged {
+        if is_alive_on(&entry.record.borrow(), host) {
             self.persist(id);
             return;
         }
-        self.update(id, |record| {
-            record.state = ActorState::Alive as i32;
-            record.address = host.address.clone();
-            record.node_id = host.node_id.as_bytes().to_vec();
-            record.pid = host.pid;
-        });
+        self.update(id, |record| mark_alive(record, host));
+    }
+
+    /// Writes that the actor runs on the worker of `host` to the store, and
+    /// resolves once that is on disk; its watchers are told with
+    /// [`ActorTable::alive`] after that, so that a head restarted at any
+    /// time knows every worker its callers may reach, and adopts it instead
+    /// of starting a second one.
+    pub fn store_alive(&mut self, id: ActorId, host: &Grant) -> impl std::future::Future<Output = ()> + Send + 'static {
+        if let Some(entry) = self.actors.get_mut(&id) {
+            entry.host = Some(host.clone());
+            let mut record = entry.record.borrow().clone();
+            if !is_alive_on(&record, host) {
+                mark_alive(&mut record, host);
+                record.version += 1;
+            }
+            self.write(id, record);
+        }
+        self.flushed()
     }
 
     /// The actor's process is gone. Unless a kill order forbids it or its
@@ -438,13 +447,21 @@ impl ActorTable {
 
     /// Writes the actor to the state store, behind the caller.
     fn persist(&self, id: ActorId) {
+        if let Some(entry) = self.actors.get(&id) {
+            let record = entry.record.borrow().clone();
+            self.write(id, record);
+        }
+    }
+
+    /// Writes the actor with `record` to the state store, behind the caller.
+    fn write(&self, id: ActorId, record: ActorRecord) {
         let Some(entry) = self.actors.get(&id) else {
             return;
         };
         let host = entry.host.as_ref();
         let stored = StoredActor {
             spec: Some(entry.spec.to_request()),
-            record: Some(entry.record.borrow().clone()),
+            record: Some(record),
             created: entry.created,
             worker_id: host.map(|h| h.worker_id.as_bytes().to_vec()).unwrap_or_default(),
             node_manager_address: host.map(|h| h.node.clone()).unwrap_or_default(),
@@ -458,6 +475,18 @@ impl ActorTable {
         let store = self.store.clone();
         async move { store.flush().await }
     }
+}
+
+/// Whether the record says the actor runs on the worker of `host`.
+fn is_alive_on(record: &ActorRecord, host: &Grant) -> bool {
+    record.state() == ActorState::Alive && record.address == host.address && record.pid == host.pid
+}
+
+fn mark_alive(record: &mut ActorRecord, host: &Grant) {
+    record.state = ActorState::Alive as i32;
+    record.address = host.address.clone();
+    record.node_id = host.node_id.as_bytes().to_vec();
+    record.pid = host.pid;
 }
 
 /// The lease of a stored actor's worker, when it was alive.

@@ -53,7 +53,7 @@ pub trait BundleNodes: Send + Sync + 'static {
 
 /// The head's placement groups and how they are placed.
 pub struct GroupManager<N> {
-    table: Mutex<GroupTable>,
+    table: Arc<Mutex<GroupTable>>,
     nodes: Arc<Mutex<NodeTable>>,
     bundle_nodes: Arc<N>,
     /// One placement pass at a time: a group is never placed twice at once.
@@ -99,7 +99,7 @@ impl<N: BundleNodes> GroupManager<N> {
 
     fn with_table(table: GroupTable, nodes: Arc<Mutex<NodeTable>>, bundle_nodes: N) -> Self {
         GroupManager {
-            table: Mutex::new(table),
+            table: Arc::new(Mutex::new(table)),
             nodes,
             bundle_nodes: Arc::new(bundle_nodes),
             placing: tokio::sync::Mutex::new(()),
@@ -121,20 +121,21 @@ impl<N: BundleNodes> GroupManager<N> {
     /// head restarted) is answered with its record.
     pub async fn create(&self, spec: GroupSpec) -> Result<GroupRecord> {
         let id = spec.id;
-        if let Ok(record) = self.table().record(id) {
-            return Ok(record);
+        if self.table().record(id).is_err() {
+            self.table().create(spec)?;
+            self.place_waiting().await;
         }
-        self.table().create(spec)?;
-        self.place_waiting().await;
         let flushed = self.table().flushed();
         flushed.await;
         self.table().record(id)
     }
 
-    /// Frees what a head that went down while it placed groups may have
-    /// reserved for them: the bundles the recovered table has no node for,
-    /// on every alive node. Runs before the restarted head places anything.
+    /// Frees what a head that went down while it placed or removed groups
+    /// may have left reserved: the bundles of removed groups that were not
+    /// freed yet, and those the recovered table has no node for, on every
+    /// alive node. Runs before the restarted head places anything.
     pub async fn release_unrecorded_reservations(&self) {
+        self.release_removed().await;
         let unplaced: Vec<(PlacementGroupId, Vec<u32>)> = {
             let table = self.table();
             let records = table.unplaced().into_iter().filter_map(|id| table.record(id).ok());
@@ -213,7 +214,9 @@ impl<N: BundleNodes> GroupManager<N> {
 
     /// Marks the group removed and returns its record with the work that
     /// frees its bundles on every node that holds them (which ends what
-    /// runs in them); run that work, or spawn it.
+    /// runs in them); run that work, or spawn it. The group keeps its
+    /// bundles' nodes until that work is done, so that a head restarted
+    /// before then frees them.
     pub async fn remove(
         &self,
         id: PlacementGroupId,
@@ -224,9 +227,35 @@ impl<N: BundleNodes> GroupManager<N> {
         self.give_back_to_view(placed.filter_map(|(bundle, location)| Some((bundle, location.as_ref()?))));
         let addresses: BTreeSet<String> = locations.into_iter().flatten().map(|l| l.address).collect();
         let release = self.release_on(id, addresses).await;
+        let table = self.table.clone();
+        let release = async move {
+            release.await;
+            table.lock().unwrap_or_else(|p| p.into_inner()).released(id);
+        };
         let flushed = self.table().flushed();
         flushed.await;
         Ok((self.table().record(id)?, release))
+    }
+
+    /// Frees the bundles of the removed groups that still hold some.
+    async fn release_removed(&self) {
+        let removed: Vec<(PlacementGroupId, BTreeSet<String>)> = {
+            let table = self.table();
+            let records = table.records().into_iter();
+            records
+                .filter(|record| record.state == GroupState::Removed)
+                .map(|record| {
+                    let addresses = record.locations.into_iter().flatten().map(|l| l.address).collect();
+                    (record.spec.id, addresses)
+                })
+                .filter(|(_, addresses): &(_, BTreeSet<String>)| !addresses.is_empty())
+                .collect()
+        };
+        let releases = removed.into_iter().map(|(id, addresses)| async move {
+            self.release_on(id, addresses).await.await;
+            self.table().released(id);
+        });
+        join_all(releases).await;
     }
 
     /// The release of the group on `addresses`, already counted as in

@@ -292,7 +292,6 @@ impl GroupTable {
         self.update(id, |record| {
             record.state = GroupState::Removed;
             record.reason = reason.to_string();
-            record.locations.iter_mut().for_each(|location| *location = None);
         });
         self.removed.push_back(id);
         if self.removed.len() > MAX_REMOVED_RECORDS
@@ -302,6 +301,16 @@ impl GroupTable {
             self.store.delete(Table::PlacementGroups, oldest.as_bytes());
         }
         Ok(record.locations)
+    }
+
+    /// A removed group's bundles are freed on their nodes.
+    pub fn released(&mut self, id: PlacementGroupId) {
+        let removed = self.record(id).is_ok_and(|record| record.state == GroupState::Removed);
+        if removed {
+            self.update(id, |record| {
+                record.locations.iter_mut().for_each(|location| *location = None)
+            });
+        }
     }
 
     /// Every record, in creation order.
@@ -340,7 +349,7 @@ mod tests {
     async fn a_recovered_table_has_every_group_with_its_bundles_nodes() {
         let dir = tempfile::tempdir().unwrap();
         let (created, rescheduling, removed) = (spec(2), spec(2), spec(1));
-        let (first, second) = (location(1), location(2));
+        let (first, second, third) = (location(1), location(2), location(3));
         {
             let mut table = GroupTable::recover(StateStore::open(dir.path()).unwrap()).unwrap();
             for group in [&created, &rescheduling, &removed] {
@@ -354,10 +363,11 @@ mod tests {
                 record.state = GroupState::Rescheduling;
                 record.locations = vec![None, Some(second.clone())];
             });
+            table.update(removed.id, |record| record.locations = vec![Some(third.clone())]);
             table.remove(removed.id, "removed by its owner").unwrap();
             table.flushed().await;
         }
-        let table = GroupTable::recover(reopen(dir.path()).await).unwrap();
+        let mut table = GroupTable::recover(reopen(dir.path()).await).unwrap();
         let states: Vec<(PlacementGroupId, GroupState)> =
             table.records().iter().map(|r| (r.spec.id, r.state)).collect();
         assert_eq!(
@@ -381,8 +391,10 @@ mod tests {
         );
         assert_eq!(
             table.record(removed.id).unwrap().locations,
-            [None],
-            "a removed group holds nothing"
+            [Some(third)],
+            "a removed group keeps its bundles' nodes until they are freed"
         );
+        table.released(removed.id);
+        assert_eq!(table.record(removed.id).unwrap().locations, [None]);
     }
 }
