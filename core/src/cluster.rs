@@ -80,6 +80,13 @@ impl Cluster {
         init_with(Config::from_env().address(address))
     }
 
+    /// The IP address this process serves other processes on: where peers
+    /// that talk to it directly (the ranks of a collective group) reach it.
+    pub fn node_ip(&self) -> std::net::IpAddr {
+        let address: Option<std::net::SocketAddr> = self.core().address.parse().ok();
+        address.map_or(std::net::Ipv4Addr::LOCALHOST.into(), |address| address.ip())
+    }
+
     pub(crate) fn for_worker(core: Arc<CoreWorker>) -> Cluster {
         Cluster {
             inner: Arc::new(ClusterInner {

@@ -1,0 +1,258 @@
+//! The collective group over real TCP on loopback, its ranks threads of this
+//! process that meet through an embedded cluster's key-value store:
+//! allreduce against a sequential reduction for 1 to 4 ranks and sizes from
+//! one element to 64 MiB, the other collectives, fusion, and failures (a
+//! rank that dies or goes silent mid-call, ranks out of step).
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use raylet::Cluster;
+use raylet_train::collective::{CollectiveError, CollectiveGroup, GroupOptions, ReduceOp, segment_range};
+
+fn cluster() -> Cluster {
+    raylet::init().unwrap()
+}
+
+/// Runs `work` on `world` ranks of a new group, each on its own thread;
+/// returns their results by rank.
+fn on_ranks<R: Send + 'static>(
+    cluster: &Cluster,
+    world: usize,
+    options: GroupOptions,
+    work: impl Fn(CollectiveGroup) -> R + Send + Sync + 'static,
+) -> Vec<R> {
+    let name = format!("test-{:016x}", rand_name());
+    let work = Arc::new(work);
+    let threads: Vec<_> = (0..world)
+        .map(|rank| {
+            let (cluster, name, options, work) = (cluster.clone(), name.clone(), options.clone(), work.clone());
+            std::thread::spawn(move || {
+                let group = CollectiveGroup::join(&cluster, &name, rank, world, options).unwrap();
+                work(group)
+            })
+        })
+        .collect();
+    threads.into_iter().map(|thread| thread.join().unwrap()).collect()
+}
+
+fn rand_name() -> u64 {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos();
+    (nanos as u64) ^ u64::from(std::process::id()).rotate_left(32)
+}
+
+/// Rank `rank`'s input: halves of small integers, so that every order of
+/// summing gives the same bits.
+fn input(rank: usize, len: usize) -> Vec<f32> {
+    (0..len).map(|i| ((i * 7 + rank * 13) % 101) as f32 * 0.5).collect()
+}
+
+fn sequential(world: usize, len: usize, op: ReduceOp) -> Vec<f32> {
+    let mut reduced = input(0, len);
+    for rank in 1..world {
+        for (into, value) in reduced.iter_mut().zip(input(rank, len)) {
+            *into = match op {
+                ReduceOp::Max => into.max(value),
+                ReduceOp::Sum | ReduceOp::Mean => *into + value,
+            };
+        }
+    }
+    if op == ReduceOp::Mean {
+        reduced.iter_mut().for_each(|value| *value /= world as f32);
+    }
+    reduced
+}
+
+#[test]
+fn allreduce_matches_a_sequential_reduction_for_1_to_4_ranks_and_1_element_to_64_mib() {
+    let cluster = cluster();
+    let sizes = [1, 3, 1_000, 16_385, 1_000_003, 16 << 20];
+    for world in 1..=4 {
+        for len in sizes {
+            let ops: &[ReduceOp] = match len {
+                1_000_003 => &[ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max],
+                _ => &[ReduceOp::Sum],
+            };
+            for &op in ops {
+                let started = Instant::now();
+                let results = on_ranks(&cluster, world, GroupOptions::default(), move |mut group| {
+                    let mut values = input(group.rank(), len);
+                    group.allreduce(&mut values, op).unwrap();
+                    values
+                });
+                let expected = sequential(world, len, op);
+                for (rank, result) in results.iter().enumerate() {
+                    assert!(
+                        result == &expected,
+                        "{world} ranks, {len} elements, {op:?}: rank {rank} differs"
+                    );
+                }
+                println!("{world} ranks, {len} f32, {op:?}: {:?}", started.elapsed());
+            }
+        }
+    }
+}
+
+#[test]
+fn f64_means_are_the_same_bits_on_every_rank() {
+    let cluster = cluster();
+    let results = on_ranks(&cluster, 3, GroupOptions::default(), |mut group| {
+        let mut values: Vec<f64> = (0..300_001)
+            .map(|i| (i as f64).sin() * (group.rank() + 1) as f64)
+            .collect();
+        group.allreduce(&mut values, ReduceOp::Mean).unwrap();
+        values
+    });
+    assert!(results.windows(2).all(|pair| pair[0] == pair[1]));
+    let expected: Vec<f64> = (0..300_001).map(|i| (i as f64).sin() * 6.0 / 3.0).collect();
+    let worst = results[0]
+        .iter()
+        .zip(&expected)
+        .map(|(a, b)| (a - b).abs())
+        .fold(0.0, f64::max);
+    assert!(worst < 1e-12, "{worst}");
+}
+
+#[test]
+fn broadcast_barrier_allgather_and_reduce_scatter_do_what_they_say() {
+    let cluster = cluster();
+    let results = on_ranks(&cluster, 3, GroupOptions::default(), |mut group| {
+        let rank = group.rank();
+        let mut values = vec![rank as f32; 100_000];
+        group.broadcast(&mut values, 1).unwrap();
+        let mut record = match rank {
+            2 => b"rank two's model record".to_vec(),
+            _ => Vec::new(),
+        };
+        group.broadcast_bytes(&mut record, 2).unwrap();
+        group.barrier().unwrap();
+        let gathered = group.allgather(&[rank as f64, 10.0 * rank as f64]).unwrap();
+        let scattered = group.reduce_scatter(&input(rank, 1_000), ReduceOp::Sum).unwrap();
+        (values, record, gathered, scattered)
+    });
+    let summed = sequential(3, 1_000, ReduceOp::Sum);
+    for (rank, (values, record, gathered, scattered)) in results.into_iter().enumerate() {
+        assert!(values.iter().all(|&v| v == 1.0), "rank {rank} has rank 1's values");
+        assert_eq!(record, b"rank two's model record");
+        assert_eq!(gathered, [0.0, 0.0, 1.0, 10.0, 2.0, 20.0]);
+        assert_eq!(scattered, summed[segment_range(1_000, 3, rank)]);
+    }
+}
+
+#[test]
+fn fused_allreduce_reduces_every_buffer_across_fusion_boundaries() {
+    let cluster = cluster();
+    let options = GroupOptions {
+        fusion_bytes: 4_000,
+        ..GroupOptions::default()
+    };
+    let lengths = [10, 500, 1, 2_000, 7, 300];
+    let results = on_ranks(&cluster, 2, options, move |mut group| {
+        let mut buffers: Vec<Vec<f32>> = lengths.iter().map(|&len| input(group.rank(), len)).collect();
+        let mut views: Vec<&mut [f32]> = buffers.iter_mut().map(Vec::as_mut_slice).collect();
+        group.allreduce_fused(&mut views, ReduceOp::Sum).unwrap();
+        buffers
+    });
+    for buffers in results {
+        for (buffer, &len) in buffers.iter().zip(&lengths) {
+            assert_eq!(buffer, &sequential(2, len, ReduceOp::Sum));
+        }
+    }
+}
+
+#[test]
+fn a_rank_that_dies_mid_allreduce_fails_every_other_rank_at_once() {
+    let cluster = cluster();
+    let options = GroupOptions {
+        timeout: Duration::from_secs(30),
+        ..GroupOptions::default()
+    };
+    let started = Instant::now();
+    let results = on_ranks(&cluster, 3, options, |mut group| {
+        if group.rank() == 2 {
+            std::thread::sleep(Duration::from_millis(300));
+            drop(group);
+            return None;
+        }
+        let mut values = input(group.rank(), 1 << 20);
+        let first = group.allreduce(&mut values, ReduceOp::Sum).unwrap_err();
+        let again = group.barrier().unwrap_err();
+        Some((first, again))
+    });
+    assert!(
+        started.elapsed() < Duration::from_secs(10),
+        "no rank waited out the timeout"
+    );
+    for (first, again) in results.into_iter().flatten() {
+        assert!(
+            matches!(first, CollectiveError::PeerLost { .. }),
+            "a lost peer is named: {first}"
+        );
+        assert!(matches!(again, CollectiveError::Broken(_)), "{again}");
+    }
+}
+
+#[test]
+fn a_rank_that_goes_silent_fails_the_others_after_the_timeout_and_nothing_hangs() {
+    let cluster = cluster();
+    let options = GroupOptions {
+        timeout: Duration::from_secs(1),
+        ..GroupOptions::default()
+    };
+    let started = Instant::now();
+    let results = on_ranks(&cluster, 3, options, |mut group| {
+        if group.rank() == 0 {
+            std::thread::sleep(Duration::from_secs(3));
+            return group.barrier().unwrap_err();
+        }
+        let mut values = input(group.rank(), 100_000);
+        group.allreduce(&mut values, ReduceOp::Sum).unwrap_err()
+    });
+    assert!(started.elapsed() < Duration::from_secs(10), "{:?}", started.elapsed());
+    let timeouts = results
+        .iter()
+        .filter(|error| matches!(error, CollectiveError::Timeout { .. }))
+        .count();
+    assert!(timeouts >= 1, "a silent rank times out: {results:?}");
+}
+
+#[test]
+fn ranks_that_call_different_collectives_fail_instead_of_mixing_them_up() {
+    let cluster = cluster();
+    let results = on_ranks(&cluster, 2, GroupOptions::default(), |mut group| match group.rank() {
+        0 => group.barrier().and_then(|()| group.barrier()).err(),
+        _ => {
+            let mut values = vec![0f32; 10];
+            group.allreduce(&mut values, ReduceOp::Sum).err()
+        }
+    });
+    assert!(results.iter().any(Option::is_some), "{results:?}");
+    let described = format!("{results:?}");
+    assert!(
+        described.contains("SizeMismatch") || described.contains("OutOfStep"),
+        "{described}"
+    );
+}
+
+#[test]
+fn joining_as_a_rank_outside_the_group_or_alone_in_time_fails_clearly() {
+    let cluster = cluster();
+    let error = CollectiveGroup::join(&cluster, "bad", 3, 3, GroupOptions::default())
+        .err()
+        .unwrap();
+    assert!(error.to_string().contains("rank 3 is not in a group of 3"), "{error}");
+    let options = GroupOptions {
+        rendezvous_timeout: Duration::from_millis(500),
+        ..GroupOptions::default()
+    };
+    let error = CollectiveGroup::join(&cluster, "lonely", 1, 2, options).err().unwrap();
+    assert!(
+        error
+            .to_string()
+            .contains("rank 0 of group 'lonely' did not join in time"),
+        "{error}"
+    );
+}
