@@ -779,6 +779,14 @@ def write_report(path, args, res, info, vers, started, finished):
             if parts:
                 w(f"For scale, *single client put gigabytes* against one memcpy of the same bytes "
                   f"({mem:.1f} GB/s): {'; '.join(parts)} of it.\n")
+    allreduce = Path(__file__).resolve().parent / "allreduce.md"
+    if allreduce.exists():
+        w("## Allreduce (raylet-train collective group)\n")
+        w("Sum allreduce of f32 on 2 and 4 ranks (threads of one process, each with its own TCP links) on "
+          "loopback; busbw = algbw × 2(n−1)/n as nccl-tests defines it. Written by "
+          "`cargo run --release -p raylet-train --example allreduce_bench -- --write bench/allreduce.md`; "
+          "no Ray counterpart is run.\n")
+        w(allreduce.read_text())
     w("## Reproducing\n")
     w("```sh\nbench/compare_ray.sh              # full run (about 30-40 min), rewrites BENCHMARKS.md\n"
       "bench/compare_ray.sh --reps 5     # more repetitions\n"
