@@ -1,10 +1,42 @@
-//! raylet-train: data-parallel training on a raylet cluster. Its
-//! [`collective`] group is how the workers of a training job exchange
-//! gradients and parameters: ranks meet through the cluster's key-value
-//! store, then talk over direct TCP. [`model_sync`] keeps burn model
-//! replicas in step over a group, and [`schedule`] has the learning-rate
-//! scaling and early stopping that data parallelism calls for.
+//! raylet-train: data-parallel training on a raylet cluster.
+//!
+//! - [`Trainer`] runs a [`TrainLoop`] on a gang of worker actors placed
+//!   all at once, streams their reports, keeps checkpoints, and restarts
+//!   the workers from the latest one when one fails.
+//! - [`collective`] is how the workers exchange gradients and parameters:
+//!   ranks meet through the cluster's key-value store, then talk over
+//!   direct TCP.
+//! - [`model_sync`] keeps burn model replicas in step over a group, and
+//!   [`schedule`] has the learning-rate scaling and early stopping that
+//!   data parallelism calls for.
+//! - [`digits`] (feature `digits`) has the digits data set, a model and a
+//!   train loop for it.
 
+mod checkpoint;
 pub mod collective;
+mod config;
+mod context;
+#[cfg(feature = "digits")]
+pub mod digits;
+mod error;
+mod metrics;
 pub mod model_sync;
 pub mod schedule;
+mod train_loop;
+mod trainer;
+mod worker;
+
+pub use checkpoint::{Checkpoint, CheckpointMetadata};
+pub use config::{CheckpointConfig, FailureConfig, Placement, RunConfig, ScalingConfig, ScoreMode, WorkerResources};
+pub use context::TrainContext;
+pub use error::TrainError;
+pub use metrics::Metrics;
+pub use train_loop::TrainLoop;
+pub use trainer::{Report, TrainResult, Trainer};
+
+/// What [`register_train_loop!`] expands to refers to. Not a public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::train_loop::{RegisteredLoop, TRAIN_LOOPS};
+    pub use linkme;
+}

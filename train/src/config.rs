@@ -1,0 +1,125 @@
+//! How a training run is laid out and kept: its workers and their
+//! resources, where its checkpoints go and which of them are kept, and how
+//! often it may fail before it gives up.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+pub use raylet::PlacementStrategy as Placement;
+
+/// The workers of a run.
+#[derive(Clone, Debug)]
+pub struct ScalingConfig {
+    /// How many workers train together; each is one rank of the group.
+    pub num_workers: usize,
+    /// What each worker holds while it runs.
+    pub resources_per_worker: WorkerResources,
+    /// Each worker holds one GPU, and [`TrainContext::device`](crate::TrainContext::device)
+    /// picks it when the `cuda` feature is on.
+    pub use_gpu: bool,
+    /// How the workers' bundles spread over the nodes.
+    pub placement: Placement,
+}
+
+impl Default for ScalingConfig {
+    fn default() -> Self {
+        ScalingConfig {
+            num_workers: 1,
+            resources_per_worker: WorkerResources::default(),
+            use_gpu: false,
+            placement: Placement::Pack,
+        }
+    }
+}
+
+/// The resources of one worker: its bundle in the run's placement group.
+#[derive(Clone, Debug, PartialEq)]
+pub struct WorkerResources {
+    pub num_cpus: f64,
+    pub num_gpus: f64,
+    /// Bytes of memory.
+    pub memory: f64,
+    /// Any other resource by name, e.g. `"TPU" => 1.0`.
+    pub custom: BTreeMap<String, f64>,
+}
+
+impl Default for WorkerResources {
+    fn default() -> Self {
+        WorkerResources {
+            num_cpus: 1.0,
+            num_gpus: 0.0,
+            memory: 0.0,
+            custom: BTreeMap::new(),
+        }
+    }
+}
+
+/// Where a run keeps its results, and how it survives failures.
+#[derive(Clone, Debug)]
+pub struct RunConfig {
+    /// The run's name: its directory under `storage_path`. A run given the
+    /// name of an earlier one resumes from that run's latest checkpoint.
+    pub name: String,
+    /// The directory of runs. Every worker writes checkpoints here, so on a
+    /// cluster of several nodes it must be shared storage (e.g. NFS).
+    pub storage_path: PathBuf,
+    pub checkpoint: CheckpointConfig,
+    pub failure: FailureConfig,
+    /// Show a progress bar and a line per report on standard error.
+    pub verbose: bool,
+}
+
+impl Default for RunConfig {
+    fn default() -> Self {
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(std::env::temp_dir);
+        RunConfig {
+            name: "train".to_string(),
+            storage_path: home.join("raylet_results"),
+            checkpoint: CheckpointConfig::default(),
+            failure: FailureConfig::default(),
+            verbose: true,
+        }
+    }
+}
+
+/// Which checkpoints a run keeps. The latest is always kept, as the run
+/// restarts from it.
+#[derive(Clone, Debug, Default)]
+pub struct CheckpointConfig {
+    /// Keep this many besides the latest (all when `None`): the best ones by
+    /// `score_metric`, or the newest ones without it.
+    pub num_to_keep: Option<usize>,
+    /// The reported metric that ranks checkpoints.
+    pub score_metric: Option<String>,
+    pub mode: ScoreMode,
+}
+
+/// Whether a higher or a lower score is better.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ScoreMode {
+    #[default]
+    Max,
+    Min,
+}
+
+/// How a run treats failed workers.
+#[derive(Clone, Debug)]
+pub struct FailureConfig {
+    /// How many times the whole group may fail (a worker dies, or a train
+    /// loop returns an error) and restart from the latest checkpoint.
+    pub max_failures: u32,
+    /// How long a collective call waits for a peer before it fails.
+    pub collective_timeout: Duration,
+}
+
+impl Default for FailureConfig {
+    fn default() -> Self {
+        FailureConfig {
+            max_failures: 0,
+            collective_timeout: Duration::from_secs(300),
+        }
+    }
+}

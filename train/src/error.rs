@@ -1,0 +1,72 @@
+//! What training can fail with: one error type for the driver's `fit` and
+//! for the train loops that run on the workers.
+
+use std::path::PathBuf;
+
+use crate::collective::CollectiveError;
+
+/// Why training, or one step of it, failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TrainError {
+    #[error("invalid training configuration: {0}")]
+    InvalidConfig(String),
+    #[error(
+        "the train loop `{0}` is not registered in this binary, so workers cannot run it: \
+         add `raylet_train::register_train_loop!(...)` with its type next to its `impl TrainLoop`"
+    )]
+    NotRegistered(String),
+    #[error(transparent)]
+    Cluster(#[from] raylet::Error),
+    #[error(transparent)]
+    Collective(#[from] CollectiveError),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("checkpoint {path}: {message}")]
+    Checkpoint { path: PathBuf, message: String },
+    #[error("no dataset named `{name}` was given to the trainer (it has: {known})")]
+    UnknownDataset { name: String, known: String },
+    #[error(
+        "training failed {failures} time(s), more than its max_failures of {max_failures}; the last failure: {last}"
+    )]
+    TooManyFailures {
+        failures: u32,
+        max_failures: u32,
+        last: String,
+    },
+    #[error("{0}")]
+    Loop(String),
+}
+
+impl TrainError {
+    /// An I/O error, with what was being done.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        TrainError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+
+    /// A checkpoint that could not be written or read.
+    pub fn checkpoint(path: impl Into<PathBuf>, message: impl ToString) -> Self {
+        TrainError::Checkpoint {
+            path: path.into(),
+            message: message.to_string(),
+        }
+    }
+}
+
+impl From<String> for TrainError {
+    fn from(message: String) -> Self {
+        TrainError::Loop(message)
+    }
+}
+
+impl From<&str> for TrainError {
+    fn from(message: &str) -> Self {
+        TrainError::Loop(message.to_string())
+    }
+}

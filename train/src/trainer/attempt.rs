@@ -1,0 +1,202 @@
+//! One try of a run: the workers are placed all at once in a placement
+//! group (all or nothing), each starts its rank of the train loop, and the
+//! driver polls them for reports until every rank finished or one failed.
+//! However the try ends, its workers are killed and its group removed.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::time::Duration;
+
+use raylet::{Bundle, Cluster, ObjectRef, PlacementGroup};
+
+use super::progress::Progress;
+use super::result::Report;
+use super::run_state::RunState;
+use crate::worker::{TrainWorker, TrainWorkerHandle, WorkerEvent, WorkerSetup};
+use crate::{ScalingConfig, TrainError, WorkerResources};
+
+/// How long one poll of a worker waits for its first event.
+const POLL_WAIT: Duration = Duration::from_millis(500);
+
+/// How a try ended other than by finishing.
+pub(super) enum AttemptError {
+    /// The run cannot go on (the cluster cannot hold the workers, the run's
+    /// directory cannot be written): no restart would help.
+    Fatal(TrainError),
+    /// A worker died or a train loop failed: the run may restart.
+    Failed(String),
+}
+
+impl From<TrainError> for AttemptError {
+    fn from(error: TrainError) -> Self {
+        AttemptError::Fatal(error)
+    }
+}
+
+/// What every try of a run shares.
+pub(super) struct Plan {
+    pub(super) train_loop: &'static str,
+    pub(super) config: Vec<u8>,
+    pub(super) scaling: ScalingConfig,
+    pub(super) group_prefix: String,
+    pub(super) collective_timeout: Duration,
+    pub(super) run_directory: PathBuf,
+    /// Each rank's shard of each dataset.
+    pub(super) shards: Vec<BTreeMap<String, ObjectRef<Vec<u8>>>>,
+}
+
+/// Runs try number `attempt` of the run to its end.
+pub(super) fn run(
+    cluster: &Cluster,
+    plan: &Plan,
+    attempt: u32,
+    state: &mut RunState,
+    progress: &Progress,
+) -> Result<(), AttemptError> {
+    let workers = Workers::place(cluster, &plan.scaling)?;
+    let starts: Vec<ObjectRef<u32>> = workers
+        .actors
+        .iter()
+        .enumerate()
+        .map(|(rank, worker)| worker.start(setup(plan, attempt, rank, state)))
+        .collect();
+    for (rank, start) in starts.iter().enumerate() {
+        start
+            .get()
+            .map_err(|e| AttemptError::Failed(format!("rank {rank} could not start: {e}")))?;
+    }
+    let mut running: Vec<usize> = (0..workers.actors.len()).collect();
+    while !running.is_empty() {
+        let wait_ms = POLL_WAIT.as_millis() as u64;
+        let polls: Vec<(usize, ObjectRef<Vec<WorkerEvent>>)> = running
+            .iter()
+            .map(|&rank| (rank, workers.actors[rank].poll(wait_ms)))
+            .collect();
+        let mut failures = Vec::new();
+        for (rank, poll) in polls {
+            let events = match poll.get() {
+                Ok(events) => events,
+                Err(e) => {
+                    failures.push(format!("rank {rank}'s worker: {e}"));
+                    continue;
+                }
+            };
+            for event in events {
+                match event {
+                    WorkerEvent::Report {
+                        index,
+                        metrics,
+                        checkpoint,
+                    } => {
+                        progress.report(index, &metrics, checkpoint.as_ref());
+                        state.record(Report {
+                            index,
+                            attempt,
+                            metrics,
+                            checkpoint,
+                        })?;
+                    }
+                    WorkerEvent::Finished => running.retain(|&r| r != rank),
+                    WorkerEvent::Failed(why) => failures.push(format!("rank {rank}: {why}")),
+                }
+            }
+        }
+        if !failures.is_empty() {
+            return Err(AttemptError::Failed(failures.join("; ")));
+        }
+    }
+    Ok(())
+}
+
+/// What rank `rank` of try `attempt` starts with.
+fn setup(plan: &Plan, attempt: u32, rank: usize, state: &RunState) -> WorkerSetup {
+    WorkerSetup {
+        train_loop: plan.train_loop.to_string(),
+        config: plan.config.clone(),
+        rank,
+        world_size: plan.scaling.num_workers,
+        attempt,
+        use_gpu: plan.scaling.use_gpu,
+        group_name: format!("{}/attempt-{attempt}", plan.group_prefix),
+        collective_timeout: plan.collective_timeout,
+        run_directory: plan.run_directory.clone(),
+        resume_from: state.latest(),
+        next_report: state.next_report(),
+        shards: plan.shards[rank].clone(),
+    }
+}
+
+/// The workers of one try and their placement group; dropping them kills
+/// the workers and removes the group.
+struct Workers {
+    cluster: Cluster,
+    group: PlacementGroup,
+    actors: Vec<TrainWorkerHandle>,
+}
+
+impl Workers {
+    /// Reserves a bundle per worker, all at once, then starts a worker actor
+    /// in each.
+    fn place(cluster: &Cluster, scaling: &ScalingConfig) -> Result<Self, TrainError> {
+        let resources = worker_resources(scaling);
+        let bundles = vec![bundle_of(&resources); scaling.num_workers];
+        let group = cluster.placement_group(bundles, scaling.placement)?;
+        let mut workers = Workers {
+            cluster: cluster.clone(),
+            group,
+            actors: Vec::new(),
+        };
+        workers.group.ready()?;
+        for bundle in 0..scaling.num_workers {
+            let mut builder = TrainWorker::remote(cluster)
+                .placement_group(&workers.group, Some(bundle as u32))
+                .num_cpus(resources.num_cpus)
+                .num_gpus(resources.num_gpus)
+                .max_restarts(0);
+            if resources.memory > 0.0 {
+                builder = builder.memory(resources.memory);
+            }
+            for (name, amount) in &resources.custom {
+                builder = builder.resource(name, *amount);
+            }
+            workers.actors.push(builder.spawn()?);
+        }
+        Ok(workers)
+    }
+}
+
+impl Drop for Workers {
+    fn drop(&mut self) {
+        for actor in &self.actors {
+            if let Err(e) = self.cluster.kill(actor, true) {
+                tracing::warn!("killing a train worker: {e}");
+            }
+        }
+        if let Err(e) = self.group.remove() {
+            tracing::warn!("removing a run's placement group: {e}");
+        }
+    }
+}
+
+/// A worker's resources, with the GPU that `use_gpu` asks for.
+fn worker_resources(scaling: &ScalingConfig) -> WorkerResources {
+    let mut resources = scaling.resources_per_worker.clone();
+    if scaling.use_gpu && resources.num_gpus == 0.0 {
+        resources.num_gpus = 1.0;
+    }
+    resources
+}
+
+fn bundle_of(resources: &WorkerResources) -> Bundle {
+    let mut bundle = Bundle::new().num_cpus(resources.num_cpus);
+    if resources.num_gpus > 0.0 {
+        bundle = bundle.num_gpus(resources.num_gpus);
+    }
+    if resources.memory > 0.0 {
+        bundle = bundle.memory(resources.memory);
+    }
+    for (name, amount) in &resources.custom {
+        bundle = bundle.resource(name, *amount);
+    }
+    bundle
+}

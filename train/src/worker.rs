@@ -1,0 +1,148 @@
+//! The worker actor of a run: one per rank, in the run's placement group.
+//! `start` runs the train loop on a thread of its own; the driver then
+//! calls `poll` for the loop's reports until it finishes or fails.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+use std::sync::Mutex;
+use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
+use std::time::Duration;
+
+use raylet::ObjectRef;
+use serde::{Deserialize, Serialize};
+
+use crate::checkpoint::RunDirectory;
+use crate::collective::{CollectiveGroup, GroupOptions};
+use crate::{Checkpoint, Metrics, TrainContext, TrainError, train_loop};
+
+/// What a worker needs to run its rank of one try of a run.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct WorkerSetup {
+    pub train_loop: String,
+    #[serde(with = "serde_bytes")]
+    pub config: Vec<u8>,
+    pub rank: usize,
+    pub world_size: usize,
+    pub attempt: u32,
+    pub use_gpu: bool,
+    pub group_name: String,
+    pub collective_timeout: Duration,
+    pub run_directory: PathBuf,
+    pub resume_from: Option<Checkpoint>,
+    pub next_report: u64,
+    pub shards: BTreeMap<String, ObjectRef<Vec<u8>>>,
+}
+
+/// What a worker tells the driver.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum WorkerEvent {
+    /// Rank 0 reported.
+    Report {
+        index: u64,
+        metrics: Metrics,
+        checkpoint: Option<Checkpoint>,
+    },
+    /// The train loop returned.
+    Finished,
+    /// The train loop failed or panicked.
+    Failed(String),
+}
+
+/// One rank of a run.
+#[raylet::actor]
+#[derive(Default)]
+pub struct TrainWorker {
+    events: Option<Mutex<Receiver<WorkerEvent>>>,
+}
+
+#[raylet::actor]
+impl TrainWorker {
+    pub fn new() -> Self {
+        TrainWorker::default()
+    }
+
+    /// Starts the train loop; returns this worker's pid.
+    pub fn start(&mut self, setup: WorkerSetup) -> Result<u32, String> {
+        if self.events.is_some() {
+            return Err("this worker already runs a train loop".into());
+        }
+        let registered = train_loop::find(&setup.train_loop).ok_or_else(|| {
+            format!(
+                "the train loop `{}` is not registered in the worker's binary",
+                setup.train_loop
+            )
+        })?;
+        let (events, receiver) = mpsc::channel();
+        self.events = Some(Mutex::new(receiver));
+        std::thread::Builder::new()
+            .name(format!("train-rank-{}", setup.rank))
+            .spawn(move || run_to_end(setup, registered.run, events))
+            .map_err(|e| format!("starting the train loop's thread: {e}"))?;
+        Ok(std::process::id())
+    }
+
+    /// The train loop's events since the last poll, waiting up to `wait_ms`
+    /// for the first.
+    pub fn poll(&mut self, wait_ms: u64) -> Result<Vec<WorkerEvent>, String> {
+        let events = self.events.as_ref().ok_or("no train loop was started")?;
+        let events = events.lock().unwrap_or_else(|p| p.into_inner());
+        let mut polled = match events.recv_timeout(Duration::from_millis(wait_ms)) {
+            Ok(event) => vec![event],
+            Err(RecvTimeoutError::Timeout) => return Ok(Vec::new()),
+            Err(RecvTimeoutError::Disconnected) => return Err("the train loop's thread is gone".into()),
+        };
+        polled.extend(events.try_iter());
+        Ok(polled)
+    }
+}
+
+/// The train loop's thread: joins the group, runs the loop, and says how it ended.
+fn run_to_end(
+    setup: WorkerSetup,
+    run: fn(&[u8], &mut TrainContext) -> Result<(), TrainError>,
+    events: Sender<WorkerEvent>,
+) {
+    let config = setup.config.clone();
+    let ended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let mut context = join(setup, events.clone())?;
+        run(&config, &mut context)
+    }));
+    let event = match ended {
+        Ok(Ok(())) => WorkerEvent::Finished,
+        Ok(Err(error)) => WorkerEvent::Failed(error.to_string()),
+        Err(panic) => WorkerEvent::Failed(format!("the train loop panicked: {}", panic_message(&panic))),
+    };
+    let _ = events.send(event);
+}
+
+/// This rank's context, once every rank joined the group.
+fn join(setup: WorkerSetup, events: Sender<WorkerEvent>) -> Result<TrainContext, TrainError> {
+    let cluster = raylet::current()?;
+    let options = GroupOptions {
+        timeout: setup.collective_timeout,
+        ..GroupOptions::default()
+    };
+    let group = CollectiveGroup::join(&cluster, &setup.group_name, setup.rank, setup.world_size, options)?;
+    Ok(TrainContext {
+        rank: setup.rank,
+        world_size: setup.world_size,
+        attempt: setup.attempt,
+        use_gpu: setup.use_gpu,
+        group,
+        resume_from: setup.resume_from,
+        next_report: setup.next_report,
+        shards: setup.shards,
+        run_directory: RunDirectory::open(setup.run_directory),
+        events,
+    })
+}
+
+fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
+    if let Some(message) = panic.downcast_ref::<&str>() {
+        return message.to_string();
+    }
+    if let Some(message) = panic.downcast_ref::<String>() {
+        return message.clone();
+    }
+    "(no message)".to_string()
+}
