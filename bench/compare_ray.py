@@ -787,6 +787,16 @@ def write_report(path, args, res, info, vers, started, finished):
           "`cargo run --release -p raylet-train --example allreduce_bench -- --write bench/allreduce.md`; "
           "no Ray counterpart is run.\n")
         w(allreduce.read_text())
+    train_digits = Path(__file__).resolve().parent / "train_digits.md"
+    if train_digits.exists():
+        w("## Data-parallel training (raylet-train on the digits)\n")
+        w("The digits MLP trained by `raylet_train::Trainer` on the embedded cluster with 1 and 2 worker "
+          "actors (same global batch; gradients averaged over the collective group at every step). "
+          "The small model computes too little per step to gain from a second worker on this "
+          "2-core machine; the wider one does. Written by "
+          "`cargo run --release -p raylet-train --example digits_throughput -- --reps 3 --write bench/train_digits.md`; "
+          "no Ray counterpart is run.\n")
+        w(train_digits.read_text())
     w("## Reproducing\n")
     w("```sh\nbench/compare_ray.sh              # full run (about 30-40 min), rewrites BENCHMARKS.md\n"
       "bench/compare_ray.sh --reps 5     # more repetitions\n"

@@ -67,11 +67,7 @@ impl RunState {
     pub(super) fn into_result(self, failures: u32, elapsed: Duration) -> TrainResult {
         let best_checkpoints = self.retention.best_first();
         TrainResult {
-            metrics: self
-                .history
-                .last()
-                .map(|r| r.metrics.clone())
-                .unwrap_or_default(),
+            metrics: self.history.last().map(|r| r.metrics.clone()).unwrap_or_default(),
             checkpoint: self.retention.latest().map(|(checkpoint, _)| checkpoint.clone()),
             best_checkpoints: best_checkpoints
                 .into_iter()
