@@ -53,14 +53,18 @@ impl TrainContext {
         self.resume_from.as_ref()
     }
 
-    /// The device to train on: this worker's GPU when the run uses GPUs and
-    /// the `cuda` feature is on, else the CPU.
+    /// Whether the run gave this worker a GPU (`ScalingConfig::use_gpu`).
+    pub fn use_gpu(&self) -> bool {
+        self.use_gpu
+    }
+
+    /// The device to train on: this worker's GPU (the first it may see)
+    /// when the run uses GPUs and the `cuda` feature is on, else the CPU.
     pub fn device(&self) -> burn::prelude::Device {
         #[cfg(feature = "cuda")]
-        if self.use_gpu {
+        if self.use_gpu() {
             return burn::prelude::Device::cuda(0);
         }
-        let _ = self.use_gpu;
         burn::prelude::Device::flex()
     }
 

@@ -326,3 +326,39 @@ fn assert_no_train_workers_alive(cluster: &Cluster) {
         "a finished run leaves no worker behind"
     );
 }
+
+/// Holds CPUs while it lives.
+#[raylet::actor]
+#[derive(Default)]
+pub struct CpuHog;
+
+#[raylet::actor]
+impl CpuHog {
+    pub fn new() -> Self {
+        CpuHog
+    }
+}
+
+#[test]
+fn workers_wait_for_the_whole_gang_to_fit_then_train() {
+    let cluster = raylet::init_with(raylet::Config::default().num_cpus(2.0)).unwrap();
+    let hog = CpuHog::remote(&cluster).num_cpus(2.0).spawn().unwrap();
+    let storage = tempfile::tempdir().unwrap();
+    let freed = std::thread::spawn({
+        let cluster = cluster.clone();
+        move || {
+            std::thread::sleep(Duration::from_secs(2));
+            cluster.kill(&hog, true).unwrap();
+            Instant::now()
+        }
+    });
+    let result = digits_trainer(storage.path(), "waits", 2, 0).fit().unwrap();
+    let freed_at = freed.join().unwrap();
+    let finished_at = Instant::now();
+    assert!(
+        finished_at > freed_at,
+        "the run could not start before the hog's CPUs were free"
+    );
+    assert_eq!(result.metrics_history.len(), 2);
+    assert_eq!(result.failures, 0, "waiting for resources is not a failure");
+}

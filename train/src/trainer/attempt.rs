@@ -17,6 +17,8 @@ use crate::{ScalingConfig, TrainError, WorkerResources};
 
 /// How long one poll of a worker waits for its first event.
 const POLL_WAIT: Duration = Duration::from_millis(500);
+/// How long the workers' bundles may take before the driver says it waits.
+const PLACEMENT_PATIENCE: Duration = Duration::from_secs(5);
 
 /// How a try ended other than by finishing.
 pub(super) enum AttemptError {
@@ -53,7 +55,7 @@ pub(super) fn run(
     state: &mut RunState,
     progress: &Progress,
 ) -> Result<(), AttemptError> {
-    let workers = Workers::place(cluster, &plan.scaling)?;
+    let workers = Workers::place(cluster, &plan.scaling, progress)?;
     let starts: Vec<ObjectRef<u32>> = workers
         .actors
         .iter()
@@ -137,7 +139,7 @@ struct Workers {
 impl Workers {
     /// Reserves a bundle per worker, all at once, then starts a worker actor
     /// in each.
-    fn place(cluster: &Cluster, scaling: &ScalingConfig) -> Result<Self, TrainError> {
+    fn place(cluster: &Cluster, scaling: &ScalingConfig, progress: &Progress) -> Result<Self, TrainError> {
         let resources = worker_resources(scaling);
         let bundles = vec![bundle_of(&resources); scaling.num_workers];
         let group = cluster.placement_group(bundles, scaling.placement)?;
@@ -146,7 +148,17 @@ impl Workers {
             group,
             actors: Vec::new(),
         };
-        workers.group.ready()?;
+        match workers.group.ready_timeout(PLACEMENT_PATIENCE) {
+            Err(raylet::Error::PlacementGroupTimeout { .. }) => {
+                progress.line(&format!(
+                    "waiting for the cluster to free {} bundles of {}",
+                    scaling.num_workers,
+                    describe(&resources)
+                ));
+                workers.group.ready()?;
+            }
+            placed => placed?,
+        }
         for bundle in 0..scaling.num_workers {
             let mut builder = TrainWorker::remote(cluster)
                 .placement_group(&workers.group, Some(bundle as u32))
@@ -199,4 +211,21 @@ fn bundle_of(resources: &WorkerResources) -> Bundle {
         bundle = bundle.resource(name, *amount);
     }
     bundle
+}
+
+/// `{CPU: 1, GPU: 1}`: the nonzero resources of a worker.
+fn describe(resources: &WorkerResources) -> String {
+    let standard = [
+        ("CPU", resources.num_cpus),
+        ("GPU", resources.num_gpus),
+        ("memory", resources.memory),
+    ];
+    let custom = resources.custom.iter().map(|(name, amount)| (name.as_str(), *amount));
+    let amounts: Vec<String> = standard
+        .into_iter()
+        .chain(custom)
+        .filter(|(_, amount)| *amount > 0.0)
+        .map(|(name, amount)| format!("{name}: {amount}"))
+        .collect();
+    format!("{{{}}}", amounts.join(", "))
 }
