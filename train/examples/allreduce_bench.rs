@@ -2,8 +2,9 @@
 //! reports it: for each size, the median time of a sum allreduce of f32 on
 //! 2 and 4 ranks (threads of this process, each with its own TCP links),
 //! its algorithm bandwidth (bytes / time) and bus bandwidth (algbw ×
-//! 2(n-1)/n), beside one TCP stream's loopback throughput measured in the
-//! same run.
+//! 2(n-1)/n), beside loopback TCP throughput measured in the same run: one
+//! stream alone, and each of n streams running at once, as the n links of
+//! an n-rank ring do (on a machine with few cores they share its CPUs).
 //!
 //! `cargo run --release -p raylet-train --example allreduce_bench [-- --max-mib 256] [--write bench/allreduce.md]`
 //!
@@ -19,16 +20,19 @@ use raylet_train::collective::{CollectiveGroup, GroupOptions, ReduceOp};
 
 /// Each size is timed for at least this long (after one warm-up call).
 const BUDGET: Duration = Duration::from_millis(600);
+/// The group sizes measured.
+const WORLDS: [usize; 2] = [2, 4];
 
 fn main() {
     let max_mib: usize = flag("--max-mib").map_or(256, |mib| mib.parse().expect("--max-mib takes a number"));
     let cluster = raylet::init().expect("an embedded cluster");
-    let tcp = loopback_tcp_gbps();
+    let tcp = loopback_tcp_gbps(1);
+    let concurrent: Vec<f64> = WORLDS.iter().map(|&world| loopback_tcp_gbps(world)).collect();
     let mut report = vec![
-        format!("One TCP stream over loopback, measured in the same run: {tcp:.2} GB/s."),
+        format!("Loopback TCP measured in the same run: one stream alone {tcp:.2} GB/s; each of 2 streams at once {:.2} GB/s; each of 4 at once {:.2} GB/s.", concurrent[0], concurrent[1]),
         String::new(),
-        "| ranks | size | time (median) | algbw GB/s | busbw GB/s | busbw / loopback TCP |".into(),
-        "|---|---|---|---|---|---|".into(),
+        "| ranks | size | time (median) | algbw GB/s | busbw GB/s | busbw / one stream alone | busbw / one of n streams at once |".into(),
+        "|---|---|---|---|---|---|---|".into(),
     ];
     report.iter().for_each(|line| println!("{line}"));
     let mut bytes = 1 << 10;
@@ -37,16 +41,17 @@ fn main() {
         sizes.push(bytes);
         bytes *= 4;
     }
-    for world in [2, 4] {
+    for (&world, &shared) in WORLDS.iter().zip(&concurrent) {
         let times = time_allreduces(&cluster, world, &sizes);
         for (&bytes, time) in sizes.iter().zip(times) {
             let algbw = bytes as f64 / time.as_secs_f64() / 1e9;
             let busbw = algbw * 2.0 * (world - 1) as f64 / world as f64;
             let row = format!(
-                "| {world} | {} | {} | {algbw:.3} | {busbw:.3} | {:.0}% |",
+                "| {world} | {} | {} | {algbw:.3} | {busbw:.3} | {:.0}% | {:.0}% |",
                 human(bytes),
                 format_time(time),
-                100.0 * busbw / tcp
+                100.0 * busbw / tcp,
+                100.0 * busbw / shared
             );
             println!("{row}");
             report.push(row);
@@ -110,11 +115,30 @@ fn median_time(group: &mut CollectiveGroup, values: &mut [f32]) -> Duration {
     times[times.len() / 2]
 }
 
-/// One TCP stream's throughput over loopback, 1 GiB in 4 MiB writes.
-fn loopback_tcp_gbps() -> f64 {
+/// The throughput of each of `streams` TCP streams over loopback that run
+/// at once (as the `streams` links of a ring do), 1 GiB each in 4 MiB writes.
+fn loopback_tcp_gbps(streams: usize) -> f64 {
+    let total: usize = 1 << 30;
+    let start = Arc::new(Barrier::new(streams));
+    let receivers: Vec<_> = (0..streams)
+        .map(|_| {
+            let start = start.clone();
+            std::thread::spawn(move || one_stream(total, &start))
+        })
+        .collect();
+    let slowest = receivers
+        .into_iter()
+        .map(|receiver| receiver.join().expect("a stream"))
+        .max()
+        .expect("at least one stream");
+    total as f64 / slowest.as_secs_f64() / 1e9
+}
+
+/// Sends `total` bytes over a fresh loopback connection once `start`
+/// opens; returns how long the receiving side took.
+fn one_stream(total: usize, start: &Barrier) -> Duration {
     let listener = TcpListener::bind("127.0.0.1:0").expect("a listener");
     let address = listener.local_addr().expect("its address");
-    let total: usize = 1 << 30;
     let sender = std::thread::spawn(move || {
         let mut stream = TcpStream::connect(address).expect("a connection");
         let block = vec![7u8; 4 << 20];
@@ -124,6 +148,7 @@ fn loopback_tcp_gbps() -> f64 {
     });
     let (mut stream, _) = listener.accept().expect("the connection");
     let mut block = vec![0u8; 4 << 20];
+    start.wait();
     let started = Instant::now();
     let mut received = 0;
     while received < total {
@@ -131,7 +156,7 @@ fn loopback_tcp_gbps() -> f64 {
     }
     let elapsed = started.elapsed();
     sender.join().expect("the sender");
-    total as f64 / elapsed.as_secs_f64() / 1e9
+    elapsed
 }
 
 fn human(bytes: usize) -> String {
