@@ -581,6 +581,15 @@ def versions(ray_wanted):
     return out
 
 
+def inline_section(w, file_name, heading, intro):
+    """Writes a section whose table a raylet-train example wrote to bench/FILE_NAME, if it did."""
+    table = Path(__file__).resolve().parent / file_name
+    if table.exists():
+        w(heading)
+        w(intro)
+        w(table.read_text())
+
+
 def write_report(path, args, res, info, vers, started, finished):
     ray_on = not args.raylet_only
     L = []
@@ -779,24 +788,18 @@ def write_report(path, args, res, info, vers, started, finished):
             if parts:
                 w(f"For scale, *single client put gigabytes* against one memcpy of the same bytes "
                   f"({mem:.1f} GB/s): {'; '.join(parts)} of it.\n")
-    allreduce = Path(__file__).resolve().parent / "allreduce.md"
-    if allreduce.exists():
-        w("## Allreduce (raylet-train collective group)\n")
-        w("Sum allreduce of f32 on 2 and 4 ranks (threads of one process, each with its own TCP links) on "
-          "loopback; busbw = algbw × 2(n−1)/n as nccl-tests defines it. Written by "
-          "`cargo run --release -p raylet-train --example allreduce_bench -- --write bench/allreduce.md`; "
-          "no Ray counterpart is run.\n")
-        w(allreduce.read_text())
-    train_digits = Path(__file__).resolve().parent / "train_digits.md"
-    if train_digits.exists():
-        w("## Data-parallel training (raylet-train on the digits)\n")
-        w("The digits MLP trained by `raylet_train::Trainer` on the embedded cluster with 1 and 2 worker "
-          "actors (same global batch; gradients averaged over the collective group at every step). "
-          "The small model computes too little per step to gain from a second worker on this "
-          "2-core machine; the wider one does. Written by "
-          "`cargo run --release -p raylet-train --example digits_throughput -- --reps 3 --write bench/train_digits.md`; "
-          "no Ray counterpart is run.\n")
-        w(train_digits.read_text())
+    inline_section(w, "allreduce.md", "## Allreduce (raylet-train collective group)\n",
+                   "Sum allreduce of f32 on 2 and 4 ranks (threads of one process, each with its own TCP links) on "
+                   "loopback; busbw = algbw × 2(n−1)/n as nccl-tests defines it. Written by "
+                   "`cargo run --release -p raylet-train --example allreduce_bench -- --write bench/allreduce.md`; "
+                   "no Ray counterpart is run.\n")
+    inline_section(w, "train_digits.md", "## Data-parallel training (raylet-train on the digits)\n",
+                   "The digits MLP trained by `raylet_train::Trainer` on the embedded cluster with 1 and 2 worker "
+                   "actors (same global batch; gradients averaged over the collective group at every step). "
+                   "The small model computes too little per step to gain from a second worker on this "
+                   "2-core machine; the wider one does. Written by "
+                   "`cargo run --release -p raylet-train --example digits_throughput -- --reps 3 "
+                   "--write bench/train_digits.md`; no Ray counterpart is run.\n")
     w("## Reproducing\n")
     w("```sh\nbench/compare_ray.sh              # full run (about 30-40 min), rewrites BENCHMARKS.md\n"
       "bench/compare_ray.sh --reps 5     # more repetitions\n"

@@ -98,11 +98,11 @@ impl TrainWorker {
 
 /// The train loop's thread: joins the group, runs the loop, and says how it ended.
 fn run_to_end(
-    setup: WorkerSetup,
+    mut setup: WorkerSetup,
     run: fn(&[u8], &mut TrainContext) -> Result<(), TrainError>,
     events: Sender<WorkerEvent>,
 ) {
-    let config = setup.config.clone();
+    let config = std::mem::take(&mut setup.config);
     let ended = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
         let mut context = join(setup, events.clone())?;
         run(&config, &mut context)

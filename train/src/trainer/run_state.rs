@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use crate::checkpoint::{Retention, RunDirectory};
 use crate::trainer::result::{Report, TrainResult};
-use crate::{Checkpoint, CheckpointConfig, TrainError};
+use crate::{Checkpoint, CheckpointConfig, CheckpointMetadata, TrainError};
 
 pub(super) struct RunState {
     directory: RunDirectory,
@@ -55,7 +55,10 @@ impl RunState {
         });
         self.directory.append_metrics(&line)?;
         if let Some(checkpoint) = &report.checkpoint {
-            let metadata = checkpoint.metadata()?;
+            let metadata = CheckpointMetadata {
+                index: report.index,
+                metrics: report.metrics.clone(),
+            };
             for dropped in self.retention.add(checkpoint.clone(), metadata) {
                 remove_checkpoint(&dropped)?;
             }
