@@ -1,0 +1,48 @@
+//! What a search can fail with: one error type for the driver's `fit`,
+//! for searchers and schedulers, and for trainables on the workers.
+
+use std::path::PathBuf;
+
+use raylet_train::TrainError;
+
+/// Why a search, or one trial of it, failed.
+#[derive(Debug, thiserror::Error)]
+pub enum TuneError {
+    #[error("invalid tune configuration: {0}")]
+    InvalidConfig(String),
+    #[error("invalid search space: {0}")]
+    InvalidSearchSpace(String),
+    #[error(
+        "the trainable `{0}` is not registered in this binary, so trial workers cannot run it: \
+         add `raylet_tune::register_trainable!(...)` with its name next to the function"
+    )]
+    NotRegistered(String),
+    #[error(transparent)]
+    Cluster(#[from] raylet::Error),
+    #[error(transparent)]
+    Train(#[from] TrainError),
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("experiment {path}: {message}")]
+    Experiment { path: PathBuf, message: String },
+    /// What `report` returns once the scheduler stopped or paused the trial:
+    /// the trainable should return.
+    #[error("the scheduler stopped this trial")]
+    TrialStopped,
+    #[error("{0}")]
+    Trainable(String),
+}
+
+impl TuneError {
+    /// An I/O error, with what was being done.
+    pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        TuneError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,9 @@
+//! raylet-tune: parallel hyperparameter search on a raylet cluster.
+
+mod config;
+mod error;
+pub mod search;
+
+pub use config::TrialConfig;
+pub use error::TuneError;
+pub use raylet_train::ScoreMode as Mode;
