@@ -2,8 +2,11 @@
 
 mod config;
 mod error;
+pub mod schedulers;
 pub mod search;
+mod trial;
 
 pub use config::TrialConfig;
 pub use error::TuneError;
 pub use raylet_train::ScoreMode as Mode;
+pub use trial::{TrialStatus, TrialView};
