@@ -96,3 +96,14 @@ impl From<tonic::Status> for Error {
         Error::Cluster(status.into())
     }
 }
+
+/// The text of a caught panic: its message, or a note that it had none.
+pub fn panic_message(payload: &(dyn std::any::Any + Send)) -> String {
+    if let Some(text) = payload.downcast_ref::<&str>() {
+        return text.to_string();
+    }
+    if let Some(text) = payload.downcast_ref::<String>() {
+        return text.clone();
+    }
+    "a panic with a non-text payload".to_string()
+}

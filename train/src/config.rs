@@ -44,6 +44,20 @@ pub struct WorkerResources {
     pub custom: BTreeMap<String, f64>,
 }
 
+impl WorkerResources {
+    /// `builder` asking for these resources.
+    pub fn request<H: From<raylet::ActorHandle>>(&self, builder: raylet::ActorBuilder<H>) -> raylet::ActorBuilder<H> {
+        let mut builder = builder.num_cpus(self.num_cpus).num_gpus(self.num_gpus);
+        if self.memory > 0.0 {
+            builder = builder.memory(self.memory);
+        }
+        for (name, amount) in &self.custom {
+            builder = builder.resource(name, *amount);
+        }
+        builder
+    }
+}
+
 impl Default for WorkerResources {
     fn default() -> Self {
         WorkerResources {
@@ -70,14 +84,19 @@ pub struct RunConfig {
     pub verbose: bool,
 }
 
+/// Where runs and experiments go by default: `~/raylet_results`.
+pub fn default_storage_path() -> PathBuf {
+    let home = std::env::var_os("HOME")
+        .map(PathBuf::from)
+        .unwrap_or_else(std::env::temp_dir);
+    home.join("raylet_results")
+}
+
 impl Default for RunConfig {
     fn default() -> Self {
-        let home = std::env::var_os("HOME")
-            .map(PathBuf::from)
-            .unwrap_or_else(std::env::temp_dir);
         RunConfig {
             name: "train".to_string(),
-            storage_path: home.join("raylet_results"),
+            storage_path: default_storage_path(),
             checkpoint: CheckpointConfig::default(),
             failure: FailureConfig::default(),
             verbose: true,
@@ -98,7 +117,8 @@ pub struct CheckpointConfig {
 }
 
 /// Whether a higher or a lower score is better.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum ScoreMode {
     #[default]
     Max,

@@ -26,8 +26,11 @@ mod train_loop;
 mod trainer;
 mod worker;
 
-pub use checkpoint::{Checkpoint, CheckpointMetadata};
-pub use config::{CheckpointConfig, FailureConfig, Placement, RunConfig, ScalingConfig, ScoreMode, WorkerResources};
+pub use checkpoint::{Checkpoint, CheckpointMetadata, RunDirectory};
+pub use config::{
+    CheckpointConfig, FailureConfig, Placement, RunConfig, ScalingConfig, ScoreMode, WorkerResources,
+    default_storage_path,
+};
 pub use context::TrainContext;
 pub use error::TrainError;
 pub use metrics::Metrics;

@@ -110,7 +110,10 @@ fn run_to_end(
     let event = match ended {
         Ok(Ok(())) => WorkerEvent::Finished,
         Ok(Err(error)) => WorkerEvent::Failed(error.to_string()),
-        Err(panic) => WorkerEvent::Failed(format!("the train loop panicked: {}", panic_message(&panic))),
+        Err(panic) => WorkerEvent::Failed(format!(
+            "the train loop panicked: {}",
+            raylet::error::panic_message(panic.as_ref())
+        )),
     };
     let _ = events.send(event);
 }
@@ -135,14 +138,4 @@ fn join(setup: WorkerSetup, events: Sender<WorkerEvent>) -> Result<TrainContext,
         run_directory: RunDirectory::open(setup.run_directory),
         events,
     })
-}
-
-fn panic_message(panic: &Box<dyn std::any::Any + Send>) -> String {
-    if let Some(message) = panic.downcast_ref::<&str>() {
-        return message.to_string();
-    }
-    if let Some(message) = panic.downcast_ref::<String>() {
-        return message.clone();
-    }
-    "(no message)".to_string()
 }

@@ -1,12 +1,39 @@
 //! raylet-tune: parallel hyperparameter search on a raylet cluster.
+//!
+//! - [`search`]: search spaces, and the searchers that draw trials from
+//!   them (grid and random, TPE, or your own [`search::Searcher`]).
+//! - [`schedulers`]: what happens to a trial after each result (FIFO,
+//!   ASHA, HyperBand, median stopping, PBT, or your own).
+//! - [`Tuner`] runs a registered trainable function once per trial, each
+//!   in an actor with its own resources, and returns a [`ResultGrid`].
+//! - [`stopper`]: rules that end trials or the experiment.
 
+mod checkpoint_transfer;
 mod config;
+mod context;
 mod error;
+mod result_grid;
+mod runner;
 pub mod schedulers;
 pub mod search;
+pub mod stopper;
+mod trainable;
 mod trial;
+mod tuner;
 
+pub use checkpoint_transfer::PackedCheckpoint;
 pub use config::TrialConfig;
+pub use context::TrialContext;
 pub use error::TuneError;
-pub use raylet_train::ScoreMode as Mode;
+pub use raylet_train::{Checkpoint, Metrics, ScoreMode as Mode};
+pub use result_grid::{ResultGrid, TrialResult};
+pub use trainable::{TrainableFn, TrainableResult};
 pub use trial::{TrialStatus, TrialView};
+pub use tuner::{RunConfig, TrialResources, TuneConfig, Tuner};
+
+/// What [`register_trainable!`] expands to refers to. Not a public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use crate::trainable::{RegisteredTrainable, TRAINABLES};
+    pub use linkme;
+}

@@ -199,14 +199,11 @@ pub(crate) fn failed(spec: &TaskSpec, error: TaskError) -> TaskResult {
 }
 
 fn panic_error(function: &str, payload: Box<dyn Any + Send>) -> TaskError {
-    let message = if let Some(text) = payload.downcast_ref::<&str>() {
-        text.to_string()
-    } else if let Some(text) = payload.downcast_ref::<String>() {
-        text.clone()
-    } else {
-        "a panic with a non-text payload".to_string()
-    };
-    TaskError::new(TaskErrorKind::Panic, function, message)
+    TaskError::new(
+        TaskErrorKind::Panic,
+        function,
+        crate::error::panic_message(payload.as_ref()),
+    )
 }
 
 /// Fills in where the task failed.

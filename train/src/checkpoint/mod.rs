@@ -16,7 +16,7 @@ use serde::{Deserialize, Serialize};
 use crate::{Metrics, TrainError};
 
 pub(crate) use retention::Retention;
-pub(crate) use run_directory::RunDirectory;
+pub use run_directory::RunDirectory;
 
 /// The model's parameters, as a burnpack file.
 const MODEL_FILE: &str = "model.bpk";

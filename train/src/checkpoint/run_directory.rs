@@ -14,16 +14,16 @@ const STAGING: &str = ".staging";
 const CHECKPOINT_PREFIX: &str = "checkpoint_";
 const METRICS_FILE: &str = "metrics.jsonl";
 
-/// The directory of one run.
+/// The directory of one run (or of one Tune trial).
 #[derive(Clone, Debug)]
-pub(crate) struct RunDirectory {
+pub struct RunDirectory {
     root: PathBuf,
 }
 
 impl RunDirectory {
     /// The run directory at `root`, made if missing; checkpoints left half
     /// written by an earlier run are removed.
-    pub(crate) fn create(root: PathBuf) -> Result<Self, TrainError> {
+    pub fn create(root: PathBuf) -> Result<Self, TrainError> {
         std::fs::create_dir_all(&root).map_err(|e| TrainError::io(format!("creating {}", root.display()), e))?;
         let staging = root.join(STAGING);
         if staging.exists() {
@@ -34,16 +34,16 @@ impl RunDirectory {
     }
 
     /// The directory of a run that a worker was told about.
-    pub(crate) fn open(root: PathBuf) -> Self {
+    pub fn open(root: PathBuf) -> Self {
         RunDirectory { root }
     }
 
-    pub(crate) fn root(&self) -> &Path {
+    pub fn root(&self) -> &Path {
         &self.root
     }
 
     /// A fresh, empty directory for `rank` to write a checkpoint into.
-    pub(crate) fn stage(&self, rank: usize) -> Result<Checkpoint, TrainError> {
+    pub fn stage(&self, rank: usize) -> Result<Checkpoint, TrainError> {
         static STAGED: AtomicU64 = AtomicU64::new(0);
         let number = STAGED.fetch_add(1, Ordering::Relaxed);
         let path = self
@@ -56,7 +56,7 @@ impl RunDirectory {
 
     /// Makes `staged` the checkpoint of report `index`: its metadata is
     /// written, then it is renamed into place.
-    pub(crate) fn commit(&self, staged: &Checkpoint, index: u64, metrics: &Metrics) -> Result<Checkpoint, TrainError> {
+    pub fn commit(&self, staged: &Checkpoint, index: u64, metrics: &Metrics) -> Result<Checkpoint, TrainError> {
         let metadata = CheckpointMetadata {
             index,
             metrics: metrics.clone(),
@@ -71,7 +71,7 @@ impl RunDirectory {
     }
 
     /// Every committed checkpoint, oldest first.
-    pub(crate) fn committed(&self) -> Result<Vec<(Checkpoint, CheckpointMetadata)>, TrainError> {
+    pub fn committed(&self) -> Result<Vec<(Checkpoint, CheckpointMetadata)>, TrainError> {
         let entries =
             std::fs::read_dir(&self.root).map_err(|e| TrainError::io(format!("reading {}", self.root.display()), e))?;
         let mut found = Vec::new();
@@ -89,9 +89,14 @@ impl RunDirectory {
         Ok(found)
     }
 
+    /// `metrics.jsonl`: a line per report.
+    pub fn metrics_file(&self) -> PathBuf {
+        self.root.join(METRICS_FILE)
+    }
+
     /// Appends one report to `metrics.jsonl`.
-    pub(crate) fn append_metrics(&self, line: &serde_json::Value) -> Result<(), TrainError> {
-        let path = self.root.join(METRICS_FILE);
+    pub fn append_metrics(&self, line: &serde_json::Value) -> Result<(), TrainError> {
+        let path = self.metrics_file();
         let mut file = std::fs::OpenOptions::new()
             .create(true)
             .append(true)

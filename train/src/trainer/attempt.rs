@@ -160,18 +160,10 @@ impl Workers {
             placed => placed?,
         }
         for bundle in 0..scaling.num_workers {
-            let mut builder = TrainWorker::remote(cluster)
+            let builder = TrainWorker::remote(cluster)
                 .placement_group(&workers.group, Some(bundle as u32))
-                .num_cpus(resources.num_cpus)
-                .num_gpus(resources.num_gpus)
                 .max_restarts(0);
-            if resources.memory > 0.0 {
-                builder = builder.memory(resources.memory);
-            }
-            for (name, amount) in &resources.custom {
-                builder = builder.resource(name, *amount);
-            }
-            workers.actors.push(builder.spawn()?);
+            workers.actors.push(resources.request(builder).spawn()?);
         }
         Ok(workers)
     }

@@ -20,7 +20,7 @@ use raylet_train::Metrics;
 use crate::{Mode, TrialConfig, TrialStatus, TrialView, TuneError};
 
 /// What happens to a trial after its result.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Decision {
     Continue,
     /// Stop it for now, keeping its latest checkpoint; a scheduler resumes it.

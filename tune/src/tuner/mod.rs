@@ -1,0 +1,260 @@
+//! `Tuner`: runs a trainable over a search space, one trial per
+//! configuration, trials in parallel on actors, under a searcher, a
+//! scheduler and stoppers; returns a [`ResultGrid`](crate::ResultGrid).
+
+mod actor_pool;
+mod config;
+mod controller;
+mod experiment_state;
+mod progress;
+mod trial_state;
+
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use raylet::Cluster;
+
+use self::actor_pool::ActorPool;
+pub use self::config::{RunConfig, TrialResources, TuneConfig};
+use self::controller::{Controller, Plan};
+use self::progress::Progress;
+use self::trial_state::Trial;
+use crate::schedulers::{Fifo, TrialScheduler};
+use crate::search::{BasicVariant, SearchSetup, SearchSpace, Searcher};
+use crate::stopper::Stopper;
+use crate::trainable::{TrainableResult, registered_name};
+use crate::{ResultGrid, TrialConfig, TrialContext, TrialResult, TuneError};
+
+/// A hyperparameter search.
+pub struct Tuner {
+    trainable: Result<&'static str, TuneError>,
+    space: SearchSpace,
+    tune_config: TuneConfig,
+    run_config: RunConfig,
+    resources: TrialResources,
+    searcher: Box<dyn Searcher>,
+    scheduler: Box<dyn TrialScheduler>,
+    stopper: Option<Box<dyn Stopper>>,
+    restoring: bool,
+}
+
+impl Tuner {
+    /// A search over `trainable`, a function registered with
+    /// [`register_trainable!`](crate::register_trainable). By default: one
+    /// trial, random and grid search, FIFO, one CPU per trial.
+    pub fn new<F>(trainable: F) -> Self
+    where
+        F: Fn(&TrialConfig, &mut TrialContext) -> TrainableResult,
+    {
+        Tuner {
+            trainable: registered_name(&trainable),
+            space: SearchSpace::new(),
+            tune_config: TuneConfig::default(),
+            run_config: RunConfig::default(),
+            resources: TrialResources::default(),
+            searcher: Box::new(BasicVariant::new()),
+            scheduler: Box::new(Fifo),
+            stopper: None,
+            restoring: false,
+        }
+    }
+
+    /// Finishes the interrupted experiment in `path`: its finished trials
+    /// are kept and not run again; the others resume from their latest
+    /// checkpoints. Give it the same space, configs, searcher and
+    /// scheduler as the first run (they are code, not saved state).
+    pub fn restore<F>(path: impl AsRef<Path>, trainable: F) -> Self
+    where
+        F: Fn(&TrialConfig, &mut TrialContext) -> TrainableResult,
+    {
+        let path = path.as_ref();
+        let mut tuner = Tuner::new(trainable);
+        tuner.run_config.name = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
+        tuner.run_config.storage_path = path.parent().map(Path::to_path_buf).unwrap_or_default();
+        tuner.restoring = true;
+        tuner
+    }
+
+    pub fn param_space(mut self, space: SearchSpace) -> Self {
+        self.space = space;
+        self
+    }
+
+    pub fn tune_config(mut self, config: TuneConfig) -> Self {
+        self.tune_config = config;
+        self
+    }
+
+    /// Where results go; on a restore, only `max_failures` and `verbose` are taken.
+    pub fn run_config(mut self, config: RunConfig) -> Self {
+        match self.restoring {
+            true => {
+                self.run_config.max_failures = config.max_failures;
+                self.run_config.verbose = config.verbose;
+            }
+            false => self.run_config = config,
+        }
+        self
+    }
+
+    /// What each trial's actor holds (fractions allowed: `num_gpus: 0.5`).
+    pub fn resources_per_trial(mut self, resources: TrialResources) -> Self {
+        self.resources = resources;
+        self
+    }
+
+    pub fn searcher(mut self, searcher: impl Searcher + 'static) -> Self {
+        self.searcher = Box::new(searcher);
+        self
+    }
+
+    pub fn scheduler(mut self, scheduler: impl TrialScheduler + 'static) -> Self {
+        self.scheduler = Box::new(scheduler);
+        self
+    }
+
+    /// Rules that end trials or the experiment besides the scheduler.
+    pub fn stop(mut self, stopper: impl Stopper + 'static) -> Self {
+        self.stopper = Some(Box::new(stopper));
+        self
+    }
+
+    /// Runs the search on the current cluster (starting an embedded one if
+    /// there is none) and returns every trial's outcome.
+    pub fn fit(mut self) -> Result<ResultGrid, TuneError> {
+        let trainable = std::mem::replace(&mut self.trainable, Ok(""))?;
+        let cluster = raylet::init()?;
+        let directory = self.run_config.storage_path.join(&self.run_config.name);
+        let restored = self.prepare_directory(&directory)?;
+        let metric = self.tune_config.metric.as_deref();
+        self.searcher.setup(&SearchSetup {
+            space: &self.space,
+            metric,
+            mode: self.tune_config.mode,
+            num_samples: self.tune_config.num_samples,
+        })?;
+        self.scheduler.setup(metric, self.tune_config.mode)?;
+        let slots = trial_slots(&cluster, &self.resources, self.tune_config.max_concurrent_trials)?;
+        let plan = Plan {
+            trainable,
+            directory: directory.clone(),
+            name: self.run_config.name.clone(),
+            metric: self.tune_config.metric.clone(),
+            mode: self.tune_config.mode,
+            num_samples: self.tune_config.num_samples,
+            max_failures: self.run_config.max_failures,
+        };
+        let pool = ActorPool::new(&cluster, self.resources.clone(), self.tune_config.reuse_actors, slots);
+        let progress = Progress::new(
+            self.run_config.verbose,
+            &self.run_config.name,
+            self.tune_config.metric.clone(),
+            self.tune_config.mode,
+        );
+        let mut controller = Controller::new(
+            plan,
+            self.searcher,
+            self.scheduler,
+            self.stopper,
+            &cluster,
+            pool,
+            progress,
+        );
+        if let Some(state) = restored {
+            controller.restore(state)?;
+        }
+        let started = Instant::now();
+        controller.run()?;
+        tracing::info!("experiment {} ran in {:.1?}", directory.display(), started.elapsed());
+        let grid = result_grid(controller.into_trials(), directory, &self.tune_config);
+        grid.export()?;
+        Ok(grid)
+    }
+
+    /// Makes the experiment's directory, or on a restore reads its state.
+    /// A new experiment refuses a directory that already holds one.
+    fn prepare_directory(&self, directory: &Path) -> Result<Option<experiment_state::ExperimentState>, TuneError> {
+        if self.restoring {
+            return experiment_state::load(directory).map(Some);
+        }
+        if experiment_state::path(directory).exists() {
+            return Err(TuneError::Experiment {
+                path: directory.to_path_buf(),
+                message:
+                    "an experiment of this name is already there: finish it with Tuner::restore(path, trainable), \
+                          or give RunConfig another name"
+                        .into(),
+            });
+        }
+        std::fs::create_dir_all(directory)
+            .map_err(|e| TuneError::io(format!("creating {}", directory.display()), e))?;
+        Ok(None)
+    }
+}
+
+/// How many trials run at once: as many as the alive nodes hold (summed
+/// per node), at most `max_concurrent`.
+fn trial_slots(
+    cluster: &Cluster,
+    resources: &TrialResources,
+    max_concurrent: Option<usize>,
+) -> Result<usize, TuneError> {
+    let status = cluster.status()?;
+    let mut requested: Vec<(String, f64)> = vec![
+        ("CPU".into(), resources.num_cpus),
+        ("GPU".into(), resources.num_gpus),
+        ("memory".into(), resources.memory),
+    ];
+    requested.extend(resources.custom.iter().map(|(name, amount)| (name.clone(), *amount)));
+    requested.retain(|(_, amount)| *amount > 0.0);
+    let fitting: usize = match requested.is_empty() {
+        true => usize::MAX,
+        false => status
+            .alive()
+            .map(|node| {
+                requested
+                    .iter()
+                    .map(|(name, amount)| (node.total.get(name).as_f64() / amount + 1e-9).floor() as usize)
+                    .min()
+                    .unwrap_or(0)
+            })
+            .sum(),
+    };
+    if fitting == 0 {
+        let asked: Vec<String> = requested.iter().map(|(n, a)| format!("{n}: {a}")).collect();
+        return Err(TuneError::InvalidConfig(format!(
+            "no node can hold a trial's resources {{{}}}",
+            asked.join(", ")
+        )));
+    }
+    match (fitting, max_concurrent) {
+        (usize::MAX, None) => Ok(status.total().get("CPU").as_f64().max(1.0) as usize),
+        (fitting, Some(limit)) => Ok(fitting.min(limit.max(1))),
+        (fitting, None) => Ok(fitting),
+    }
+}
+
+fn result_grid(trials: Vec<Trial>, path: PathBuf, config: &TuneConfig) -> ResultGrid {
+    let results = trials
+        .into_iter()
+        .map(|trial| TrialResult {
+            trial_id: trial.record.view.id.clone(),
+            config: trial.record.view.config.clone(),
+            status: trial.record.view.status,
+            metrics: trial.record.view.last_result.clone(),
+            metrics_history: trial.history,
+            checkpoint: trial.record.latest_checkpoint.map(|(checkpoint, _)| checkpoint),
+            path: trial.directory.root().to_path_buf(),
+            error: trial.record.error,
+        })
+        .collect();
+    ResultGrid {
+        results,
+        path,
+        metric: config.metric.clone(),
+        mode: config.mode,
+    }
+}

@@ -1,0 +1,108 @@
+//! The driver's record of one trial: its public view, its directory and
+//! results, where it restarts from, and what it becomes when its current
+//! run stops.
+
+use raylet_train::{Checkpoint, Metrics, RunDirectory};
+use serde::{Deserialize, Serialize};
+
+use crate::{TrialStatus, TrialView, TuneError};
+
+/// What a running trial becomes once the scheduler's stop takes effect.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum OnStop {
+    Terminate,
+    Pause,
+    /// Pending again at once (resumed, or re-seeded by PBT).
+    Restart,
+}
+
+/// A donor's checkpoint that a trial restarts from.
+#[derive(Clone, Debug)]
+pub(crate) struct Donor {
+    pub(crate) checkpoint: Checkpoint,
+    pub(crate) iteration: u64,
+    pub(crate) metrics: Metrics,
+}
+
+/// What the experiment's state file keeps of a trial.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct TrialRecord {
+    pub(crate) view: TrialView,
+    pub(crate) failures: u32,
+    pub(crate) error: Option<String>,
+    pub(crate) time_total: f64,
+    /// The latest checkpoint and the iteration it was made at.
+    pub(crate) latest_checkpoint: Option<(Checkpoint, u64)>,
+}
+
+/// One trial, as the driver tracks it.
+pub(crate) struct Trial {
+    pub(crate) record: TrialRecord,
+    pub(crate) directory: RunDirectory,
+    pub(crate) history: Vec<Metrics>,
+    pub(crate) on_stop: OnStop,
+    /// Stop at its next report (a scheduler stopped it while it ran).
+    pub(crate) stop_requested: bool,
+    pub(crate) donor: Option<Donor>,
+}
+
+impl Trial {
+    pub(crate) fn new(record: TrialRecord, directory: RunDirectory, history: Vec<Metrics>) -> Self {
+        Trial {
+            record,
+            directory,
+            history,
+            on_stop: OnStop::Terminate,
+            stop_requested: false,
+            donor: None,
+        }
+    }
+
+    pub(crate) fn id(&self) -> &str {
+        &self.record.view.id
+    }
+
+    pub(crate) fn view(&self) -> &TrialView {
+        &self.record.view
+    }
+
+    pub(crate) fn status(&self) -> TrialStatus {
+        self.record.view.status
+    }
+
+    pub(crate) fn set_status(&mut self, status: TrialStatus) {
+        self.record.view.status = status;
+    }
+
+    /// Records a result and the checkpoint that came with it.
+    pub(crate) fn record_result(&mut self, metrics: &Metrics, checkpoint: Option<Checkpoint>) -> Result<(), TuneError> {
+        let iteration = metrics.get("training_iteration").unwrap_or(0.0) as u64;
+        self.record.view.iteration = iteration;
+        self.record.view.last_result = Some(metrics.clone());
+        self.record.time_total = metrics.get("time_total_s").unwrap_or(self.record.time_total);
+        if let Some(checkpoint) = checkpoint {
+            self.record.latest_checkpoint = Some((checkpoint, iteration));
+            self.record.view.has_checkpoint = true;
+        }
+        self.history.push(metrics.clone());
+        let line = serde_json::to_value(metrics).unwrap_or_default();
+        Ok(self.directory.append_metrics(&line)?)
+    }
+
+    /// Writes `params.json`: the trial's current config.
+    pub(crate) fn write_params(&self) -> Result<(), TuneError> {
+        let path = self.directory.root().join("params.json");
+        let json = serde_json::to_vec_pretty(&self.record.view.config).unwrap_or_default();
+        std::fs::write(&path, json).map_err(|e| TuneError::io(format!("writing {}", path.display()), e))
+    }
+
+    /// Writes `progress.csv`: a row per result.
+    pub(crate) fn write_progress_csv(&self) -> Result<(), TuneError> {
+        let rows: Vec<Vec<(String, String)>> = self
+            .history
+            .iter()
+            .map(|metrics| metrics.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
+            .collect();
+        crate::result_grid::write_csv(&self.directory.root().join("progress.csv"), &rows)
+    }
+}
