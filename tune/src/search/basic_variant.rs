@@ -60,6 +60,13 @@ impl Searcher for BasicVariant {
         Suggestion::Config(self.space.sample_with(point, &mut self.rng))
     }
 
+    /// Its configurations do not depend on results, so it makes them
+    /// well ahead (as Ray does): synchronous schedulers such as HyperBand
+    /// see their brackets filled before they cut.
+    fn max_pending(&self) -> usize {
+        16
+    }
+
     fn on_trial_complete(&mut self, _trial_id: &str, _result: Option<&Metrics>) {}
 
     fn restore_trial(&mut self, trial_id: &str, _config: &TrialConfig, _result: Option<&Metrics>) {

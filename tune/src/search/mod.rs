@@ -53,6 +53,13 @@ pub trait Searcher: Send {
     /// An intermediate result of a running trial.
     fn on_trial_result(&mut self, _trial_id: &str, _result: &Metrics) {}
 
+    /// How many trials may wait unstarted at once: the driver asks for
+    /// suggestions until this many wait. One by default, so that each
+    /// suggestion sees the latest results.
+    fn max_pending(&self) -> usize {
+        1
+    }
+
     /// A trial ended: with its last result, or with `None` when it failed.
     fn on_trial_complete(&mut self, trial_id: &str, result: Option<&Metrics>);
 

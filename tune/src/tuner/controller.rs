@@ -142,8 +142,9 @@ impl Controller {
         self.trials
     }
 
-    /// Starts waiting or new trials while slots are free.
+    /// Starts the trials the scheduler picks while slots are free.
     fn fill_slots(&mut self) -> Result<(), TuneError> {
+        self.top_up_pending()?;
         while !self.stopping
             && let Some(slot) = self.pool.free_slot()
         {
@@ -151,23 +152,32 @@ impl Controller {
                 let context = SchedulerContext::new(self.trials.iter().map(Trial::view));
                 self.scheduler.choose_trial_to_run(&context)
             };
-            let trial = match chosen.and_then(|id| self.index_of(&id)) {
-                Some(index) => index,
-                None => match self.new_trial()? {
-                    Some(index) => index,
-                    None => return Ok(()),
-                },
+            let Some(trial) = chosen.and_then(|id| self.index_of(&id)) else {
+                return Ok(());
             };
             self.start(slot, trial)?;
+            self.top_up_pending()?;
+        }
+        Ok(())
+    }
+
+    /// Makes new trials until as many wait as the searcher allows.
+    fn top_up_pending(&mut self) -> Result<(), TuneError> {
+        while !self.stopping && !self.searcher_finished {
+            let pending = self
+                .trials
+                .iter()
+                .filter(|t| t.status() == TrialStatus::Pending)
+                .count();
+            if pending >= self.searcher.max_pending() || self.new_trial()?.is_none() {
+                break;
+            }
         }
         Ok(())
     }
 
     /// A trial made from the searcher's next suggestion, if it has one now.
     fn new_trial(&mut self) -> Result<Option<usize>, TuneError> {
-        if self.searcher_finished {
-            return Ok(None);
-        }
         let id = format!("trial_{:05}", self.trials.len());
         let config = match self.searcher.suggest(&id) {
             Suggestion::Config(config) => config,
