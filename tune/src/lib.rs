@@ -7,10 +7,14 @@
 //! - [`Tuner`] runs a registered trainable function once per trial, each
 //!   in an actor with its own resources, and returns a [`ResultGrid`].
 //! - [`stopper`]: rules that end trials or the experiment.
+//! - [`digits`] (feature `digits`): a trainable for raylet-train's digits
+//!   MLP, for examples and benchmarks.
 
 mod checkpoint_transfer;
 mod config;
 mod context;
+#[cfg(feature = "digits")]
+pub mod digits;
 mod error;
 mod result_grid;
 mod runner;

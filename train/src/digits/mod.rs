@@ -8,5 +8,5 @@ mod model;
 mod training;
 
 pub use data::{Digit, DigitsSplit, load};
-pub use model::DigitsMlp;
+pub use model::{DigitsMlp, batch};
 pub use training::DigitsTraining;

@@ -48,7 +48,7 @@ impl DigitsMlp {
 }
 
 /// The images and labels of `digits` as tensors.
-pub(super) fn batch(digits: &[Digit], device: &Device) -> (Tensor<2>, Tensor<1, Int>) {
+pub fn batch(digits: &[Digit], device: &Device) -> (Tensor<2>, Tensor<1, Int>) {
     let pixels: Vec<f32> = digits.iter().flat_map(|d| d.pixels.iter().copied()).collect();
     let labels: Vec<i64> = digits.iter().map(|d| i64::from(d.label)).collect();
     (

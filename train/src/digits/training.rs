@@ -13,8 +13,7 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use serde::{Deserialize, Serialize};
 
-use super::model::batch;
-use super::{Digit, DigitsMlp};
+use super::{Digit, DigitsMlp, batch};
 use crate::collective::ReduceOp;
 use crate::model_sync::{allreduce_gradients, sync_initial_model};
 use crate::{Metrics, TrainContext, TrainError, TrainLoop};
