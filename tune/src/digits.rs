@@ -5,7 +5,11 @@
 //!
 //! Its config: `lr` (f64), `hidden` (units), `batch_size`, `epochs`, and
 //! optionally `seed` (the model's initialization; default 0).
+//!
+//! [`train_digits_on_workers`] makes each trial a data-parallel Train run
+//! of its own (`workers` ranks, 2 by default) that forwards its reports.
 
+use std::ops::ControlFlow;
 use std::sync::OnceLock;
 use std::time::Instant;
 
@@ -14,7 +18,8 @@ use burn::optim::{AdamConfig, GradientsParams};
 use burn::prelude::Device;
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
-use raylet_train::digits::{self, DigitsMlp, DigitsSplit, batch};
+use raylet_train::digits::{self, DigitsMlp, DigitsSplit, DigitsTraining, batch};
+use raylet_train::{RunConfig, ScalingConfig, Trainer};
 
 use crate::{Metrics, TrainableResult, TrialConfig, TrialContext, register_trainable};
 
@@ -74,3 +79,41 @@ pub fn train_digits(config: &TrialConfig, ctx: &mut TrialContext) -> TrainableRe
     Ok(())
 }
 register_trainable!(train_digits);
+
+/// Runs the trial as a Train run of `workers` ranks (2 by default, each
+/// holding a CPU) of raylet-train's `DigitsTraining`, in the trial's
+/// directory, forwarding rank 0's reports to Tune. A scheduler's stop ends
+/// the Train run; a resumed trial's Train run goes on from its latest
+/// checkpoint. Give such trials no CPU of their own
+/// (`TrialResources { num_cpus: 0.0, .. }`): their workers hold them.
+pub fn train_digits_on_workers(config: &TrialConfig, ctx: &mut TrialContext) -> TrainableResult {
+    let training = DigitsTraining {
+        epochs: config.get("epochs")?,
+        global_batch_size: config.get("batch_size")?,
+        learning_rate: config.get("lr")?,
+        hidden: config.get("hidden")?,
+        seed: config.get("seed").unwrap_or(0),
+    };
+    let workers: usize = config.get("workers").unwrap_or(2);
+    let data = split();
+    let run_config = RunConfig {
+        name: "train".into(),
+        storage_path: ctx.trial_dir().to_path_buf(),
+        verbose: false,
+        ..RunConfig::default()
+    };
+    Trainer::new(training)
+        .scaling(ScalingConfig {
+            num_workers: workers,
+            ..ScalingConfig::default()
+        })
+        .run_config(run_config)
+        .dataset("train", data.train.clone())
+        .dataset("test", data.test.clone())
+        .fit_with_reports(|report| match ctx.report(report.metrics.clone(), None) {
+            Ok(()) => ControlFlow::Continue(()),
+            Err(_) => ControlFlow::Break(()),
+        })?;
+    Ok(())
+}
+register_trainable!(train_digits_on_workers);

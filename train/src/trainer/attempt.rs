@@ -4,6 +4,7 @@
 //! However the try ends, its workers are killed and its group removed.
 
 use std::collections::BTreeMap;
+use std::ops::ControlFlow;
 use std::path::PathBuf;
 use std::time::Duration;
 
@@ -27,6 +28,8 @@ pub(super) enum AttemptError {
     Fatal(TrainError),
     /// A worker died or a train loop failed: the run may restart.
     Failed(String),
+    /// The caller's report hook asked the run to stop.
+    Stopped,
 }
 
 impl From<TrainError> for AttemptError {
@@ -54,6 +57,7 @@ pub(super) fn run(
     attempt: u32,
     state: &mut RunState,
     progress: &Progress,
+    on_report: &mut dyn FnMut(&Report) -> ControlFlow<()>,
 ) -> Result<(), AttemptError> {
     let workers = Workers::place(cluster, &plan.scaling, progress)?;
     let starts: Vec<ObjectRef<u32>> = workers
@@ -91,12 +95,17 @@ pub(super) fn run(
                         checkpoint,
                     } => {
                         progress.report(index, &metrics, checkpoint.as_ref());
-                        state.record(Report {
+                        let report = Report {
                             index,
                             attempt,
                             metrics,
                             checkpoint,
-                        })?;
+                        };
+                        let flow = on_report(&report);
+                        state.record(report)?;
+                        if flow.is_break() {
+                            return Err(AttemptError::Stopped);
+                        }
                     }
                     WorkerEvent::Finished => running.retain(|&r| r != rank),
                     WorkerEvent::Failed(why) => failures.push(format!("rank {rank}: {why}")),

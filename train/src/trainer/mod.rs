@@ -9,6 +9,7 @@ mod result;
 mod run_state;
 
 use std::collections::BTreeMap;
+use std::ops::ControlFlow;
 use std::time::Instant;
 
 use raylet::{Cluster, ObjectRef};
@@ -68,12 +69,28 @@ impl<L: TrainLoop> Trainer<L> {
     /// Trains on the current cluster (see [`raylet::init`]).
     pub fn fit(self) -> Result<TrainResult, TrainError> {
         let cluster = raylet::current()?;
-        self.fit_on(&cluster)
+        self.fit_on(&cluster, &mut |_| ControlFlow::Continue(()))
+    }
+
+    /// Like [`Trainer::fit`], calling `on_report` with each of rank 0's
+    /// reports as it comes; a `Break` ends the run there, as finished (a
+    /// Tune trial that runs a Train run forwards its reports this way, and
+    /// stops when its scheduler says so).
+    pub fn fit_with_reports(
+        self,
+        mut on_report: impl FnMut(&Report) -> ControlFlow<()>,
+    ) -> Result<TrainResult, TrainError> {
+        let cluster = raylet::current()?;
+        self.fit_on(&cluster, &mut on_report)
     }
 
     /// Trains on `cluster`: starts the workers, streams their reports, and
     /// restarts them from the latest checkpoint up to `max_failures` times.
-    pub fn fit_on(self, cluster: &Cluster) -> Result<TrainResult, TrainError> {
+    pub fn fit_on(
+        self,
+        cluster: &Cluster,
+        on_report: &mut dyn FnMut(&Report) -> ControlFlow<()>,
+    ) -> Result<TrainResult, TrainError> {
         let started = Instant::now();
         let train_loop = registered_name::<L>()?;
         self.check()?;
@@ -89,7 +106,7 @@ impl<L: TrainLoop> Trainer<L> {
             progress.line(&format!("resuming from {}", checkpoint.path().display()));
         }
         let plan = self.plan(cluster, train_loop, &state)?;
-        let failures = self.run_tries(cluster, &plan, &mut state, &progress);
+        let failures = self.run_tries(cluster, &plan, &mut state, &progress, on_report);
         progress.finish();
         let failures = failures?;
         Ok(state.into_result(failures, started.elapsed()))
@@ -147,12 +164,13 @@ impl<L: TrainLoop> Trainer<L> {
         plan: &Plan,
         state: &mut RunState,
         progress: &Progress,
+        on_report: &mut dyn FnMut(&Report) -> ControlFlow<()>,
     ) -> Result<u32, TrainError> {
         let max_failures = self.run.failure.max_failures;
         let mut failures = 0;
         loop {
-            let why = match attempt::run(cluster, plan, failures, state, progress) {
-                Ok(()) => return Ok(failures),
+            let why = match attempt::run(cluster, plan, failures, state, progress, on_report) {
+                Ok(()) | Err(AttemptError::Stopped) => return Ok(failures),
                 Err(AttemptError::Fatal(error)) => return Err(error),
                 Err(AttemptError::Failed(why)) => why,
             };
