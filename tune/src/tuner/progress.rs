@@ -212,3 +212,64 @@ fn render_rows(rows: &[Vec<String>]) -> Vec<String> {
     }
     lines
 }
+
+#[cfg(test)]
+mod tests {
+    use raylet_train::{Metrics, RunDirectory};
+    use serde_json::Value;
+
+    use super::*;
+    use crate::tuner::trial_state::TrialRecord;
+    use crate::{TrialConfig, TrialView};
+
+    fn trial(id: &str, lr: f64, status: TrialStatus, accuracy: Option<f64>) -> Trial {
+        let mut config = TrialConfig::new();
+        config.set("lr", Value::from(lr));
+        config.set("epochs", Value::from(10));
+        let mut view = TrialView::pending(id.into(), config);
+        view.status = status;
+        view.last_result = accuracy.map(|a| Metrics::new().with("accuracy", a));
+        view.iteration = accuracy.map_or(0, |_| 3);
+        let record = TrialRecord {
+            view,
+            failures: 0,
+            error: None,
+            time_total: 1.5,
+            latest_checkpoint: None,
+        };
+        Trial::new(record, RunDirectory::open(id.into()), Vec::new())
+    }
+
+    #[test]
+    fn the_table_counts_statuses_shows_varying_parameters_and_the_best_trial() {
+        let trials = vec![
+            trial("trial_00000", 0.01, TrialStatus::Terminated, Some(0.9)),
+            trial("trial_00001", 0.1, TrialStatus::Running, Some(0.95)),
+            trial("trial_00002", 0.001, TrialStatus::Pending, None),
+        ];
+        let progress = Progress::new(0, "search", Some("accuracy".into()), Mode::Max);
+        let table = progress.table(&trials);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(lines[1], "Trial status: 1 RUNNING | 1 PENDING | 1 TERMINATED");
+        assert_eq!(
+            lines[2],
+            "Current best trial: trial_00001 with accuracy=0.95 and params {epochs=10 lr=0.1}"
+        );
+        assert_eq!(
+            lines[3],
+            "│ Trial name  │ status     │ lr    │ iter │ total time (s) │ accuracy │"
+        );
+        assert_eq!(
+            lines[5],
+            "│ trial_00000 │ TERMINATED │ 0.01  │ 3    │ 1.50           │ 0.9      │"
+        );
+        assert_eq!(
+            lines[7],
+            "│ trial_00002 │ PENDING    │ 0.001 │ 0    │ 1.50           │          │"
+        );
+        assert!(
+            !lines[3].contains("epochs"),
+            "a value every trial shares is not a column"
+        );
+    }
+}
