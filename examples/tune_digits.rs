@@ -4,7 +4,10 @@
 //! same configurations also run under FIFO, and the two are compared by
 //! the training they needed (total epochs) for their best accuracy.
 //!
-//! `cargo run --release --example tune_digits -- [--samples 16] [--epochs 20] [--compare]`
+//! `cargo run --release --example tune_digits -- [--samples 16] [--epochs 20] [--compare] [--storage DIR]`
+//!
+//! Results go to a temporary directory unless `--storage DIR` keeps them
+//! (`DIR/tune_digits_asha/results.csv`, ...).
 
 use std::time::Instant;
 
@@ -69,10 +72,14 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let samples = flag(&args, "--samples", 16);
     let epochs = flag(&args, "--epochs", 20);
     raylet::init()?;
-    let storage = tempfile::tempdir()?;
+    let temporary = tempfile::tempdir()?;
+    let storage = match args.iter().position(|a| a == "--storage") {
+        Some(i) => std::path::PathBuf::from(args.get(i + 1).ok_or("--storage needs a directory")?),
+        None => temporary.path().to_path_buf(),
+    };
     let asha = Asha::new().max_t(epochs as f64).grace_period(2.0).reduction_factor(3.0);
     let started = Instant::now();
-    let (results, asha_epochs) = search("tune_digits_asha", asha, samples, epochs, storage.path())?;
+    let (results, asha_epochs) = search("tune_digits_asha", asha, samples, epochs, &storage)?;
     let best = results.best().expect("a trial reported accuracy");
     println!(
         "ASHA, {samples} trials: best test accuracy {:.2}% with {} ({asha_epochs} epochs trained in {:.1} s)",
@@ -82,7 +89,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     );
     if args.iter().any(|a| a == "--compare") {
         let started = Instant::now();
-        let (fifo, fifo_epochs) = search("tune_digits_fifo", Fifo, samples, epochs, storage.path())?;
+        let (fifo, fifo_epochs) = search("tune_digits_fifo", Fifo, samples, epochs, &storage)?;
         println!(
             "FIFO, the same {samples} trials: best test accuracy {:.2}% ({fifo_epochs} epochs trained in {:.1} s)",
             100.0 * best_accuracy(&fifo),
