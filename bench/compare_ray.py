@@ -800,6 +800,9 @@ def write_report(path, args, res, info, vers, started, finished):
                    "2-core machine; the wider one does. Written by "
                    "`cargo run --release -p raylet-train --example digits_throughput -- --reps 3 "
                    "--write bench/train_digits.md`; no Ray counterpart is run.\n")
+    inline_section(w, "tune.md", "## Tune (raylet-tune)\n",
+                   "raylet-tune against Ray Tune 2.60 (trial overhead) and Optuna's TPE (search quality), "
+                   "and ASHA against FIFO on the digits; written by `bench/compare_tune.sh`.\n")
     w("## Reproducing\n")
     w("```sh\nbench/compare_ray.sh              # full run (about 30-40 min), rewrites BENCHMARKS.md\n"
       "bench/compare_ray.sh --reps 5     # more repetitions\n"

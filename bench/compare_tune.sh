@@ -1,0 +1,117 @@
+#!/usr/bin/env bash
+# Side-by-side benchmark of raylet-tune against Ray Tune 2.60.0 and Optuna's TPE;
+# writes bench/tune.md.
+#
+#   bench/compare_tune.sh [--reps N] [--skip-overhead] [--skip-quality] [--install-only]
+#
+# 1. Checks that the Rust examples are built (it never builds them); if not,
+#    prints the command and exits 1:
+#      cargo build --release -p raylet-tune --examples
+# 2. Ensures a venv at target/bench-venv (reused when it already has both) with
+#    ray[tune]==2.60.0 and Optuna 5.0.x (pip's `optuna==5.0.*`; when no 5.0
+#    release can be installed, the newest Optuna, and the report says so).
+#    The pip output is appended to target/bench/tune-install.log.
+# 3. Runs bench/compare_tune.py with the venv's python, which measures
+#    - overhead: 100 trivial trials x 10 reports each, 1 CPU per trial on 2 CPUs,
+#      Ray Tune (fresh `ray.init(num_cpus=2)` subprocess) against raylet's
+#      `tune_overhead`, alternating which goes first repetition by repetition;
+#    - search quality: Optuna TPESampler(seed=s) against raylet's `search_quality`
+#      (tpe and random) on Branin and Hartmann6, budgets 50 and 100, seeds 0..9;
+#    - ASHA vs FIFO: `tune_digits --compare` (the same 16 digits-MLP trials
+#      under each; the epochs each needed for its best accuracy);
+#    and writes bench/tune.md (a section that bench/compare_ray.py inlines into
+#    BENCHMARKS.md) and the raw numbers to target/bench/tune-results.json.
+#
+# Options (passed through to bench/compare_tune.py, except --install-only):
+#   --reps N          overhead repetitions (default 3)
+#   --skip-overhead   only the search-quality part
+#   --skip-quality    only the overhead part
+#   --install-only    set up the venv and stop
+#
+# Every process a measurement starts runs in its own session; after it exits,
+# whatever is left of that session or runs from target/bench-venv (Ray's gcs,
+# raylet, workers) is ended by pid (SIGTERM, then SIGKILL), and a final check
+# does the same before the script exits. Not `ray stop --force`: it matches
+# processes by the name `raylet`, which this project's own binary also has.
+# Needs: python3 (with venv).
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$ROOT"
+VENV="$ROOT/target/bench-venv"
+RAY_VERSION=2.60.0
+RAY_SPEC="ray[tune]==$RAY_VERSION"
+OPTUNA_SPEC='optuna==5.0.*'
+LOG=target/bench/tune-install.log
+
+install_only=0
+args=()
+for arg in "$@"; do
+    case "$arg" in
+        --install-only) install_only=1 ;;
+        -h|--help)
+            awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"
+            exit 0 ;;
+        *) args+=("$arg") ;;
+    esac
+done
+
+log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+
+if [[ $install_only == 0 ]]; then
+    missing=0
+    for ex in tune_overhead search_quality tune_digits; do
+        if [[ ! -x "target/release/examples/$ex" ]]; then
+            log "missing target/release/examples/$ex"
+            missing=1
+        fi
+    done
+    if [[ $missing == 1 ]]; then
+        echo "The Rust examples are not built; build them first with:" >&2
+        echo "    cargo build --release -p raylet-tune --examples" >&2
+        exit 1
+    fi
+fi
+
+mkdir -p target/bench
+echo "=== $(date -u +%Y-%m-%dT%H:%M:%SZ) bench/compare_tune.sh" >> "$LOG"
+
+if [[ ! -x "$VENV/bin/python" ]]; then
+    log "creating $VENV"
+    python3 -m venv "$VENV" >> "$LOG" 2>&1
+fi
+
+# ray[tune]: the tune extra's packages (pandas, pyarrow, ...) must import too.
+if "$VENV/bin/python" -c "import ray, sys; sys.exit(ray.__version__ != '$RAY_VERSION')" >> "$LOG" 2>&1 \
+   && "$VENV/bin/python" -c "import ray.tune, pandas, pyarrow" >> "$LOG" 2>&1; then
+    log "$RAY_SPEC already installed in $VENV"
+else
+    log "installing $RAY_SPEC into $VENV (several minutes; log: $LOG)"
+    if ! "$VENV/bin/pip" install --disable-pip-version-check "$RAY_SPEC" >> "$LOG" 2>&1; then
+        log "installing $RAY_SPEC failed: $(grep -E 'ERROR|Error' "$LOG" | tail -n 3 | tr '\n' ' ' | cut -c1-600)"
+        exit 1
+    fi
+fi
+
+optuna_note=""
+if "$VENV/bin/python" -c "import optuna, sys; sys.exit(not optuna.__version__.startswith('5.0.'))" >> "$LOG" 2>&1; then
+    log "Optuna $("$VENV/bin/python" -c 'import optuna; print(optuna.__version__)') already installed in $VENV"
+else
+    log "installing $OPTUNA_SPEC into $VENV"
+    if ! "$VENV/bin/pip" install --disable-pip-version-check "$OPTUNA_SPEC" >> "$LOG" 2>&1; then
+        log "no Optuna 5.0.x could be installed; installing the newest Optuna instead"
+        "$VENV/bin/pip" install --disable-pip-version-check --upgrade optuna >> "$LOG" 2>&1
+        optuna_note="Optuna 5.0.x was not installable with pip here; the newest available Optuna was used instead."
+    fi
+fi
+log "versions: $("$VENV/bin/python" -c 'import ray, optuna; print("ray", ray.__version__, "/ optuna", optuna.__version__)')"
+
+if [[ $install_only == 1 ]]; then
+    exit 0
+fi
+
+note_args=()
+if [[ -n $optuna_note ]]; then
+    note_args=(--optuna-note "$optuna_note")
+fi
+exec "$VENV/bin/python" "$ROOT/bench/compare_tune.py" "${args[@]+"${args[@]}"}" "${note_args[@]+"${note_args[@]}"}"
