@@ -47,10 +47,6 @@ impl PackedCheckpoint {
         }
         Ok(directory.commit(&staged, iteration, metrics)?)
     }
-
-    pub fn len_bytes(&self) -> usize {
-        self.files.iter().map(|file| file.bytes.len()).sum()
-    }
 }
 
 fn pack_directory(root: &Path, directory: &Path, files: &mut Vec<PackedFile>) -> Result<(), TuneError> {

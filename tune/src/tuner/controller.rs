@@ -92,7 +92,6 @@ impl Controller {
                 record.view.status = TrialStatus::Pending;
                 record.view.iteration = resume_at;
                 record.view.last_result = history.last().cloned();
-                record.time_total = history.last().and_then(|m| m.get("time_total_s")).unwrap_or(0.0);
             }
             let trial = Trial::new(record, directory, history);
             let outcome = match trial.status() {
@@ -193,7 +192,6 @@ impl Controller {
             view: TrialView::pending(id, config),
             failures: 0,
             error: None,
-            time_total: 0.0,
             latest_checkpoint: None,
         };
         let trial = Trial::new(record, directory, Vec::new());
@@ -213,7 +211,7 @@ impl Controller {
             config_json: serde_json::to_string(&trial.view().config).unwrap_or_default(),
             trial_dir: trial.directory.root().to_path_buf(),
             start_from,
-            time_before: trial.record.time_total,
+            time_before: trial.time_total(),
         };
         trial.set_status(TrialStatus::Running);
         trial.on_stop = OnStop::Terminate;

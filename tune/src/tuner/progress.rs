@@ -145,7 +145,7 @@ impl Progress {
                     .map(|p| view.config.value(p).map(short_value).unwrap_or_default()),
             );
             row.push(view.iteration.to_string());
-            row.push(format!("{:.2}", trial.record.time_total));
+            row.push(format!("{:.2}", trial.time_total()));
             if let Some(metric) = &self.metric {
                 let value = view.last_result.as_ref().and_then(|r| r.get(metric));
                 row.push(value.map(|v| short_value(&v.into())).unwrap_or_default());
@@ -228,13 +228,12 @@ mod tests {
         config.set("epochs", Value::from(10));
         let mut view = TrialView::pending(id.into(), config);
         view.status = status;
-        view.last_result = accuracy.map(|a| Metrics::new().with("accuracy", a));
+        view.last_result = accuracy.map(|a| Metrics::new().with("accuracy", a).with("time_total_s", 1.5));
         view.iteration = accuracy.map_or(0, |_| 3);
         let record = TrialRecord {
             view,
             failures: 0,
             error: None,
-            time_total: 1.5,
             latest_checkpoint: None,
         };
         Trial::new(record, RunDirectory::open(id.into()), Vec::new())
@@ -265,7 +264,7 @@ mod tests {
         );
         assert_eq!(
             lines[7],
-            "│ trial_00002 │ PENDING    │ 0.001 │ 0    │ 1.50           │          │"
+            "│ trial_00002 │ PENDING    │ 0.001 │ 0    │ 0.00           │          │"
         );
         assert!(
             !lines[3].contains("epochs"),

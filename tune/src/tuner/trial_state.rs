@@ -30,7 +30,6 @@ pub(crate) struct TrialRecord {
     pub(crate) view: TrialView,
     pub(crate) failures: u32,
     pub(crate) error: Option<String>,
-    pub(crate) time_total: f64,
     /// The latest checkpoint and the iteration it was made at.
     pub(crate) latest_checkpoint: Option<(Checkpoint, u64)>,
 }
@@ -70,6 +69,12 @@ impl Trial {
         self.record.view.status
     }
 
+    /// Its `time_total_s` so far: that of its latest result.
+    pub(crate) fn time_total(&self) -> f64 {
+        let last = self.record.view.last_result.as_ref();
+        last.and_then(|m| m.get("time_total_s")).unwrap_or(0.0)
+    }
+
     pub(crate) fn set_status(&mut self, status: TrialStatus) {
         self.record.view.status = status;
     }
@@ -79,7 +84,6 @@ impl Trial {
         let iteration = metrics.get("training_iteration").unwrap_or(0.0) as u64;
         self.record.view.iteration = iteration;
         self.record.view.last_result = Some(metrics.clone());
-        self.record.time_total = metrics.get("time_total_s").unwrap_or(self.record.time_total);
         if let Some(checkpoint) = checkpoint {
             self.record.latest_checkpoint = Some((checkpoint, iteration));
             self.record.view.has_checkpoint = true;

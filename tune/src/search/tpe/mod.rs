@@ -160,24 +160,24 @@ impl Tpe {
 
     /// The candidate with the highest l(x)/g(x), of those drawn from l.
     fn pick(&mut self, path: &str, dimension: &Dimension, below: &[TrialConfig], above: &[TrialConfig]) -> Value {
-        match dimension {
-            Dimension::Numerical { range, log, integer } => {
-                let below = numeric_observations(below, path, *log);
-                let above = numeric_observations(above, path, *log);
-                let good = NumericalEstimator::new(*range, &below, &default_weights(below.len()));
-                let bad = NumericalEstimator::new(*range, &above, &default_weights(above.len()));
-                let best = self.best_candidate(|rng| good.sample(rng), |x| good.log_pdf(*x) - bad.log_pdf(*x));
-                numeric_value(best, *log, *integer)
+        let (below, above) = (dimension.coordinates(below, path), dimension.coordinates(above, path));
+        let best = match dimension.axis() {
+            Axis::Numeric(range) => {
+                let below: Vec<f64> = below.iter().filter_map(Coordinate::numeric).collect();
+                let above: Vec<f64> = above.iter().filter_map(Coordinate::numeric).collect();
+                let good = NumericalEstimator::new(range, &below, &default_weights(below.len()));
+                let bad = NumericalEstimator::new(range, &above, &default_weights(above.len()));
+                Coordinate::Numeric(self.best_candidate(|rng| good.sample(rng), |x| good.log_pdf(*x) - bad.log_pdf(*x)))
             }
-            Dimension::Categorical(choices) => {
-                let below = categorical_observations(below, path, choices);
-                let above = categorical_observations(above, path, choices);
-                let good = CategoricalEstimator::new(choices.len(), &below, &default_weights(below.len()));
-                let bad = CategoricalEstimator::new(choices.len(), &above, &default_weights(above.len()));
-                let best = self.best_candidate(|rng| good.sample(rng), |c| good.log_pdf(*c) - bad.log_pdf(*c));
-                choices[best].clone()
+            Axis::Categorical(choices) => {
+                let below: Vec<usize> = below.iter().filter_map(Coordinate::choice).collect();
+                let above: Vec<usize> = above.iter().filter_map(Coordinate::choice).collect();
+                let good = CategoricalEstimator::new(choices, &below, &default_weights(below.len()));
+                let bad = CategoricalEstimator::new(choices, &above, &default_weights(above.len()));
+                Coordinate::Choice(self.best_candidate(|rng| good.sample(rng), |c| good.log_pdf(*c) - bad.log_pdf(*c)))
             }
-        }
+        };
+        dimension.value(best)
     }
 
     fn best_candidate<T>(&mut self, mut draw: impl FnMut(&mut StdRng) -> T, score: impl Fn(&T) -> f64) -> T {
@@ -266,6 +266,14 @@ impl Dimension {
         }
     }
 
+    /// The coordinates of the configs that have a value at `path`.
+    fn coordinates(&self, configs: &[TrialConfig], path: &str) -> Vec<Coordinate> {
+        configs
+            .iter()
+            .filter_map(|config| self.coordinate(config.value(path)?))
+            .collect()
+    }
+
     /// The value at `coordinate`.
     fn value(&self, coordinate: Coordinate) -> Value {
         match (self, coordinate) {
@@ -347,21 +355,6 @@ fn default_weights(n: usize) -> Vec<f64> {
         .collect();
     weights.extend(std::iter::repeat_n(1.0, 25));
     weights
-}
-
-fn numeric_observations(configs: &[TrialConfig], path: &str, log: bool) -> Vec<f64> {
-    configs
-        .iter()
-        .filter_map(|config| config.value(path)?.as_f64())
-        .map(|x| if log { x.ln() } else { x })
-        .collect()
-}
-
-fn categorical_observations(configs: &[TrialConfig], path: &str, choices: &[Value]) -> Vec<usize> {
-    configs
-        .iter()
-        .filter_map(|config| choices.iter().position(|choice| Some(choice) == config.value(path)))
-        .collect()
 }
 
 fn numeric_value(x: f64, log: bool, integer: bool) -> Value {

@@ -210,6 +210,22 @@ pub(super) enum Coordinate {
     Choice(usize),
 }
 
+impl Coordinate {
+    pub(super) fn numeric(&self) -> Option<f64> {
+        match self {
+            Coordinate::Numeric(x) => Some(*x),
+            Coordinate::Choice(_) => None,
+        }
+    }
+
+    pub(super) fn choice(&self) -> Option<usize> {
+        match self {
+            Coordinate::Choice(index) => Some(*index),
+            Coordinate::Numeric(_) => None,
+        }
+    }
+}
+
 /// One kernel on one axis.
 #[derive(Clone, Debug)]
 enum AxisKernel {
@@ -239,10 +255,7 @@ impl JointEstimator {
             match *axis {
                 Axis::Numeric(range) => {
                     let mus: Vec<f64> = coordinates
-                        .map(|coordinate| match coordinate {
-                            Coordinate::Numeric(mu) => mu,
-                            Coordinate::Choice(_) => unreachable!("numeric axes have numeric coordinates"),
-                        })
+                        .map(|c| c.numeric().expect("numeric axes have numeric coordinates"))
                         .collect();
                     let sigmas = observation_sigmas(range, &mus);
                     for ((kernel, mu), sigma) in kernels.iter_mut().zip(mus).zip(sigmas) {
@@ -255,9 +268,7 @@ impl JointEstimator {
                 }
                 Axis::Categorical(choices) => {
                     for (kernel, coordinate) in kernels.iter_mut().zip(coordinates) {
-                        let Coordinate::Choice(choice) = coordinate else {
-                            unreachable!("categorical axes have choice coordinates");
-                        };
+                        let choice = coordinate.choice().expect("categorical axes have choice coordinates");
                         kernel.push(AxisKernel::Categorical(categorical_kernel(
                             choices,
                             Some(choice),
