@@ -33,6 +33,28 @@ fn flaky(_config: &TrialConfig, ctx: &mut TrialContext) -> TrainableResult {
 }
 register_trainable!(flaky);
 
+/// Counts to 6 with a checkpoint per step; the first run of each trial
+/// SIGKILLs its own actor process after 3 reports.
+fn dies_once(_config: &TrialConfig, ctx: &mut TrialContext) -> TrainableResult {
+    let marker = ctx.trial_dir().join("killed_once");
+    let mut value: u64 = match ctx.checkpoint() {
+        Some(checkpoint) => checkpoint.load_state()?,
+        None => 0,
+    };
+    while ctx.iteration() < 6 {
+        if ctx.iteration() == 3 && !marker.exists() {
+            std::fs::write(&marker, b"")?;
+            nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL)?;
+        }
+        value += 1;
+        let checkpoint = ctx.new_checkpoint()?;
+        checkpoint.save_state(&value)?;
+        ctx.report(Metrics::new().with("value", value as f64), Some(checkpoint))?;
+    }
+    Ok(())
+}
+register_trainable!(dies_once);
+
 fn unregistered(_config: &TrialConfig, _ctx: &mut TrialContext) -> TrainableResult {
     Ok(())
 }
@@ -213,4 +235,43 @@ fn unregistered_trainables_and_unplaceable_trials_are_refused_before_anything_ru
         .unwrap_err()
         .to_string();
     assert!(error.contains("Tuner::restore"), "{error}");
+}
+
+#[test]
+fn a_trial_whose_actor_is_killed_resumes_from_its_checkpoint_or_fails_clearly() {
+    init();
+    let storage = tempfile::tempdir().unwrap();
+    let run = |name: &str, max_failures| {
+        Tuner::new(dies_once)
+            .param_space(SearchSpace::new().with("x", grid([1, 2])))
+            .run_config(RunConfig {
+                max_failures,
+                ..run_config(storage.path(), name)
+            })
+            .fit()
+            .unwrap()
+    };
+    let resumed = run("killed_resumed", 1);
+    for result in resumed.iter() {
+        assert_eq!(result.status, TrialStatus::Terminated, "{:?}", result.error);
+        assert!(result.path.join("killed_once").exists(), "the actor was killed");
+        let steps: Vec<(f64, f64)> = result
+            .metrics_history
+            .iter()
+            .map(|m| (m.get("training_iteration").unwrap(), m.get("value").unwrap()))
+            .collect();
+        let expected: Vec<(f64, f64)> = (1..=6).map(|i| (i as f64, i as f64)).collect();
+        assert_eq!(
+            steps, expected,
+            "nothing lost or repeated: the state came back from checkpoint 3"
+        );
+    }
+
+    let failed = run("killed_failed", 0);
+    for result in failed.iter() {
+        assert_eq!(result.status, TrialStatus::Error);
+        let error = result.error.as_deref().unwrap();
+        assert!(error.contains("its actor failed"), "{error}");
+        assert_eq!(result.metrics_history.len(), 3);
+    }
 }
