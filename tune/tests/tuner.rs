@@ -275,3 +275,24 @@ fn a_trial_whose_actor_is_killed_resumes_from_its_checkpoint_or_fails_clearly() 
         assert_eq!(result.metrics_history.len(), 3);
     }
 }
+
+#[test]
+fn restoring_a_missing_or_garbled_experiment_fails_clearly_and_touches_nothing() {
+    init();
+    let storage = tempfile::tempdir().unwrap();
+    let missing = storage.path().join("never_ran");
+    let error = Tuner::restore(&missing, quadratic).fit().unwrap_err().to_string();
+    assert!(error.contains("no experiment to restore here"), "{error}");
+    assert!(!missing.exists(), "a failed restore makes no directory");
+
+    let garbled = storage.path().join("garbled");
+    std::fs::create_dir(&garbled).unwrap();
+    std::fs::write(garbled.join("experiment_state.json"), b"{\"trials\": [tru").unwrap();
+    let error = Tuner::restore(&garbled, quadratic).fit().unwrap_err().to_string();
+    assert!(error.contains("the state file does not parse"), "{error}");
+    assert_eq!(
+        std::fs::read(garbled.join("experiment_state.json")).unwrap(),
+        b"{\"trials\": [tru",
+        "the state file is left as it was"
+    );
+}
