@@ -1,20 +1,23 @@
 //! Restoring an experiment whose driver was killed: a child process (this
 //! test binary, running the ignored `interrupted_driver`) runs the search
 //! and is SIGKILLed with its workers once some trials finished; then
-//! `Tuner::restore` finishes it here without running a finished trial again.
+//! `Tuner::restore` finishes it here without running a finished trial again,
+//! and replays every result reported before the kill to the scheduler.
 
 use std::collections::BTreeMap;
 use std::io::Write;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
+use raylet_tune::schedulers::{Decision, SchedulerContext, TrialScheduler};
 use raylet_tune::search::{BasicVariant, SearchSpace, grid};
 use raylet_tune::{
-    Metrics, Mode, RunConfig, TrainableResult, TrialConfig, TrialContext, TrialStatus, TuneConfig, Tuner,
+    Metrics, Mode, RunConfig, TrainableResult, TrialConfig, TrialContext, TrialStatus, TuneConfig, TuneError, Tuner,
     register_trainable,
 };
 
@@ -54,6 +57,24 @@ fn tune_config() -> TuneConfig {
         mode: Mode::Max,
         max_concurrent_trials: Some(2),
         ..TuneConfig::default()
+    }
+}
+
+/// FIFO that logs each result a restore replays to it: trial and iteration.
+struct ReplayLog(Arc<Mutex<Vec<(String, f64)>>>);
+
+impl TrialScheduler for ReplayLog {
+    fn setup(&mut self, _metric: Option<&str>, _mode: Mode) -> Result<(), TuneError> {
+        Ok(())
+    }
+
+    fn on_trial_result(&mut self, _context: &mut SchedulerContext<'_>, _trial: &str, _result: &Metrics) -> Decision {
+        Decision::Continue
+    }
+
+    fn restore_result(&mut self, trial: &str, result: &Metrics) {
+        let iteration = result.get("training_iteration").unwrap();
+        self.0.lock().unwrap().push((trial.to_string(), iteration));
     }
 }
 
@@ -141,12 +162,28 @@ fn restore_finishes_an_interrupted_experiment_without_rerunning_finished_trials(
         .collect();
 
     raylet::init_with(raylet::Config::default().num_cpus(2.0)).unwrap();
+    let replayed = Arc::new(Mutex::new(Vec::new()));
     let results = Tuner::restore(&directory, slow_counter)
         .param_space(space())
         .tune_config(tune_config())
         .searcher(BasicVariant::seeded(1))
+        .scheduler(ReplayLog(replayed.clone()))
         .fit()
         .unwrap();
+    for id in &finished_before {
+        let iterations: Vec<f64> = replayed
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|(t, _)| t == id)
+            .map(|(_, i)| *i)
+            .collect();
+        assert_eq!(
+            iterations,
+            (1..=ITERATIONS).map(|i| i as f64).collect::<Vec<_>>(),
+            "{id}'s results replayed to the scheduler"
+        );
+    }
     println!("killed with {state_at_kill:?}; restored into {} trials", results.len());
     assert_eq!(results.len(), TRIALS, "no trial lost, none added");
     for result in results.iter() {

@@ -96,6 +96,18 @@ impl TrialScheduler for Asha {
     }
 
     fn on_trial_result(&mut self, _context: &mut SchedulerContext<'_>, trial: &str, result: &Metrics) -> Decision {
+        self.record(trial, result)
+    }
+
+    fn restore_result(&mut self, trial: &str, result: &Metrics) {
+        self.record(trial, result);
+    }
+}
+
+impl Asha {
+    /// Records `result` at the rung it reaches first, and decides whether
+    /// the trial goes on.
+    fn record(&mut self, trial: &str, result: &Metrics) -> Decision {
         let time = time_of(result, &self.time_attr);
         let Some(score) = self.objective.score(result) else {
             return Decision::Continue;
@@ -174,6 +186,26 @@ mod tests {
             decide(&mut asha, "t4", 9, 0.95),
             Decision::Stop,
             "every trial stops at max_t"
+        );
+    }
+
+    #[test]
+    fn a_restored_asha_cuts_at_the_rungs_the_replayed_results_filled() {
+        let trials = running_trials(4);
+        let mut restored = asha(9.0, 1.0, 3.0);
+        for (trial, value) in [("t0", 0.5), ("t1", 0.9), ("t2", 0.7)] {
+            restored.restore_result(trial, &result(1, value));
+        }
+        assert_eq!(
+            feed(&mut restored, &trials, "t3", &result(1, 0.75)).0,
+            Decision::Stop,
+            "below the 2/3 quantile (0.767) of the replayed 0.5, 0.9, 0.7"
+        );
+        let mut fresh = asha(9.0, 1.0, 3.0);
+        assert_eq!(
+            feed(&mut fresh, &trials, "t3", &result(1, 0.75)).0,
+            Decision::Continue,
+            "an empty rung lets it on"
         );
     }
 

@@ -82,12 +82,10 @@ impl TrialScheduler for MedianStopping {
     }
 
     fn on_trial_result(&mut self, _context: &mut SchedulerContext<'_>, trial: &str, result: &Metrics) -> Decision {
-        let Some(score) = self.objective.score(result) else {
+        let Some((time, _)) = self.record(trial, result) else {
             return Decision::Continue;
         };
-        let time = time_of(result, &self.time_attr);
-        let own = self.results.entry(trial.to_string()).or_default();
-        own.push((time, score));
+        let own = &self.results[trial];
         let best = own.iter().map(|(_, s)| *s).fold(f64::NEG_INFINITY, f64::max);
         if time < self.grace_period {
             return Decision::Continue;
@@ -106,6 +104,20 @@ impl TrialScheduler for MedianStopping {
             Some(median) if best < median => Decision::Pause,
             _ => Decision::Continue,
         }
+    }
+
+    fn restore_result(&mut self, trial: &str, result: &Metrics) {
+        self.record(trial, result);
+    }
+}
+
+impl MedianStopping {
+    /// Adds `result` to the trial's history: its time and score, if it has a score.
+    fn record(&mut self, trial: &str, result: &Metrics) -> Option<(f64, f64)> {
+        let score = self.objective.score(result)?;
+        let time = time_of(result, &self.time_attr);
+        self.results.entry(trial.to_string()).or_default().push((time, score));
+        Some((time, score))
     }
 }
 
@@ -148,6 +160,22 @@ mod tests {
             feed(&mut lenient, &trials, "t3", &result(2, 0.0)).0,
             Decision::Continue,
             "fewer than 3 others to compare with"
+        );
+    }
+
+    #[test]
+    fn a_restored_rule_compares_with_the_replayed_running_means() {
+        let mut rule = MedianStopping::new().time_attr("training_iteration").grace_period(2.0);
+        rule.setup(Some("score"), Mode::Max).unwrap();
+        for (trial, scores) in [("t0", [1.0, 3.0]), ("t1", [2.0, 4.0]), ("t2", [3.0, 5.0])] {
+            for (i, score) in scores.iter().enumerate() {
+                rule.restore_result(trial, &result(i as u64 + 1, *score));
+            }
+        }
+        assert_eq!(
+            feed(&mut rule, &running_trials(4), "t3", &result(2, 2.9)).0,
+            Decision::Stop,
+            "best 2.9 < median 3 of the replayed running means"
         );
     }
 }

@@ -101,6 +101,11 @@ pub trait TrialScheduler: Send {
     /// A running trial reported `result`.
     fn on_trial_result(&mut self, context: &mut SchedulerContext<'_>, trial: &str, result: &Metrics) -> Decision;
 
+    /// A result `trial` reported before the experiment was interrupted,
+    /// replayed on a restore in the order it came: record it as
+    /// `on_trial_result` would, without deciding anything.
+    fn restore_result(&mut self, _trial: &str, _result: &Metrics) {}
+
     /// A trial ended for good (finished, stopped or failed), with its last
     /// result if it has one.
     fn on_trial_complete(&mut self, _context: &mut SchedulerContext<'_>, _trial: &str, _result: Option<&Metrics>) {}

@@ -80,7 +80,8 @@ impl Controller {
 
     /// Takes the trials of an interrupted run: finished ones stay as they
     /// are; the others wait to resume from their latest checkpoint. The
-    /// searcher and scheduler are told about each, in order.
+    /// searcher and scheduler are told about each, in order, and the
+    /// scheduler sees every result each reported up to where it resumes.
     pub(crate) fn restore(&mut self, state: ExperimentState) -> Result<(), TuneError> {
         self.searcher_finished = state.searcher_finished;
         for mut record in state.trials {
@@ -93,6 +94,7 @@ impl Controller {
                 record.view.iteration = resume_at;
                 record.view.last_result = history.last().cloned();
             }
+            let reported = history.clone();
             let trial = Trial::new(record, directory, history);
             let outcome = match trial.status() {
                 TrialStatus::Terminated => trial.view().last_result.clone(),
@@ -103,6 +105,9 @@ impl Controller {
             self.trials.push(trial);
             let index = self.trials.len() - 1;
             self.with_scheduler(|scheduler, context, id| scheduler.on_trial_add(context, id), index);
+            for result in &reported {
+                self.scheduler.restore_result(self.trials[index].id(), result);
+            }
             if self.trials[index].status().is_finished() {
                 let last = self.trials[index].view().last_result.clone();
                 self.with_scheduler(|s, c, id| s.on_trial_complete(c, id, last.as_ref()), index);
