@@ -16,7 +16,8 @@
 #      Ray Tune (fresh `ray.init(num_cpus=2)` subprocess) against raylet's
 #      `tune_overhead`, alternating which goes first repetition by repetition;
 #    - search quality: Optuna TPESampler(seed=s) against raylet's `search_quality`
-#      (tpe and random) on Branin and Hartmann6, budgets 50 and 100, seeds 0..9;
+#      (tpe and random) on Branin and Hartmann6, budgets 50 and 100, seeds 0..99
+#      (medians over 0..9 and over all, and how often raylet beats Optuna);
 #    - ASHA vs FIFO: `tune_digits --compare` (the same 16 digits-MLP trials
 #      under each; the epochs each needed for its best accuracy);
 #    and writes bench/tune.md (a section that bench/compare_ray.py inlines into

@@ -2,7 +2,7 @@
 //! finds within a budget of sequential trials, over several seeds. Prints
 //! one JSON line with every seed's best and their median.
 //!
-//! `cargo run --release -p raylet-tune --example search_quality -- --function branin|hartmann6 --budget 100 --seeds 10 --searcher tpe|random`
+//! `cargo run --release -p raylet-tune --example search_quality -- --function branin|hartmann6 --budget 100 --seeds 10 [--first-seed 0] --searcher tpe|random`
 
 use raylet_tune::search::{BasicVariant, SearchSetup, SearchSpace, Searcher, Suggestion, Tpe, uniform};
 use raylet_tune::{Metrics, Mode, TrialConfig};
@@ -75,6 +75,7 @@ fn main() {
     let function = flag(&args, "--function", "branin");
     let budget: usize = flag(&args, "--budget", "100").parse().expect("--budget N");
     let seeds: u64 = flag(&args, "--seeds", "10").parse().expect("--seeds N");
+    let first_seed: u64 = flag(&args, "--first-seed", "0").parse().expect("--first-seed N");
     let searcher_name = flag(&args, "--searcher", "tpe");
     let (space, objective): (SearchSpace, fn(&TrialConfig) -> f64) = match function {
         "branin" => (
@@ -89,7 +90,7 @@ fn main() {
         ),
         other => panic!("unknown --function {other}: branin or hartmann6"),
     };
-    let bests: Vec<f64> = (0..seeds)
+    let bests: Vec<f64> = (first_seed..first_seed + seeds)
         .map(|seed| match searcher_name {
             "tpe" => best(&mut Tpe::seeded(seed), &space, objective, budget),
             "random" => best(&mut BasicVariant::seeded(seed), &space, objective, budget),
@@ -104,7 +105,7 @@ fn main() {
     };
     let bests: Vec<String> = bests.iter().map(|b| format!("{b:.6}")).collect();
     println!(
-        "{{\"function\":\"{function}\",\"searcher\":\"{searcher_name}\",\"budget\":{budget},\"seeds\":{seeds},\"median\":{median:.6},\"best\":[{}]}}",
+        "{{\"function\":\"{function}\",\"searcher\":\"{searcher_name}\",\"budget\":{budget},\"seeds\":{seeds},\"first_seed\":{first_seed},\"median\":{median:.6},\"best\":[{}]}}",
         bests.join(",")
     );
 }

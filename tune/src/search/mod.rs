@@ -3,6 +3,7 @@
 //! learns from finished trials; [`Searcher`] is the trait for others.
 
 mod basic_variant;
+mod latin_hypercube;
 mod space;
 pub mod tpe;
 
@@ -17,6 +18,7 @@ use raylet_train::Metrics;
 
 use crate::{Mode, TrialConfig, TuneError};
 
+pub(crate) use latin_hypercube::latin_hypercube;
 pub(crate) use space::standard_normal;
 
 /// What a searcher proposes next.

@@ -152,6 +152,20 @@ impl Domain {
         }
     }
 
+    /// The value at `unit` (in `[0, 1)`) of the range or choices of a
+    /// domain drawn uniformly from one; `None` for the other domains.
+    pub(crate) fn value_at_unit(&self, unit: f64) -> Option<Value> {
+        match self {
+            Domain::Choice(values) => {
+                let index = ((unit * values.len() as f64) as usize).min(values.len() - 1);
+                Some(values[index].clone())
+            }
+            Domain::Float { low, high, log, q } => Some(Value::from(self.float_from_unit(*low, *high, *log, *q, unit))),
+            Domain::Int { .. } => Some(Value::from(self.int_from_unit(unit))),
+            Domain::Constant(_) | Domain::Grid(_) | Domain::Normal { .. } | Domain::Function(_) => None,
+        }
+    }
+
     fn float_from_unit(&self, low: f64, high: f64, log: bool, q: Option<f64>, unit: f64) -> f64 {
         let value = match log {
             true => (low.ln() + unit * (high.ln() - low.ln())).exp(),

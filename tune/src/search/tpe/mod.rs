@@ -1,7 +1,7 @@
 //! The Tree-structured Parzen Estimator searcher, with Optuna 5.0's
-//! defaults: 10 random startup trials, then 24 candidates drawn from the
-//! density of the best trials, keeping the one that most favours them over
-//! the rest. The density is multivariate (one kernel per trial over all
+//! defaults: 10 startup trials (spread as a Latin hypercube, where Optuna
+//! draws them at random), then 24 candidates drawn from the density of the
+//! best trials, keeping the one that most favours them over the rest. The density is multivariate (one kernel per trial over all
 //! hyperparameters at once) unless `multivariate(false)` asks for one per
 //! hyperparameter. Running trials count among the rest (constant liar), so
 //! parallel trials spread out.
@@ -14,7 +14,7 @@ use raylet_train::Metrics;
 use serde_json::Value;
 
 use self::parzen::{Axis, CategoricalEstimator, Coordinate, JointEstimator, NumericalEstimator, Range};
-use super::{Domain, SearchSetup, SearchSpace, Searcher, Suggestion};
+use super::{Domain, SearchSetup, SearchSpace, Searcher, Suggestion, latin_hypercube};
 use crate::{Mode, TrialConfig, TuneError};
 
 /// The TPE searcher.
@@ -33,6 +33,8 @@ pub struct Tpe {
     finished: Vec<(TrialConfig, f64)>,
     /// Trials suggested and not finished, in order.
     running: Vec<(String, TrialConfig)>,
+    /// The startup trials' values, a Latin hypercube over the space.
+    startup_design: Vec<TrialConfig>,
 }
 
 /// A hyperparameter TPE models.
@@ -63,6 +65,7 @@ impl Tpe {
             made: 0,
             finished: Vec::new(),
             running: Vec::new(),
+            startup_design: Vec::new(),
         }
     }
 
@@ -90,7 +93,8 @@ impl Tpe {
     fn next_config(&mut self) -> TrialConfig {
         let seen = self.finished.len() + self.running.len();
         if seen < self.n_startup_trials || self.finished.is_empty() {
-            return self.space.sample_with(&TrialConfig::new(), &mut self.rng);
+            let design = self.startup_design.get(self.made - 1).cloned().unwrap_or_default();
+            return self.space.sample_with(&design, &mut self.rng);
         }
         let (below, above) = self.split();
         let picks = match self.multivariate {
@@ -136,12 +140,13 @@ impl Tpe {
             .collect()
     }
 
-    /// The best finished trials (`below`), and the other finished and the
-    /// running ones (`above`), each in the order they were made.
+    /// The best finished trials (`below`: gamma of the finished ones, as
+    /// Optuna 5.0), and the other finished and the running ones (`above`),
+    /// each in the order they were made.
     fn split(&self) -> (Vec<TrialConfig>, Vec<TrialConfig>) {
         let mut ranked: Vec<usize> = (0..self.finished.len()).collect();
         ranked.sort_by(|a, b| self.finished[*a].1.total_cmp(&self.finished[*b].1));
-        let n_below = gamma(self.finished.len() + self.running.len()).min(self.finished.len());
+        let n_below = gamma(self.finished.len());
         let mut is_below = vec![false; self.finished.len()];
         for index in &ranked[..n_below] {
             is_below[*index] = true;
@@ -215,6 +220,7 @@ impl Searcher for Tpe {
         self.metric = metric.to_string();
         self.mode = setup.mode;
         self.total = setup.num_samples;
+        self.startup_design = latin_hypercube(&self.space, self.n_startup_trials, &mut self.rng);
         Ok(())
     }
 
@@ -435,6 +441,27 @@ mod tests {
             univariate_median < random_median,
             "univariate TPE {univariate:?} vs random {random:?}"
         );
+    }
+
+    #[test]
+    fn the_startup_trials_cover_each_tenth_of_a_range_once() {
+        let space = SearchSpace::new().with("x", uniform(0.0, 1.0));
+        let mut tpe = Tpe::seeded(3);
+        let setup = SearchSetup {
+            space: &space,
+            metric: Some("loss"),
+            mode: Mode::Min,
+            num_samples: 10,
+        };
+        tpe.setup(&setup).unwrap();
+        let mut tenths: Vec<usize> = (0..10)
+            .map(|trial| match tpe.suggest(&trial.to_string()) {
+                Suggestion::Config(config) => (config.get::<f64>("x").unwrap() * 10.0) as usize,
+                other => panic!("{other:?}"),
+            })
+            .collect();
+        tenths.sort();
+        assert_eq!(tenths, (0..10).collect::<Vec<_>>());
     }
 
     #[test]
