@@ -1,0 +1,282 @@
+//! `Dataset`: a lazy plan (a source, then transforms) that runs when it is
+//! consumed: written to files, iterated in batches, or collected.
+
+use std::collections::VecDeque;
+use std::marker::PhantomData;
+use std::path::Path;
+use std::sync::Arc;
+
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+use xxhash_rust::xxh3::xxh3_64;
+
+use crate::block::{self, Block, BlockSizing, FileBytes, ReadKind, TextLine};
+use crate::execution::{Execution, ExecutionOptions};
+use crate::manifest::Manifest;
+use crate::sink::{self, Format, WriteSummary};
+use crate::stage::{OnError, RowError, StageKind, StageSpec};
+use crate::{DataError, FileSet};
+
+/// What a dataset's rows may be: sent between processes with serde.
+pub trait Row: Serialize + DeserializeOwned + Send + 'static {}
+impl<T: Serialize + DeserializeOwned + Send + 'static> Row for T {}
+
+type ItemBlocks = Arc<dyn Fn(BlockSizing) -> Result<Vec<Block>, DataError> + Send + Sync>;
+
+#[derive(Clone)]
+enum Source {
+    Files { files: FileSet, read: ReadKind },
+    Items(ItemBlocks),
+}
+
+/// A dataset of rows of type `T`, built lazily: nothing runs until it is
+/// written, iterated or collected. Each block of inputs (a few files, or
+/// items) is read and passed through every transform in one task, and at
+/// most `max_blocks_in_flight` blocks are processed at once.
+#[derive(Clone)]
+pub struct Dataset<T> {
+    source: Source,
+    stages: Vec<StageSpec>,
+    sizing: BlockSizing,
+    options: ExecutionOptions,
+    _rows: PhantomData<fn() -> T>,
+}
+
+impl Dataset<FileBytes> {
+    /// Each file whole: its path and bytes.
+    pub fn read_binary(files: FileSet) -> Self {
+        Self::from_source(Source::Files {
+            files,
+            read: ReadKind::Binary,
+        })
+    }
+}
+
+impl Dataset<TextLine> {
+    /// Each line of each file (UTF-8).
+    pub fn read_text(files: FileSet) -> Self {
+        Self::from_source(Source::Files {
+            files,
+            read: ReadKind::Text,
+        })
+    }
+}
+
+impl<T: Row> Dataset<T> {
+    /// The items, `items_per_block` to a block.
+    pub fn from_items(items: Vec<T>) -> Self
+    where
+        T: Sync,
+    {
+        let items = Arc::new(items);
+        Self::from_source(Source::Items(Arc::new(move |sizing| {
+            block::item_blocks(&items, sizing)
+        })))
+    }
+
+    fn from_source(source: Source) -> Self {
+        Dataset {
+            source,
+            stages: Vec::new(),
+            sizing: BlockSizing::default(),
+            options: ExecutionOptions {
+                max_blocks_in_flight: 8,
+                num_cpus: 1.0,
+                on_error: OnError::Fail,
+                show_progress: true,
+            },
+            _rows: PhantomData,
+        }
+    }
+
+    /// At most this many files to a block (default 16).
+    pub fn files_per_block(mut self, files: usize) -> Self {
+        self.sizing.files_per_block = files.max(1);
+        self
+    }
+
+    /// At most this many items to a block (default 1024).
+    pub fn items_per_block(mut self, items: usize) -> Self {
+        self.sizing.items_per_block = items.max(1);
+        self
+    }
+
+    /// A block ends before its files pass this many bytes (default 64 MiB).
+    pub fn block_bytes(mut self, bytes: u64) -> Self {
+        self.sizing.block_bytes = bytes;
+        self
+    }
+
+    /// How many blocks are processed or held at once (default 8): what
+    /// bounds the memory a run uses, whatever the number of inputs.
+    pub fn max_blocks_in_flight(mut self, blocks: usize) -> Self {
+        self.options.max_blocks_in_flight = blocks.max(1);
+        self
+    }
+
+    /// CPUs each block's task holds (default 1).
+    pub fn num_cpus(mut self, cpus: f64) -> Self {
+        self.options.num_cpus = cpus;
+        self
+    }
+
+    /// Fail on the first bad input (default), or skip and record it.
+    pub fn on_error(mut self, on_error: OnError) -> Self {
+        self.options.on_error = on_error;
+        self
+    }
+
+    /// Whether to draw the progress bar on a terminal (default true).
+    pub fn show_progress(mut self, show: bool) -> Self {
+        self.options.show_progress = show;
+        self
+    }
+
+    /// Each row through `function` (registered with `register_map!`).
+    pub fn map<O: Row, E, F: Fn(T) -> Result<O, E>>(self, _function: F) -> Dataset<O> {
+        self.then::<O, F>(StageKind::Map, 0)
+    }
+
+    /// Each row to any number of rows (registered with `register_flat_map!`).
+    pub fn flat_map<O: Row, E, F: Fn(T) -> Result<Vec<O>, E>>(self, _function: F) -> Dataset<O> {
+        self.then::<O, F>(StageKind::FlatMap, 0)
+    }
+
+    /// The rows `function` keeps (registered with `register_filter!`).
+    pub fn filter<F: Fn(&T) -> bool>(self, _function: F) -> Dataset<T> {
+        self.then::<T, F>(StageKind::Filter, 0)
+    }
+
+    /// Batches of up to `batch_size` rows of a block through `function`
+    /// (registered with `register_batch_fn!`), in the block's task.
+    pub fn map_batches<O: Row, E, F: Fn(Vec<T>) -> Result<Vec<O>, E>>(
+        self,
+        _function: F,
+        batch_size: usize,
+    ) -> Dataset<O> {
+        self.then::<O, F>(StageKind::MapBatches, batch_size.max(1))
+    }
+
+    fn then<O, F>(self, kind: StageKind, batch_size: usize) -> Dataset<O> {
+        let mut stages = self.stages;
+        stages.push(StageSpec {
+            function: std::any::type_name::<F>().to_string(),
+            kind,
+            batch_size,
+        });
+        Dataset {
+            source: self.source,
+            stages,
+            sizing: self.sizing,
+            options: self.options,
+            _rows: PhantomData,
+        }
+    }
+
+    /// The blocks of the source, as this dataset cuts them.
+    fn blocks(&self) -> Result<Vec<Block>, DataError> {
+        match &self.source {
+            Source::Files { files, read } => Ok(block::file_blocks(&files.resolve()?, *read, self.sizing)),
+            Source::Items(make) => make(self.sizing),
+        }
+    }
+
+    fn execute(&self, blocks: Vec<Block>, done: &[Block]) -> Result<Execution, DataError> {
+        let cluster = raylet::current()?;
+        Execution::new(cluster, blocks, done, self.stages.clone(), self.options)
+    }
+
+    /// Rows in batches of `batch_size`, as blocks finish (in no set order).
+    pub fn iter_batches(&self, batch_size: usize) -> Result<BatchIter<T>, DataError> {
+        Ok(BatchIter {
+            execution: self.execute(self.blocks()?, &[])?,
+            buffer: VecDeque::new(),
+            batch_size: batch_size.max(1),
+            skipped: Vec::new(),
+            _rows: PhantomData,
+        })
+    }
+
+    /// Every row, in no set order.
+    pub fn take_all(&self) -> Result<Vec<T>, DataError> {
+        let mut rows = Vec::new();
+        for batch in self.iter_batches(4096)? {
+            rows.extend(batch?);
+        }
+        Ok(rows)
+    }
+
+    /// Writes each block's rows as JSON lines to a file of its own in `dir`.
+    pub fn write_jsonl(&self, dir: impl AsRef<Path>) -> Result<WriteSummary, DataError> {
+        self.write(dir.as_ref(), Format::Jsonl)
+    }
+
+    /// Writes each block's rows as CSV (a header, then a line per row) to a
+    /// file of its own in `dir`.
+    pub fn write_csv(&self, dir: impl AsRef<Path>) -> Result<WriteSummary, DataError> {
+        self.write(dir.as_ref(), Format::Csv)
+    }
+
+    fn write(&self, dir: &Path, format: Format) -> Result<WriteSummary, DataError> {
+        let blocks = self.blocks()?;
+        let mut manifest = Manifest::open(dir, self.fingerprint(&blocks, format), blocks.len())?;
+        let (done, todo): (Vec<Block>, Vec<Block>) = blocks.into_iter().partition(|block| manifest.is_done(block));
+        let execution = self.execute(todo, &done)?;
+        sink::write_blocks::<T>(execution, &mut manifest, dir, format, done.len())
+    }
+
+    /// What identifies the dataset's output: its blocks, stages and format.
+    fn fingerprint(&self, blocks: &[Block], format: Format) -> u64 {
+        let blocks: Vec<u64> = blocks.iter().map(|block| block.fingerprint).collect();
+        let stages: Vec<(&str, StageKind, usize)> = self
+            .stages
+            .iter()
+            .map(|stage| (stage.function.as_str(), stage.kind, stage.batch_size))
+            .collect();
+        xxh3_64(format!("{blocks:?} {stages:?} {format:?} {:?}", self.options.on_error).as_bytes())
+    }
+}
+
+/// Batches of a dataset's rows, made as its blocks finish.
+pub struct BatchIter<T> {
+    execution: Execution,
+    buffer: VecDeque<T>,
+    batch_size: usize,
+    skipped: Vec<RowError>,
+    _rows: PhantomData<fn() -> T>,
+}
+
+impl<T: Row> BatchIter<T> {
+    /// Rows left out so far under `OnError::Skip`.
+    pub fn skipped(&self) -> &[RowError] {
+        &self.skipped
+    }
+}
+
+impl<T: Row> Iterator for BatchIter<T> {
+    type Item = Result<Vec<T>, DataError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while self.buffer.len() < self.batch_size {
+            let Some(next) = self.execution.next_block() else {
+                break;
+            };
+            let (block, output) = match next {
+                Ok(finished) => finished,
+                Err(e) => return Some(Err(e)),
+            };
+            match raylet::proto::codec::decode::<Vec<T>>(&output.rows) {
+                Ok(rows) => self.buffer.extend(rows),
+                Err(e) => {
+                    return Some(Err(DataError::InvalidInput(format!(
+                        "decoding block {}: {e}",
+                        block.index
+                    ))));
+                }
+            }
+            self.skipped.extend(output.skipped);
+        }
+        let take = self.buffer.len().min(self.batch_size);
+        (take > 0).then(|| Ok(self.buffer.drain(..take).collect()))
+    }
+}

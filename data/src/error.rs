@@ -1,0 +1,55 @@
+//! What can go wrong in a dataset's run, each error naming what it is about.
+
+use std::path::PathBuf;
+
+/// An error of a dataset: building its plan, reading its inputs, running
+/// its functions, or writing its outputs.
+#[derive(Debug, thiserror::Error)]
+pub enum DataError {
+    /// A function given to a transform was not registered, so workers
+    /// cannot find it.
+    #[error("{0} is not registered: add register_map!/register_flat_map!/register_filter!/register_batch_fn! for it")]
+    NotRegistered(String),
+    #[error("invalid input: {0}")]
+    InvalidInput(String),
+    /// An input file could not be read.
+    #[error("reading {path}: {message}")]
+    Read { path: PathBuf, message: String },
+    /// A function failed on a row; `input` names the row's input file
+    /// (or item index).
+    #[error("{function} failed on {input}: {message}")]
+    Row {
+        function: String,
+        input: String,
+        message: String,
+    },
+    #[error("{context}: {source}")]
+    Io {
+        context: String,
+        #[source]
+        source: std::io::Error,
+    },
+    /// An output directory holds a manifest of another dataset's blocks.
+    #[error("{0}")]
+    Manifest(String),
+    /// A block's task failed in the cluster (its worker died on every
+    /// attempt, or it could not be placed).
+    #[error("block {block} ({inputs}): {source}")]
+    Task {
+        block: usize,
+        inputs: String,
+        #[source]
+        source: raylet::Error,
+    },
+    #[error(transparent)]
+    Cluster(#[from] raylet::Error),
+}
+
+impl DataError {
+    pub(crate) fn io(context: impl Into<String>, source: std::io::Error) -> Self {
+        DataError::Io {
+            context: context.into(),
+            source,
+        }
+    }
+}

@@ -1,0 +1,52 @@
+//! raylet-data: streaming batch processing over file sets and items on a
+//! raylet cluster. A [`Dataset`] is a lazy plan: a source (files read whole
+//! or by line, or items), then transforms (`map`, `flat_map`, `filter`,
+//! `map_batches`) whose functions are registered so that workers can find
+//! them. Each block of inputs runs through all transforms in one task; a
+//! bounded number of blocks is in flight at once; sinks write one file per
+//! block atomically with a manifest, so every input's rows appear exactly
+//! once and a rerun skips the blocks already written.
+//!
+//! ```no_run
+//! use raylet_data::{Dataset, FileBytes, FileSet, register_map};
+//!
+//! fn size(file: FileBytes) -> Result<(String, usize), String> {
+//!     Ok((file.path, file.bytes.len()))
+//! }
+//! register_map!(size);
+//!
+//! # fn main() -> Result<(), Box<dyn std::error::Error>> {
+//! raylet::init()?;
+//! let summary = Dataset::read_binary(FileSet::glob("images/*.pgm")).map(size).write_jsonl("sizes")?;
+//! println!("{} rows in {} files", summary.rows, summary.files.len());
+//! # Ok(())
+//! # }
+//! ```
+
+mod block;
+mod dataset;
+mod error;
+mod execution;
+mod files;
+mod manifest;
+mod progress;
+mod registry;
+mod sink;
+mod stage;
+mod task;
+
+pub use block::{BlockSizing, FileBytes, TextLine};
+pub use dataset::{BatchIter, Dataset, Row};
+pub use error::DataError;
+pub use files::FileSet;
+pub use sink::WriteSummary;
+pub use stage::{OnError, RowError, StageKind};
+
+/// What the registration macros expand to. Not a public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use linkme;
+
+    pub use crate::registry::{DATA_FUNCTIONS, RegisteredFn, apply_batches, apply_filter, apply_flat_map, apply_map};
+    pub use crate::stage::StageKind;
+}
