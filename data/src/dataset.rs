@@ -10,9 +10,11 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use xxhash_rust::xxh3::xxh3_64;
 
+use crate::actor_pool::{ActorPoolStrategy, ModelSpec};
 use crate::block::{self, Block, BlockSizing, FileBytes, ReadKind, TextLine};
 use crate::execution::{Execution, ExecutionOptions};
 use crate::manifest::Manifest;
+use crate::model::BatchModel;
 use crate::sink::{self, Format, WriteSummary};
 use crate::stage::{OnError, RowError, StageKind, StageSpec};
 use crate::{DataError, FileSet};
@@ -37,6 +39,8 @@ enum Source {
 pub struct Dataset<T> {
     source: Source,
     stages: Vec<StageSpec>,
+    /// The model stages' models (one at most runs).
+    models: Vec<Result<ModelSpec, String>>,
     sizing: BlockSizing,
     options: ExecutionOptions,
     _rows: PhantomData<fn() -> T>,
@@ -78,6 +82,7 @@ impl<T: Row> Dataset<T> {
         Dataset {
             source,
             stages: Vec::new(),
+            models: Vec::new(),
             sizing: BlockSizing::default(),
             options: ExecutionOptions {
                 max_blocks_in_flight: 8,
@@ -157,6 +162,27 @@ impl<T: Row> Dataset<T> {
         self.then::<O, F>(StageKind::MapBatches, batch_size.max(1))
     }
 
+    /// Batches of up to `batch_size` rows through `model` (registered with
+    /// `register_batch_model!`) in a pool of actors that each load it once.
+    /// The whole block (reading and the other stages too) then runs in the
+    /// pool's actors.
+    pub fn map_batches_with<M: BatchModel<In = T>>(
+        mut self,
+        model: M,
+        batch_size: usize,
+        pool: ActorPoolStrategy,
+    ) -> Dataset<M::Out> {
+        let spec = raylet::proto::codec::encode(&model)
+            .map(|config| ModelSpec {
+                name: std::any::type_name::<M>().to_string(),
+                config,
+                strategy: pool,
+            })
+            .map_err(|e| format!("encoding {}: {e}", std::any::type_name::<M>()));
+        self.models.push(spec);
+        self.then::<M::Out, M>(StageKind::Model, batch_size.max(1))
+    }
+
     fn then<O, F>(self, kind: StageKind, batch_size: usize) -> Dataset<O> {
         let mut stages = self.stages;
         stages.push(StageSpec {
@@ -167,6 +193,7 @@ impl<T: Row> Dataset<T> {
         Dataset {
             source: self.source,
             stages,
+            models: self.models,
             sizing: self.sizing,
             options: self.options,
             _rows: PhantomData,
@@ -182,8 +209,18 @@ impl<T: Row> Dataset<T> {
     }
 
     fn execute(&self, blocks: Vec<Block>, done: &[Block]) -> Result<Execution, DataError> {
+        let model = match self.models.as_slice() {
+            [] => None,
+            [Ok(model)] => Some(model.clone()),
+            [Err(e)] => return Err(DataError::InvalidInput(e.clone())),
+            _ => {
+                return Err(DataError::InvalidInput(
+                    "a dataset runs one model stage (map_batches_with) at most".into(),
+                ));
+            }
+        };
         let cluster = raylet::current()?;
-        Execution::new(cluster, blocks, done, self.stages.clone(), self.options)
+        Execution::new(cluster, blocks, done, self.stages.clone(), model, self.options)
     }
 
     /// Rows in batches of `batch_size`, as blocks finish (in no set order).

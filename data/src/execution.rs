@@ -1,6 +1,7 @@
-//! Streaming execution: blocks go to their tasks a bounded number at a
-//! time, and finished ones are handed over as they come, so that no more
-//! than `max_blocks_in_flight` blocks are ever processed or held at once.
+//! Streaming execution: blocks go to their tasks (or, with a model stage,
+//! to an actor pool) a bounded number at a time, and finished ones are
+//! handed over as they come, so that no more than `max_blocks_in_flight`
+//! blocks are ever processed or held at once.
 
 use std::collections::VecDeque;
 use std::time::Duration;
@@ -8,10 +9,11 @@ use std::time::Duration;
 use raylet::{Cluster, ObjectRef, TaskErrorKind};
 
 use crate::DataError;
+use crate::actor_pool::{ActorPool, ModelSpec};
 use crate::block::Block;
 use crate::progress::Progress;
 use crate::registry;
-use crate::stage::{OnError, RowError, StageSpec};
+use crate::stage::{OnError, RowError, StageKind, StageSpec};
 use crate::task::{BlockOutput, process_block};
 
 /// How a run uses the cluster.
@@ -28,12 +30,23 @@ pub(crate) struct Execution {
     cluster: Cluster,
     stages: Vec<StageSpec>,
     options: ExecutionOptions,
-    waiting: VecDeque<Block>,
-    in_flight: Vec<(Block, ObjectRef<BlockOutput>)>,
+    pool: Option<ActorPool>,
+    waiting: VecDeque<(Block, u32)>,
+    in_flight: Vec<InFlight>,
     progress: Progress,
 }
 
+/// A block being processed: by a task, or by the pool's actor `actor`.
+struct InFlight {
+    block: Block,
+    attempt: u32,
+    actor: Option<u64>,
+    output: ObjectRef<BlockOutput>,
+}
+
 const POLL: Duration = Duration::from_millis(200);
+/// How many times a block is sent again after its actor died.
+const ACTOR_ATTEMPTS: u32 = 4;
 
 impl Execution {
     /// Checks that every stage's function is registered as its kind, then
@@ -44,9 +57,10 @@ impl Execution {
         blocks: Vec<Block>,
         done: &[Block],
         stages: Vec<StageSpec>,
+        model: Option<ModelSpec>,
         options: ExecutionOptions,
     ) -> Result<Self, DataError> {
-        for stage in &stages {
+        for stage in stages.iter().filter(|stage| stage.kind != StageKind::Model) {
             let registered =
                 registry::find(&stage.function).ok_or_else(|| DataError::NotRegistered(stage.function.clone()))?;
             if registered.kind != stage.kind {
@@ -56,6 +70,10 @@ impl Execution {
                 )));
             }
         }
+        let pool = match model {
+            Some(model) => Some(ActorPool::start(cluster.clone(), model)?),
+            None => None,
+        };
         let total = blocks.iter().chain(done).map(Block::inputs).sum();
         let progress = Progress::new(total, options.show_progress);
         progress.skip(done.iter().map(Block::inputs).sum());
@@ -63,7 +81,8 @@ impl Execution {
             cluster,
             stages,
             options,
-            waiting: blocks.into(),
+            pool,
+            waiting: blocks.into_iter().map(|block| (block, 1)).collect(),
             in_flight: Vec::new(),
             progress,
         })
@@ -79,51 +98,94 @@ impl Execution {
             self.progress.finish();
             return None;
         }
-        let refs: Vec<ObjectRef<BlockOutput>> = self.in_flight.iter().map(|(_, r)| r.clone()).collect();
+        let refs: Vec<ObjectRef<BlockOutput>> = self.in_flight.iter().map(|f| f.output.clone()).collect();
         let ready = loop {
             let (ready, _) = self.cluster.wait(&refs, 1, Some(POLL));
             if let Some(first) = ready.into_iter().next() {
                 break first;
             }
+            if let Some(pool) = &mut self.pool {
+                pool.shrink_idle();
+            }
             self.report_in_flight();
         };
-        let position = self.in_flight.iter().position(|(_, r)| r.id() == ready.id())?;
-        let (block, output) = self.in_flight.swap_remove(position);
-        let result = match output.get() {
-            Ok(output) => {
-                self.progress.block_done(block.inputs(), output.count);
-                Ok((block, output))
+        let position = self.in_flight.iter().position(|f| f.output.id() == ready.id())?;
+        let finished = self.in_flight.swap_remove(position);
+        let result = finished.output.get();
+        if let (Some(pool), Some(actor)) = (&mut self.pool, finished.actor) {
+            if actor_died(&result) && finished.attempt < ACTOR_ATTEMPTS {
+                tracing::warn!(
+                    block = finished.block.index,
+                    "the actor of block {} died; sending it again",
+                    finished.block.index
+                );
+                if let Err(e) = pool.lost(actor) {
+                    return Some(Err(e));
+                }
+                self.waiting.push_front((finished.block, finished.attempt + 1));
+                return self.next_block();
             }
-            Err(e) => Err(block_error(&block, e)),
+            pool.returned(actor);
+        }
+        let result = match result {
+            Ok(output) => {
+                self.progress.block_done(finished.block.inputs(), output.count);
+                Ok((finished.block, output))
+            }
+            Err(e) => Err(block_error(&finished.block, e)),
         };
         self.report_in_flight();
         Some(result)
     }
 
+    /// The most actors the run's pool had at once (0 without a pool).
+    pub fn largest_pool(&self) -> usize {
+        self.pool.as_ref().map_or(0, ActorPool::largest)
+    }
+
     fn submit_ready(&mut self) -> Result<(), DataError> {
         while self.in_flight.len() < self.options.max_blocks_in_flight.max(1) {
-            let Some(block) = self.waiting.pop_front() else {
+            let Some((block, attempt)) = self.waiting.pop_front() else {
                 break;
             };
-            let output = process_block::options()
-                .num_cpus(self.options.num_cpus)
-                .remote(
-                    &self.cluster,
-                    block.input.clone(),
-                    self.stages.clone(),
-                    self.options.on_error,
-                )
-                .map_err(|e| block_error(&block, e))?;
-            self.in_flight.push((block, output));
+            let (stages, on_error) = (self.stages.clone(), self.options.on_error);
+            let (actor, output) = match &mut self.pool {
+                Some(pool) => {
+                    let Some(actor) = pool.actor_with_room()? else {
+                        self.waiting.push_front((block, attempt));
+                        break;
+                    };
+                    (Some(actor), pool.submit(actor, block.input.clone(), stages, on_error))
+                }
+                None => {
+                    let output = process_block::options()
+                        .num_cpus(self.options.num_cpus)
+                        .remote(&self.cluster, block.input.clone(), stages, on_error)
+                        .map_err(|e| block_error(&block, e))?;
+                    (None, output)
+                }
+            };
+            self.in_flight.push(InFlight {
+                block,
+                attempt,
+                actor,
+                output,
+            });
         }
         self.report_in_flight();
         Ok(())
     }
 
     fn report_in_flight(&self) {
-        let bytes = self.in_flight.iter().map(|(block, _)| block.bytes).sum();
-        self.progress.in_flight(self.in_flight.len(), bytes);
+        let bytes = self.in_flight.iter().map(|f| f.block.bytes).sum();
+        let actors = self.pool.as_ref().map(ActorPool::size);
+        self.progress.in_flight(self.in_flight.len(), bytes, actors);
     }
+}
+
+/// Whether a call failed because its actor's worker died.
+fn actor_died(result: &Result<BlockOutput, raylet::Error>) -> bool {
+    matches!(result, Err(raylet::Error::Task(task)) if task.kind == TaskErrorKind::ActorDied)
 }
 
 /// The error of a block's task: the input a function failed on, when it

@@ -2,7 +2,9 @@
 //! raylet cluster. A [`Dataset`] is a lazy plan: a source (files read whole
 //! or by line, or items), then transforms (`map`, `flat_map`, `filter`,
 //! `map_batches`) whose functions are registered so that workers can find
-//! them. Each block of inputs runs through all transforms in one task; a
+//! them, and at most one model stage (`map_batches_with`) run by a pool of
+//! actors that load the model once. Each block of inputs runs through all
+//! transforms in one task (or one actor call); a
 //! bounded number of blocks is in flight at once; sinks write one file per
 //! block atomically with a manifest, so every input's rows appear exactly
 //! once and a rerun skips the blocks already written.
@@ -23,22 +25,26 @@
 //! # }
 //! ```
 
+mod actor_pool;
 mod block;
 mod dataset;
 mod error;
 mod execution;
 mod files;
 mod manifest;
+mod model;
 mod progress;
 mod registry;
 mod sink;
 mod stage;
 mod task;
 
+pub use actor_pool::ActorPoolStrategy;
 pub use block::{BlockSizing, FileBytes, TextLine};
 pub use dataset::{BatchIter, Dataset, Row};
 pub use error::DataError;
 pub use files::FileSet;
+pub use model::BatchModel;
 pub use sink::WriteSummary;
 pub use stage::{OnError, RowError, StageKind};
 
@@ -47,6 +53,7 @@ pub use stage::{OnError, RowError, StageKind};
 pub mod __private {
     pub use linkme;
 
+    pub use crate::model::{BATCH_MODELS, RegisteredModel};
     pub use crate::registry::{DATA_FUNCTIONS, RegisteredFn, apply_batches, apply_filter, apply_flat_map, apply_map};
     pub use crate::stage::StageKind;
 }

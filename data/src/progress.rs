@@ -43,10 +43,12 @@ impl Progress {
         self.bar.inc(inputs);
     }
 
-    pub fn in_flight(&self, blocks: usize, bytes: u64) {
+    /// What is in flight: blocks, their input bytes, and the pool's actors.
+    pub fn in_flight(&self, blocks: usize, bytes: u64, actors: Option<usize>) {
         let rate = self.rows as f64 / self.started.elapsed().as_secs_f64().max(1e-3);
+        let actors = actors.map(|n| format!(", {n} actors")).unwrap_or_default();
         self.bar.set_message(format!(
-            "{rate:.0} rows/s, {blocks} blocks in flight ({:.1} MiB)",
+            "{rate:.0} rows/s, {blocks} blocks in flight ({:.1} MiB){actors}",
             bytes as f64 / (1 << 20) as f64
         ));
     }

@@ -163,7 +163,7 @@ where
 pub fn apply_batches<I, O, E>(
     rows: &EncodedRows,
     run: &mut StageRun,
-    function: impl Fn(Vec<I>) -> Result<Vec<O>, E>,
+    mut function: impl FnMut(Vec<I>) -> Result<Vec<O>, E>,
 ) -> Result<EncodedRows, RowFailure>
 where
     I: DeserializeOwned,

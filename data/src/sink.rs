@@ -65,6 +65,8 @@ pub struct WriteSummary {
     /// Rows left out under `OnError::Skip`, listed in `_errors.jsonl`.
     pub errors: Vec<RowError>,
     pub files: Vec<PathBuf>,
+    /// The most actors the model stage's pool had at once (0 without one).
+    pub max_actors: usize,
 }
 
 /// Runs `execution` into `dir`, one file per block.
@@ -94,7 +96,9 @@ pub(crate) fn write_blocks<T: Serialize + serde::de::DeserializeOwned>(
         })?;
         blocks_written += 1;
     }
-    summarize(manifest, dir, blocks_written, skipped_blocks)
+    let mut summary = summarize(manifest, dir, blocks_written, skipped_blocks)?;
+    summary.max_actors = execution.largest_pool();
+    Ok(summary)
 }
 
 /// The summary of the whole output, and `_errors.jsonl` rewritten from the manifest.
@@ -114,6 +118,7 @@ fn summarize(manifest: &Manifest, dir: &Path, written: usize, skipped: usize) ->
         rows: entries.iter().map(|entry| entry.rows).sum(),
         errors,
         files: entries.iter().map(|entry| dir.join(&entry.file)).collect(),
+        max_actors: 0,
     })
 }
 

@@ -10,6 +10,8 @@ pub enum StageKind {
     FlatMap,
     Filter,
     MapBatches,
+    /// A [`BatchModel`](crate::BatchModel) in an actor pool.
+    Model,
 }
 
 /// One step of a dataset's plan.

@@ -6,8 +6,9 @@ use serde::{Deserialize, Serialize};
 use serde_bytes::ByteBuf;
 
 use crate::block::{BlockInput, FileBytes, ReadKind, TextLine};
+use crate::model::LoadedModel;
 use crate::registry::{self, EncodedRows};
-use crate::stage::{OnError, RowError, RowFailure, StageRun, StageSpec};
+use crate::stage::{OnError, RowError, RowFailure, StageKind, StageRun, StageSpec};
 
 /// A processed block: its rows (a list of the plan's output type, encoded)
 /// and the rows left out under [`OnError::Skip`].
@@ -18,15 +19,26 @@ pub(crate) struct BlockOutput {
     pub skipped: Vec<RowError>,
 }
 
-/// Runs `stages` over the block. A failure is a JSON [`RowError`] naming
-/// the input, so the driver can say which file failed.
+/// Runs `stages` over the block in a task. A failure is a JSON
+/// [`RowError`] naming the input, so the driver can say which file failed.
 #[raylet::remote]
 pub(crate) fn process_block(
     input: BlockInput,
     stages: Vec<StageSpec>,
     on_error: OnError,
 ) -> Result<BlockOutput, String> {
-    let sources = sources(&input);
+    run_stages(&input, &stages, on_error, None)
+}
+
+/// Reads the block and runs `stages` over its rows; a `Model` stage runs
+/// `model` (an actor's).
+pub(crate) fn run_stages(
+    input: &BlockInput,
+    stages: &[StageSpec],
+    on_error: OnError,
+    mut model: Option<&mut dyn LoadedModel>,
+) -> Result<BlockOutput, String> {
+    let sources = sources(input);
     let named = |failure: RowFailure| -> Vec<RowError> {
         let names: Vec<String> = match failure.origins.is_empty() {
             true => vec![describe_all(&sources)],
@@ -46,12 +58,19 @@ pub(crate) fn process_block(
         serde_json::to_string(&first).expect("a RowError is JSON")
     };
     let mut skipped = Vec::new();
-    let mut rows = read(&input, on_error, &mut skipped).map_err(fatal)?;
-    for stage in &stages {
-        let registered = registry::find(&stage.function)
-            .ok_or_else(|| format!("{} is not registered in this binary", stage.function))?;
+    let mut rows = read(input, on_error, &mut skipped).map_err(fatal)?;
+    for stage in stages {
         let mut run = StageRun::new(stage, on_error);
-        rows = (registered.apply)(&rows, &mut run).map_err(fatal)?;
+        rows = match (stage.kind, model.as_deref_mut()) {
+            (StageKind::Model, Some(model)) => model.apply(&rows, &mut run),
+            (StageKind::Model, None) => return Err(format!("{} needs an actor pool", stage.function)),
+            _ => {
+                let registered = registry::find(&stage.function)
+                    .ok_or_else(|| format!("{} is not registered in this binary", stage.function))?;
+                (registered.apply)(&rows, &mut run)
+            }
+        }
+        .map_err(fatal)?;
         skipped.extend(run.skipped.into_iter().flat_map(named));
     }
     Ok(BlockOutput {
@@ -93,7 +112,7 @@ fn read(input: &BlockInput, on_error: OnError, skipped: &mut Vec<RowError>) -> R
             let mut run = StageRun::new(
                 &StageSpec {
                     function: function.into(),
-                    kind: crate::StageKind::Map,
+                    kind: StageKind::Map,
                     batch_size: 1,
                 },
                 on_error,

@@ -12,11 +12,13 @@ use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
+mod common;
+
+use common::{Parsed, assert_each_once, assert_retried_elsewhere, numbered_files, output_rows};
 use raylet_data::{
     DataError, Dataset, FileBytes, FileSet, OnError, TextLine, register_batch_fn, register_filter, register_flat_map,
     register_map,
 };
-use serde::{Deserialize, Serialize};
 
 fn init() {
     raylet::init_with(raylet::Config::default().num_cpus(2.0)).expect("an embedded cluster");
@@ -36,14 +38,6 @@ fn with_successor(x: u64) -> Result<Vec<u64>, String> {
     Ok(vec![x, x + 1])
 }
 register_flat_map!(with_successor);
-
-/// What a numbered input file holds, and what becomes of it.
-#[derive(Debug, PartialEq, Serialize, Deserialize)]
-struct Parsed {
-    path: String,
-    number: u64,
-    worker: u32,
-}
 
 /// Parses a batch of files that each hold a number.
 fn parse_numbers(files: Vec<FileBytes>) -> Result<Vec<Parsed>, String> {
@@ -91,49 +85,6 @@ register_map!(line_length);
 
 fn unregistered(x: u64) -> Result<u64, String> {
     Ok(x)
-}
-
-/// `count` files `inputs/NNNN.txt`, each holding its number.
-fn numbered_files(root: &Path, count: u64) -> PathBuf {
-    let inputs = root.join("inputs");
-    std::fs::create_dir_all(&inputs).unwrap();
-    for n in 0..count {
-        std::fs::write(inputs.join(format!("{n:04}.txt")), n.to_string()).unwrap();
-    }
-    inputs
-}
-
-/// Every JSON row in the `block_*` files of `dir`.
-fn output_rows<T: for<'de> Deserialize<'de>>(dir: &Path) -> Vec<T> {
-    let mut rows = Vec::new();
-    for entry in std::fs::read_dir(dir).unwrap() {
-        let path = entry.unwrap().path();
-        let name = path.file_name().unwrap().to_string_lossy().into_owned();
-        assert!(!name.ends_with(".tmp"), "a temporary file was left: {name}");
-        if name.starts_with("block_") {
-            let text = std::fs::read_to_string(&path).unwrap();
-            rows.extend(text.lines().map(|line| serde_json::from_str(line).unwrap()));
-        }
-    }
-    rows
-}
-
-/// How many times each number appears.
-fn tally(rows: &[Parsed]) -> BTreeMap<u64, usize> {
-    let mut counts = BTreeMap::new();
-    for row in rows {
-        *counts.entry(row.number).or_insert(0) += 1;
-    }
-    counts
-}
-
-fn assert_each_once(rows: &[Parsed], count: u64) {
-    let counts = tally(rows);
-    let missing: Vec<u64> = (0..count).filter(|n| !counts.contains_key(n)).collect();
-    let repeated: Vec<(&u64, &usize)> = counts.iter().filter(|(_, c)| **c > 1).collect();
-    assert!(missing.is_empty(), "inputs lost: {missing:?}");
-    assert!(repeated.is_empty(), "inputs repeated: {repeated:?}");
-    assert_eq!(rows.len() as u64, count);
 }
 
 #[test]
@@ -200,15 +151,8 @@ fn a_worker_killed_mid_run_is_retried_and_every_input_still_appears_once() {
         .map(parse_or_die_once)
         .write_jsonl(&out)
         .unwrap();
-    let killed: u32 = std::fs::read_to_string(root.path().join("killed_once"))
-        .unwrap()
-        .parse()
-        .unwrap();
-    let rows: Vec<Parsed> = output_rows(&out);
-    assert_each_once(&rows, 1_000);
+    assert_retried_elsewhere(root.path(), &out, 1_000, 500);
     assert_eq!(summary.rows, 1_000);
-    let file_500 = rows.iter().find(|r| r.number == 500).unwrap();
-    assert_ne!(file_500.worker, killed, "block 500's retry ran in another worker");
 }
 
 const DRIVER_DIR: &str = "RAYLET_DATA_TEST_DIR";

@@ -105,6 +105,24 @@ impl ClusterStatus {
         sum(self.alive().map(|n| &n.total))
     }
 
+    /// How many times the alive nodes can hold `request` (resource name,
+    /// amount), counted node by node; `usize::MAX` when it asks for nothing.
+    pub fn fitting(&self, request: &[(String, f64)]) -> usize {
+        let asked: Vec<&(String, f64)> = request.iter().filter(|(_, amount)| *amount > 0.0).collect();
+        if asked.is_empty() {
+            return usize::MAX;
+        }
+        self.alive()
+            .map(|node| {
+                asked
+                    .iter()
+                    .map(|(name, amount)| (node.total.get(name).as_f64() / amount + 1e-9).floor() as usize)
+                    .min()
+                    .unwrap_or(0)
+            })
+            .sum()
+    }
+
     /// Available resources of all alive nodes added up.
     pub fn available(&self) -> ResourceSet {
         sum(self.alive().map(|n| &n.available))

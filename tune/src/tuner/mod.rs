@@ -210,19 +210,7 @@ fn trial_slots(
     ];
     requested.extend(resources.custom.iter().map(|(name, amount)| (name.clone(), *amount)));
     requested.retain(|(_, amount)| *amount > 0.0);
-    let fitting: usize = match requested.is_empty() {
-        true => usize::MAX,
-        false => status
-            .alive()
-            .map(|node| {
-                requested
-                    .iter()
-                    .map(|(name, amount)| (node.total.get(name).as_f64() / amount + 1e-9).floor() as usize)
-                    .min()
-                    .unwrap_or(0)
-            })
-            .sum(),
-    };
+    let fitting = status.fitting(&requested);
     if fitting == 0 {
         let asked: Vec<String> = requested.iter().map(|(n, a)| format!("{n}: {a}")).collect();
         return Err(TuneError::InvalidConfig(format!(
