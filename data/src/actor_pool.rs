@@ -187,17 +187,23 @@ impl ActorPool {
         stages: Vec<StageSpec>,
         on_error: OnError,
     ) -> ObjectRef<BlockOutput> {
-        let actor = self.actor(id);
+        let actor = self
+            .actors
+            .iter_mut()
+            .find(|a| a.id == id)
+            .expect("an actor of the pool");
         actor.calls += 1;
         actor.handle.process(input, stages, on_error)
     }
 
-    /// A call of actor `id` returned.
+    /// A call of actor `id` returned (a late one of an actor already
+    /// counted lost changes nothing).
     pub fn returned(&mut self, id: u64) {
-        let actor = self.actor(id);
-        actor.calls -= 1;
-        if actor.calls == 0 {
-            actor.idle_since = Instant::now();
+        if let Some(actor) = self.actors.iter_mut().find(|a| a.id == id) {
+            actor.calls -= 1;
+            if actor.calls == 0 {
+                actor.idle_since = Instant::now();
+            }
         }
     }
 
@@ -235,13 +241,6 @@ impl ActorPool {
     /// The most actors the pool had at once.
     pub fn largest(&self) -> usize {
         self.largest
-    }
-
-    fn actor(&mut self, id: u64) -> &mut PoolActor {
-        self.actors
-            .iter_mut()
-            .find(|a| a.id == id)
-            .expect("a call's actor is in the pool")
     }
 }
 

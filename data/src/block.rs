@@ -3,13 +3,14 @@
 //! are partitioned into blocks (by count and by size) so that a rerun
 //! makes the same blocks.
 
-use std::path::PathBuf;
+use std::sync::Arc;
 
 use serde::{Deserialize, Serialize};
 use serde_bytes::ByteBuf;
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::DataError;
+use crate::files::FileList;
 
 /// A whole file, as `read_binary` gives it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -51,11 +52,24 @@ pub(crate) enum BlockInput {
     },
 }
 
+/// Where a block's inputs are in the driver: a range of the file list,
+/// or its items, encoded.
+#[derive(Clone, Debug)]
+enum BlockSource {
+    Files {
+        list: Arc<FileList>,
+        first: usize,
+        end: usize,
+        read: ReadKind,
+    },
+    Items(BlockInput),
+}
+
 /// One block of a dataset's input.
 #[derive(Clone, Debug)]
 pub(crate) struct Block {
     pub index: usize,
-    pub input: BlockInput,
+    source: BlockSource,
     /// Input bytes (file sizes, or the encoded items).
     pub bytes: u64,
     /// Stable across reruns of the same input: a hash of the paths or items.
@@ -63,22 +77,35 @@ pub(crate) struct Block {
 }
 
 impl Block {
+    /// What the block's task is sent.
+    pub fn input(&self) -> BlockInput {
+        match &self.source {
+            BlockSource::Files { list, first, end, read } => BlockInput::Files {
+                paths: (*first..*end).map(|index| list.path(index)).collect(),
+                read: *read,
+            },
+            BlockSource::Items(input) => input.clone(),
+        }
+    }
+
     /// How many files (or items) the block holds.
     pub fn inputs(&self) -> u64 {
-        match &self.input {
-            BlockInput::Files { paths, .. } => paths.len() as u64,
-            BlockInput::Items { count, .. } => *count,
+        match &self.source {
+            BlockSource::Files { first, end, .. } => (end - first) as u64,
+            BlockSource::Items(BlockInput::Items { count, .. }) => *count,
+            BlockSource::Items(BlockInput::Files { paths, .. }) => paths.len() as u64,
         }
     }
 
     /// The block's inputs, for messages: its first and last file or item.
     pub fn describe(&self) -> String {
-        match &self.input {
-            BlockInput::Files { paths, .. } if paths.len() == 1 => paths[0].clone(),
-            BlockInput::Files { paths, .. } => {
-                format!("{} files, {} .. {}", paths.len(), paths[0], paths[paths.len() - 1])
+        match &self.source {
+            BlockSource::Files { list, first, end, .. } if end - first == 1 => list.path(*first),
+            BlockSource::Files { list, first, end, .. } => {
+                format!("{} files, {} .. {}", end - first, list.path(*first), list.path(end - 1))
             }
-            BlockInput::Items { count, first, .. } => format!("items {first}..{}", first + count),
+            BlockSource::Items(BlockInput::Items { count, first, .. }) => format!("items {first}..{}", first + count),
+            BlockSource::Items(BlockInput::Files { paths, .. }) => paths.join(", "),
         }
     }
 }
@@ -102,33 +129,42 @@ impl Default for BlockSizing {
     }
 }
 
-/// The blocks of `files` (sorted, with sizes) read as `read`.
-pub(crate) fn file_blocks(files: &[(PathBuf, u64)], read: ReadKind, sizing: BlockSizing) -> Vec<Block> {
+/// The blocks of `list` read as `read`.
+pub(crate) fn file_blocks(list: FileList, read: ReadKind, sizing: BlockSizing) -> Vec<Block> {
+    let list = Arc::new(list);
     let mut blocks = Vec::new();
-    let mut paths: Vec<String> = Vec::new();
-    let mut bytes = 0;
-    for (path, size) in files {
-        let full = paths.len() >= sizing.files_per_block.max(1);
-        if !paths.is_empty() && (full || bytes + size > sizing.block_bytes) {
-            blocks.push(files_block(blocks.len(), std::mem::take(&mut paths), read, bytes));
-            bytes = 0;
+    let (mut first, mut bytes) = (0, 0);
+    for index in 0..list.len() {
+        let size = list.size(index);
+        let full = index - first >= sizing.files_per_block.max(1);
+        if index > first && (full || bytes + size > sizing.block_bytes) {
+            blocks.push(files_block(blocks.len(), &list, first..index, read, bytes));
+            (first, bytes) = (index, 0);
         }
-        paths.push(path.to_string_lossy().into_owned());
         bytes += size;
     }
-    if !paths.is_empty() {
-        blocks.push(files_block(blocks.len(), paths, read, bytes));
+    if list.len() > first {
+        blocks.push(files_block(blocks.len(), &list, first..list.len(), read, bytes));
     }
     blocks
 }
 
-fn files_block(index: usize, paths: Vec<String>, read: ReadKind, bytes: u64) -> Block {
-    let fingerprint = xxh3_64(paths.join("\n").as_bytes());
+fn files_block(index: usize, list: &Arc<FileList>, range: std::ops::Range<usize>, read: ReadKind, bytes: u64) -> Block {
+    let mut hasher = xxhash_rust::xxh3::Xxh3::new();
+    for file in range.clone() {
+        hasher.update(list.path(file).as_bytes());
+        hasher.update(b"\n");
+    }
     Block {
         index,
-        input: BlockInput::Files { paths, read },
+        source: BlockSource::Files {
+            list: list.clone(),
+            first: range.start,
+            end: range.end,
+            read,
+        },
         bytes,
-        fingerprint,
+        fingerprint: hasher.digest(),
     }
 }
 
@@ -143,11 +179,11 @@ pub(crate) fn item_blocks<T: Serialize>(items: &[T], sizing: BlockSizing) -> Res
             index,
             bytes: rows.len() as u64,
             fingerprint: xxh3_64(&rows),
-            input: BlockInput::Items {
+            source: BlockSource::Items(BlockInput::Items {
                 rows: ByteBuf::from(rows),
                 count: chunk.len() as u64,
                 first,
-            },
+            }),
         });
     }
     Ok(blocks)
@@ -157,12 +193,8 @@ pub(crate) fn item_blocks<T: Serialize>(items: &[T], sizing: BlockSizing) -> Res
 mod tests {
     use super::*;
 
-    fn files(sizes: &[u64]) -> Vec<(PathBuf, u64)> {
-        sizes
-            .iter()
-            .enumerate()
-            .map(|(i, size)| (PathBuf::from(format!("f{i:02}")), *size))
-            .collect()
+    fn files(sizes: &[u64]) -> FileList {
+        FileList::of(sizes.iter().enumerate().map(|(i, size)| (format!("f{i:02}"), *size)))
     }
 
     fn counts(blocks: &[Block]) -> Vec<u64> {
@@ -176,16 +208,16 @@ mod tests {
             items_per_block: 2,
             block_bytes: 100,
         };
-        let blocks = file_blocks(&files(&[10; 7]), ReadKind::Binary, sizing);
+        let blocks = file_blocks(files(&[10; 7]), ReadKind::Binary, sizing);
         assert_eq!(counts(&blocks), vec![3, 3, 1]);
-        let blocks = file_blocks(&files(&[60, 30, 20, 200, 5]), ReadKind::Binary, sizing);
+        let blocks = file_blocks(files(&[60, 30, 20, 200, 5]), ReadKind::Binary, sizing);
         assert_eq!(
             counts(&blocks),
             vec![2, 1, 1, 1],
             "a file larger than the limit gets a block of its own"
         );
         assert_eq!(blocks.iter().map(|b| b.bytes).collect::<Vec<_>>(), vec![90, 20, 200, 5]);
-        let again = file_blocks(&files(&[60, 30, 20, 200, 5]), ReadKind::Binary, sizing);
+        let again = file_blocks(files(&[60, 30, 20, 200, 5]), ReadKind::Binary, sizing);
         let fingerprints = |bs: &[Block]| bs.iter().map(|b| b.fingerprint).collect::<Vec<_>>();
         assert_eq!(
             fingerprints(&blocks),

@@ -203,7 +203,7 @@ impl<T: Row> Dataset<T> {
     /// The blocks of the source, as this dataset cuts them.
     fn blocks(&self) -> Result<Vec<Block>, DataError> {
         match &self.source {
-            Source::Files { files, read } => Ok(block::file_blocks(&files.resolve()?, *read, self.sizing)),
+            Source::Files { files, read } => Ok(block::file_blocks(files.resolve()?, *read, self.sizing)),
             Source::Items(make) => make(self.sizing),
         }
     }

@@ -155,12 +155,12 @@ impl Execution {
                         self.waiting.push_front((block, attempt));
                         break;
                     };
-                    (Some(actor), pool.submit(actor, block.input.clone(), stages, on_error))
+                    (Some(actor), pool.submit(actor, block.input(), stages, on_error))
                 }
                 None => {
                     let output = process_block::options()
                         .num_cpus(self.options.num_cpus)
-                        .remote(&self.cluster, block.input.clone(), stages, on_error)
+                        .remote(&self.cluster, block.input(), stages, on_error)
                         .map_err(|e| block_error(&block, e))?;
                     (None, output)
                 }

@@ -1,8 +1,10 @@
 //! Input file sets: a glob, a directory (walked in name order) or a list of
-//! paths, each resolved to a sorted, de-duplicated list with sizes, so that
-//! a rerun partitions the same files into the same blocks.
+//! paths, each resolved to a sorted, de-duplicated [`FileList`] with sizes,
+//! so that a rerun partitions the same files into the same blocks. The list
+//! keeps every name in one buffer, relative to the set's root, so that the
+//! driver holds a few bytes per file however many there are.
 
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use crate::DataError;
 
@@ -15,6 +17,71 @@ pub enum FileSet {
     Dir(PathBuf),
     /// These files.
     List(Vec<PathBuf>),
+}
+
+/// Resolved files: names relative to `root`, sorted, one after another in
+/// `names`, with each one's end offset and size.
+#[derive(Debug, Default)]
+pub(crate) struct FileList {
+    root: PathBuf,
+    names: String,
+    ends: Vec<u32>,
+    sizes: Vec<u64>,
+}
+
+impl FileList {
+    pub fn len(&self) -> usize {
+        self.ends.len()
+    }
+
+    pub fn size(&self, index: usize) -> u64 {
+        self.sizes[index]
+    }
+
+    /// The name of file `index`, relative to the root.
+    pub fn name(&self, index: usize) -> &str {
+        let start = match index {
+            0 => 0,
+            _ => self.ends[index - 1] as usize,
+        };
+        &self.names[start..self.ends[index] as usize]
+    }
+
+    /// The path of file `index`.
+    pub fn path(&self, index: usize) -> String {
+        self.root.join(self.name(index)).to_string_lossy().into_owned()
+    }
+
+    /// A list of these names and sizes, as given.
+    #[cfg(test)]
+    pub fn of(files: impl IntoIterator<Item = (String, u64)>) -> Self {
+        let mut list = FileList::default();
+        for (name, size) in files {
+            list.push(&name, size);
+        }
+        list
+    }
+
+    fn push(&mut self, name: &str, size: u64) {
+        self.names.push_str(name);
+        self.ends.push(self.names.len() as u32);
+        self.sizes.push(size);
+    }
+
+    /// The same files sorted by name, each once.
+    fn sorted(self) -> FileList {
+        let mut order: Vec<usize> = (0..self.len()).collect();
+        order.sort_by(|a, b| self.name(*a).cmp(self.name(*b)));
+        order.dedup_by(|a, b| self.name(*a) == self.name(*b));
+        let mut sorted = FileList {
+            root: self.root.clone(),
+            ..FileList::default()
+        };
+        for index in order {
+            sorted.push(self.name(index), self.sizes[index]);
+        }
+        sorted
+    }
 }
 
 impl FileSet {
@@ -31,50 +98,66 @@ impl FileSet {
     }
 
     /// The files, sorted by path, each with its size in bytes.
-    pub(crate) fn resolve(&self) -> Result<Vec<(PathBuf, u64)>, DataError> {
-        let mut paths = match self {
-            FileSet::Glob(pattern) => glob_paths(pattern)?,
-            FileSet::Dir(dir) => {
-                let mut paths = Vec::new();
-                walk(dir, &mut paths)?;
-                paths
+    pub(crate) fn resolve(&self) -> Result<FileList, DataError> {
+        let mut list = FileList::default();
+        match self {
+            FileSet::Glob(pattern) => {
+                list.root = literal_prefix(pattern);
+                glob_files(pattern, &mut list)?;
             }
-            FileSet::List(paths) => paths.clone(),
-        };
-        paths.sort();
-        paths.dedup();
-        if paths.is_empty() {
+            FileSet::Dir(dir) => {
+                list.root = dir.clone();
+                walk(dir, &mut list)?;
+            }
+            FileSet::List(paths) => {
+                for path in paths {
+                    add(&mut list, path)?;
+                }
+            }
+        }
+        if list.len() == 0 {
             return Err(DataError::InvalidInput(format!("no files in {self:?}")));
         }
-        paths
-            .into_iter()
-            .map(|path| {
-                let metadata = std::fs::metadata(&path).map_err(|e| DataError::Read {
-                    path: path.clone(),
-                    message: e.to_string(),
-                })?;
-                Ok((path, metadata.len()))
-            })
-            .collect()
+        Ok(list.sorted())
     }
 }
 
-fn glob_paths(pattern: &str) -> Result<Vec<PathBuf>, DataError> {
+/// Adds the file at `path` under its name relative to the list's root.
+fn add(list: &mut FileList, path: &Path) -> Result<(), DataError> {
+    let metadata = std::fs::metadata(path).map_err(|e| DataError::Read {
+        path: path.to_path_buf(),
+        message: e.to_string(),
+    })?;
+    let name = path.strip_prefix(&list.root).unwrap_or(path).to_string_lossy();
+    list.push(&name, metadata.len());
+    Ok(())
+}
+
+/// The directory part of a glob pattern before its first wildcard.
+fn literal_prefix(pattern: &str) -> PathBuf {
+    let wild = |part: &str| part.contains(['*', '?', '[', '{']);
+    Path::new(pattern)
+        .components()
+        .take_while(|component| !wild(&component.as_os_str().to_string_lossy()))
+        .filter(|component| !matches!(component, Component::CurDir))
+        .collect()
+}
+
+fn glob_files(pattern: &str, list: &mut FileList) -> Result<(), DataError> {
     let entries = glob::glob(pattern).map_err(|e| DataError::InvalidInput(format!("glob `{pattern}`: {e}")))?;
-    let mut paths = Vec::new();
     for entry in entries {
         let path = entry.map_err(|e| DataError::Read {
             path: e.path().to_path_buf(),
             message: e.error().to_string(),
         })?;
         if path.is_file() {
-            paths.push(path);
+            add(list, &path)?;
         }
     }
-    Ok(paths)
+    Ok(())
 }
 
-fn walk(dir: &Path, paths: &mut Vec<PathBuf>) -> Result<(), DataError> {
+fn walk(dir: &Path, list: &mut FileList) -> Result<(), DataError> {
     let entries = std::fs::read_dir(dir).map_err(|e| DataError::Read {
         path: dir.to_path_buf(),
         message: e.to_string(),
@@ -82,11 +165,51 @@ fn walk(dir: &Path, paths: &mut Vec<PathBuf>) -> Result<(), DataError> {
     for entry in entries {
         let entry = entry.map_err(|e| DataError::io(format!("listing {}", dir.display()), e))?;
         let path = entry.path();
-        if path.is_dir() {
-            walk(&path, paths)?;
-        } else {
-            paths.push(path);
+        match entry
+            .file_type()
+            .map_err(|e| DataError::io(format!("listing {}", dir.display()), e))?
+            .is_dir()
+        {
+            true => walk(&path, list)?,
+            false => add(list, &path)?,
         }
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sets_resolve_to_sorted_unique_files_under_their_root() {
+        let dir = tempfile::tempdir().unwrap();
+        for name in ["b.txt", "a.txt", "sub/c.txt", "skip.bin"] {
+            let path = dir.path().join(name);
+            std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+            std::fs::write(&path, name).unwrap();
+        }
+        let names = |list: &FileList| (0..list.len()).map(|i| list.name(i).to_string()).collect::<Vec<_>>();
+        let all = FileSet::dir(dir.path()).resolve().unwrap();
+        assert_eq!(names(&all), ["a.txt", "b.txt", "skip.bin", "sub/c.txt"]);
+        assert_eq!(all.path(3), dir.path().join("sub/c.txt").to_string_lossy());
+        assert_eq!(all.size(0), 5);
+        let globbed = FileSet::glob(&format!("{}/**/*.txt", dir.path().display()))
+            .resolve()
+            .unwrap();
+        assert_eq!(names(&globbed), ["a.txt", "b.txt", "sub/c.txt"]);
+        let listed = FileSet::list([
+            dir.path().join("b.txt"),
+            dir.path().join("a.txt"),
+            dir.path().join("b.txt"),
+        ])
+        .resolve()
+        .unwrap();
+        assert_eq!(listed.len(), 2, "sorted and de-duplicated");
+        assert_eq!(listed.path(0), dir.path().join("a.txt").to_string_lossy());
+        let error = FileSet::glob(&format!("{}/*.none", dir.path().display()))
+            .resolve()
+            .unwrap_err();
+        assert!(error.to_string().contains("no files"), "{error}");
+    }
 }

@@ -56,7 +56,8 @@ impl BatchModel for NumberModel {
             .append(true)
             .open(self.dir.join("loads.log"))
             .map_err(|e| e.to_string())?;
-        writeln!(log, "{}", std::process::id()).map_err(|e| e.to_string())?;
+        let line = format!("{}\n", std::process::id());
+        log.write_all(line.as_bytes()).map_err(|e| e.to_string())?;
         Ok(std::process::id())
     }
 

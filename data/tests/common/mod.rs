@@ -1,5 +1,7 @@
 //! Helpers of the Data tests: numbered input files, and the rows of an
-//! output directory checked for inputs lost or repeated.
+//! output directory checked for inputs lost or repeated. Each test binary
+//! uses a part of them.
+#![allow(dead_code)]
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
