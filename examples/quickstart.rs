@@ -1,16 +1,20 @@
 //! Quickstart: the embedded cluster. `raylet::init()` starts a head and a
 //! node inside this process; workers are this same binary, started again.
-//! Three small jobs run on it: Monte Carlo π over 100 tasks; a map-reduce
-//! word count over generated files, where the map tasks' results travel to
-//! the reduce task as `ObjectRef`s; data-parallel training of an MLP on the
-//! digits by two worker actors that average their gradients; and a short
-//! hyperparameter search for that MLP, with ASHA ending poor trials early.
+//! Small jobs run on it: Monte Carlo π over 100 tasks; a map-reduce word
+//! count over generated files, where the map tasks' results travel to the
+//! reduce task as `ObjectRef`s; data-parallel training of an MLP on the
+//! digits by two worker actors that average their gradients; batch
+//! inference with that model over the test digits written as image files,
+//! by a pool of two actors; and a short hyperparameter search for the MLP,
+//! with ASHA ending poor trials early.
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use raylet::prelude::*;
+use raylet_data::digits::{DigitClassifier, Prediction};
+use raylet_data::{ActorPoolStrategy, Dataset, FileSet};
 use raylet_train::digits::{self, DigitsTraining};
 use raylet_train::{RunConfig, ScalingConfig, Trainer};
 use raylet_tune::schedulers::Asha;
@@ -94,18 +98,20 @@ fn main() -> anyhow::Result<()> {
         std::fs::remove_dir_all(dir)?;
     }
 
-    train_digits()?;
+    train_and_classify_digits()?;
     tune_digits()?;
     cluster.shutdown()?;
     println!("total {:.1} ms", ms(started));
     Ok(())
 }
 
-/// Trains an MLP on the digits with two workers for ten epochs; the
-/// trainer prints each epoch's test accuracy as rank 0 reports it.
-fn train_digits() -> anyhow::Result<()> {
+/// Trains an MLP on the digits with two workers for ten epochs (the
+/// trainer prints each epoch's test accuracy as rank 0 reports it), then
+/// classifies the test digits, written as image files, with it.
+fn train_and_classify_digits() -> anyhow::Result<()> {
     let storage = std::env::temp_dir().join(format!("raylet-quickstart-train-{}", std::process::id()));
     let data = digits::load(0.2, 0);
+    let test = data.test.clone();
     let training = DigitsTraining {
         epochs: 10,
         ..DigitsTraining::default()
@@ -129,7 +135,35 @@ fn train_digits() -> anyhow::Result<()> {
         accuracy * 100.0,
         result.elapsed.as_secs_f64() * 1000.0
     );
+    let checkpoint = result
+        .checkpoint
+        .ok_or_else(|| anyhow::anyhow!("the training run saved no checkpoint"))?;
+    classify_digits(&storage, checkpoint.path().to_path_buf(), &test)?;
     std::fs::remove_dir_all(storage)?;
+    Ok(())
+}
+
+/// Writes the test digits as PGM files and classifies them with a pool of
+/// two actors that each load the trained model once; prints the accuracy.
+fn classify_digits(storage: &Path, checkpoint: PathBuf, test: &[digits::Digit]) -> anyhow::Result<()> {
+    let images = storage.join("images");
+    raylet_data::digits::write_images(&images, test)?;
+    let started = Instant::now();
+    let classifier = DigitClassifier {
+        checkpoint,
+        hidden: DigitsTraining::default().hidden,
+    };
+    let predictions: Vec<Prediction> = Dataset::read_binary(FileSet::dir(&images))
+        .files_per_block(32)
+        .map_batches_with(classifier, 32, ActorPoolStrategy::fixed(2))
+        .take_all()?;
+    let correct = predictions.iter().filter(|p| p.label == Some(p.predicted)).count();
+    println!(
+        "batch inference over {} image files with 2 actors in {:.1} ms: {:.1}% classified right",
+        predictions.len(),
+        ms(started),
+        100.0 * correct as f64 / predictions.len().max(1) as f64
+    );
     Ok(())
 }
 

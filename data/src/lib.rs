@@ -28,6 +28,8 @@
 mod actor_pool;
 mod block;
 mod dataset;
+#[cfg(feature = "digits")]
+pub mod digits;
 mod error;
 mod execution;
 mod files;

