@@ -18,13 +18,15 @@ impl Progress {
             true => ProgressDrawTarget::stderr(),
             false => ProgressDrawTarget::hidden(),
         };
-        let bar = ProgressBar::with_draw_target(Some(total), target);
+        let bar = ProgressBar::with_draw_target(Some(total), ProgressDrawTarget::hidden());
         bar.set_style(
             ProgressStyle::with_template("{prefix} [{bar:30}] {pos}/{len} inputs, {msg} ({elapsed})")
                 .expect("a valid template")
                 .progress_chars("=> "),
         );
         bar.set_prefix("dataset");
+        bar.set_message("starting");
+        bar.set_draw_target(target);
         bar.enable_steady_tick(Duration::from_millis(250));
         Progress {
             bar,
