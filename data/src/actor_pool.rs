@@ -23,7 +23,7 @@ const CALLS_PER_ACTOR: usize = 2;
 const IDLE_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// How many actors run a model stage, and what each holds.
-#[derive(Clone, Copy, Debug, PartialEq)]
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct ActorPoolStrategy {
     pub min: usize,
     pub max: usize,
@@ -87,7 +87,7 @@ impl BlockWorker {
 }
 
 /// The model a pool's actors load.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct ModelSpec {
     pub name: String,
     pub config: Vec<u8>,

@@ -112,7 +112,7 @@ impl Block {
 
 /// How inputs are cut into blocks: a block ends at `files_per_block` files
 /// (or `items_per_block` items) or before it would pass `block_bytes`.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
 pub struct BlockSizing {
     pub files_per_block: usize,
     pub items_per_block: usize,

@@ -4,10 +4,10 @@
 use std::collections::VecDeque;
 use std::marker::PhantomData;
 use std::path::Path;
-use std::sync::Arc;
 
-use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+use serde_bytes::ByteBuf;
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::actor_pool::{ActorPoolStrategy, ModelSpec};
@@ -23,27 +23,55 @@ use crate::{DataError, FileSet};
 pub trait Row: Serialize + DeserializeOwned + Send + 'static {}
 impl<T: Serialize + DeserializeOwned + Send + 'static> Row for T {}
 
-type ItemBlocks = Arc<dyn Fn(BlockSizing) -> Result<Vec<Block>, DataError> + Send + Sync>;
-
-#[derive(Clone)]
+#[derive(Clone, Serialize, Deserialize)]
 enum Source {
-    Files { files: FileSet, read: ReadKind },
-    Items(ItemBlocks),
+    Files {
+        files: FileSet,
+        read: ReadKind,
+    },
+    /// The items, encoded as one list (or why they could not be).
+    Items(Result<ByteBuf, String>),
+}
+
+/// Which of `count` disjoint parts of the blocks a dataset keeps.
+#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
+struct Shard {
+    index: usize,
+    count: usize,
 }
 
 /// A dataset of rows of type `T`, built lazily: nothing runs until it is
 /// written, iterated or collected. Each block of inputs (a few files, or
 /// items) is read and passed through every transform in one task, and at
-/// most `max_blocks_in_flight` blocks are processed at once.
-#[derive(Clone)]
+/// most `max_blocks_in_flight` blocks are processed at once. A dataset is
+/// serde data itself, so a shard of it can be sent to a worker (a Train
+/// loop's configuration) and read there.
+#[derive(Serialize, Deserialize)]
+#[serde(bound = "")]
 pub struct Dataset<T> {
     source: Source,
+    shard: Option<Shard>,
     stages: Vec<StageSpec>,
     /// The model stages' models (one at most runs).
     models: Vec<Result<ModelSpec, String>>,
     sizing: BlockSizing,
     options: ExecutionOptions,
+    #[serde(skip)]
     _rows: PhantomData<fn() -> T>,
+}
+
+impl<T> Clone for Dataset<T> {
+    fn clone(&self) -> Self {
+        Dataset {
+            source: self.source.clone(),
+            shard: self.shard,
+            stages: self.stages.clone(),
+            models: self.models.clone(),
+            sizing: self.sizing,
+            options: self.options,
+            _rows: PhantomData,
+        }
+    }
 }
 
 impl Dataset<FileBytes> {
@@ -68,19 +96,17 @@ impl Dataset<TextLine> {
 
 impl<T: Row> Dataset<T> {
     /// The items, `items_per_block` to a block.
-    pub fn from_items(items: Vec<T>) -> Self
-    where
-        T: Sync,
-    {
-        let items = Arc::new(items);
-        Self::from_source(Source::Items(Arc::new(move |sizing| {
-            block::item_blocks(&items, sizing)
-        })))
+    pub fn from_items(items: Vec<T>) -> Self {
+        let encoded = raylet::proto::codec::encode(&items)
+            .map(ByteBuf::from)
+            .map_err(|e| format!("encoding the items: {e}"));
+        Self::from_source(Source::Items(encoded))
     }
 
     fn from_source(source: Source) -> Self {
         Dataset {
             source,
+            shard: None,
             stages: Vec::new(),
             models: Vec::new(),
             sizing: BlockSizing::default(),
@@ -192,6 +218,7 @@ impl<T: Row> Dataset<T> {
         });
         Dataset {
             source: self.source,
+            shard: self.shard,
             stages,
             models: self.models,
             sizing: self.sizing,
@@ -204,8 +231,37 @@ impl<T: Row> Dataset<T> {
     fn blocks(&self) -> Result<Vec<Block>, DataError> {
         match &self.source {
             Source::Files { files, read } => Ok(block::file_blocks(files.resolve()?, *read, self.sizing)),
-            Source::Items(make) => make(self.sizing),
+            Source::Items(Ok(encoded)) => {
+                let items: Vec<T> = raylet::proto::codec::decode(encoded)
+                    .map_err(|e| DataError::InvalidInput(format!("decoding the items: {e}")))?;
+                block::item_blocks(&items, self.sizing)
+            }
+            Source::Items(Err(e)) => Err(DataError::InvalidInput(e.clone())),
         }
+        .map(|blocks| match self.shard {
+            Some(Shard { index, count }) => blocks.into_iter().filter(|b| b.index % count == index).collect(),
+            None => blocks,
+        })
+    }
+
+    /// `n` datasets that together hold this one's blocks, each a disjoint
+    /// part (every `n`th block): the shards of `n` Train workers, which can
+    /// be sent to them and read there.
+    pub fn split(&self, n: usize) -> Vec<Dataset<T>> {
+        let count = n.max(1);
+        (0..count)
+            .map(|index| {
+                let mut shard = self.clone();
+                shard.shard = Some(match self.shard {
+                    Some(outer) => Shard {
+                        index: outer.index + outer.count * index,
+                        count: outer.count * count,
+                    },
+                    None => Shard { index, count },
+                });
+                shard.show_progress(false)
+            })
+            .collect()
     }
 
     fn execute(&self, blocks: Vec<Block>, done: &[Block]) -> Result<Execution, DataError> {

@@ -17,7 +17,7 @@ use crate::stage::{OnError, RowError, StageKind, StageSpec};
 use crate::task::{BlockOutput, process_block};
 
 /// How a run uses the cluster.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
 pub(crate) struct ExecutionOptions {
     pub max_blocks_in_flight: usize,
     pub num_cpus: f64,

@@ -9,7 +9,7 @@ use std::path::{Component, Path, PathBuf};
 use crate::DataError;
 
 /// Which files a dataset reads.
-#[derive(Clone, Debug)]
+#[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub enum FileSet {
     /// Files matching a glob pattern (`data/**/*.pgm`).
     Glob(String),
