@@ -8,7 +8,10 @@ use std::path::PathBuf;
 pub enum DataError {
     /// A function given to a transform was not registered, so workers
     /// cannot find it.
-    #[error("{0} is not registered: add register_map!/register_flat_map!/register_filter!/register_batch_fn! for it")]
+    #[error(
+        "{0} is not registered: add register_map!/register_flat_map!/register_filter!/register_batch_fn! \
+         (or register_batch_model! for a model) for it"
+    )]
     NotRegistered(String),
     #[error("invalid input: {0}")]
     InvalidInput(String),

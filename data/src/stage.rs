@@ -70,6 +70,16 @@ impl StageRun {
         }
     }
 
+    /// The run of a source's reader (`read_binary`, `read_text`), one input at a time.
+    pub(crate) fn reading(function: &str, on_error: OnError) -> Self {
+        StageRun {
+            function: function.to_string(),
+            batch_size: 1,
+            on_error,
+            skipped: Vec::new(),
+        }
+    }
+
     /// The function failed on the rows from `origins`: an error that ends
     /// the block, or (with [`OnError::Skip`]) a record of the rows left out.
     pub(crate) fn fail(&mut self, origins: &[u32], message: String) -> Result<(), RowFailure> {

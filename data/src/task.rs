@@ -57,8 +57,9 @@ pub(crate) fn run_stages(
         let first = named(failure).into_iter().next().expect("a failure names an input");
         serde_json::to_string(&first).expect("a RowError is JSON")
     };
-    let mut skipped = Vec::new();
-    let mut rows = read(input, on_error, &mut skipped).map_err(fatal)?;
+    let mut reading = StageRun::reading(reader(input), on_error);
+    let mut rows = read(input, &mut reading).map_err(fatal)?;
+    let mut skipped: Vec<RowError> = reading.skipped.into_iter().flat_map(named).collect();
     for stage in stages {
         let mut run = StageRun::new(stage, on_error);
         rows = match (stage.kind, model.as_deref_mut()) {
@@ -96,38 +97,35 @@ fn describe_all(sources: &[String]) -> String {
     }
 }
 
+/// What errors call the step that makes a block's first rows.
+fn reader(input: &BlockInput) -> &'static str {
+    match input {
+        BlockInput::Items { .. } => "from_items",
+        BlockInput::Files {
+            read: ReadKind::Binary, ..
+        } => "read_binary",
+        BlockInput::Files {
+            read: ReadKind::Text, ..
+        } => "read_text",
+    }
+}
+
 /// The block's rows before any stage. Files that cannot be read fail the
-/// block, or with [`OnError::Skip`] are left out and recorded.
-fn read(input: &BlockInput, on_error: OnError, skipped: &mut Vec<RowError>) -> Result<EncodedRows, RowFailure> {
+/// block, or with [`OnError::Skip`] are left out and recorded in `run`.
+fn read(input: &BlockInput, run: &mut StageRun) -> Result<EncodedRows, RowFailure> {
     match input {
         BlockInput::Items { rows, count, .. } => Ok(EncodedRows {
             rows: rows.to_vec(),
             origins: (0..*count as u32).collect(),
         }),
-        BlockInput::Files { paths, read } => {
-            let function = match read {
-                ReadKind::Binary => "read_binary",
-                ReadKind::Text => "read_text",
-            };
-            let mut run = StageRun::new(
-                &StageSpec {
-                    function: function.into(),
-                    kind: StageKind::Map,
-                    batch_size: 1,
-                },
-                on_error,
-            );
-            let encoded = match read {
-                ReadKind::Binary => read_files(paths, &mut run, read_binary),
-                ReadKind::Text => read_files(paths, &mut run, read_lines),
-            };
-            skipped.extend(run.skipped.into_iter().map(|failure| RowError {
-                function: failure.function,
-                source: paths[failure.origins[0] as usize].clone(),
-                message: failure.message,
-            }));
-            encoded
-        }
+        BlockInput::Files {
+            paths,
+            read: ReadKind::Binary,
+        } => read_files(paths, run, read_binary),
+        BlockInput::Files {
+            paths,
+            read: ReadKind::Text,
+        } => read_files(paths, run, read_lines),
     }
 }
 

@@ -19,9 +19,12 @@ pub(crate) fn latin_hypercube(space: &SearchSpace, n: usize, rng: &mut StdRng) -
     let stratified: Vec<usize> = (0..space.entries().len())
         .filter(|index| space.entries()[*index].1.value_at_unit(0.5).is_some())
         .collect();
-    let units = (0..CANDIDATE_DESIGNS)
-        .map(|_| unit_hypercube(n, stratified.len(), rng))
-        .max_by(|a, b| closest_pair(a).total_cmp(&closest_pair(b)))
+    let (_, units) = (0..CANDIDATE_DESIGNS)
+        .map(|_| {
+            let design = unit_hypercube(n, stratified.len(), rng);
+            (closest_pair(&design), design)
+        })
+        .max_by(|a, b| a.0.total_cmp(&b.0))
         .unwrap_or_default();
     units
         .iter()
