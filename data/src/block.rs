@@ -168,11 +168,12 @@ fn files_block(index: usize, list: &Arc<FileList>, range: std::ops::Range<usize>
     }
 }
 
-/// The blocks of `items`, each encoded on its own.
-pub(crate) fn item_blocks<T: Serialize>(items: &[T], sizing: BlockSizing) -> Result<Vec<Block>, DataError> {
+/// The blocks of `items` (each encoded alone), every block's items
+/// encoded as one list.
+pub(crate) fn item_blocks(items: &[ByteBuf], sizing: BlockSizing) -> Result<Vec<Block>, DataError> {
     let mut blocks = Vec::new();
     for (index, chunk) in items.chunks(sizing.items_per_block.max(1)).enumerate() {
-        let rows = raylet::proto::codec::encode(&chunk)
+        let rows = raylet::proto::codec::encode_list_of_encoded(chunk)
             .map_err(|e| DataError::InvalidInput(format!("encoding items: {e}")))?;
         let first = (index * sizing.items_per_block.max(1)) as u64;
         blocks.push(Block {
@@ -224,7 +225,10 @@ mod tests {
             fingerprints(&again),
             "the same files make the same blocks"
         );
-        let items = item_blocks(&[1, 2, 3, 4, 5], sizing).unwrap();
+        let items: Vec<ByteBuf> = (1..=5u64)
+            .map(|n| ByteBuf::from(raylet::proto::codec::encode(&n).unwrap()))
+            .collect();
+        let items = item_blocks(&items, sizing).unwrap();
         assert_eq!(counts(&items), vec![2, 2, 1]);
         assert_eq!(items[2].describe(), "items 4..5");
     }

@@ -8,37 +8,21 @@ use std::path::Path;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_bytes::ByteBuf;
-use xxhash_rust::xxh3::xxh3_64;
 
 use crate::actor_pool::{ActorPoolStrategy, ModelSpec};
-use crate::block::{self, Block, BlockSizing, FileBytes, ReadKind, TextLine};
-use crate::execution::{Execution, ExecutionOptions};
+use crate::block::{Block, FileBytes, ReadKind, TextLine};
+use crate::execution::Execution;
 use crate::manifest::Manifest;
 use crate::model::BatchModel;
-use crate::sink::{self, Format, WriteSummary};
+use crate::plan::{Plan, Shard, Source};
+use crate::sink::{self, BlockWriter, Format, Table, WriteSummary};
 use crate::stage::{OnError, RowError, StageKind, StageSpec};
+use crate::streaming_split::StreamingSplit;
 use crate::{DataError, FileSet};
 
 /// What a dataset's rows may be: sent between processes with serde.
 pub trait Row: Serialize + DeserializeOwned + Send + 'static {}
 impl<T: Serialize + DeserializeOwned + Send + 'static> Row for T {}
-
-#[derive(Clone, Serialize, Deserialize)]
-enum Source {
-    Files {
-        files: FileSet,
-        read: ReadKind,
-    },
-    /// The items, encoded as one list (or why they could not be).
-    Items(Result<ByteBuf, String>),
-}
-
-/// Which of `count` disjoint parts of the blocks a dataset keeps.
-#[derive(Clone, Copy, Debug, Serialize, Deserialize)]
-struct Shard {
-    index: usize,
-    count: usize,
-}
 
 /// A dataset of rows of type `T`, built lazily: nothing runs until it is
 /// written, iterated or collected. Each block of inputs (a few files, or
@@ -47,28 +31,23 @@ struct Shard {
 /// serde data itself, so a shard of it can be sent to a worker (a Train
 /// loop's configuration) and read there.
 #[derive(Serialize, Deserialize)]
-#[serde(bound = "")]
+#[serde(bound = "", transparent)]
 pub struct Dataset<T> {
-    source: Source,
-    shard: Option<Shard>,
-    stages: Vec<StageSpec>,
-    /// The model stages' models (one at most runs).
-    models: Vec<Result<ModelSpec, String>>,
-    sizing: BlockSizing,
-    options: ExecutionOptions,
+    plan: Plan,
     #[serde(skip)]
     _rows: PhantomData<fn() -> T>,
 }
 
 impl<T> Clone for Dataset<T> {
     fn clone(&self) -> Self {
+        Dataset::of(self.plan.clone())
+    }
+}
+
+impl<T> Dataset<T> {
+    fn of(plan: Plan) -> Self {
         Dataset {
-            source: self.source.clone(),
-            shard: self.shard,
-            stages: self.stages.clone(),
-            models: self.models.clone(),
-            sizing: self.sizing,
-            options: self.options,
+            plan,
             _rows: PhantomData,
         }
     }
@@ -81,6 +60,14 @@ impl Dataset<FileBytes> {
             files,
             read: ReadKind::Binary,
         })
+    }
+
+    /// Writes each row's bytes to a file of its own, `dir/<row.path>`: the
+    /// rows' paths must be relative names (a `map` can make them), each
+    /// used once. A block's files are all in place before it counts as
+    /// written, so a rerun rewrites only the blocks not yet finished.
+    pub fn write_files(&self, dir: impl AsRef<Path>) -> Result<WriteSummary, DataError> {
+        self.write(dir.as_ref(), Format::Files, &mut sink::write_each_file)
     }
 }
 
@@ -97,69 +84,58 @@ impl Dataset<TextLine> {
 impl<T: Row> Dataset<T> {
     /// The items, `items_per_block` to a block.
     pub fn from_items(items: Vec<T>) -> Self {
-        let encoded = raylet::proto::codec::encode(&items)
-            .map(ByteBuf::from)
+        let encoded = items
+            .iter()
+            .map(|item| raylet::proto::codec::encode(item).map(ByteBuf::from))
+            .collect::<Result<_, _>>()
             .map_err(|e| format!("encoding the items: {e}"));
         Self::from_source(Source::Items(encoded))
     }
 
     fn from_source(source: Source) -> Self {
-        Dataset {
-            source,
-            shard: None,
-            stages: Vec::new(),
-            models: Vec::new(),
-            sizing: BlockSizing::default(),
-            options: ExecutionOptions {
-                max_blocks_in_flight: 8,
-                num_cpus: 1.0,
-                on_error: OnError::Fail,
-                show_progress: true,
-            },
-            _rows: PhantomData,
-        }
+        Dataset::of(Plan::new(source))
     }
 
     /// At most this many files to a block (default 16).
     pub fn files_per_block(mut self, files: usize) -> Self {
-        self.sizing.files_per_block = files.max(1);
+        self.plan.sizing.files_per_block = files.max(1);
         self
     }
 
     /// At most this many items to a block (default 1024).
     pub fn items_per_block(mut self, items: usize) -> Self {
-        self.sizing.items_per_block = items.max(1);
+        self.plan.sizing.items_per_block = items.max(1);
         self
     }
 
     /// A block ends before its files pass this many bytes (default 64 MiB).
     pub fn block_bytes(mut self, bytes: u64) -> Self {
-        self.sizing.block_bytes = bytes;
+        self.plan.sizing.block_bytes = bytes;
         self
     }
 
     /// How many blocks are processed or held at once (default 8): what
     /// bounds the memory a run uses, whatever the number of inputs.
     pub fn max_blocks_in_flight(mut self, blocks: usize) -> Self {
-        self.options.max_blocks_in_flight = blocks.max(1);
+        self.plan.options.max_blocks_in_flight = blocks.max(1);
         self
     }
 
     /// CPUs each block's task holds (default 1).
     pub fn num_cpus(mut self, cpus: f64) -> Self {
-        self.options.num_cpus = cpus;
+        self.plan.options.num_cpus = cpus;
         self
     }
 
     /// Fail on the first bad input (default), or skip and record it.
     pub fn on_error(mut self, on_error: OnError) -> Self {
-        self.options.on_error = on_error;
+        self.plan.options.on_error = on_error;
         self
     }
 
     /// Whether to draw the progress bar on a terminal (default true).
     pub fn show_progress(mut self, show: bool) -> Self {
-        self.options.show_progress = show;
+        self.plan.options.show_progress = show;
         self
     }
 
@@ -205,43 +181,17 @@ impl<T: Row> Dataset<T> {
                 strategy: pool,
             })
             .map_err(|e| format!("encoding {}: {e}", std::any::type_name::<M>()));
-        self.models.push(spec);
+        self.plan.models.push(spec);
         self.then::<M::Out, M>(StageKind::Model, batch_size.max(1))
     }
 
-    fn then<O, F>(self, kind: StageKind, batch_size: usize) -> Dataset<O> {
-        let mut stages = self.stages;
-        stages.push(StageSpec {
+    fn then<O, F>(mut self, kind: StageKind, batch_size: usize) -> Dataset<O> {
+        self.plan.stages.push(StageSpec {
             function: std::any::type_name::<F>().to_string(),
             kind,
             batch_size,
         });
-        Dataset {
-            source: self.source,
-            shard: self.shard,
-            stages,
-            models: self.models,
-            sizing: self.sizing,
-            options: self.options,
-            _rows: PhantomData,
-        }
-    }
-
-    /// The blocks of the source, as this dataset cuts them.
-    fn blocks(&self) -> Result<Vec<Block>, DataError> {
-        match &self.source {
-            Source::Files { files, read } => Ok(block::file_blocks(files.resolve()?, *read, self.sizing)),
-            Source::Items(Ok(encoded)) => {
-                let items: Vec<T> = raylet::proto::codec::decode(encoded)
-                    .map_err(|e| DataError::InvalidInput(format!("decoding the items: {e}")))?;
-                block::item_blocks(&items, self.sizing)
-            }
-            Source::Items(Err(e)) => Err(DataError::InvalidInput(e.clone())),
-        }
-        .map(|blocks| match self.shard {
-            Some(Shard { index, count }) => blocks.into_iter().filter(|b| b.index % count == index).collect(),
-            None => blocks,
-        })
+        Dataset::of(self.plan)
     }
 
     /// `n` datasets that together hold this one's blocks, each a disjoint
@@ -252,37 +202,26 @@ impl<T: Row> Dataset<T> {
         (0..count)
             .map(|index| {
                 let mut shard = self.clone();
-                shard.shard = Some(match self.shard {
-                    Some(outer) => Shard {
-                        index: outer.index + outer.count * index,
-                        count: outer.count * count,
-                    },
-                    None => Shard { index, count },
-                });
+                shard.plan.shard = Some(Shard::part(self.plan.shard, index, count));
                 shard.show_progress(false)
             })
             .collect()
     }
 
-    fn execute(&self, blocks: Vec<Block>, done: &[Block]) -> Result<Execution, DataError> {
-        let model = match self.models.as_slice() {
-            [] => None,
-            [Ok(model)] => Some(model.clone()),
-            [Err(e)] => return Err(DataError::InvalidInput(e.clone())),
-            _ => {
-                return Err(DataError::InvalidInput(
-                    "a dataset runs one model stage (map_batches_with) at most".into(),
-                ));
-            }
-        };
-        let cluster = raylet::current()?;
-        Execution::new(cluster, blocks, done, self.stages.clone(), model, self.options)
+    /// One run of the dataset shared by `n` consumers (the workers of a
+    /// Train run): each reads its [`DataShard`](crate::DataShard) and gets the next finished
+    /// block when it asks, so faster consumers read more. Every pass over
+    /// the shards (an epoch) runs the dataset again.
+    pub fn streaming_split(&self, n: usize) -> Result<StreamingSplit<T>, DataError> {
+        let mut plan = self.plan.clone();
+        plan.options.show_progress = false;
+        StreamingSplit::start(plan, n.max(1))
     }
 
     /// Rows in batches of `batch_size`, as blocks finish (in no set order).
     pub fn iter_batches(&self, batch_size: usize) -> Result<BatchIter<T>, DataError> {
         Ok(BatchIter {
-            execution: self.execute(self.blocks()?, &[])?,
+            execution: self.plan.execute(self.plan.blocks()?, &[])?,
             buffer: VecDeque::new(),
             batch_size: batch_size.max(1),
             skipped: Vec::new(),
@@ -301,32 +240,27 @@ impl<T: Row> Dataset<T> {
 
     /// Writes each block's rows as JSON lines to a file of its own in `dir`.
     pub fn write_jsonl(&self, dir: impl AsRef<Path>) -> Result<WriteSummary, DataError> {
-        self.write(dir.as_ref(), Format::Jsonl)
+        self.write_table(dir.as_ref(), Table::Jsonl)
     }
 
     /// Writes each block's rows as CSV (a header, then a line per row) to a
     /// file of its own in `dir`.
     pub fn write_csv(&self, dir: impl AsRef<Path>) -> Result<WriteSummary, DataError> {
-        self.write(dir.as_ref(), Format::Csv)
+        self.write_table(dir.as_ref(), Table::Csv)
     }
 
-    fn write(&self, dir: &Path, format: Format) -> Result<WriteSummary, DataError> {
-        let blocks = self.blocks()?;
-        let mut manifest = Manifest::open(dir, self.fingerprint(&blocks, format), blocks.len())?;
+    fn write_table(&self, dir: &Path, table: Table) -> Result<WriteSummary, DataError> {
+        self.write(dir, Format::Table(table), &mut |dir, block, rows: Vec<T>, names| {
+            sink::write_table(table, dir, block, &rows, names)
+        })
+    }
+
+    fn write(&self, dir: &Path, format: Format, write: &mut BlockWriter<'_, T>) -> Result<WriteSummary, DataError> {
+        let blocks = self.plan.blocks()?;
+        let mut manifest = Manifest::open(dir, self.plan.fingerprint(&blocks, format), blocks.len())?;
         let (done, todo): (Vec<Block>, Vec<Block>) = blocks.into_iter().partition(|block| manifest.is_done(block));
-        let execution = self.execute(todo, &done)?;
-        sink::write_blocks::<T>(execution, &mut manifest, dir, format, done.len())
-    }
-
-    /// What identifies the dataset's output: its blocks, stages and format.
-    fn fingerprint(&self, blocks: &[Block], format: Format) -> u64 {
-        let blocks: Vec<u64> = blocks.iter().map(|block| block.fingerprint).collect();
-        let stages: Vec<(&str, StageKind, usize)> = self
-            .stages
-            .iter()
-            .map(|stage| (stage.function.as_str(), stage.kind, stage.batch_size))
-            .collect();
-        xxh3_64(format!("{blocks:?} {stages:?} {format:?} {:?}", self.options.on_error).as_bytes())
+        let execution = self.plan.execute(todo, &done)?;
+        sink::write_blocks::<T>(execution, &mut manifest, dir, done.len(), write)
     }
 }
 
@@ -354,18 +288,13 @@ impl<T: Row> Iterator for BatchIter<T> {
             let Some(next) = self.execution.next_block() else {
                 break;
             };
-            let (block, output) = match next {
-                Ok(finished) => finished,
+            let output = match next {
+                Ok((_, output)) => output,
                 Err(e) => return Some(Err(e)),
             };
-            match raylet::proto::codec::decode::<Vec<T>>(&output.rows) {
+            match output.decode_rows() {
                 Ok(rows) => self.buffer.extend(rows),
-                Err(e) => {
-                    return Some(Err(DataError::InvalidInput(format!(
-                        "decoding block {}: {e}",
-                        block.index
-                    ))));
-                }
+                Err(e) => return Some(Err(e)),
             }
             self.skipped.extend(output.skipped);
         }

@@ -35,10 +35,12 @@ mod execution;
 mod files;
 mod manifest;
 mod model;
+mod plan;
 mod progress;
 mod registry;
 mod sink;
 mod stage;
+mod streaming_split;
 mod task;
 
 pub use actor_pool::ActorPoolStrategy;
@@ -49,6 +51,7 @@ pub use files::FileSet;
 pub use model::BatchModel;
 pub use sink::WriteSummary;
 pub use stage::{OnError, RowError, StageKind};
+pub use streaming_split::{DataShard, ShardBatches, StreamingSplit};
 
 /// What the registration macros expand to. Not a public API.
 #[doc(hidden)]

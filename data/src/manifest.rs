@@ -1,5 +1,5 @@
 //! The manifest of an output directory: a header naming the dataset, then a
-//! line per block whose output file is in place, appended and synced after
+//! line per block whose output files are in place, appended and synced after
 //! the file's rename. A rerun skips the blocks it lists; a different
 //! dataset is refused instead of mixed in.
 
@@ -28,7 +28,8 @@ struct Header {
 pub(crate) struct Entry {
     pub block: usize,
     pub fingerprint: String,
-    pub file: String,
+    /// The files the block wrote, relative to the output directory.
+    pub files: Vec<String>,
     pub rows: u64,
     pub skipped: Vec<RowError>,
 }
@@ -72,11 +73,12 @@ impl Manifest {
     /// Whether `block`'s output is already in place.
     pub fn is_done(&self, block: &Block) -> bool {
         self.entries.get(&block.index).is_some_and(|entry| {
-            entry.fingerprint == format!("{:016x}", block.fingerprint) && self.dir.join(&entry.file).exists()
+            entry.fingerprint == format!("{:016x}", block.fingerprint)
+                && entry.files.iter().all(|file| self.dir.join(file).exists())
         })
     }
 
-    /// Records a block whose output file was just renamed into place.
+    /// Records a block whose output files were just renamed into place.
     pub fn record(&mut self, entry: Entry) -> Result<(), DataError> {
         let mut line = serde_json::to_string(&entry).expect("an entry is JSON");
         line.push('\n');

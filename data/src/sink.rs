@@ -1,40 +1,51 @@
-//! Sinks: every block's rows go to one file of their own (`block_NNNNNN.jsonl`
-//! or `.csv`), written under a temporary name, synced and renamed into
-//! place, then recorded in the manifest. A retried or rerun block rewrites
-//! the same name, so each input's rows appear exactly once; a rerun skips
-//! the blocks the manifest lists. Rows left out under `OnError::Skip` are
-//! listed in `_errors.jsonl`.
+//! Sinks: every block's rows go to files of their own, written under a
+//! temporary name, synced and renamed into place, then recorded in the
+//! manifest. Tables (`write_jsonl`, `write_csv`) write one file per block
+//! (`block_NNNNNN.jsonl`); `write_files` writes each row's bytes to the name
+//! it carries. A retried or rerun block rewrites the same names, so each
+//! input's rows appear exactly once; a rerun skips the blocks the manifest
+//! lists. Rows left out under `OnError::Skip` are listed in `_errors.jsonl`.
 
+use std::collections::{HashMap, HashSet};
 use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::{Component, Path, PathBuf};
 
 use serde::Serialize;
+use serde::de::DeserializeOwned;
 
 use crate::DataError;
+use crate::block::{Block, FileBytes};
 use crate::execution::Execution;
-use crate::manifest::{Entry, Manifest};
+use crate::manifest::{Entry, MANIFEST, Manifest};
 use crate::stage::RowError;
 
 pub(crate) const ERRORS: &str = "_errors.jsonl";
 
-/// The file format of a sink.
+/// What a sink writes: tables of rows, or each row as a file.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Format {
+    Table(Table),
+    Files,
+}
+
+/// The table formats, a file per block.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Table {
     Jsonl,
     Csv,
 }
 
-impl Format {
+impl Table {
     fn extension(self) -> &'static str {
         match self {
-            Format::Jsonl => "jsonl",
-            Format::Csv => "csv",
+            Table::Jsonl => "jsonl",
+            Table::Csv => "csv",
         }
     }
 
     fn encode<T: Serialize>(self, rows: &[T]) -> Result<Vec<u8>, String> {
         match self {
-            Format::Jsonl => {
+            Table::Jsonl => {
                 let mut out = Vec::new();
                 for row in rows {
                     serde_json::to_writer(&mut out, row).map_err(|e| e.to_string())?;
@@ -42,7 +53,7 @@ impl Format {
                 }
                 Ok(out)
             }
-            Format::Csv => {
+            Table::Csv => {
                 let mut writer = csv::Writer::from_writer(Vec::new());
                 for row in rows {
                     writer.serialize(row).map_err(|e| e.to_string())?;
@@ -69,28 +80,58 @@ pub struct WriteSummary {
     pub max_actors: usize,
 }
 
-/// Runs `execution` into `dir`, one file per block.
-pub(crate) fn write_blocks<T: Serialize + serde::de::DeserializeOwned>(
+/// The output names in use and the block that wrote each, so that no two
+/// blocks write the same file.
+pub(crate) struct OutputNames(HashMap<String, usize>);
+
+impl OutputNames {
+    fn of(manifest: &Manifest) -> Self {
+        let names = manifest
+            .entries()
+            .flat_map(|entry| entry.files.iter().map(|file| (file.clone(), entry.block)))
+            .collect();
+        OutputNames(names)
+    }
+
+    /// Takes `name` for `block`, which may have held it in an earlier run.
+    fn claim(&mut self, name: &str, block: &Block) -> Result<(), DataError> {
+        match self.0.insert(name.to_string(), block.index) {
+            Some(other) if other != block.index => Err(two_rows_named(name, block)),
+            _ => Ok(()),
+        }
+    }
+}
+
+fn two_rows_named(name: &str, block: &Block) -> DataError {
+    DataError::InvalidInput(format!(
+        "two rows are both to be written to {name} (one in block {}: {})",
+        block.index,
+        block.describe()
+    ))
+}
+
+/// Writes a block's rows to the output directory, returning the names of
+/// the files written.
+pub(crate) type BlockWriter<'a, T> =
+    dyn FnMut(&Path, &Block, Vec<T>, &mut OutputNames) -> Result<Vec<String>, DataError> + 'a;
+
+/// Runs `execution` into `dir`, each block through `write`.
+pub(crate) fn write_blocks<T: DeserializeOwned>(
     mut execution: Execution,
     manifest: &mut Manifest,
     dir: &Path,
-    format: Format,
     skipped_blocks: usize,
+    write: &mut BlockWriter<'_, T>,
 ) -> Result<WriteSummary, DataError> {
+    let mut names = OutputNames::of(manifest);
     let mut blocks_written = 0;
     while let Some(next) = execution.next_block() {
         let (block, output) = next?;
-        let rows: Vec<T> = raylet::proto::codec::decode(&output.rows)
-            .map_err(|e| DataError::InvalidInput(format!("decoding block {}: {e}", block.index)))?;
-        let bytes = format
-            .encode(&rows)
-            .map_err(|e| DataError::InvalidInput(format!("writing block {} as {format:?}: {e}", block.index)))?;
-        let file = format!("block_{:06}.{}", block.index, format.extension());
-        write_atomically(&dir.join(&file), &bytes)?;
+        let files = write(dir, &block, output.decode_rows()?, &mut names)?;
         manifest.record(Entry {
             block: block.index,
             fingerprint: format!("{:016x}", block.fingerprint),
-            file,
+            files,
             rows: output.count,
             skipped: output.skipped,
         })?;
@@ -99,6 +140,75 @@ pub(crate) fn write_blocks<T: Serialize + serde::de::DeserializeOwned>(
     let mut summary = summarize(manifest, dir, blocks_written, skipped_blocks)?;
     summary.max_actors = execution.largest_pool();
     Ok(summary)
+}
+
+/// Writes a block's rows as one table file, `block_NNNNNN.EXT`.
+pub(crate) fn write_table<T: Serialize>(
+    format: Table,
+    dir: &Path,
+    block: &Block,
+    rows: &[T],
+    names: &mut OutputNames,
+) -> Result<Vec<String>, DataError> {
+    let bytes = format
+        .encode(rows)
+        .map_err(|e| DataError::InvalidInput(format!("writing block {} as {format:?}: {e}", block.index)))?;
+    let file = format!("block_{:06}.{}", block.index, format.extension());
+    names.claim(&file, block)?;
+    write_atomically(&dir.join(&file), &bytes)?;
+    Ok(vec![file])
+}
+
+/// Writes each row's bytes to `dir/<row.path>`; the path must be relative
+/// and stay inside `dir`.
+pub(crate) fn write_each_file(
+    dir: &Path,
+    block: &Block,
+    rows: Vec<FileBytes>,
+    names: &mut OutputNames,
+) -> Result<Vec<String>, DataError> {
+    let mut files = Vec::with_capacity(rows.len());
+    let mut in_block = HashSet::new();
+    for row in rows {
+        let name = output_name(&row.path)?;
+        if !in_block.insert(name.clone()) {
+            return Err(two_rows_named(&name, block));
+        }
+        names.claim(&name, block)?;
+        let path = dir.join(&name);
+        if let Some(parent) = path.parent() {
+            std::fs::create_dir_all(parent).map_err(|e| DataError::io(format!("creating {}", parent.display()), e))?;
+        }
+        write_atomically(&path, &row.bytes)?;
+        files.push(name);
+    }
+    Ok(files)
+}
+
+/// The name under the output directory that a row's path gives, or why it
+/// cannot be one.
+fn output_name(path: &str) -> Result<String, DataError> {
+    let parts: Vec<&str> = Path::new(path)
+        .components()
+        .map(|part| match part {
+            Component::Normal(part) => part.to_str().ok_or(()),
+            _ => Err(()),
+        })
+        .collect::<Result<_, _>>()
+        .map_err(|()| {
+            DataError::InvalidInput(format!(
+                "write_files writes each row to its path under the output directory, so a row's path must be \
+                 relative and stay inside it: {path:?} is not (map the rows to relative names first)"
+            ))
+        })?;
+    let name = parts.join("/");
+    match name.as_str() {
+        "" => Err(DataError::InvalidInput("write_files: a row has an empty path".into())),
+        MANIFEST | ERRORS => Err(DataError::InvalidInput(format!(
+            "write_files: {name} is the name of the output directory's own record"
+        ))),
+        _ => Ok(name),
+    }
 }
 
 /// The summary of the whole output, and `_errors.jsonl` rewritten from the manifest.
@@ -117,7 +227,10 @@ fn summarize(manifest: &Manifest, dir: &Path, written: usize, skipped: usize) ->
         blocks_skipped: skipped,
         rows: entries.iter().map(|entry| entry.rows).sum(),
         errors,
-        files: entries.iter().map(|entry| dir.join(&entry.file)).collect(),
+        files: entries
+            .iter()
+            .flat_map(|entry| entry.files.iter().map(|file| dir.join(file)))
+            .collect(),
         max_actors: 0,
     })
 }

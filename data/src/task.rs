@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 use serde_bytes::ByteBuf;
 
+use crate::DataError;
 use crate::block::{BlockInput, FileBytes, ReadKind, TextLine};
 use crate::model::LoadedModel;
 use crate::registry::{self, EncodedRows};
@@ -17,6 +18,14 @@ pub(crate) struct BlockOutput {
     pub rows: ByteBuf,
     pub count: u64,
     pub skipped: Vec<RowError>,
+}
+
+impl BlockOutput {
+    /// The rows, as the plan's output type.
+    pub fn decode_rows<T: serde::de::DeserializeOwned>(&self) -> Result<Vec<T>, DataError> {
+        raylet::proto::codec::decode(&self.rows)
+            .map_err(|e| DataError::InvalidInput(format!("decoding a block's rows: {e}")))
+    }
 }
 
 /// Runs `stages` over the block in a task. A failure is a JSON

@@ -14,15 +14,7 @@ use raylet_data::{Dataset, FileBytes, FileSet, register_map};
 const INPUTS: &str = "RAYLET_DATA_MEMORY_INPUTS";
 
 fn parse(file: FileBytes) -> Result<Parsed, String> {
-    let number = String::from_utf8_lossy(&file.bytes)
-        .trim()
-        .parse()
-        .map_err(|e| format!("{e}"))?;
-    Ok(Parsed {
-        path: file.path,
-        number,
-        worker: std::process::id(),
-    })
+    Parsed::from_file(file)
 }
 register_map!(parse);
 

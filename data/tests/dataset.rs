@@ -41,18 +41,7 @@ register_flat_map!(with_successor);
 
 /// Parses a batch of files that each hold a number.
 fn parse_numbers(files: Vec<FileBytes>) -> Result<Vec<Parsed>, String> {
-    files
-        .into_iter()
-        .map(|file| {
-            let text = String::from_utf8(file.bytes).map_err(|e| format!("{}: {e}", file.path))?;
-            let number = text.trim().parse().map_err(|e| format!("{}: {e}", file.path))?;
-            Ok(Parsed {
-                path: file.path,
-                number,
-                worker: std::process::id(),
-            })
-        })
-        .collect()
+    files.into_iter().map(Parsed::from_file).collect()
 }
 register_batch_fn!(parse_numbers);
 
@@ -65,16 +54,14 @@ fn parse_or_die_once(file: FileBytes) -> Result<Parsed, String> {
         std::fs::write(&marker, std::process::id().to_string()).unwrap();
         kill(Pid::this(), Signal::SIGKILL).unwrap();
     }
-    let mut parsed = parse_numbers(vec![file])?;
-    Ok(parsed.remove(0))
+    Parsed::from_file(file)
 }
 register_map!(parse_or_die_once);
 
 /// Parses one file slowly, so that a driver can be killed mid-run.
 fn parse_slowly(file: FileBytes) -> Result<Parsed, String> {
     std::thread::sleep(Duration::from_millis(20));
-    let mut parsed = parse_numbers(vec![file])?;
-    Ok(parsed.remove(0))
+    Parsed::from_file(file)
 }
 register_map!(parse_slowly);
 
@@ -82,6 +69,27 @@ fn line_length(line: TextLine) -> Result<(String, u64, usize), String> {
     Ok((line.path, line.line, line.text.len()))
 }
 register_map!(line_length);
+
+/// A file's number doubled, as a file `doubled/NNNN.txt`; `0003.txt` gets
+/// the name in the file `bad_name` beside the inputs' directory, if any.
+fn doubled_file(file: FileBytes) -> Result<FileBytes, String> {
+    let path = Path::new(&file.path);
+    let name = path.file_name().unwrap().to_string_lossy().into_owned();
+    let number: u64 = String::from_utf8_lossy(&file.bytes)
+        .trim()
+        .parse()
+        .map_err(|e| format!("{e}"))?;
+    let bad_name = std::fs::read_to_string(path.parent().unwrap().parent().unwrap().join("bad_name"));
+    let path = match bad_name {
+        Ok(bad) if name == "0003.txt" => bad,
+        _ => format!("doubled/{name}"),
+    };
+    Ok(FileBytes {
+        path,
+        bytes: (number * 2).to_string().into_bytes(),
+    })
+}
+register_map!(doubled_file);
 
 fn unregistered(x: u64) -> Result<u64, String> {
     Ok(x)
@@ -296,4 +304,55 @@ fn unregistered_functions_and_another_datasets_output_directory_are_refused() {
     assert!(error.contains("holds the outputs of another dataset"), "{error}");
     let rows: Vec<u64> = output_rows(out.path());
     assert_eq!(rows.len(), 10, "the first dataset's output is untouched");
+}
+
+#[test]
+fn write_files_writes_each_row_to_its_name_once_and_refuses_names_outside_the_directory() {
+    init();
+    let root = tempfile::tempdir().unwrap();
+    let inputs = numbered_files(root.path(), 300);
+    let dataset = || {
+        Dataset::read_binary(FileSet::dir(&inputs))
+            .files_per_block(32)
+            .show_progress(false)
+            .map(doubled_file)
+    };
+    let out = root.path().join("out");
+    let summary = dataset().write_files(&out).unwrap();
+    assert_eq!(
+        (summary.rows, summary.blocks_written, summary.files.len()),
+        (300, 10, 300)
+    );
+    let written: Vec<_> = std::fs::read_dir(out.join("doubled")).unwrap().collect();
+    assert_eq!(written.len(), 300, "a file per row and no temporary left");
+    for n in 0..300u64 {
+        let text = std::fs::read_to_string(out.join(format!("doubled/{n:04}.txt"))).unwrap();
+        assert_eq!(text, (n * 2).to_string());
+    }
+    let again = dataset().write_files(&out).unwrap();
+    assert_eq!(
+        (again.blocks_written, again.blocks_skipped),
+        (0, 10),
+        "a rerun skips every block"
+    );
+
+    for (bad, says) in [
+        ("/etc/escaped", "must be relative"),
+        ("../escaped", "must be relative"),
+        (
+            "doubled/0004.txt",
+            "two rows are both to be written to doubled/0004.txt",
+        ),
+        (
+            "doubled/0100.txt",
+            "two rows are both to be written to doubled/0100.txt",
+        ),
+        ("_manifest.jsonl", "own record"),
+    ] {
+        let out = root.path().join(format!("bad_{}", bad.replace('/', "_")));
+        std::fs::write(root.path().join("bad_name"), bad).unwrap();
+        let error = dataset().write_files(&out).unwrap_err().to_string();
+        assert!(error.contains(says), "{bad}: {error}");
+        assert!(!root.path().join("escaped").exists() && !Path::new("/etc/escaped").exists());
+    }
 }

@@ -1,11 +1,11 @@
-//! `Dataset::split` feeds Train workers disjoint shards: each worker of a
-//! 2-worker run gets its shard in the train loop's configuration, reads it
-//! there (its blocks run as tasks the worker submits) and records its rows;
-//! together they hold every item once.
+//! `Dataset::split` and `Dataset::streaming_split` feed Train workers
+//! disjoint shards: each worker of a 2-worker run gets its shard in the
+//! train loop's configuration, reads it there and records its rows;
+//! together they hold every item once (in every epoch of a streaming split).
 
 use std::path::PathBuf;
 
-use raylet_data::{Dataset, register_map};
+use raylet_data::{DataShard, Dataset, register_map};
 use raylet_train::{RunConfig, ScalingConfig, TrainContext, TrainError, TrainLoop, Trainer, register_train_loop};
 use serde::{Deserialize, Serialize};
 
@@ -33,6 +33,53 @@ impl TrainLoop for ReadShard {
     }
 }
 
+/// Reads the worker's streaming shard for `epochs` epochs and writes each
+/// epoch's rows to `dir/rank_R_epoch_E.json`.
+#[derive(Serialize, Deserialize)]
+struct StreamShard {
+    shards: Vec<DataShard<u64>>,
+    epochs: u64,
+    dir: PathBuf,
+}
+register_train_loop!(StreamShard);
+
+impl TrainLoop for StreamShard {
+    fn run(self, context: &mut TrainContext) -> Result<(), TrainError> {
+        let rank = context.rank();
+        let mut shard = self.shards[rank].clone();
+        for epoch in 0..self.epochs {
+            let mut rows = Vec::new();
+            for batch in shard.iter_batches(16) {
+                rows.extend(batch.map_err(|e| TrainError::Loop(e.to_string()))?);
+            }
+            let path = self.dir.join(format!("rank_{rank}_epoch_{epoch}.json"));
+            std::fs::write(&path, serde_json::to_vec(&rows).unwrap()).map_err(|e| TrainError::Loop(e.to_string()))?;
+        }
+        Ok(())
+    }
+}
+
+fn fails_on_13(x: u64) -> Result<u64, String> {
+    match x {
+        13 => Err("thirteen".into()),
+        _ => Ok(x),
+    }
+}
+register_map!(fails_on_13);
+
+fn trainer<L: TrainLoop>(train_loop: L, dir: &std::path::Path) -> Trainer<L> {
+    Trainer::new(train_loop)
+        .scaling(ScalingConfig {
+            num_workers: 2,
+            ..ScalingConfig::default()
+        })
+        .run_config(RunConfig {
+            name: "shards".into(),
+            storage_path: dir.join("runs"),
+            ..RunConfig::default()
+        })
+}
+
 #[test]
 fn split_gives_each_train_worker_a_disjoint_shard_and_all_of_them_every_item() {
     raylet::init_with(raylet::Config::default().num_cpus(4.0)).expect("an embedded cluster");
@@ -41,21 +88,11 @@ fn split_gives_each_train_worker_a_disjoint_shard_and_all_of_them_every_item() {
         .items_per_block(50)
         .map(square);
     let shards = dataset.split(2);
-    Trainer::new(ReadShard {
+    let train_loop = ReadShard {
         shards,
         dir: dir.path().to_path_buf(),
-    })
-    .scaling(ScalingConfig {
-        num_workers: 2,
-        ..ScalingConfig::default()
-    })
-    .run_config(RunConfig {
-        name: "shards".into(),
-        storage_path: dir.path().join("runs"),
-        ..RunConfig::default()
-    })
-    .fit()
-    .unwrap();
+    };
+    trainer(train_loop, dir.path()).fit().unwrap();
     let read = |rank: usize| -> Vec<u64> {
         serde_json::from_slice(&std::fs::read(dir.path().join(format!("rank_{rank}.json"))).unwrap()).unwrap()
     };
@@ -66,4 +103,58 @@ fn split_gives_each_train_worker_a_disjoint_shard_and_all_of_them_every_item() {
     let mut all: Vec<u64> = first.into_iter().chain(second).collect();
     all.sort();
     assert_eq!(all, (0..1_000u64).map(|x| x * x).collect::<Vec<_>>());
+}
+
+#[test]
+fn a_streaming_split_gives_every_item_once_per_epoch_to_whichever_worker_asks() {
+    raylet::init_with(raylet::Config::default().num_cpus(4.0)).expect("an embedded cluster");
+    let dir = tempfile::tempdir().unwrap();
+    let dataset = Dataset::from_items((0..1_000u64).collect())
+        .items_per_block(20)
+        .max_blocks_in_flight(4)
+        .map(square);
+    let split = dataset.streaming_split(2).unwrap();
+    let train_loop = StreamShard {
+        shards: split.shards(),
+        epochs: 2,
+        dir: dir.path().to_path_buf(),
+    };
+    trainer(train_loop, dir.path()).fit().unwrap();
+    let read = |rank: usize, epoch: u64| -> Vec<u64> {
+        let path = dir.path().join(format!("rank_{rank}_epoch_{epoch}.json"));
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    };
+    for epoch in 0..2 {
+        let (first, second) = (read(0, epoch), read(1, epoch));
+        println!(
+            "epoch {epoch}: rank 0 read {} rows, rank 1 {}",
+            first.len(),
+            second.len()
+        );
+        assert_eq!(first.len() % 20 + second.len() % 20, 0, "whole blocks of 20 items");
+        let mut all: Vec<u64> = first.into_iter().chain(second).collect();
+        all.sort();
+        assert_eq!(all, (0..1_000u64).map(|x| x * x).collect::<Vec<_>>(), "epoch {epoch}");
+    }
+}
+
+#[test]
+fn a_failing_row_of_a_streaming_split_reaches_its_consumers_naming_the_input() {
+    raylet::init_with(raylet::Config::default().num_cpus(2.0)).expect("an embedded cluster");
+    let split = Dataset::from_items((0..100u64).collect())
+        .items_per_block(10)
+        .map(fails_on_13)
+        .streaming_split(2)
+        .unwrap();
+    let errors: Vec<String> = split
+        .shards()
+        .into_iter()
+        .map(|mut shard| {
+            let failure = shard.iter_batches(10).find_map(Result::err);
+            failure.expect("the run fails").to_string()
+        })
+        .collect();
+    for error in &errors {
+        assert!(error.contains("fails_on_13 failed on item 13: thirteen"), "{error}");
+    }
 }

@@ -35,6 +35,18 @@ fn encode_error<T: ?Sized>(error: postcard::Error) -> Error {
     ))
 }
 
+/// Encodes a list from its elements' encodings (each made by [`encode`]),
+/// byte for byte as [`encode`] encodes the list itself: postcard writes a
+/// sequence as its length (a varint, as a `usize`) and then its elements.
+/// Lists can so be cut and joined without knowing the element type.
+pub fn encode_list_of_encoded<B: AsRef<[u8]>>(elements: &[B]) -> Result<Vec<u8>> {
+    let mut list = encode(&elements.len())?;
+    for element in elements {
+        list.extend_from_slice(element.as_ref());
+    }
+    Ok(list)
+}
+
 /// Decodes a value; bad bytes are an error, never a panic.
 pub fn decode<T: DeserializeOwned>(bytes: &[u8]) -> Result<T> {
     postcard::from_bytes(bytes).map_err(|e| {
@@ -55,6 +67,17 @@ mod tests {
         let value = (42u64, "text".to_string(), vec![1.5f32, 2.5]);
         let bytes = encode(&value).unwrap();
         assert_eq!(decode::<(u64, String, Vec<f32>)>(&bytes).unwrap(), value);
+    }
+
+    #[test]
+    fn a_list_joined_from_encoded_elements_is_the_encoded_list() {
+        let list: Vec<(u64, String)> = (0..300).map(|n| (n * 1_000, format!("item {n}"))).collect();
+        let elements: Vec<Vec<u8>> = list.iter().map(|item| encode(item).unwrap()).collect();
+        assert_eq!(encode_list_of_encoded(&elements).unwrap(), encode(&list).unwrap());
+        assert_eq!(
+            encode_list_of_encoded::<Vec<u8>>(&[]).unwrap(),
+            encode(&Vec::<u64>::new()).unwrap()
+        );
     }
 
     #[test]

@@ -16,6 +16,19 @@ pub struct Parsed {
     pub worker: u32,
 }
 
+impl Parsed {
+    /// The number a numbered file holds, parsed in this worker.
+    pub fn from_file(file: raylet_data::FileBytes) -> Result<Parsed, String> {
+        let text = String::from_utf8(file.bytes).map_err(|e| format!("{}: {e}", file.path))?;
+        let number = text.trim().parse().map_err(|e| format!("{}: {e}", file.path))?;
+        Ok(Parsed {
+            path: file.path,
+            number,
+            worker: std::process::id(),
+        })
+    }
+}
+
 /// `count` files `inputs/NNNN.txt`, each holding its number.
 pub fn numbered_files(root: &Path, count: u64) -> PathBuf {
     let inputs = root.join("inputs");
