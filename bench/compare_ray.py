@@ -29,15 +29,14 @@ import sys
 import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-VENV = ROOT / "target" / "bench-venv"
+from benchlib import ROOT, VENV, WORK, add_descendants, log, proc_table
+
 RAY = VENV / "bin" / "ray"
 RAY_PY = VENV / "bin" / "python"
 RAYLET = ROOT / "target" / "release" / "raylet"
 QUICKSTART = ROOT / "target" / "release" / "examples" / "quickstart"
 PHYSLIMITS = ROOT / "target" / "bench" / "physlimits"
 FIRST_TASK_PY = ROOT / "bench" / "ray_first_task.py"
-WORK = ROOT / "target" / "bench"
 
 # Ray must not try to report usage (there is no network here); this changes
 # nothing else about how it runs. RAY_AUTH_MODE=token pins Ray 2.60's token
@@ -187,10 +186,6 @@ PHYSICAL_ROWS = ["memcpy", "tcp", "transfer"]
 TRANSFER_METRIC = "node-to-node transfer gigabytes"
 
 
-def log(*args):
-    print(f"[{time.strftime('%H:%M:%S')}]", *args, file=sys.stderr, flush=True)
-
-
 def run(cmd, env=None, timeout=600, check=True):
     """Runs cmd; returns (wall seconds, completed process)."""
     t0 = time.perf_counter()
@@ -209,58 +204,20 @@ def run(cmd, env=None, timeout=600, check=True):
 # ---------------------------------------------------------------- processes
 
 
-def proc_table():
-    """pid -> (ppid, cmdline, rss KiB, pss KiB) for every process we can read."""
-    table = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        pid = int(entry)
-        try:
-            with open(f"/proc/{pid}/stat") as f:
-                stat = f.read()
-            ppid = int(stat[stat.rindex(")") + 2 :].split()[1])
-            with open(f"/proc/{pid}/cmdline", "rb") as f:
-                cmdline = f.read().replace(b"\0", b" ").decode(errors="replace").strip()
-            rss = 0
-            with open(f"/proc/{pid}/status") as f:
-                for line in f:
-                    if line.startswith("VmRSS:"):
-                        rss = int(line.split()[1])
-            pss = 0
-            try:
-                with open(f"/proc/{pid}/smaps_rollup") as f:
-                    for line in f:
-                        if line.startswith("Pss:"):
-                            pss = int(line.split()[1])
-            except OSError:
-                pass
-        except (OSError, ValueError):
-            continue
-        table[pid] = (ppid, cmdline, rss, pss)
-    return table
-
-
 def system_processes(markers, root_pids=()):
     """Processes whose command line contains one of `markers`, or whose pid
     is in root_pids, plus all their descendants; this helper and its parent
     excluded. Returns [(pid, cmdline, rss KiB, pss KiB)]."""
-    table = proc_table()
+    table = proc_table(memory=True)
     exclude = {os.getpid(), os.getppid()}
     chosen = {
         pid
-        for pid, (_, cmdline, _, _) in table.items()
+        for pid, (_, _, cmdline, _, _) in table.items()
         if pid not in exclude and cmdline and any(m in cmdline for m in markers)
     }
     chosen |= {pid for pid in root_pids if pid in table}
-    grew = True
-    while grew:
-        grew = False
-        for pid, (ppid, _, _, _) in table.items():
-            if ppid in chosen and pid not in chosen and pid not in exclude:
-                chosen.add(pid)
-                grew = True
-    return [(pid, table[pid][1], table[pid][2], table[pid][3]) for pid in sorted(chosen)]
+    add_descendants(table, chosen, exclude)
+    return [(pid, *table[pid][2:]) for pid in sorted(chosen)]
 
 
 def short_name(cmdline):
@@ -803,6 +760,9 @@ def write_report(path, args, res, info, vers, started, finished):
     inline_section(w, "tune.md", "## Tune (raylet-tune)\n",
                    "raylet-tune against Ray Tune 2.60 (trial overhead) and Optuna's TPE (search quality), "
                    "and ASHA against FIFO on the digits; written by `bench/compare_tune.sh`.\n")
+    inline_section(w, "data.md", "## Data (raylet-data)\n",
+                   "raylet-data against Ray Data 2.60: files per second through a binary-file read and a trivial "
+                   "per-batch model in a pool of 2 actors; written by `bench/compare_data.sh`.\n")
     w("## Reproducing\n")
     w("```sh\nbench/compare_ray.sh              # full run (about 30-40 min), rewrites BENCHMARKS.md\n"
       "bench/compare_ray.sh --reps 5     # more repetitions\n"

@@ -31,23 +31,11 @@
 # raylet stop --temp-dir DIR). Needs: python3 (with venv), cargo, gcc.
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$ROOT"
-VENV="$ROOT/target/bench-venv"
-RAY_SPEC='ray[default,tune,train]==2.60.0'
-RAY_VERSION=2.60.0
+source "$(dirname "${BASH_SOURCE[0]}")/venv.sh"
+RAY_SPEC="ray[default,tune,train]==$RAY_VERSION"
 
-raylet_only=0
-for arg in "$@"; do
-    case "$arg" in
-        --raylet-only) raylet_only=1 ;;
-        -h|--help)
-            awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"
-            exit 0 ;;
-    esac
-done
-
-log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+read_args --raylet-only "$@"
+raylet_only=$flag
 
 mkdir -p target/bench
 ray_note=()
@@ -59,7 +47,7 @@ if [[ $raylet_only == 0 ]]; then
         if ! { [[ -x "$VENV/bin/pip" ]] || python3 -m venv "$VENV"; } > target/bench/ray-install.log 2>&1 \
             || ! "$VENV/bin/pip" install --disable-pip-version-check "$RAY_SPEC" >> target/bench/ray-install.log 2>&1 \
             || ! "$VENV/bin/python" -c "import ray" >> target/bench/ray-install.log 2>&1; then
-            reason="installing $RAY_SPEC with pip into target/bench-venv failed: $(grep -E 'ERROR|Error' target/bench/ray-install.log | tail -n 3 | tr '\n' ' ' | cut -c1-600)"
+            reason="installing $RAY_SPEC with pip into target/bench-venv failed: $(pip_errors target/bench/ray-install.log)"
             log "$reason"
             log "going on with raylet only (full log: target/bench/ray-install.log)"
             ray_note=(--ray-note "$reason")

@@ -24,25 +24,18 @@ and the share of (raylet, Optuna) run pairs in which raylet found the lower valu
 """
 
 import argparse
-import datetime
-import hashlib
 import json
 import os
 import re
-import platform
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-ROOT = Path(__file__).resolve().parent.parent
-WORK = ROOT / "target" / "bench"
-VENV = ROOT / "target" / "bench-venv"
-PY = VENV / "bin" / "python" if (VENV / "bin" / "python").exists() else Path(sys.executable)
+from benchlib import (MARK, PY, ROOT, WORK, finish_run, fmt_s, fmt_x, leftover_lines, log, machine_info, now_utc,
+                      parse_args, ratio_summary, run_line, run_measured, snapshot, summary_s, versions)
+
 EXAMPLES = ROOT / "target" / "release" / "examples"
 BIN_SNAPSHOT = WORK / "tune-bin"
 REPORT = ROOT / "bench" / "tune.md"
@@ -56,13 +49,6 @@ SEEDS = 100
 # The headline medians are over the first seeds (the issue's measure); all
 # SEEDS give the wide medians and how often a raylet run beats an Optuna run.
 HEADLINE_SEEDS = 10
-
-# Ray must not try to report usage (there is no network here).
-ENV = dict(os.environ, RAY_USAGE_STATS_ENABLED="0")
-for var in ("RAY_ADDRESS",):
-    ENV.pop(var, None)
-
-MARK = "@@RESULT@@ "
 
 # The Ray Tune side of the overhead row. Ray 2.60's function trainable takes
 # the config dict and reports with ray.tune.report(metrics_dict).
@@ -154,106 +140,6 @@ print("@@RESULT@@ " + json.dumps({
 '''
 
 
-def log(*args):
-    print(f"[{time.strftime('%H:%M:%S')}]", *args, file=sys.stderr, flush=True)
-
-
-# ---------------------------------------------------------------- processes
-
-
-def proc_table():
-    """{pid: (ppid, session id, cmdline)} for every process readable in /proc."""
-    table = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        pid = int(entry)
-        try:
-            stat = Path(f"/proc/{pid}/stat").read_text()
-            fields = stat[stat.rindex(")") + 2:].split()
-            ppid, sid = int(fields[1]), int(fields[3])
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace").strip()
-        except (OSError, ValueError):
-            continue
-        table[pid] = (ppid, sid, cmdline)
-    return table
-
-
-def own_ancestors(table):
-    pids, pid = set(), os.getpid()
-    while pid in table and pid not in pids:
-        pids.add(pid)
-        pid = table[pid][0]
-    return pids
-
-
-def started_processes(session_ids=(), markers=()):
-    """Processes in one of session_ids (each subprocess here starts its own
-    session), or whose command line contains a marker, plus all their
-    descendants; this driver and its ancestors excluded."""
-    table = proc_table()
-    exclude = own_ancestors(table)
-    chosen = {pid for pid, (_, sid, cmd) in table.items()
-              if pid not in exclude and (sid in session_ids or (cmd and any(m in cmd for m in markers)))}
-    grew = True
-    while grew:
-        grew = False
-        for pid, (ppid, _, _) in table.items():
-            if ppid in chosen and pid not in chosen and pid not in exclude:
-                chosen.add(pid)
-                grew = True
-    return {pid: table[pid][2] for pid in sorted(chosen)}
-
-
-def stop_leftovers(what, session_ids=(), markers=(), grace=15.0):
-    """Waits up to `grace` seconds for what a subprocess started to exit,
-    then ends what is left by pid (SIGTERM, then SIGKILL). Returns the
-    leftovers it had to end, [(pid, cmdline)]."""
-    deadline = time.monotonic() + grace
-    left = started_processes(session_ids, markers)
-    while left and time.monotonic() < deadline:
-        time.sleep(0.5)
-        left = started_processes(session_ids, markers)
-    if not left:
-        return []
-    log(f"{what}: {len(left)} process(es) still running after {grace:.0f} s; ending them by pid:")
-    for pid, cmd in left.items():
-        log(f"    {pid} {cmd[:120]}")
-    for sig in (signal.SIGTERM, signal.SIGKILL):
-        for pid in left:
-            try:
-                os.kill(pid, sig)
-            except ProcessLookupError:
-                pass
-        time.sleep(3)
-        if not started_processes(session_ids, markers):
-            break
-    still = started_processes(session_ids, markers)
-    if still:
-        raise RuntimeError(f"{what}: could not stop {sorted(still)}")
-    return sorted(left.items())
-
-
-def run_measured(cmd, timeout, what):
-    """Runs cmd in its own session; returns (wall seconds, stdout, leftovers)."""
-    t0 = time.perf_counter()
-    proc = subprocess.Popen([str(c) for c in cmd], env=ENV, cwd=WORK, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        stop_leftovers(what, {proc.pid}, [str(VENV) + "/"], grace=0)
-        raise RuntimeError(f"{what}: timed out after {timeout} s")
-    wall = time.perf_counter() - t0
-    leftovers = stop_leftovers(what, {proc.pid}, [str(VENV) + "/"])
-    if proc.returncode != 0:
-        raise RuntimeError(f"{what}: {' '.join(map(str, cmd))[:200]} exited {proc.returncode}\n"
-                           f"stdout:\n{out[-3000:]}\nstderr:\n{err[-5000:]}")
-    return wall, out, err, leftovers
-
-
 def result_line(out, marker=None):
     for line in reversed(out.splitlines()):
         line = line.strip()
@@ -278,7 +164,7 @@ def ray_overhead(rep):
         if res["trials"] != TRIALS or res["errors"]:
             raise RuntimeError(f"Ray Tune rep {rep}: {res}")
         res["process_wall_s"] = round(wall, 4)
-        res["leftover_processes"] = [f"{pid} {cmd[:100]}" for pid, cmd in left]
+        res["leftover_processes"] = leftover_lines(left)
         res["stderr_tail"] = err[-1500:]
         return res
     finally:
@@ -293,7 +179,7 @@ def raylet_overhead(rep, bins):
     if res["trials"] != TRIALS or res["reports"] != REPORTS:
         raise RuntimeError(f"raylet rep {rep}: {res}")
     res["process_wall_s"] = round(wall, 4)
-    res["leftover_processes"] = [f"{pid} {cmd[:100]}" for pid, cmd in left]
+    res["leftover_processes"] = leftover_lines(left)
     return res
 
 
@@ -352,63 +238,12 @@ def raylet_asha_vs_fifo(bins):
 # ---------------------------------------------------------------- report
 
 
-def fmt_s(v):
-    if v >= 100:
-        return f"{v:,.1f} s"
-    if v >= 10:
-        return f"{v:.2f} s"
-    return f"{v:.3f} s"
-
-
-def summary_s(values):
-    med = statistics.median(values)
-    if len(values) == 1:
-        return fmt_s(med)
-    return f"{fmt_s(med)} ({fmt_s(min(values))[:-2]}–{fmt_s(max(values))})"
-
-
-def fmt_x(x):
-    return f"{x:,.0f}×" if x >= 100 else f"{x:.1f}×"
-
-
-def ratio_summary(ray_vals, raylet_vals):
-    med = statistics.median(ray_vals) / statistics.median(raylet_vals)
-    per = [a / b for a, b in zip(ray_vals, raylet_vals)]
-    if len(per) == 1:
-        return fmt_x(med)
-    return f"{fmt_x(med)} ({fmt_x(min(per))[:-1]}–{fmt_x(max(per))})"
-
-
-def machine_info():
-    cpu = "unknown CPU"
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                cpu = line.split(":", 1)[1].strip()
-                break
-    except OSError:
-        pass
-    mem = None
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                mem = int(line.split()[1]) / 1024 / 1024
-    except OSError:
-        pass
-    return {"cores": os.cpu_count(), "cpu": cpu, "memory_gib": mem, "kernel": platform.release(),
-            "python": platform.python_version()}
-
-
 def write_report(res):
     L = []
     w = L.append
-    info, vers = res["machine"], res["versions"]
-    started = datetime.datetime.fromisoformat(res["started"])
-    cmd = "bash bench/compare_tune.sh" + (" " + " ".join(res["argv"]) if res["argv"] else "")
-    w(f"Run with `{cmd}` on {started:%Y-%m-%d} ({started:%H:%M} UTC) on a {info['cores']}-core VM "
-      f"({info['cpu']}"
-      + (f", {info['memory_gib']:.1f} GiB memory" if info["memory_gib"] else "")
-      + f"): raylet-tune (the `tune_overhead`, `search_quality` and `tune_digits` examples of `target/release`) against "
+    vers = res["versions"]
+    w(run_line(res, "compare_tune.sh")
+      + f": raylet-tune (the `tune_overhead`, `search_quality` and `tune_digits` examples of `target/release`) against "
       f"Ray Tune {vers.get('ray', '?')} and Optuna {vers.get('optuna', '?')} (`ray[tune]==2.60.0` and "
       f"`optuna==5.0.*` from pip in `target/bench-venv`, Python {vers.get('python', '?')}). "
       "A Rust build may have been running alongside on this shared machine, so the absolute timings are "
@@ -548,21 +383,8 @@ def snapshot_binaries():
         src = EXAMPLES / name
         if not src.exists():
             sys.exit(f"missing {src}; build it with: cargo build --release -p raylet-tune --examples")
-        dst = BIN_SNAPSHOT / name
-        shutil.copy2(src, dst)
-        bins[name] = dst
-        meta[name] = {
-            "mtime": datetime.datetime.fromtimestamp(src.stat().st_mtime, datetime.timezone.utc).isoformat(timespec="seconds"),
-            "sha256": hashlib.sha256(dst.read_bytes()).hexdigest()[:16],
-        }
+        bins[name], meta[name] = snapshot(src, BIN_SNAPSHOT)
     return bins, meta
-
-
-def versions():
-    out = subprocess.run([str(PY), "-c", "import ray, optuna, sys; print(ray.__version__); print(optuna.__version__); "
-                          "print(sys.version.split()[0])"], env=ENV, capture_output=True, text=True, check=True,
-                         timeout=300).stdout.split()
-    return {"ray": out[0], "optuna": out[1], "python": out[2]}
 
 
 def main():
@@ -571,19 +393,12 @@ def main():
     p.add_argument("--skip-overhead", action="store_true", help="only the search-quality part")
     p.add_argument("--skip-quality", action="store_true", help="only the overhead part")
     p.add_argument("--optuna-note", default="", help=argparse.SUPPRESS)
-    p.add_argument("--report-from", metavar="JSON", help="rewrite bench/tune.md from saved raw numbers")
-    args = p.parse_args()
-    WORK.mkdir(parents=True, exist_ok=True)
-
-    if args.report_from:
-        write_report(json.loads(Path(args.report_from).read_text()))
-        log(f"wrote {REPORT}")
-        return
+    args = parse_args(p, REPORT, write_report)
 
     argv = [a for a in sys.argv[1:] if a not in ("--optuna-note", args.optuna_note)]
     res = {
-        "started": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
-        "argv": argv, "machine": machine_info(), "versions": versions(), "optuna_note": args.optuna_note,
+        "started": now_utc(),
+        "argv": argv, "machine": machine_info(), "versions": versions("ray", "optuna"), "optuna_note": args.optuna_note,
     }
     bins, res["binaries"] = snapshot_binaries()
     log(f"versions {res['versions']}; binaries {res['binaries']}")
@@ -623,11 +438,7 @@ def main():
             res["asha_fifo"] = raylet_asha_vs_fifo(bins)
             log(f"    {res['asha_fifo']}")
     finally:
-        res["finished"] = datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds")
-        RESULTS.write_text(json.dumps(res, indent=1))
-        left = stop_leftovers("final check", markers=[str(VENV) + "/", "/tmp/rt" + str(os.getpid())], grace=5)
-        if left:
-            log(f"final check ended {len(left)} leftover process(es)")
+        finish_run(res, RESULTS, "/tmp/rt")
     write_report(res)
     log(f"wrote {REPORT} and {RESULTS}")
 

@@ -37,62 +37,20 @@
 # Needs: python3 (with venv).
 set -euo pipefail
 
-ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-cd "$ROOT"
-VENV="$ROOT/target/bench-venv"
-RAY_VERSION=2.60.0
+source "$(dirname "${BASH_SOURCE[0]}")/venv.sh"
 RAY_SPEC="ray[tune]==$RAY_VERSION"
 OPTUNA_SPEC='optuna==5.0.*'
 LOG=target/bench/tune-install.log
 
-install_only=0
-args=()
-for arg in "$@"; do
-    case "$arg" in
-        --install-only) install_only=1 ;;
-        -h|--help)
-            awk 'NR > 1 && /^#/ { sub(/^# ?/, ""); print; next } NR > 1 { exit }' "${BASH_SOURCE[0]}"
-            exit 0 ;;
-        *) args+=("$arg") ;;
-    esac
-done
-
-log() { printf '[%s] %s\n' "$(date +%H:%M:%S)" "$*" >&2; }
+read_args --install-only "$@"
+install_only=$flag
 
 if [[ $install_only == 0 ]]; then
-    missing=0
-    for ex in tune_overhead search_quality tune_digits; do
-        if [[ ! -x "target/release/examples/$ex" ]]; then
-            log "missing target/release/examples/$ex"
-            missing=1
-        fi
-    done
-    if [[ $missing == 1 ]]; then
-        echo "The Rust examples are not built; build them first with:" >&2
-        echo "    cargo build --release -p raylet-tune --examples" >&2
-        exit 1
-    fi
-fi
-
-mkdir -p target/bench
-echo "=== $(date -u +%Y-%m-%dT%H:%M:%SZ) bench/compare_tune.sh" >> "$LOG"
-
-if [[ ! -x "$VENV/bin/python" ]]; then
-    log "creating $VENV"
-    python3 -m venv "$VENV" >> "$LOG" 2>&1
+    need_examples raylet-tune tune_overhead search_quality tune_digits
 fi
 
 # ray[tune]: the tune extra's packages (pandas, pyarrow, ...) must import too.
-if "$VENV/bin/python" -c "import ray, sys; sys.exit(ray.__version__ != '$RAY_VERSION')" >> "$LOG" 2>&1 \
-   && "$VENV/bin/python" -c "import ray.tune, pandas, pyarrow" >> "$LOG" 2>&1; then
-    log "$RAY_SPEC already installed in $VENV"
-else
-    log "installing $RAY_SPEC into $VENV (several minutes; log: $LOG)"
-    if ! "$VENV/bin/pip" install --disable-pip-version-check "$RAY_SPEC" >> "$LOG" 2>&1; then
-        log "installing $RAY_SPEC failed: $(grep -E 'ERROR|Error' "$LOG" | tail -n 3 | tr '\n' ' ' | cut -c1-600)"
-        exit 1
-    fi
-fi
+ensure_ray "$RAY_SPEC" "$LOG" "ray.tune, pandas, pyarrow"
 
 optuna_note=""
 if "$VENV/bin/python" -c "import optuna, sys; sys.exit(not optuna.__version__.startswith('5.0.'))" >> "$LOG" 2>&1; then
