@@ -98,7 +98,7 @@ fn a_driver_joins_a_cli_cluster_and_spills_tasks_to_the_node_that_fits() {
 }
 
 #[test]
-fn raylet_memory_lists_each_object_with_its_owner_and_holders() {
+fn raylet_memory_and_list_show_each_object_with_its_owner_and_holders() {
     let temp = tempfile::tempdir().unwrap();
     let _daemons = Daemons(temp.path());
     raylet(temp.path(), &["start", "--head", "--port", "0", "--num-cpus", "1"]);
@@ -120,6 +120,36 @@ fn raylet_memory_lists_each_object_with_its_owner_and_holders() {
     let text = raylet(temp.path(), &["memory"]);
     assert!(text.contains(&big.id().to_string()), "{text}");
     assert!(text.contains("in memory") && text.contains("owner ("), "{text}");
+
+    let listed = |args: &[&str]| -> Value {
+        let args = [&["list"][..], args, &["--format", "json"]].concat();
+        serde_json::from_str(&raylet(temp.path(), &args)).unwrap()
+    };
+    let id = big.id().to_string();
+    let rows = listed(&["objects", "--filter", &format!("id={id}"), "--filter", "spilled=false"]);
+    assert_eq!(rows.as_array().unwrap().len(), 1, "{rows}");
+    assert_eq!(rows[0]["node"], nodes[0]["address"]);
+    assert_eq!(listed(&["objects", "--filter", "spilled=true"]), serde_json::json!([]));
+    assert_eq!(
+        listed(&["nodes", "--filter", "state=alive"]).as_array().unwrap().len(),
+        1
+    );
+    assert_eq!(
+        listed(&["nodes", "--filter", "is_head_node!=true"]),
+        serde_json::json!([])
+    );
+    let text = raylet(temp.path(), &["list", "objects"]);
+    assert!(text.contains("1 objects") && text.contains(&id), "{text}");
+    let refused = std::process::Command::new(common::RAYLET)
+        .args(["list", "nodes", "--filter", "colour=red", "--temp-dir"])
+        .arg(temp.path())
+        .output()
+        .unwrap();
+    let error = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success() && error.contains("nodes have no field \"colour\""),
+        "{error}"
+    );
 
     drop((big, outer));
     let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
@@ -349,6 +379,18 @@ fn a_detached_actor_outlives_its_creator_and_an_owned_one_dies_with_it() {
         text.contains("Tally") && text.contains("kept") && text.contains("ALIVE"),
         "{text}"
     );
+    let dead: Value = serde_json::from_str(&raylet(
+        temp.path(),
+        &["list", "actors", "--filter", "state=DEAD", "--format", "json"],
+    ))
+    .unwrap();
+    let names: Vec<&str> = dead
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, vec!["owned"], "{dead}");
 }
 
 /// The listing of `actor` once `done` holds for it.

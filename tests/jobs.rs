@@ -637,6 +637,13 @@ fn the_cli_submits_and_follows_a_job_exits_with_its_status_and_lists_it() {
         (Some("cli"), Some("SUCCEEDED"))
     );
     assert_eq!(jobs[1]["status"], "FAILED");
+    let failed: serde_json::Value = serde_json::from_str(&common::raylet(
+        temp.path(),
+        &["list", "jobs", "--filter", "status=failed", "--format", "json"],
+    ))
+    .unwrap();
+    assert_eq!(failed.as_array().unwrap().len(), 1, "{failed}");
+    assert_eq!(failed[0]["id"], jobs[1]["id"]);
 
     let (code, id, stderr) = raylet_job(
         temp.path(),

@@ -12,6 +12,8 @@ use raylet_proto::{JobId, Labels, ResourceSet};
 use raylet_scheduler::head::HeadConfig;
 use raylet_scheduler::node_manager::{MemoryMonitorConfig, NodeConfig, ResourceOverrides};
 
+use crate::row_filter::RowFilter;
+
 /// raylet: a Ray-like distributed runtime for ML workloads, in Rust.
 ///
 /// Start a head with `raylet start --head`, join other machines to it with
@@ -38,7 +40,7 @@ pub enum Command {
     /// Show each node's object store: memory used and spilled, and every
     /// object with its size, state, owner and the processes holding refs.
     Memory(StatusArgs),
-    /// List the cluster's actors or placement groups.
+    /// List the cluster's nodes, jobs, actors, placement groups or objects.
     #[command(subcommand)]
     List(ListCommand),
     /// Submit jobs and follow, stop and list them.
@@ -60,13 +62,34 @@ pub enum Command {
 
 #[derive(Debug, Subcommand)]
 pub enum ListCommand {
+    /// Every node incarnation, dead ones included: id, address, host,
+    /// state (ALIVE, DEAD), whether it is the head, labels and resources.
+    Nodes(ListArgs),
+    /// Every job, ended ones included: id, name, status, exit code and
+    /// entrypoint.
+    Jobs(ListArgs),
     /// Every actor, dead ones included: id, type, name, state (PENDING,
     /// ALIVE, RESTARTING, DEAD), node, pid, restarts and why it died.
-    Actors(StatusArgs),
+    Actors(ListArgs),
     /// Every placement group, removed ones included: id, strategy, state
     /// (PENDING, CREATED, RESCHEDULING, INFEASIBLE, REMOVED), bundle count,
     /// the node of each bundle, and why it waits.
-    PlacementGroups(StatusArgs),
+    PlacementGroups(ListArgs),
+    /// Every object in the nodes' stores: id, node, size, state, owner and
+    /// the processes that hold references.
+    Objects(ListArgs),
+}
+
+/// A `raylet list`: which cluster, which rows and in what form.
+#[derive(Debug, Clone, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    pub status: StatusArgs,
+    /// Keep only the rows whose field KEY is VALUE (KEY!=VALUE: is not);
+    /// strings compare without case. Repeat it to require several. The
+    /// fields are those that --format json prints, e.g. --filter state=ALIVE.
+    #[arg(long = "filter", value_name = "KEY=VALUE", value_parser = RowFilter::parse)]
+    pub filters: Vec<RowFilter>,
 }
 
 #[derive(Debug, Clone, Args)]

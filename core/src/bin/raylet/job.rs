@@ -141,8 +141,13 @@ async fn stop(args: JobStopArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Every job of the cluster, ended ones included.
+pub(crate) async fn list_jobs(cluster: &ClusterArgs) -> anyhow::Result<Vec<JobInfo>> {
+    Ok(connect(cluster).await?.list().await?)
+}
+
 async fn list(args: StatusArgs) -> anyhow::Result<()> {
-    let jobs = connect(&args.cluster).await?.list().await?;
+    let jobs = list_jobs(&args.cluster).await?;
     let output = match args.format {
         OutputFormat::Json => serde_json::to_string_pretty(&jobs)?,
         OutputFormat::Text => render_jobs(&jobs),
@@ -151,7 +156,7 @@ async fn list(args: StatusArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn render_jobs(jobs: &[JobInfo]) -> String {
+pub(crate) fn render_jobs(jobs: &[JobInfo]) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "======== {} jobs ========", jobs.len());
     let _ = writeln!(

@@ -1,37 +1,117 @@
-//! `raylet list actors` and `raylet list placement-groups`: the cluster's
-//! actors and placement groups, as text or JSON, as `ray list` shows them.
+//! `raylet list nodes|jobs|actors|placement-groups|objects`: the cluster's
+//! tables, as text or JSON, filtered by `--filter KEY=VALUE`, as `ray list`
+//! shows them.
 
 use std::fmt::Write;
 
 use anyhow::Context;
-use raylet::{ActorInfo, PlacementGroupInfo};
+use raylet::{ActorInfo, PlacementGroupInfo, StoredObject};
+use raylet_scheduler::status::{NodeState, NodeStatus};
+use serde::Serialize;
 
-use crate::args::{OutputFormat, StatusArgs};
+use crate::args::{ListArgs, ListCommand, OutputFormat};
+use crate::row_filter;
 
-pub fn actors(args: StatusArgs) -> anyhow::Result<()> {
-    let (address, token) = args.cluster.head()?;
-    let actors = crate::runtime()?
-        .block_on(raylet::list_actors(&address, &token))
-        .with_context(|| format!("listing the actors of the cluster at {address}"))?;
-    let output = match args.format {
-        OutputFormat::Json => serde_json::to_string_pretty(&actors)?,
-        OutputFormat::Text => render_text(&actors),
+pub fn list(command: ListCommand) -> anyhow::Result<()> {
+    match command {
+        ListCommand::Nodes(args) => nodes(args),
+        ListCommand::Jobs(args) => jobs(args),
+        ListCommand::Actors(args) => actors(args),
+        ListCommand::PlacementGroups(args) => placement_groups(args),
+        ListCommand::Objects(args) => objects(args),
+    }
+}
+
+/// Prints the rows the filters keep, as JSON or as `render` draws them.
+fn print_rows<T: Serialize>(
+    rows: Vec<T>,
+    args: &ListArgs,
+    what: &str,
+    render: fn(&[T]) -> String,
+) -> anyhow::Result<()> {
+    let rows = row_filter::keep(rows, &args.filters, what)?;
+    let output = match args.status.format {
+        OutputFormat::Json => serde_json::to_string_pretty(&rows)?,
+        OutputFormat::Text => render(&rows),
     };
     println!("{output}");
     Ok(())
 }
 
-pub fn placement_groups(args: StatusArgs) -> anyhow::Result<()> {
-    let (address, token) = args.cluster.head()?;
+fn nodes(args: ListArgs) -> anyhow::Result<()> {
+    let (address, token) = args.status.cluster.head()?;
+    let status = crate::runtime()?.block_on(crate::status::fetch(&address, &token))?;
+    print_rows(status.nodes, &args, "nodes", render_nodes)
+}
+
+fn jobs(args: ListArgs) -> anyhow::Result<()> {
+    let jobs = crate::runtime()?.block_on(crate::job::list_jobs(&args.status.cluster))?;
+    print_rows(jobs, &args, "jobs", crate::job::render_jobs)
+}
+
+fn actors(args: ListArgs) -> anyhow::Result<()> {
+    let (address, token) = args.status.cluster.head()?;
+    let actors = crate::runtime()?
+        .block_on(raylet::list_actors(&address, &token))
+        .with_context(|| format!("listing the actors of the cluster at {address}"))?;
+    print_rows(actors, &args, "actors", render_text)
+}
+
+fn placement_groups(args: ListArgs) -> anyhow::Result<()> {
+    let (address, token) = args.status.cluster.head()?;
     let groups = crate::runtime()?
         .block_on(raylet::list_placement_groups(&address, &token))
         .with_context(|| format!("listing the placement groups of the cluster at {address}"))?;
-    let output = match args.format {
-        OutputFormat::Json => serde_json::to_string_pretty(&groups)?,
-        OutputFormat::Text => render_groups(&groups),
-    };
-    println!("{output}");
-    Ok(())
+    print_rows(groups, &args, "placement groups", render_groups)
+}
+
+/// An object in a node's store, with the node's address.
+#[derive(Serialize)]
+struct ObjectRow {
+    node: String,
+    #[serde(flatten)]
+    object: StoredObject,
+}
+
+fn objects(args: ListArgs) -> anyhow::Result<()> {
+    let (address, token) = args.status.cluster.head()?;
+    let nodes = crate::runtime()?
+        .block_on(raylet::collect_memory(&address, &token))
+        .with_context(|| format!("collecting the object stores of the cluster at {address}"))?;
+    let rows: Vec<ObjectRow> = nodes
+        .into_iter()
+        .flat_map(|node| {
+            let address = node.address;
+            node.objects.into_iter().map(move |object| ObjectRow {
+                node: address.clone(),
+                object,
+            })
+        })
+        .collect();
+    print_rows(rows, &args, "objects", render_objects)
+}
+
+fn render_nodes(nodes: &[NodeStatus]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "======== {} nodes ========", nodes.len());
+    for node in nodes {
+        let state = match node.state {
+            NodeState::Alive => "ALIVE",
+            NodeState::Dead => "DEAD",
+        };
+        let _ = writeln!(out, "{state:<5}  {}", crate::status::node_line(node));
+    }
+    out.trim_end().to_string()
+}
+
+fn render_objects(rows: &[ObjectRow]) -> String {
+    let mut out = String::new();
+    let _ = writeln!(out, "======== {} objects ========", rows.len());
+    let _ = writeln!(out, "{:<21}  {}", "NODE", crate::memory::OBJECT_HEADER);
+    for row in rows {
+        let _ = writeln!(out, "{:<21}  {}", row.node, crate::memory::object_line(&row.object));
+    }
+    out.trim_end().to_string()
 }
 
 fn render_groups(groups: &[PlacementGroupInfo]) -> String {

@@ -6,6 +6,7 @@ mod job;
 mod list;
 mod memory;
 mod microbenchmark;
+mod row_filter;
 mod start;
 mod status;
 mod stop;
@@ -14,7 +15,7 @@ use std::process::ExitCode;
 
 use clap::Parser;
 
-use args::{Cli, Command, ListCommand};
+use args::{Cli, Command};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
@@ -23,8 +24,7 @@ fn main() -> ExitCode {
         Command::Start(args) => done(start::start(*args)),
         Command::Status(args) => done(status::status(args)),
         Command::Memory(args) => done(memory::memory(args)),
-        Command::List(ListCommand::Actors(args)) => done(list::actors(args)),
-        Command::List(ListCommand::PlacementGroups(args)) => done(list::placement_groups(args)),
+        Command::List(command) => done(list::list(command)),
         Command::Job(command) => job::job(command),
         Command::Stop(args) => done(stop::stop(args)),
         Command::Microbenchmark(args) => done(microbenchmark::microbenchmark(args)),

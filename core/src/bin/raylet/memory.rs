@@ -40,11 +40,7 @@ fn render_text(address: &str, nodes: &[NodeMemory]) -> String {
         if node.objects.is_empty() {
             continue;
         }
-        let _ = writeln!(
-            out,
-            "  {:<32}  {:>10}  {:<9}  {:>7}  {:<21}  HOLDERS",
-            "OBJECT", "SIZE", "STATE", "READERS", "OWNER"
-        );
+        let _ = writeln!(out, "  {OBJECT_HEADER}");
         for object in &node.objects {
             let _ = writeln!(out, "  {}", object_line(object));
         }
@@ -52,7 +48,12 @@ fn render_text(address: &str, nodes: &[NodeMemory]) -> String {
     out
 }
 
-fn object_line(object: &StoredObject) -> String {
+/// The column names of [`object_line`].
+pub(crate) const OBJECT_HEADER: &str =
+    "OBJECT                                  SIZE  STATE      READERS  OWNER                  HOLDERS";
+
+/// An object's id, size, state, readers, owner and holders, in columns.
+pub(crate) fn object_line(object: &StoredObject) -> String {
     let state = match (object.sealed, object.spilled) {
         (false, _) => "writing",
         (true, true) => "spilled",

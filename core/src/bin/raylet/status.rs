@@ -25,7 +25,7 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-async fn fetch(address: &str, token: &raylet_proto::auth::AuthToken) -> anyhow::Result<ClusterStatus> {
+pub(crate) async fn fetch(address: &str, token: &raylet_proto::auth::AuthToken) -> anyhow::Result<ClusterStatus> {
     ClusterStatus::fetch(address, token, PATIENCE)
         .await
         .with_context(|| format!("asking the raylet head at {address}"))
@@ -133,7 +133,7 @@ fn demand_lines(demands: &[ResourceDemand]) -> String {
     out
 }
 
-fn node_line(node: &NodeStatus) -> String {
+pub(crate) fn node_line(node: &NodeStatus) -> String {
     let role = if node.is_head_node { "  (head)" } else { "" };
     let labels: Vec<String> = node
         .labels
