@@ -26,6 +26,7 @@ mod borrows;
 mod cluster;
 mod config;
 mod core_worker;
+pub mod dashboard;
 mod embedded;
 pub mod error;
 mod group_routes;

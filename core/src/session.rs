@@ -26,6 +26,7 @@ pub const LATEST_LINK: &str = "session_latest";
 const SESSION_PREFIX: &str = "session_";
 const TOKEN_FILE: &str = "token";
 const HEAD_ADDRESS_FILE: &str = "head_address";
+const DASHBOARD_ADDRESS_FILE: &str = "dashboard_address";
 const PROCESSES_DIR: &str = "processes";
 const LOGS_DIR: &str = "logs";
 
@@ -195,6 +196,18 @@ impl Session {
 
     pub fn write_head_address(&self, address: &str) -> Result<()> {
         write_private(&self.dir.join(HEAD_ADDRESS_FILE), address)
+    }
+
+    /// Records where the head's HTTP server listens.
+    pub fn write_dashboard_address(&self, address: &str) -> Result<()> {
+        write_private(&self.dir.join(DASHBOARD_ADDRESS_FILE), address)
+    }
+
+    /// Where the head's HTTP server listens; `None` when it has none.
+    pub fn read_dashboard_address(&self) -> Result<Option<String>> {
+        Ok(self
+            .read_optional(DASHBOARD_ADDRESS_FILE)?
+            .map(|text| text.trim().to_string()))
     }
 
     /// The head's address; `None` when this session has no head.

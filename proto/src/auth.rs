@@ -60,6 +60,13 @@ impl AuthToken {
         constant_time_eq(self.0.as_bytes(), presented)
     }
 
+    /// Whether an HTTP `Authorization` header value is `Bearer <this token>`.
+    pub fn admits_bearer(&self, authorization: &[u8]) -> bool {
+        authorization
+            .strip_prefix(b"Bearer ")
+            .is_some_and(|token| self.matches(token))
+    }
+
     /// Admits a peer that speaks this [`PROTOCOL_VERSION`] and presents
     /// this token; the error says which is wrong, never showing a token.
     pub fn admit(&self, presented: Option<&[u8]>, peer_version: Option<&str>) -> Result<()> {

@@ -181,6 +181,11 @@ pub struct StartArgs {
     /// Port of the head's gRPC service; 0 picks a free one.
     #[arg(long, default_value_t = 6380)]
     pub port: u16,
+    /// Port of the head's HTTP server (`/metrics`, `/api/...`), on the
+    /// head's IP; 0 picks a free one. Its address is written to
+    /// <session>/dashboard_address. A port in use is reported and skipped.
+    #[arg(long, default_value_t = 8265, value_name = "PORT")]
+    pub dashboard_port: u16,
     /// IP address to bind to and advertise [default: 127.0.0.1, or for a
     /// joining node the local address that routes to the head].
     #[arg(long, value_name = "IP")]

@@ -133,6 +133,7 @@ async fn run_head(args: &StartArgs, resources: ResourceSet, session: &Session) -
     let head_task = tokio::spawn(head::run(head_config, listener, async {
         let _ = head_stopped.await;
     }));
+    let stop_dashboard = start_dashboard(args, session, ip, &head_address, &token).await?;
     let node_listener = bind(SocketAddr::new(ip, 0)).await?;
     let mut node_config = args.node_config(&head_address, token, resources, session.dir());
     if let Some(node_id) = dead_head_node {
@@ -141,8 +142,46 @@ async fn run_head(args: &StartArgs, resources: ResourceSet, session: &Session) -
     let node = NodeManager::start(node_config, node_listener).await?;
     serve_until_signal(args, session, ProcessRole::Head, &head_address, node).await?;
     let _ = stop_head.send(());
+    let _ = stop_dashboard.send(());
     head_task.await??;
     Ok(())
+}
+
+/// Starts the head's HTTP server on `ip` and --dashboard-port, recording
+/// its address; a port in use is logged and the head goes on without it.
+/// Returns what stops it.
+async fn start_dashboard(
+    args: &StartArgs,
+    session: &Session,
+    ip: IpAddr,
+    head_address: &str,
+    token: &AuthToken,
+) -> anyhow::Result<tokio::sync::oneshot::Sender<()>> {
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let listener = match TcpListener::bind(SocketAddr::new(ip, args.dashboard_port)).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            tracing::warn!(
+                port = args.dashboard_port,
+                "no dashboard: binding its port failed: {error}"
+            );
+            return Ok(stop);
+        }
+    };
+    let address = listener.local_addr()?.to_string();
+    session.write_dashboard_address(&address)?;
+    tracing::info!(%address, "dashboard listening");
+    let shutdown = async {
+        let _ = stopped.await;
+    };
+    let head = head_address.to_string();
+    let token = token.clone();
+    tokio::spawn(async move {
+        if let Err(error) = raylet::dashboard::run(listener, head, token, shutdown).await {
+            tracing::error!("the dashboard stopped: {error}");
+        }
+    });
+    Ok(stop)
 }
 
 /// Before a head recovers its session: fails while the session's head still
@@ -287,6 +326,10 @@ fn print_head_started(args: &StartArgs, session: &Session, started: &Started) {
     println!();
     println!("  To see the status of the cluster, use");
     println!("    raylet status{flag}");
+    if let Ok(Some(dashboard)) = session.read_dashboard_address() {
+        println!("  Metrics and the JSON API (with the token as a bearer token) are at");
+        println!("    http://{dashboard}/metrics and http://{dashboard}/api/nodes");
+    }
     println!();
     println!("  To terminate the raylet runtime, run");
     println!("    raylet stop{flag}");

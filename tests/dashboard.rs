@@ -1,0 +1,193 @@
+//! The head's HTTP server on a CLI cluster: every route refuses a missing
+//! or wrong token, `/metrics` parses as Prometheus text and its gauges move
+//! as nodes join and actors and objects come, and the JSON API lists what
+//! `raylet list` does.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::{Daemons, head_address, raylet};
+use raylet::Config;
+use serde_json::Value;
+
+const ROUTES: [&str; 6] = [
+    "/metrics",
+    "/api/nodes",
+    "/api/jobs",
+    "/api/actors",
+    "/api/placement_groups",
+    "/api/objects",
+];
+
+#[raylet::actor]
+pub struct Counter {
+    count: u64,
+}
+
+#[raylet::actor]
+impl Counter {
+    pub fn new(start: u64) -> Self {
+        Counter { count: start }
+    }
+
+    pub fn add(&mut self, by: u64) -> u64 {
+        self.count += by;
+        self.count
+    }
+}
+
+/// `GET path` over HTTP/1.1 with `token` as a bearer token (if any);
+/// returns the status code and the body.
+fn get(address: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    let mut stream = TcpStream::connect(address).unwrap();
+    let auth = token.map_or(String::new(), |token| format!("Authorization: Bearer {token}\r\n"));
+    write!(
+        stream,
+        "GET {path} HTTP/1.1\r\nHost: {address}\r\n{auth}Connection: close\r\n\r\n"
+    )
+    .unwrap();
+    let mut response = String::new();
+    stream.read_to_string(&mut response).unwrap();
+    let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
+    let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
+    (status, body.to_string())
+}
+
+/// The samples of a Prometheus text exposition, keyed by name and labels;
+/// panics on a line that is not one, or on a sample of an undeclared family.
+fn parse_metrics(text: &str) -> BTreeMap<String, f64> {
+    let mut declared = Vec::new();
+    let mut samples = BTreeMap::new();
+    for line in text.lines() {
+        if let Some(rest) = line.strip_prefix("# TYPE ") {
+            let (name, kind) = rest.split_once(' ').unwrap();
+            assert!(["gauge", "counter", "histogram"].contains(&kind), "{line}");
+            declared.push(name.to_string());
+            continue;
+        }
+        if line.starts_with("# HELP ") {
+            continue;
+        }
+        let (series, value) = line.rsplit_once(' ').unwrap_or_else(|| panic!("not a sample: {line}"));
+        let value: f64 = value.parse().unwrap_or_else(|_| panic!("not a value: {line}"));
+        let name = series.split('{').next().unwrap();
+        assert!(
+            name.chars().all(|c| c.is_ascii_alphanumeric() || c == '_' || c == ':'),
+            "a bad metric name: {line}"
+        );
+        assert!(declared.iter().any(|d| d == name), "{name} has no # TYPE line");
+        if let Some(labels) = series.strip_prefix(name) {
+            assert!(
+                labels.is_empty() || (labels.starts_with('{') && labels.ends_with('}')),
+                "{line}"
+            );
+        }
+        assert!(
+            samples.insert(series.to_string(), value).is_none(),
+            "a repeated series: {line}"
+        );
+    }
+    samples
+}
+
+/// The sum of the samples of `name`.
+fn total(samples: &BTreeMap<String, f64>, name: &str) -> f64 {
+    samples
+        .iter()
+        .filter(|(series, _)| series.split('{').next() == Some(name))
+        .map(|(_, value)| value)
+        .sum()
+}
+
+fn metrics(address: &str, token: &str) -> BTreeMap<String, f64> {
+    let (status, body) = get(address, "/metrics", Some(token));
+    assert_eq!(status, 200, "{body}");
+    parse_metrics(&body)
+}
+
+/// Waits until `metrics` satisfy `done`.
+fn metrics_when(address: &str, token: &str, done: impl Fn(&BTreeMap<String, f64>) -> bool) -> BTreeMap<String, f64> {
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let samples = metrics(address, token);
+        if done(&samples) {
+            return samples;
+        }
+        assert!(Instant::now() < deadline, "the metrics never got there: {samples:#?}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn session_file(temp: &Path, name: &str) -> String {
+    std::fs::read_to_string(temp.join("session_latest").join(name))
+        .unwrap()
+        .trim()
+        .to_string()
+}
+
+#[test]
+fn the_heads_http_routes_need_the_token_and_metrics_follow_the_cluster() {
+    let temp = tempfile::tempdir().unwrap();
+    let _daemons = Daemons(temp.path());
+    let fast = ["--num-cpus", "1", "--heartbeat-interval", "100ms"];
+    raylet(
+        temp.path(),
+        &[&["start", "--head", "--port", "0", "--dashboard-port", "0"][..], &fast].concat(),
+    );
+    let dashboard = session_file(temp.path(), "dashboard_address");
+    let token = session_file(temp.path(), "token");
+
+    let other_cluster = "f".repeat(64);
+    for route in ROUTES {
+        for presented in [None, Some("wrong"), Some(other_cluster.as_str())] {
+            let (status, body) = get(&dashboard, route, presented);
+            assert_eq!(status, 401, "{route} with {presented:?}: {body}");
+            assert!(!body.contains(&token), "a refusal shows the token");
+        }
+        assert_eq!(get(&dashboard, route, Some(&token)).0, 200, "{route}");
+    }
+
+    let samples = metrics(&dashboard, &token);
+    assert_eq!(samples[r#"raylet_nodes{state="ALIVE"}"#], 1.0);
+    assert_eq!(total(&samples, "raylet_actors"), 0.0);
+    assert!(total(&samples, "raylet_node_resource_total") > 0.0);
+
+    let head = head_address(temp.path());
+    raylet(temp.path(), &[&["start", "--address", &head][..], &fast].concat());
+    metrics_when(&dashboard, &token, |s| s[r#"raylet_nodes{state="ALIVE"}"#] == 2.0);
+    let cpus = |s: &BTreeMap<String, f64>| -> f64 {
+        s.iter()
+            .filter(|(series, _)| {
+                series.starts_with("raylet_node_resource_total{") && series.contains(r#"resource="CPU""#)
+            })
+            .map(|(_, value)| value)
+            .sum()
+    };
+    assert_eq!(cpus(&metrics(&dashboard, &token)), 2.0, "a CPU from each node");
+
+    let cluster = raylet::init_with(Config::new().address(&head).temp_dir(temp.path())).unwrap();
+    let counter = Counter::remote(&cluster, 0).spawn().unwrap();
+    assert_eq!(counter.add(2).get().unwrap(), 2);
+    let block = cluster.put(&serde_bytes::ByteBuf::from(vec![7u8; 2 << 20])).unwrap();
+    let samples = metrics_when(&dashboard, &token, |s| {
+        s[r#"raylet_actors{state="ALIVE"}"#] == 1.0 && total(s, "raylet_object_store_objects") >= 1.0
+    });
+    assert!(total(&samples, "raylet_object_store_used_bytes") >= (2 << 20) as f64);
+
+    let (_, nodes) = get(&dashboard, "/api/nodes", Some(&token));
+    let nodes: Value = serde_json::from_str(&nodes).unwrap();
+    assert_eq!(nodes.as_array().unwrap().len(), 2, "{nodes}");
+    let (_, actors) = get(&dashboard, "/api/actors", Some(&token));
+    let actors: Value = serde_json::from_str(&actors).unwrap();
+    assert_eq!(actors[0]["state"], "ALIVE", "{actors}");
+    let (_, stores) = get(&dashboard, "/api/objects", Some(&token));
+    assert!(stores.contains(&block.id().to_string()), "{stores}");
+
+    cluster.kill(&counter, true).unwrap();
+    metrics_when(&dashboard, &token, |s| s[r#"raylet_actors{state="DEAD"}"#] == 1.0);
+}
