@@ -1,7 +1,7 @@
 //! The head's HTTP server on a CLI cluster: every route refuses a missing
 //! or wrong token, `/metrics` parses as Prometheus text and its gauges move
-//! as nodes join and actors and objects come, and the JSON API lists what
-//! `raylet list` does.
+//! as nodes join, actors and objects come and lease requests wait or are
+//! refused, and the JSON API lists what `raylet list` does.
 
 mod common;
 
@@ -39,6 +39,12 @@ impl Counter {
         self.count += by;
         self.count
     }
+}
+
+#[raylet::remote]
+fn nap(ms: u64) -> u64 {
+    std::thread::sleep(Duration::from_millis(ms));
+    ms
 }
 
 /// `GET path` over HTTP/1.1 with `token` as a bearer token (if any);
@@ -190,4 +196,13 @@ fn the_heads_http_routes_need_the_token_and_metrics_follow_the_cluster() {
 
     cluster.kill(&counter, true).unwrap();
     metrics_when(&dashboard, &token, |s| s[r#"raylet_actors{state="DEAD"}"#] == 1.0);
+
+    let naps: Vec<_> = (0..3).map(|_| nap::remote(&cluster, 3_000).unwrap()).collect();
+    metrics_when(&dashboard, &token, |s| total(s, "raylet_lease_requests_pending") >= 1.0);
+    let refused = nap::options().num_cpus(64.0).remote(&cluster, 0).unwrap();
+    assert!(refused.get().is_err(), "64 CPUs fit no node");
+    metrics_when(&dashboard, &token, |s| {
+        total(s, "raylet_lease_requests_infeasible") >= 1.0
+    });
+    assert_eq!(cluster.get_all(&naps).unwrap(), vec![3_000; 3]);
 }

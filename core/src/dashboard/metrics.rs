@@ -1,5 +1,6 @@
 //! `/metrics`: the cluster as Prometheus gauges, read from the head at
-//! each scrape: nodes by state, each node's resources and utilization,
+//! each scrape: nodes by state, each node's resources, utilization and
+//! lease requests waiting or refused,
 //! actors, placement groups and jobs by state, and each object store's
 //! bytes used, spilled and moved.
 
@@ -120,6 +121,14 @@ fn node_families(status: &ClusterStatus) -> Vec<Family<'static>> {
         "raylet_node_memory_used_bytes",
         "Memory used on each alive node's machine.",
     );
+    let mut pending = Family::gauge(
+        "raylet_lease_requests_pending",
+        "Worker lease requests waiting on each alive node for room.",
+    );
+    let mut infeasible = Family::gauge(
+        "raylet_lease_requests_infeasible",
+        "Lease requests each alive node refused in the last 5 minutes because no node could ever fit them.",
+    );
     for node in status.alive() {
         let id = node.node_id.to_string();
         for (resource, amount) in node.total.iter() {
@@ -130,8 +139,14 @@ fn node_families(status: &ClusterStatus) -> Vec<Family<'static>> {
         }
         cpu.sample(&[("node", &id)], node.stats.cpu_percent);
         memory.sample(&[("node", &id)], node.stats.memory_used_bytes as f64);
+        let count = |refused: bool| -> f64 {
+            let demands = node.demands.iter().filter(|demand| demand.infeasible == refused);
+            demands.map(|demand| demand.count as f64).sum()
+        };
+        pending.sample(&[("node", &id)], count(false));
+        infeasible.sample(&[("node", &id)], count(true));
     }
-    vec![nodes, total, available, cpu, memory]
+    vec![nodes, total, available, cpu, memory, pending, infeasible]
 }
 
 fn store_families(stores: &[crate::NodeMemory]) -> Vec<Family<'static>> {
