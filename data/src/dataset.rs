@@ -18,6 +18,7 @@ use crate::plan::{Plan, Shard, Source};
 use crate::sink::{self, BlockWriter, Format, Table, WriteSummary};
 use crate::stage::{OnError, RowError, StageKind, StageSpec};
 use crate::streaming_split::StreamingSplit;
+use crate::task::BlockOutput;
 use crate::{DataError, FileSet};
 
 /// What a dataset's rows may be: sent between processes with serde.
@@ -222,10 +223,7 @@ impl<T: Row> Dataset<T> {
     pub fn iter_batches(&self, batch_size: usize) -> Result<BatchIter<T>, DataError> {
         Ok(BatchIter {
             execution: self.plan.execute(self.plan.blocks()?, &[])?,
-            buffer: VecDeque::new(),
-            batch_size: batch_size.max(1),
-            skipped: Vec::new(),
-            _rows: PhantomData,
+            batcher: RowBatcher::new(batch_size),
         })
     }
 
@@ -250,8 +248,8 @@ impl<T: Row> Dataset<T> {
     }
 
     fn write_table(&self, dir: &Path, table: Table) -> Result<WriteSummary, DataError> {
-        self.write(dir, Format::Table(table), &mut |dir, block, rows: Vec<T>, names| {
-            sink::write_table(table, dir, block, &rows, names)
+        self.write(dir, Format::Table(table), &mut |dir, block, rows: Vec<T>, _| {
+            sink::write_table(table, dir, block, &rows)
         })
     }
 
@@ -264,19 +262,57 @@ impl<T: Row> Dataset<T> {
     }
 }
 
+/// Rows of finished blocks, cut into batches: what both `iter_batches`
+/// (over a run of its own, or a streaming split's shard) hand out.
+pub(crate) struct RowBatcher<T> {
+    rows: VecDeque<T>,
+    batch_size: usize,
+    skipped: Vec<RowError>,
+}
+
+impl<T: Row> RowBatcher<T> {
+    pub fn new(batch_size: usize) -> Self {
+        RowBatcher {
+            rows: VecDeque::new(),
+            batch_size: batch_size.max(1),
+            skipped: Vec::new(),
+        }
+    }
+
+    /// Whether a whole batch is not there yet.
+    pub fn wants_more(&self) -> bool {
+        self.rows.len() < self.batch_size
+    }
+
+    /// Adds a finished block's rows and the rows it left out.
+    pub fn add(&mut self, output: BlockOutput) -> Result<(), DataError> {
+        self.rows.extend(output.decode_rows::<T>()?);
+        self.skipped.extend(output.skipped);
+        Ok(())
+    }
+
+    /// The next batch (a short one when the rows run out), if any rows are left.
+    pub fn take(&mut self) -> Option<Vec<T>> {
+        let take = self.rows.len().min(self.batch_size);
+        (take > 0).then(|| self.rows.drain(..take).collect())
+    }
+
+    /// Rows left out so far under `OnError::Skip`.
+    pub fn skipped(&self) -> &[RowError] {
+        &self.skipped
+    }
+}
+
 /// Batches of a dataset's rows, made as its blocks finish.
 pub struct BatchIter<T> {
     execution: Execution,
-    buffer: VecDeque<T>,
-    batch_size: usize,
-    skipped: Vec<RowError>,
-    _rows: PhantomData<fn() -> T>,
+    batcher: RowBatcher<T>,
 }
 
 impl<T: Row> BatchIter<T> {
     /// Rows left out so far under `OnError::Skip`.
     pub fn skipped(&self) -> &[RowError] {
-        &self.skipped
+        self.batcher.skipped()
     }
 }
 
@@ -284,21 +320,17 @@ impl<T: Row> Iterator for BatchIter<T> {
     type Item = Result<Vec<T>, DataError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        while self.buffer.len() < self.batch_size {
-            let Some(next) = self.execution.next_block() else {
-                break;
-            };
-            let output = match next {
-                Ok((_, output)) => output,
-                Err(e) => return Some(Err(e)),
-            };
-            match output.decode_rows() {
-                Ok(rows) => self.buffer.extend(rows),
-                Err(e) => return Some(Err(e)),
+        while self.batcher.wants_more() {
+            match self.execution.next_block() {
+                None => break,
+                Some(Ok((_, output))) => {
+                    if let Err(e) = self.batcher.add(output) {
+                        return Some(Err(e));
+                    }
+                }
+                Some(Err(e)) => return Some(Err(e)),
             }
-            self.skipped.extend(output.skipped);
         }
-        let take = self.buffer.len().min(self.batch_size);
-        (take > 0).then(|| Ok(self.buffer.drain(..take).collect()))
+        self.batcher.take().map(Ok)
     }
 }

@@ -142,19 +142,18 @@ pub(crate) fn write_blocks<T: DeserializeOwned>(
     Ok(summary)
 }
 
-/// Writes a block's rows as one table file, `block_NNNNNN.EXT`.
+/// Writes a block's rows as one table file, `block_NNNNNN.EXT` (a name no
+/// other block has).
 pub(crate) fn write_table<T: Serialize>(
     format: Table,
     dir: &Path,
     block: &Block,
     rows: &[T],
-    names: &mut OutputNames,
 ) -> Result<Vec<String>, DataError> {
     let bytes = format
         .encode(rows)
         .map_err(|e| DataError::InvalidInput(format!("writing block {} as {format:?}: {e}", block.index)))?;
     let file = format!("block_{:06}.{}", block.index, format.extension());
-    names.claim(&file, block)?;
     write_atomically(&dir.join(&file), &bytes)?;
     Ok(vec![file])
 }

@@ -12,7 +12,7 @@ use raylet::{ActorHandle, Cluster};
 use serde::{Deserialize, Serialize};
 
 use crate::DataError;
-use crate::dataset::Row;
+use crate::dataset::{Row, RowBatcher};
 use crate::execution::Execution;
 use crate::plan::Plan;
 use crate::stage::RowError;
@@ -194,9 +194,7 @@ impl<T: Row> DataShard<T> {
         ShardBatches {
             shard: self,
             epoch,
-            batch_size: batch_size.max(1),
-            buffer: std::collections::VecDeque::new(),
-            skipped: Vec::new(),
+            batcher: RowBatcher::new(batch_size),
             ended: false,
         }
     }
@@ -216,16 +214,14 @@ impl<T: Row> DataShard<T> {
 pub struct ShardBatches<'a, T> {
     shard: &'a DataShard<T>,
     epoch: u64,
-    batch_size: usize,
-    buffer: std::collections::VecDeque<T>,
-    skipped: Vec<RowError>,
+    batcher: RowBatcher<T>,
     ended: bool,
 }
 
 impl<T: Row> ShardBatches<'_, T> {
     /// Rows left out so far under `OnError::Skip`.
     pub fn skipped(&self) -> &[RowError] {
-        &self.skipped
+        self.batcher.skipped()
     }
 }
 
@@ -233,23 +229,22 @@ impl<T: Row> Iterator for ShardBatches<'_, T> {
     type Item = Result<Vec<T>, DataError>;
 
     fn next(&mut self) -> Option<Self::Item> {
-        while !self.ended && self.buffer.len() < self.batch_size {
-            match self.shard.next_reply(self.epoch) {
-                Ok(SplitReply::Block(output)) => match output.decode_rows() {
-                    Ok(rows) => {
-                        self.buffer.extend(rows);
-                        self.skipped.extend(output.skipped);
-                    }
-                    Err(e) => return Some(Err(e)),
-                },
-                Ok(_) => self.ended = true,
+        while !self.ended && self.batcher.wants_more() {
+            let added = match self.shard.next_reply(self.epoch) {
+                Ok(SplitReply::Block(output)) => self.batcher.add(output),
+                Ok(_) => {
+                    self.ended = true;
+                    Ok(())
+                }
                 Err(e) => {
                     self.ended = true;
-                    return Some(Err(e));
+                    Err(e)
                 }
+            };
+            if let Err(e) = added {
+                return Some(Err(e));
             }
         }
-        let take = self.buffer.len().min(self.batch_size);
-        (take > 0).then(|| Ok(self.buffer.drain(..take).collect()))
+        self.batcher.take().map(Ok)
     }
 }

@@ -17,6 +17,16 @@ pub enum NodeState {
     Dead,
 }
 
+impl std::fmt::Display for NodeState {
+    /// As the JSON form spells it: `ALIVE`, `DEAD`.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            NodeState::Alive => "ALIVE",
+            NodeState::Dead => "DEAD",
+        })
+    }
+}
+
 /// Utilization of a machine, read with sysinfo.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
 pub struct NodeStats {

@@ -1,15 +1,14 @@
 //! `/metrics`: the cluster as Prometheus gauges, read from the head at
 //! each scrape: nodes by state, each node's resources, utilization and
-//! lease requests waiting or refused,
-//! actors, placement groups and jobs by state, and each object store's
-//! bytes used, spilled and moved.
+//! lease requests waiting or refused, actors, placement groups and jobs by
+//! state, and each object store's bytes used, spilled and moved.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
 use std::time::Duration;
 
 use raylet_proto::auth::AuthToken;
-use raylet_scheduler::status::{ClusterStatus, NodeState};
+use raylet_scheduler::status::ClusterStatus;
 
 use crate::job::JobClient;
 
@@ -103,10 +102,7 @@ pub(super) async fn render(head: &str, token: &AuthToken, patience: Duration) ->
 
 fn node_families(status: &ClusterStatus) -> Vec<Family<'static>> {
     let mut nodes = Family::gauge("raylet_nodes", "Node incarnations by state.");
-    let states = status.nodes.iter().map(|node| match node.state {
-        NodeState::Alive => "ALIVE".to_string(),
-        NodeState::Dead => "DEAD".to_string(),
-    });
+    let states = status.nodes.iter().map(|node| node.state.to_string());
     by_state(&mut nodes, &["ALIVE", "DEAD"], states);
     let mut total = Family::gauge("raylet_node_resource_total", "Resources of each alive node.");
     let mut available = Family::gauge(

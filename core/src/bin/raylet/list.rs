@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use anyhow::Context;
 use raylet::{ActorInfo, PlacementGroupInfo, StoredObject};
-use raylet_scheduler::status::{NodeState, NodeStatus};
+use raylet_scheduler::status::NodeStatus;
 use serde::Serialize;
 
 use crate::args::{ListArgs, ListCommand, OutputFormat};
@@ -95,11 +95,7 @@ fn render_nodes(nodes: &[NodeStatus]) -> String {
     let mut out = String::new();
     let _ = writeln!(out, "======== {} nodes ========", nodes.len());
     for node in nodes {
-        let state = match node.state {
-            NodeState::Alive => "ALIVE",
-            NodeState::Dead => "DEAD",
-        };
-        let _ = writeln!(out, "{state:<5}  {}", crate::status::node_line(node));
+        let _ = writeln!(out, "{:<5}  {}", node.state.to_string(), crate::status::node_line(node));
     }
     out.trim_end().to_string()
 }
