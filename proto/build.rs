@@ -11,6 +11,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/raylet/v1/object_store.proto",
         "proto/raylet/v1/owner.proto",
         "proto/raylet/v1/placement_group.proto",
+        "proto/raylet/v1/task_event.proto",
         "proto/raylet/v1/worker.proto",
     ];
     for proto in protos {

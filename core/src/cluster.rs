@@ -9,7 +9,7 @@ use raylet_proto::auth::AuthToken;
 use raylet_proto::server::{MAX_DATA_MESSAGE, authenticated, incoming};
 use raylet_proto::v1::WorkerBinary;
 use raylet_proto::v1::owner_service_server::OwnerServiceServer;
-use raylet_proto::{ObjectId, TaskId};
+use raylet_proto::{JobId, ObjectId, TaskId};
 use raylet_scheduler::status::ClusterStatus;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
@@ -26,6 +26,7 @@ use crate::session::TempRoot;
 use crate::shared_objects::store_error;
 use crate::submitter::{SchedulingClass, Submission, Submitter, SubmitterEvent};
 use crate::task::{Arg, TaskOptions};
+use crate::task_events::Placement;
 use crate::value::{Body, EncodedValue, Format, collecting_refs};
 use crate::{Error, Result};
 
@@ -57,6 +58,12 @@ pub fn current() -> Result<Cluster> {
         .ok_or(Error::NotInitialized)
 }
 
+/// The job of the current cluster's driver (or, in a worker, of its task).
+pub(crate) fn current_job() -> Option<JobId> {
+    let current = CURRENT.read().unwrap_or_else(|p| p.into_inner());
+    current.as_ref().map(|cluster| cluster.job_id())
+}
+
 pub(crate) fn set_current(cluster: Cluster) {
     *CURRENT.write().unwrap_or_else(|p| p.into_inner()) = Some(cluster);
 }
@@ -85,6 +92,12 @@ impl Cluster {
     pub fn node_ip(&self) -> std::net::IpAddr {
         let address: Option<std::net::SocketAddr> = self.core().address.parse().ok();
         address.map_or(std::net::Ipv4Addr::LOCALHOST.into(), |address| address.ip())
+    }
+
+    /// The job this program's tasks are recorded under: `raylet list tasks`
+    /// and `raylet timeline --job` take it.
+    pub fn job_id(&self) -> JobId {
+        self.core().task_events.job()
     }
 
     pub(crate) fn for_worker(core: Arc<CoreWorker>) -> Cluster {
@@ -323,6 +336,9 @@ impl Cluster {
         if core.submitter.send(SubmitterEvent::Shutdown(done)).is_ok() {
             let _ = core.block_on(async move { tokio::time::timeout(Duration::from_secs(5), acknowledged).await });
         }
+        let flushing = core.clone();
+        let last_events = async move { flushing.task_events.flush(&flushing).await };
+        let _ = core.block_on(async move { tokio::time::timeout(Duration::from_secs(2), last_events).await });
         if let Some(store) = core.node_store.get() {
             store.close();
         }
@@ -443,7 +459,15 @@ async fn start_driver(config: Config, runtime: tokio::runtime::Handle) -> Result
         blocked_hook: None,
         owning_hook: None,
         store_full_timeout: config.object_store_full_timeout,
+        job: config.job_id.unwrap_or_else(JobId::random),
+        task_events: config.task_events,
+        place: Placement {
+            node_id: None,
+            worker_id: None,
+            pid: std::process::id(),
+        },
     };
+    crate::timeline::set_on(config.timeline);
     let core = CoreWorker::start(settings, submitter, runtime);
     Submitter::spawn(core.clone(), submissions);
     let (stop_owner_service, stopped) = oneshot::channel::<()>();

@@ -3,15 +3,16 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
-use raylet_proto::ResourceSet;
+use raylet_proto::{JobId, ResourceSet};
 use raylet_scheduler::node_manager::MemoryMonitorConfig;
 
 use crate::session::DEFAULT_TEMP_DIR;
 
 /// Settings for [`crate::init_with`]. `Config::from_env()` reads
 /// `RAYLET_ADDRESS`, `RAYLET_TOKEN`, `RAYLET_NODE_MANAGER` and
-/// `RAYLET_NAMESPACE` (which a node manager sets for the job drivers it
-/// starts), `RAYLET_TEMP_DIR` and `RAYLET_LOG_TO_DRIVER`.
+/// `RAYLET_NAMESPACE` and `RAYLET_JOB_ID` (which a node manager sets for the
+/// job drivers it starts), `RAYLET_TEMP_DIR`, `RAYLET_LOG_TO_DRIVER`,
+/// `RAYLET_TIMELINE` and `RAYLET_TASK_EVENTS`.
 #[derive(Clone, Debug)]
 pub struct Config {
     pub(crate) address: Option<String>,
@@ -28,6 +29,9 @@ pub struct Config {
     pub(crate) object_store_full_timeout: Duration,
     pub(crate) io_threads: usize,
     pub(crate) memory_monitor: MemoryMonitorConfig,
+    pub(crate) job_id: Option<JobId>,
+    pub(crate) timeline: bool,
+    pub(crate) task_events: bool,
 }
 
 impl Default for Config {
@@ -47,6 +51,9 @@ impl Default for Config {
             object_store_full_timeout: Self::DEFAULT_OBJECT_STORE_FULL_TIMEOUT,
             io_threads: 1,
             memory_monitor: MemoryMonitorConfig::default(),
+            job_id: None,
+            timeline: false,
+            task_events: true,
         }
     }
 }
@@ -64,6 +71,9 @@ impl Config {
     /// The defaults, overridden by the `RAYLET_*` environment variables.
     pub fn from_env() -> Self {
         let variable = |name: &str| std::env::var(name).ok().filter(|value| !value.is_empty());
+        let switch = |name: &str, default: bool| {
+            variable(name).map_or(default, |value| !matches!(value.as_str(), "0" | "false" | "no"))
+        };
         let defaults = Config::default();
         Config {
             address: variable("RAYLET_ADDRESS"),
@@ -71,8 +81,10 @@ impl Config {
             node_manager: variable("RAYLET_NODE_MANAGER"),
             namespace: variable("RAYLET_NAMESPACE").unwrap_or(defaults.namespace.clone()),
             temp_dir: variable("RAYLET_TEMP_DIR").map_or(defaults.temp_dir.clone(), PathBuf::from),
-            log_to_driver: variable("RAYLET_LOG_TO_DRIVER")
-                .is_none_or(|value| !matches!(value.as_str(), "0" | "false" | "no")),
+            log_to_driver: switch("RAYLET_LOG_TO_DRIVER", true),
+            job_id: variable("RAYLET_JOB_ID").and_then(|id| id.parse().ok()),
+            timeline: switch("RAYLET_TIMELINE", false),
+            task_events: switch("RAYLET_TASK_EVENTS", true),
             io_threads: variable("RAYLET_IO_THREADS")
                 .and_then(|value| value.parse().ok())
                 .unwrap_or(defaults.io_threads),
@@ -167,6 +179,29 @@ impl Config {
     /// run at once.
     pub fn io_threads(mut self, threads: usize) -> Self {
         self.io_threads = threads.max(1);
+        self
+    }
+
+    /// Whether this driver's tasks, and the tasks they submit, record
+    /// timeline spans for `raylet timeline`: each run and the phases inside
+    /// it [default: false, or `RAYLET_TIMELINE=1`].
+    pub fn timeline(mut self, enabled: bool) -> Self {
+        self.timeline = enabled;
+        self
+    }
+
+    /// Whether the states of this driver's tasks go to the head, for
+    /// `raylet list tasks`, `raylet summary tasks` and `/metrics`
+    /// [default: true, or `RAYLET_TASK_EVENTS=0`].
+    pub fn task_events(mut self, enabled: bool) -> Self {
+        self.task_events = enabled;
+        self
+    }
+
+    /// The job this driver's tasks are recorded under [default:
+    /// `RAYLET_JOB_ID` for a submitted job's driver, else a new id].
+    pub fn job_id(mut self, job: JobId) -> Self {
+        self.job_id = Some(job);
         self
     }
 

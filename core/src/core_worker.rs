@@ -7,6 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use raylet_object_store::StoreClient;
+use raylet_proto::JobId;
 use raylet_proto::auth::AuthToken;
 use raylet_proto::channel::AuthedChannel;
 use raylet_proto::server::MAX_DATA_MESSAGE;
@@ -20,6 +21,7 @@ use crate::memory_store::{MemoryStore, OwningHook};
 use crate::object_ref::AnyObjectRef;
 use crate::placement_group::GroupSession;
 use crate::submitter::SubmitterEvent;
+use crate::task_events::{Placement, TaskEvents};
 use crate::value::{Outcome, outcome_from_proto};
 use crate::{Error, Result};
 
@@ -55,6 +57,8 @@ pub(crate) struct CoreWorker {
     pub(crate) actors: ActorClients,
     /// Placement group creates and removes go to the head through this.
     pub(crate) placement_groups: GroupSession,
+    /// The states of this process's tasks, on their way to the head.
+    pub(crate) task_events: TaskEvents,
     channels: Mutex<HashMap<String, AuthedChannel>>,
 }
 
@@ -69,6 +73,13 @@ pub(crate) struct CoreSettings {
     pub(crate) blocked_hook: Option<BlockedHook>,
     pub(crate) owning_hook: Option<OwningHook>,
     pub(crate) store_full_timeout: Duration,
+    /// The job this process's tasks are recorded under (a worker's follows
+    /// the tasks it runs).
+    pub(crate) job: JobId,
+    /// Whether task states go to the head.
+    pub(crate) task_events: bool,
+    /// Where this process runs, for the tasks it reports running.
+    pub(crate) place: Placement,
 }
 
 impl CoreWorker {
@@ -99,11 +110,13 @@ impl CoreWorker {
             blocked_hook: settings.blocked_hook,
             actors: ActorClients::default(),
             placement_groups: GroupSession::default(),
+            task_events: TaskEvents::new(settings.job, settings.task_events),
             channels: Mutex::new(HashMap::new()),
         });
         runtime.spawn(crate::borrows::send_changes(core.clone(), borrower_changes));
         runtime.spawn(crate::shared_objects::delete_freed(core.clone(), freed_objects));
         runtime.spawn(crate::borrower_watch::watch_borrowers(core.clone()));
+        runtime.spawn(crate::task_events::keep_flushing(core.clone(), settings.place));
         core
     }
 

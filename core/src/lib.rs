@@ -23,6 +23,7 @@ mod actor;
 mod archived;
 mod borrower_watch;
 mod borrows;
+mod chrome_trace;
 mod cluster;
 mod config;
 mod core_worker;
@@ -45,11 +46,15 @@ pub mod session;
 mod shared_objects;
 mod submitter;
 mod task;
+mod task_events;
+mod task_info;
+pub mod timeline;
 mod value;
 mod worker;
 
 pub use actor::{Actor, ActorBuilder, ActorHandle, ActorInfo, ActorOptions, ActorState, list_actors};
 pub use archived::{Archivable, ArchivedRef, Checkable};
+pub use chrome_trace::{ChromeTrace, chrome_trace};
 pub use cluster::{Cluster, current, init, init_with};
 pub use config::Config;
 pub use error::{Error, Result};
@@ -65,6 +70,7 @@ pub use raylet_proto::{JobId, NodeId, PlacementStrategy, SchedulingStrategy};
 pub use raylet_scheduler as scheduler;
 pub use rkyv;
 pub use task::{Arg, IntoArg, TaskError, TaskErrorKind, TaskOptions};
+pub use task_info::{FunctionSummary, TaskInfo, TaskListing, list_tasks, summarize_tasks};
 pub use worker::gpu_ids;
 
 /// What the `#[raylet::remote]` and `#[raylet::actor]` expansions refer

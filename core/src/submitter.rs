@@ -14,7 +14,7 @@ use raylet_proto::v1::lease_session_request::Kind as LeaseRequest;
 use raylet_proto::v1::node_manager_service_client::NodeManagerServiceClient;
 use raylet_proto::v1::{
     self, CancelLeaseRequest, CancelTask, GetWorkerExitRequest, LeaseRefusalKind, LeaseSessionEvent,
-    LeaseSessionRequest, RequestLease, ReturnLease, TaskArg, TaskBatch, TaskSpec, task_arg,
+    LeaseSessionRequest, RequestLease, ReturnLease, TaskArg, TaskBatch, TaskKind, TaskSpec, task_arg,
 };
 use raylet_proto::{
     IdMap, NodeId, ObjectId, PlacementGroupId, ResourceSet, Scheduling, SchedulingStrategy, TaskId, WorkerId,
@@ -28,6 +28,7 @@ use crate::group_routes::{GroupRoute, GroupRoutes, RouteTarget};
 use crate::node_watch::NodeDeath;
 use crate::object_ref::AnyObjectRef;
 use crate::task::{Arg, TaskError, TaskErrorKind, TaskOptions};
+use crate::task_events::{Ending, Placement, TaskIdentity};
 use crate::value::{Body, EncodedValue, Outcome, outcome_from_proto};
 
 /// Most tasks sent ahead to one leased worker.
@@ -138,6 +139,16 @@ pub(crate) struct QueuedTask {
 impl QueuedTask {
     fn task_id(&self) -> TaskId {
         TaskId::from_wire(&self.spec.task_id).expect("specs are built with valid ids")
+    }
+
+    fn identity(&self) -> TaskIdentity<'_> {
+        TaskIdentity {
+            task_id: self.task_id(),
+            attempt: self.spec.attempt,
+            function: &self.spec.function,
+            kind: TaskKind::NormalTask,
+            actor_id: None,
+        }
     }
 }
 
@@ -303,6 +314,7 @@ impl Submitter {
         }
         let mut args = Vec::with_capacity(submission.args.len());
         let mut waiting = Vec::new();
+        let mut failed = None;
         for arg in &submission.args {
             match resolve_arg(&self.core, arg) {
                 Ok(Some(resolved)) => args.push(resolved),
@@ -311,10 +323,26 @@ impl Submitter {
                     Arg::Value { .. } => unreachable!("values are always resolved"),
                 }),
                 Err(error) => {
-                    self.core.store.complete(submission.return_id, Err(error));
-                    return;
+                    failed = Some(error);
+                    break;
                 }
             }
+        }
+        let identity = TaskIdentity {
+            task_id: submission.task_id,
+            attempt: 0,
+            function: submission.options.function,
+            kind: TaskKind::NormalTask,
+            actor_id: None,
+        };
+        self.core.task_events.submitted(identity, !waiting.is_empty());
+        if let Some(error) = failed {
+            let reason = error.to_string();
+            self.core
+                .task_events
+                .ended(submission.task_id, 0, Ending::failed(&reason));
+            self.core.store.complete(submission.return_id, Err(error));
+            return;
         }
         if !waiting.is_empty() {
             self.resubmit_when_ready(submission, waiting);
@@ -327,6 +355,8 @@ impl Submitter {
             args,
             attempt: 0,
             owner_address: self.core.address.to_string(),
+            job_id: self.core.task_events.job().as_bytes().to_vec(),
+            timeline: crate::timeline::is_on(),
             ..TaskSpec::default()
         };
         let pinned = pinned_by(submission.args);
@@ -365,10 +395,18 @@ impl Submitter {
                 continue;
             };
             let mut batch = TaskBatch::default();
+            let place = Placement {
+                node_id: worker.node_id,
+                worker_id: Some(*worker_id),
+                pid: worker.pid,
+            };
             while self.run_times.may_send(&worker.in_flight, shape.queue.front()) {
                 let Some(task) = shape.queue.pop_front() else {
                     break;
                 };
+                self.core
+                    .task_events
+                    .dispatched(task.task_id(), task.spec.attempt, &place);
                 batch.tasks.push(task.spec.clone());
                 worker.in_flight.insert(task.task_id(), task);
             }
@@ -571,6 +609,7 @@ impl Submitter {
         };
         for task in shape.queue.drain(..) {
             let error = TaskError::new(kind, &task.options.shown_name(), reason);
+            record_failure(&self.core, &task, &error.to_string());
             self.core.store.complete(task.return_id, Err(error));
         }
     }
@@ -670,6 +709,7 @@ impl Submitter {
 
     fn requeue(&mut self, mut task: QueuedTask) {
         task.spec.attempt += 1;
+        self.core.task_events.submitted(task.identity(), false);
         let shape = task.shape.clone();
         self.shapes.entry(shape).or_default().queue.push_front(task);
     }
@@ -679,6 +719,7 @@ impl Submitter {
     fn requeue_after_backoff(&mut self, mut task: QueuedTask) {
         let delay = OOM_RETRY_BACKOFF * 2u32.saturating_pow(task.spec.attempt.min(4));
         task.spec.attempt += 1;
+        self.core.task_events.submitted(task.identity(), false);
         let events = self.events.clone();
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
@@ -757,6 +798,7 @@ impl Submitter {
     fn rerun_or_fail(&mut self, worker: LeasedWorker, description: &str) {
         let out_of_memory = description.contains(OOM_MONITOR);
         for task in worker.in_flight.into_values() {
+            record_failure(&self.core, &task, &format!("the worker process {description}"));
             if self.cancelled.remove(&task.return_id) {
                 continue;
             }
@@ -802,6 +844,7 @@ impl Submitter {
         for shape in self.shapes.values_mut() {
             if let Some(index) = shape.queue.iter().position(|t| t.return_id == object) {
                 let task = shape.queue.remove(index).expect("the index was just found");
+                record_failure(&self.core, &task, "cancelled");
                 let mut outcome = cancelled();
                 if let Err(error) = &mut outcome {
                     error.function = task.options.shown_name();
@@ -1079,10 +1122,17 @@ pub(crate) struct TaskFinished {
     run_micros: u64,
 }
 
-/// Decodes results, and stores values at once so that a waiting `get`
-/// wakes without a detour through the submitter; failures, which may be
-/// retried, are left to the submitter. References inside a value, which the
-/// worker registered us for, are held as long as the value is.
+/// Reports that a task's attempt failed without a result from its worker.
+fn record_failure(core: &CoreWorker, task: &QueuedTask, reason: &str) {
+    core.task_events
+        .ended(task.task_id(), task.spec.attempt, Ending::failed(reason));
+}
+
+/// Decodes results, reports how each attempt ended, and stores values at
+/// once so that a waiting `get` wakes without a detour through the
+/// submitter; failures, which may be retried, are left to the submitter.
+/// References inside a value, which the worker registered us for, are held
+/// as long as the value is.
 pub(crate) fn complete_values(core: &CoreWorker, results: Vec<v1::TaskResult>) -> Vec<TaskFinished> {
     let finished: Vec<TaskFinished> = results
         .into_iter()
@@ -1097,6 +1147,14 @@ pub(crate) fn complete_values(core: &CoreWorker, results: Vec<v1::TaskResult>) -
                     .map(|raw| AnyObjectRef::adopt(raw, core, true))
                     .collect();
             }
+            let error = outcome.as_ref().err().map(ToString::to_string);
+            let ending = Ending {
+                failed: error.as_deref(),
+                start_unix_micros: result.start_unix_micros,
+                run_micros: result.run_micros,
+            };
+            core.task_events.ended(task_id, result.attempt, ending);
+            core.task_events.spans(result.spans);
             Some(TaskFinished {
                 task_id,
                 outcome,

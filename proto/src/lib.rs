@@ -8,6 +8,7 @@ pub mod channel;
 pub mod codec;
 pub mod error;
 pub mod ids;
+pub mod metrics;
 pub mod placement_group;
 pub mod resources;
 pub mod scheduling;

@@ -1,5 +1,6 @@
-//! Serving gRPC: every server authenticates each call with the cluster token
-//! and checks the protocol version, and accepts connections with Nagle off.
+//! Serving gRPC: every server authenticates each call with the cluster token,
+//! checks the protocol version and times the call, and accepts connections
+//! with Nagle off.
 
 use tokio::net::TcpListener;
 use tonic::service::InterceptorLayer;
@@ -9,13 +10,17 @@ use tower_layer::Identity;
 use tower_layer::Stack;
 
 use crate::auth::{AuthToken, ServerAuth};
+use crate::metrics::RpcTimingLayer;
 
 /// The largest message a data-carrying service (tasks, objects) accepts.
 pub const MAX_DATA_MESSAGE: usize = 1 << 30;
 
-/// A server builder with the token check in front of every service.
-pub fn authenticated(token: AuthToken) -> Server<Stack<InterceptorLayer<ServerAuth>, Identity>> {
-    Server::builder().layer(InterceptorLayer::new(ServerAuth::new(token)))
+/// A server builder with the token check in front of every service, and the
+/// call timing behind it.
+pub fn authenticated(token: AuthToken) -> Server<Stack<RpcTimingLayer, Stack<InterceptorLayer<ServerAuth>, Identity>>> {
+    Server::builder()
+        .layer(InterceptorLayer::new(ServerAuth::new(token)))
+        .layer(RpcTimingLayer)
 }
 
 /// Accepted connections with Nagle's algorithm off: small replies must not

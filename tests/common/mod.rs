@@ -3,6 +3,7 @@
 //! Each test crate that includes this module uses only part of it.
 #![allow(dead_code)]
 
+pub mod http;
 pub mod netns;
 
 use std::path::Path;

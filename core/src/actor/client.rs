@@ -15,7 +15,7 @@ use std::sync::{Arc, Mutex, MutexGuard, Weak};
 use raylet_proto::task_stream::TaskSender;
 use raylet_proto::v1::actor_service_client::ActorServiceClient;
 use raylet_proto::v1::{
-    ActorDeathKind, ActorRecord, ActorState, OwnerSessionEvent, OwnerSessionMessage, TaskBatch, TaskSpec,
+    ActorDeathKind, ActorRecord, ActorState, OwnerSessionEvent, OwnerSessionMessage, TaskBatch, TaskKind, TaskSpec,
     WatchActorRequest, WorkerEvents,
 };
 use raylet_proto::{ActorId, IdMap, NodeId, ObjectId, TaskId};
@@ -27,6 +27,7 @@ use crate::head_retry::{HeadLost, retrying};
 use crate::object_ref::AnyObjectRef;
 use crate::submitter::{complete_values, connect_task_stream, print_log_lines, resolve_arg};
 use crate::task::{Arg, TaskError, TaskErrorKind};
+use crate::task_events::{Ending, Placement, TaskIdentity};
 use crate::{Error, Result};
 
 /// One call of an actor method, as its caller made it.
@@ -154,6 +155,22 @@ impl PendingCall {
     fn return_id(&self) -> ObjectId {
         self.task_id.return_object()
     }
+
+    fn identity(&self, actor: ActorId) -> TaskIdentity<'_> {
+        TaskIdentity {
+            task_id: self.task_id,
+            attempt: self.attempts,
+            function: &self.function,
+            kind: TaskKind::ActorTask,
+            actor_id: Some(actor),
+        }
+    }
+
+    /// Reports that this attempt failed without a result from the actor.
+    fn record_failure(&self, core: &CoreWorker, reason: &str) {
+        core.task_events
+            .ended(self.task_id, self.attempts, Ending::failed(reason));
+    }
 }
 
 /// The stream to the worker of one incarnation of the actor.
@@ -162,6 +179,8 @@ struct Connection {
     record_version: u64,
     /// `None` while the stream opens.
     tasks: Option<TaskSender>,
+    /// The incarnation's process.
+    place: Placement,
 }
 
 /// The caller side of one actor.
@@ -220,14 +239,16 @@ impl ActorClient {
             self.core.store.complete(call.task_id.return_object(), Err(error));
             return;
         }
-        state.queue.push_back(PendingCall {
+        let call = PendingCall {
             task_id: call.task_id,
             method: call.method,
             function: call.function,
             args: call.args,
             spec: None,
             attempts: 0,
-        });
+        };
+        self.core.task_events.submitted(call.identity(self.actor), false);
+        state.queue.push_back(call);
         let index = state.queue.len() - 1;
         self.build_spec(&mut state, index);
         match state.in_flight.is_empty() {
@@ -251,6 +272,7 @@ impl ActorClient {
                 }),
                 Err(error) => {
                     let failed = state.queue.remove(index).expect("the call is queued");
+                    failed.record_failure(&self.core, &error.to_string());
                     self.core.store.complete(failed.return_id(), Err(error));
                     return;
                 }
@@ -276,6 +298,8 @@ impl ActorClient {
             actor_id: self.actor.as_bytes().to_vec(),
             actor_creation: None,
             method: call.method.to_string(),
+            job_id: self.core.task_events.job().as_bytes().to_vec(),
+            timeline: crate::timeline::is_on(),
         });
     }
 
@@ -291,7 +315,10 @@ impl ActorClient {
     /// Sends the calls at the front of the queue whose arguments are ready,
     /// in one frame, while the actor is alive and its stream open.
     fn send_ready(&self, state: &mut ClientState) {
-        let Some(tasks) = state.connection.as_ref().and_then(|c| c.tasks.as_ref()) else {
+        let Some(connection) = state.connection.as_ref() else {
+            return;
+        };
+        let Some(tasks) = connection.tasks.as_ref() else {
             return;
         };
         let mut batch = TaskBatch::default();
@@ -300,6 +327,9 @@ impl ActorClient {
             let retryable = call.attempts < self.max_task_retries;
             let spec = call.spec.as_mut().expect("checked above");
             spec.attempt = call.attempts;
+            self.core
+                .task_events
+                .dispatched(call.task_id, call.attempts, &connection.place);
             batch.tasks.push(match retryable {
                 true => spec.clone(),
                 false => call.spec.take().expect("checked above"),
@@ -343,8 +373,10 @@ impl ActorClient {
     fn incarnation_ended(&self, state: &mut ClientState, cause: &str) {
         let mut retried = VecDeque::new();
         for mut call in state.in_flight.drain(..) {
+            call.record_failure(&self.core, &format!("the actor's process died: {cause}"));
             if call.attempts < self.max_task_retries {
                 call.attempts += 1;
+                self.core.task_events.submitted(call.identity(self.actor), false);
                 retried.push_back(call);
                 continue;
             }
@@ -366,6 +398,7 @@ impl ActorClient {
                 function: call.function.clone(),
                 ..error.clone()
             };
+            call.record_failure(&self.core, &error.to_string());
             self.core.store.complete(call.return_id(), Err(error));
         }
         state.dead = Some(error);
@@ -377,13 +410,18 @@ impl ActorClient {
     fn connect(self: &Arc<Self>, state: &mut ClientState, record: &ActorRecord) {
         let id = state.next_connection;
         state.next_connection += 1;
+        let (address, pid) = (record.address.clone(), record.pid);
+        let node_id = NodeId::from_wire(&record.node_id).ok();
         state.connection = Some(Connection {
             id,
             record_version: record.version,
             tasks: None,
+            place: Placement {
+                node_id,
+                worker_id: None,
+                pid,
+            },
         });
-        let (address, pid) = (record.address.clone(), record.pid);
-        let node_id = NodeId::from_wire(&record.node_id).ok();
         let client = self.clone();
         self.core.runtime.spawn(async move {
             let streamed = async {

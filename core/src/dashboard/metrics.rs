@@ -1,7 +1,9 @@
 //! `/metrics`: the cluster as Prometheus gauges, read from the head at
 //! each scrape: nodes by state, each node's resources, utilization and
 //! lease requests waiting or refused, actors, placement groups and jobs by
-//! state, and each object store's bytes used, spilled and moved.
+//! state, and each object store's bytes used, spilled and moved; then the
+//! head process's own registry: tasks by state, scheduling latency and the
+//! latency of each gRPC method it serves.
 
 use std::collections::BTreeMap;
 use std::fmt::Write;
@@ -97,6 +99,7 @@ pub(super) async fn render(head: &str, token: &AuthToken, patience: Duration) ->
     for family in &families {
         family.write(&mut out);
     }
+    out.push_str(&raylet_proto::metrics::encode_text());
     Ok(out)
 }
 

@@ -12,6 +12,9 @@
 //! | `GET /api/actors` | every actor |
 //! | `GET /api/placement_groups` | every placement group |
 //! | `GET /api/objects` | each node's object store and its objects |
+//! | `GET /api/tasks?job=ID&limit=N` | the newest recorded task attempts (default 1,000), as `raylet list tasks --format json` |
+//! | `GET /api/tasks/summary?job=ID` | attempts per function and state, as `raylet summary tasks --format json` |
+//! | `GET /api/timeline?job=ID` | the Chrome trace that `raylet timeline` writes |
 
 mod metrics;
 
@@ -19,14 +22,15 @@ use std::future::Future;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{Request, State};
+use axum::extract::{Query, Request, State};
 use axum::http::{StatusCode, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Json, Response};
 use axum::routing::get;
+use raylet_proto::JobId;
 use raylet_proto::auth::AuthToken;
 use raylet_scheduler::status::ClusterStatus;
-use serde::Serialize;
+use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 
 use crate::job::JobClient;
@@ -57,6 +61,9 @@ pub async fn run(
         .route("/api/actors", get(actors))
         .route("/api/placement_groups", get(placement_groups))
         .route("/api/objects", get(objects))
+        .route("/api/tasks", get(tasks))
+        .route("/api/tasks/summary", get(task_summary))
+        .route("/api/timeline", get(timeline))
         .route_layer(middleware::from_fn_with_state(head.clone(), require_token))
         .with_state(head);
     axum::serve(listener, app).with_graceful_shutdown(shutdown).await
@@ -120,4 +127,31 @@ async fn placement_groups(State(head): State<Head>) -> Response {
 
 async fn objects(State(head): State<Head>) -> Response {
     json(&head, crate::collect_memory(&head.address, &head.token).await)
+}
+
+/// The query of the task routes: `?job=ID&limit=N`.
+#[derive(Deserialize)]
+struct TaskQuery {
+    job: Option<JobId>,
+    limit: Option<u32>,
+}
+
+/// Rows a task listing returns when the query sets no limit.
+const DEFAULT_TASK_ROWS: u32 = 1_000;
+
+async fn tasks(State(head): State<Head>, Query(query): Query<TaskQuery>) -> Response {
+    let limit = query.limit.unwrap_or(DEFAULT_TASK_ROWS);
+    json(
+        &head,
+        crate::list_tasks(&head.address, &head.token, query.job, limit).await,
+    )
+}
+
+async fn task_summary(State(head): State<Head>, Query(query): Query<TaskQuery>) -> Response {
+    let listing = crate::list_tasks(&head.address, &head.token, query.job, u32::MAX).await;
+    json(&head, listing.map(|listing| crate::summarize_tasks(&listing.tasks)))
+}
+
+async fn timeline(State(head): State<Head>, Query(query): Query<TaskQuery>) -> Response {
+    json(&head, crate::chrome_trace(&head.address, &head.token, query.job).await)
 }

@@ -8,7 +8,7 @@ use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
-use raylet_proto::v1::{ActorCreation, TaskResult, TaskSpec};
+use raylet_proto::v1::{ActorCreation, Span, TaskResult, TaskSpec};
 use raylet_proto::{ActorId, TaskId};
 
 use super::actor_host::{ActorHost, QueuedCall, not_hosted};
@@ -16,6 +16,8 @@ use super::{WorkerContext, logs};
 use crate::actor::instance::{MethodCall, lookup_class};
 use crate::registry::{self, Invoke, TaskOutcome};
 use crate::task::{TaskError, TaskErrorKind};
+use crate::task_events::unix_micros;
+use crate::timeline;
 use crate::value::{Body, EncodedValue, outcome_to_proto};
 
 /// Where a task's result and output go: the stream of the owner that pushed it.
@@ -29,7 +31,14 @@ pub(crate) async fn run_task(
     results: &ResultSender,
 ) -> TaskResult {
     let started = Instant::now();
-    let cancelled = TaskId::from_wire(&spec.task_id).is_ok_and(|id| context.take_cancelled(id));
+    let start_unix_micros = unix_micros();
+    let task_id = TaskId::from_wire(&spec.task_id).ok();
+    let events = &context.core.task_events;
+    events.adopt(&spec.job_id, spec.timeline);
+    if let Some(id) = task_id {
+        events.started(id, spec.attempt, &spec.job_id, start_unix_micros);
+    }
+    let cancelled = task_id.is_some_and(|id| context.take_cancelled(id));
     let outcome = if cancelled {
         Err(TaskError::new(
             TaskErrorKind::Cancelled,
@@ -49,10 +58,44 @@ pub(crate) async fn run_task(
     };
     let outcome = outcome.map_err(|error| with_origin(error, &spec, context));
     logs::drain();
+    let run_micros = started.elapsed().as_micros() as u64;
+    if let Some(id) = task_id {
+        events.stopped(id);
+    }
+    let spans = match spec.timeline {
+        true => {
+            timeline::record(run_span(&spec, context, start_unix_micros, run_micros));
+            timeline::take_pending()
+        }
+        false => Vec::new(),
+    };
     TaskResult {
         task_id: spec.task_id,
         outcome: Some(outcome_to_proto(&outcome, true)),
-        run_micros: started.elapsed().as_micros() as u64,
+        run_micros,
+        start_unix_micros,
+        spans,
+        attempt: spec.attempt,
+    }
+}
+
+/// The timeline span of a task's run on this worker.
+fn run_span(spec: &TaskSpec, context: &WorkerContext, start_unix_micros: u64, run_micros: u64) -> Span {
+    let category = match (&spec.actor_creation, spec.actor_id.is_empty()) {
+        (Some(_), _) => "actor_creation",
+        (None, false) => "actor_task",
+        (None, true) => "task",
+    };
+    Span {
+        name: spec.function.clone(),
+        category: category.to_string(),
+        job_id: spec.job_id.clone(),
+        task_id: spec.task_id.clone(),
+        node_id: context.node_id.as_bytes().to_vec(),
+        pid: context.pid,
+        start_unix_micros,
+        end_unix_micros: start_unix_micros + run_micros,
+        args: [("attempt".to_string(), spec.attempt.to_string())].into(),
     }
 }
 
@@ -194,7 +237,8 @@ pub(crate) fn failed(spec: &TaskSpec, error: TaskError) -> TaskResult {
     TaskResult {
         task_id: spec.task_id.clone(),
         outcome: Some(outcome_to_proto(&Err(error), true)),
-        run_micros: 0,
+        attempt: spec.attempt,
+        ..TaskResult::default()
     }
 }
 

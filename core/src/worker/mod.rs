@@ -24,7 +24,7 @@ use raylet_proto::v1::owner_service_server::OwnerServiceServer;
 use raylet_proto::v1::worker_session_message::Kind as SessionKind;
 use raylet_proto::v1::{RegisterWorker, WorkerBinary, WorkerSessionMessage};
 use raylet_proto::worker_env::WorkerBootstrap;
-use raylet_proto::{NodeId, TaskId, WorkerId};
+use raylet_proto::{JobId, NodeId, TaskId, WorkerId};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
@@ -32,6 +32,7 @@ use crate::cluster::Cluster;
 use crate::core_worker::{CoreSettings, CoreWorker};
 use crate::owner_service::OwnerServiceImpl;
 use crate::submitter::Submitter;
+use crate::task_events::Placement;
 use crate::{Error, Result};
 
 /// The node manager that started this worker is listening already; if it
@@ -156,7 +157,15 @@ async fn start(
         blocked_hook: Some(blocked_hook),
         owning_hook: Some(owning_hook),
         store_full_timeout: crate::Config::DEFAULT_OBJECT_STORE_FULL_TIMEOUT,
+        job: JobId::random(),
+        task_events: true,
+        place: Placement {
+            node_id: Some(node_id),
+            worker_id: Some(worker_id),
+            pid: std::process::id(),
+        },
     };
+    crate::timeline::set_node(node_id);
     let core = CoreWorker::start(settings, submitter, runtime);
     Submitter::spawn(core.clone(), submissions);
     serve_objects(core.clone(), token.clone(), owner_listener);

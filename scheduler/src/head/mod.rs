@@ -1,8 +1,8 @@
 //! The head: keeps the table of node incarnations, marks silent nodes dead,
 //! answers `raylet status`, places, restarts and lists actors, reserves
-//! placement groups, runs jobs and keeps a key-value store. A persistent
-//! head keeps its tables in its state directory and recovers them when
-//! started there again.
+//! placement groups, runs jobs, keeps a key-value store and a record of
+//! tasks. A persistent head keeps its tables (all but the tasks) in its
+//! state directory and recovers them when started there again.
 
 pub mod actors;
 pub mod jobs;
@@ -11,6 +11,7 @@ mod node_table;
 pub mod placement_groups;
 mod service;
 pub mod state_store;
+pub mod tasks;
 
 use std::future::Future;
 use std::path::PathBuf;
@@ -24,6 +25,7 @@ use raylet_proto::v1::head_service_server::HeadServiceServer;
 use raylet_proto::v1::job_service_server::JobServiceServer;
 use raylet_proto::v1::kv_service_server::KvServiceServer;
 use raylet_proto::v1::placement_group_service_server::PlacementGroupServiceServer;
+use raylet_proto::v1::task_event_service_server::TaskEventServiceServer;
 use tokio::net::TcpListener;
 
 pub use node_table::{Heartbeat, HeartbeatOutcome, NodeResourcesView, NodeTable, Registration};
@@ -36,6 +38,7 @@ use kv::{KvServiceImpl, KvTable};
 use placement_groups::{GroupManager, NodeManagerBundles, PlacementGroupServiceImpl, keep_placing};
 use service::HeadServiceImpl;
 use state_store::StateStore;
+use tasks::{TaskEventServiceImpl, TaskTable};
 
 /// Settings of a head.
 #[derive(Clone, Debug)]
@@ -149,6 +152,11 @@ pub async fn run(config: HeadConfig, listener: TcpListener, shutdown: impl Futur
         table: Arc::new(Mutex::new(KvTable::recover(store.clone())?)),
     })
     .max_decoding_message_size(kv::MAX_REQUEST_BYTES);
+    let tasks = TaskEventServiceServer::new(TaskEventServiceImpl {
+        table: Arc::new(Mutex::new(TaskTable::default())),
+    })
+    .max_decoding_message_size(MAX_DATA_MESSAGE)
+    .max_encoding_message_size(MAX_DATA_MESSAGE);
     let actors = ActorServiceServer::new(ActorServiceImpl { runtime })
         .max_decoding_message_size(MAX_DATA_MESSAGE)
         .max_encoding_message_size(MAX_DATA_MESSAGE);
@@ -158,6 +166,7 @@ pub async fn run(config: HeadConfig, listener: TcpListener, shutdown: impl Futur
         .add_service(placement_groups)
         .add_service(jobs)
         .add_service(kv)
+        .add_service(tasks)
         .serve_with_incoming_shutdown(incoming(listener), shutdown);
     let result = tokio::select! {
         result = server => result,

@@ -40,9 +40,19 @@ pub enum Command {
     /// Show each node's object store: memory used and spilled, and every
     /// object with its size, state, owner and the processes holding refs.
     Memory(StatusArgs),
-    /// List the cluster's nodes, jobs, actors, placement groups or objects.
+    /// List the cluster's nodes, jobs, actors, tasks, placement groups or objects.
     #[command(subcommand)]
     List(ListCommand),
+    /// Count the recorded tasks and actor calls by function and state.
+    #[command(subcommand)]
+    Summary(SummaryCommand),
+    /// Write the recorded task runs as a Chrome trace (chrome://tracing, Perfetto).
+    ///
+    /// Every task and actor call that ran is drawn on its node and worker
+    /// process. Jobs run with the timeline on (RAYLET_TIMELINE=1 in the
+    /// driver's environment, or Config::timeline) also show the phases
+    /// inside each run, such as a Train allreduce's steps.
+    Timeline(TimelineArgs),
     /// Submit jobs and follow, stop and list them.
     ///
     /// A job is a binary that links raylet, run as a driver on a node of the
@@ -78,6 +88,51 @@ pub enum ListCommand {
     /// Every object in the nodes' stores: id, node, size, state, owner and
     /// the processes that hold references.
     Objects(ListArgs),
+    /// The newest recorded attempts of tasks and actor calls: id, attempt,
+    /// name, state (PENDING_ARGS_AVAIL, PENDING_NODE_ASSIGNMENT,
+    /// SUBMITTED_TO_WORKER, RUNNING, FINISHED, FAILED), job, node, worker
+    /// pid, run time and error.
+    Tasks(ListTasksArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ListTasksArgs {
+    #[command(flatten)]
+    pub list: ListArgs,
+    /// Only the tasks of this job (as `raylet list jobs` or Cluster::job_id shows it).
+    #[arg(long, value_name = "JOB_ID")]
+    pub job: Option<JobId>,
+    /// Print at most this many rows, the newest, after filtering.
+    #[arg(long, default_value_t = 100)]
+    pub limit: usize,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SummaryCommand {
+    /// Recorded task and actor-call attempts of each function, by state,
+    /// with the mean run time of the finished ones.
+    Tasks(SummaryArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct SummaryArgs {
+    #[command(flatten)]
+    pub status: StatusArgs,
+    /// Only the tasks of this job.
+    #[arg(long, value_name = "JOB_ID")]
+    pub job: Option<JobId>,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct TimelineArgs {
+    #[command(flatten)]
+    pub status: StatusArgs,
+    /// Only the tasks of this job.
+    #[arg(long, value_name = "JOB_ID")]
+    pub job: Option<JobId>,
+    /// Where the trace goes.
+    #[arg(short, long, default_value = "timeline.json", value_name = "FILE")]
+    pub output: PathBuf,
 }
 
 /// A `raylet list`: which cluster, which rows and in what form.
@@ -311,6 +366,8 @@ fn parse_labels(text: &str) -> Result<Labels, String> {
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum OutputFormat {
+    /// A table, as `ray list` prints one.
+    #[value(alias = "table")]
     Text,
     Json,
 }

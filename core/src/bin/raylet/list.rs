@@ -1,4 +1,4 @@
-//! `raylet list nodes|jobs|actors|placement-groups|objects`: the cluster's
+//! `raylet list nodes|jobs|actors|tasks|placement-groups|objects`: the cluster's
 //! tables, as text or JSON, filtered by `--filter KEY=VALUE`, as `ray list`
 //! shows them.
 
@@ -19,11 +19,12 @@ pub fn list(command: ListCommand) -> anyhow::Result<()> {
         ListCommand::Actors(args) => actors(args),
         ListCommand::PlacementGroups(args) => placement_groups(args),
         ListCommand::Objects(args) => objects(args),
+        ListCommand::Tasks(args) => crate::tasks::list(args),
     }
 }
 
 /// Prints the rows the filters keep, as JSON or as `render` draws them.
-fn print_rows<T: Serialize>(
+pub fn print_rows<T: Serialize>(
     rows: Vec<T>,
     args: &ListArgs,
     what: &str,

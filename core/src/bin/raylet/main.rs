@@ -10,6 +10,7 @@ mod row_filter;
 mod start;
 mod status;
 mod stop;
+mod tasks;
 
 use std::process::ExitCode;
 
@@ -25,6 +26,8 @@ fn main() -> ExitCode {
         Command::Status(args) => done(status::status(args)),
         Command::Memory(args) => done(memory::memory(args)),
         Command::List(command) => done(list::list(command)),
+        Command::Summary(command) => done(tasks::summary(command)),
+        Command::Timeline(args) => done(tasks::timeline(args)),
         Command::Job(command) => job::job(command),
         Command::Stop(args) => done(stop::stop(args)),
         Command::Microbenchmark(args) => done(microbenchmark::microbenchmark(args)),

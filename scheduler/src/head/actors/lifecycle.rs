@@ -358,7 +358,7 @@ fn creation_spec(spec: &ActorSpec, restarts: u32) -> TaskSpec {
         actor_creation: Some(ActorCreation {
             max_concurrency: spec.max_concurrency,
         }),
-        method: String::new(),
+        ..TaskSpec::default()
     }
 }
 

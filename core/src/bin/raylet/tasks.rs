@@ -1,0 +1,143 @@
+//! `raylet list tasks`, `raylet summary tasks` and `raylet timeline`: the
+//! head's record of tasks and actor calls, as rows, counts and a Chrome
+//! trace.
+
+use std::fmt::Write;
+
+use anyhow::Context;
+use raylet::{FunctionSummary, TaskInfo};
+
+use crate::args::{ListTasksArgs, OutputFormat, StatusArgs, SummaryCommand, TimelineArgs};
+use crate::row_filter;
+
+pub fn list(args: ListTasksArgs) -> anyhow::Result<()> {
+    let listing = fetch(&args.list.status, args.job)?;
+    let mut rows = row_filter::keep(listing.tasks, &args.list.filters, "tasks")?;
+    let matched = rows.len();
+    rows.truncate(args.limit);
+    let output = match args.list.status.format {
+        OutputFormat::Json => serde_json::to_string_pretty(&rows)?,
+        OutputFormat::Text => render_tasks(&rows, matched, listing.dropped),
+    };
+    println!("{output}");
+    Ok(())
+}
+
+pub fn summary(command: SummaryCommand) -> anyhow::Result<()> {
+    let SummaryCommand::Tasks(args) = command;
+    let listing = fetch(&args.status, args.job)?;
+    let summary = raylet::summarize_tasks(&listing.tasks);
+    let output = match args.status.format {
+        OutputFormat::Json => serde_json::to_string_pretty(&summary)?,
+        OutputFormat::Text => render_summary(&summary, listing.tasks.len()),
+    };
+    println!("{output}");
+    Ok(())
+}
+
+pub fn timeline(args: TimelineArgs) -> anyhow::Result<()> {
+    let (address, token) = args.status.cluster.head()?;
+    let trace = crate::runtime()?
+        .block_on(raylet::chrome_trace(&address, &token, args.job))
+        .with_context(|| format!("reading the task records of the cluster at {address}"))?;
+    let file = std::fs::File::create(&args.output).with_context(|| format!("creating {}", args.output.display()))?;
+    serde_json::to_writer(std::io::BufWriter::new(file), &trace)?;
+    println!(
+        "Wrote {} task runs ({} events) to {}; open it in chrome://tracing or https://ui.perfetto.dev",
+        trace.task_runs,
+        trace.trace_events.len(),
+        args.output.display()
+    );
+    if trace.runs_without_spans > 0 {
+        println!(
+            "{} runs show no phases: their jobs ran without the timeline on (set RAYLET_TIMELINE=1 for the driver)",
+            trace.runs_without_spans
+        );
+    }
+    Ok(())
+}
+
+fn fetch(status: &StatusArgs, job: Option<raylet::JobId>) -> anyhow::Result<raylet::TaskListing> {
+    let (address, token) = status.cluster.head()?;
+    crate::runtime()?
+        .block_on(raylet::list_tasks(&address, &token, job, u32::MAX))
+        .with_context(|| format!("listing the tasks of the cluster at {address}"))
+}
+
+fn render_tasks(tasks: &[TaskInfo], matched: usize, dropped: u64) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "======== {} of {matched} tasks (newest first) ========",
+        tasks.len()
+    );
+    let _ = writeln!(
+        out,
+        "{:<32}  {:>3}  {:<28}  {:<23}  {:<8}  {:>7}  {:>10}  ERROR",
+        "TASK ID", "TRY", "NAME", "STATE", "NODE", "PID", "RUN MS"
+    );
+    for task in tasks {
+        let name = short_name(&task.name);
+        let node = task.node_id.map(|id| id.short()).unwrap_or_else(|| "-".into());
+        let pid = task.worker_pid.map_or("-".into(), |pid| pid.to_string());
+        let run = task.duration_ms.map_or("-".into(), |ms| format!("{ms:.1}"));
+        let error = task.error.as_deref().unwrap_or("").lines().next().unwrap_or("");
+        let _ = writeln!(
+            out,
+            "{:<32}  {:>3}  {:<28}  {:<23}  {:<8}  {:>7}  {:>10}  {}",
+            task.task_id.to_string(),
+            task.attempt,
+            name,
+            task.state,
+            node,
+            pid,
+            run,
+            error
+        );
+    }
+    if dropped > 0 {
+        let _ = writeln!(out, "({dropped} task events were dropped: the oldest records are gone)");
+    }
+    out.trim_end().to_string()
+}
+
+fn render_summary(summary: &[FunctionSummary], tasks: usize) -> String {
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "======== {tasks} task attempts of {} functions ========",
+        summary.len()
+    );
+    let _ = writeln!(out, "{:<40}  {:<12}  {:>10}  STATES", "NAME", "KIND", "MEAN MS");
+    for function in summary {
+        let states: Vec<String> = function
+            .states
+            .iter()
+            .map(|(state, count)| format!("{state}: {count}"))
+            .collect();
+        let kind = match function.kind.as_str() {
+            "ACTOR_TASK" => "actor call",
+            "ACTOR_CREATION_TASK" => "actor",
+            _ => "task",
+        };
+        let mean = function.mean_duration_ms.map_or("-".into(), |ms| format!("{ms:.2}"));
+        let _ = writeln!(
+            out,
+            "{:<40}  {:<12}  {:>10}  {}",
+            function.name,
+            kind,
+            mean,
+            states.join(", ")
+        );
+    }
+    out.trim_end().to_string()
+}
+
+/// The last two parts of a path-like name: `module::function`.
+fn short_name(name: &str) -> String {
+    let parts: Vec<&str> = name.rsplitn(3, "::").collect();
+    match parts.as_slice() {
+        [last, before, _] => format!("{before}::{last}"),
+        _ => name.to_string(),
+    }
+}

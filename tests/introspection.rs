@@ -1,0 +1,226 @@
+//! The head's record of tasks on a CLI cluster: `raylet list tasks` (with
+//! filters), `raylet summary tasks`, `raylet timeline` and the task metrics
+//! of `/metrics` follow a small job's tasks, actor calls, a failure and a
+//! long run, with the timeline on and off.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::path::Path;
+use std::time::{Duration, Instant};
+
+use common::http::{get, metrics, session_file, total};
+use common::{Daemons, head_address, raylet};
+use raylet::{Cluster, Config};
+use serde_json::Value;
+
+#[raylet::remote]
+fn square(x: u64) -> u64 {
+    x * x
+}
+
+#[raylet::remote]
+fn refuse(why: String) -> u64 {
+    panic!("{why}")
+}
+
+#[raylet::remote]
+fn nap(ms: u64) -> u64 {
+    std::thread::sleep(Duration::from_millis(ms));
+    ms
+}
+
+#[raylet::actor]
+pub struct Tally {
+    sum: u64,
+}
+
+#[raylet::actor]
+impl Tally {
+    pub fn new(sum: u64) -> Self {
+        Tally { sum }
+    }
+
+    pub fn add(&mut self, by: u64) -> u64 {
+        self.sum += by;
+        self.sum
+    }
+}
+
+/// Squares 1..=10, fails one task, makes 3 actor calls; returns the job.
+fn small_job(head: &str, temp: &Path, timeline: bool) -> String {
+    let config = Config::new().address(head).temp_dir(temp).timeline(timeline);
+    let cluster = raylet::init_with(config).unwrap();
+    let squares: Vec<_> = (1..=10).map(|x| square::remote(&cluster, x).unwrap()).collect();
+    assert_eq!(cluster.get_all(&squares).unwrap().iter().sum::<u64>(), 385);
+    let refused = refuse::remote(&cluster, "no thanks".to_string()).unwrap();
+    assert!(refused.get().is_err());
+    let tally = Tally::remote(&cluster, 0).spawn().unwrap();
+    for by in 1..=3 {
+        tally.add(by).get().unwrap();
+    }
+    let job = cluster.job_id().to_string();
+    cluster.shutdown().unwrap();
+    job
+}
+
+fn list_tasks(temp: &Path, extra: &[&str]) -> Vec<Value> {
+    let args = [&["list", "tasks", "--format", "json", "--limit", "1000"][..], extra].concat();
+    serde_json::from_str(&raylet(temp, &args)).unwrap()
+}
+
+/// The complete ("X") events of a Chrome trace, by category.
+fn trace_runs(trace: &Value) -> BTreeMap<String, Vec<Value>> {
+    let mut runs: BTreeMap<String, Vec<Value>> = BTreeMap::new();
+    for event in trace["traceEvents"].as_array().unwrap() {
+        if event["ph"] == "X" {
+            assert!(
+                event["ts"].as_u64().unwrap() > 0 && event["pid"].as_u64().is_some(),
+                "{event}"
+            );
+            assert!(
+                event["tid"].as_u64().unwrap() > 0,
+                "each run is on a worker's row: {event}"
+            );
+            let category = event["cat"].as_str().unwrap().to_string();
+            runs.entry(category).or_default().push(event.clone());
+        }
+    }
+    runs
+}
+
+#[test]
+fn list_summary_timeline_and_metrics_follow_a_small_jobs_tasks() {
+    let temp = tempfile::tempdir().unwrap();
+    let _daemons = Daemons(temp.path());
+    let start = [
+        "start",
+        "--head",
+        "--port",
+        "0",
+        "--dashboard-port",
+        "0",
+        "--num-cpus",
+        "2",
+    ];
+    raylet(temp.path(), &start);
+    let head = head_address(temp.path());
+    let dashboard = session_file(temp.path(), "dashboard_address");
+    let token = session_file(temp.path(), "token");
+
+    let job = small_job(&head, temp.path(), true);
+    let tasks = list_tasks(temp.path(), &["--job", &job]);
+    assert_eq!(tasks.len(), 14, "10 squares, 1 refusal, 3 actor calls: {tasks:#?}");
+    let finished = tasks.iter().filter(|t| t["state"] == "FINISHED").count();
+    assert_eq!(finished, 13, "{tasks:#?}");
+    for task in &tasks {
+        assert_eq!(task["job_id"], job.as_str());
+        assert!(task["worker_pid"].as_u64().unwrap() > 0, "{task}");
+        assert!(task["duration_ms"].as_f64().is_some(), "{task}");
+        let submitted = task["submitted_ms"].as_f64().unwrap();
+        assert!(task["scheduled_ms"].as_f64().unwrap() >= submitted, "{task}");
+    }
+    let failed = list_tasks(temp.path(), &["--job", &job, "--filter", "state=FAILED"]);
+    assert_eq!(failed.len(), 1, "{failed:#?}");
+    assert!(failed[0]["name"].as_str().unwrap().ends_with("refuse"), "{failed:#?}");
+    assert!(
+        failed[0]["error"].as_str().unwrap().contains("no thanks"),
+        "{failed:#?}"
+    );
+    let calls = list_tasks(temp.path(), &["--filter", "kind=ACTOR_TASK"]);
+    assert_eq!(calls.len(), 3);
+    assert!(calls.iter().all(|call| call["actor_id"].is_string()), "{calls:#?}");
+    let table = raylet(temp.path(), &["list", "tasks", "--format", "table", "--job", &job]);
+    assert!(
+        table.contains("14 of 14 tasks") && table.contains("introspection::square"),
+        "{table}"
+    );
+
+    let summary = raylet(temp.path(), &["summary", "tasks", "--job", &job]);
+    let square_row = summary.lines().find(|line| line.contains("::square "));
+    assert!(square_row.is_some_and(|row| row.contains("FINISHED: 10")), "{summary}");
+    assert!(summary.contains("FAILED: 1"), "{summary}");
+
+    let trace_file = temp.path().join("trace.json");
+    let printed = raylet(
+        temp.path(),
+        &["timeline", "--job", &job, "-o", trace_file.to_str().unwrap()],
+    );
+    assert!(printed.contains("Wrote 14 task runs"), "{printed}");
+    assert!(!printed.contains("show no phases"), "the timeline was on: {printed}");
+    let trace: Value = serde_json::from_slice(&std::fs::read(&trace_file).unwrap()).unwrap();
+    let runs = trace_runs(&trace);
+    assert_eq!(runs["task"].len(), 11, "one event per executed task: {runs:#?}");
+    assert_eq!(runs["actor_task"].len(), 3, "{runs:#?}");
+
+    let samples = metrics(&dashboard, &token);
+    let series = |state: &str| format!(r#"raylet_tasks{{function="introspection::square",state="{state}"}}"#);
+    assert_eq!(samples.get(&series("FINISHED")), Some(&10.0), "{samples:#?}");
+    let scheduled = samples["raylet_task_scheduling_latency_seconds_count"];
+    assert!(scheduled >= 14.0, "{scheduled}");
+    let reports = r#"raylet_grpc_server_handling_seconds_count{method="raylet.v1.TaskEventService/ReportTaskEvents"}"#;
+    assert!(samples[reports] >= 1.0);
+
+    let plain = small_job(&head, temp.path(), false);
+    let after = metrics(&dashboard, &token);
+    assert_eq!(
+        after.get(&series("FINISHED")),
+        Some(&20.0),
+        "the counts move with each job"
+    );
+    assert!(total(&after, "raylet_task_scheduling_latency_seconds_count") >= scheduled + 14.0);
+    let printed = raylet(
+        temp.path(),
+        &["timeline", "--job", &plain, "-o", trace_file.to_str().unwrap()],
+    );
+    assert!(
+        printed.contains("Wrote 14 task runs") && printed.contains("14 runs show no phases"),
+        "{printed}"
+    );
+    let trace: Value = serde_json::from_slice(&std::fs::read(&trace_file).unwrap()).unwrap();
+    assert_eq!(trace_runs(&trace)["task"].len(), 11);
+
+    let (status, body) = get(&dashboard, &format!("/api/tasks/summary?job={plain}"), Some(&token));
+    assert_eq!(status, 200, "{body}");
+    let summary: Value = serde_json::from_str(&body).unwrap();
+    assert!(
+        summary
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|f| f["states"]["FINISHED"] == 10),
+        "{summary}"
+    );
+}
+
+#[test]
+fn a_long_task_is_listed_as_running_until_it_finishes() {
+    let temp = tempfile::tempdir().unwrap();
+    let _daemons = Daemons(temp.path());
+    raylet(temp.path(), &["start", "--head", "--port", "0", "--num-cpus", "1"]);
+    let head = head_address(temp.path());
+    let cluster: Cluster = raylet::init_with(Config::new().address(&head).temp_dir(temp.path())).unwrap();
+    let long = nap::remote(&cluster, 4_000).unwrap();
+    let queued = nap::remote(&cluster, 10).unwrap();
+    let job = cluster.job_id().to_string();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let states = loop {
+        let tasks = list_tasks(temp.path(), &["--job", &job]);
+        let states: Vec<String> = tasks.iter().map(|t| t["state"].as_str().unwrap().to_string()).collect();
+        if states.contains(&"RUNNING".to_string()) {
+            break states;
+        }
+        assert!(Instant::now() < deadline, "never listed as running: {tasks:#?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    assert_eq!(states.len(), 2, "{states:?}");
+    assert!(
+        states.contains(&"PENDING_NODE_ASSIGNMENT".to_string()),
+        "the second nap waits for the only CPU: {states:?}"
+    );
+    assert_eq!(cluster.get(&long).unwrap(), 4_000);
+    assert_eq!(cluster.get(&queued).unwrap(), 10);
+    cluster.shutdown().unwrap();
+    let tasks = list_tasks(temp.path(), &["--job", &job]);
+    assert!(tasks.iter().all(|t| t["state"] == "FINISHED"), "{tasks:#?}");
+}
