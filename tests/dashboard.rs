@@ -8,12 +8,28 @@ mod common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::http::{get, metrics, metrics_when, session_file, total};
+use common::http::{get, metrics, metrics_when, request, session_file, total};
 use common::{Daemons, head_address, raylet};
 use raylet::Config;
 use serde_json::Value;
 
-const ROUTES: [&str; 9] = [
+const PAGES: [&str; 8] = [
+    "/",
+    "/ui/",
+    "/ui/jobs",
+    "/ui/actors",
+    "/ui/tasks",
+    "/ui/placement-groups",
+    "/ui/objects",
+    "/ui/train",
+];
+
+const ROUTES: [&str; 14] = [
+    "/ui/assets/app.js",
+    "/ui/assets/app.css",
+    "/api/cluster_history",
+    "/api/train",
+    "/api/tune",
     "/metrics",
     "/api/nodes",
     "/api/jobs",
@@ -69,6 +85,32 @@ fn the_heads_http_routes_need_the_token_and_metrics_follow_the_cluster() {
         }
         assert_eq!(get(&dashboard, route, Some(&token)).0, 200, "{route}");
     }
+    let job_logs = format!("/api/jobs/{}/logs", "0".repeat(32));
+    assert_eq!(get(&dashboard, &job_logs, None).0, 401);
+    for page in PAGES {
+        let refused = request(&dashboard, "GET", page, "Cookie: raylet_token=wrong\r\n", "");
+        assert_eq!(refused.status, 303, "{page} without the token: {}", refused.head);
+        assert!(refused.head.contains("location: /login"), "{}", refused.head);
+        let with_cookie = format!("Cookie: raylet_token={token}\r\n");
+        let expected = if page == "/" { 303 } else { 200 };
+        assert_eq!(
+            request(&dashboard, "GET", page, &with_cookie, "").status,
+            expected,
+            "{page}"
+        );
+    }
+    let form = "Content-Type: application/x-www-form-urlencoded\r\n";
+    let wrong = request(&dashboard, "POST", "/login", form, "token=wrong");
+    assert_eq!(wrong.status, 401);
+    assert!(wrong.body.contains("not this cluster's token") && !wrong.head.contains("set-cookie"));
+    let right = request(&dashboard, "POST", "/login", form, &format!("token={token}"));
+    assert_eq!(right.status, 303, "{}", right.head);
+    assert!(
+        right
+            .head
+            .contains(&format!("set-cookie: raylet_token={token}; HttpOnly; SameSite=Strict"))
+    );
+    assert_eq!(get(&dashboard, "/login", None).0, 200, "the login page needs no token");
 
     let samples = metrics(&dashboard, &token);
     assert_eq!(samples[r#"raylet_nodes{state="ALIVE"}"#], 1.0);

@@ -94,6 +94,20 @@ impl Cluster {
         address.map_or(std::net::Ipv4Addr::LOCALHOST.into(), |address| address.ip())
     }
 
+    /// Where the embedded cluster's dashboard listens (`http://ADDRESS/`),
+    /// when `Config::dashboard_port` asked for one.
+    pub fn dashboard_address(&self) -> Option<String> {
+        let embedded = self.inner.embedded.lock().unwrap_or_else(|p| p.into_inner());
+        embedded
+            .as_ref()
+            .and_then(|embedded| embedded.dashboard_address.clone())
+    }
+
+    /// The cluster token: the dashboard's login and API take it.
+    pub fn token(&self) -> String {
+        self.core().token.expose().to_string()
+    }
+
     /// The job this program's tasks are recorded under: `raylet list tasks`
     /// and `raylet timeline --job` take it.
     pub fn job_id(&self) -> JobId {

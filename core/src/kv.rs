@@ -8,9 +8,17 @@ use raylet_proto::channel::AuthedChannel;
 use raylet_proto::v1::kv_service_client::KvServiceClient;
 use raylet_proto::v1::{KvDeleteRequest, KvGetRequest, KvKeysRequest, KvPutRequest};
 
+use raylet_proto::auth::AuthToken;
+use serde::Serialize;
+
 use crate::core_worker::CoreWorker;
 use crate::head_retry::retrying;
-use crate::{Cluster, Result};
+use crate::{Cluster, Error, Result};
+
+/// The head's key-value namespace of what programs publish for the dashboard.
+const DASHBOARD_NAMESPACE: &str = "_raylet_dashboard";
+/// How long the dashboard waits to reach the head.
+const DASHBOARD_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2);
 
 impl Cluster {
     /// Sets `key` to `value` (at most 16 MiB).
@@ -60,6 +68,28 @@ impl Cluster {
         })
     }
 
+    /// Publishes `entry` as what the dashboard shows in `section` ("train"
+    /// and "tune" have pages) under `id`, replacing what was there: Train
+    /// runs and Tune experiments publish their progress this way. It lives
+    /// in the head's key-value store, outside every program's namespace.
+    pub fn publish_to_dashboard(&self, section: &str, id: &str, entry: &impl Serialize) -> Result<()> {
+        let request = KvPutRequest {
+            namespace: DASHBOARD_NAMESPACE.to_string(),
+            key: format!("{section}/{id}").into_bytes(),
+            value: serde_json::to_vec(entry).map_err(|e| {
+                Error::Cluster(raylet_proto::Error::InvalidArgument(format!(
+                    "a dashboard entry is not JSON: {e}"
+                )))
+            })?,
+            overwrite: true,
+        };
+        self.with_kv(move |mut kv| {
+            let request = request.clone();
+            async move { Ok(kv.kv_put(request).await?.into_inner().added) }
+        })
+        .map(|_| ())
+    }
+
     fn put_entry(&self, key: &[u8], value: &[u8], overwrite: bool) -> Result<bool> {
         let request = KvPutRequest {
             namespace: self.core().binary.namespace.clone(),
@@ -90,6 +120,38 @@ impl Cluster {
             retrying(attempt).await
         })
     }
+}
+
+/// What programs published for the dashboard's `section`, in key order;
+/// entries that are not JSON are skipped.
+pub(crate) async fn dashboard_entries(head: &str, token: &AuthToken, section: &str) -> Result<Vec<serde_json::Value>> {
+    let channel = raylet_proto::channel::connect(head, token, DASHBOARD_PATIENCE).await?;
+    let mut kv = KvServiceClient::new(channel);
+    let keys = KvKeysRequest {
+        namespace: DASHBOARD_NAMESPACE.to_string(),
+        prefix: format!("{section}/").into_bytes(),
+    };
+    let keys = kv
+        .kv_keys(keys)
+        .await
+        .map_err(raylet_proto::Error::from)?
+        .into_inner()
+        .keys;
+    let mut entries = Vec::with_capacity(keys.len());
+    for key in keys {
+        let request = KvGetRequest {
+            namespace: DASHBOARD_NAMESPACE.to_string(),
+            key,
+        };
+        let value = kv
+            .kv_get(request)
+            .await
+            .map_err(raylet_proto::Error::from)?
+            .into_inner()
+            .value;
+        entries.extend(value.and_then(|bytes| serde_json::from_slice(&bytes).ok()));
+    }
+    Ok(entries)
 }
 
 async fn kv_client(core: &CoreWorker) -> Result<KvServiceClient<AuthedChannel>> {

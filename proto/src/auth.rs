@@ -56,7 +56,8 @@ impl AuthToken {
             .expect("a parsed token is printable ASCII")
     }
 
-    fn matches(&self, presented: &[u8]) -> bool {
+    /// Whether `presented` is this token (compared in constant time).
+    pub fn matches(&self, presented: &[u8]) -> bool {
         constant_time_eq(self.0.as_bytes(), presented)
     }
 

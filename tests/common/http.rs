@@ -7,21 +7,39 @@ use std::net::TcpStream;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-/// `GET path` over HTTP/1.1 with `token` as a bearer token (if any);
-/// returns the status code and the body.
-pub fn get(address: &str, path: &str, token: Option<&str>) -> (u16, String) {
+/// An HTTP/1.1 response: its status, its header lines and its body.
+pub struct Reply {
+    pub status: u16,
+    pub head: String,
+    pub body: String,
+}
+
+/// Sends `METHOD path` with extra header lines (each ending in CRLF) and a body.
+pub fn request(address: &str, method: &str, path: &str, headers: &str, body: &str) -> Reply {
     let mut stream = TcpStream::connect(address).unwrap();
-    let auth = token.map_or(String::new(), |token| format!("Authorization: Bearer {token}\r\n"));
     write!(
         stream,
-        "GET {path} HTTP/1.1\r\nHost: {address}\r\n{auth}Connection: close\r\n\r\n"
+        "{method} {path} HTTP/1.1\r\nHost: {address}\r\n{headers}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
     )
     .unwrap();
     let mut response = String::new();
     stream.read_to_string(&mut response).unwrap();
     let (head, body) = response.split_once("\r\n\r\n").expect("an HTTP response");
     let status = head.split_whitespace().nth(1).unwrap().parse().unwrap();
-    (status, body.to_string())
+    Reply {
+        status,
+        head: head.to_string(),
+        body: body.to_string(),
+    }
+}
+
+/// `GET path` with `token` as a bearer token (if any); returns the status
+/// code and the body.
+pub fn get(address: &str, path: &str, token: Option<&str>) -> (u16, String) {
+    let auth = token.map_or(String::new(), |token| format!("Authorization: Bearer {token}\r\n"));
+    let reply = request(address, "GET", path, &auth, "");
+    (reply.status, reply.body)
 }
 
 /// The samples of a Prometheus text exposition, keyed by name and labels;

@@ -1,31 +1,41 @@
-//! The head's HTTP server (the dashboard's back end): `/metrics` in
-//! Prometheus text and a JSON API under `/api/`, every route behind the
-//! cluster token (`Authorization: Bearer TOKEN`). It reads the cluster
-//! from the head over gRPC at each request, as Ray's dashboard reads the
-//! GCS, so it holds no state of its own.
+//! The head's HTTP server: the dashboard's pages under `/ui/`, `/metrics`
+//! in Prometheus text and a JSON API under `/api/`, every route but the
+//! login page behind the cluster token (`Authorization: Bearer TOKEN`, or
+//! the cookie that `/login` sets). It reads the cluster from the head over
+//! gRPC at each request, as Ray's dashboard reads the GCS; it keeps only
+//! the last ten minutes of node samples for the overview's charts.
 //!
 //! | route | what |
 //! |---|---|
+//! | `GET /login`, `POST /login` | the login form; a right token sets the cookie |
+//! | `GET /ui/`, `/ui/{jobs,actors,tasks,placement-groups,objects,train}` | the pages |
 //! | `GET /metrics` | gauges of nodes, resources, actors, placement groups, jobs and object stores |
+//! | `GET /api/cluster_history` | each alive node's CPU, memory and GPU use every 2 s over 10 min |
 //! | `GET /api/nodes` | every node incarnation, as `raylet list nodes --format json` |
 //! | `GET /api/jobs` | every job |
+//! | `GET /api/jobs/{id}/logs` | the end (64 KiB) of a job's output, as text |
 //! | `GET /api/actors` | every actor |
 //! | `GET /api/placement_groups` | every placement group |
 //! | `GET /api/objects` | each node's object store and its objects |
 //! | `GET /api/tasks?job=ID&limit=N` | the newest recorded task attempts (default 1,000), as `raylet list tasks --format json` |
 //! | `GET /api/tasks/summary?job=ID` | attempts per function and state, as `raylet summary tasks --format json` |
 //! | `GET /api/timeline?job=ID` | the Chrome trace that `raylet timeline` writes |
+//! | `GET /api/train` | Train runs as they publish themselves: status, workers and each report's metrics |
+//! | `GET /api/tune` | Tune experiments: status, metric and each trial's config, status and results |
 
+mod assets;
+mod auth;
+mod history;
 mod metrics;
 
 use std::future::Future;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{Query, Request, State};
+use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
-use axum::middleware::{self, Next};
-use axum::response::{IntoResponse, Json, Response};
+use axum::middleware;
+use axum::response::{IntoResponse, Json, Redirect, Response};
 use axum::routing::get;
 use raylet_proto::JobId;
 use raylet_proto::auth::AuthToken;
@@ -37,12 +47,16 @@ use crate::job::JobClient;
 
 /// How long a request waits for the head.
 const PATIENCE: Duration = Duration::from_secs(2);
+/// The most of a job's output the jobs page shows: its end.
+const LOG_TAIL_BYTES: usize = 64 << 10;
 
-/// What the handlers need: where the head is and its token.
+/// What the handlers need: where the head is, its token, and the samples
+/// of the overview's charts.
 #[derive(Clone)]
 struct Head {
     address: String,
     token: AuthToken,
+    history: history::History,
 }
 
 /// Serves the dashboard on `listener` for the head at `head` until
@@ -53,38 +67,43 @@ pub async fn run(
     token: AuthToken,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
-    let head = Head { address: head, token };
-    let app = Router::new()
+    let head = Head {
+        address: head,
+        token,
+        history: Default::default(),
+    };
+    let sampler = tokio::spawn(history::keep_sampling(
+        head.address.clone(),
+        head.token.clone(),
+        head.history.clone(),
+    ));
+    let guarded = Router::new()
+        .route("/", get(|| async { Redirect::to("/ui/") }))
+        .route("/ui/", get(assets::page))
+        .route("/ui/{page}", get(assets::page))
+        .route("/ui/assets/app.js", get(assets::script))
+        .route("/ui/assets/app.css", get(assets::style))
         .route("/metrics", get(metrics))
+        .route("/api/cluster_history", get(cluster_history))
         .route("/api/nodes", get(nodes))
         .route("/api/jobs", get(jobs))
+        .route("/api/jobs/{id}/logs", get(job_logs))
         .route("/api/actors", get(actors))
         .route("/api/placement_groups", get(placement_groups))
         .route("/api/objects", get(objects))
         .route("/api/tasks", get(tasks))
         .route("/api/tasks/summary", get(task_summary))
         .route("/api/timeline", get(timeline))
-        .route_layer(middleware::from_fn_with_state(head.clone(), require_token))
+        .route("/api/train", get(train_runs))
+        .route("/api/tune", get(tune_experiments))
+        .route_layer(middleware::from_fn_with_state(head.clone(), auth::require_token));
+    let app = Router::new()
+        .route("/login", get(auth::login_page).post(auth::log_in))
+        .merge(guarded)
         .with_state(head);
-    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
-}
-
-/// Refuses a request without `Authorization: Bearer <the cluster token>`.
-async fn require_token(State(head): State<Head>, request: Request, next: Next) -> Response {
-    let presented = request
-        .headers()
-        .get(header::AUTHORIZATION)
-        .map(|value| value.as_bytes());
-    match presented.is_some_and(|value| head.token.admits_bearer(value)) {
-        true => next.run(request).await,
-        false => (
-            StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, "Bearer")],
-            "this raylet cluster needs its token: send Authorization: Bearer <token> \
-             (the token is in <temp-dir>/session_latest/token)\n",
-        )
-            .into_response(),
-    }
+    let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
+    sampler.abort();
+    served
 }
 
 /// A failure to reach the head, as a 502 naming it.
@@ -107,6 +126,17 @@ async fn metrics(State(head): State<Head>) -> Response {
     }
 }
 
+async fn cluster_history(State(head): State<Head>) -> Response {
+    let samples: Vec<history::Sample> = head
+        .history
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .iter()
+        .cloned()
+        .collect();
+    Json(samples).into_response()
+}
+
 async fn nodes(State(head): State<Head>) -> Response {
     let status = ClusterStatus::fetch(&head.address, &head.token, PATIENCE).await;
     json(&head, status.map(|status| status.nodes))
@@ -115,6 +145,22 @@ async fn nodes(State(head): State<Head>) -> Response {
 async fn jobs(State(head): State<Head>) -> Response {
     let jobs = async { JobClient::connect(&head.address, &head.token).await?.list().await };
     json(&head, jobs.await)
+}
+
+/// The end of a job's output, as text.
+async fn job_logs(State(head): State<Head>, Path(id): Path<String>) -> Response {
+    let Ok(id) = id.parse::<JobId>() else {
+        return (StatusCode::BAD_REQUEST, format!("{id:?} is not a job id\n")).into_response();
+    };
+    let logs = async { JobClient::connect(&head.address, &head.token).await?.logs(id).await };
+    match logs.await {
+        Ok(bytes) => {
+            let tail = &bytes[bytes.len().saturating_sub(LOG_TAIL_BYTES)..];
+            let text = String::from_utf8_lossy(tail).into_owned();
+            ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response()
+        }
+        Err(e) => unreachable(&head, e),
+    }
 }
 
 async fn actors(State(head): State<Head>) -> Response {
@@ -154,4 +200,18 @@ async fn task_summary(State(head): State<Head>, Query(query): Query<TaskQuery>) 
 
 async fn timeline(State(head): State<Head>, Query(query): Query<TaskQuery>) -> Response {
     json(&head, crate::chrome_trace(&head.address, &head.token, query.job).await)
+}
+
+async fn train_runs(State(head): State<Head>) -> Response {
+    json(
+        &head,
+        crate::kv::dashboard_entries(&head.address, &head.token, "train").await,
+    )
+}
+
+async fn tune_experiments(State(head): State<Head>) -> Response {
+    json(
+        &head,
+        crate::kv::dashboard_entries(&head.address, &head.token, "tune").await,
+    )
 }

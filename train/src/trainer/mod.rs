@@ -4,6 +4,7 @@
 //! checkpoint when one fails, and returns every report and checkpoint.
 
 mod attempt;
+mod dashboard;
 mod progress;
 mod result;
 mod run_state;
@@ -19,6 +20,7 @@ use crate::checkpoint::RunDirectory;
 use crate::train_loop::{TrainLoop, registered_name};
 use crate::{RunConfig, ScalingConfig, TrainError};
 use attempt::{AttemptError, Plan};
+use dashboard::RunBoard;
 use progress::Progress;
 use run_state::RunState;
 
@@ -106,7 +108,13 @@ impl<L: TrainLoop> Trainer<L> {
             progress.line(&format!("resuming from {}", checkpoint.path().display()));
         }
         let plan = self.plan(cluster, train_loop, &state)?;
-        let failures = self.run_tries(cluster, &plan, &mut state, &progress, on_report);
+        let mut board = RunBoard::start(cluster, &self.run.name, self.scaling.num_workers);
+        let mut on_report = |report: &Report| {
+            board.report(report);
+            on_report(report)
+        };
+        let failures = self.run_tries(cluster, &plan, &mut state, &progress, &mut on_report);
+        board.finish(failures.is_ok());
         progress.finish();
         let failures = failures?;
         Ok(state.into_result(failures, started.elapsed()))

@@ -11,6 +11,7 @@ use raylet::Cluster;
 use raylet_train::{Checkpoint, Metrics, RunDirectory};
 
 use super::actor_pool::ActorPool;
+use super::dashboard::ExperimentBoard;
 use super::experiment_state::{self, ExperimentState};
 use super::progress::Progress;
 use super::trial_state::{Donor, OnStop, Trial, TrialRecord};
@@ -50,6 +51,7 @@ pub(crate) struct Controller {
     searcher_finished: bool,
     stopping: bool,
     last_saved: Instant,
+    board: ExperimentBoard,
 }
 
 impl Controller {
@@ -64,7 +66,6 @@ impl Controller {
         progress: Progress,
     ) -> Self {
         Controller {
-            plan,
             searcher,
             scheduler,
             stopper,
@@ -75,6 +76,8 @@ impl Controller {
             searcher_finished: false,
             stopping: false,
             last_saved: Instant::now(),
+            board: ExperimentBoard::new(&plan.name),
+            plan,
         }
     }
 
@@ -133,11 +136,13 @@ impl Controller {
                 self.handle(slot)?;
             }
             self.progress.update(&self.trials);
+            self.show_on_dashboard(false);
             if self.last_saved.elapsed() >= SAVE_EVERY {
                 self.save()?;
             }
         }
         self.save()?;
+        self.show_on_dashboard(true);
         self.progress.finish(&self.trials);
         Ok(())
     }
@@ -463,6 +468,13 @@ impl Controller {
 
     fn index_of(&self, id: &str) -> Option<usize> {
         self.trials.iter().position(|trial| trial.id() == id)
+    }
+
+    fn show_on_dashboard(&mut self, finished: bool) {
+        let metric = self.plan.metric.as_deref().unwrap_or("");
+        let goal = (metric, self.plan.mode);
+        self.board
+            .update(&self.cluster, &self.plan.name, goal, &self.trials, finished);
     }
 
     fn save(&mut self) -> Result<(), TuneError> {

@@ -5,6 +5,7 @@
 mod actor_pool;
 mod config;
 mod controller;
+mod dashboard;
 mod experiment_state;
 mod progress;
 mod trial_state;

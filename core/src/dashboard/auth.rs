@@ -1,0 +1,83 @@
+//! The dashboard's token check and login: API clients send the cluster
+//! token as `Authorization: Bearer TOKEN`; a browser posts it once to
+//! `/login` and then carries it in an HttpOnly, same-site cookie. Pages
+//! without the token redirect to the login page; everything else is a 401.
+
+use axum::Form;
+use axum::extract::{Request, State};
+use axum::http::{HeaderMap, StatusCode, header};
+use axum::middleware::Next;
+use axum::response::{Html, IntoResponse, Redirect, Response};
+use serde::Deserialize;
+
+use super::Head;
+use super::assets::LOGIN_PAGE;
+
+/// The cookie that carries the token in a browser.
+const COOKIE: &str = "raylet_token";
+
+/// Whether the request carries the cluster token, as a bearer token or in
+/// the login cookie.
+fn authenticated(head: &Head, headers: &HeaderMap) -> bool {
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .is_some_and(|value| head.token.admits_bearer(value.as_bytes()));
+    bearer || cookie_token(headers).is_some_and(|token| head.token.matches(token.as_bytes()))
+}
+
+/// The value of the login cookie, if the request has one.
+fn cookie_token(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get_all(header::COOKIE)
+        .iter()
+        .filter_map(|value| value.to_str().ok())
+        .flat_map(|value| value.split(';'))
+        .find_map(|pair| {
+            let (name, value) = pair.trim().split_once('=')?;
+            (name == COOKIE).then(|| value.to_string())
+        })
+}
+
+/// Lets a request with the token through; sends a browser asking for a
+/// page to the login page, and refuses anything else.
+pub(super) async fn require_token(State(head): State<Head>, request: Request, next: Next) -> Response {
+    if authenticated(&head, request.headers()) {
+        return next.run(request).await;
+    }
+    let path = request.uri().path();
+    if path == "/" || (path.starts_with("/ui") && !path.starts_with("/ui/assets/")) {
+        return Redirect::to("/login").into_response();
+    }
+    (
+        StatusCode::UNAUTHORIZED,
+        [(header::WWW_AUTHENTICATE, "Bearer")],
+        "this raylet cluster needs its token: send Authorization: Bearer <token> \
+         (the token is in <temp-dir>/session_latest/token), or log in at /login\n",
+    )
+        .into_response()
+}
+
+/// The login form.
+pub(super) async fn login_page() -> Html<String> {
+    Html(LOGIN_PAGE.replace("{{error}}", ""))
+}
+
+#[derive(Deserialize)]
+pub(super) struct LoginForm {
+    token: String,
+}
+
+/// Checks a posted token: a right one sets the cookie and goes on to the
+/// overview, a wrong one shows the form again with a message.
+pub(super) async fn log_in(State(head): State<Head>, Form(form): Form<LoginForm>) -> Response {
+    let token = form.token.trim();
+    if !head.token.matches(token.as_bytes()) {
+        let page = LOGIN_PAGE.replace(
+            "{{error}}",
+            r#"<p class="error" id="login-error">That is not this cluster's token.</p>"#,
+        );
+        return (StatusCode::UNAUTHORIZED, Html(page)).into_response();
+    }
+    let cookie = format!("{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/");
+    ([(header::SET_COOKIE, cookie)], Redirect::to("/ui/")).into_response()
+}
