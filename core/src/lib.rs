@@ -36,6 +36,7 @@ mod job;
 mod kv;
 mod memory;
 mod memory_store;
+pub mod metrics;
 mod net;
 mod node_watch;
 mod object_ref;

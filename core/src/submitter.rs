@@ -1155,6 +1155,7 @@ pub(crate) fn complete_values(core: &CoreWorker, results: Vec<v1::TaskResult>) -
             };
             core.task_events.ended(task_id, result.attempt, ending);
             core.task_events.spans(result.spans);
+            crate::metrics::absorb(result.metrics);
             Some(TaskFinished {
                 task_id,
                 outcome,

@@ -1,6 +1,7 @@
 //! What this process tells the head about tasks: the state changes of the
 //! tasks and actor calls it owns, the tasks it runs that run for a while,
-//! and the timeline spans its callees send back. Events gather in a bounded
+//! and the timeline spans its callees send back; with them, the metrics it
+//! recorded (`raylet::metrics`). Events gather in a bounded
 //! buffer that a background task sends to the head once a second, and once
 //! more when the process shuts down.
 
@@ -226,8 +227,9 @@ impl TaskEvents {
     }
 
     fn take(&self) -> Option<ReportTaskEventsRequest> {
+        let metrics = crate::metrics::take_updates();
         let mut buffer = self.buffer();
-        if buffer.tasks.is_empty() && buffer.spans.is_empty() && buffer.dropped == 0 {
+        if buffer.tasks.is_empty() && buffer.spans.is_empty() && buffer.dropped == 0 && metrics.is_empty() {
             return None;
         }
         let taken = std::mem::take(&mut *buffer);
@@ -235,6 +237,7 @@ impl TaskEvents {
             tasks: taken.tasks,
             spans: taken.spans,
             dropped: taken.dropped,
+            metrics,
         })
     }
 

@@ -22,6 +22,7 @@ mod error;
 mod metrics;
 pub mod model_sync;
 pub mod schedule;
+mod telemetry;
 mod train_loop;
 mod trainer;
 mod worker;

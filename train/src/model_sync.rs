@@ -40,13 +40,18 @@ pub fn allreduce_gradients<M: Module>(
     grads: GradientsParams,
     device: &Device,
 ) -> Result<GradientsParams, CollectiveError> {
+    crate::telemetry::step();
     let mut flatten = FlattenGrads {
         grads: &grads,
         flat: Vec::new(),
     };
-    model.visit(&mut flatten);
+    {
+        let _phase = raylet::timeline::span("copy_into_fusion_buffer", "train.allreduce");
+        model.visit(&mut flatten);
+    }
     let mut flat = flatten.flat;
     group.allreduce(&mut flat, ReduceOp::Mean)?;
+    let _phase = raylet::timeline::span("copy_out_of_fusion_buffer", "train.allreduce");
     let mut unflatten = UnflattenGrads {
         had: &grads,
         flat: &flat,

@@ -13,10 +13,11 @@ use std::time::Duration;
 
 use browser::{Browser, chromium_path};
 use raylet::{Bundle, Config, Job, PlacementStrategy};
-use raylet_train::{RunConfig, ScalingConfig, TrainContext, TrainError, TrainLoop, Trainer};
+use raylet_train::digits::{self, DigitsTraining};
+use raylet_train::{RunConfig, ScalingConfig, Trainer};
 use raylet_tune::search::{SearchSpace, grid};
 use raylet_tune::{Metrics, Mode, TrainableResult, TrialConfig, TrialContext, TuneConfig, Tuner, register_trainable};
-use serde::{Deserialize, Serialize};
+use serde_json::Value;
 
 const JOB_LINE: &str = "the dashboard job says hello";
 
@@ -38,22 +39,6 @@ impl Greeter {
 
     pub fn greet(&self, name: String) -> String {
         format!("{} {name}", self.greeting)
-    }
-}
-
-/// A train loop whose loss falls by half at each of its 6 reports.
-#[derive(Clone, Serialize, Deserialize)]
-pub struct Halving;
-
-raylet_train::register_train_loop!(Halving);
-
-impl TrainLoop for Halving {
-    fn run(self, context: &mut TrainContext) -> Result<(), TrainError> {
-        for step in 0..6 {
-            let loss = 1.0 / 2f64.powi(step);
-            context.report(Metrics::new().with("loss", loss).with("step", step), None)?;
-        }
-        Ok(())
     }
 }
 
@@ -88,7 +73,11 @@ fn dashboard_pages_render_in_chromium() {
         return;
     };
     let temp = tempfile::tempdir().unwrap();
-    let config = Config::new().num_cpus(4.0).temp_dir(temp.path()).dashboard_port(0);
+    let config = Config::new()
+        .num_cpus(4.0)
+        .temp_dir(temp.path())
+        .dashboard_port(0)
+        .timeline(true);
     let cluster = raylet::init_with(config).unwrap();
     let dashboard = format!("http://{}", cluster.dashboard_address().unwrap());
 
@@ -112,16 +101,27 @@ fn dashboard_pages_render_in_chromium() {
 
     let storage = tempfile::tempdir().unwrap();
     let run = RunConfig {
-        name: "halving".into(),
+        name: "digits-on-the-dashboard".into(),
         storage_path: storage.path().to_path_buf(),
         verbose: false,
         ..RunConfig::default()
     };
     let scaling = ScalingConfig {
-        num_workers: 1,
+        num_workers: 2,
         ..ScalingConfig::default()
     };
-    Trainer::new(Halving).scaling(scaling).run_config(run).fit().unwrap();
+    let data = digits::load(0.2, 0);
+    let training = DigitsTraining {
+        epochs: 2,
+        ..DigitsTraining::default()
+    };
+    Trainer::new(training)
+        .scaling(scaling)
+        .run_config(run)
+        .dataset("train", data.train)
+        .dataset("test", data.test)
+        .fit()
+        .unwrap();
     let tune_run = raylet_tune::RunConfig {
         name: "linear-search".into(),
         storage_path: storage.path().to_path_buf(),
@@ -171,7 +171,11 @@ fn dashboard_pages_render_in_chromium() {
         ("objects", vec![block.id().to_string()], "#stores .bar"),
         (
             "train",
-            vec!["halving".into(), "linear-search".into(), "trial_".into()],
+            vec![
+                "digits-on-the-dashboard".into(),
+                "linear-search".into(),
+                "trial_".into(),
+            ],
             "#train-curves svg polyline.series",
         ),
     ];
@@ -205,6 +209,52 @@ fn dashboard_pages_render_in_chromium() {
         "the browser saw errors: {:#?}",
         browser.errors
     );
+    let metrics = browser_fetch(&mut browser, "/metrics");
+    check_train_and_tune_telemetry(&metrics, &mut browser, &cluster);
     std::io::stdout().flush().unwrap();
     cluster.shutdown().unwrap();
+}
+
+/// The text of an API route, fetched by the logged-in page.
+fn browser_fetch(browser: &mut Browser, path: &str) -> String {
+    let fetch = format!("fetch({path:?}).then((r) => r.text())");
+    browser.eval(&fetch).as_str().unwrap().to_string()
+}
+
+/// `/metrics` has Train's step and allreduce times (the digits model's
+/// gradients are small enough for the mesh algorithm) and Tune's trials by
+/// state; the job's timeline has each gradient allreduce's phases.
+fn check_train_and_tune_telemetry(metrics: &str, browser: &mut Browser, cluster: &raylet::Cluster) {
+    let sample = |series: &str| -> f64 {
+        let line = metrics.lines().find(|line| line.starts_with(series));
+        let value = line
+            .and_then(|line| line.rsplit(' ').next())
+            .and_then(|v| v.parse().ok());
+        value.unwrap_or_else(|| panic!("/metrics has no {series}:\n{metrics}"))
+    };
+    assert!(sample("raylet_train_step_seconds_count") > 10.0, "two epochs of steps");
+    assert!(sample("raylet_train_allreduce_seconds_count{algorithm=\"mesh\"}") > 10.0);
+    assert_eq!(
+        sample("raylet_tune_trials{experiment=\"linear-search\",state=\"TERMINATED\"}"),
+        3.0
+    );
+    assert_eq!(
+        sample("raylet_tune_trials{experiment=\"linear-search\",state=\"RUNNING\"}"),
+        0.0
+    );
+    let trace: Value = serde_json::from_str(&browser_fetch(
+        browser,
+        &format!("/api/timeline?job={}", cluster.job_id()),
+    ))
+    .unwrap();
+    let names: Vec<&str> = trace["traceEvents"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|event| event["cat"] == "train.allreduce")
+        .filter_map(|event| event["name"].as_str())
+        .collect();
+    for phase in ["copy_into_fusion_buffer", "allreduce", "copy_out_of_fusion_buffer"] {
+        assert!(names.contains(&phase), "the timeline has no {phase} span: {names:?}");
+    }
 }

@@ -76,6 +76,7 @@ pub(crate) async fn run_task(
         start_unix_micros,
         spans,
         attempt: spec.attempt,
+        metrics: crate::metrics::take_updates(),
     }
 }
 

@@ -9,6 +9,7 @@ pub mod jobs;
 pub mod kv;
 mod node_table;
 pub mod placement_groups;
+mod pushed_metrics;
 mod service;
 pub mod state_store;
 pub mod tasks;

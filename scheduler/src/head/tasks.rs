@@ -1,6 +1,7 @@
 //! The head's record of tasks: it merges the events that owners and workers
-//! report into one record per task attempt, keeps the timeline's spans, and
-//! counts tasks by state and their scheduling latency for `/metrics`. All
+//! report into one record per task attempt, keeps the timeline's spans,
+//! counts tasks by state and their scheduling latency for `/metrics`, and
+//! takes the metrics that came with the reports. All
 //! of it lives in memory, up to a bound; the oldest finished records go
 //! first.
 
@@ -15,6 +16,8 @@ use raylet_proto::v1::{
     Span, TaskEvent, TaskRecord, TaskState,
 };
 use tonic::{Request, Response, Status};
+
+use super::pushed_metrics::PushedMetrics;
 
 /// Most task attempts the head keeps (Ray keeps 100,000 too).
 pub const MAX_TASK_RECORDS: usize = 100_000;
@@ -56,6 +59,7 @@ type AttemptKey = (Vec<u8>, u32);
 /// Every recorded task attempt and span.
 #[derive(Default)]
 pub struct TaskTable {
+    metrics: PushedMetrics,
     records: HashMap<AttemptKey, TaskRecord>,
     /// Attempts in the order they were first seen: eviction goes from the front.
     arrival: VecDeque<AttemptKey>,
@@ -72,6 +76,9 @@ impl TaskTable {
         }
         for event in batch.tasks {
             self.apply(event);
+        }
+        for update in batch.metrics {
+            self.metrics.apply(update);
         }
         for span in batch.spans {
             if self.spans.len() >= MAX_SPANS {

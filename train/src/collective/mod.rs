@@ -144,21 +144,37 @@ impl CollectiveGroup {
 
     /// Reduces `values` over every rank, in place; every rank passes as many.
     pub fn allreduce<T: Element>(&mut self, values: &mut [T], op: ReduceOp) -> Result<(), CollectiveError> {
-        let (world, small) = (self.world, std::mem::size_of_val(values) <= self.options.small_bytes);
-        self.call::<T, _>(|call| {
+        let bytes = std::mem::size_of_val(values);
+        let (world, small) = (self.world, bytes <= self.options.small_bytes);
+        let algorithm = match (world, small) {
+            (1, _) => "local",
+            (_, true) => "mesh",
+            (_, false) => "ring",
+        };
+        let started = std::time::Instant::now();
+        let _span = raylet::timeline::span("allreduce", "train.allreduce")
+            .arg("bytes", bytes)
+            .arg("algorithm", algorithm);
+        let done = self.call::<T, _>(|call| {
             match (world, small) {
                 (1, _) => {}
                 (_, true) => call.mesh_allreduce(values, op)?,
                 (_, false) => {
-                    call.ring_reduce_scatter(values, op)?;
+                    {
+                        let _phase = raylet::timeline::span("reduce_scatter", "train.allreduce");
+                        call.ring_reduce_scatter(values, op)?;
+                    }
                     let own = segment_range(values.len(), world, call.rank);
                     finish(&mut values[own], op, world);
+                    let _phase = raylet::timeline::span("allgather", "train.allreduce");
                     return call.ring_allgather(values);
                 }
             }
             finish(values, op, world);
             Ok(())
-        })
+        });
+        crate::telemetry::allreduce(algorithm, started.elapsed());
+        done
     }
 
     /// Reduces many buffers over every rank, in place, packed into as few

@@ -1,17 +1,35 @@
 //! What an experiment shows on the dashboard's Train & Tune page: its
 //! status and metric, and each trial's config, status, latest result and
 //! history, published to the head at most once a second and when the
-//! experiment ends. The dashboard is a view: a failed publish is logged and
-//! the experiment goes on.
+//! experiment ends; with it, the `raylet_tune_trials{experiment,state}`
+//! gauge of `/metrics`. The dashboard is a view: a failed publish is logged
+//! and the experiment goes on.
 
+use std::sync::LazyLock;
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use raylet::Cluster;
+use raylet::metrics::Gauge;
 use raylet_train::Metrics;
 use serde::Serialize;
 
 use super::trial_state::Trial;
-use crate::{Mode, TrialConfig};
+use crate::{Mode, TrialConfig, TrialStatus};
+
+static TRIALS: LazyLock<Gauge> = LazyLock::new(|| {
+    Gauge::new(
+        "raylet_tune_trials",
+        "Trials of each running or finished experiment, by state",
+        &["experiment", "state"],
+    )
+});
+const STATES: [TrialStatus; 5] = [
+    TrialStatus::Pending,
+    TrialStatus::Running,
+    TrialStatus::Paused,
+    TrialStatus::Terminated,
+    TrialStatus::Error,
+];
 
 /// The shortest time between two publishes of a running experiment.
 const PUBLISH_PERIOD: Duration = Duration::from_secs(1);
@@ -88,6 +106,10 @@ impl ExperimentBoard {
             updated_ms,
             trials: trials.iter().map(trial_entry).collect(),
         };
+        for state in STATES {
+            let count = trials.iter().filter(|trial| trial.status() == state).count();
+            TRIALS.set(&[name, &state.to_string()], count as f64);
+        }
         if let Err(error) = cluster.publish_to_dashboard("tune", &self.id, &entry) {
             tracing::debug!(%error, experiment = name, "the experiment could not be shown on the dashboard");
         }

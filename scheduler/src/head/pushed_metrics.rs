@@ -1,0 +1,137 @@
+//! The metrics that processes record with `raylet::metrics` and report to
+//! the head: each is registered in the head process's Prometheus registry
+//! on first sight, so the head's `/metrics` exports it. A report that does
+//! not fit the metric as first seen (another kind or other labels), or
+//! whose name is taken, is dropped with a warning.
+
+use std::collections::HashMap;
+
+use prometheus::core::Collector;
+use prometheus::{CounterVec, GaugeVec, HistogramOpts, HistogramVec, Opts};
+use raylet_proto::metrics::registry;
+use raylet_proto::v1::{MetricKind, MetricUpdate};
+
+/// A reported metric as registered here.
+enum Family {
+    Counter(CounterVec),
+    Gauge(GaugeVec),
+    Histogram(HistogramVec),
+}
+
+/// The reported metrics the head exports, by name.
+#[derive(Default)]
+pub struct PushedMetrics {
+    families: HashMap<String, (Family, Vec<String>)>,
+}
+
+impl PushedMetrics {
+    pub fn apply(&mut self, update: MetricUpdate) {
+        let labels: Vec<&str> = update.label_values.iter().map(String::as_str).collect();
+        let Some((family, names)) = self.family(&update) else {
+            return;
+        };
+        if *names != update.label_names {
+            tracing::warn!(metric = update.name, "a reported metric changed its labels; dropped");
+            return;
+        }
+        match family {
+            Family::Counter(counter) => counter.with_label_values(&labels).inc_by(update.value.max(0.0)),
+            Family::Gauge(gauge) => gauge.with_label_values(&labels).set(update.value),
+            Family::Histogram(histogram) => {
+                let series = histogram.with_label_values(&labels);
+                for value in update.observations {
+                    series.observe(value);
+                }
+            }
+        }
+    }
+
+    /// The family of `update`'s metric, registered now if it is new.
+    fn family(&mut self, update: &MetricUpdate) -> Option<&(Family, Vec<String>)> {
+        if !self.families.contains_key(&update.name) {
+            let family = register(update)
+                .inspect_err(|error| tracing::warn!(metric = update.name, %error, "a reported metric was refused"))
+                .ok()?;
+            self.families
+                .insert(update.name.clone(), (family, update.label_names.clone()));
+        }
+        let entry = self.families.get(&update.name)?;
+        let same_kind = matches!(
+            (&entry.0, update.kind()),
+            (Family::Counter(_), MetricKind::Counter)
+                | (Family::Gauge(_), MetricKind::Gauge)
+                | (Family::Histogram(_), MetricKind::Histogram)
+        );
+        same_kind.then_some(entry)
+    }
+}
+
+fn register(update: &MetricUpdate) -> prometheus::Result<Family> {
+    let labels: Vec<&str> = update.label_names.iter().map(String::as_str).collect();
+    let help = match update.help.is_empty() {
+        true => update.name.clone(),
+        false => update.help.clone(),
+    };
+    let (family, collector): (Family, Box<dyn Collector>) = match update.kind() {
+        MetricKind::Counter => {
+            let counter = CounterVec::new(Opts::new(&update.name, help), &labels)?;
+            (Family::Counter(counter.clone()), Box::new(counter))
+        }
+        MetricKind::Gauge => {
+            let gauge = GaugeVec::new(Opts::new(&update.name, help), &labels)?;
+            (Family::Gauge(gauge.clone()), Box::new(gauge))
+        }
+        MetricKind::Histogram => {
+            let opts = HistogramOpts::new(&update.name, help).buckets(update.buckets.clone());
+            let histogram = HistogramVec::new(opts, &labels)?;
+            (Family::Histogram(histogram.clone()), Box::new(histogram))
+        }
+    };
+    registry().register(collector)?;
+    Ok(family)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn update(name: &str, kind: MetricKind, labels: &[&str], value: f64) -> MetricUpdate {
+        MetricUpdate {
+            name: name.into(),
+            kind: kind as i32,
+            label_names: vec!["run".into()],
+            label_values: labels.iter().map(|l| l.to_string()).collect(),
+            value,
+            observations: vec![value],
+            buckets: vec![0.1, 1.0],
+            ..MetricUpdate::default()
+        }
+    }
+
+    #[test]
+    fn reports_add_up_and_a_mismatched_report_is_dropped() {
+        let mut metrics = PushedMetrics::default();
+        metrics.apply(update("test_pushed_total", MetricKind::Counter, &["a"], 2.0));
+        metrics.apply(update("test_pushed_total", MetricKind::Counter, &["a"], 3.0));
+        metrics.apply(update("test_pushed_total", MetricKind::Gauge, &["a"], 100.0));
+        metrics.apply(update("test_pushed_seconds", MetricKind::Histogram, &["a"], 0.5));
+        metrics.apply(update("test_pushed_seconds", MetricKind::Histogram, &["a"], 0.05));
+        let text = raylet_proto::metrics::encode_text();
+        assert!(text.contains("test_pushed_total{run=\"a\"} 5"), "{text}");
+        assert!(text.contains("test_pushed_seconds_count{run=\"a\"} 2"), "{text}");
+        assert!(
+            text.contains("test_pushed_seconds_bucket{run=\"a\",le=\"0.1\"} 1"),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_name_the_head_uses_itself_is_refused() {
+        let own = raylet_proto::metrics::counter("test_head_own_total", "the head's own", &["run"]);
+        own.with_label_values(&["x"]).inc();
+        let mut metrics = PushedMetrics::default();
+        metrics.apply(update("test_head_own_total", MetricKind::Counter, &["x"], 5.0));
+        assert!(metrics.families.is_empty());
+        assert_eq!(own.with_label_values(&["x"]).get(), 1);
+    }
+}
