@@ -159,4 +159,33 @@ fn the_heads_http_routes_need_the_token_and_metrics_follow_the_cluster() {
         total(s, "raylet_lease_requests_infeasible") >= 1.0
     });
     assert_eq!(cluster.get_all(&naps).unwrap(), vec![3_000; 3]);
+    every_node_serves_its_metrics(&dashboard, &token);
+}
+
+/// The head lists both nodes' `/metrics` for Prometheus; the joined node's
+/// needs the token and has its lease replies and gRPC latencies, and with
+/// the head's they count every lease the naps took.
+fn every_node_serves_its_metrics(dashboard: &str, token: &str) {
+    let (status, targets) = get(dashboard, "/api/prometheus_targets", Some(token));
+    assert_eq!(status, 200, "{targets}");
+    let targets: Value = serde_json::from_str(&targets).unwrap();
+    let targets = targets.as_array().unwrap();
+    assert_eq!(targets.len(), 2, "{targets:?}");
+    let node = targets.iter().find(|t| t["labels"]["is_head_node"] == "false").unwrap();
+    let head = targets.iter().find(|t| t["labels"]["is_head_node"] == "true").unwrap();
+    assert_eq!(head["targets"][0], dashboard, "the head's metrics are its dashboard's");
+    let node = node["targets"][0].as_str().unwrap();
+    assert_eq!(get(node, "/metrics", None).0, 401);
+    assert_eq!(get(node, "/metrics", Some("wrong")).0, 401);
+    let on_node = metrics(node, token);
+    let lease_sessions =
+        r#"raylet_grpc_server_handling_seconds_count{method="raylet.v1.NodeManagerService/LeaseSession"}"#;
+    assert!(
+        on_node.get(lease_sessions).is_some_and(|count| *count >= 1.0),
+        "{on_node:#?}"
+    );
+    let granted = r#"raylet_node_lease_replies_total{outcome="granted"}"#;
+    let on_head = metrics(dashboard, token);
+    let both = on_node.get(granted).unwrap_or(&0.0) + on_head.get(granted).unwrap_or(&0.0);
+    assert!(both >= 3.0, "the three naps' leases at least: {both}");
 }

@@ -11,6 +11,15 @@ use raylet_proto::{IdMap, ObjectId};
 use crate::error::{Result, StoreError};
 use crate::segment::Segment;
 
+/// Bytes this process's stores wrote to disk and read back from it.
+static SPILL_BYTES: std::sync::LazyLock<prometheus::IntCounterVec> = std::sync::LazyLock::new(|| {
+    raylet_proto::metrics::counter(
+        "raylet_object_store_disk_bytes_total",
+        "Bytes of objects spilled to disk, and restored from it, by this node's store",
+        &["direction"],
+    )
+});
+
 /// Settings of one node's store.
 #[derive(Clone, Debug)]
 pub struct StoreConfig {
@@ -501,6 +510,7 @@ impl ObjectStore {
         self.lru.remove(&entry.last_used);
         self.used -= entry.size;
         self.spilled += entry.size;
+        SPILL_BYTES.with_label_values(&["spilled"]).inc_by(entry.size);
         tracing::debug!(object = %id, size = entry.size, "spilled");
         Ok(())
     }
@@ -520,6 +530,7 @@ impl ObjectStore {
         entry.state = State::InMemory(segment);
         self.spilled -= size;
         self.used += size;
+        SPILL_BYTES.with_label_values(&["restored"]).inc_by(size);
         Ok(())
     }
 
@@ -625,6 +636,8 @@ mod tests {
     #[test]
     fn objects_past_the_high_water_mark_spill_and_restore_on_get() {
         let (mut store, dir) = store(10 * MIB, 100 * MIB);
+        let disk_bytes = |direction: &str| SPILL_BYTES.with_label_values(&[direction]).get();
+        let (spilled_before, restored_before) = (disk_bytes("spilled"), disk_bytes("restored"));
         let session = store.open_session("owner:1", None);
         let ids: Vec<ObjectId> = (0..20).map(|i| put(&mut store, session, i, MIB).unwrap()).collect();
         let usage = store.usage();
@@ -637,6 +650,14 @@ mod tests {
         for (i, id) in ids.iter().enumerate() {
             assert!(read(&mut store, session, *id).iter().all(|b| *b == i as u8));
         }
+        assert!(
+            disk_bytes("spilled") - spilled_before >= 12 * MIB,
+            "the metric counts spills"
+        );
+        assert!(
+            disk_bytes("restored") - restored_before >= 12 * MIB,
+            "the metric counts restores"
+        );
         store.delete(&ids);
         assert_eq!((store.usage().used, store.usage().spilled), (0, 0));
         assert_eq!(std::fs::read_dir(dir.path().join("spill")).unwrap().count(), 0);

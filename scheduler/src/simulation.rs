@@ -134,6 +134,7 @@ fn virtual_nodes(size: &SimulationSize) -> NodeTable {
             is_head_node: i == 0,
             total,
             labels,
+            metrics_address: None,
         };
         table.register(registration, now);
     }

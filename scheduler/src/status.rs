@@ -82,6 +82,8 @@ pub struct NodeStatus {
     pub total: ResourceSet,
     pub available: ResourceSet,
     pub labels: Labels,
+    /// Where the node serves Prometheus `/metrics`, if it does.
+    pub metrics_address: Option<String>,
     pub stats: NodeStats,
     /// Lease requests waiting for room there, and those refused lately
     /// because no node could ever fit them.
@@ -208,6 +210,7 @@ impl NodeStatus {
             total: ResourceSet::from_proto(&node.total.unwrap_or_default())?,
             available: ResourceSet::from_proto(&node.available.unwrap_or_default())?,
             labels: labels_from_proto(&node.labels)?,
+            metrics_address: (!node.metrics_address.is_empty()).then_some(node.metrics_address),
             demands: node
                 .demands
                 .iter()
@@ -242,6 +245,7 @@ impl NodeStatus {
             death_reason: self.death_reason.clone().unwrap_or_default(),
             labels: labels_to_proto(&self.labels),
             demands: self.demands.iter().map(ResourceDemand::to_proto).collect(),
+            metrics_address: self.metrics_address.clone().unwrap_or_default(),
         }
     }
 }

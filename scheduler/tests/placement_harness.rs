@@ -147,6 +147,7 @@ impl Harness {
             is_head_node: false,
             total: total.clone(),
             labels,
+            metrics_address: None,
         };
         let incarnation = self.table.lock().unwrap().register(registration, self.clock);
         self.nodes

@@ -8,6 +8,7 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Redirect, Response};
+use raylet_proto::auth::AuthToken;
 use serde::Deserialize;
 
 use super::Head;
@@ -80,4 +81,19 @@ pub(super) async fn log_in(State(head): State<Head>, Form(form): Form<LoginForm>
     }
     let cookie = format!("{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/");
     ([(header::SET_COOKIE, cookie)], Redirect::to("/ui/")).into_response()
+}
+
+/// Lets a request with `Authorization: Bearer <token>` through (a node's
+/// `/metrics`, which has no pages and no login).
+pub(super) async fn require_bearer(State(token): State<AuthToken>, request: Request, next: Next) -> Response {
+    let bearer = request.headers().get(header::AUTHORIZATION);
+    match bearer.is_some_and(|value| token.admits_bearer(value.as_bytes())) {
+        true => next.run(request).await,
+        false => (
+            StatusCode::UNAUTHORIZED,
+            [(header::WWW_AUTHENTICATE, "Bearer")],
+            "this raylet node needs the cluster token: send Authorization: Bearer <token>\n",
+        )
+            .into_response(),
+    }
 }

@@ -22,6 +22,10 @@
 //! | `GET /api/timeline?job=ID` | the Chrome trace that `raylet timeline` writes |
 //! | `GET /api/train` | Train runs as they publish themselves: status, workers and each report's metrics |
 //! | `GET /api/tune` | Tune experiments: status, metric and each trial's config, status and results |
+//! | `GET /api/prometheus_targets` | every alive node's `/metrics`, in Prometheus's HTTP service discovery format |
+//!
+//! A joining node serves only `/metrics`, its own process's metrics, from
+//! [`serve_node_metrics`].
 
 mod assets;
 mod auth;
@@ -96,6 +100,7 @@ pub async fn run(
         .route("/api/timeline", get(timeline))
         .route("/api/train", get(train_runs))
         .route("/api/tune", get(tune_experiments))
+        .route("/api/prometheus_targets", get(prometheus_targets))
         .route_layer(middleware::from_fn_with_state(head.clone(), auth::require_token));
     let app = Router::new()
         .route("/login", get(auth::login_page).post(auth::log_in))
@@ -214,4 +219,40 @@ async fn tune_experiments(State(head): State<Head>) -> Response {
         &head,
         crate::kv::dashboard_entries(&head.address, &head.token, "tune").await,
     )
+}
+
+/// Every alive node's `/metrics` as Prometheus's `http_sd_configs` reads it.
+async fn prometheus_targets(State(head): State<Head>) -> Response {
+    let status = ClusterStatus::fetch(&head.address, &head.token, PATIENCE).await;
+    let targets = status.map(|status| {
+        let alive = status.alive().filter_map(|node| {
+            let address = node.metrics_address.clone()?;
+            let labels = serde_json::json!({
+                "node_id": node.node_id.to_string(),
+                "hostname": node.hostname,
+                "is_head_node": node.is_head_node.to_string(),
+            });
+            Some(serde_json::json!({"targets": [address], "labels": labels}))
+        });
+        alive.collect::<Vec<_>>()
+    });
+    json(&head, targets)
+}
+
+/// Serves a joining node's `/metrics` (its process's registry: leases,
+/// object store disk traffic, RPC latencies) on `listener`, behind the
+/// cluster token, until `shutdown` resolves.
+pub async fn serve_node_metrics(
+    listener: TcpListener,
+    token: AuthToken,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let text = || async {
+        let text = raylet_proto::metrics::encode_text();
+        ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
+    };
+    let app = Router::new()
+        .route("/metrics", get(text))
+        .route_layer(middleware::from_fn_with_state(token, auth::require_bearer));
+    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
 }

@@ -30,6 +30,8 @@ pub struct Registration {
     pub is_head_node: bool,
     pub total: ResourceSet,
     pub labels: Labels,
+    /// Where its `/metrics` is served, if anywhere.
+    pub metrics_address: Option<String>,
 }
 
 /// What a node manager reports in each heartbeat.
@@ -144,6 +146,7 @@ impl NodeTable {
             available: registration.total.clone(),
             total: registration.total,
             labels: registration.labels,
+            metrics_address: registration.metrics_address,
             stats: NodeStats::default(),
             demands: Vec::new(),
             registered_unix_ms: wall,
@@ -374,6 +377,7 @@ mod tests {
             is_head_node: false,
             total: ResourceSet::new().with(CPU, Amount::whole(4)),
             labels: Labels::new(),
+            metrics_address: None,
         }
     }
 

@@ -130,6 +130,10 @@ fn decode_registration(request: RegisterNodeRequest) -> Result<Registration> {
         is_head_node: request.is_head_node,
         total: ResourceSet::from_proto(&request.total.unwrap_or_default())?,
         labels: labels_from_proto(&request.labels)?,
+        metrics_address: match request.metrics_address.is_empty() {
+            true => None,
+            false => Some(bounded_text("metrics_address", request.metrics_address)?),
+        },
     })
 }
 

@@ -30,6 +30,7 @@ pub(crate) async fn register(head: &mut HeadClient, shared: &NodeShared) -> Resu
         is_head_node: config.is_head_node,
         total: Some(config.resources.to_proto()),
         labels: labels_to_proto(&config.labels),
+        metrics_address: config.metrics_address.clone().unwrap_or_default(),
     };
     let incarnation = head.register_node(request).await?.into_inner().incarnation;
     shared.incarnation.store(incarnation, Ordering::Release);

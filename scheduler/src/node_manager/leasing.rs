@@ -730,6 +730,7 @@ impl LeaseManager {
                         }
                     }
                     Decision::Spill(address) => {
+                        LEASE_REPLIES.with_label_values(&["spilled_back"]).inc();
                         let event = EventKind::Spillback(LeaseSpillback {
                             request_id: pending.request_id,
                             node_address: address,
@@ -960,7 +961,17 @@ fn cluster_of(context: &WorkerContext, total: &ResourceSet, others: Vec<NodeView
     (cluster, local)
 }
 
+/// Lease requests this process's node manager answered, by how.
+static LEASE_REPLIES: std::sync::LazyLock<prometheus::IntCounterVec> = std::sync::LazyLock::new(|| {
+    raylet_proto::metrics::counter(
+        "raylet_node_lease_replies_total",
+        "Lease requests this node answered: granted, refused or spilled back to another node",
+        &["outcome"],
+    )
+});
+
 fn granted(request_id: u64, worker_id: WorkerId, worker: &Worker, address: &str, node: &WorkerContext) -> EventKind {
+    LEASE_REPLIES.with_label_values(&["granted"]).inc();
     EventKind::Granted(LeaseGranted {
         request_id,
         worker_id: worker_id.as_bytes().to_vec(),
@@ -972,6 +983,7 @@ fn granted(request_id: u64, worker_id: WorkerId, worker: &Worker, address: &str,
 }
 
 fn refused_event(request_id: u64, kind: LeaseRefusalKind, reason: &str) -> EventKind {
+    LEASE_REPLIES.with_label_values(&["refused"]).inc();
     EventKind::Refused(LeaseRefused {
         request_id,
         reason: reason.to_string(),

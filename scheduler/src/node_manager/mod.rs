@@ -54,6 +54,8 @@ pub struct NodeConfig {
     pub resources: ResourceSet,
     /// Labels that label selectors match, from `--labels k=v,..`.
     pub labels: Labels,
+    /// Where this node's `/metrics` is served, told to the head.
+    pub metrics_address: Option<String>,
     pub is_head_node: bool,
     pub heartbeat_interval: Duration,
     /// How long to keep retrying an unreachable head before giving up.
@@ -87,6 +89,7 @@ impl NodeConfig {
             node_id: NodeId::random(),
             resources,
             labels: Labels::new(),
+            metrics_address: None,
             is_head_node: false,
             heartbeat_interval: Self::DEFAULT_HEARTBEAT_INTERVAL,
             connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
@@ -96,6 +99,11 @@ impl NodeConfig {
             memory_monitor: MemoryMonitorConfig::default(),
             work_root: std::env::temp_dir().join("raylet-work"),
         }
+    }
+
+    pub fn metrics_address(mut self, address: impl Into<String>) -> Self {
+        self.metrics_address = Some(address.into());
+        self
     }
 
     pub fn labels(mut self, labels: Labels) -> Self {

@@ -241,6 +241,12 @@ pub struct StartArgs {
     /// <session>/dashboard_address. A port in use is reported and skipped.
     #[arg(long, default_value_t = 8265, value_name = "PORT")]
     pub dashboard_port: u16,
+    /// Port of a joining node's Prometheus `/metrics` (its lease, object
+    /// store, RPC and worker metrics), on its IP; 0 picks a free one. The
+    /// head lists every node's at /api/prometheus_targets. A head serves
+    /// its own on --dashboard-port.
+    #[arg(long, default_value_t = 0, value_name = "PORT")]
+    pub metrics_port: u16,
     /// IP address to bind to and advertise [default: 127.0.0.1, or for a
     /// joining node the local address that routes to the head].
     #[arg(long, value_name = "IP")]

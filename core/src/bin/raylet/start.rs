@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::io::ErrorKind;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
+use std::pin::Pin;
 
 use anyhow::{Context, bail};
 use raylet::session::{ProcessRecord, ProcessRole, Session};
@@ -133,9 +134,12 @@ async fn run_head(args: &StartArgs, resources: ResourceSet, session: &Session) -
     let head_task = tokio::spawn(head::run(head_config, listener, async {
         let _ = head_stopped.await;
     }));
-    let stop_dashboard = start_dashboard(args, session, ip, &head_address, &token).await?;
+    let (stop_dashboard, dashboard) = start_dashboard(args, session, ip, &head_address, &token).await?;
     let node_listener = bind(SocketAddr::new(ip, 0)).await?;
     let mut node_config = args.node_config(&head_address, token, resources, session.dir());
+    if let Some(dashboard) = dashboard {
+        node_config = node_config.metrics_address(dashboard);
+    }
     if let Some(node_id) = dead_head_node {
         node_config = node_config.node_id(node_id);
     }
@@ -147,41 +151,73 @@ async fn run_head(args: &StartArgs, resources: ResourceSet, session: &Session) -
     Ok(())
 }
 
+/// An HTTP server of this process: what stops it, and its address (none
+/// when its port was taken).
+type HttpServer = (tokio::sync::oneshot::Sender<()>, Option<String>);
+
+/// Binds `ip:port` for the HTTP server `what` and runs `serve` on it until
+/// the returned sender fires; a port in use is logged and skipped.
+async fn start_http<F>(
+    what: &str,
+    ip: IpAddr,
+    port: u16,
+    serve: impl FnOnce(TcpListener, Pin<Box<dyn Future<Output = ()> + Send>>) -> F,
+) -> anyhow::Result<HttpServer>
+where
+    F: Future<Output = std::io::Result<()>> + Send + 'static,
+{
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let listener = match TcpListener::bind(SocketAddr::new(ip, port)).await {
+        Ok(listener) => listener,
+        Err(error) => {
+            tracing::warn!(port, "no {what}: binding its port failed: {error}");
+            return Ok((stop, None));
+        }
+    };
+    let address = listener.local_addr()?.to_string();
+    tracing::info!(%address, "{what} listening");
+    let served = serve(
+        listener,
+        Box::pin(async {
+            let _ = stopped.await;
+        }),
+    );
+    let what = what.to_string();
+    tokio::spawn(async move {
+        if let Err(error) = served.await {
+            tracing::error!("the {what} stopped: {error}");
+        }
+    });
+    Ok((stop, Some(address)))
+}
+
 /// Starts the head's HTTP server on `ip` and --dashboard-port, recording
-/// its address; a port in use is logged and the head goes on without it.
-/// Returns what stops it.
+/// its address in the session.
 async fn start_dashboard(
     args: &StartArgs,
     session: &Session,
     ip: IpAddr,
     head_address: &str,
     token: &AuthToken,
-) -> anyhow::Result<tokio::sync::oneshot::Sender<()>> {
-    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
-    let listener = match TcpListener::bind(SocketAddr::new(ip, args.dashboard_port)).await {
-        Ok(listener) => listener,
-        Err(error) => {
-            tracing::warn!(
-                port = args.dashboard_port,
-                "no dashboard: binding its port failed: {error}"
-            );
-            return Ok(stop);
-        }
-    };
-    let address = listener.local_addr()?.to_string();
-    session.write_dashboard_address(&address)?;
-    tracing::info!(%address, "dashboard listening");
-    let shutdown = async {
-        let _ = stopped.await;
-    };
-    let head = head_address.to_string();
+) -> anyhow::Result<HttpServer> {
+    let (head, token) = (head_address.to_string(), token.clone());
+    let server = start_http("dashboard", ip, args.dashboard_port, |listener, shutdown| {
+        raylet::dashboard::run(listener, head, token, shutdown)
+    })
+    .await?;
+    if let Some(address) = &server.1 {
+        session.write_dashboard_address(address)?;
+    }
+    Ok(server)
+}
+
+/// Serves a joining node's `/metrics` on `ip` and --metrics-port.
+async fn start_node_metrics(args: &StartArgs, ip: IpAddr, token: &AuthToken) -> anyhow::Result<HttpServer> {
     let token = token.clone();
-    tokio::spawn(async move {
-        if let Err(error) = raylet::dashboard::run(listener, head, token, shutdown).await {
-            tracing::error!("the dashboard stopped: {error}");
-        }
-    });
-    Ok(stop)
+    start_http("/metrics endpoint", ip, args.metrics_port, |listener, shutdown| {
+        raylet::dashboard::serve_node_metrics(listener, token, shutdown)
+    })
+    .await
 }
 
 /// Before a head recovers its session: fails while the session's head still
@@ -229,12 +265,18 @@ async fn run_node(args: &StartArgs, resources: ResourceSet, session: &Session) -
         None => raylet::local_ip_towards(&head_address)?,
     };
     let listener = bind(SocketAddr::new(ip, 0)).await?;
-    let node_config = args.node_config(&head_address, token, resources, session.dir());
+    let (stop_metrics, metrics) = start_node_metrics(args, ip, &token).await?;
+    let mut node_config = args.node_config(&head_address, token, resources, session.dir());
+    if let Some(metrics) = metrics {
+        node_config = node_config.metrics_address(metrics);
+    }
     let node = NodeManager::start(node_config, listener)
         .await
         .with_context(|| format!("joining the cluster at {head_address}"))?;
     let address = node.address().to_string();
-    serve_until_signal(args, session, ProcessRole::Node, &address, node).await
+    let served = serve_until_signal(args, session, ProcessRole::Node, &address, node).await;
+    let _ = stop_metrics.send(());
+    served
 }
 
 /// Records the process, reports ready, and runs the node until SIGTERM or SIGINT.
