@@ -1,7 +1,8 @@
 //! The head's record of tasks on a CLI cluster: `raylet list tasks` (with
 //! filters), `raylet summary tasks`, `raylet timeline` and the task metrics
 //! of `/metrics` follow a small job's tasks, actor calls, a failure and a
-//! long run, with the timeline on and off.
+//! long run, with the timeline on and off; `raylet logs` shows what a task,
+//! an actor and a worker printed.
 
 mod common;
 
@@ -28,6 +29,30 @@ fn refuse(why: String) -> u64 {
 fn nap(ms: u64) -> u64 {
     std::thread::sleep(Duration::from_millis(ms));
     ms
+}
+
+#[raylet::remote]
+fn shout(word: String) -> usize {
+    println!("shout: {word}");
+    eprintln!("whisper: {word}");
+    word.len()
+}
+
+#[raylet::actor]
+pub struct Speaker {
+    prefix: String,
+}
+
+#[raylet::actor]
+impl Speaker {
+    pub fn new(prefix: String) -> Self {
+        Speaker { prefix }
+    }
+
+    pub fn say(&self, text: String) -> usize {
+        println!("{} {text}", self.prefix);
+        text.len()
+    }
 }
 
 #[raylet::actor]
@@ -223,4 +248,65 @@ fn a_long_task_is_listed_as_running_until_it_finishes() {
     cluster.shutdown().unwrap();
     let tasks = list_tasks(temp.path(), &["--job", &job]);
     assert!(tasks.iter().all(|t| t["state"] == "FINISHED"), "{tasks:#?}");
+}
+
+#[test]
+fn raylet_logs_shows_what_a_task_an_actor_and_a_worker_printed() {
+    let temp = tempfile::tempdir().unwrap();
+    let _daemons = Daemons(temp.path());
+    raylet(temp.path(), &["start", "--head", "--port", "0", "--num-cpus", "2"]);
+    let head = head_address(temp.path());
+    let cluster = raylet::init_with(Config::new().address(&head).temp_dir(temp.path())).unwrap();
+    let words = ["alpha", "beta"].map(|word| shout::remote(&cluster, word.to_string()).unwrap());
+    assert_eq!(cluster.get_all(&words).unwrap(), vec![5, 4]);
+    let speaker = Speaker::remote(&cluster, "speaker says".to_string()).spawn().unwrap();
+    assert_eq!(speaker.say("hi".to_string()).get().unwrap(), 2);
+    let job = cluster.job_id().to_string();
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let shouts = loop {
+        let shouts = list_tasks(temp.path(), &["--job", &job, "--filter", "state=FINISHED"]);
+        let shouts: Vec<Value> = shouts
+            .into_iter()
+            .filter(|task| task["name"].as_str().unwrap().ends_with("::shout"))
+            .collect();
+        if shouts.len() == 2 {
+            break shouts;
+        }
+        assert!(Instant::now() < deadline, "the shouts were never recorded: {shouts:#?}");
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    for task in &shouts {
+        let id = task["task_id"].as_str().unwrap();
+        let out = raylet(temp.path(), &["logs", "--task", id]);
+        let err = raylet(temp.path(), &["logs", "--task", id, "--err"]);
+        let word = match out.contains("alpha") {
+            true => "alpha",
+            false => "beta",
+        };
+        assert_eq!(out, format!("shout: {word}\n"), "only the task's own line");
+        assert_eq!(err, format!("whisper: {word}\n"));
+        let worker = task["worker_id"].as_str().unwrap();
+        let whole = raylet(temp.path(), &["logs", "--worker", worker]);
+        assert!(
+            whole.contains(&format!("shout: {word}")) && whole.contains(":task_start:"),
+            "{whole}"
+        );
+    }
+    let actor = raylet(
+        temp.path(),
+        &["logs", "--actor", &speaker.id().to_string(), "--tail", "1"],
+    );
+    assert_eq!(actor, "speaker says hi\n");
+    let missing = std::process::Command::new(common::RAYLET)
+        .args(["logs", "--pid", "1", "--temp-dir"])
+        .arg(temp.path())
+        .output()
+        .unwrap();
+    assert!(!missing.status.success());
+    let message = String::from_utf8_lossy(&missing.stderr);
+    assert!(
+        message.contains("no log file") && message.contains("any alive node"),
+        "{message}"
+    );
+    cluster.shutdown().unwrap();
 }

@@ -52,6 +52,7 @@ mod task_info;
 pub mod timeline;
 mod value;
 mod worker;
+mod worker_logs;
 
 pub use actor::{Actor, ActorBuilder, ActorHandle, ActorInfo, ActorOptions, ActorState, list_actors};
 pub use archived::{Archivable, ArchivedRef, Checkable};
@@ -73,6 +74,7 @@ pub use rkyv;
 pub use task::{Arg, IntoArg, TaskError, TaskErrorKind, TaskOptions};
 pub use task_info::{FunctionSummary, TaskInfo, TaskListing, list_tasks, summarize_tasks};
 pub use worker::gpu_ids;
+pub use worker_logs::{LogSource, WorkerLogText, read_worker_log};
 
 /// What the `#[raylet::remote]` and `#[raylet::actor]` expansions refer
 /// to. Not a public API.

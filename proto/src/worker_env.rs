@@ -25,6 +25,9 @@ pub struct WorkerBootstrap {
     pub gpu_ids: Vec<u32>,
     /// The namespace of the session's owner, for named actors.
     pub namespace: String,
+    /// Where the worker writes its output, `worker-<id>-<pid>.out|.err`.
+    #[serde(default)]
+    pub log_dir: String,
 }
 
 impl WorkerBootstrap {

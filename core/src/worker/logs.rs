@@ -1,11 +1,17 @@
 //! Forwards a worker's stdout and stderr to the owner of the running task,
-//! line by line, tagged with the function's name. Before any task ran, lines
-//! go where the process's output went. [`drain`] holds a task's result back
-//! until the lines it printed are on their way, so that output never comes
-//! after the result it belongs to (an owner may stop listening then).
+//! line by line, tagged with the function's name, and writes every line to
+//! the worker's log files, `worker-<id>-<pid>.out|.err` in the node's log
+//! directory, a task's lines after a `:task_start: TASK_ID FUNCTION` line
+//! and before a `:task_end: TASK_ID` line (`raylet logs` reads them; a task
+//! that prints nothing costs no line). Without a log
+//! directory, lines that no task printed go where the process's output went.
+//! [`drain`] holds a task's result back until the lines it printed are on
+//! their way, so that output never comes after the result it belongs to (an
+//! owner may stop listening then).
 
 use std::io::Write;
 use std::os::fd::{AsFd, AsRawFd, OwnedFd, RawFd};
+use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
@@ -16,6 +22,7 @@ use raylet_proto::v1::{LogLine, WorkerEvents};
 use super::executor::ResultSender;
 
 struct Sink {
+    task_id: String,
     function: String,
     results: ResultSender,
 }
@@ -56,10 +63,16 @@ fn bytes_in_pipe(fd: RawFd) -> i32 {
     }
 }
 
+/// The line in a worker's log files before a task's output.
+pub(crate) const TASK_START: &str = ":task_start:";
+/// The line in a worker's log files after a task's output.
+pub(crate) const TASK_END: &str = ":task_end:";
+
 /// Sends the lines that follow to `results`, tagged with `function`.
-pub(crate) fn attach(function: &str, results: ResultSender) {
+pub(crate) fn attach(task_id: String, function: &str, results: ResultSender) {
     let mut sink = SINK.lock().unwrap_or_else(|p| p.into_inner());
     *sink = Some(Sink {
+        task_id,
         function: function.to_string(),
         results,
     });
@@ -78,14 +91,66 @@ pub(crate) fn drain() {
     }
 }
 
-/// Replaces fds 1 and 2 with pipes read by two forwarding threads.
-pub(crate) fn capture() -> std::io::Result<()> {
-    let mut pipes = Vec::new();
-    for stderr in [false, true] {
+/// Where a captured stream's lines go besides the task's owner.
+struct Destination {
+    file: std::fs::File,
+    /// Whether every line goes there (a log file), or only lines no owner
+    /// took (the process's own output).
+    every_line: bool,
+    /// The task whose lines the log file shows last, if any.
+    task: Option<String>,
+}
+
+impl Destination {
+    /// Writes a line of the task `task` (`None`: of no task) to the log
+    /// file, after the markers of a change of task.
+    fn write(&mut self, task: Option<(&str, &str)>, line: &str) {
+        let task_id = task.map(|(id, _)| id);
+        if self.task.as_deref() != task_id {
+            if let Some(ended) = self.task.take() {
+                let _ = writeln!(self.file, "{TASK_END} {ended}");
+            }
+            if let Some((id, function)) = task {
+                let _ = writeln!(self.file, "{TASK_START} {id} {function}");
+                self.task = Some(id.to_string());
+            }
+        }
+        let _ = writeln!(self.file, "{line}");
+    }
+}
+
+/// The log files of this worker in `log_dir`, or its own output without one.
+fn destination(log_dir: Option<&Path>, stem: &str, stderr: bool) -> std::io::Result<Destination> {
+    let Some(dir) = log_dir else {
         let original = match stderr {
             false => nix::unistd::dup(std::io::stdout())?,
             true => nix::unistd::dup(std::io::stderr())?,
         };
+        return Ok(Destination {
+            file: std::fs::File::from(original),
+            every_line: false,
+            task: None,
+        });
+    };
+    let name = format!("{stem}.{}", if stderr { "err" } else { "out" });
+    let file = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(dir.join(name))?;
+    Ok(Destination {
+        file,
+        every_line: true,
+        task: None,
+    })
+}
+
+/// Replaces fds 1 and 2 with pipes read by two forwarding threads, which
+/// write to `worker-<worker_id>-<pid>.out|.err` in `log_dir` when given.
+pub(crate) fn capture(log_dir: Option<&Path>, worker_id: &str) -> std::io::Result<()> {
+    let stem = format!("worker-{worker_id}-{}", std::process::id());
+    let mut pipes = Vec::new();
+    for stderr in [false, true] {
+        let original = destination(log_dir, &stem, stderr)?;
         let (reader, writer) = nix::unistd::pipe()?;
         match stderr {
             false => nix::unistd::dup2_stdout(&writer)?,
@@ -104,8 +169,7 @@ pub(crate) fn capture() -> std::io::Result<()> {
     Ok(())
 }
 
-fn forward(pipe: &Pipe, reader: OwnedFd, original: OwnedFd, stderr: bool) {
-    let mut fallback = std::fs::File::from(original);
+fn forward(pipe: &Pipe, reader: OwnedFd, mut destination: Destination, stderr: bool) {
     let mut pending: Vec<u8> = Vec::new();
     let mut buffer = vec![0u8; 64 * 1024];
     loop {
@@ -122,15 +186,22 @@ fn forward(pipe: &Pipe, reader: OwnedFd, original: OwnedFd, stderr: bool) {
         while let Some(end) = pending.iter().position(|b| *b == b'\n') {
             let line: Vec<u8> = pending.drain(..=end).collect();
             let line = String::from_utf8_lossy(&line[..line.len() - 1]).into_owned();
-            pass_on(line, stderr, &mut fallback);
+            pass_on(line, stderr, &mut destination);
         }
         pipe.busy.store(false, Ordering::SeqCst);
     }
 }
 
-/// Sends a line to the running task's owner, or else where output went.
-fn pass_on(line: String, stderr: bool, fallback: &mut std::fs::File) {
+/// Sends a line to the running task's owner and to the log file; without a
+/// log file, a line no owner took goes where the process's output went.
+fn pass_on(line: String, stderr: bool, destination: &mut Destination) {
     let sink = SINK.lock().unwrap_or_else(|p| p.into_inner());
+    if destination.every_line {
+        let task = sink
+            .as_ref()
+            .map(|sink| (sink.task_id.as_str(), sink.function.as_str()));
+        destination.write(task, &line);
+    }
     let sent = sink.as_ref().is_some_and(|sink| {
         let log = LogLine {
             function: sink.function.clone(),
@@ -145,7 +216,7 @@ fn pass_on(line: String, stderr: bool, fallback: &mut std::fs::File) {
             .is_ok()
     });
     drop(sink);
-    if !sent {
-        let _ = writeln!(fallback, "{line}");
+    if !sent && !destination.every_line {
+        let _ = writeln!(destination.file, "{line}");
     }
 }

@@ -10,11 +10,12 @@
 mod actor_host;
 mod executor;
 mod hook;
-mod logs;
+pub(crate) mod logs;
 mod service;
 
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
+use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 
 use raylet_proto::auth::AuthToken;
@@ -90,7 +91,8 @@ pub(crate) fn run(bootstrap: WorkerBootstrap) -> i32 {
             return 1;
         }
     };
-    if let Err(error) = logs::capture() {
+    let log_dir = Some(Path::new(&bootstrap.log_dir)).filter(|dir| !dir.as_os_str().is_empty());
+    if let Err(error) = logs::capture(log_dir, &bootstrap.worker_id) {
         eprintln!("raylet worker: output will not reach the driver: {error}");
     }
     let handle = cluster_thread.handle().clone();

@@ -146,6 +146,8 @@ pub(crate) struct WorkerContext {
     pub(crate) token: String,
     pub(crate) bind_ip: String,
     pub(crate) labels: Labels,
+    /// Where workers write their output.
+    pub(crate) log_dir: std::path::PathBuf,
 }
 
 /// The node's leases and worker processes.
@@ -811,6 +813,7 @@ impl LeaseManager {
             bind_ip: self.context.bind_ip.clone(),
             gpu_ids: gpu_ids.clone(),
             namespace,
+            log_dir: self.context.log_dir.to_string_lossy().into_owned(),
         };
         let (pid, exited) = worker_process::spawn(&binary, &bootstrap)?;
         self.state().workers.insert(
@@ -1033,6 +1036,7 @@ mod tests {
             token: String::new(),
             bind_ip: "127.0.0.1".into(),
             labels: Labels::new(),
+            log_dir: std::env::temp_dir(),
         };
         let mut ledger = ResourceLedger::new(cpus(local));
         if used > 0 {

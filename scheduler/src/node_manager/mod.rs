@@ -16,6 +16,7 @@ mod memory_monitor;
 mod resources;
 mod service;
 mod stats;
+mod worker_logs;
 mod worker_process;
 
 use std::future::Future;
@@ -127,6 +128,11 @@ impl NodeConfig {
     }
 
     /// This node's own directory for job drivers and cached blobs.
+    /// Where this node's workers write their output: `raylet logs` reads it.
+    pub fn worker_log_dir(&self) -> PathBuf {
+        self.work_dir().join("worker_logs")
+    }
+
     pub fn work_dir(&self) -> PathBuf {
         self.work_root.join(self.node_id.to_string())
     }
@@ -228,7 +234,10 @@ impl NodeManager {
             token: config.token.expose().to_string(),
             bind_ip: address.ip().to_string(),
             labels: config.labels.clone(),
+            log_dir: config.worker_log_dir(),
         };
+        std::fs::create_dir_all(&context.log_dir)
+            .map_err(|e| raylet_proto::Error::Internal(format!("making {}: {e}", context.log_dir.display())))?;
         raise_open_file_limit();
         let store = SharedStore::new(config.store_config(), config.token.clone()).map_err(raylet_proto::Error::from)?;
         let shared = Arc::new(NodeShared {

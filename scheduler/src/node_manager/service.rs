@@ -10,8 +10,8 @@ use raylet_proto::v1::node_manager_service_server::NodeManagerService;
 use raylet_proto::v1::worker_session_message::Kind as WorkerKind;
 use raylet_proto::v1::{
     AttachJobDriverRequest, BundleOpResult, BundleOpsReply, BundleOpsRequest, GetWorkerExitRequest, JobDriverEvent,
-    LeaseSessionEvent, LeaseSessionRequest, RunJobDriverRequest, StopJobDriverReply, StopJobDriverRequest,
-    WorkerBinary, WorkerExit, WorkerSessionEvent, WorkerSessionMessage,
+    LeaseSessionEvent, LeaseSessionRequest, ReadWorkerLogRequest, RunJobDriverRequest, StopJobDriverReply,
+    StopJobDriverRequest, WorkerBinary, WorkerExit, WorkerLog, WorkerSessionEvent, WorkerSessionMessage,
 };
 use raylet_proto::{Error, JobId, ResourceSet, Scheduling, WorkerId};
 use tokio::sync::mpsc;
@@ -165,6 +165,15 @@ impl NodeManagerService for NodeManagerServiceImpl {
         let grace = Duration::from_millis(request.grace_ms).min(MAX_STOP_GRACE);
         let found = self.shared.job_drivers.stop(job, grace);
         Ok(Response::new(StopJobDriverReply { found }))
+    }
+
+    async fn read_worker_log(&self, request: Request<ReadWorkerLogRequest>) -> Result<Response<WorkerLog>, Status> {
+        let dir = self.shared.config.worker_log_dir();
+        let request = request.into_inner();
+        let log = tokio::task::spawn_blocking(move || super::worker_logs::read(&dir, &request))
+            .await
+            .map_err(|e| Error::Internal(e.to_string()))??;
+        Ok(Response::new(log))
     }
 
     async fn get_worker_exit(&self, request: Request<GetWorkerExitRequest>) -> Result<Response<WorkerExit>, Status> {

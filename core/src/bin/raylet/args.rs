@@ -8,7 +8,7 @@ use anyhow::{Context, bail};
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 use raylet::session::{DEFAULT_TEMP_DIR, Session, TempRoot};
 use raylet_proto::auth::AuthToken;
-use raylet_proto::{JobId, Labels, ResourceSet};
+use raylet_proto::{ActorId, JobId, Labels, NodeId, ResourceSet, TaskId, WorkerId};
 use raylet_scheduler::head::HeadConfig;
 use raylet_scheduler::node_manager::{MemoryMonitorConfig, NodeConfig, ResourceOverrides};
 
@@ -53,6 +53,12 @@ pub enum Command {
     /// driver's environment, or Config::timeline) also show the phases
     /// inside each run, such as a Train allreduce's steps.
     Timeline(TimelineArgs),
+    /// Print what a worker process, an actor or a task wrote to stdout (or
+    /// stderr), from the log file its worker keeps on its node.
+    ///
+    /// Examples: raylet logs --actor ID; raylet logs --task ID --err;
+    /// raylet logs --worker ID; raylet logs --pid 4242 --node NODE_ID.
+    Logs(LogsArgs),
     /// Submit jobs and follow, stop and list them.
     ///
     /// A job is a binary that links raylet, run as a driver on a node of the
@@ -121,6 +127,34 @@ pub struct SummaryArgs {
     /// Only the tasks of this job.
     #[arg(long, value_name = "JOB_ID")]
     pub job: Option<JobId>,
+}
+
+#[derive(Debug, Clone, Args)]
+#[command(group(ArgGroup::new("source").required(true).args(["worker", "pid", "actor", "task"])))]
+pub struct LogsArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// A worker process, by its id (`raylet list tasks` shows it).
+    #[arg(long, value_name = "WORKER_ID")]
+    pub worker: Option<WorkerId>,
+    /// A worker process, by its pid.
+    #[arg(long, value_name = "PID")]
+    pub pid: Option<u32>,
+    /// With --worker or --pid: the node to look on [default: every alive node].
+    #[arg(long, value_name = "NODE_ID")]
+    pub node: Option<NodeId>,
+    /// The worker that hosts (or hosted last) this actor.
+    #[arg(long, value_name = "ACTOR_ID")]
+    pub actor: Option<ActorId>,
+    /// The lines this task printed, in its latest attempt that ran.
+    #[arg(long, value_name = "TASK_ID")]
+    pub task: Option<TaskId>,
+    /// Print stderr instead of stdout.
+    #[arg(long)]
+    pub err: bool,
+    /// Print only the last N lines.
+    #[arg(long, value_name = "N")]
+    pub tail: Option<usize>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -28,6 +28,7 @@ fn main() -> ExitCode {
         Command::List(command) => done(list::list(command)),
         Command::Summary(command) => done(tasks::summary(command)),
         Command::Timeline(args) => done(tasks::timeline(args)),
+        Command::Logs(args) => done(tasks::logs(args)),
         Command::Job(command) => job::job(command),
         Command::Stop(args) => done(stop::stop(args)),
         Command::Microbenchmark(args) => done(microbenchmark::microbenchmark(args)),

@@ -1,13 +1,13 @@
-//! `raylet list tasks`, `raylet summary tasks` and `raylet timeline`: the
-//! head's record of tasks and actor calls, as rows, counts and a Chrome
-//! trace.
+//! `raylet list tasks`, `raylet summary tasks`, `raylet timeline` and
+//! `raylet logs`: the head's record of tasks and actor calls, as rows,
+//! counts and a Chrome trace, and what they printed.
 
 use std::fmt::Write;
 
 use anyhow::Context;
 use raylet::{FunctionSummary, TaskInfo};
 
-use crate::args::{ListTasksArgs, OutputFormat, StatusArgs, SummaryCommand, TimelineArgs};
+use crate::args::{ListTasksArgs, LogsArgs, OutputFormat, StatusArgs, SummaryCommand, TimelineArgs};
 use crate::row_filter;
 
 pub fn list(args: ListTasksArgs) -> anyhow::Result<()> {
@@ -53,6 +53,30 @@ pub fn timeline(args: TimelineArgs) -> anyhow::Result<()> {
             "{} runs show no phases: their jobs ran without the timeline on (set RAYLET_TIMELINE=1 for the driver)",
             trace.runs_without_spans
         );
+    }
+    Ok(())
+}
+
+pub fn logs(args: LogsArgs) -> anyhow::Result<()> {
+    let source = match (args.worker, args.pid, args.actor, args.task) {
+        (Some(id), ..) => raylet::LogSource::Worker { id, node: args.node },
+        (_, Some(pid), ..) => raylet::LogSource::Pid { pid, node: args.node },
+        (.., Some(actor), _) => raylet::LogSource::Actor(actor),
+        (.., Some(task)) => raylet::LogSource::Task(task),
+        (None, None, None, None) => unreachable!("clap requires one source"),
+    };
+    let (address, token) = args.cluster.head()?;
+    let log = crate::runtime()?
+        .block_on(raylet::read_worker_log(&address, &token, &source, args.err))
+        .with_context(|| format!("reading logs from the cluster at {address}"))?;
+    let lines: Vec<&str> = log.text.lines().collect();
+    let shown = &lines[lines.len().saturating_sub(args.tail.unwrap_or(usize::MAX))..];
+    eprintln!("--- {} on node {} ---", log.file, log.node_id.short());
+    if log.truncated {
+        eprintln!("(the file is longer: its end is shown)");
+    }
+    for line in shown {
+        println!("{line}");
     }
     Ok(())
 }
