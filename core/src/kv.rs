@@ -72,6 +72,8 @@ impl Cluster {
     /// and "tune" have pages) under `id`, replacing what was there: Train
     /// runs and Tune experiments publish their progress this way. It lives
     /// in the head's key-value store, outside every program's namespace.
+    /// The dashboard is a view: this tries once, for at most 2 s, and does
+    /// not wait out a restart of the head.
     pub fn publish_to_dashboard(&self, section: &str, id: &str, entry: &impl Serialize) -> Result<()> {
         let request = KvPutRequest {
             namespace: DASHBOARD_NAMESPACE.to_string(),
@@ -83,11 +85,19 @@ impl Cluster {
             })?,
             overwrite: true,
         };
-        self.with_kv(move |mut kv| {
-            let request = request.clone();
-            async move { Ok(kv.kv_put(request).await?.into_inner().added) }
+        let core = self.core().clone();
+        core.clone().block_on(async move {
+            let put = async {
+                let mut kv = kv_client(&core).await?;
+                kv.kv_put(request).await.map_err(raylet_proto::Error::from)?;
+                Ok(())
+            };
+            let late =
+                || raylet_proto::Error::DeadlineExceeded("the head did not take a dashboard entry in time".into());
+            tokio::time::timeout(DASHBOARD_PATIENCE, put)
+                .await
+                .map_err(|_| Error::Cluster(late()))?
         })
-        .map(|_| ())
     }
 
     fn put_entry(&self, key: &[u8], value: &[u8], overwrite: bool) -> Result<bool> {

@@ -33,8 +33,9 @@ const STATES: [TrialStatus; 5] = [
 
 /// The shortest time between two publishes of a running experiment.
 const PUBLISH_PERIOD: Duration = Duration::from_secs(1);
-/// The most results a trial's curve shows: the newest.
-const MAX_HISTORY: usize = 1_000;
+/// The most results a trial's curve shows, the newest: with the head's
+/// 16 MiB bound on an entry, a few thousand trials still fit.
+const MAX_HISTORY: usize = 200;
 
 #[derive(Serialize)]
 struct HistoryPoint<'a> {
