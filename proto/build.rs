@@ -19,6 +19,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     }
     let mut config = tonic_prost_build::Config::new();
     config.protoc_executable(protoc_bin_vendored::protoc_bin_path()?);
+    let descriptors = std::path::PathBuf::from(std::env::var("OUT_DIR")?).join("raylet_descriptors.bin");
+    config.file_descriptor_set_path(descriptors);
     config.bytes([
         ".raylet.v1.EncodedValue.data",
         ".raylet.v1.TaskArg.value",

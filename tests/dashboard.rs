@@ -13,33 +13,16 @@ use common::{Daemons, head_address, raylet};
 use raylet::Config;
 use serde_json::Value;
 
-const PAGES: [&str; 8] = [
-    "/",
-    "/ui/",
-    "/ui/jobs",
-    "/ui/actors",
-    "/ui/tasks",
-    "/ui/placement-groups",
-    "/ui/objects",
-    "/ui/train",
-];
+/// A route's path with its parameters filled in: a page, a job that is
+/// not there.
+fn concrete(path: &str) -> String {
+    path.replace("{page}", "jobs").replace("{id}", &"0".repeat(32))
+}
 
-const ROUTES: [&str; 14] = [
-    "/ui/assets/app.js",
-    "/ui/assets/app.css",
-    "/api/cluster_history",
-    "/api/train",
-    "/api/tune",
-    "/metrics",
-    "/api/nodes",
-    "/api/jobs",
-    "/api/actors",
-    "/api/placement_groups",
-    "/api/objects",
-    "/api/tasks",
-    "/api/tasks/summary",
-    "/api/timeline",
-];
+/// Whether the route is a page, which sends a browser to the login page.
+fn is_page(path: &str) -> bool {
+    path == "/" || (path.starts_with("/ui") && !path.starts_with("/ui/assets/"))
+}
 
 #[raylet::actor]
 pub struct Counter {
@@ -77,28 +60,35 @@ fn the_heads_http_routes_need_the_token_and_metrics_follow_the_cluster() {
     let token = session_file(temp.path(), "token");
 
     let other_cluster = "f".repeat(64);
-    for route in ROUTES {
+    let with_cookie = format!("Cookie: raylet_token={token}\r\n");
+    let routes = raylet::dashboard::route_paths();
+    for route in &routes {
+        let path = concrete(route);
         for presented in [None, Some("wrong"), Some(other_cluster.as_str())] {
-            let (status, body) = get(&dashboard, route, presented);
-            assert_eq!(status, 401, "{route} with {presented:?}: {body}");
+            let (status, body) = get(&dashboard, &path, presented);
+            let refusal = if is_page(&path) { 303 } else { 401 };
+            assert_eq!(status, refusal, "{path} with {presented:?}: {body}");
             assert!(!body.contains(&token), "a refusal shows the token");
         }
-        assert_eq!(get(&dashboard, route, Some(&token)).0, 200, "{route}");
-    }
-    let job_logs = format!("/api/jobs/{}/logs", "0".repeat(32));
-    assert_eq!(get(&dashboard, &job_logs, None).0, 401);
-    for page in PAGES {
-        let refused = request(&dashboard, "GET", page, "Cookie: raylet_token=wrong\r\n", "");
-        assert_eq!(refused.status, 303, "{page} without the token: {}", refused.head);
-        assert!(refused.head.contains("location: /login"), "{}", refused.head);
-        let with_cookie = format!("Cookie: raylet_token={token}\r\n");
-        let expected = if page == "/" { 303 } else { 200 };
+        let refused = request(&dashboard, "GET", &path, "Cookie: raylet_token=wrong\r\n", "");
+        assert!(matches!(refused.status, 303 | 401), "{path} with a wrong cookie");
+        let expected = match path.as_str() {
+            "/" => 303,
+            "/api/jobs/00000000000000000000000000000000/logs" => 502,
+            _ => 200,
+        };
+        assert_eq!(get(&dashboard, &path, Some(&token)).0, expected, "{path}");
         assert_eq!(
-            request(&dashboard, "GET", page, &with_cookie, "").status,
+            request(&dashboard, "GET", &path, &with_cookie, "").status,
             expected,
-            "{page}"
+            "{path}"
         );
     }
+    assert_eq!(routes.len(), 19, "every route of the head's HTTP server: {routes:?}");
+    println!(
+        "{} HTTP routes refuse requests without the cluster's token",
+        routes.len()
+    );
     let form = "Content-Type: application/x-www-form-urlencoded\r\n";
     let wrong = request(&dashboard, "POST", "/login", form, "token=wrong");
     assert_eq!(wrong.status, 401);
@@ -175,8 +165,16 @@ fn every_node_serves_its_metrics(dashboard: &str, token: &str) {
     let head = targets.iter().find(|t| t["labels"]["is_head_node"] == "true").unwrap();
     assert_eq!(head["targets"][0], dashboard, "the head's metrics are its dashboard's");
     let node = node["targets"][0].as_str().unwrap();
-    assert_eq!(get(node, "/metrics", None).0, 401);
-    assert_eq!(get(node, "/metrics", Some("wrong")).0, 401);
+    let foreign = "f".repeat(64);
+    for route in raylet::dashboard::NODE_ROUTES {
+        for presented in [None, Some("wrong"), Some(foreign.as_str())] {
+            assert_eq!(
+                get(node, route, presented).0,
+                401,
+                "{route} of a node with {presented:?}"
+            );
+        }
+    }
     let on_node = metrics(node, token);
     let lease_sessions =
         r#"raylet_grpc_server_handling_seconds_count{method="raylet.v1.NodeManagerService/LeaseSession"}"#;

@@ -322,3 +322,27 @@ async fn flush_when_told(shared: Weak<SenderShared>, told: Arc<Notify>) {
         shared.flush_backlog().await;
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[tokio::test]
+    async fn a_stream_opened_without_the_clusters_token_is_refused() {
+        let token = AuthToken::generate();
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap().to_string();
+        let server_token = token.clone();
+        tokio::spawn(async move {
+            while let Ok((socket, _)) = listener.accept().await {
+                let _ = accept(socket, &server_token).await;
+            }
+        });
+        let patience = Duration::from_secs(2);
+        for presented in [AuthToken::generate(), AuthToken::parse(&"0".repeat(64)).unwrap()] {
+            let refused = open(&address, &presented, patience).await.err();
+            assert!(matches!(refused, Some(crate::Error::Unauthenticated(_))), "{refused:?}");
+        }
+        assert!(open(&address, &token, patience).await.is_ok());
+    }
+}

@@ -40,7 +40,7 @@ use axum::extract::{Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::middleware;
 use axum::response::{IntoResponse, Json, Redirect, Response};
-use axum::routing::get;
+use axum::routing::{MethodRouter, get};
 use raylet_proto::JobId;
 use raylet_proto::auth::AuthToken;
 use raylet_scheduler::status::ClusterStatus;
@@ -63,6 +63,42 @@ struct Head {
     history: history::History,
 }
 
+/// Every route of the head's HTTP server but the login page, with its
+/// handler. The server is built from this list, and the auth test walks
+/// it (through [`route_paths`]), so no route can skip the token check.
+fn guarded_routes() -> Vec<(&'static str, MethodRouter<Head>)> {
+    vec![
+        ("/", get(|| async { Redirect::to("/ui/") })),
+        ("/ui/", get(assets::page)),
+        ("/ui/{page}", get(assets::page)),
+        ("/ui/assets/app.js", get(assets::script)),
+        ("/ui/assets/app.css", get(assets::style)),
+        ("/metrics", get(metrics)),
+        ("/api/cluster_history", get(cluster_history)),
+        ("/api/nodes", get(nodes)),
+        ("/api/jobs", get(jobs)),
+        ("/api/jobs/{id}/logs", get(job_logs)),
+        ("/api/actors", get(actors)),
+        ("/api/placement_groups", get(placement_groups)),
+        ("/api/objects", get(objects)),
+        ("/api/tasks", get(tasks)),
+        ("/api/tasks/summary", get(task_summary)),
+        ("/api/timeline", get(timeline)),
+        ("/api/train", get(train_runs)),
+        ("/api/tune", get(tune_experiments)),
+        ("/api/prometheus_targets", get(prometheus_targets)),
+    ]
+}
+
+/// The paths of every route of the head's HTTP server that needs the
+/// token (all but `/login`), as axum spells them (`{id}` for a parameter).
+pub fn route_paths() -> Vec<&'static str> {
+    guarded_routes().into_iter().map(|(path, _)| path).collect()
+}
+
+/// The routes of a joining node's HTTP server, all behind the token.
+pub const NODE_ROUTES: [&str; 1] = ["/metrics"];
+
 /// Serves the dashboard on `listener` for the head at `head` until
 /// `shutdown` resolves.
 pub async fn run(
@@ -81,26 +117,9 @@ pub async fn run(
         head.token.clone(),
         head.history.clone(),
     ));
-    let guarded = Router::new()
-        .route("/", get(|| async { Redirect::to("/ui/") }))
-        .route("/ui/", get(assets::page))
-        .route("/ui/{page}", get(assets::page))
-        .route("/ui/assets/app.js", get(assets::script))
-        .route("/ui/assets/app.css", get(assets::style))
-        .route("/metrics", get(metrics))
-        .route("/api/cluster_history", get(cluster_history))
-        .route("/api/nodes", get(nodes))
-        .route("/api/jobs", get(jobs))
-        .route("/api/jobs/{id}/logs", get(job_logs))
-        .route("/api/actors", get(actors))
-        .route("/api/placement_groups", get(placement_groups))
-        .route("/api/objects", get(objects))
-        .route("/api/tasks", get(tasks))
-        .route("/api/tasks/summary", get(task_summary))
-        .route("/api/timeline", get(timeline))
-        .route("/api/train", get(train_runs))
-        .route("/api/tune", get(tune_experiments))
-        .route("/api/prometheus_targets", get(prometheus_targets))
+    let guarded = guarded_routes()
+        .into_iter()
+        .fold(Router::new(), |router, (path, route)| router.route(path, route))
         .route_layer(middleware::from_fn_with_state(head.clone(), auth::require_token));
     let app = Router::new()
         .route("/login", get(auth::login_page).post(auth::log_in))
@@ -252,7 +271,7 @@ pub async fn serve_node_metrics(
         ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
     };
     let app = Router::new()
-        .route("/metrics", get(text))
+        .route(NODE_ROUTES[0], get(text))
         .route_layer(middleware::from_fn_with_state(token, auth::require_bearer));
     axum::serve(listener, app).with_graceful_shutdown(shutdown).await
 }
