@@ -101,6 +101,11 @@ fn the_heads_http_routes_need_the_token_and_metrics_follow_the_cluster() {
             .contains(&format!("set-cookie: raylet_token={token}; HttpOnly; SameSite=Strict"))
     );
     assert_eq!(get(&dashboard, "/login", None).0, 200, "the login page needs no token");
+    assert_eq!(
+        get(&dashboard, "/healthz", None),
+        (200, "ok\n".to_string()),
+        "nor the health check"
+    );
 
     let samples = metrics(&dashboard, &token);
     assert_eq!(samples[r#"raylet_nodes{state="ALIVE"}"#], 1.0);

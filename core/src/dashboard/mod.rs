@@ -7,6 +7,7 @@
 //!
 //! | route | what |
 //! |---|---|
+//! | `GET /healthz` | `ok`: the only route without the token, for load balancers; it tells nothing else |
 //! | `GET /login`, `POST /login` | the login form; a right token sets the cookie |
 //! | `GET /ui/`, `/ui/{jobs,actors,tasks,placement-groups,objects,train}` | the pages |
 //! | `GET /metrics` | gauges of nodes, resources, actors, placement groups, jobs and object stores |
@@ -63,8 +64,8 @@ struct Head {
     history: history::History,
 }
 
-/// Every route of the head's HTTP server but the login page, with its
-/// handler. The server is built from this list, and the auth test walks
+/// Every route of the head's HTTP server but the login page and the health
+/// check, with its handler. The server is built from this list, and the auth test walks
 /// it (through [`route_paths`]), so no route can skip the token check.
 fn guarded_routes() -> Vec<(&'static str, MethodRouter<Head>)> {
     vec![
@@ -91,7 +92,8 @@ fn guarded_routes() -> Vec<(&'static str, MethodRouter<Head>)> {
 }
 
 /// The paths of every route of the head's HTTP server that needs the
-/// token (all but `/login`), as axum spells them (`{id}` for a parameter).
+/// token (all but `/login` and `/healthz`), as axum spells them (`{id}`
+/// for a parameter).
 pub fn route_paths() -> Vec<&'static str> {
     guarded_routes().into_iter().map(|(path, _)| path).collect()
 }
@@ -122,6 +124,7 @@ pub async fn run(
         .fold(Router::new(), |router, (path, route)| router.route(path, route))
         .route_layer(middleware::from_fn_with_state(head.clone(), auth::require_token));
     let app = Router::new()
+        .route("/healthz", get(|| async { "ok\n" }))
         .route("/login", get(auth::login_page).post(auth::log_in))
         .merge(guarded)
         .with_state(head);
