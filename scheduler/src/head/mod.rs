@@ -156,7 +156,7 @@ pub async fn run(config: HeadConfig, listener: TcpListener, shutdown: impl Futur
     let tasks = TaskEventServiceServer::new(TaskEventServiceImpl {
         table: Arc::new(Mutex::new(TaskTable::default())),
     })
-    .max_decoding_message_size(MAX_DATA_MESSAGE)
+    .max_decoding_message_size(tasks::MAX_REPORT_BYTES)
     .max_encoding_message_size(MAX_DATA_MESSAGE);
     let actors = ActorServiceServer::new(ActorServiceImpl { runtime })
         .max_decoding_message_size(MAX_DATA_MESSAGE)

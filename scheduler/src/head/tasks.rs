@@ -23,6 +23,9 @@ use super::pushed_metrics::PushedMetrics;
 pub const MAX_TASK_RECORDS: usize = 100_000;
 /// Most timeline spans the head keeps.
 pub const MAX_SPANS: usize = 200_000;
+/// The largest report the head decodes: a process's full second of
+/// events (100,000 of each kind) fits.
+pub const MAX_REPORT_BYTES: usize = 64 << 20;
 /// Most records a listing returns when the caller sets no limit.
 const DEFAULT_LIST_LIMIT: usize = 10_000;
 
