@@ -31,6 +31,16 @@ fn nap(ms: u64) -> u64 {
     ms
 }
 
+/// Aborts its worker the first time (the marker file does not exist yet).
+#[raylet::remote(max_retries = 1)]
+fn dies_once(marker: String) -> u32 {
+    if std::fs::metadata(&marker).is_err() {
+        std::fs::write(&marker, b"").unwrap();
+        std::process::abort();
+    }
+    7
+}
+
 #[raylet::remote]
 fn shout(word: String) -> usize {
     println!("shout: {word}");
@@ -309,4 +319,32 @@ fn raylet_logs_shows_what_a_task_an_actor_and_a_worker_printed() {
         "{message}"
     );
     cluster.shutdown().unwrap();
+}
+
+#[test]
+fn a_task_whose_worker_died_is_listed_failed_then_finished_on_its_retry() {
+    let temp = tempfile::tempdir().unwrap();
+    let _daemons = Daemons(temp.path());
+    raylet(temp.path(), &["start", "--head", "--port", "0", "--num-cpus", "1"]);
+    let head = head_address(temp.path());
+    let cluster = raylet::init_with(Config::new().address(&head).temp_dir(temp.path())).unwrap();
+    let marker = temp.path().join("died").to_string_lossy().into_owned();
+    assert_eq!(dies_once::remote(&cluster, marker).unwrap().get().unwrap(), 7);
+    let job = cluster.job_id().to_string();
+    cluster.shutdown().unwrap();
+    let mut attempts = list_tasks(temp.path(), &["--job", &job]);
+    attempts.sort_by_key(|task| task["attempt"].as_u64());
+    assert_eq!(attempts.len(), 2, "{attempts:#?}");
+    assert_eq!(attempts[0]["task_id"], attempts[1]["task_id"]);
+    assert_eq!(attempts[0]["state"], "FAILED");
+    let error = attempts[0]["error"].as_str().unwrap();
+    assert!(
+        error.contains("the worker process") && error.contains("signal 6"),
+        "{error}"
+    );
+    assert_eq!(attempts[1]["state"], "FINISHED");
+    assert!(
+        attempts[1]["name"].as_str().unwrap().ends_with("::dies_once"),
+        "the retry keeps its name"
+    );
 }

@@ -8,7 +8,7 @@ use std::sync::LazyLock;
 use std::task::{Context, Poll};
 use std::time::Instant;
 
-use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounterVec, Opts, Registry, TextEncoder};
+use prometheus::{Encoder, HistogramOpts, HistogramVec, IntCounterVec, IntGaugeVec, Opts, Registry, TextEncoder};
 use tower_layer::Layer;
 use tower_service::Service;
 
@@ -40,6 +40,15 @@ pub fn counter(name: &str, help: &str, labels: &[&str]) -> IntCounterVec {
         .register(Box::new(counter.clone()))
         .expect("each metric is registered once");
     counter
+}
+
+/// A gauge family registered in the process registry.
+pub fn gauge(name: &str, help: &str, labels: &[&str]) -> IntGaugeVec {
+    let gauge = IntGaugeVec::new(Opts::new(name, help), labels).expect("metric names and labels are valid");
+    registry()
+        .register(Box::new(gauge.clone()))
+        .expect("each metric is registered once");
+    gauge
 }
 
 /// The registry in Prometheus's text format.

@@ -49,11 +49,19 @@ pub(super) async fn require_token(State(head): State<Head>, request: Request, ne
     if path == "/" || (path.starts_with("/ui") && !path.starts_with("/ui/assets/")) {
         return Redirect::to("/login").into_response();
     }
+    refusal(", or log in at /login")
+}
+
+/// A 401 that says how to present the token, never showing it.
+fn refusal(alternative: &str) -> Response {
+    let message = format!(
+        "this raylet cluster needs its token: send Authorization: Bearer <token> \
+         (the token is in <temp-dir>/session_latest/token){alternative}\n"
+    );
     (
         StatusCode::UNAUTHORIZED,
         [(header::WWW_AUTHENTICATE, "Bearer")],
-        "this raylet cluster needs its token: send Authorization: Bearer <token> \
-         (the token is in <temp-dir>/session_latest/token), or log in at /login\n",
+        message,
     )
         .into_response()
 }
@@ -89,11 +97,6 @@ pub(super) async fn require_bearer(State(token): State<AuthToken>, request: Requ
     let bearer = request.headers().get(header::AUTHORIZATION);
     match bearer.is_some_and(|value| token.admits_bearer(value.as_bytes())) {
         true => next.run(request).await,
-        false => (
-            StatusCode::UNAUTHORIZED,
-            [(header::WWW_AUTHENTICATE, "Bearer")],
-            "this raylet node needs the cluster token: send Authorization: Bearer <token>\n",
-        )
-            .into_response(),
+        false => refusal(""),
     }
 }

@@ -46,7 +46,7 @@ pub(crate) async fn run_task(
             "cancelled before it started",
         ))
     } else {
-        logs::attach(task_hex(&spec), &spec.function, results.clone());
+        logs::attach(task_id, &spec.function, results.clone());
         match args {
             Ok(args) => execute(&spec, args, context).await,
             Err(error) => Err(error),
@@ -78,11 +78,6 @@ pub(crate) async fn run_task(
         attempt: spec.attempt,
         metrics: crate::metrics::take_updates(),
     }
-}
-
-/// The task's id as the log files' markers show it.
-fn task_hex(spec: &TaskSpec) -> String {
-    TaskId::from_wire(&spec.task_id).map_or_else(|_| "-".to_string(), |id| id.to_string())
 }
 
 /// The timeline span of a task's run on this worker.

@@ -17,12 +17,14 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
+use raylet_proto::TaskId;
 use raylet_proto::v1::{LogLine, WorkerEvents};
 
 use super::executor::ResultSender;
 
 struct Sink {
-    task_id: String,
+    /// `None` for a task whose id did not decode.
+    task_id: Option<TaskId>,
     function: String,
     results: ResultSender,
 }
@@ -69,7 +71,7 @@ pub(crate) const TASK_START: &str = ":task_start:";
 pub(crate) const TASK_END: &str = ":task_end:";
 
 /// Sends the lines that follow to `results`, tagged with `function`.
-pub(crate) fn attach(task_id: String, function: &str, results: ResultSender) {
+pub(crate) fn attach(task_id: Option<TaskId>, function: &str, results: ResultSender) {
     let mut sink = SINK.lock().unwrap_or_else(|p| p.into_inner());
     *sink = Some(Sink {
         task_id,
@@ -98,21 +100,21 @@ struct Destination {
     /// took (the process's own output).
     every_line: bool,
     /// The task whose lines the log file shows last, if any.
-    task: Option<String>,
+    task: Option<TaskId>,
 }
 
 impl Destination {
     /// Writes a line of the task `task` (`None`: of no task) to the log
     /// file, after the markers of a change of task.
-    fn write(&mut self, task: Option<(&str, &str)>, line: &str) {
+    fn write(&mut self, task: Option<(TaskId, &str)>, line: &str) {
         let task_id = task.map(|(id, _)| id);
-        if self.task.as_deref() != task_id {
+        if self.task != task_id {
             if let Some(ended) = self.task.take() {
                 let _ = writeln!(self.file, "{TASK_END} {ended}");
             }
             if let Some((id, function)) = task {
                 let _ = writeln!(self.file, "{TASK_START} {id} {function}");
-                self.task = Some(id.to_string());
+                self.task = Some(id);
             }
         }
         let _ = writeln!(self.file, "{line}");
@@ -199,7 +201,7 @@ fn pass_on(line: String, stderr: bool, destination: &mut Destination) {
     if destination.every_line {
         let task = sink
             .as_ref()
-            .map(|sink| (sink.task_id.as_str(), sink.function.as_str()));
+            .and_then(|sink| Some((sink.task_id?, sink.function.as_str())));
         destination.write(task, &line);
     }
     let sent = sink.as_ref().is_some_and(|sink| {

@@ -30,15 +30,11 @@ pub const MAX_REPORT_BYTES: usize = 64 << 20;
 const DEFAULT_LIST_LIMIT: usize = 10_000;
 
 static TASKS: LazyLock<IntGaugeVec> = LazyLock::new(|| {
-    let gauge = IntGaugeVec::new(
-        prometheus::Opts::new("raylet_tasks", "Tasks and actor calls by state and function"),
+    metrics::gauge(
+        "raylet_tasks",
+        "Tasks and actor calls by state and function",
         &["state", "function"],
     )
-    .expect("metric names and labels are valid");
-    metrics::registry()
-        .register(Box::new(gauge.clone()))
-        .expect("each metric is registered once");
-    gauge
 });
 static SCHEDULING_SECONDS: LazyLock<HistogramVec> = LazyLock::new(|| {
     metrics::histogram(
@@ -208,9 +204,9 @@ fn merge(record: &mut TaskRecord, event: TaskEvent) {
     let old = record.state();
     if state as i32 > old as i32 && !is_terminal(old) {
         if old != TaskState::Unspecified {
-            TASKS.with_label_values(&[state_name(old), &record.function]).dec();
+            TASKS.with_label_values(&[old.as_str_name(), &record.function]).dec();
         }
-        TASKS.with_label_values(&[state_name(state), &record.function]).inc();
+        TASKS.with_label_values(&[state.as_str_name(), &record.function]).inc();
         record.set_state(state);
     }
 }
@@ -223,11 +219,6 @@ fn fill(slot: &mut Vec<u8>, value: Vec<u8>) {
 
 pub fn is_terminal(state: TaskState) -> bool {
     matches!(state, TaskState::Finished | TaskState::Failed)
-}
-
-/// The state as Ray's state API spells it.
-pub fn state_name(state: TaskState) -> &'static str {
-    state.as_str_name()
 }
 
 /// Serves [`TaskEventService`] over a shared [`TaskTable`].
