@@ -126,6 +126,9 @@ impl Cluster {
     }
 
     fn start(config: Config) -> Result<Cluster> {
+        if let Some(files) = &config.tls {
+            raylet_proto::tls::configure(Some(files.clone()))?;
+        }
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(config.io_threads)
             .thread_name("raylet")
@@ -489,7 +492,7 @@ async fn start_driver(config: Config, runtime: tokio::runtime::Handle) -> Result
         .max_decoding_message_size(MAX_DATA_MESSAGE)
         .max_encoding_message_size(MAX_DATA_MESSAGE);
     tokio::spawn(
-        authenticated(token)
+        authenticated(token)?
             .add_service(service)
             .serve_with_incoming_shutdown(incoming(listener), async {
                 let _ = stopped.await;

@@ -3,6 +3,7 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use raylet_proto::tls::TlsFiles;
 use raylet_proto::{JobId, ResourceSet};
 use raylet_scheduler::node_manager::MemoryMonitorConfig;
 
@@ -33,6 +34,7 @@ pub struct Config {
     pub(crate) timeline: bool,
     pub(crate) task_events: bool,
     pub(crate) dashboard_port: Option<u16>,
+    pub(crate) tls: Option<TlsFiles>,
 }
 
 impl Default for Config {
@@ -56,6 +58,7 @@ impl Default for Config {
             timeline: false,
             task_events: true,
             dashboard_port: None,
+            tls: None,
         }
     }
 }
@@ -92,6 +95,15 @@ impl Config {
                 .unwrap_or(defaults.io_threads),
             ..defaults
         }
+    }
+
+    /// Connect over TLS with this certificate, key and cluster CA (as
+    /// `raylet start --tls-cert/--tls-key/--tls-ca` do), instead of what
+    /// `RAYLET_TLS_CERT/KEY/CA` name. TLS is set once per process: every
+    /// connection of the process, an embedded cluster's included, uses it.
+    pub fn tls(mut self, files: TlsFiles) -> Self {
+        self.tls = Some(files);
+        self
     }
 
     /// Join the running cluster whose head is at `HOST:PORT`.

@@ -68,6 +68,7 @@ pub use placement_group::{Bundle, PlacementGroup, PlacementGroupInfo, PlacementG
 pub use raylet_macros::{actor, remote};
 pub use raylet_object_store::{ArchivedTensor, DType, INLINE_LIMIT, Tensor};
 pub use raylet_proto as proto;
+pub use raylet_proto::tls::TlsFiles;
 pub use raylet_proto::{JobId, NodeId, PlacementStrategy, SchedulingStrategy};
 pub use raylet_scheduler as scheduler;
 pub use rkyv;

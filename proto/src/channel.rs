@@ -1,5 +1,5 @@
-//! Authenticated gRPC channels, with bounded retry and backoff while the peer
-//! is not reachable yet.
+//! Authenticated gRPC channels (over TLS when the process has it), with
+//! bounded retry and backoff while the peer is not reachable yet.
 
 use std::time::{Duration, Instant};
 
@@ -8,6 +8,7 @@ use tonic::transport::{Channel, Endpoint};
 
 use crate::auth::{AuthToken, ClientAuth};
 use crate::error::error_chain;
+use crate::tls;
 use crate::v1::head_service_client::HeadServiceClient;
 use crate::{Error, Result};
 
@@ -30,7 +31,10 @@ const BULK_CONNECTION_WINDOW: u32 = 32 << 20;
 
 /// `address` without a leading `http://`, once checked to be `HOST:PORT`.
 pub fn host_and_port(address: &str) -> Result<&str> {
-    let bare = address.trim().trim_start_matches("http://");
+    let bare = address
+        .trim()
+        .trim_start_matches("http://")
+        .trim_start_matches("https://");
     let valid = bare
         .rsplit_once(':')
         .is_some_and(|(host, port)| !host.is_empty() && port.parse::<u16>().is_ok());
@@ -42,12 +46,28 @@ pub fn host_and_port(address: &str) -> Result<&str> {
     }
 }
 
-/// Checks that `address` is `HOST:PORT` and makes an endpoint for it.
+/// Checks that `address` is `HOST:PORT` and makes an endpoint for it, with
+/// TLS when this process has it.
 pub fn endpoint(address: &str) -> Result<Endpoint> {
     let bare = host_and_port(address)?;
-    let endpoint = Endpoint::from_shared(format!("http://{bare}"))
-        .map_err(|e| Error::InvalidArgument(format!("address '{address}': {e}")))?;
-    Ok(endpoint.connect_timeout(Duration::from_secs(2)).tcp_nodelay(true))
+    let tls = tls::current()?;
+    let scheme = if tls.is_some() { "https" } else { "http" };
+    let endpoint = Endpoint::from_shared(format!("{scheme}://{bare}"))
+        .map_err(|e| Error::InvalidArgument(format!("address '{address}': {e}")))?
+        .connect_timeout(Duration::from_secs(2))
+        .tcp_nodelay(true);
+    match tls {
+        Some(tls) => endpoint
+            .tls_config(tls.grpc_client(host_of(bare)))
+            .map_err(|e| Error::InvalidArgument(format!("TLS to '{address}': {e}"))),
+        None => Ok(endpoint),
+    }
+}
+
+/// The host of a checked `HOST:PORT`, without an IPv6 address's brackets.
+pub fn host_of(host_and_port: &str) -> &str {
+    let host = host_and_port.rsplit_once(':').map_or(host_and_port, |(host, _)| host);
+    host.trim_start_matches('[').trim_end_matches(']')
 }
 
 /// Connects to `address`, retrying with exponential backoff until `patience`

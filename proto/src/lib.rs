@@ -8,12 +8,14 @@ pub mod channel;
 pub mod codec;
 pub mod error;
 pub mod ids;
+pub mod limits;
 pub mod metrics;
 pub mod placement_group;
 pub mod resources;
 pub mod scheduling;
 pub mod server;
 pub mod task_stream;
+pub mod tls;
 pub mod worker_env;
 
 pub use error::{Error, Result};

@@ -1,30 +1,60 @@
 //! Serving gRPC: every server authenticates each call with the cluster token,
-//! checks the protocol version and times the call, and accepts connections
-//! with Nagle off.
+//! checks the protocol version, times the call and bounds what each client
+//! may hold (see [`crate::limits`]); with TLS configured it serves TLS only.
+
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tonic::service::InterceptorLayer;
 use tonic::transport::Server;
-use tonic::transport::server::TcpIncoming;
 use tower_layer::Identity;
 use tower_layer::Stack;
 
 use crate::auth::{AuthToken, ServerAuth};
+use crate::limits::{ClientRequestLimitLayer, LimitedIncoming, ServerLimits};
 use crate::metrics::RpcTimingLayer;
+use crate::{Error, Result, tls};
 
 /// The largest message a data-carrying service (tasks, objects) accepts.
 pub const MAX_DATA_MESSAGE: usize = 1 << 30;
 
-/// A server builder with the token check in front of every service, and the
-/// call timing behind it.
-pub fn authenticated(token: AuthToken) -> Server<Stack<RpcTimingLayer, Stack<InterceptorLayer<ServerAuth>, Identity>>> {
-    Server::builder()
+/// The largest header block a client may send: the token and the protocol
+/// version need a few hundred bytes.
+const MAX_HEADER_BYTES: u32 = 64 << 10;
+
+/// How often an idle connection is pinged, and how long the answer may take
+/// before the connection is closed: a vanished client gives back its place.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(30);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// A server built by [`authenticated`].
+pub type AuthenticatedServer =
+    Server<Stack<ClientRequestLimitLayer, Stack<RpcTimingLayer, Stack<InterceptorLayer<ServerAuth>, Identity>>>>;
+
+/// A server builder with the token check in front of every service, the
+/// call timing behind it, this process's bounds, and TLS when the process
+/// has it.
+pub fn authenticated(token: AuthToken) -> Result<AuthenticatedServer> {
+    let limits = ServerLimits::process();
+    let builder = Server::builder()
+        .max_concurrent_streams(limits.streams_per_connection)
+        .http2_max_header_list_size(MAX_HEADER_BYTES)
+        .http2_keepalive_interval(Some(KEEPALIVE_INTERVAL))
+        .http2_keepalive_timeout(Some(KEEPALIVE_TIMEOUT));
+    let builder = match tls::current()? {
+        Some(tls) => builder
+            .tls_config(tls.grpc_server())
+            .map_err(|e| Error::InvalidArgument(format!("TLS: {e}")))?,
+        None => builder,
+    };
+    Ok(builder
         .layer(InterceptorLayer::new(ServerAuth::new(token)))
         .layer(RpcTimingLayer)
+        .layer(ClientRequestLimitLayer::new(limits.requests_per_client)))
 }
 
-/// Accepted connections with Nagle's algorithm off: small replies must not
-/// wait for a delayed ACK.
-pub fn incoming(listener: TcpListener) -> TcpIncoming {
-    TcpIncoming::from(listener).with_nodelay(Some(true))
+/// Accepted connections, with Nagle's algorithm off and this process's
+/// connection bounds.
+pub fn incoming(listener: TcpListener) -> LimitedIncoming {
+    LimitedIncoming::new(listener, ServerLimits::process())
 }

@@ -4,7 +4,8 @@
 //! sent from any thread without waking the runtime: it is written at once
 //! while the socket has room, and only what does not fit waits for a
 //! flushing task. gRPC's HTTP/2 framing cost a synchronous call about a
-//! fifth of its round trip here; see notes/rpc.md.
+//! fifth of its round trip here; see notes/rpc.md. With TLS, the stream is
+//! mutual TLS and every frame goes through the flushing task.
 
 use std::marker::PhantomData;
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
@@ -12,15 +13,17 @@ use std::time::Duration;
 
 use bytes::{Buf, BufMut, Bytes, BytesMut};
 use prost::Message;
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWriteExt, WriteHalf};
 use tokio::net::TcpStream;
-use tokio::net::tcp::{OwnedReadHalf, OwnedWriteHalf};
+use tokio::net::tcp::OwnedWriteHalf;
 use tokio::sync::Notify;
+use tokio_rustls::TlsStream;
 use tonic::{Code, Status};
 
 use crate::auth::AuthToken;
-use crate::channel::{host_and_port, with_backoff};
+use crate::channel::{host_and_port, host_of, with_backoff};
 use crate::server::MAX_DATA_MESSAGE;
+use crate::tls;
 use crate::v1::{TaskBatch, TaskStreamHello, TaskStreamWelcome, WorkerEvents};
 use crate::{Error, PROTOCOL_VERSION, Result};
 
@@ -44,7 +47,10 @@ pub async fn open(address: &str, token: &AuthToken, patience: Duration) -> Resul
     let bare = host_and_port(address)?;
     let socket = with_backoff(address, patience, || TcpStream::connect(bare)).await?;
     socket.set_nodelay(true)?;
-    let (read, mut write) = socket.into_split();
+    let (read, mut write) = match tls::current()? {
+        Some(tls) => split_tls(TlsStream::Client(tls.connect(host_of(bare), socket).await?)),
+        None => split_plain(socket),
+    };
     let hello = TaskStreamHello {
         token: token.expose().to_string(),
         protocol_version: PROTOCOL_VERSION,
@@ -65,7 +71,10 @@ pub async fn accept(socket: TcpStream, token: &AuthToken) -> Result<(TaskReader,
     let peer = socket
         .peer_addr()
         .map_or_else(|_| "a peer".to_string(), |a| a.to_string());
-    let (read, mut write) = socket.into_split();
+    let (read, mut write) = match tls::current()? {
+        Some(tls) => split_tls(TlsStream::Server(accept_tls(&tls, socket, &peer).await?)),
+        None => split_plain(socket),
+    };
     let mut tasks = FrameReader::new(read);
     let hello: TaskStreamHello = within_handshake(&peer, tasks.next_as()).await?;
     let version = hello.protocol_version.to_string();
@@ -83,6 +92,54 @@ pub async fn accept(socket: TcpStream, token: &AuthToken) -> Result<(TaskReader,
     write.write_all(&encode_frame(&welcome)).await?;
     admitted?;
     Ok((tasks, FrameSender::new(write)))
+}
+
+async fn accept_tls(
+    tls: &tls::ClusterTls,
+    socket: TcpStream,
+    peer: &str,
+) -> Result<tokio_rustls::server::TlsStream<TcpStream>> {
+    match tokio::time::timeout(tls::HANDSHAKE_TIMEOUT, tls.stream_acceptor().accept(socket)).await {
+        Ok(Ok(stream)) => Ok(stream),
+        Ok(Err(error)) => Err(Error::Unauthenticated(format!("TLS with {peer} failed: {error}"))),
+        Err(_) => Err(Error::DeadlineExceeded(format!(
+            "{peer} did not complete TLS within {:?}",
+            tls::HANDSHAKE_TIMEOUT
+        ))),
+    }
+}
+
+/// The bytes read from a stream, plain or TLS.
+type ReadSide = Box<dyn AsyncRead + Send + Unpin>;
+
+fn split_plain(socket: TcpStream) -> (ReadSide, Writer) {
+    let (read, write) = socket.into_split();
+    (Box::new(read), Writer::Plain(write))
+}
+
+fn split_tls(stream: TlsStream<TcpStream>) -> (ReadSide, Writer) {
+    let (read, write) = tokio::io::split(stream);
+    (Box::new(read), Writer::Tls(tokio::sync::Mutex::new(write)))
+}
+
+/// Where a stream's frames are written: a plain socket, written from any
+/// thread at once; or TLS, written by the flushing task.
+enum Writer {
+    Plain(OwnedWriteHalf),
+    Tls(tokio::sync::Mutex<WriteHalf<TlsStream<TcpStream>>>),
+}
+
+impl Writer {
+    async fn write_all(&mut self, bytes: &[u8]) -> std::io::Result<()> {
+        match self {
+            Writer::Plain(socket) => socket.write_all(bytes).await,
+            Writer::Tls(stream) => {
+                let stream = stream.get_mut();
+                stream.write_all(bytes).await?;
+                stream.flush().await
+            }
+        }
+    }
 }
 
 async fn within_handshake<T>(peer: &str, opening: impl Future<Output = Result<Option<T>>>) -> Result<T> {
@@ -109,13 +166,13 @@ fn encode_frame(message: &impl Message) -> Vec<u8> {
 
 /// Reads frames of `M` from a stream.
 pub struct FrameReader<M> {
-    socket: OwnedReadHalf,
+    socket: ReadSide,
     buffer: BytesMut,
     _message: PhantomData<fn() -> M>,
 }
 
 impl<M: Message + Default> FrameReader<M> {
-    fn new(socket: OwnedReadHalf) -> Self {
+    fn new(socket: ReadSide) -> Self {
         FrameReader {
             socket,
             buffer: BytesMut::new(),
@@ -186,12 +243,12 @@ impl<M> Clone for FrameSender<M> {
 pub struct StreamClosed;
 
 impl<M: Message> FrameSender<M> {
-    /// Takes over `socket`, flushing what does not fit at once on a task of
+    /// Takes over `writer`, flushing what does not fit at once on a task of
     /// the current runtime.
-    fn new(socket: OwnedWriteHalf) -> Self {
+    fn new(writer: Writer) -> Self {
         let flush = Arc::new(Notify::new());
         let shared = Arc::new(SenderShared {
-            socket: Some(socket),
+            writer: Some(writer),
             backlog: Mutex::new(Backlog::default()),
             flush: flush.clone(),
             runtime: tokio::runtime::Handle::current(),
@@ -216,7 +273,7 @@ impl<M: Message> FrameSender<M> {
 
 struct SenderShared {
     /// Taken only when the last sender goes.
-    socket: Option<OwnedWriteHalf>,
+    writer: Option<Writer>,
     backlog: Mutex<Backlog>,
     flush: Arc<Notify>,
     runtime: tokio::runtime::Handle,
@@ -230,8 +287,8 @@ struct Backlog {
 }
 
 impl SenderShared {
-    fn socket(&self) -> &OwnedWriteHalf {
-        self.socket.as_ref().expect("the socket is taken only on drop")
+    fn writer(&self) -> &Writer {
+        self.writer.as_ref().expect("the writer is taken only on drop")
     }
 
     fn backlog(&self) -> MutexGuard<'_, Backlog> {
@@ -244,8 +301,8 @@ impl SenderShared {
             return Err(StreamClosed);
         }
         let mut written = 0;
-        if backlog.bytes.is_empty() {
-            written = write_now(self.socket(), frame).map_err(|_| {
+        if let (true, Writer::Plain(socket)) = (backlog.bytes.is_empty(), self.writer()) {
+            written = write_now(socket, frame).map_err(|_| {
                 backlog.broken = true;
                 StreamClosed
             })?;
@@ -257,15 +314,42 @@ impl SenderShared {
         Ok(())
     }
 
-    /// Writes the backlog out as the socket makes room.
+    /// Writes the backlog out as the stream makes room.
     async fn flush_backlog(&self) {
+        match self.writer() {
+            Writer::Plain(socket) => self.flush_plain(socket).await,
+            Writer::Tls(stream) => self.flush_tls(stream).await,
+        }
+    }
+
+    async fn flush_tls(&self, stream: &tokio::sync::Mutex<WriteHalf<TlsStream<TcpStream>>>) {
+        let mut stream = stream.lock().await;
+        loop {
+            let bytes = {
+                let mut backlog = self.backlog();
+                if backlog.broken {
+                    return;
+                }
+                std::mem::take(&mut backlog.bytes)
+            };
+            if bytes.is_empty() {
+                return;
+            }
+            if stream.write_all(&bytes).await.is_err() || stream.flush().await.is_err() {
+                self.backlog().broken = true;
+                return;
+            }
+        }
+    }
+
+    async fn flush_plain(&self, socket: &OwnedWriteHalf) {
         loop {
             {
                 let mut backlog = self.backlog();
                 if backlog.broken || backlog.bytes.is_empty() {
                     return;
                 }
-                match write_now(self.socket(), &backlog.bytes) {
+                match write_now(socket, &backlog.bytes) {
                     Ok(written) => backlog.bytes.advance(written),
                     Err(_) => backlog.broken = true,
                 }
@@ -273,7 +357,7 @@ impl SenderShared {
                     return;
                 }
             }
-            if self.socket().writable().await.is_err() {
+            if socket.writable().await.is_err() {
                 self.backlog().broken = true;
             }
         }
@@ -285,15 +369,21 @@ impl Drop for SenderShared {
     fn drop(&mut self) {
         self.flush.notify_one();
         let backlog = std::mem::take(&mut *self.backlog());
-        let Some(mut socket) = self.socket.take() else {
-            return;
-        };
-        if backlog.broken || backlog.bytes.is_empty() {
-            return;
+        match self.writer.take() {
+            Some(Writer::Plain(mut socket)) if !backlog.broken && !backlog.bytes.is_empty() => {
+                self.runtime.spawn(async move {
+                    let _ = socket.write_all(&backlog.bytes).await;
+                });
+            }
+            Some(Writer::Tls(stream)) if !backlog.broken => {
+                self.runtime.spawn(async move {
+                    let mut stream = stream.into_inner();
+                    let _ = stream.write_all(&backlog.bytes).await;
+                    let _ = stream.shutdown().await;
+                });
+            }
+            _ => {}
         }
-        self.runtime.spawn(async move {
-            let _ = socket.write_all(&backlog.bytes).await;
-        });
     }
 }
 

@@ -31,6 +31,7 @@
 mod assets;
 mod auth;
 mod history;
+mod listener;
 mod metrics;
 
 use std::future::Future;
@@ -128,7 +129,7 @@ pub async fn run(
         .route("/login", get(auth::login_page).post(auth::log_in))
         .merge(guarded)
         .with_state(head);
-    let served = axum::serve(listener, app).with_graceful_shutdown(shutdown).await;
+    let served = listener::serve(listener, app, shutdown).await;
     sampler.abort();
     served
 }
@@ -243,9 +244,14 @@ async fn tune_experiments(State(head): State<Head>) -> Response {
     )
 }
 
-/// Every alive node's `/metrics` as Prometheus's `http_sd_configs` reads it.
+/// Every alive node's `/metrics` as Prometheus's `http_sd_configs` reads it
+/// (with `__scheme__` https in a TLS cluster).
 async fn prometheus_targets(State(head): State<Head>) -> Response {
     let status = ClusterStatus::fetch(&head.address, &head.token, PATIENCE).await;
+    let scheme = match raylet_proto::tls::current() {
+        Ok(Some(_)) => "https",
+        _ => "http",
+    };
     let targets = status.map(|status| {
         let alive = status.alive().filter_map(|node| {
             let address = node.metrics_address.clone()?;
@@ -253,6 +259,7 @@ async fn prometheus_targets(State(head): State<Head>) -> Response {
                 "node_id": node.node_id.to_string(),
                 "hostname": node.hostname,
                 "is_head_node": node.is_head_node.to_string(),
+                "__scheme__": scheme,
             });
             Some(serde_json::json!({"targets": [address], "labels": labels}))
         });
@@ -276,5 +283,5 @@ pub async fn serve_node_metrics(
     let app = Router::new()
         .route(NODE_ROUTES[0], get(text))
         .route_layer(middleware::from_fn_with_state(token, auth::require_bearer));
-    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+    listener::serve(listener, app, shutdown).await
 }

@@ -198,11 +198,15 @@ fn serve_objects(core: Arc<CoreWorker>, token: AuthToken, listener: tokio::net::
         .max_decoding_message_size(MAX_DATA_MESSAGE)
         .max_encoding_message_size(MAX_DATA_MESSAGE);
     tokio::spawn(async move {
-        if let Err(error) = authenticated(token)
-            .add_service(owner)
-            .serve_with_incoming(incoming(listener))
-            .await
-        {
+        let served = match authenticated(token) {
+            Ok(mut server) => server
+                .add_service(owner)
+                .serve_with_incoming(incoming(listener))
+                .await
+                .map_err(|e| e.to_string()),
+            Err(error) => Err(error.to_string()),
+        };
+        if let Err(error) = served {
             eprintln!("raylet worker: the object service failed: {error}");
             std::process::exit(1);
         }

@@ -43,6 +43,7 @@ impl Node {
             .max_encoding_message_size(MAX_DATA_MESSAGE);
         let (stop, stopped) = oneshot::channel::<()>();
         let server = authenticated(token.clone())
+            .unwrap()
             .add_service(service)
             .serve_with_incoming_shutdown(incoming(listener), async {
                 let _ = stopped.await;

@@ -41,6 +41,14 @@ use service::HeadServiceImpl;
 use state_store::StateStore;
 use tasks::{TaskEventServiceImpl, TaskTable};
 
+/// The largest job service message the head decodes: a binary arrives in
+/// chunks of [`raylet_proto::blob::CHUNK_BYTES`], and a job's spec is small.
+const MAX_JOB_MESSAGE: usize = 16 << 20;
+
+/// The largest actor service message the head decodes: an actor's spec,
+/// which it keeps for restarts, arguments given by value included. Larger
+/// arguments go by reference (`cluster.put`).
+const MAX_ACTOR_MESSAGE: usize = 64 << 20;
 /// Settings of a head.
 #[derive(Clone, Debug)]
 pub struct HeadConfig {
@@ -147,7 +155,7 @@ pub async fn run(config: HeadConfig, listener: TcpListener, shutdown: impl Futur
         jobs: job_manager,
         stopping: runtime.stopping.subscribe(),
     })
-    .max_decoding_message_size(MAX_DATA_MESSAGE)
+    .max_decoding_message_size(MAX_JOB_MESSAGE)
     .max_encoding_message_size(MAX_DATA_MESSAGE);
     let kv = KvServiceServer::new(KvServiceImpl {
         table: Arc::new(Mutex::new(KvTable::recover(store.clone())?)),
@@ -159,9 +167,9 @@ pub async fn run(config: HeadConfig, listener: TcpListener, shutdown: impl Futur
     .max_decoding_message_size(tasks::MAX_REPORT_BYTES)
     .max_encoding_message_size(MAX_DATA_MESSAGE);
     let actors = ActorServiceServer::new(ActorServiceImpl { runtime })
-        .max_decoding_message_size(MAX_DATA_MESSAGE)
+        .max_decoding_message_size(MAX_ACTOR_MESSAGE)
         .max_encoding_message_size(MAX_DATA_MESSAGE);
-    let server = authenticated(config.token)
+    let server = authenticated(config.token)?
         .add_service(nodes)
         .add_service(actors)
         .add_service(placement_groups)

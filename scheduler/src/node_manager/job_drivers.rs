@@ -191,6 +191,7 @@ async fn supervise(shared: &Arc<NodeShared>, job: JobId, spec: &JobSpec, driver:
         .args(&spec.args)
         .current_dir(&dir)
         .envs(driver_env(shared, job))
+        .envs(raylet_proto::tls::child_env())
         .envs(&spec.env)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

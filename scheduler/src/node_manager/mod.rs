@@ -288,7 +288,7 @@ impl NodeManager {
             shutdown.await;
             stopping.leases.shut_down();
         };
-        let server = authenticated(shared.config.token.clone())
+        let server = authenticated(shared.config.token.clone())?
             .add_service(service)
             .add_service(store)
             .serve_with_incoming_shutdown(incoming(listener), shutdown);

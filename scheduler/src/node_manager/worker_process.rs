@@ -20,6 +20,7 @@ pub(crate) fn spawn(
     let mut child = tokio::process::Command::new(binary)
         .env(WORKER_ENV, bootstrap.to_env_value())
         .env(CUDA_VISIBLE_DEVICES, gpu_list(&bootstrap.gpu_ids))
+        .envs(raylet_proto::tls::child_env())
         .stdin(Stdio::null())
         .spawn()
         .map_err(|e| Error::Internal(format!("starting a worker from {}: {e}", binary.display())))?;

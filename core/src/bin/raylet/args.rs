@@ -8,6 +8,7 @@ use anyhow::{Context, bail};
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 use raylet::session::{DEFAULT_TEMP_DIR, Session, TempRoot};
 use raylet_proto::auth::AuthToken;
+use raylet_proto::tls::TlsFiles;
 use raylet_proto::{ActorId, JobId, Labels, NodeId, ResourceSet, TaskId, WorkerId};
 use raylet_scheduler::head::HeadConfig;
 use raylet_scheduler::node_manager::{MemoryMonitorConfig, NodeConfig, ResourceOverrides};
@@ -24,6 +25,47 @@ use crate::row_filter::RowFilter;
 pub struct Cli {
     #[command(subcommand)]
     pub command: Command,
+    #[command(flatten)]
+    pub tls: TlsArgs,
+}
+
+/// TLS for every connection of the cluster: gRPC, task streams and HTTP.
+/// Give all three files to every `raylet` command and driver of a TLS
+/// cluster (or set the variables); workers and jobs' drivers inherit them.
+#[derive(Debug, Args)]
+pub struct TlsArgs {
+    /// This process's certificate (PEM), signed by --tls-ca. A node's must
+    /// name the address others reach it at, as an IP or DNS subject
+    /// alternative name.
+    #[arg(
+        long,
+        global = true,
+        env = "RAYLET_TLS_CERT",
+        value_name = "PEM",
+        help_heading = "TLS"
+    )]
+    pub tls_cert: Option<PathBuf>,
+    /// The private key (PEM) of --tls-cert.
+    #[arg(
+        long,
+        global = true,
+        env = "RAYLET_TLS_KEY",
+        value_name = "PEM",
+        help_heading = "TLS"
+    )]
+    pub tls_key: Option<PathBuf>,
+    /// The cluster's CA certificate (PEM): peers must show a certificate
+    /// it signed, in both directions.
+    #[arg(long, global = true, env = "RAYLET_TLS_CA", value_name = "PEM", help_heading = "TLS")]
+    pub tls_ca: Option<PathBuf>,
+}
+
+impl TlsArgs {
+    /// Makes every connection of this process use TLS, if the files are given.
+    pub fn configure(&self) -> anyhow::Result<()> {
+        let files = TlsFiles::from_options(self.tls_cert.clone(), self.tls_key.clone(), self.tls_ca.clone())?;
+        Ok(raylet_proto::tls::configure(files)?)
+    }
 }
 
 #[derive(Debug, Subcommand)]

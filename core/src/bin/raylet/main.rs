@@ -20,8 +20,20 @@ use args::{Cli, Command};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    let result = match cli.tls.configure() {
+        Err(error) => Err(error),
+        Ok(()) => run(cli.command),
+    };
+    result.unwrap_or_else(|error| {
+        eprintln!("error: {error:#}");
+        ExitCode::FAILURE
+    })
+}
+
+/// Runs one command.
+fn run(command: Command) -> anyhow::Result<ExitCode> {
     let done = |result: anyhow::Result<()>| result.map(|()| ExitCode::SUCCESS);
-    let result = match cli.command {
+    match command {
         Command::Start(args) => done(start::start(*args)),
         Command::Status(args) => done(status::status(args)),
         Command::Memory(args) => done(memory::memory(args)),
@@ -32,11 +44,7 @@ fn main() -> ExitCode {
         Command::Job(command) => job::job(command),
         Command::Stop(args) => done(stop::stop(args)),
         Command::Microbenchmark(args) => done(microbenchmark::microbenchmark(args)),
-    };
-    result.unwrap_or_else(|error| {
-        eprintln!("error: {error:#}");
-        ExitCode::FAILURE
-    })
+    }
 }
 
 /// A tokio runtime for one command.

@@ -1,0 +1,240 @@
+//! A real head process under hostile load: messages over each service's
+//! size bound, a flood of idle and garbage connections, and one client
+//! sending more requests at once than it may. The head refuses what is
+//! over a bound with a clear error, keeps serving everybody else, and its
+//! memory stays flat. The bounds are lowered through their variables so
+//! that the test reaches them quickly.
+
+mod common;
+
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::Command;
+use std::time::Duration;
+
+use common::{Daemons, RAYLET, daemon_pids, head_address};
+use raylet::{Bundle, Config, PlacementStrategy};
+use raylet_proto::auth::{AuthToken, ClientAuth};
+use raylet_proto::v1::job_service_client::JobServiceClient;
+use raylet_proto::v1::kv_service_client::KvServiceClient;
+use raylet_proto::v1::placement_group_service_client::PlacementGroupServiceClient;
+use raylet_proto::v1::{BlobChunk, KvPutRequest, WaitPlacementGroupRequest};
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint};
+
+/// Where flooding clients connect from: a loopback address of its own, so
+/// that the bounds per client do not touch the test's other connections.
+const FLOODER: &str = "127.0.0.2";
+
+/// Starts a head with one CPU and `limits` as its environment.
+fn start_head(temp: &Path, limits: &[(&str, &str)]) -> String {
+    let output = Command::new(RAYLET)
+        .args(["start", "--head", "--port", "0", "--num-cpus", "1", "--temp-dir"])
+        .arg(temp)
+        .envs(limits.iter().copied())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    head_address(temp)
+}
+
+fn token(temp: &Path) -> AuthToken {
+    AuthToken::parse(
+        std::fs::read_to_string(temp.join("session_latest/token"))
+            .unwrap()
+            .trim(),
+    )
+    .unwrap()
+}
+
+/// Resident memory of `pid`, in bytes.
+fn resident_bytes(pid: u32) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status.lines().find(|l| l.starts_with("VmRSS:")).unwrap();
+    line.split_whitespace().nth(1).unwrap().parse::<u64>().unwrap() * 1024
+}
+
+async fn channel_from(head: &str, local: Option<IpAddr>) -> Channel {
+    Endpoint::from_shared(format!("http://{head}"))
+        .unwrap()
+        .local_address(local)
+        .connect()
+        .await
+        .unwrap()
+}
+
+type Authed = InterceptedService<Channel, ClientAuth>;
+
+fn authed(channel: Channel, token: &AuthToken) -> Authed {
+    InterceptedService::new(channel, ClientAuth::new(token))
+}
+
+/// A KvPut of `bytes` bytes of value; the status it got.
+async fn put_value(client: &mut KvServiceClient<Authed>, bytes: usize) -> Result<(), tonic::Status> {
+    let request = KvPutRequest {
+        namespace: "limits".into(),
+        key: b"big".to_vec(),
+        value: vec![7; bytes],
+        overwrite: true,
+    };
+    client.kv_put(request).await.map(|_| ())
+}
+
+/// One blob upload whose single chunk is `bytes` long.
+async fn upload_chunk(client: &mut JobServiceClient<Authed>, bytes: usize) -> Result<(), tonic::Status> {
+    let chunk = BlobChunk {
+        blob: None,
+        data: vec![1; bytes].into(),
+    };
+    client.upload_blob(tokio_stream::iter([chunk])).await.map(|_| ())
+}
+
+/// A unary call over the bound fails with OUT_OF_RANGE; a stream's message
+/// over it ends the stream, which the service reports as INVALID_ARGUMENT.
+/// Either way the message gives the size and the limit.
+fn assert_too_large(refused: tonic::Status, what: &str) {
+    let codes = [tonic::Code::OutOfRange, tonic::Code::InvalidArgument];
+    assert!(codes.contains(&refused.code()), "{what}: {refused}");
+    assert!(
+        refused.message().contains("too large") && refused.message().contains("the limit is"),
+        "{what}: {refused}"
+    );
+}
+
+#[test]
+fn the_head_refuses_oversized_messages_and_connection_floods_and_its_memory_stays_flat() {
+    let temp = tempfile::tempdir().unwrap();
+    let _daemons = Daemons(temp.path());
+    let head = start_head(temp.path(), &[("RAYLET_MAX_CONNECTIONS_PER_CLIENT", "100")]);
+    let head_pid = daemon_pids(temp.path(), "head")[0];
+    let token = token(temp.path());
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let before = resident_bytes(head_pid);
+
+    runtime.block_on(async {
+        let channel = channel_from(&head, None).await;
+        let mut kv = KvServiceClient::new(authed(channel.clone(), &token));
+        for _ in 0..4 {
+            assert_too_large(put_value(&mut kv, 64 << 20).await.unwrap_err(), "a 64 MiB KV value");
+        }
+        put_value(&mut kv, 1 << 20).await.expect("a 1 MiB value is stored");
+        let mut jobs = JobServiceClient::new(authed(channel.clone(), &token));
+        assert_too_large(
+            upload_chunk(&mut jobs, 32 << 20).await.unwrap_err(),
+            "a 32 MiB upload chunk",
+        );
+        let stranger = authed(channel, &AuthToken::generate());
+        let refused = put_value(&mut KvServiceClient::new(stranger), 64 << 20)
+            .await
+            .unwrap_err();
+        assert_eq!(refused.code(), tonic::Code::Unauthenticated, "{refused}");
+    });
+
+    let address: SocketAddr = head.parse().unwrap();
+    let flood: Vec<TcpStream> = (0..1000).map(|i| open_from_flooder(address, i)).collect();
+    std::thread::sleep(Duration::from_secs(1));
+    let closed_at_once = flood.into_iter().filter(closed_by_the_head).count();
+    assert!(
+        closed_at_once >= 850,
+        "{closed_at_once} of 1000 flooding connections were closed at once (100 may stay)"
+    );
+    let status = Command::new(RAYLET)
+        .args(["status", "--temp-dir"])
+        .arg(temp.path())
+        .output()
+        .unwrap();
+    assert!(status.status.success(), "the head serves others during a flood");
+
+    let after = resident_bytes(head_pid);
+    let grown = after.saturating_sub(before);
+    eprintln!(
+        "{closed_at_once} of 1000 flooding connections closed at once; head RSS {} MiB before, {} MiB after",
+        before >> 20,
+        after >> 20
+    );
+    assert!(
+        grown < 96 << 20,
+        "the head grew by {} MiB under oversized messages and a flood",
+        grown >> 20
+    );
+    let again = open_from_flooder(address, 1);
+    std::thread::sleep(Duration::from_millis(500));
+    assert!(
+        !closed_by_the_head(&again),
+        "a flooder's place comes back once its connections closed"
+    );
+}
+
+/// A connection from [`FLOODER`]; every third sends garbage, the others
+/// nothing.
+fn open_from_flooder(head: SocketAddr, index: usize) -> TcpStream {
+    let socket = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    let local: SocketAddr = format!("{FLOODER}:0").parse().unwrap();
+    socket.bind(&local.into()).unwrap();
+    socket.connect(&head.into()).unwrap();
+    let mut stream: TcpStream = socket.into();
+    if index.is_multiple_of(3) {
+        let _ = stream.write_all(b"\x16\x03\x01garbage that is not HTTP/2\r\n\r\n");
+    }
+    stream
+}
+
+/// Whether the head has closed (or reset) `stream`: what it sent is read
+/// without waiting, then its end.
+fn closed_by_the_head(stream: &TcpStream) -> bool {
+    let mut stream = stream;
+    stream.set_nonblocking(true).unwrap();
+    let mut buffer = [0u8; 4096];
+    loop {
+        match stream.read(&mut buffer) {
+            Ok(0) => return true,
+            Ok(_) => continue,
+            Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => return false,
+            Err(_) => return true,
+        }
+    }
+}
+
+#[test]
+fn a_client_with_too_many_requests_in_flight_is_refused_and_others_are_served() {
+    let temp = tempfile::tempdir().unwrap();
+    let _daemons = Daemons(temp.path());
+    let head = start_head(temp.path(), &[("RAYLET_MAX_REQUESTS_PER_CLIENT", "4")]);
+    let token = token(temp.path());
+    let driver = raylet::init_with(Config::new().address(&head).temp_dir(temp.path())).unwrap();
+    let holder = driver
+        .placement_group(vec![Bundle::new().num_cpus(1.0)], PlacementStrategy::Pack)
+        .unwrap();
+    holder.ready_timeout(Duration::from_secs(20)).unwrap();
+    let waiting = driver
+        .placement_group(vec![Bundle::new().num_cpus(1.0)], PlacementStrategy::Pack)
+        .unwrap();
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let (answered, refused) = runtime.block_on(async {
+        let channel = channel_from(&head, Some(FLOODER.parse().unwrap())).await;
+        let calls = (0..12).map(|_| {
+            let mut groups = PlacementGroupServiceClient::new(authed(channel.clone(), &token));
+            let request = WaitPlacementGroupRequest {
+                placement_group_id: waiting.id().as_bytes().to_vec(),
+                timeout_ms: 3000,
+            };
+            async move { groups.wait_placement_group(request).await }
+        });
+        let replies = futures_util::future::join_all(calls).await;
+        let refused: Vec<tonic::Status> = replies.iter().filter_map(|r| r.as_ref().err().cloned()).collect();
+        (replies.len() - refused.len(), refused)
+    });
+    assert_eq!(answered, 4, "four waits are served at once: {refused:?}");
+    assert_eq!(refused.len(), 8);
+    for status in &refused {
+        assert_eq!(status.code(), tonic::Code::ResourceExhausted, "{status}");
+        assert!(status.message().contains("4 requests in flight"), "{status}");
+    }
+    assert!(
+        driver.list_placement_groups().is_ok(),
+        "the driver's own calls still go through"
+    );
+    driver.shutdown().unwrap();
+}
