@@ -1,8 +1,9 @@
 //! A real head process under hostile load: messages over each service's
-//! size bound, a flood of idle and garbage connections, and one client
-//! sending more requests at once than it may. The head refuses what is
-//! over a bound with a clear error, keeps serving everybody else, and its
-//! memory stays flat. The bounds are lowered through their variables so
+//! size bound, a flood of idle and garbage connections, one client sending
+//! more requests at once than it may, and one connection opening more
+//! streams than it may. The head refuses what is over a bound with a clear
+//! error (or, for streams, makes the client wait), keeps serving everybody
+//! else, and its memory stays flat. The bounds are lowered through their variables so
 //! that the test reaches them quickly.
 
 mod common;
@@ -11,10 +12,10 @@ use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::path::Path;
 use std::process::Command;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::{Daemons, RAYLET, daemon_pids, head_address};
-use raylet::{Bundle, Config, PlacementStrategy};
+use raylet::{Bundle, Config, PlacementGroup, PlacementStrategy};
 use raylet_proto::auth::{AuthToken, ClientAuth};
 use raylet_proto::v1::job_service_client::JobServiceClient;
 use raylet_proto::v1::kv_service_client::KvServiceClient;
@@ -196,6 +197,41 @@ fn closed_by_the_head(stream: &TcpStream) -> bool {
     }
 }
 
+/// A placement group that stays pending: the head's one CPU is held by
+/// another group. Waiting for it is a request that stays in flight.
+fn pending_group(driver: &raylet::Cluster) -> (PlacementGroup, PlacementGroup) {
+    let one_cpu = || vec![Bundle::new().num_cpus(1.0)];
+    let holder = driver.placement_group(one_cpu(), PlacementStrategy::Pack).unwrap();
+    holder.ready_timeout(Duration::from_secs(20)).unwrap();
+    let pending = driver.placement_group(one_cpu(), PlacementStrategy::Pack).unwrap();
+    (holder, pending)
+}
+
+/// `count` concurrent waits of `timeout_ms` for `group` on one connection
+/// from [`FLOODER`]; each reply with when it came.
+async fn wait_concurrently(
+    head: &str,
+    token: &AuthToken,
+    group: &PlacementGroup,
+    count: usize,
+    timeout_ms: u64,
+) -> Vec<(Result<(), tonic::Status>, Duration)> {
+    let channel = channel_from(head, Some(FLOODER.parse().unwrap())).await;
+    let started = Instant::now();
+    let calls = (0..count).map(|_| {
+        let mut groups = PlacementGroupServiceClient::new(authed(channel.clone(), token));
+        let request = WaitPlacementGroupRequest {
+            placement_group_id: group.id().as_bytes().to_vec(),
+            timeout_ms,
+        };
+        async move {
+            let reply = groups.wait_placement_group(request).await.map(|_| ());
+            (reply, started.elapsed())
+        }
+    });
+    futures_util::future::join_all(calls).await
+}
+
 #[test]
 fn a_client_with_too_many_requests_in_flight_is_refused_and_others_are_served() {
     let temp = tempfile::tempdir().unwrap();
@@ -203,29 +239,12 @@ fn a_client_with_too_many_requests_in_flight_is_refused_and_others_are_served() 
     let head = start_head(temp.path(), &[("RAYLET_MAX_REQUESTS_PER_CLIENT", "4")]);
     let token = token(temp.path());
     let driver = raylet::init_with(Config::new().address(&head).temp_dir(temp.path())).unwrap();
-    let holder = driver
-        .placement_group(vec![Bundle::new().num_cpus(1.0)], PlacementStrategy::Pack)
-        .unwrap();
-    holder.ready_timeout(Duration::from_secs(20)).unwrap();
-    let waiting = driver
-        .placement_group(vec![Bundle::new().num_cpus(1.0)], PlacementStrategy::Pack)
-        .unwrap();
+    let (_holder, pending) = pending_group(&driver);
 
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let (answered, refused) = runtime.block_on(async {
-        let channel = channel_from(&head, Some(FLOODER.parse().unwrap())).await;
-        let calls = (0..12).map(|_| {
-            let mut groups = PlacementGroupServiceClient::new(authed(channel.clone(), &token));
-            let request = WaitPlacementGroupRequest {
-                placement_group_id: waiting.id().as_bytes().to_vec(),
-                timeout_ms: 3000,
-            };
-            async move { groups.wait_placement_group(request).await }
-        });
-        let replies = futures_util::future::join_all(calls).await;
-        let refused: Vec<tonic::Status> = replies.iter().filter_map(|r| r.as_ref().err().cloned()).collect();
-        (replies.len() - refused.len(), refused)
-    });
+    let replies = runtime.block_on(wait_concurrently(&head, &token, &pending, 12, 3000));
+    let refused: Vec<tonic::Status> = replies.iter().filter_map(|(r, _)| r.as_ref().err().cloned()).collect();
+    let answered = replies.len() - refused.len();
     assert_eq!(answered, 4, "four waits are served at once: {refused:?}");
     assert_eq!(refused.len(), 8);
     for status in &refused {
@@ -235,6 +254,28 @@ fn a_client_with_too_many_requests_in_flight_is_refused_and_others_are_served() 
     assert!(
         driver.list_placement_groups().is_ok(),
         "the driver's own calls still go through"
+    );
+    driver.shutdown().unwrap();
+}
+
+#[test]
+fn a_connection_over_its_stream_bound_waits_instead_of_failing() {
+    let temp = tempfile::tempdir().unwrap();
+    let _daemons = Daemons(temp.path());
+    let head = start_head(temp.path(), &[("RAYLET_MAX_STREAMS_PER_CONNECTION", "2")]);
+    let token = token(temp.path());
+    let driver = raylet::init_with(Config::new().address(&head).temp_dir(temp.path())).unwrap();
+    let (_holder, pending) = pending_group(&driver);
+
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let replies = runtime.block_on(wait_concurrently(&head, &token, &pending, 6, 1000));
+    for (reply, _) in &replies {
+        assert!(reply.is_ok(), "every wait is answered: {reply:?}");
+    }
+    let last = replies.iter().map(|(_, at)| *at).max().unwrap();
+    assert!(
+        last >= Duration::from_millis(2900),
+        "six one-second waits, two at a time on one connection, end after three seconds, not {last:?}"
     );
     driver.shutdown().unwrap();
 }
