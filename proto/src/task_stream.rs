@@ -33,6 +33,9 @@ const LENGTH_PREFIX: usize = 4;
 /// What a reader sets aside at most before a frame's bytes arrive, so that
 /// a bogus length does not allocate a gigabyte.
 const MAX_RESERVE: usize = 1 << 20;
+/// The largest opening frame: a token and a version, or a refusal. Until a
+/// stream is admitted, a peer cannot make either side set aside more.
+const MAX_OPENING_FRAME: usize = 64 << 10;
 
 /// The owner's end: tasks out, results in.
 pub type TaskSender = FrameSender<TaskBatch>;
@@ -61,7 +64,7 @@ pub async fn open(address: &str, token: &AuthToken, patience: Duration) -> Resul
     if welcome.refusal_code != 0 {
         return Err(Status::new(Code::from(welcome.refusal_code), welcome.refusal).into());
     }
-    Ok((FrameSender::new(write), events))
+    Ok((FrameSender::new(write), events.admitted()))
 }
 
 /// Admits a task stream that an owner opened on `socket`: checks its token
@@ -91,7 +94,7 @@ pub async fn accept(socket: TcpStream, token: &AuthToken) -> Result<(TaskReader,
     };
     write.write_all(&encode_frame(&welcome)).await?;
     admitted?;
-    Ok((tasks, FrameSender::new(write)))
+    Ok((tasks.admitted(), FrameSender::new(write)))
 }
 
 async fn accept_tls(
@@ -168,16 +171,25 @@ fn encode_frame(message: &impl Message) -> Vec<u8> {
 pub struct FrameReader<M> {
     socket: ReadSide,
     buffer: BytesMut,
+    max_frame: usize,
     _message: PhantomData<fn() -> M>,
 }
 
 impl<M: Message + Default> FrameReader<M> {
+    /// A reader that takes only an opening frame until [`Self::admitted`].
     fn new(socket: ReadSide) -> Self {
         FrameReader {
             socket,
             buffer: BytesMut::new(),
+            max_frame: MAX_OPENING_FRAME,
             _message: PhantomData,
         }
+    }
+
+    /// Takes frames up to [`MAX_DATA_MESSAGE`] from now on.
+    fn admitted(mut self) -> Self {
+        self.max_frame = MAX_DATA_MESSAGE;
+        self
     }
 
     /// The next message; `None` once the peer closed the stream between
@@ -207,9 +219,10 @@ impl<M: Message + Default> FrameReader<M> {
             return Ok(None);
         };
         let length = u32::from_be_bytes(prefix.try_into().expect("four bytes")) as usize;
-        if length > MAX_DATA_MESSAGE {
+        if length > self.max_frame {
             return Err(Error::InvalidArgument(format!(
-                "a task stream frame of {length} bytes is over the limit of {MAX_DATA_MESSAGE}"
+                "a task stream frame of {length} bytes is over the limit of {}",
+                self.max_frame
             )));
         }
         let missing = (LENGTH_PREFIX + length).saturating_sub(self.buffer.len());
@@ -434,5 +447,16 @@ mod tests {
             assert!(matches!(refused, Some(crate::Error::Unauthenticated(_))), "{refused:?}");
         }
         assert!(open(&address, &token, patience).await.is_ok());
+    }
+
+    #[tokio::test]
+    async fn an_opening_frame_over_its_bound_is_refused_before_its_bytes_arrive() {
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let mut peer = TcpStream::connect(address).await.unwrap();
+        let (socket, _) = listener.accept().await.unwrap();
+        peer.write_all(&(512u32 << 20).to_be_bytes()).await.unwrap();
+        let refused = accept(socket, &AuthToken::generate()).await.err().unwrap().to_string();
+        assert!(refused.contains("over the limit of 65536"), "{refused}");
     }
 }
