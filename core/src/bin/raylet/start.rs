@@ -368,9 +368,15 @@ fn print_head_started(args: &StartArgs, session: &Session, started: &Started) {
     println!();
     println!("  To see the status of the cluster, use");
     println!("    raylet status{flag}");
+    let tls = matches!(raylet_proto::tls::current(), Ok(Some(_)));
     if let Ok(Some(dashboard)) = session.read_dashboard_address() {
+        let scheme = if tls { "https" } else { "http" };
         println!("  Metrics and the JSON API (with the token as a bearer token) are at");
-        println!("    http://{dashboard}/metrics and http://{dashboard}/api/nodes");
+        println!("    {scheme}://{dashboard}/metrics and {scheme}://{dashboard}/api/nodes");
+    }
+    if tls {
+        println!("  The cluster speaks TLS only: give every raylet command and program");
+        println!("  --tls-cert/--tls-key/--tls-ca, or RAYLET_TLS_CERT/KEY/CA.");
     }
     println!();
     println!("  To terminate the raylet runtime, run");
