@@ -3,7 +3,7 @@
 //! node views a tensor in shared memory as `&[f32]` without copying it.
 
 use rkyv::Place;
-use rkyv::rancor::Fallible;
+use rkyv::rancor::{Fallible, Source};
 use rkyv::ser::{Positional, Writer};
 use rkyv::vec::{ArchivedVec, VecResolver};
 use rkyv::with::{ArchiveWith, DeserializeWith, SerializeWith};
@@ -35,9 +35,12 @@ impl DType {
     }
 }
 
-/// An n-dimensional array in row-major order.
+/// An n-dimensional array in row-major order. Its buffer holds exactly its
+/// shape's elements: decoding (serde) and validating (bytecheck) refuse
+/// one that does not.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize, rkyv::Archive, rkyv::Serialize, rkyv::Deserialize)]
-#[rkyv(derive(Debug))]
+#[serde(try_from = "TensorParts")]
+#[rkyv(derive(Debug), bytecheck(verify))]
 pub struct Tensor {
     shape: Vec<u64>,
     dtype: DType,
@@ -46,22 +49,52 @@ pub struct Tensor {
     data: Vec<u8>,
 }
 
+/// How many bytes a tensor of `shape` holds; `None` past `usize::MAX`.
+fn byte_len(dtype: DType, shape: impl IntoIterator<Item = u64>) -> Option<usize> {
+    shape
+        .into_iter()
+        .try_fold(dtype.size(), |bytes, d| bytes.checked_mul(usize::try_from(d).ok()?))
+}
+
+/// Checks that `len` bytes are exactly the elements of `shape`.
+fn check_len(dtype: DType, shape: &[u64], len: usize) -> Result<()> {
+    match byte_len(dtype, shape.iter().copied()) {
+        Some(needed) if needed == len => Ok(()),
+        needed => Err(StoreError::Invalid(format!(
+            "a {dtype:?} tensor of shape {shape:?} needs {} bytes, got {len}",
+            needed.map_or_else(|| "more than usize::MAX".to_string(), |n| n.to_string())
+        ))),
+    }
+}
+
+/// A tensor as it is decoded, before its length is checked.
+#[derive(Deserialize)]
+struct TensorParts {
+    shape: Vec<u64>,
+    dtype: DType,
+    #[serde(with = "serde_bytes")]
+    data: Vec<u8>,
+}
+
+impl TryFrom<TensorParts> for Tensor {
+    type Error = StoreError;
+
+    fn try_from(parts: TensorParts) -> Result<Tensor> {
+        check_len(parts.dtype, &parts.shape, parts.data.len())?;
+        Ok(Tensor {
+            shape: parts.shape,
+            dtype: parts.dtype,
+            data: parts.data,
+        })
+    }
+}
+
 impl Tensor {
     /// A tensor over `data`, which must hold exactly the shape's elements.
     pub fn from_bytes(dtype: DType, shape: &[usize], data: Vec<u8>) -> Result<Tensor> {
-        let elements: usize = shape.iter().product();
-        if elements * dtype.size() != data.len() {
-            return Err(StoreError::Invalid(format!(
-                "a {dtype:?} tensor of shape {shape:?} needs {} bytes, got {}",
-                elements * dtype.size(),
-                data.len()
-            )));
-        }
-        Ok(Tensor {
-            shape: shape.iter().map(|d| *d as u64).collect(),
-            dtype,
-            data,
-        })
+        let shape: Vec<u64> = shape.iter().map(|d| *d as u64).collect();
+        check_len(dtype, &shape, data.len())?;
+        Ok(Tensor { shape, dtype, data })
     }
 
     pub fn from_f32(shape: &[usize], values: &[f32]) -> Result<Tensor> {
@@ -69,8 +102,10 @@ impl Tensor {
         Tensor::from_bytes(DType::F32, shape, data)
     }
 
+    /// A tensor of zeros; panics, as a `Vec` of that size would, when its
+    /// size overflows `usize`.
     pub fn zeros(dtype: DType, shape: &[usize]) -> Tensor {
-        let len = shape.iter().product::<usize>() * dtype.size();
+        let len = byte_len(dtype, shape.iter().map(|d| *d as u64)).expect("the tensor's size overflows usize");
         Tensor {
             shape: shape.iter().map(|d| *d as u64).collect(),
             dtype,
@@ -132,6 +167,22 @@ impl ArchivedTensor {
         // number of f32s (checked when the tensor was made, and every bit
         // pattern is a valid f32), and the bytes live as long as `self`.
         Some(unsafe { std::slice::from_raw_parts(bytes.as_ptr().cast::<f32>(), bytes.len() / 4) })
+    }
+}
+
+/// An archived tensor is valid only when its buffer holds exactly its
+/// shape's elements.
+// SAFETY: `verify` fails every archived tensor whose buffer is not exactly
+// its shape's elements, the one invariant beyond its fields' own, which
+// bytecheck has checked before it calls `verify`.
+unsafe impl<C> rkyv::bytecheck::Verify<C> for ArchivedTensor
+where
+    C: Fallible + ?Sized,
+    C::Error: Source,
+{
+    fn verify(&self, _: &mut C) -> std::result::Result<(), C::Error> {
+        let shape: Vec<u64> = self.shape.iter().map(|d| d.to_native()).collect();
+        check_len(self.dtype(), &shape, self.data.len()).map_err(C::Error::new)
     }
 }
 
@@ -200,6 +251,36 @@ mod tests {
     fn a_tensor_must_hold_exactly_its_shape() {
         assert!(Tensor::from_bytes(DType::F64, &[2, 2], vec![0; 31]).is_err());
         assert_eq!(Tensor::zeros(DType::I32, &[3, 5]).as_bytes().len(), 60);
+    }
+
+    #[test]
+    fn a_shape_whose_size_overflows_is_an_error_not_a_panic() {
+        let error = Tensor::from_bytes(DType::U8, &[usize::MAX, 2], vec![]).unwrap_err();
+        assert!(error.to_string().contains("more than usize::MAX"), "{error}");
+        assert!(Tensor::from_bytes(DType::F64, &[1 << 62], vec![]).is_err());
+    }
+
+    /// Found by the `value_codec` and `object_archive` fuzz targets: a
+    /// tensor whose buffer is not its shape's was decoded and validated.
+    #[test]
+    fn a_tensor_whose_buffer_is_not_its_shape_is_refused_by_serde_and_bytecheck() {
+        let wrong = Tensor {
+            shape: vec![2],
+            dtype: DType::F32,
+            data: vec![0; 4],
+        };
+        let bytes = raylet_proto::codec::encode(&wrong).unwrap();
+        assert!(raylet_proto::codec::decode::<Tensor>(&bytes).is_err());
+        let right = Tensor::from_f32(&[2], &[1.0, 2.0]).unwrap();
+        let bytes = raylet_proto::codec::encode(&right).unwrap();
+        assert_eq!(raylet_proto::codec::decode::<Tensor>(&bytes).unwrap(), right);
+
+        let len = archived_len(&wrong).unwrap();
+        let mut buffer = AlignedVec::<64>::with_capacity(len);
+        buffer.resize(len, 0);
+        archive_into(&wrong, &mut buffer).unwrap();
+        let error = access::<ArchivedTensor>(&buffer).unwrap_err();
+        assert!(error.to_string().contains("needs 8 bytes, got 4"), "{error}");
     }
 
     #[test]
