@@ -1,13 +1,14 @@
 //! The metrics that processes record with `raylet::metrics` and report to
 //! the head: each is registered in the head process's Prometheus registry
 //! on first sight, so the head's `/metrics` exports it. A report that does
-//! not fit the metric as first seen (another kind or other labels), or
-//! whose name is taken, is dropped with a warning.
+//! not fit the metric as first seen (another kind or other labels, or not
+//! one value per label), whose histogram buckets do not increase, or whose
+//! name is taken, is dropped with a warning.
 
 use std::collections::HashMap;
 
 use prometheus::core::Collector;
-use prometheus::{CounterVec, GaugeVec, HistogramOpts, HistogramVec, Opts};
+use prometheus::{CounterVec, GaugeVec, Histogram, HistogramOpts, HistogramVec, Opts};
 use raylet_proto::metrics::registry;
 use raylet_proto::v1::{MetricKind, MetricUpdate};
 
@@ -34,15 +35,21 @@ impl PushedMetrics {
             tracing::warn!(metric = update.name, "a reported metric changed its labels; dropped");
             return;
         }
-        match family {
-            Family::Counter(counter) => counter.with_label_values(&labels).inc_by(update.value.max(0.0)),
-            Family::Gauge(gauge) => gauge.with_label_values(&labels).set(update.value),
-            Family::Histogram(histogram) => {
-                let series = histogram.with_label_values(&labels);
+        let applied = match family {
+            Family::Counter(counter) => counter
+                .get_metric_with_label_values(&labels)
+                .map(|series| series.inc_by(update.value.max(0.0))),
+            Family::Gauge(gauge) => gauge
+                .get_metric_with_label_values(&labels)
+                .map(|series| series.set(update.value)),
+            Family::Histogram(histogram) => histogram.get_metric_with_label_values(&labels).map(|series| {
                 for value in update.observations {
                     series.observe(value);
                 }
-            }
+            }),
+        };
+        if let Err(error) = applied {
+            tracing::warn!(metric = update.name, %error, "a reported metric does not fit its labels; dropped");
         }
     }
 
@@ -83,6 +90,9 @@ fn register(update: &MetricUpdate) -> prometheus::Result<Family> {
         }
         MetricKind::Histogram => {
             let opts = HistogramOpts::new(&update.name, help).buckets(update.buckets.clone());
+            // The buckets are checked only when a series is made: check
+            // them now, so that bad ones never take the name.
+            Histogram::with_opts(opts.clone())?;
             let histogram = HistogramVec::new(opts, &labels)?;
             (Family::Histogram(histogram.clone()), Box::new(histogram))
         }
@@ -123,6 +133,36 @@ mod tests {
             text.contains("test_pushed_seconds_bucket{run=\"a\",le=\"0.1\"} 1"),
             "{text}"
         );
+    }
+
+    /// Found by the `decode_requests` fuzz target: a report with fewer
+    /// label values than names panicked in `with_label_values`.
+    #[test]
+    fn a_report_without_one_value_per_label_is_dropped_not_a_panic() {
+        let mut metrics = PushedMetrics::default();
+        for kind in [MetricKind::Counter, MetricKind::Gauge, MetricKind::Histogram] {
+            let name = format!("test_pushed_cardinality_{}", kind.as_str_name().to_lowercase());
+            for values in [&[][..], &["a", "b"]] {
+                metrics.apply(update(&name, kind, values, 1.0));
+            }
+            metrics.apply(update(&name, kind, &["a"], 1.0));
+        }
+        let text = raylet_proto::metrics::encode_text();
+        assert!(text.contains("test_pushed_cardinality_counter{run=\"a\"} 1"), "{text}");
+    }
+
+    /// Found by the `decode_requests` fuzz target: a histogram whose
+    /// buckets do not increase was registered, and its first series panicked.
+    #[test]
+    fn a_histogram_whose_buckets_do_not_increase_is_refused_not_a_panic() {
+        let mut metrics = PushedMetrics::default();
+        let mut bad = update("test_pushed_bad_buckets", MetricKind::Histogram, &["a"], 1.0);
+        bad.buckets = vec![1.0, 0.5];
+        metrics.apply(bad);
+        assert!(metrics.families.is_empty());
+        metrics.apply(update("test_pushed_bad_buckets", MetricKind::Histogram, &["a"], 1.0));
+        let text = raylet_proto::metrics::encode_text();
+        assert!(text.contains("test_pushed_bad_buckets_count{run=\"a\"} 1"), "{text}");
     }
 
     #[test]
