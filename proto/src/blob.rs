@@ -1,6 +1,6 @@
 //! Content-addressed blobs, the binaries and files that jobs ship: their
-//! sha256 names, a writer that checks a blob as its chunks arrive, and the
-//! chunk size they travel in.
+//! sha256 names, the chunks they travel in (sent and received), and a writer
+//! that checks a blob as its chunks arrive.
 
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -9,6 +9,7 @@ use sha2::{Digest, Sha256};
 use xxhash_rust::xxh3::Xxh3;
 
 use tokio::io::AsyncReadExt;
+use tokio_stream::{Stream, StreamExt};
 
 use crate::v1::{BlobChunk, BlobRef};
 use crate::{Error, Result};
@@ -66,6 +67,38 @@ pub async fn send_chunks<T>(
             return Ok(());
         }
     }
+}
+
+/// Receives a blob as [`send_chunks`] sends it: the first chunk names the
+/// blob, and `start` opens a writer for it or declines (`None`, when the
+/// blob is there already); then every chunk's data is written in order, and
+/// a blob named again in a later chunk is ignored. Returns the blob the
+/// first chunk named and, unless `start` declined, its writer for the
+/// caller to [`BlobWriter::finish`], which checks the whole blob.
+pub async fn receive_chunks<S, E>(
+    mut chunks: S,
+    start: impl FnOnce(&BlobRef) -> Result<Option<BlobWriter>>,
+) -> Result<(BlobRef, Option<BlobWriter>)>
+where
+    S: Stream<Item = std::result::Result<BlobChunk, E>> + Unpin,
+    Error: From<E>,
+{
+    let first = chunks
+        .next()
+        .await
+        .transpose()?
+        .ok_or_else(|| Error::InvalidArgument("an upload must send at least one chunk".into()))?;
+    let blob = first
+        .blob
+        .ok_or_else(|| Error::InvalidArgument("an upload's first chunk must name its blob".into()))?;
+    let Some(mut writer) = start(&blob)? else {
+        return Ok((blob, None));
+    };
+    writer.write(&first.data)?;
+    while let Some(chunk) = chunks.next().await.transpose()? {
+        writer.write(&chunk.data)?;
+    }
+    Ok((blob, Some(writer)))
 }
 
 fn hex(bytes: &[u8]) -> String {
@@ -225,6 +258,42 @@ mod tests {
             .map(|e| e.unwrap().file_name().into_string().unwrap())
             .collect();
         assert_eq!(names.len(), 2, "only the source and the good blob: {names:?}");
+        std::fs::remove_dir_all(dir).unwrap();
+    }
+
+    fn chunk(blob: Option<&BlobRef>, data: &[u8]) -> Result<BlobChunk> {
+        Ok(BlobChunk {
+            blob: blob.cloned(),
+            data: data.to_vec().into(),
+        })
+    }
+
+    #[tokio::test]
+    async fn received_chunks_make_the_blob_and_a_stream_without_a_named_first_chunk_is_refused() {
+        let dir = dir();
+        let source = dir.join("source");
+        std::fs::write(&source, b"hello blob").unwrap();
+        let blob = blob_of_file(&source).unwrap();
+        let start = |blob: &BlobRef| BlobWriter::create(&dir, blob.clone(), 1 << 20).map(Some);
+
+        let chunks = [chunk(Some(&blob), b"hel"), chunk(None, b""), chunk(None, b"lo blob")];
+        let stream = tokio_stream::iter(chunks);
+        let (named, writer) = receive_chunks(stream, start).await.unwrap();
+        assert_eq!(named, blob);
+        writer.unwrap().finish(0o644).unwrap();
+        assert_eq!(std::fs::read(dir.join(&blob.sha256)).unwrap(), b"hello blob");
+
+        let (_, declined) = receive_chunks(tokio_stream::iter([chunk(Some(&blob), b"x")]), |_| Ok(None))
+            .await
+            .unwrap();
+        assert!(declined.is_none());
+        for chunks in [vec![], vec![chunk(None, b"hello blob")]] {
+            let error = receive_chunks(tokio_stream::iter(chunks), start).await.err().unwrap();
+            assert!(matches!(error, Error::InvalidArgument(_)), "{error}");
+        }
+        let broken = [chunk(Some(&blob), b"hello"), Err(Error::Unavailable("gone".into()))];
+        let error = receive_chunks(tokio_stream::iter(broken), start).await.err().unwrap();
+        assert_eq!(error, Error::Unavailable("gone".into()));
         std::fs::remove_dir_all(dir).unwrap();
     }
 

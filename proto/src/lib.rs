@@ -11,6 +11,7 @@ pub mod ids;
 pub mod limits;
 pub mod metrics;
 pub mod placement_group;
+pub mod request_decoding;
 pub mod resources;
 pub mod scheduling;
 pub mod server;

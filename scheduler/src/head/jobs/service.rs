@@ -5,7 +5,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
-use raylet_proto::blob::{CHUNK_BYTES, is_sha256, send_chunks};
+use raylet_proto::blob::{CHUNK_BYTES, is_sha256, receive_chunks, send_chunks};
 use raylet_proto::v1::fetch_blob_request::By;
 use raylet_proto::v1::job_service_server::JobService;
 use raylet_proto::v1::{
@@ -58,22 +58,12 @@ impl JobService for JobServiceImpl {
     }
 
     async fn upload_blob(&self, request: Request<Streaming<BlobChunk>>) -> Result<Response<UploadBlobReply>, Status> {
-        let mut chunks = request.into_inner();
-        let first = chunks
-            .message()
-            .await?
-            .ok_or_else(|| Error::InvalidArgument("an upload must send at least one chunk".into()))?;
-        let blob = first
-            .blob
-            .ok_or_else(|| Error::InvalidArgument("an upload's first chunk must name its blob".into()))?;
-        let Some(mut writer) = self.jobs.blobs.receive(blob.clone())? else {
+        let blobs = &self.jobs.blobs;
+        let (blob, writer) = receive_chunks(request.into_inner(), |blob| blobs.receive(blob.clone())).await?;
+        let Some(writer) = writer else {
             return Ok(Response::new(UploadBlobReply { bytes_stored: 0 }));
         };
-        writer.write(&first.data)?;
-        while let Some(chunk) = chunks.message().await? {
-            writer.write(&chunk.data)?;
-        }
-        self.jobs.blobs.keep(writer, &blob.sha256)?;
+        blobs.keep(writer, &blob.sha256)?;
         Ok(Response::new(UploadBlobReply {
             bytes_stored: blob.size,
         }))
