@@ -123,7 +123,11 @@ fn a_cluster_with_tls_runs_tasks_moves_objects_and_serves_https_and_refuses_plai
         &tls,
     );
     assert!(started.0, "{}", started.1);
-    assert!(started.1.contains("speaks TLS only") && started.1.contains("https://"), "{}", started.1);
+    assert!(
+        started.1.contains("speaks TLS only") && started.1.contains("https://"),
+        "{}",
+        started.1
+    );
     let head = head_address(temp.path());
     let joined = raylet(temp.path(), &["start", "--address", &head, "--num-cpus", "2"], &tls);
     assert!(joined.0, "{}", joined.1);
