@@ -89,6 +89,20 @@ fn the_heads_http_routes_need_the_token_and_metrics_follow_the_cluster() {
         "{} HTTP routes refuse requests without the cluster's token",
         routes.len()
     );
+    for path in [
+        "/api/not-a-route",
+        "/admin",
+        "/api/jobs/abc/not-a-route",
+        "/ui/assets/other.js",
+    ] {
+        let (status, _) = get(&dashboard, path, None);
+        assert_eq!(
+            status, 401,
+            "{path} is refused before routing, so no route can be public by mistake"
+        );
+        assert_eq!(get(&dashboard, path, Some(&token)).0, 404, "{path} with the token");
+    }
+    assert_eq!(raylet::dashboard::PUBLIC_PATHS, ["/healthz", "/login"]);
     let form = "Content-Type: application/x-www-form-urlencoded\r\n";
     let wrong = request(&dashboard, "POST", "/login", form, "token=wrong");
     assert_eq!(wrong.status, 401);
@@ -171,7 +185,7 @@ fn every_node_serves_its_metrics(dashboard: &str, token: &str) {
     assert_eq!(head["targets"][0], dashboard, "the head's metrics are its dashboard's");
     let node = node["targets"][0].as_str().unwrap();
     let foreign = "f".repeat(64);
-    for route in raylet::dashboard::NODE_ROUTES {
+    for route in raylet::dashboard::NODE_ROUTES.iter().chain(&["/healthz", "/api/nodes"]) {
         for presented in [None, Some("wrong"), Some(foreign.as_str())] {
             assert_eq!(
                 get(node, route, presented).0,

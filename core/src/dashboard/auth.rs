@@ -11,8 +11,8 @@ use axum::response::{Html, IntoResponse, Redirect, Response};
 use raylet_proto::auth::AuthToken;
 use serde::Deserialize;
 
-use super::Head;
 use super::assets::LOGIN_PAGE;
+use super::{Head, PUBLIC_PATHS};
 
 /// The cookie that carries the token in a browser.
 const COOKIE: &str = "raylet_token";
@@ -39,13 +39,14 @@ fn cookie_token(headers: &HeaderMap) -> Option<String> {
         })
 }
 
-/// Lets a request with the token through; sends a browser asking for a
-/// page to the login page, and refuses anything else.
+/// Lets a request for a public path or with the token through; sends a
+/// browser asking for a page to the login page, and refuses anything else.
+/// It wraps the whole server, so it runs before routing.
 pub(super) async fn require_token(State(head): State<Head>, request: Request, next: Next) -> Response {
-    if authenticated(&head, request.headers()) {
+    let path = request.uri().path();
+    if PUBLIC_PATHS.contains(&path) || authenticated(&head, request.headers()) {
         return next.run(request).await;
     }
-    let path = request.uri().path();
     if path == "/" || (path.starts_with("/ui") && !path.starts_with("/ui/assets/")) {
         return Redirect::to("/login").into_response();
     }

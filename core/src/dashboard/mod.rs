@@ -65,9 +65,11 @@ struct Head {
     history: history::History,
 }
 
-/// Every route of the head's HTTP server but the login page and the health
-/// check, with its handler. The server is built from this list, and the auth test walks
-/// it (through [`route_paths`]), so no route can skip the token check.
+/// Every route of the head's HTTP server but [`PUBLIC_PATHS`], with its
+/// handler. The token check wraps the whole server, not these routes, so a
+/// route served from anywhere needs the token unless its path is public;
+/// the auth test walks this list (through [`route_paths`]) and asks paths
+/// that no route serves.
 fn guarded_routes() -> Vec<(&'static str, MethodRouter<Head>)> {
     vec![
         ("/", get(|| async { Redirect::to("/ui/") })),
@@ -93,11 +95,16 @@ fn guarded_routes() -> Vec<(&'static str, MethodRouter<Head>)> {
 }
 
 /// The paths of every route of the head's HTTP server that needs the
-/// token (all but `/login` and `/healthz`), as axum spells them (`{id}`
-/// for a parameter).
+/// token (all but [`PUBLIC_PATHS`]), as axum spells them (`{id}` for a
+/// parameter).
 pub fn route_paths() -> Vec<&'static str> {
     guarded_routes().into_iter().map(|(path, _)| path).collect()
 }
+
+/// The only paths the head's HTTP server answers without the token: the
+/// health check and the login form. Every other request, to a route or
+/// not, is refused before it is routed.
+pub const PUBLIC_PATHS: [&str; 2] = ["/healthz", "/login"];
 
 /// The routes of a joining node's HTTP server, all behind the token.
 pub const NODE_ROUTES: [&str; 1] = ["/metrics"];
@@ -120,14 +127,12 @@ pub async fn run(
         head.token.clone(),
         head.history.clone(),
     ));
-    let guarded = guarded_routes()
+    let app = guarded_routes()
         .into_iter()
         .fold(Router::new(), |router, (path, route)| router.route(path, route))
-        .route_layer(middleware::from_fn_with_state(head.clone(), auth::require_token));
-    let app = Router::new()
-        .route("/healthz", get(|| async { "ok\n" }))
-        .route("/login", get(auth::login_page).post(auth::log_in))
-        .merge(guarded)
+        .route(PUBLIC_PATHS[0], get(|| async { "ok\n" }))
+        .route(PUBLIC_PATHS[1], get(auth::login_page).post(auth::log_in))
+        .layer(middleware::from_fn_with_state(head.clone(), auth::require_token))
         .with_state(head);
     let served = listener::serve(listener, app, shutdown).await;
     sampler.abort();
@@ -282,6 +287,6 @@ pub async fn serve_node_metrics(
     };
     let app = Router::new()
         .route(NODE_ROUTES[0], get(text))
-        .route_layer(middleware::from_fn_with_state(token, auth::require_bearer));
+        .layer(middleware::from_fn_with_state(token, auth::require_bearer));
     listener::serve(listener, app, shutdown).await
 }
