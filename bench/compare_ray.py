@@ -28,6 +28,7 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+from typing import NamedTuple
 
 from benchlib import ROOT, VENV, WORK, add_descendants, log, proc_table
 
@@ -37,6 +38,7 @@ RAYLET = ROOT / "target" / "release" / "raylet"
 QUICKSTART = ROOT / "target" / "release" / "examples" / "quickstart"
 PHYSLIMITS = ROOT / "target" / "bench" / "physlimits"
 FIRST_TASK_PY = ROOT / "bench" / "ray_first_task.py"
+OBJECT_METRICS_PY = ROOT / "bench" / "ray_object_metrics.py"
 
 # Ray must not try to report usage (there is no network here); this changes
 # nothing else about how it runs. RAY_AUTH_MODE=token pins Ray 2.60's token
@@ -50,19 +52,37 @@ for var in ("RAY_ADDRESS", "RAYLET_ADDRESS", "TESTS_TO_RUN", "TESTS_TO_SKIP"):
     RAY_ENV.pop(var, None)
 RAYLET_ENV = dict(RAY_ENV)
 
-# (metric name as both print it, Ray 2.60 workload, raylet workload)
-# The Ray side is ray/_private/ray_perf.py of Ray 2.60.0; the raylet side
-# core/src/bin/raylet/microbenchmark.rs.
-METRICS = [
+class Row(NamedTuple):
+    """A microbenchmark row: the metric's name as Ray prints it, each side's
+    workload in words, the name raylet prints when its work differs (and
+    says so), the Ray script that measures it (`perf`: Ray's own ray_perf;
+    `objects`: bench/ray_object_metrics.py) and, for rows that move bytes,
+    the raylet-printed memcpy of the same bytes."""
+    name: str
+    ray_work: str
+    raylet_work: str
+    raylet_name: str = ""
+    ray_script: str = "perf"
+    memcpy: str = ""
+
+
+IN_PROCESS = "(in-process, owner's memory)"
+# The Ray side is ray/_private/ray_perf.py of Ray 2.60.0 or
+# bench/ray_object_metrics.py; the raylet side core/src/bin/raylet/microbenchmark/.
+METRICS = [Row(*row) for row in [
     (
         "single client get calls (Plasma Store)",
-        "`ray.get(value)`, `value = ray.put(0)`; 1 op per call",
-        "`value.get()`, `value = cluster.put(&0u64)`; 1 op per call",
+        "`ray.get(value)`, `value = ray.put(0)`: a call into plasma, another process; 1 op per call",
+        "`value.get()`, `value = cluster.put(&0u64)`: **not the same work**, a read of the driver's own "
+        "memory (values under 100 KiB stay with their owner); see *put and get in another process* for "
+        "bytes that cross a process; 1 op per call",
+        f"single client get calls {IN_PROCESS}",
     ),
     (
         "single client put calls (Plasma Store)",
-        "`ray.put(0)`; 1 op per call",
-        "`cluster.put(&0u64)`; 1 op per call",
+        "`ray.put(0)`: a write into plasma, another process; 1 op per call",
+        "`cluster.put(&0u64)`: **not the same work**, an insert into the driver's own memory; 1 op per call",
+        f"single client put calls {IN_PROCESS}",
     ),
     (
         "single client put gigabytes",
@@ -70,6 +90,14 @@ METRICS = [
         "shared-memory store); counted as 0.8 GB per call",
         "`cluster.put(&ByteBuf(vec![0u8; 800 MiB]))`: the 800 MiB byte buffer is serialized straight into "
         "a memfd of the node's shared-memory store; counted as 0.8 GB per call",
+    ),
+    (
+        "single client put gigabytes from written memory",
+        "`ray.put(np.ones(100*1024*1024, dtype=np.int64))` (`bench/ray_object_metrics.py`): the array's "
+        "800 MiB were written, so the put reads memory; counted as 0.8 GB per call",
+        "`cluster.put(&ByteBuf(vec![1u8; 800 MiB]))`, a buffer of written bytes; counted as 0.8 GB per call",
+        "",
+        "objects",
     ),
     (
         "multi client put gigabytes",
@@ -145,7 +173,20 @@ METRICS = [
         "n:n actor calls with arg async",
         "`cpu_count // 2` `Client` actors each `ray.put(0)` and pass it to 1000 `small_value_arg` "
         "calls of their own actor; 1000 × clients ops per round",
-        "`Caller` actors do the same with `cluster.put(&0u64)` passed as an `ObjectRef` argument",
+        "`Caller` actors do the same with `cluster.put(&0u64)` passed as an `ObjectRef` argument; "
+        "**not the same work**: raylet sends a value under 100 KiB inside each call, Ray each worker "
+        "fetches it from plasma by its ref",
+    ),
+    (
+        "n:n actor calls with 1 MiB arg async",
+        "as *n:n actor calls with arg async*, with `ray.put(np.ones(1 << 20, dtype=np.uint8))` in place of "
+        "`ray.put(0)` (`bench/ray_object_metrics.py`): each call's worker reads the 1 MiB from plasma "
+        "(zero-copy numpy)",
+        "as *n:n actor calls with arg async*, with `cluster.put(&ByteBuf(vec![1u8; 1 MiB]))`: above the "
+        "inline limit, so each call's worker maps it from the node's shared-memory store and decodes it "
+        "into a `ByteBuf` (one copy)",
+        "",
+        "objects",
     ),
     (
         "1:1 async-actor calls sync",
@@ -179,7 +220,34 @@ METRICS = [
         "on an embedded node with `custom: 100`: 100 `cluster.placement_group(vec![Bundle::new().resource(\"custom\", "
         "0.001)], Pack)`, then `ready()` on each, then `remove()` on each; 100 ops per round",
     ),
-]
+]]
+
+# Bytes that cross a process on both sides: a put in the driver, a get in
+# an actor's worker process on the same node, beside a memcpy of the bytes.
+CROSS_PROCESS = [Row(*row) for row in [
+    (
+        "single client put and get in another process, small objects",
+        "1000 × `ray.put(i)`, then one call of an actor (`num_cpus=0`) that is handed the refs in a list "
+        "and `ray.get`s them; 1000 ops per round",
+        "1000 × `cluster.put(&i)`, then one call of an actor (`num_cpus(0.0)`) that is handed the refs in "
+        "a `Vec` and `get_all`s them from the driver, their owner; 1000 ops per round",
+        "",
+        "objects",
+    ),
+] + [
+    (
+        f"single client put and get in another process, {size}",
+        f"`ray.put` of a {size} `np.ones` array (plasma), then an actor call that `ray.get`s it from a "
+        "list and returns its length (a zero-copy numpy view); 1 op per object",
+        f"`cluster.put` of a {size} `ByteBuf` of ones (the node's shared-memory store), then an actor call "
+        "that `get`s it (maps it and decodes it into a `ByteBuf`: one copy) and returns its length; "
+        "1 op per object",
+        "",
+        "objects",
+        f"memcpy {size}",
+    )
+    for size in ("100 KiB", "1 MiB", "10 MiB")
+]]
 
 LIFECYCLE_ROWS = ["start", "idle-rss", "idle-pss", "status", "stop", "first-task"]
 PHYSICAL_ROWS = ["memcpy", "tcp", "transfer"]
@@ -296,12 +364,13 @@ RAY_MICROBENCHMARK = (
 )
 
 
-def ray_metric(name):
+def ray_metric(row):
     ensure_no_ray()
-    env = dict(RAY_ENV, TESTS_TO_RUN=name)
-    _, proc = run([RAY_PY, "-c", RAY_MICROBENCHMARK], env=env, timeout=1200)
+    env = dict(RAY_ENV, TESTS_TO_RUN=row.name)
+    script = ["-c", RAY_MICROBENCHMARK] if row.ray_script == "perf" else [OBJECT_METRICS_PY]
+    _, proc = run([RAY_PY, *script], env=env, timeout=1200)
     try:
-        return parse_rate(name, proc.stdout)
+        return parse_rate(row.name, proc.stdout)
     finally:
         ensure_no_ray()
 
@@ -310,6 +379,22 @@ def raylet_metric(name, quick):
     cmd = [RAYLET, "microbenchmark", "--filter", name] + (["--quick"] if quick else [])
     _, proc = run(cmd, env=RAYLET_ENV, timeout=600)
     return parse_rate(name, proc.stdout)
+
+
+def measure_row(row, res, args, ray_on):
+    """Both sides of one microbenchmark row, alternating, and raylet's
+    memcpy of the same bytes where the row moves bytes."""
+    r = res["metrics"].setdefault(row.name, {"ray": [], "raylet": [], "memcpy": []})
+    for rep in range(args.reps):
+        for side in sides(rep, ray_on):
+            log(f"{row.name} [{side} rep {rep + 1}/{args.reps}]")
+            value = ray_metric(row) if side == "ray" else raylet_metric(row.raylet_name or row.name, args.quick)
+            log(f"  -> {value:,.2f} per second")
+            r[side].append(value)
+        if row.memcpy:
+            r["memcpy"].append(raylet_metric(row.memcpy, args.quick))
+        if not ray_on:
+            r["ray"].append(None)
 
 
 def rss_snapshot(procs):
@@ -482,16 +567,63 @@ def fmt_ratio(x):
     return f"{x:.2g}"
 
 
-def ratio(ray_values, raylet_values):
+def ratio(ray_values, raylet_values, bold=True):
+    """The ratio of the medians with the per-repetition range; in bold
+    unless the two sides do different work."""
     pairs = [(a, b) for a, b in zip(ray_values, raylet_values) if a and b is not None]
     if not pairs:
         return "—"
     med = statistics.median(b for _, b in pairs) / statistics.median(a for a, _ in pairs)
     per_rep = [b / a for a, b in pairs]
-    text = f"**{fmt_ratio(med)}×**"
+    text = f"**{fmt_ratio(med)}×**" if bold else f"{fmt_ratio(med)}×"
     if len(per_rep) > 1:
         text += f" ({fmt_ratio(min(per_rep))}–{fmt_ratio(max(per_rep))})"
     return text
+
+
+def write_cross_process(w, res):
+    """The table of rows whose bytes cross a process on both sides, each
+    beside a memcpy of the same bytes measured in the same run."""
+    rows = [row for row in CROSS_PROCESS if row.name in res["metrics"]]
+    if not rows:
+        return
+    w("### Put and get in another process\n")
+    w("The bytes cross a process on both sides, as they do in Ray: the driver puts, and an actor in "
+      "another worker process of the same node gets. Operations per second, **higher is better**. "
+      "*memcpy* is `raylet microbenchmark`'s `memcpy <size>` row, a copy of the same number of written "
+      "bytes into a buffer of that size, measured in the same run as a floor of what moving them "
+      "costs; the last two columns say how far each side is from it.\n")
+    w("| Metric | Ray 2.60 | raylet | raylet / Ray | memcpy of the bytes | Ray / memcpy | raylet / memcpy "
+      "| Workload: Ray | Workload: raylet |")
+    w("|---|---:|---:|---:|---:|---:|---:|---|---|")
+    for row in rows:
+        r = res["metrics"][row.name]
+        copies = r.get("memcpy") or []
+        w(f"| {row.name} | {summary(r['ray'])} | {summary(r['raylet'])} | {ratio(r['ray'], r['raylet'])} "
+          f"| {summary(copies)} | {share_of(r['ray'], copies)} | {share_of(r['raylet'], copies)} "
+          f"| {row.ray_work} | {row.raylet_work} |")
+    w("")
+
+
+def write_memcpy_share(w, metric, puts, phys):
+    """A line that sets each side's put bandwidth against memcpy's."""
+    mem = statistics.median(p["memcpy_mean_GBps"] for p in phys["memcpy"])
+    parts = []
+    for side, title in (("ray", "Ray"), ("raylet", "raylet")):
+        vals = [v for v in puts[side] if v is not None]
+        if vals:
+            parts.append(f"{title}'s {statistics.median(vals):.2f} GB/s is {100 * statistics.median(vals) / mem:.0f}%")
+    if parts:
+        w(f"For scale, *{metric}* against one memcpy of the same bytes ({mem:.1f} GB/s): "
+          f"{'; '.join(parts)} of it.\n")
+
+
+def share_of(values, floors):
+    """The median of `values` over the median of `floors`, or a dash."""
+    values = [v for v in values if v is not None]
+    if not values or not floors:
+        return "—"
+    return f"{fmt_ratio(statistics.median(values) / statistics.median(floors))}×"
 
 
 def git(*args):
@@ -591,13 +723,16 @@ def write_report(path, args, res, info, vers, started, finished):
           "the value is the `per second MEAN` it prints.\n")
         w("| Metric | Ray 2.60 | raylet | raylet / Ray | Workload: Ray | Workload: raylet |")
         w("|---|---:|---:|---:|---|---|")
-        for name, ray_work, raylet_work in METRICS:
-            if name not in res["metrics"]:
+        for row in METRICS:
+            if row.name not in res["metrics"]:
                 continue
-            r = res["metrics"][name]
-            w(f"| {name} | {summary(r['ray'])} | {summary(r['raylet'])} | {ratio(r['ray'], r['raylet'])} "
-              f"| {ray_work} | {raylet_work} |")
+            r = res["metrics"][row.name]
+            label = f"{row.name}; raylet: *{row.raylet_name}*" if row.raylet_name else row.name
+            ratio_text = ratio(r['ray'], r['raylet'], bold=not row.raylet_name)
+            w(f"| {label} | {summary(r['ray'])} | {summary(r['raylet'])} | {ratio_text} "
+              f"| {row.ray_work} | {row.raylet_work} |")
         w("")
+        write_cross_process(w, res)
         if "single client put gigabytes" in res["metrics"] or "multi client put gigabytes" in res["metrics"]:
             w("Note on *put gigabytes*: both sides copy the bytes into shared memory. Ray copies into "
               "plasma's arena, whose pages every client keeps mapped; raylet writes each object into its "
@@ -606,8 +741,8 @@ def write_report(path, args, res, info, vers, started, finished):
               "sources are zero-filled buffers that were never written (`np.zeros`, which numpy advises "
               "to huge pages; raylet allocates its buffers the same way): reading them reads the "
               "kernel's zero page, not memory, so these rows can pass the memcpy bandwidth below. "
-              "`raylet microbenchmark` also prints *single client put gigabytes from written memory*, "
-              "the same put from a buffer of written bytes, to compare with memcpy.\n")
+              "*single client put gigabytes from written memory* is the same put from a buffer of "
+              "written bytes, on both sides, to compare with memcpy.\n")
         if ray_on:
             w("Reading these numbers: both sides run their default local cluster on the same 2 cores. "
               "Ray's driver is Python over its C++ core worker, and its default head also runs the "
@@ -617,7 +752,8 @@ def write_report(path, args, res, info, vers, started, finished):
               "this machine, not a general speed-up. The get/put-call rows compare Python calls through "
               "Ray's core worker to its plasma object store with Rust calls into the owner's in-process "
               "store of raylet (values under 100 KiB stay with their owner), so the two sides do different "
-              "amounts of work per call.\n")
+              "work per call: raylet names those rows *in-process* and their ratios are not in bold; the "
+              "table *Put and get in another process* has the same work on both sides.\n")
 
     lc = res["lifecycle"]
     if lc:
@@ -733,23 +869,18 @@ def write_report(path, args, res, info, vers, started, finished):
               "1 GiB tensor put on the first, which its store pulls in 1 MiB chunks over 4 streams; timed "
               "inside the task |")
         w("")
-        puts = res["metrics"].get("single client put gigabytes")
-        if puts and "memcpy" in phys:
-            mem = statistics.median(p["memcpy_mean_GBps"] for p in phys["memcpy"])
-            parts = []
-            for side, title in (("ray", "Ray"), ("raylet", "raylet")):
-                vals = [v for v in puts[side] if v is not None]
-                if vals:
-                    parts.append(f"{title}'s {statistics.median(vals):.2f} GB/s is "
-                                 f"{100 * statistics.median(vals) / mem:.0f}%")
-            if parts:
-                w(f"For scale, *single client put gigabytes* against one memcpy of the same bytes "
-                  f"({mem:.1f} GB/s): {'; '.join(parts)} of it.\n")
+        for metric in ("single client put gigabytes", "single client put gigabytes from written memory"):
+            puts = res["metrics"].get(metric)
+            if puts and "memcpy" in phys:
+                write_memcpy_share(w, metric, puts, phys)
+    inline_section(w, "envelope.md", "## Ray's release-test envelope\n",
+                   "Ray's published scalability programs (release/benchmarks in Ray's repository), written for both "
+                   "systems and scaled where this machine cannot hold the original; time and peak memory of the "
+                   "head, the driver and the workers. Written by `bench/compare_envelope.sh`.\n")
     inline_section(w, "allreduce.md", "## Allreduce (raylet-train collective group)\n",
-                   "Sum allreduce of f32 on 2 and 4 ranks (threads of one process, each with its own TCP links) on "
-                   "loopback; busbw = algbw × 2(n−1)/n as nccl-tests defines it. Written by "
-                   "`cargo run --release -p raylet-train --example allreduce_bench -- --write bench/allreduce.md`; "
-                   "no Ray counterpart is run.\n")
+                   "Sum allreduce of f32 on 2 and 4 ranks, each a separate process, on loopback, against "
+                   "torch.distributed's Gloo backend and Open MPI (mpi4py); busbw = algbw × 2(n−1)/n as nccl-tests "
+                   "defines it. Written by `bench/compare_allreduce.sh`.\n")
     inline_section(w, "train_digits.md", "## Data-parallel training (raylet-train on the digits)\n",
                    "The digits MLP trained by `raylet_train::Trainer` on the embedded cluster with 1 and 2 worker "
                    "actors (same global batch; gradients averaged over the collective group at every step). "
@@ -764,7 +895,9 @@ def write_report(path, args, res, info, vers, started, finished):
                    "raylet-data against Ray Data 2.60: files per second through a binary-file read and a trivial "
                    "per-batch model in a pool of 2 actors; written by `bench/compare_data.sh`.\n")
     w("## Reproducing\n")
-    w("```sh\nbench/compare_ray.sh              # full run (about 30-40 min), rewrites BENCHMARKS.md\n"
+    w("```sh\nbench/run_all.sh                  # every table: the sections' scripts, then this file\n"
+      "bench/compare_ray.sh              # the microbenchmark, lifecycle and physical tables (about 60 min),\n"
+      "                                  # then BENCHMARKS.md with the sections' bench/*.md inlined\n"
       "bench/compare_ray.sh --reps 5     # more repetitions\n"
       "bench/compare_ray.sh --only 'tasks sync' --only start   # a subset (written to target/bench/)\n"
       "bench/compare_ray.sh --quick --raylet-only              # CI smoke run, no Ray\n```\n")
@@ -842,18 +975,9 @@ def main():
 
     try:
         # Microbenchmarks, metric by metric, the two systems alternating.
-        for name, _, _ in METRICS:
-            if not wanted(name):
-                continue
-            r = res["metrics"].setdefault(name, {"ray": [], "raylet": []})
-            for rep in range(args.reps):
-                for side in sides(rep, ray_on):
-                    log(f"{name} [{side} rep {rep + 1}/{args.reps}]")
-                    value = ray_metric(name) if side == "ray" else raylet_metric(name, args.quick)
-                    log(f"  -> {value:,.2f} per second")
-                    r[side].append(value)
-                if not ray_on:
-                    r["ray"].append(None)
+        for row in METRICS + CROSS_PROCESS:
+            if wanted(row.name):
+                measure_row(row, res, args, ray_on)
                 save()
 
         # Lifecycle.

@@ -25,6 +25,10 @@ impl Echo {
         ByteBuf::from(b"ok".to_vec())
     }
 
+    pub fn small_value_big_arg(&self, _x: ByteBuf) -> ByteBuf {
+        ByteBuf::from(b"ok".to_vec())
+    }
+
     /// Submits `n` small-value tasks and gets them.
     pub fn small_value_batch(&self, n: usize) -> usize {
         let cluster = raylet::current().expect("actors run in a cluster");
@@ -88,6 +92,27 @@ impl Caller {
             .collect();
         get_all(&results)
     }
+
+    /// As `small_value_batch_arg`, with a 1 MiB buffer put instead of `0`:
+    /// above the inline limit, so each call's worker maps it from the
+    /// node's store.
+    pub fn small_value_batch_big_arg(&self, n: usize) -> usize {
+        let cluster = raylet::current().expect("actors run in a cluster");
+        let x = cluster.put(&ByteBuf::from(vec![1u8; 1 << 20])).expect("put");
+        let results: Vec<ObjectRef<ByteBuf>> = self
+            .servers
+            .iter()
+            .flat_map(|server| {
+                (0..n).map(|_| {
+                    server.call(
+                        "small_value_big_arg",
+                        raylet::IntoArg::<ByteBuf>::into_arg(&x).map(|a| vec![a]),
+                    )
+                })
+            })
+            .collect();
+        get_all(&results)
+    }
 }
 
 fn get_all(results: &[ObjectRef<ByteBuf>]) -> usize {
@@ -127,6 +152,13 @@ fn caller_of(cluster: &Cluster, servers: Vec<ActorHandle>) -> raylet::Result<Cal
     Caller::remote(cluster, servers).num_cpus(0.0).spawn()
 }
 
+/// `count` callers, each with an `Echo` of its own to call.
+fn callers_with_own_echo(cluster: &Cluster, count: usize) -> raylet::Result<Vec<CallerHandle>> {
+    (0..count)
+        .map(|_| caller_of(cluster, vec![echo(cluster)?.as_ref().clone()]))
+        .collect()
+}
+
 /// `tasks` tasks each make `n` calls round-robin over `actors`.
 fn round_robin_from_tasks(cluster: &Cluster, actors: &[ActorHandle], tasks: usize, n: usize) -> raylet::Result<()> {
     let work: Vec<ObjectRef<usize>> = (0..tasks)
@@ -147,6 +179,7 @@ pub(super) fn actor_metrics(cluster: &Cluster) -> Vec<Metric<'_>> {
     let mut one_to_n = None;
     let mut n_to_n = None;
     let mut n_to_n_arg = None;
+    let mut n_to_n_big_arg = None;
     let mut async_sync_actor = None;
     let mut async_async_actor = None;
     let mut async_args_actor = None;
@@ -193,17 +226,19 @@ pub(super) fn actor_metrics(cluster: &Cluster) -> Vec<Metric<'_>> {
             "n:n actor calls with arg async",
             (1000 * n_cpu) as f64,
             Box::new(move || {
-                let clients = once(&mut n_to_n_arg, || {
-                    (0..n_cpu)
-                        .map(|_| {
-                            Caller::remote(cluster, vec![echo(cluster)?.as_ref().clone()])
-                                .num_cpus(0.0)
-                                .spawn()
-                        })
-                        .collect::<raylet::Result<Vec<_>>>()
-                })?;
+                let clients = once(&mut n_to_n_arg, || callers_with_own_echo(cluster, n_cpu))?;
                 cluster
                     .get_all(&calls(clients.len(), |i| clients[i].small_value_batch_arg(1000)))
+                    .map(drop)
+            }),
+        ),
+        metric(
+            "n:n actor calls with 1 MiB arg async",
+            (1000 * n_cpu) as f64,
+            Box::new(move || {
+                let clients = once(&mut n_to_n_big_arg, || callers_with_own_echo(cluster, n_cpu))?;
+                cluster
+                    .get_all(&calls(clients.len(), |i| clients[i].small_value_batch_big_arg(1000)))
                     .map(drop)
             }),
         ),

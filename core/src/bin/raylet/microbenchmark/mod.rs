@@ -1,6 +1,8 @@
 //! `raylet microbenchmark`: the metrics of `ray microbenchmark`, measured
 //! the same way (a warm-up, then timed trials of repeated calls) and printed
-//! in the same words, on an embedded cluster whose workers are this binary,
+//! in the same words (but for the put and get calls, which stay in the
+//! driver's own memory here and are named so), with object rows whose bytes
+//! cross a process, on an embedded cluster whose workers are this binary,
 //! or on the cluster at `RAYLET_ADDRESS`, where a second node started with
 //! the `microbenchmark_peer` resource adds node-to-node transfer; then the
 //! scheduler's scale simulation (alone with `--filter scheduler`).
@@ -14,6 +16,7 @@ use serde_bytes::ByteBuf;
 use crate::args::MicrobenchmarkArgs;
 
 mod actors;
+mod objects;
 mod scheduler;
 
 #[raylet::remote]
@@ -84,7 +87,7 @@ struct Timing {
 
 /// One metric: a name as Ray prints it, and work that counts `multiplier` operations.
 struct Metric<'a> {
-    name: &'static str,
+    name: String,
     multiplier: f64,
     run: Box<dyn FnMut() -> raylet::Result<()> + 'a>,
 }
@@ -199,12 +202,12 @@ fn metrics(cluster: &Cluster) -> raylet::Result<Vec<Metric<'_>>> {
     let mut task_clients: Option<Vec<actors::EchoHandle>> = None;
     let mut metrics = vec![
         metric(
-            "single client get calls (Plasma Store)",
+            "single client get calls (in-process, owner's memory)",
             1.0,
             Box::new(move || value.get().map(drop)),
         ),
         metric(
-            "single client put calls (Plasma Store)",
+            "single client put calls (in-process, owner's memory)",
             1.0,
             Box::new(|| cluster.put(&0u64).map(drop)),
         ),
@@ -277,6 +280,7 @@ fn metrics(cluster: &Cluster) -> raylet::Result<Vec<Metric<'_>>> {
             }),
         ),
     ];
+    metrics.extend(objects::object_metrics(cluster));
     metrics.extend(actors::actor_metrics(cluster));
     metrics.push(metric(
         "placement group create/removal",
@@ -311,8 +315,16 @@ fn once<S>(state: &mut Option<S>, make: impl FnOnce() -> raylet::Result<S>) -> r
     Ok(state.as_ref().expect("set above"))
 }
 
-fn metric<'a>(name: &'static str, multiplier: f64, run: Box<dyn FnMut() -> raylet::Result<()> + 'a>) -> Metric<'a> {
-    Metric { name, multiplier, run }
+fn metric<'a>(
+    name: impl Into<String>,
+    multiplier: f64,
+    run: Box<dyn FnMut() -> raylet::Result<()> + 'a>,
+) -> Metric<'a> {
+    Metric {
+        name: name.into(),
+        multiplier,
+        run,
+    }
 }
 
 fn tasks_and_get(cluster: &Cluster, count: usize) -> raylet::Result<()> {

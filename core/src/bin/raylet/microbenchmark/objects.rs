@@ -1,0 +1,96 @@
+//! Object metrics whose bytes cross a process, as they do in Ray: the
+//! driver puts, and an actor in another worker process of the same node
+//! gets (refs handed to it inside a `Vec`, so they are not resolved before
+//! the call): 1,000 small values per round, which live with their owner, the
+//! driver, and travel from it on request; or one value of 100 KiB, 1 MiB or
+//! 10 MiB, above the inline limit, so written into the node's shared-memory
+//! store and mapped by the reader. Beside them, a memcpy of the same bytes.
+
+use raylet::{Cluster, ObjectRef};
+use serde_bytes::ByteBuf;
+
+use super::{Metric, metric, once};
+
+/// The sizes of the large-object rows, as the metrics name them.
+const OBJECT_SIZES: [(&str, usize); 3] = [("100 KiB", 100 << 10), ("1 MiB", 1 << 20), ("10 MiB", 10 << 20)];
+
+/// Small values put and got per round of the small-object row.
+const SMALL_OBJECTS: usize = 1000;
+
+/// Gets what other processes put.
+#[raylet::actor]
+pub struct Reader;
+
+#[raylet::actor]
+impl Reader {
+    pub fn new() -> Self {
+        Reader
+    }
+
+    /// Gets every value and returns how many there were.
+    pub fn get_all(&self, refs: Vec<ObjectRef<u64>>) -> usize {
+        let cluster = raylet::current().expect("actors run in a cluster");
+        cluster.get_all(&refs).expect("the owner serves its values").len()
+    }
+
+    /// Gets the first buffer and returns its length.
+    pub fn length(&self, refs: Vec<ObjectRef<ByteBuf>>) -> usize {
+        refs[0].get().expect("the store serves the buffer").len()
+    }
+}
+
+pub(super) fn object_metrics(cluster: &Cluster) -> Vec<Metric<'_>> {
+    let mut small_reader = None;
+    let mut metrics = vec![metric(
+        "single client put and get in another process, small objects",
+        SMALL_OBJECTS as f64,
+        Box::new(move || {
+            let reader = once(&mut small_reader, || reader(cluster))?;
+            let refs = (0..SMALL_OBJECTS)
+                .map(|i| cluster.put(&(i as u64)))
+                .collect::<raylet::Result<Vec<_>>>()?;
+            reader.get_all(refs).get().map(drop)
+        }),
+    )];
+    for (label, size) in OBJECT_SIZES {
+        metrics.push(sized_put_and_get(cluster, label, size));
+    }
+    for (label, size) in OBJECT_SIZES {
+        metrics.push(memcpy(label, size));
+    }
+    metrics
+}
+
+fn reader(cluster: &Cluster) -> raylet::Result<ReaderHandle> {
+    Reader::remote(cluster).num_cpus(0.0).spawn()
+}
+
+/// A put of `size` written bytes, then a get of them in the reader's process.
+fn sized_put_and_get<'a>(cluster: &'a Cluster, label: &str, size: usize) -> Metric<'a> {
+    let name = format!("single client put and get in another process, {label}");
+    let mut state = None;
+    metric(
+        name,
+        1.0,
+        Box::new(move || {
+            let (reader, bytes) = once(&mut state, || Ok((reader(cluster)?, ByteBuf::from(vec![1u8; size]))))?;
+            let stored = cluster.put(bytes)?;
+            reader.length(vec![stored]).get().map(drop)
+        }),
+    )
+}
+
+/// A copy of `size` written bytes into a buffer of the same size, as the
+/// floor of what moving them costs.
+fn memcpy(label: &str, size: usize) -> Metric<'static> {
+    let (source, mut target) = (vec![1u8; size], vec![0u8; size]);
+    metric(
+        format!("memcpy {label}"),
+        1.0,
+        Box::new(move || {
+            target.copy_from_slice(std::hint::black_box(&source));
+            std::hint::black_box(&mut target);
+            Ok(())
+        }),
+    )
+}
