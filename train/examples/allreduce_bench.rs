@@ -1,40 +1,81 @@
 //! Allreduce bandwidth of the collective group on loopback, as nccl-tests
 //! reports it: for each size, the median time of a sum allreduce of f32 on
-//! 2 and 4 ranks (threads of this process, each with its own TCP links),
-//! its algorithm bandwidth (bytes / time) and bus bandwidth (algbw ×
-//! 2(n-1)/n), beside loopback TCP throughput measured in the same run: one
-//! stream alone, and each of n streams running at once, as the n links of
-//! an n-rank ring do (on a machine with few cores they share its CPUs).
+//! 2 and 4 ranks (each an actor in a worker process of its own, with its
+//! own TCP links), its algorithm bandwidth (bytes / time) and bus bandwidth
+//! (algbw × 2(n-1)/n), beside loopback TCP throughput measured in the same
+//! run: one stream alone, and each of n streams running at once, as the n
+//! links of an n-rank ring do (on a machine with few cores they share its
+//! CPUs).
 //!
-//! `cargo run --release -p raylet-train --example allreduce_bench [-- --max-mib 256] [--write bench/allreduce.md]`
+//! `cargo run --release -p raylet-train --example allreduce_bench [-- --max-mib 256] [--json FILE]`
 //!
-//! With `--write`, the table also goes to that file, which
-//! `bench/compare_ray.py` puts into BENCHMARKS.md.
+//! With `--json`, each measurement also goes to FILE as a JSON line
+//! (`{"system": "raylet", "ranks": 2, "bytes": 1024, "median_s": .., "reps": ..}`,
+//! and `{"system": "loopback-tcp", "streams": n, "gbps": ..}`), which
+//! `bench/compare_allreduce.sh` sets beside torch.distributed's Gloo and
+//! Open MPI.
 
 use std::io::{Read, Write};
 use std::net::{TcpListener, TcpStream};
 use std::sync::{Arc, Barrier};
 use std::time::{Duration, Instant};
 
+use raylet::ObjectRef;
 use raylet_train::collective::{CollectiveGroup, GroupOptions, ReduceOp};
+use serde_json::json;
 
 /// Each size is timed for at least this long (after one warm-up call).
 const BUDGET: Duration = Duration::from_millis(600);
 /// The group sizes measured.
 const WORLDS: [usize; 2] = [2, 4];
 
+/// One rank of a group, in a worker process of its own.
+#[raylet::actor]
+struct Rank;
+
+#[raylet::actor]
+impl Rank {
+    fn new() -> Self {
+        Rank
+    }
+
+    /// Joins the group `name` and times an allreduce of each size: the
+    /// median seconds and how many calls were timed.
+    fn time_allreduces(&self, name: String, rank: usize, world: usize, sizes: Vec<usize>) -> Vec<(f64, usize)> {
+        let cluster = raylet::current().expect("actors run in a cluster");
+        let mut group =
+            CollectiveGroup::join(&cluster, &name, rank, world, GroupOptions::default()).expect("the ranks meet");
+        sizes
+            .iter()
+            .map(|&bytes| {
+                let mut values = vec![rank as f32; bytes / 4];
+                let (median, reps) = median_time(&mut group, &mut values);
+                (median.as_secs_f64(), reps)
+            })
+            .collect()
+    }
+}
+
 fn main() {
     let max_mib: usize = flag("--max-mib").map_or(256, |mib| mib.parse().expect("--max-mib takes a number"));
+    let mut json_lines = Vec::new();
     let cluster = raylet::init().expect("an embedded cluster");
     let tcp = loopback_tcp_gbps(1);
     let concurrent: Vec<f64> = WORLDS.iter().map(|&world| loopback_tcp_gbps(world)).collect();
-    let mut report = vec![
-        format!("Loopback TCP measured in the same run: one stream alone {tcp:.2} GB/s; each of 2 streams at once {:.2} GB/s; each of 4 at once {:.2} GB/s.", concurrent[0], concurrent[1]),
-        String::new(),
-        "| ranks | size | time (median) | algbw GB/s | busbw GB/s | busbw / one stream alone | busbw / one of n streams at once |".into(),
-        "|---|---|---|---|---|---|---|".into(),
-    ];
-    report.iter().for_each(|line| println!("{line}"));
+    for (streams, gbps) in [(1, tcp)]
+        .into_iter()
+        .chain(WORLDS.into_iter().zip(concurrent.iter().copied()))
+    {
+        json_lines.push(json!({"system": "loopback-tcp", "streams": streams, "gbps": gbps}));
+    }
+    println!(
+        "Loopback TCP: one stream alone {tcp:.2} GB/s; each of 2 streams at once {:.2} GB/s; each of 4 at once {:.2} GB/s.",
+        concurrent[0], concurrent[1]
+    );
+    println!(
+        "| ranks | size | time (median) | algbw GB/s | busbw GB/s | busbw / one stream alone | busbw / one of n streams at once |"
+    );
+    println!("|---|---|---|---|---|---|---|");
     let mut bytes = 1 << 10;
     let mut sizes = Vec::new();
     while bytes <= max_mib << 20 {
@@ -43,23 +84,24 @@ fn main() {
     }
     for (&world, &shared) in WORLDS.iter().zip(&concurrent) {
         let times = time_allreduces(&cluster, world, &sizes);
-        for (&bytes, time) in sizes.iter().zip(times) {
-            let algbw = bytes as f64 / time.as_secs_f64() / 1e9;
+        for (&bytes, (seconds, reps)) in sizes.iter().zip(times) {
+            let algbw = bytes as f64 / seconds / 1e9;
             let busbw = algbw * 2.0 * (world - 1) as f64 / world as f64;
-            let row = format!(
+            println!(
                 "| {world} | {} | {} | {algbw:.3} | {busbw:.3} | {:.0}% | {:.0}% |",
                 human(bytes),
-                format_time(time),
+                format_time(Duration::from_secs_f64(seconds)),
                 100.0 * busbw / tcp,
                 100.0 * busbw / shared
             );
-            println!("{row}");
-            report.push(row);
+            json_lines
+                .push(json!({"system": "raylet", "ranks": world, "bytes": bytes, "median_s": seconds, "reps": reps}));
         }
     }
     cluster.shutdown().expect("the cluster stops");
-    if let Some(path) = flag("--write") {
-        std::fs::write(&path, report.join("\n") + "\n").expect("the report is written");
+    if let Some(path) = flag("--json") {
+        let text: String = json_lines.iter().map(|line| format!("{line}\n")).collect();
+        std::fs::write(&path, text).expect("the JSON lines are written");
     }
 }
 
@@ -68,36 +110,30 @@ fn flag(name: &str) -> Option<String> {
     std::env::args().skip_while(|arg| arg != name).nth(1)
 }
 
-/// The median time of an allreduce of each size on `world` ranks.
-fn time_allreduces(cluster: &raylet::Cluster, world: usize, sizes: &[usize]) -> Vec<Duration> {
+/// The median time of an allreduce of each size on `world` ranks, and
+/// how many calls it was taken over, as rank 0 saw them.
+fn time_allreduces(cluster: &raylet::Cluster, world: usize, sizes: &[usize]) -> Vec<(f64, usize)> {
     let name = format!("bench-{world}-{}", std::process::id());
-    let start = Arc::new(Barrier::new(world));
-    let ranks: Vec<_> = (0..world)
-        .map(|rank| {
-            let (cluster, name, sizes, start) = (cluster.clone(), name.clone(), sizes.to_vec(), start.clone());
-            std::thread::spawn(move || {
-                let mut group = CollectiveGroup::join(&cluster, &name, rank, world, GroupOptions::default())
-                    .expect("the ranks meet");
-                sizes
-                    .iter()
-                    .map(|&bytes| {
-                        let mut values = vec![rank as f32; bytes / 4];
-                        start.wait();
-                        median_time(&mut group, &mut values)
-                    })
-                    .collect::<Vec<Duration>>()
-            })
-        })
+    let ranks: Vec<RankHandle> = (0..world)
+        .map(|_| Rank::remote(cluster).num_cpus(0.0).spawn())
+        .collect::<raylet::Result<_>>()
+        .expect("the ranks start");
+    let times: Vec<ObjectRef<Vec<(f64, usize)>>> = ranks
+        .iter()
+        .enumerate()
+        .map(|(rank, actor)| actor.time_allreduces(name.clone(), rank, world, sizes.to_vec()))
         .collect();
-    let per_rank: Vec<Vec<Duration>> = ranks.into_iter().map(|rank| rank.join().expect("a rank")).collect();
-    (0..sizes.len())
-        .map(|i| per_rank.iter().map(|times| times[i]).max().expect("ranks"))
-        .collect()
+    let mut per_rank = cluster.get_all(&times).expect("every rank times its allreduces");
+    for actor in &ranks {
+        cluster.kill(actor, true).expect("a rank ends");
+    }
+    per_rank.swap_remove(0)
 }
 
 /// Times allreduces until the budget is spent; every rank runs as many,
-/// as rank 0 decides through the group itself.
-fn median_time(group: &mut CollectiveGroup, values: &mut [f32]) -> Duration {
+/// as rank 0 decides through the group itself. The median time, and how
+/// many calls were timed.
+fn median_time(group: &mut CollectiveGroup, values: &mut [f32]) -> (Duration, usize) {
     group.allreduce(values, ReduceOp::Sum).expect("warm-up");
     let mut times = Vec::new();
     let started = Instant::now();
@@ -112,7 +148,7 @@ fn median_time(group: &mut CollectiveGroup, values: &mut [f32]) -> Duration {
         times.push(call.elapsed());
     }
     times.sort();
-    times[times.len() / 2]
+    (times[times.len() / 2], times.len())
 }
 
 /// The throughput of each of `streams` TCP streams over loopback that run
