@@ -45,7 +45,7 @@ smoke "raylet microbenchmark --quick" "^n:n actor calls with 1 MiB arg async per
     "$bin/raylet" microbenchmark --quick
 smoke allreduce_bench "^\| 4 \| 1 MiB \| " "$examples/allreduce_bench" --max-mib 1
 smoke digits_throughput "^\| 1024 \| 256 \| 2 \| $number" "$examples/digits_throughput" --reps 1 --epochs 2
-smoke data_throughput "\"files_per_s\": ?$number" \
+smoke data_throughput "^files_per_s $number" \
     "$examples/data_throughput" --dir "$scratch/files" --files 300 --size 1024
 smoke tune_overhead "\"fit_s\": ?$number" "$examples/tune_overhead" --trials 4 --reports 2
 smoke search_quality "median" \
