@@ -620,7 +620,6 @@ def scale_text(workload, n):
 def write_report(res, path):
     L = []
     w = L.append
-    w("## Release-test envelope: Ray 2.60 and raylet\n")
     w(run_line(res, "compare_envelope.sh") + ". " + programs(res)
       + " A fresh cluster per run: `ray start --head --num-cpus 2` with `RAY_AUTH_MODE=token` and a fresh "
       "`RAY_AUTH_TOKEN` (raylet's clusters always use a token), `RAY_USAGE_STATS_ENABLED=0`, everything else "

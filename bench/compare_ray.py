@@ -679,6 +679,56 @@ def inline_section(w, file_name, heading, intro):
         w(table.read_text())
 
 
+def write_sections(w):
+    """The sections that the other bench/ scripts wrote to bench/*.md, then
+    how to reproduce the whole file."""
+    inline_section(w, "envelope.md", "## Ray's release-test envelope\n",
+                   "Ray's published scalability programs (release/benchmarks in Ray's repository), written for both "
+                   "systems and scaled where this machine cannot hold the original; time and peak memory of the "
+                   "head, the driver and the workers. Written by `bench/compare_envelope.sh`.\n")
+    inline_section(w, "allreduce.md", "## Allreduce (raylet-train collective group)\n",
+                   "Sum allreduce of f32 on 2 and 4 ranks, each a separate process, on loopback, against "
+                   "torch.distributed's Gloo backend and Open MPI (mpi4py); busbw = algbw × 2(n−1)/n as nccl-tests "
+                   "defines it. Written by `bench/compare_allreduce.sh`.\n")
+    inline_section(w, "train_digits.md", "## Data-parallel training (raylet-train on the digits)\n",
+                   "The digits MLP trained by `raylet_train::Trainer` on the embedded cluster with 1 and 2 worker "
+                   "actors (same global batch; gradients averaged over the collective group at every step). "
+                   "The small model computes too little per step to gain from a second worker on this "
+                   "2-core machine; the wider one does. Written by "
+                   "`cargo run --release -p raylet-train --example digits_throughput -- --reps 3 "
+                   "--write bench/train_digits.md`; no Ray counterpart is run.\n")
+    inline_section(w, "tune.md", "## Tune (raylet-tune)\n",
+                   "raylet-tune against Ray Tune 2.60 (trial overhead) and Optuna's TPE (search quality), "
+                   "and ASHA against FIFO on the digits; written by `bench/compare_tune.sh`.\n")
+    inline_section(w, "data.md", "## Data (raylet-data)\n",
+                   "raylet-data against Ray Data 2.60: files per second through a binary-file read and a trivial "
+                   "per-batch model in a pool of 2 actors; written by `bench/compare_data.sh`.\n")
+    w("## Reproducing\n")
+    w("```sh\nbench/run_all.sh                  # every table: the sections' scripts, then this file\n"
+      "bench/compare_ray.sh              # the microbenchmark, lifecycle and physical tables (about 60 min),\n"
+      "                                  # then BENCHMARKS.md with the sections' bench/*.md inlined\n"
+      "bench/compare_ray.sh --reps 5     # more repetitions\n"
+      "bench/compare_ray.sh --only 'tasks sync' --only start   # a subset (written to target/bench/)\n"
+      "bench/compare_ray.sh --quick --raylet-only              # CI smoke run, no Ray\n```\n")
+    w("The raw numbers behind this file are in `target/bench/results.json` (not committed); "
+      "`python3 bench/compare_ray.py --report-from target/bench/results.json` rewrites this file from them.\n")
+
+# The headings that write_sections writes; a refresh keeps the report above
+# the first of them.
+SECTION_HEADINGS = ["## Ray's release-test envelope", "## Allreduce", "## Data-parallel training", "## Tune",
+                    "## Data (", "## Reproducing"]
+
+
+def refresh_sections(path):
+    """Rewrites the inlined sections of an existing report, keeping its
+    measured tables above them as they are."""
+    text = Path(path).read_text()
+    cut = min((text.index("\n" + h) + 1 for h in SECTION_HEADINGS if "\n" + h in text), default=len(text))
+    lines = [text[:cut].rstrip("\n") + "\n"]
+    write_sections(lines.append)
+    Path(path).write_text("\n".join(lines))
+
+
 def write_report(path, args, res, info, vers, started, finished):
     ray_on = not args.raylet_only
     L = []
@@ -873,36 +923,7 @@ def write_report(path, args, res, info, vers, started, finished):
             puts = res["metrics"].get(metric)
             if puts and "memcpy" in phys:
                 write_memcpy_share(w, metric, puts, phys)
-    inline_section(w, "envelope.md", "## Ray's release-test envelope\n",
-                   "Ray's published scalability programs (release/benchmarks in Ray's repository), written for both "
-                   "systems and scaled where this machine cannot hold the original; time and peak memory of the "
-                   "head, the driver and the workers. Written by `bench/compare_envelope.sh`.\n")
-    inline_section(w, "allreduce.md", "## Allreduce (raylet-train collective group)\n",
-                   "Sum allreduce of f32 on 2 and 4 ranks, each a separate process, on loopback, against "
-                   "torch.distributed's Gloo backend and Open MPI (mpi4py); busbw = algbw × 2(n−1)/n as nccl-tests "
-                   "defines it. Written by `bench/compare_allreduce.sh`.\n")
-    inline_section(w, "train_digits.md", "## Data-parallel training (raylet-train on the digits)\n",
-                   "The digits MLP trained by `raylet_train::Trainer` on the embedded cluster with 1 and 2 worker "
-                   "actors (same global batch; gradients averaged over the collective group at every step). "
-                   "The small model computes too little per step to gain from a second worker on this "
-                   "2-core machine; the wider one does. Written by "
-                   "`cargo run --release -p raylet-train --example digits_throughput -- --reps 3 "
-                   "--write bench/train_digits.md`; no Ray counterpart is run.\n")
-    inline_section(w, "tune.md", "## Tune (raylet-tune)\n",
-                   "raylet-tune against Ray Tune 2.60 (trial overhead) and Optuna's TPE (search quality), "
-                   "and ASHA against FIFO on the digits; written by `bench/compare_tune.sh`.\n")
-    inline_section(w, "data.md", "## Data (raylet-data)\n",
-                   "raylet-data against Ray Data 2.60: files per second through a binary-file read and a trivial "
-                   "per-batch model in a pool of 2 actors; written by `bench/compare_data.sh`.\n")
-    w("## Reproducing\n")
-    w("```sh\nbench/run_all.sh                  # every table: the sections' scripts, then this file\n"
-      "bench/compare_ray.sh              # the microbenchmark, lifecycle and physical tables (about 60 min),\n"
-      "                                  # then BENCHMARKS.md with the sections' bench/*.md inlined\n"
-      "bench/compare_ray.sh --reps 5     # more repetitions\n"
-      "bench/compare_ray.sh --only 'tasks sync' --only start   # a subset (written to target/bench/)\n"
-      "bench/compare_ray.sh --quick --raylet-only              # CI smoke run, no Ray\n```\n")
-    w("The raw numbers behind this file are in `target/bench/results.json` (not committed); "
-      "`python3 bench/compare_ray.py --report-from target/bench/results.json` rewrites this file from them.\n")
+    write_sections(w)
     Path(path).write_text("\n".join(L))
 
 
@@ -931,7 +952,15 @@ def main():
     p.add_argument("--idle", type=float, default=5.0, help="seconds of idle before the RSS snapshot (default 5)")
     p.add_argument("--report-from", metavar="JSON",
                    help="measure nothing: rewrite the report (--out, default BENCHMARKS.md) from a results.json")
+    p.add_argument("--refresh-sections", action="store_true",
+                   help="measure nothing: rewrite only the sections that bench/*.md hold in the report "
+                        "(--out, default BENCHMARKS.md), keeping the tables above them")
     args = p.parse_args()
+    if args.refresh_sections:
+        out = Path(args.out) if args.out else ROOT / "BENCHMARKS.md"
+        refresh_sections(out)
+        log(f"rewrote the sections of {out}")
+        return
     if args.report_from:
         data = json.loads(Path(args.report_from).read_text())
         saved = argparse.Namespace(**data["args"])

@@ -46,7 +46,7 @@ if wanted microbenchmarks; then
     log "section microbenchmarks (writes BENCHMARKS.md)"
     bench/compare_ray.sh "${reps[@]}"
 else
-    log "rewriting BENCHMARKS.md from the last microbenchmark run and the sections"
-    python3 bench/compare_ray.py --report-from target/bench/results.json
+    log "rewriting the sections of BENCHMARKS.md, keeping its microbenchmark tables"
+    python3 bench/compare_ray.py --refresh-sections
 fi
 log "done: BENCHMARKS.md"
