@@ -2,7 +2,7 @@
 # Side-by-side benchmark of raylet-tune against Ray Tune 2.60.0 and Optuna's TPE;
 # writes bench/tune.md.
 #
-#   bench/compare_tune.sh [--reps N] [--skip-overhead] [--skip-quality] [--install-only]
+#   bench/compare_tune.sh [--reps N] [--trials N] [--skip-overhead] [--skip-quality] [--install-only]
 #
 # 1. Checks that the Rust examples are built (it never builds them); if not,
 #    prints the command and exits 1:
@@ -14,26 +14,33 @@
 # 3. Runs bench/compare_tune.py with the venv's python, which measures
 #    - overhead: 100 trivial trials x 10 reports each, 1 CPU per trial on 2 CPUs,
 #      Ray Tune (fresh `ray.init(num_cpus=2)` subprocess) against raylet's
-#      `tune_overhead`, alternating which goes first repetition by repetition;
+#      `tune_overhead`, each with trial actors reused and not (Ray's
+#      `TuneConfig(reuse_actors=False|True)`, `tune_overhead --reuse-actors
+#      false|true`), the four runs of a repetition alternating systems;
 #    - search quality: Optuna TPESampler(seed=s) against raylet's `search_quality`
 #      (tpe and random) on Branin and Hartmann6, budgets 50 and 100, seeds 0..99
 #      (medians over 0..9 and over all, and how often raylet beats Optuna);
 #    - ASHA vs FIFO: `tune_digits --compare` (the same 16 digits-MLP trials
-#      under each; the epochs each needed for its best accuracy);
+#      under each, optimizing accuracy on a validation split; the epochs each
+#      trained, and the test accuracy of the trial each chose);
 #    and writes bench/tune.md (a section that bench/compare_ray.py inlines into
 #    BENCHMARKS.md) and the raw numbers to target/bench/tune-results.json.
 #
 # Options (passed through to bench/compare_tune.py, except --install-only):
 #   --reps N          overhead repetitions (default 3)
-#   --skip-overhead   only the search-quality part
+#   --trials N        overhead trials per run (default 100)
+#   --skip-overhead   only the search-quality and ASHA-vs-FIFO parts
 #   --skip-quality    only the overhead part
 #   --install-only    set up the venv and stop
 #
-# Every process a measurement starts runs in its own session; after it exits,
-# whatever is left of that session or runs from target/bench-venv (Ray's gcs,
-# raylet, workers) is ended by pid (SIGTERM, then SIGKILL), and a final check
-# does the same before the script exits. Not `ray stop --force`: it matches
-# processes by the name `raylet`, which this project's own binary also has.
+# Every process a measurement starts runs in its own session, and each Ray run
+# has a temp dir of its own (/tmp/rt<pid>r<rep>); after a run exits, whatever
+# is left of its session or names its temp dir (Ray's gcs, raylet, workers),
+# with their descendants, is ended by pid (SIGTERM, then SIGKILL), and a final
+# check does the same for every temp dir of the script before it exits. No
+# other process is touched: not every process running from target/bench-venv,
+# which other work on the machine may be using, and not `ray stop --force`,
+# which matches processes by the name `raylet`, as this project's binary is named.
 # Needs: python3 (with venv).
 set -euo pipefail
 

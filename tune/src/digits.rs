@@ -1,6 +1,9 @@
 //! A trainable for the digits MLP (feature `digits`): one trial trains
-//! `DigitsMlp` with Adam on the digits' training set and reports its test
-//! accuracy after every epoch, with a checkpoint of the model and the
+//! `DigitsMlp` with Adam on the digits' training set, less a validation
+//! split held out of it, and reports after every epoch its accuracy on that
+//! validation split (`accuracy`, what searchers and schedulers should
+//! optimize) and on the test set (`test_accuracy`, to read after the search
+//! without having chosen by it), with a checkpoint of the model and the
 //! optimizer, so schedulers can pause, resume and exploit it.
 //!
 //! Its config: `lr` (f64), `hidden` (units), `batch_size`, `epochs`, and
@@ -18,13 +21,17 @@ use burn::optim::{AdamConfig, GradientsParams};
 use burn::prelude::Device;
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
-use raylet_train::digits::{self, DigitsMlp, DigitsSplit, DigitsTraining, batch};
+use raylet_train::digits::{self, Digit, DigitsMlp, DigitsSplit, DigitsTraining, batch};
 use raylet_train::{RunConfig, ScalingConfig, Trainer};
 
 use crate::{Metrics, TrainableResult, TrialConfig, TrialContext, register_trainable};
 
-/// The share of the digits held out to measure accuracy.
+/// The share of the digits held out as the test set.
 const TEST_FRACTION: f64 = 0.2;
+
+/// The share of the training digits that [`train_digits`] holds out to
+/// validate on.
+const VALIDATION_FRACTION: f64 = 0.2;
 
 /// The digits, split the same way for every trial.
 fn split() -> &'static DigitsSplit {
@@ -32,8 +39,32 @@ fn split() -> &'static DigitsSplit {
     SPLIT.get_or_init(|| digits::load(TEST_FRACTION, 0))
 }
 
-/// Trains the digits MLP for `epochs`, reporting `accuracy`, `loss` and
-/// `epoch` after each, resuming from the trial's checkpoint if it has one.
+/// [`split`]'s training set cut in two, the same way for every trial: the
+/// digits to train on and, from its (already shuffled) start, the
+/// validation split; the test set stays apart.
+struct TrainAndValidation {
+    train: Vec<Digit>,
+    validation: Vec<Digit>,
+}
+
+fn train_and_validation() -> &'static TrainAndValidation {
+    static SETS: OnceLock<TrainAndValidation> = OnceLock::new();
+    SETS.get_or_init(|| {
+        let mut validation = split().train.clone();
+        let count = (validation.len() as f64 * VALIDATION_FRACTION).round() as usize;
+        let train = validation.split_off(count);
+        TrainAndValidation { train, validation }
+    })
+}
+
+/// The share of `digits` that `model` classifies correctly.
+fn accuracy(model: &DigitsMlp, digits: &[Digit], device: &Device) -> f64 {
+    model.count_correct(digits, device) as f64 / digits.len() as f64
+}
+
+/// Trains the digits MLP for `epochs`, reporting `accuracy` (on the
+/// validation split), `test_accuracy`, `loss` and `epoch` after each,
+/// resuming from the trial's checkpoint if it has one.
 pub fn train_digits(config: &TrialConfig, ctx: &mut TrialContext) -> TrainableResult {
     let lr: f64 = config.get("lr")?;
     let hidden: usize = config.get("hidden")?;
@@ -48,7 +79,7 @@ pub fn train_digits(config: &TrialConfig, ctx: &mut TrialContext) -> TrainableRe
         model = checkpoint.load_model(model)?;
         optimizer = checkpoint.load_optimizer(optimizer)?;
     }
-    let data = split();
+    let data = train_and_validation();
     while ctx.iteration() < epochs {
         let epoch = ctx.iteration();
         let started = Instant::now();
@@ -65,10 +96,10 @@ pub fn train_digits(config: &TrialConfig, ctx: &mut TrialContext) -> TrainableRe
             let grads = GradientsParams::from_grads(loss.backward(), &model);
             model = optimizer.step(lr, model, grads);
         }
-        let correct = model.count_correct(&data.test, &autodiff);
         let metrics = Metrics::new()
             .with("epoch", epoch as f64)
-            .with("accuracy", correct as f64 / data.test.len() as f64)
+            .with("accuracy", accuracy(&model, &data.validation, &autodiff))
+            .with("test_accuracy", accuracy(&model, &split().test, &autodiff))
             .with("loss", loss_sum / f64::from(steps.max(1)))
             .with("epoch_seconds", started.elapsed().as_secs_f64());
         let checkpoint = ctx.new_checkpoint()?;
