@@ -151,8 +151,12 @@ def leftover_lines(left):
     return [f"{pid} {cmd[:100]}" for pid, cmd in left]
 
 
-def run_measured(cmd, timeout, what):
-    """Runs cmd in its own session; returns (wall seconds, stdout, stderr, leftovers)."""
+def run_measured(cmd, timeout, what, marker=None):
+    """Runs cmd in its own session, then ends only what this run left: its
+    session and the processes whose command line holds `marker` (a Ray run's
+    temp dir), with their descendants, never other work that uses the venv.
+    Returns (wall seconds, stdout, stderr, leftovers)."""
+    markers = [str(marker)] if marker else []
     t0 = time.perf_counter()
     proc = subprocess.Popen([str(c) for c in cmd], env=ENV, cwd=WORK, stdout=subprocess.PIPE,
                             stderr=subprocess.PIPE, text=True, start_new_session=True)
@@ -161,10 +165,10 @@ def run_measured(cmd, timeout, what):
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.communicate()
-        stop_leftovers(what, {proc.pid}, [str(VENV) + "/"], grace=0)
+        stop_leftovers(what, {proc.pid}, markers, grace=0)
         raise RuntimeError(f"{what}: timed out after {timeout} s")
     wall = time.perf_counter() - t0
-    leftovers = stop_leftovers(what, {proc.pid}, [str(VENV) + "/"])
+    leftovers = stop_leftovers(what, {proc.pid}, markers)
     if proc.returncode != 0:
         raise RuntimeError(f"{what}: {' '.join(map(str, cmd))[:200]} exited {proc.returncode}\n"
                            f"stdout:\n{out[-3000:]}\nstderr:\n{err[-5000:]}")
@@ -173,11 +177,11 @@ def run_measured(cmd, timeout, what):
 
 def finish_run(res, results, temp_prefix):
     """After the last measurement, even a failed one: stamps res as finished,
-    writes it to `results`, and ends by pid any process still running from the
-    venv or from this driver's Ray temp dirs (/tmp/<temp_prefix><pid>...)."""
+    writes it to `results`, and ends only processes left by this driver's Ray
+    runs (their temp dirs start with temp_prefix + this pid + "r")."""
     res["finished"] = now_utc()
     results.write_text(json.dumps(res, indent=1))
-    left = stop_leftovers("final check", markers=[str(VENV) + "/", temp_prefix + str(os.getpid())], grace=5)
+    left = stop_leftovers("final check", markers=[f"{temp_prefix}{os.getpid()}r"], grace=5)
     if left:
         log(f"final check ended {len(left)} leftover process(es)")
 

@@ -94,7 +94,7 @@ def header(w, args, times, tcp, versions, peers):
     names = {SYSTEMS["gloo"]: "torch.distributed's Gloo backend on CPU", SYSTEMS["mpi"]: "Open MPI through mpi4py"}
     shown = [f"{names[s]} ({versions.get(s, '?')})" for s in names if s in peers]
     w(run_line(info, "compare_allreduce.sh")
-      + f": raylet's collective group (`raylet_train::collective`, the `allreduce_bench` example) against "
+      + ": raylet's collective group (`raylet_train::collective`, the `allreduce_bench` example) against "
       + (" and ".join(shown) or "no peer (none installed)")
       + f", in `target/allreduce-venv` (Python {info['machine']['python']}). {reps} repetitions, the order of the "
       "systems rotated by one each repetition. Other work (Rust builds) may have run alongside on this shared "

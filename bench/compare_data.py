@@ -55,17 +55,14 @@ import argparse
 import json
 import os
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 
-from benchlib import (ENV, MARK, PY, ROOT, WORK, add_descendants, fmt_s, fmt_x, leftover_lines, log, machine_info,
-                      now_utc, parse_args, proc_table, ratio_summary, run_line, snapshot, stop_leftovers, versions,
+from benchlib import (MARK, PY, ROOT, WORK, add_descendants, fmt_s, fmt_x, leftover_lines, log, finish_run, machine_info,
+                      now_utc, parse_args, proc_table, ratio_summary, run_line, run_measured, snapshot, versions,
                       with_range)
 
 EXAMPLE = ROOT / "target" / "release" / "examples" / "data_throughput"
@@ -100,7 +97,6 @@ RUN_TIMEOUT = 1800
 
 # The Ray Data side: the same trivial work per file as raylet's Trivial model.
 RAY_DATA = r'''
-import time
 t_start = time.perf_counter()
 import json, os, sys
 import numpy as np
@@ -158,41 +154,6 @@ print("@@RESULT@@ " + json.dumps({
 
 
 # ---------------------------------------------------------------- processes
-
-
-def run_own(cmd, timeout, what, marker=None):
-    """benchlib.run_measured, except in what it ends after the run: only what
-    this run left, its session and the processes whose command line holds
-    `marker` (a Ray run's temp dir), with their descendants; run_measured also
-    ends every process running from target/bench-venv, which other work on
-    this machine may be using. Returns (wall seconds, stdout, stderr, leftovers)."""
-    markers = [str(marker)] if marker else []
-    t0 = time.perf_counter()
-    proc = subprocess.Popen([str(c) for c in cmd], env=ENV, cwd=WORK, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        stop_leftovers(what, {proc.pid}, markers, grace=0)
-        raise RuntimeError(f"{what}: timed out after {timeout} s")
-    wall = time.perf_counter() - t0
-    leftovers = stop_leftovers(what, {proc.pid}, markers)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{what}: {' '.join(map(str, cmd))[:200]} exited {proc.returncode}\n"
-                           f"stdout:\n{out[-3000:]}\nstderr:\n{err[-5000:]}")
-    return wall, out, err, leftovers
-
-
-def finish(res, temp_prefix):
-    """benchlib.finish_run, except that it ends only processes left by this
-    driver's Ray runs (their temp dirs start with temp_prefix + this pid + "r")."""
-    res["finished"] = now_utc()
-    RESULTS.write_text(json.dumps(res, indent=1))
-    left = stop_leftovers("final check", markers=[f"{temp_prefix}{os.getpid()}r"], grace=5)
-    if left:
-        log(f"final check ended {len(left)} leftover process(es)")
 
 
 # ---------------------------------------------------------------- memory
@@ -281,7 +242,7 @@ def ray_data(wl, rep, sink, variant):
     cmd = [PY, "-c", RAY_DATA, wl["dir"], temp_dir, wl["files"], BATCH_SIZE, ACTORS, sink, out_dir, variant]
     try:
         with MemoryPeaks(cmd) as memory:
-            wall, out, err, left = run_own(cmd, timeout=RUN_TIMEOUT, what=what, marker=temp_dir)
+            wall, out, err, left = run_measured(cmd, timeout=RUN_TIMEOUT, what=what, marker=temp_dir)
         line = next((l for l in reversed(out.splitlines()) if l.startswith(MARK)), None)
         if line is None:
             raise RuntimeError(f"{what}: no result line in output:\n{out[-3000:]}\n{err[-3000:]}")
@@ -312,7 +273,7 @@ def raylet_data(wl, rep, sink, binary):
     cmd = [binary, "--dir", wl["dir"], "--files", wl["files"], "--batch-size", BATCH_SIZE, "--files-per-block",
            BATCH_SIZE, "--actors", ACTORS, "--sink", sink]
     with MemoryPeaks(cmd) as memory:
-        wall, out, _, left = run_own(cmd, timeout=RUN_TIMEOUT, what=what)
+        wall, out, _, left = run_measured(cmd, timeout=RUN_TIMEOUT, what=what)
     res = key_values(out)
     if res.get("files") != wl["files"] or "files_per_s" not in res:
         raise RuntimeError(f"{what}: {out[-2000:]}")
@@ -582,7 +543,7 @@ def make_files(wl, afresh, binary):
         return
     shutil.rmtree(directory, ignore_errors=True)
     log(f"making {files} files of {size} bytes in {directory}")
-    run_own([binary, "--dir", directory, "--files", files, "--size", size, "--make-only"], timeout=RUN_TIMEOUT,
+    run_measured([binary, "--dir", directory, "--files", files, "--size", size, "--make-only"], timeout=RUN_TIMEOUT,
             what="making the input files")
     if not holds_inputs(directory, files, size):
         raise RuntimeError(f"{directory} does not hold {files} files of {size} bytes")
@@ -620,7 +581,7 @@ def main():
             make_files(wl, WORKLOADS[wl["name"]][3], binary)
             measure(wl, args.reps, res["sinks"], binary, lambda: RESULTS.write_text(json.dumps(res, indent=1)))
     finally:
-        finish(res, "/tmp/rd")
+        finish_run(res, RESULTS, "/tmp/rd")
     write_report(res)
     log(f"wrote {REPORT} and {RESULTS}")
 

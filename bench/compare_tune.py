@@ -31,16 +31,13 @@ import json
 import os
 import re
 import shutil
-import signal
 import statistics
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
-from benchlib import (ENV, MARK, PY, ROOT, WORK, fmt_s, fmt_x, leftover_lines, log, machine_info, now_utc,
-                      parse_args, ratio_summary, run_line, snapshot, stop_leftovers, summary_s, versions)
+from benchlib import (MARK, PY, ROOT, WORK, fmt_s, fmt_x, leftover_lines, log, finish_run, machine_info, now_utc,
+                      parse_args, ratio_summary, run_line, run_measured, snapshot, summary_s, versions)
 
 EXAMPLES = ROOT / "target" / "release" / "examples"
 BIN_SNAPSHOT = WORK / "tune-bin"
@@ -60,7 +57,6 @@ HEADLINE_SEEDS = 10
 # The Ray Tune side of the overhead row. Ray 2.60's function trainable takes
 # the config dict and reports with ray.tune.report(metrics_dict).
 RAY_OVERHEAD = r'''
-import time
 t_start = time.perf_counter()
 import json, os, sys
 import ray
@@ -166,41 +162,6 @@ def result_line(out, marker=None):
 # ---------------------------------------------------------------- processes
 
 
-def run_own(cmd, timeout, what, marker=None):
-    """benchlib.run_measured, except in what it ends after the run: only what
-    this run left, its session and the processes whose command line holds
-    `marker` (a Ray run's temp dir), with their descendants; run_measured also
-    ends every process running from target/bench-venv, which other work on
-    this machine may be using. Returns (wall seconds, stdout, stderr, leftovers)."""
-    markers = [str(marker)] if marker else []
-    t0 = time.perf_counter()
-    proc = subprocess.Popen([str(c) for c in cmd], env=ENV, cwd=WORK, stdout=subprocess.PIPE,
-                            stderr=subprocess.PIPE, text=True, start_new_session=True)
-    try:
-        out, err = proc.communicate(timeout=timeout)
-    except subprocess.TimeoutExpired:
-        os.killpg(proc.pid, signal.SIGKILL)
-        proc.communicate()
-        stop_leftovers(what, {proc.pid}, markers, grace=0)
-        raise RuntimeError(f"{what}: timed out after {timeout} s")
-    wall = time.perf_counter() - t0
-    leftovers = stop_leftovers(what, {proc.pid}, markers)
-    if proc.returncode != 0:
-        raise RuntimeError(f"{what}: {' '.join(map(str, cmd))[:200]} exited {proc.returncode}\n"
-                           f"stdout:\n{out[-3000:]}\nstderr:\n{err[-5000:]}")
-    return wall, out, err, leftovers
-
-
-def finish(res, temp_prefix):
-    """benchlib.finish_run, except that it ends only processes left by this
-    driver's Ray runs (their temp dirs start with temp_prefix + this pid + "r")."""
-    res["finished"] = now_utc()
-    RESULTS.write_text(json.dumps(res, indent=1))
-    left = stop_leftovers("final check", markers=[f"{temp_prefix}{os.getpid()}r"], grace=5)
-    if left:
-        log(f"final check ended {len(left)} leftover process(es)")
-
-
 # ---------------------------------------------------------------- measurements
 
 
@@ -225,7 +186,7 @@ def ray_overhead(rep, reuse):
     storage = Path(tempfile.mkdtemp(prefix=f"tune-ray-r{rep}-", dir=WORK))
     temp_dir = Path(f"/tmp/rt{os.getpid()}r{rep}")  # short: Ray's socket paths must fit 107 bytes
     try:
-        wall, out, err, left = run_own(
+        wall, out, err, left = run_measured(
             [PY, "-c", RAY_OVERHEAD, storage, temp_dir, TRIALS, REPORTS, str(reuse).lower()], timeout=1500,
             what=what, marker=temp_dir)
         res = result_line(out, MARK)
@@ -242,7 +203,7 @@ def ray_overhead(rep, reuse):
 
 def raylet_overhead(rep, reuse, bins):
     what = f"raylet tune_overhead rep {rep} (--reuse-actors {str(reuse).lower()})"
-    wall, out, _, left = run_own([bins["tune_overhead"], "--trials", TRIALS, "--reports", REPORTS,
+    wall, out, _, left = run_measured([bins["tune_overhead"], "--trials", TRIALS, "--reports", REPORTS,
                                   "--reuse-actors", str(reuse).lower()], timeout=600, what=what)
     res = result_line(out)
     if res["trials"] != TRIALS or res["reports"] != REPORTS or res["reuse_actors"] != reuse:
@@ -269,7 +230,7 @@ def overhead_rep(rep, reps, bins):
 
 
 def optuna_quality(function, budget):
-    wall, out, _, _ = run_own([PY, "-c", OPTUNA_QUALITY, function, budget, SEEDS], timeout=1800,
+    wall, out, _, _ = run_measured([PY, "-c", OPTUNA_QUALITY, function, budget, SEEDS], timeout=1800,
                               what=f"Optuna {function} {budget}")
     res = result_line(out, MARK)
     add_medians(res)
@@ -290,7 +251,7 @@ def share_better(ours, theirs):
 
 
 def raylet_quality(function, budget, searcher, bins):
-    wall, out, _, _ = run_own([bins["search_quality"], "--function", function, "--budget", budget,
+    wall, out, _, _ = run_measured([bins["search_quality"], "--function", function, "--budget", budget,
                                "--seeds", SEEDS, "--searcher", searcher], timeout=1800,
                               what=f"raylet {searcher} {function} {budget}")
     res = result_line(out)
@@ -309,7 +270,7 @@ def raylet_asha_vs_fifo(bins):
     """tune_digits --compare: 16 seeded configurations of the digits MLP
     (20 epochs at most) under ASHA, then the same under FIFO; each search's
     choice by validation accuracy, and its test accuracy."""
-    wall, out, _, _ = run_own([bins["tune_digits"], "--compare"], timeout=1200, what="raylet tune_digits")
+    wall, out, _, _ = run_measured([bins["tune_digits"], "--compare"], timeout=1200, what="raylet tune_digits")
     res = {"process_wall_s": round(wall, 3)}
     for m in CHOICE_LINE.finditer(out):
         res["trials"] = int(m.group(2))
@@ -565,7 +526,7 @@ def main():
             res["asha_fifo"] = raylet_asha_vs_fifo(bins)
             log(f"    {res['asha_fifo']}")
     finally:
-        finish(res, "/tmp/rt")
+        finish_run(res, RESULTS, "/tmp/rt")
     write_report(res)
     log(f"wrote {REPORT} and {RESULTS}")
 
