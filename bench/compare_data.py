@@ -174,7 +174,7 @@ def status_kib(pid, keys):
 
 
 class MemoryPeaks:
-    """Around the run_own call that runs `cmd` (`with MemoryPeaks(cmd) as
+    """Around the run_measured call that runs `cmd` (`with MemoryPeaks(cmd) as
     peaks:`), samples /proc every SAMPLE_S seconds in a thread: the driver
     (the child this harness started, in a session of its own, once it runs
     `cmd`: before its exec it is a copy of this harness) and its workers
