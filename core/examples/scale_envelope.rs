@@ -107,25 +107,30 @@ impl Reader {
 fn main() -> anyhow::Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     let workload = args.first().map(String::as_str).unwrap_or_default();
-    let scale = |default: usize| -> anyhow::Result<usize> {
-        match args.iter().position(|arg| arg == "--scale") {
-            Some(at) => Ok(args
-                .get(at + 1)
-                .ok_or_else(|| anyhow::anyhow!("--scale takes a number"))?
-                .parse()?),
-            None => Ok(default),
-        }
-    };
-    let cluster = raylet::init()?;
-    let (scale, seconds) = match workload {
-        "tasks_1m" => (scale(1_000_000)?, timed(|| queued_tasks(&cluster, scale(1_000_000)?))?),
-        "args_10k" => (scale(10_000)?, timed(|| many_args(&cluster, scale(10_000)?))?),
-        "pgs_1000" => (scale(1_000)?, timed(|| placement_groups(&cluster, scale(1_000)?))?),
-        "many_actors" => (scale(100)?, timed(|| many_actors(&cluster, scale(100)?))?),
-        "broadcast_1g" => (scale(3)?, broadcast(&cluster, scale(3)?)?),
+    let default_scale = match workload {
+        "tasks_1m" => 1_000_000,
+        "args_10k" => 10_000,
+        "pgs_1000" => 1_000,
+        "many_actors" => 100,
+        "broadcast_1g" => 3,
         other => anyhow::bail!(
             "unknown workload {other:?}: give one of tasks_1m, args_10k, pgs_1000, many_actors, broadcast_1g"
         ),
+    };
+    let scale = match args.iter().position(|arg| arg == "--scale") {
+        Some(at) => args
+            .get(at + 1)
+            .ok_or_else(|| anyhow::anyhow!("--scale takes a number"))?
+            .parse()?,
+        None => default_scale,
+    };
+    let cluster = raylet::init()?;
+    let seconds = match workload {
+        "tasks_1m" => timed(|| queued_tasks(&cluster, scale))?,
+        "args_10k" => timed(|| many_args(&cluster, scale))?,
+        "pgs_1000" => timed(|| placement_groups(&cluster, scale))?,
+        "many_actors" => timed(|| many_actors(&cluster, scale))?,
+        _ => broadcast(&cluster, scale)?,
     };
     println!("{}", json!({"workload": workload, "scale": scale, "seconds": seconds}));
     cluster.shutdown()?;
