@@ -97,6 +97,7 @@ RUN_TIMEOUT = 1800
 
 # The Ray Data side: the same trivial work per file as raylet's Trivial model.
 RAY_DATA = r'''
+import time
 t_start = time.perf_counter()
 import json, os, sys
 import numpy as np

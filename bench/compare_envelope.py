@@ -124,8 +124,8 @@ WORKLOADS = [
              "at the same commit, 0652555), test `release/benchmarks/single_node/test_single_node.py`",
              "as Ray's `test_many_queued_tasks`: one task per CPU blocks on a gate actor, N no-op tasks (1 CPU "
              "each) are submitted behind them, the gate opens, and each result is got in turn",
-             "Ray's scale, which Ray holds here, in about 15 minutes with other benchmarks running alongside "
-             "and a driver of over 6 GiB (`--scale tasks_1m=N` shortens a run)", 300, 0.003),
+             "Ray's scale, which Ray holds here, in about 9 minutes on a quiet machine and with a driver of "
+             "over 6 GiB (`--scale tasks_1m=N` shortens a run)", 300, 0.003),
     Workload("args_10k", 10_000, 100, "refs",
              "17.2 s (10,000 arguments, one m4.16xlarge)",
              f"`{PERF}/scalability/single_node.json` (`10000_args_time`, same commit), "
@@ -152,8 +152,8 @@ WORKLOADS = [
              "N actors of no CPU (each its own worker process on both systems) created, then one call on each, "
              "all gathered",
              "what Ray holds here with room to spare: each Ray actor is a Python process of about 124 MiB RSS, "
-             "58 MiB of it private, so 200 take 11.4 GiB of this 24 GiB machine (MemAvailable fell to 10 GiB with "
-             "a Rust build alongside) and about 350 would fill it", 300, 1.5),
+             "58 MiB of it private, so 200 take 11.4 GiB of this 24 GiB machine and about 350 would fill it",
+             300, 1.5),
     Workload("broadcast_1g", 3, 1, "hosts",
              "16.9 s (1 GiB to 50 nodes)",
              f"`{PERF}/scalability/object_store.json` (commit 08ff311), "

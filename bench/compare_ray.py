@@ -65,6 +65,15 @@ class Row(NamedTuple):
     ray_script: str = "perf"
     memcpy: str = ""
 
+    @property
+    def same_work(self) -> bool:
+        """Whether both sides do the same work; a row that does not says so
+        in raylet's name for it or in its workload, and loses its bold."""
+        return not self.raylet_name and NOT_SAME_WORK not in self.raylet_work
+
+
+NOT_SAME_WORK = "**not the same work**"
+
 
 IN_PROCESS = "(in-process, owner's memory)"
 # The Ray side is ray/_private/ray_perf.py of Ray 2.60.0 or
@@ -778,7 +787,7 @@ def write_report(path, args, res, info, vers, started, finished):
                 continue
             r = res["metrics"][row.name]
             label = f"{row.name}; raylet: *{row.raylet_name}*" if row.raylet_name else row.name
-            ratio_text = ratio(r['ray'], r['raylet'], bold=not row.raylet_name)
+            ratio_text = ratio(r['ray'], r['raylet'], bold=row.same_work)
             w(f"| {label} | {summary(r['ray'])} | {summary(r['raylet'])} | {ratio_text} "
               f"| {row.ray_work} | {row.raylet_work} |")
         w("")
@@ -803,7 +812,10 @@ def write_report(path, args, res, info, vers, started, finished):
               "Ray's core worker to its plasma object store with Rust calls into the owner's in-process "
               "store of raylet (values under 100 KiB stay with their owner), so the two sides do different "
               "work per call: raylet names those rows *in-process* and their ratios are not in bold; the "
-              "table *Put and get in another process* has the same work on both sides.\n")
+              "table *Put and get in another process* has the same work on both sides. Likewise *n:n "
+              "actor calls with arg async*: raylet sends the small put inside each call where Ray's workers "
+              "fetch it from plasma, so its ratio is not in bold either; *n:n actor calls with 1 MiB arg "
+              "async* moves the argument through shared memory on both sides.\n")
 
     lc = res["lifecycle"]
     if lc:

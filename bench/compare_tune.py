@@ -57,6 +57,7 @@ HEADLINE_SEEDS = 10
 # The Ray Tune side of the overhead row. Ray 2.60's function trainable takes
 # the config dict and reports with ray.tune.report(metrics_dict).
 RAY_OVERHEAD = r'''
+import time
 t_start = time.perf_counter()
 import json, os, sys
 import ray
