@@ -77,7 +77,7 @@ NOT_SAME_WORK = "**not the same work**"
 
 IN_PROCESS = "(in-process, owner's memory)"
 # The Ray side is ray/_private/ray_perf.py of Ray 2.60.0 or
-# bench/ray_object_metrics.py; the raylet side core/src/bin/raylet/microbenchmark/.
+# bench/ray_object_metrics.py; the raylet side cli/src/microbenchmark/.
 METRICS = [Row(*row) for row in [
     (
         "single client get calls (Plasma Store)",

@@ -61,7 +61,7 @@ fn the_heads_http_routes_need_the_token_and_metrics_follow_the_cluster() {
 
     let other_cluster = "f".repeat(64);
     let with_cookie = format!("Cookie: raylet_token={token}\r\n");
-    let routes = raylet::dashboard::route_paths();
+    let routes = raylet_dashboard::route_paths();
     for route in &routes {
         let path = concrete(route);
         for presented in [None, Some("wrong"), Some(other_cluster.as_str())] {
@@ -102,7 +102,7 @@ fn the_heads_http_routes_need_the_token_and_metrics_follow_the_cluster() {
         );
         assert_eq!(get(&dashboard, path, Some(&token)).0, 404, "{path} with the token");
     }
-    assert_eq!(raylet::dashboard::PUBLIC_PATHS, ["/healthz", "/login"]);
+    assert_eq!(raylet_dashboard::PUBLIC_PATHS, ["/healthz", "/login"]);
     let form = "Content-Type: application/x-www-form-urlencoded\r\n";
     let wrong = request(&dashboard, "POST", "/login", form, "token=wrong");
     assert_eq!(wrong.status, 401);
@@ -185,7 +185,7 @@ fn every_node_serves_its_metrics(dashboard: &str, token: &str) {
     assert_eq!(head["targets"][0], dashboard, "the head's metrics are its dashboard's");
     let node = node["targets"][0].as_str().unwrap();
     let foreign = "f".repeat(64);
-    for route in raylet::dashboard::NODE_ROUTES.iter().chain(&["/healthz", "/api/nodes"]) {
+    for route in raylet_dashboard::NODE_ROUTES.iter().chain(&["/healthz", "/api/nodes"]) {
         for presented in [None, Some("wrong"), Some(foreign.as_str())] {
             assert_eq!(
                 get(node, route, presented).0,

@@ -94,13 +94,11 @@ impl Cluster {
         address.map_or(std::net::Ipv4Addr::LOCALHOST.into(), |address| address.ip())
     }
 
-    /// Where the embedded cluster's dashboard listens (`http://ADDRESS/`),
-    /// when `Config::dashboard_port` asked for one.
-    pub fn dashboard_address(&self) -> Option<String> {
-        let embedded = self.inner.embedded.lock().unwrap_or_else(|p| p.into_inner());
-        embedded
-            .as_ref()
-            .and_then(|embedded| embedded.dashboard_address.clone())
+    /// Where the cluster's head listens (`HOST:PORT`): the address that
+    /// `raylet status --address`, the dashboard (`raylet_dashboard`) and
+    /// other programs joining the cluster take.
+    pub fn head_address(&self) -> String {
+        self.core().head_address.clone()
     }
 
     /// The cluster token: the dashboard's login and API take it.

@@ -33,7 +33,6 @@ pub struct Config {
     pub(crate) job_id: Option<JobId>,
     pub(crate) timeline: bool,
     pub(crate) task_events: bool,
-    pub(crate) dashboard_port: Option<u16>,
     pub(crate) tls: Option<TlsFiles>,
 }
 
@@ -57,7 +56,6 @@ impl Default for Config {
             job_id: None,
             timeline: false,
             task_events: true,
-            dashboard_port: None,
             tls: None,
         }
     }
@@ -216,15 +214,6 @@ impl Config {
     /// `RAYLET_JOB_ID` for a submitted job's driver, else a new id].
     pub fn job_id(mut self, job: JobId) -> Self {
         self.job_id = Some(job);
-        self
-    }
-
-    /// Serves the dashboard of the embedded cluster on this loopback port
-    /// (0: any free one; see `Cluster::dashboard_address`) [default: no
-    /// dashboard, which starts faster]. A joined cluster's dashboard is the
-    /// head's (`raylet start --head --dashboard-port`).
-    pub fn dashboard_port(mut self, port: u16) -> Self {
-        self.dashboard_port = Some(port);
         self
     }
 

@@ -24,8 +24,6 @@ pub(crate) struct Embedded {
     pub(crate) node_manager: String,
     pub(crate) head_address: String,
     pub(crate) token: AuthToken,
-    /// Where the dashboard listens, when the config asked for one.
-    pub(crate) dashboard_address: Option<String>,
 }
 
 impl Embedded {
@@ -69,40 +67,18 @@ impl Embedded {
         let node = runtime.spawn(node.run(async {
             let _ = node_stopped.await;
         }));
-        let mut stops = vec![stop_node, stop_head];
-        let mut dashboard_address = None;
-        if let Some(port) = config.dashboard_port {
-            let listener = TcpListener::bind(SocketAddr::new(Ipv4Addr::LOCALHOST.into(), port)).await?;
-            dashboard_address = Some(listener.local_addr()?.to_string());
-            let (stop, stopped) = oneshot::channel::<()>();
-            let shutdown = async {
-                let _ = stopped.await;
-            };
-            runtime.spawn(crate::dashboard::run(
-                listener,
-                head_address.clone(),
-                token.clone(),
-                shutdown,
-            ));
-            stops.insert(0, stop);
-        }
         Ok(Embedded {
             runtime,
-            stops,
+            stops: vec![stop_node, stop_head],
             tasks: vec![node, head],
             node_manager,
             head_address,
             token,
-            dashboard_address,
         })
     }
 
-    /// Stops the dashboard, the node manager (which kills its workers), then
-    /// the head.
-    pub(crate) async fn stop(mut self) -> Result<()> {
-        if self.stops.len() > self.tasks.len() {
-            let _ = self.stops.remove(0).send(());
-        }
+    /// Stops the node manager (which kills its workers), then the head.
+    pub(crate) async fn stop(self) -> Result<()> {
         for (stop, task) in self.stops.into_iter().zip(self.tasks) {
             let _ = stop.send(());
             task.await

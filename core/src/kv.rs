@@ -132,9 +132,10 @@ impl Cluster {
     }
 }
 
-/// What programs published for the dashboard's `section`, in key order;
-/// entries that are not JSON are skipped.
-pub(crate) async fn dashboard_entries(head: &str, token: &AuthToken, section: &str) -> Result<Vec<serde_json::Value>> {
+/// What programs published (with [`Cluster::publish_to_dashboard`]) for
+/// the dashboard's `section`, in key order; entries that are not JSON are
+/// skipped. The dashboard's Train and Tune pages read them.
+pub async fn dashboard_entries(head: &str, token: &AuthToken, section: &str) -> Result<Vec<serde_json::Value>> {
     let channel = raylet_proto::channel::connect(head, token, DASHBOARD_PATIENCE).await?;
     let mut kv = KvServiceClient::new(channel);
     let keys = KvKeysRequest {

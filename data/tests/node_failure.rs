@@ -31,7 +31,7 @@ fn raylet_binary() -> PathBuf {
     let binary = exe.parent().unwrap().parent().unwrap().join("raylet");
     assert!(
         binary.exists(),
-        "{} is missing: build it with `cargo build -p raylet --bin raylet` (the workspace's test run does)",
+        "{} is missing: build it with `cargo build -p raylet-cli --bin raylet` (the workspace's test run does)",
         binary.display()
     );
     binary

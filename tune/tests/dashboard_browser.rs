@@ -73,13 +73,10 @@ fn dashboard_pages_render_in_chromium() {
         return;
     };
     let temp = tempfile::tempdir().unwrap();
-    let config = Config::new()
-        .num_cpus(4.0)
-        .temp_dir(temp.path())
-        .dashboard_port(0)
-        .timeline(true);
+    let config = Config::new().num_cpus(4.0).temp_dir(temp.path()).timeline(true);
     let cluster = raylet::init_with(config).unwrap();
-    let dashboard = format!("http://{}", cluster.dashboard_address().unwrap());
+    let local_dashboard = raylet_dashboard::LocalDashboard::start(&cluster, 0).unwrap();
+    let dashboard = format!("http://{}", local_dashboard.address());
 
     let squares: Vec<_> = (1..=8).map(|x| square::remote(&cluster, x).unwrap()).collect();
     assert_eq!(cluster.get_all(&squares).unwrap().len(), 8);

@@ -202,7 +202,7 @@ async fn start_dashboard(
 ) -> anyhow::Result<HttpServer> {
     let (head, token) = (head_address.to_string(), token.clone());
     let server = start_http("dashboard", ip, args.dashboard_port, |listener, shutdown| {
-        raylet::dashboard::run(listener, head, token, shutdown)
+        raylet_dashboard::run(listener, head, token, shutdown)
     })
     .await?;
     if let Some(address) = &server.1 {
@@ -215,7 +215,7 @@ async fn start_dashboard(
 async fn start_node_metrics(args: &StartArgs, ip: IpAddr, token: &AuthToken) -> anyhow::Result<HttpServer> {
     let token = token.clone();
     start_http("/metrics endpoint", ip, args.metrics_port, |listener, shutdown| {
-        raylet::dashboard::serve_node_metrics(listener, token, shutdown)
+        raylet_dashboard::serve_node_metrics(listener, token, shutdown)
     })
     .await
 }

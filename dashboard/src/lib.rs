@@ -26,13 +26,20 @@
 //! | `GET /api/prometheus_targets` | every alive node's `/metrics`, in Prometheus's HTTP service discovery format |
 //!
 //! A joining node serves only `/metrics`, its own process's metrics, from
-//! [`serve_node_metrics`].
+//! [`serve_node_metrics`]; a program's embedded cluster serves the
+//! dashboard when the program asks, through [`LocalDashboard`].
+//!
+//! This crate is apart from `raylet` so that a user's program, which every
+//! worker runs again, links no HTTP server unless it asks for one.
 
 mod assets;
 mod auth;
 mod history;
 mod listener;
+mod local;
 mod metrics;
+
+pub use local::LocalDashboard;
 
 use std::future::Future;
 use std::time::Duration;
@@ -49,7 +56,7 @@ use raylet_scheduler::status::ClusterStatus;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 
-use crate::job::JobClient;
+use raylet::JobClient;
 
 /// How long a request waits for the head.
 const PATIENCE: Duration = Duration::from_secs(2);
@@ -197,15 +204,15 @@ async fn job_logs(State(head): State<Head>, Path(id): Path<String>) -> Response 
 }
 
 async fn actors(State(head): State<Head>) -> Response {
-    json(&head, crate::list_actors(&head.address, &head.token).await)
+    json(&head, raylet::list_actors(&head.address, &head.token).await)
 }
 
 async fn placement_groups(State(head): State<Head>) -> Response {
-    json(&head, crate::list_placement_groups(&head.address, &head.token).await)
+    json(&head, raylet::list_placement_groups(&head.address, &head.token).await)
 }
 
 async fn objects(State(head): State<Head>) -> Response {
-    json(&head, crate::collect_memory(&head.address, &head.token).await)
+    json(&head, raylet::collect_memory(&head.address, &head.token).await)
 }
 
 /// The query of the task routes: `?job=ID&limit=N`.
@@ -222,30 +229,30 @@ async fn tasks(State(head): State<Head>, Query(query): Query<TaskQuery>) -> Resp
     let limit = query.limit.unwrap_or(DEFAULT_TASK_ROWS);
     json(
         &head,
-        crate::list_tasks(&head.address, &head.token, query.job, limit).await,
+        raylet::list_tasks(&head.address, &head.token, query.job, limit).await,
     )
 }
 
 async fn task_summary(State(head): State<Head>, Query(query): Query<TaskQuery>) -> Response {
-    let listing = crate::list_tasks(&head.address, &head.token, query.job, u32::MAX).await;
-    json(&head, listing.map(|listing| crate::summarize_tasks(&listing.tasks)))
+    let listing = raylet::list_tasks(&head.address, &head.token, query.job, u32::MAX).await;
+    json(&head, listing.map(|listing| raylet::summarize_tasks(&listing.tasks)))
 }
 
 async fn timeline(State(head): State<Head>, Query(query): Query<TaskQuery>) -> Response {
-    json(&head, crate::chrome_trace(&head.address, &head.token, query.job).await)
+    json(&head, raylet::chrome_trace(&head.address, &head.token, query.job).await)
 }
 
 async fn train_runs(State(head): State<Head>) -> Response {
     json(
         &head,
-        crate::kv::dashboard_entries(&head.address, &head.token, "train").await,
+        raylet::dashboard_entries(&head.address, &head.token, "train").await,
     )
 }
 
 async fn tune_experiments(State(head): State<Head>) -> Response {
     json(
         &head,
-        crate::kv::dashboard_entries(&head.address, &head.token, "tune").await,
+        raylet::dashboard_entries(&head.address, &head.token, "tune").await,
     )
 }
 
