@@ -5,6 +5,8 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use raylet_proto::Backoff;
+
 use crate::{Error, Result};
 
 /// How long a call waits for a head that went away.
@@ -32,7 +34,7 @@ impl HeadLost {
         if first {
             tracing::warn!(%error, "the head is unreachable; waiting for it to come back");
         }
-        tokio::time::sleep(HEAD_RETRY).await;
+        tokio::time::sleep(Backoff::constant(HEAD_RETRY).next_delay()).await;
         Ok(())
     }
 }

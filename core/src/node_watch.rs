@@ -8,9 +8,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use raylet_proto::NodeId;
 use raylet_proto::v1::WatchNodeDeathsRequest;
 use raylet_proto::v1::head_service_client::HeadServiceClient;
+use raylet_proto::{Backoff, NodeId};
 use tokio::sync::mpsc;
 
 use crate::core_worker::CoreWorker;
@@ -30,17 +30,16 @@ pub(crate) struct NodeDeath {
 /// Forwards node deaths to the submitter until it stops.
 pub(crate) fn spawn(core: Arc<CoreWorker>, events: mpsc::UnboundedSender<SubmitterEvent>) {
     tokio::spawn(async move {
-        let mut backoff = FIRST_BACKOFF;
+        let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
         loop {
             tokio::select! {
                 () = events.closed() => return,
                 result = forward_deaths(&core, &events) => match result {
-                    Ok(()) => backoff = FIRST_BACKOFF,
+                    Ok(()) => backoff.reset(),
                     Err(error) => tracing::debug!(%error, "watching node deaths; will watch again"),
                 },
             }
-            tokio::time::sleep(backoff).await;
-            backoff = (backoff * 2).min(MAX_BACKOFF);
+            backoff.wait().await;
         }
     });
 }

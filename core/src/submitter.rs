@@ -17,7 +17,7 @@ use raylet_proto::v1::{
     LeaseSessionRequest, RequestLease, ReturnLease, TaskArg, TaskBatch, TaskKind, TaskSpec, task_arg,
 };
 use raylet_proto::{
-    IdMap, NodeId, ObjectId, PlacementGroupId, ResourceSet, Scheduling, SchedulingStrategy, TaskId, WorkerId,
+    Backoff, IdMap, NodeId, ObjectId, PlacementGroupId, ResourceSet, Scheduling, SchedulingStrategy, TaskId, WorkerId,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
@@ -43,6 +43,8 @@ const MAX_PENDING_LEASES: usize = 10;
 const WORKER_CONNECT_PATIENCE: Duration = Duration::from_secs(2);
 /// The first pause before a task whose worker ran out of memory runs again.
 const OOM_RETRY_BACKOFF: Duration = Duration::from_millis(500);
+/// The longest pause before a task the out-of-memory monitor ended runs again.
+const MAX_OOM_RETRY_BACKOFF: Duration = Duration::from_secs(8);
 /// How node managers describe the exit of a worker their out-of-memory monitor ended.
 const OOM_MONITOR: &str = "out-of-memory monitor";
 /// A leased worker with nothing to do is given back after this long.
@@ -717,7 +719,7 @@ impl Submitter {
     /// Runs the task again after a pause that doubles with each attempt,
     /// giving the node time to free memory.
     fn requeue_after_backoff(&mut self, mut task: QueuedTask) {
-        let delay = OOM_RETRY_BACKOFF * 2u32.saturating_pow(task.spec.attempt.min(4));
+        let delay = Backoff::delay_for_attempt(OOM_RETRY_BACKOFF, MAX_OOM_RETRY_BACKOFF, task.spec.attempt);
         task.spec.attempt += 1;
         self.core.task_events.submitted(task.identity(), false);
         let events = self.events.clone();

@@ -6,6 +6,7 @@ use std::time::{Duration, Instant};
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 
+use crate::Backoff;
 use crate::auth::{AuthToken, ClientAuth};
 use crate::error::error_chain;
 use crate::tls;
@@ -109,13 +110,13 @@ where
     F: Future<Output = std::result::Result<T, E>>,
 {
     let started = Instant::now();
-    let mut backoff = FIRST_BACKOFF;
+    let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
     let mut attempts = 0u32;
     loop {
         attempts += 1;
         match connect().await {
             Ok(connected) => return Ok(connected),
-            Err(error) if started.elapsed() + backoff >= patience => {
+            Err(error) if started.elapsed() + backoff.step() >= patience => {
                 return Err(Error::Unavailable(format!(
                     "could not reach {address} after {attempts} attempts over {:.1}s: {}",
                     started.elapsed().as_secs_f64(),
@@ -124,8 +125,7 @@ where
             }
             Err(error) => {
                 tracing::debug!(%address, attempts, error = %error_chain(&error), "peer not reachable yet");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(MAX_BACKOFF);
+                backoff.wait().await;
             }
         }
     }

@@ -2,6 +2,7 @@
 //! the shared error type, token authentication and channel set-up.
 
 pub mod auth;
+pub mod backoff;
 pub mod binary_hash;
 pub mod blob;
 pub mod channel;
@@ -19,6 +20,7 @@ pub mod task_stream;
 pub mod tls;
 pub mod worker_env;
 
+pub use backoff::Backoff;
 pub use error::{Error, Result};
 pub use ids::{ActorId, IdMap, IdSet, JobId, NodeId, ObjectId, PlacementGroupId, TaskId, WorkerId};
 pub use placement_group::PlacementStrategy;

@@ -9,12 +9,16 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use raylet::Cluster;
+use raylet::proto::Backoff;
 
 use super::CollectiveError;
 
 const HELLO: &[u8; 8] = b"rlcoll01";
-/// How often a missing address or a refused connection is tried again.
+/// How often a missing address or a refused connection is tried again at
+/// first (and how often a listener looks for ranks that connect).
 const RETRY: Duration = Duration::from_millis(5);
+/// How often they are tried again at most, once the rank waited a while.
+const MAX_RETRY: Duration = Duration::from_millis(100);
 
 /// Who a group's member is.
 pub(crate) struct Member<'a> {
@@ -84,6 +88,7 @@ fn connect_to(
     deadline: Instant,
 ) -> Result<TcpStream, CollectiveError> {
     let mut last = String::from("its address was never published");
+    let mut backoff = Backoff::new(RETRY, MAX_RETRY);
     while Instant::now() < deadline {
         let published = cluster
             .kv_get(member.key(lower))
@@ -99,7 +104,7 @@ fn connect_to(
                 Err(error) => last = format!("connecting to {address}: {error}"),
             }
         }
-        std::thread::sleep(RETRY);
+        std::thread::sleep(backoff.next_delay());
     }
     Err(CollectiveError::Rendezvous(format!(
         "rank {lower} of group '{}' did not join in time ({last})",

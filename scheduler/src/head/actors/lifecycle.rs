@@ -16,7 +16,7 @@ use raylet_proto::v1::{
     ActorCreation, ActorDeathKind, FailureKind, LeaseRefusalKind, ObjectOutcome, TaskBatch, TaskFailure, TaskSpec,
     object_outcome,
 };
-use raylet_proto::{PlacementGroupId, SchedulingStrategy, TaskId};
+use raylet_proto::{Backoff, PlacementGroupId, SchedulingStrategy, TaskId};
 use tokio::sync::watch;
 
 use super::leases::{Grant, HeadLeases, LeaseAnswer};
@@ -211,18 +211,17 @@ async fn place(runtime: &ActorRuntime, spec: &ActorSpec) -> Result<Grant, Ended>
         .heartbeat_timeout();
     let patience = 2 * heartbeat_timeout + MAX_PLACEMENT_BACKOFF;
     let started = Instant::now();
-    let mut backoff = FIRST_PLACEMENT_BACKOFF;
+    let mut backoff = Backoff::new(FIRST_PLACEMENT_BACKOFF, MAX_PLACEMENT_BACKOFF);
     loop {
         match lease_on_a_fitting_node(runtime, spec).await {
             Ok(grant) => return Ok(grant),
             Err(Unplaced::Ended(ended)) => return Err(ended),
-            Err(Unplaced::Unreachable(reason)) if started.elapsed() + backoff >= patience => {
+            Err(Unplaced::Unreachable(reason)) if started.elapsed() + backoff.step() >= patience => {
                 return Err(Ended::ProcessDied(reason));
             }
             Err(Unplaced::Unreachable(reason)) => {
                 tracing::debug!(actor = %spec.id, %reason, "placing the actor again");
-                tokio::time::sleep(backoff).await;
-                backoff = (backoff * 2).min(MAX_PLACEMENT_BACKOFF);
+                backoff.wait().await;
             }
         }
     }

@@ -17,7 +17,7 @@ use raylet_proto::v1::{
     AttachJobDriverRequest, JobDriverEvent, JobDriverExit, JobRecord, JobSpec, JobStatus, RunJobDriverRequest,
     StopJobDriverRequest,
 };
-use raylet_proto::{Error, JobId, NodeId, ResourceSet, Result, Scheduling};
+use raylet_proto::{Backoff, Error, JobId, NodeId, ResourceSet, Result, Scheduling};
 
 use super::blobs::BlobStore;
 use super::table::{JobTable, is_ended};
@@ -198,6 +198,7 @@ impl JobManager {
     }
 
     async fn run_until_ended(&self, id: JobId, spec: &JobSpec, demand: &ResourceSet) -> Ended {
+        let mut pending = Backoff::constant(PENDING_RETRY);
         loop {
             if self.stop_grace(id).is_some() {
                 return ended(JobStatus::Stopped, "stopped before its driver started".into(), None);
@@ -211,7 +212,7 @@ impl JobManager {
                     }
                 }
             }
-            tokio::time::sleep(PENDING_RETRY).await;
+            pending.wait().await;
         }
     }
 
@@ -302,6 +303,7 @@ impl JobManager {
     /// has, attaching again whenever the stream breaks, until it ended or
     /// its node died or forgot it.
     async fn attach(&self, id: JobId, node_id: NodeId) -> Ended {
+        let mut pending = Backoff::constant(PENDING_RETRY);
         loop {
             let Some(address) = self.alive_address(node_id) else {
                 let message = format!("the node {node_id} running the driver died");
@@ -318,7 +320,7 @@ impl JobManager {
                 }
                 Err(error) => tracing::debug!(job = %id, %error, "cannot attach to the driver yet"),
             }
-            tokio::time::sleep(PENDING_RETRY).await;
+            pending.wait().await;
         }
     }
 
