@@ -14,7 +14,8 @@ use raylet_proto::v1::lease_session_request::Kind as LeaseRequest;
 use raylet_proto::v1::node_manager_service_client::NodeManagerServiceClient;
 use raylet_proto::v1::{
     self, CancelLeaseRequest, CancelTask, GetWorkerExitRequest, LeaseRefusalKind, LeaseSessionEvent,
-    LeaseSessionRequest, RequestLease, ReturnLease, TaskArg, TaskBatch, TaskKind, TaskSpec, task_arg,
+    LeaseSessionRequest, RequestLease, ReturnLease, TaskArg, TaskBatch, TaskKind, TaskSpec, WorkerExit, WorkerExitKind,
+    task_arg,
 };
 use raylet_proto::{
     Backoff, IdMap, NodeId, ObjectId, PlacementGroupId, ResourceSet, Scheduling, SchedulingStrategy, TaskId, WorkerId,
@@ -45,8 +46,6 @@ const WORKER_CONNECT_PATIENCE: Duration = Duration::from_secs(2);
 const OOM_RETRY_BACKOFF: Duration = Duration::from_millis(500);
 /// The longest pause before a task the out-of-memory monitor ended runs again.
 const MAX_OOM_RETRY_BACKOFF: Duration = Duration::from_secs(8);
-/// How node managers describe the exit of a worker their out-of-memory monitor ended.
-const OOM_MONITOR: &str = "out-of-memory monitor";
 /// A leased worker with nothing to do is given back after this long.
 const LEASE_LINGER: Duration = Duration::from_millis(30);
 
@@ -88,7 +87,7 @@ pub(crate) enum SubmitterEvent {
     },
     WorkerDied {
         worker: WorkerId,
-        description: String,
+        exit: WorkerExit,
     },
     /// The head counts a node incarnation dead.
     NodeDied(NodeDeath),
@@ -279,7 +278,7 @@ impl Submitter {
                 logs,
             } => self.on_results(worker, lease, finished, logs),
             SubmitterEvent::WorkerStreamClosed { worker, lease } => self.on_stream_closed(worker, lease),
-            SubmitterEvent::WorkerDied { worker, description } => self.on_worker_died(worker, &description),
+            SubmitterEvent::WorkerDied { worker, exit } => self.on_worker_died(worker, &exit),
             SubmitterEvent::NodeDied(death) => self.on_node_died(death),
             SubmitterEvent::Reconstruct { object, done } => {
                 let _ = done.send(self.reconstruct(object));
@@ -738,15 +737,15 @@ impl Submitter {
         let core = self.core.clone();
         let events = self.events.clone();
         tokio::spawn(async move {
-            let description = worker_exit(&core, &node, worker_id).await;
+            let exit = worker_exit(&core, &node, worker_id).await;
             let _ = events.send(SubmitterEvent::WorkerDied {
                 worker: worker_id,
-                description,
+                exit,
             });
         });
     }
 
-    fn on_worker_died(&mut self, worker_id: WorkerId, description: &str) {
+    fn on_worker_died(&mut self, worker_id: WorkerId, exit: &WorkerExit) {
         let Some(worker) = self.forget_worker(worker_id) else {
             return;
         };
@@ -755,7 +754,7 @@ impl Submitter {
                 worker_id: worker_id.as_bytes().to_vec(),
                 worker_failed: true,
             }));
-        self.rerun_or_fail(worker, description);
+        self.rerun_or_fail(worker, exit);
     }
 
     /// Runs again, or fails, what the workers leased on a dead node
@@ -769,11 +768,11 @@ impl Submitter {
             .filter(|(_, w)| w.node_id == Some(death.node_id) && w.incarnation == death.incarnation)
             .map(|(id, _)| *id)
             .collect();
-        let description = format!("was lost with its node ({})", death.reason);
+        let exit = unknown_exit(format!("was lost with its node ({})", death.reason));
         for worker_id in lost {
             if let Some(worker) = self.forget_worker(worker_id) {
                 tracing::warn!(node = %death.node_id, pid = worker.pid, "a leased worker's node died");
-                self.rerun_or_fail(worker, &description);
+                self.rerun_or_fail(worker, &exit);
             }
         }
         let address: Arc<str> = death.address.into();
@@ -797,8 +796,9 @@ impl Submitter {
 
     /// Queues the tasks a dead worker was running again, those that may run
     /// again, and fails the others.
-    fn rerun_or_fail(&mut self, worker: LeasedWorker, description: &str) {
-        let out_of_memory = description.contains(OOM_MONITOR);
+    fn rerun_or_fail(&mut self, worker: LeasedWorker, exit: &WorkerExit) {
+        let out_of_memory = exit.kind() == WorkerExitKind::OomKilled;
+        let description = exit.description.as_str();
         for task in worker.in_flight.into_values() {
             record_failure(&self.core, &task, &format!("the worker process {description}"));
             if self.cancelled.remove(&task.return_id) {
@@ -1173,7 +1173,7 @@ pub(crate) fn complete_values(core: &CoreWorker, results: Vec<v1::TaskResult>) -
 }
 
 /// How a worker exited, as its node manager saw it.
-async fn worker_exit(core: &CoreWorker, node: &str, worker: WorkerId) -> String {
+async fn worker_exit(core: &CoreWorker, node: &str, worker: WorkerId) -> WorkerExit {
     let query = async {
         let channel = core.channel(node).await?;
         let request = GetWorkerExitRequest {
@@ -1183,9 +1183,18 @@ async fn worker_exit(core: &CoreWorker, node: &str, worker: WorkerId) -> String 
         Ok::<_, crate::Error>(reply.map_err(raylet_proto::Error::from)?.into_inner())
     };
     match query.await {
-        Ok(exit) if exit.exited => exit.description,
-        Ok(_) => "stopped answering".to_string(),
-        Err(error) => format!("was lost with its node ({error})"),
+        Ok(exit) if exit.exited => exit,
+        Ok(_) => unknown_exit("stopped answering".into()),
+        Err(error) => unknown_exit(format!("was lost with its node ({error})")),
+    }
+}
+
+/// An end of a worker that its node manager cannot tell.
+fn unknown_exit(description: String) -> WorkerExit {
+    WorkerExit {
+        exited: true,
+        description,
+        kind: WorkerExitKind::Unspecified.into(),
     }
 }
 

@@ -11,7 +11,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use raylet_proto::v1::lease_session_event::Kind as EventKind;
-use raylet_proto::v1::{LeaseGranted, LeaseRefusalKind, LeaseRefused, LeaseSessionEvent, LeaseSpillback, WorkerBinary};
+use raylet_proto::v1::{
+    LeaseGranted, LeaseRefusalKind, LeaseRefused, LeaseSessionEvent, LeaseSpillback, WorkerBinary, WorkerExitKind,
+};
 use raylet_proto::worker_env::WorkerBootstrap;
 use raylet_proto::{Error, Labels, NodeId, ResourceSet, Result, Scheduling, WorkerId};
 use tokio::sync::mpsc;
@@ -20,7 +22,7 @@ use tonic::Status;
 use super::binary_cache::BinaryCache;
 use super::bundle_ops::BundleOperation;
 use super::ledger::ResourceLedger;
-use super::worker_process;
+use super::worker_process::{self, WorkerEnd};
 use crate::placement::{Choice, ClusterResources, NodeIndex, Placer, Request};
 use crate::status::ResourceDemand;
 
@@ -119,7 +121,7 @@ struct LeaseState {
     next_session: u64,
     workers: HashMap<WorkerId, Worker>,
     queue: VecDeque<PendingLease>,
-    exits: HashMap<WorkerId, String>,
+    exits: HashMap<WorkerId, WorkerEnd>,
     /// Requests refused lately because no node could ever fit them.
     infeasible: Vec<RefusedDemand>,
     /// How many cluster views the head has sent.
@@ -392,7 +394,9 @@ impl LeaseManager {
                 .collect();
             for (worker_id, _) in &expired {
                 let reason = format!("was not adopted within {grace:?} after its lease session ended");
-                state.exits.insert(*worker_id, reason);
+                state
+                    .exits
+                    .insert(*worker_id, WorkerEnd::new(WorkerExitKind::LeaseRevoked, reason));
             }
             expired
         };
@@ -428,7 +432,10 @@ impl LeaseManager {
                 granted(request_id, worker_id, worker, address, &self.context)
             }
             None => {
-                let exit = state.exits.get(&worker_id).map_or("is not held here", String::as_str);
+                let exit = state
+                    .exits
+                    .get(&worker_id)
+                    .map_or("is not held here", |end| end.description.as_str());
                 let reason = format!("worker {worker_id} {exit}");
                 refused_event(request_id, LeaseRefusalKind::WorkerGone, &reason)
             }
@@ -600,14 +607,16 @@ impl LeaseManager {
             .map(|(_, id, pid)| (id, pid))?;
         let reason = format!("was killed by the out-of-memory monitor: {usage}");
         tracing::warn!(%worker, pid, %reason, "ending a worker to free memory");
-        state.exits.insert(worker, reason);
+        state
+            .exits
+            .insert(worker, WorkerEnd::new(WorkerExitKind::OomKilled, reason));
         drop(state);
         worker_process::kill_worker(pid);
         Some(worker)
     }
 
     /// How `worker_id` exited, waiting up to `patience` for it to be reaped.
-    pub(crate) async fn worker_exit(&self, worker_id: WorkerId, patience: Duration) -> Option<String> {
+    pub(crate) async fn worker_exit(&self, worker_id: WorkerId, patience: Duration) -> Option<WorkerEnd> {
         let deadline = tokio::time::Instant::now() + patience;
         loop {
             if let Some(exit) = self.state().exits.get(&worker_id) {
@@ -640,13 +649,15 @@ impl LeaseManager {
         pids.len()
     }
 
-    fn worker_exited(self: &Arc<Self>, worker_id: WorkerId, description: String) {
+    /// Records how the worker ended, unless the node ended it and recorded
+    /// why already.
+    fn worker_exited(self: &Arc<Self>, worker_id: WorkerId, end: WorkerEnd) {
         let mut state = self.state();
         state.ledger.release(worker_id);
         if state.exits.len() >= MAX_REMEMBERED_EXITS {
             state.exits.clear();
         }
-        state.exits.entry(worker_id).or_insert_with(|| description.clone());
+        let description = state.exits.entry(worker_id).or_insert(end).description.clone();
         let Some(worker) = state.workers.remove(&worker_id) else {
             return;
         };
@@ -829,14 +840,15 @@ impl LeaseManager {
         );
         let manager = Arc::clone(self);
         tokio::spawn(async move {
-            let description = exited.await;
-            manager.worker_exited(worker_id, description);
+            let end = exited.await;
+            manager.worker_exited(worker_id, end);
         });
         let manager = Arc::clone(self);
         tokio::spawn(async move {
             tokio::time::sleep(REGISTRATION_TIMEOUT).await;
+            let mut state = manager.state();
             let stuck = matches!(
-                manager.state().workers.get(&worker_id),
+                state.workers.get(&worker_id),
                 Some(Worker {
                     state: WorkerState::Starting { .. },
                     ..
@@ -844,6 +856,10 @@ impl LeaseManager {
             );
             if stuck {
                 tracing::warn!(%worker_id, pid, "worker did not register in time; killing it");
+                let reason = format!("did not register within {REGISTRATION_TIMEOUT:?} of its start");
+                let end = WorkerEnd::new(WorkerExitKind::StartTimedOut, reason);
+                state.exits.insert(worker_id, end);
+                drop(state);
                 worker_process::kill_worker(pid);
             }
         });
@@ -875,7 +891,8 @@ fn apply_bundle_op(state: &mut LeaseState, op: BundleOperation, ended: &mut Vec<
             let workers = state.ledger.release_bundles(group, &indexes);
             let reason = format!("was ended: its placement group {group} was removed");
             for worker in &workers {
-                state.exits.insert(*worker, reason.clone());
+                let end = WorkerEnd::new(WorkerExitKind::LeaseRevoked, reason.clone());
+                state.exits.insert(*worker, end);
             }
             ended.extend(
                 workers

@@ -179,10 +179,7 @@ impl NodeManagerService for NodeManagerServiceImpl {
     async fn get_worker_exit(&self, request: Request<GetWorkerExitRequest>) -> Result<Response<WorkerExit>, Status> {
         let worker_id = WorkerId::from_wire(&request.into_inner().worker_id)?;
         let exit = self.shared.leases.worker_exit(worker_id, EXIT_PATIENCE).await;
-        Ok(Response::new(WorkerExit {
-            exited: exit.is_some(),
-            description: exit.unwrap_or_default(),
-        }))
+        Ok(Response::new(exit.map(|end| end.to_proto()).unwrap_or_default()))
     }
 }
 

@@ -7,16 +7,44 @@ use std::process::{ExitStatus, Stdio};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use raylet_proto::v1::{WorkerExit, WorkerExitKind};
 use raylet_proto::worker_env::{WORKER_ENV, WorkerBootstrap};
 use raylet_proto::{Error, Result};
 
+/// How a worker process ended: the kind of end, which callers act on (a
+/// task whose worker the out-of-memory monitor ended waits before it runs
+/// again), and the words for it, which they show.
+#[derive(Debug, Clone, PartialEq)]
+pub(crate) struct WorkerEnd {
+    pub(crate) kind: WorkerExitKind,
+    pub(crate) description: String,
+}
+
+impl WorkerEnd {
+    pub(crate) fn new(kind: WorkerExitKind, description: impl Into<String>) -> Self {
+        WorkerEnd {
+            kind,
+            description: description.into(),
+        }
+    }
+
+    /// The end as `GetWorkerExit` answers it.
+    pub(crate) fn to_proto(&self) -> WorkerExit {
+        WorkerExit {
+            exited: true,
+            description: self.description.clone(),
+            kind: self.kind.into(),
+        }
+    }
+}
+
 /// Starts a worker from `binary`, seeing only the GPUs leased to it. Returns
-/// its pid, and a future that resolves with a description of how it exited
-/// once it has been reaped.
+/// its pid, and a future that resolves with how it exited once it has been
+/// reaped.
 pub(crate) fn spawn(
     binary: &Path,
     bootstrap: &WorkerBootstrap,
-) -> Result<(u32, impl Future<Output = String> + Send + 'static)> {
+) -> Result<(u32, impl Future<Output = WorkerEnd> + Send + 'static)> {
     let mut child = tokio::process::Command::new(binary)
         .env(WORKER_ENV, bootstrap.to_env_value())
         .env(CUDA_VISIBLE_DEVICES, gpu_list(&bootstrap.gpu_ids))
@@ -28,7 +56,7 @@ pub(crate) fn spawn(
     let exited = async move {
         match child.wait().await {
             Ok(status) => describe_exit(status),
-            Err(e) => format!("could not be waited for: {e}"),
+            Err(e) => WorkerEnd::new(WorkerExitKind::Unspecified, format!("could not be waited for: {e}")),
         }
     };
     Ok((pid, exited))
@@ -50,16 +78,19 @@ pub(crate) fn kill_worker(pid: u32) {
 }
 
 /// "exited with code 3" or "was killed by signal 9 (SIGKILL)".
-pub(crate) fn describe_exit(status: ExitStatus) -> String {
+pub(crate) fn describe_exit(status: ExitStatus) -> WorkerEnd {
     if let Some(code) = status.code() {
-        return format!("exited with code {code}");
+        return WorkerEnd::new(WorkerExitKind::Exited, format!("exited with code {code}"));
     }
     match status.signal() {
         Some(number) => {
             let name = Signal::try_from(number).map_or("unknown", |s| s.as_str());
-            format!("was killed by signal {number} ({name})")
+            WorkerEnd::new(
+                WorkerExitKind::Signaled,
+                format!("was killed by signal {number} ({name})"),
+            )
         }
-        None => format!("ended: {status}"),
+        None => WorkerEnd::new(WorkerExitKind::Unspecified, format!("ended: {status}")),
     }
 }
 
@@ -68,15 +99,19 @@ mod tests {
     use super::*;
 
     #[test]
-    fn exits_are_described_by_code_or_signal() {
-        assert_eq!(describe_exit(ExitStatus::from_raw(3 << 8)), "exited with code 3");
+    fn exits_are_told_apart_by_code_or_signal_and_described() {
+        let described = |raw| {
+            let end = describe_exit(ExitStatus::from_raw(raw));
+            (end.kind, end.description)
+        };
+        assert_eq!(described(3 << 8), (WorkerExitKind::Exited, "exited with code 3".into()));
         assert_eq!(
-            describe_exit(ExitStatus::from_raw(9)),
-            "was killed by signal 9 (SIGKILL)"
+            described(9),
+            (WorkerExitKind::Signaled, "was killed by signal 9 (SIGKILL)".into())
         );
         assert_eq!(
-            describe_exit(ExitStatus::from_raw(11)),
-            "was killed by signal 11 (SIGSEGV)"
+            described(11),
+            (WorkerExitKind::Signaled, "was killed by signal 11 (SIGSEGV)".into())
         );
     }
 }
