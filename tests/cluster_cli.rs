@@ -424,3 +424,23 @@ fn help_explains_every_command() {
         assert!(help.contains(flag), "{help}");
     }
 }
+
+#[test]
+fn an_embedded_cluster_with_actors_shuts_down_quietly() {
+    let temp = tempfile::tempdir().unwrap();
+    let output = Command::new(RAYLET)
+        .args(["microbenchmark", "--quick", "--filter", "n:n actor calls async"])
+        .env("RAYLET_TEMP_DIR", temp.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        String::from_utf8_lossy(&output.stdout).contains("n:n actor calls async per second"),
+        "{stderr}"
+    );
+    assert!(
+        !stderr.contains("WARN") && !stderr.contains("ERROR"),
+        "the embedded head stops after the clients that follow it, so nobody reports it gone:\n{stderr}"
+    );
+}

@@ -13,7 +13,7 @@ use serde_json::Value;
 
 mod common;
 
-use common::{Daemons, daemon_pids, raylet};
+use common::{Daemons, Tally, daemon_pids, raylet};
 
 #[raylet::remote]
 fn node_manager_pid() -> u32 {
@@ -296,23 +296,6 @@ fn block_size(cluster: &Cluster, node: &str, object: raylet::proto::ObjectId) ->
     let nodes = cluster.memory().unwrap();
     let node = nodes.iter().find(|n| n.address == node).unwrap();
     node.objects.iter().find(|o| o.id == object).unwrap().size
-}
-
-#[raylet::actor]
-pub struct Tally {
-    count: u64,
-}
-
-#[raylet::actor]
-impl Tally {
-    pub fn new(start: u64) -> Self {
-        Tally { count: start }
-    }
-
-    pub fn add(&mut self, by: u64) -> u64 {
-        self.count += by;
-        self.count
-    }
 }
 
 /// Not a test on its own: the second driver of

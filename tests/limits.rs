@@ -3,7 +3,8 @@
 //! more requests at once than it may, and one connection opening more
 //! streams than it may. The head refuses what is over a bound with a clear
 //! error (or, for streams, makes the client wait), keeps serving everybody
-//! else, and its memory stays flat. The bounds are lowered through their variables so
+//! else, and its memory stays flat. A driver calling more actors than a
+//! connection may open streams follows them all over one. The bounds are lowered through their variables so
 //! that the test reaches them quickly.
 
 mod common;
@@ -14,8 +15,8 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use common::{Daemons, RAYLET, daemon_pids, head_address};
-use raylet::{Bundle, Config, PlacementGroup, PlacementStrategy};
+use common::{Daemons, RAYLET, Tally, daemon_pids, head_address};
+use raylet::{Bundle, Config, Error, PlacementGroup, PlacementStrategy, TaskErrorKind};
 use raylet_proto::auth::{AuthToken, ClientAuth};
 use raylet_proto::v1::job_service_client::JobServiceClient;
 use raylet_proto::v1::kv_service_client::KvServiceClient;
@@ -277,5 +278,32 @@ fn a_connection_over_its_stream_bound_waits_instead_of_failing() {
         last >= Duration::from_millis(2900),
         "six one-second waits, two at a time on one connection, end after three seconds, not {last:?}"
     );
+    driver.shutdown().unwrap();
+}
+
+#[test]
+fn a_driver_follows_more_actors_than_a_connection_may_open_streams() {
+    const STREAMS: usize = 8;
+    const ACTORS: u64 = 3 * STREAMS as u64;
+    let temp = tempfile::tempdir().unwrap();
+    let _daemons = Daemons(temp.path());
+    let bound = STREAMS.to_string();
+    let head = start_head(temp.path(), &[("RAYLET_MAX_STREAMS_PER_CONNECTION", &bound)]);
+    let driver = raylet::init_with(Config::new().address(&head).temp_dir(temp.path())).unwrap();
+    let tallies: Vec<_> = (0..ACTORS)
+        .map(|start| Tally::remote(&driver, start).num_cpus(0.0).spawn().unwrap())
+        .collect();
+    let sums: Vec<_> = tallies.iter().map(|tally| tally.add(1000)).collect();
+    let patience = Duration::from_secs(60);
+    for (start, sum) in (0..ACTORS).zip(&sums) {
+        let sum = driver.get_timeout(sum, patience);
+        assert_eq!(sum.unwrap(), 1000 + start, "actor {start} of {ACTORS} answered");
+    }
+    let last = tallies.last().unwrap();
+    driver.kill(last, true).unwrap();
+    let Err(Error::Task(error)) = driver.get_timeout(&last.add(1), patience) else {
+        panic!("the head's record of the kill reaches the driver, and calls fail")
+    };
+    assert_eq!(error.kind, TaskErrorKind::ActorDied, "{error}");
     driver.shutdown().unwrap();
 }

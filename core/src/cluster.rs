@@ -366,6 +366,7 @@ impl Cluster {
         {
             let _ = stop.send(());
         }
+        core.actors.close();
         let embedded = self.inner.embedded.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(embedded) = embedded {
             core.block_on(embedded.stop())?;

@@ -86,10 +86,12 @@ pub mod __private {
     pub use crate::value::EncodedValue;
 }
 
-/// The names most programs need.
+/// The names most programs need, `Result` and `Error` among them
+/// (`Result<T>` is `Result<T, raylet::Error>`; a second parameter names
+/// another error type, so `Result<T, E>` keeps working after the import).
 pub mod prelude {
     pub use crate::{
-        ActorHandle, Bundle, Cluster, Config, ObjectRef, PlacementGroup, PlacementStrategy, SchedulingStrategy,
-        TaskError, TaskErrorKind, Tensor,
+        ActorHandle, Bundle, Cluster, Config, Error, ObjectRef, PlacementGroup, PlacementStrategy, Result,
+        SchedulingStrategy, TaskError, TaskErrorKind, Tensor,
     };
 }

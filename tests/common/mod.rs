@@ -15,6 +15,24 @@ use serde_json::Value;
 
 pub const RAYLET: &str = env!("CARGO_BIN_EXE_raylet");
 
+/// An actor that adds to a count: the tests' smallest stateful actor.
+#[raylet::actor]
+pub struct Tally {
+    count: u64,
+}
+
+#[raylet::actor]
+impl Tally {
+    pub fn new(start: u64) -> Self {
+        Tally { count: start }
+    }
+
+    pub fn add(&mut self, by: u64) -> u64 {
+        self.count += by;
+        self.count
+    }
+}
+
 /// Runs `raylet ARGS --temp-dir TEMP`, asserts that it succeeded, and
 /// returns what it printed.
 pub fn raylet(temp: &Path, args: &[&str]) -> String {

@@ -1,5 +1,6 @@
 //! The caller side of actors. For each actor this process calls, one
-//! client follows the actor's record at the head, keeps one task stream to
+//! client follows the actor's record at the head (through the process's
+//! one watch stream, `watch.rs`), keeps one task stream to
 //! the worker that hosts it, and sends calls in submission order. A call
 //! made while none is in flight is written to the stream by the calling
 //! thread itself; calls made behind others wait for a task that sends them
@@ -9,6 +10,7 @@
 //! why.
 
 use std::collections::VecDeque;
+use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
@@ -16,14 +18,15 @@ use raylet_proto::task_stream::TaskSender;
 use raylet_proto::v1::actor_service_client::ActorServiceClient;
 use raylet_proto::v1::{
     ActorDeathKind, ActorRecord, ActorState, OwnerSessionEvent, OwnerSessionMessage, TaskBatch, TaskKind, TaskSpec,
-    WatchActorRequest, WorkerEvents,
+    WorkerEvents,
 };
 use raylet_proto::{ActorId, IdMap, NodeId, ObjectId, TaskId};
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::{Notify, mpsc, watch};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
+use super::watch::ActorWatch;
 use crate::core_worker::CoreWorker;
-use crate::head_retry::{HeadLost, retrying};
+use crate::head_retry::retrying;
 use crate::object_ref::AnyObjectRef;
 use crate::submitter::{complete_values, connect_task_stream, print_log_lines, resolve_arg};
 use crate::task::{Arg, TaskError, TaskErrorKind};
@@ -43,6 +46,12 @@ pub(crate) struct ActorCall {
 pub(crate) struct ActorClients {
     clients: Mutex<IdMap<ActorId, Arc<ActorClient>>>,
     owner_session: tokio::sync::Mutex<Option<OwnerSession>>,
+    /// Set once the process ends its use of the cluster: the tasks that
+    /// follow the head then stop, instead of waiting for a head that an
+    /// embedded cluster's shutdown stops on purpose.
+    closing: watch::Sender<bool>,
+    /// The stream that follows the actors' records at the head.
+    pub(super) watch: ActorWatch,
 }
 
 /// This process's owner session with the head, kept open (opened again
@@ -85,6 +94,25 @@ impl ActorClients {
         self.clients.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// Stops following the head: the actors' records and the owner
+    /// session. Called when the process ends its use of the cluster, before
+    /// an embedded head stops, so that its going away is not reported as an
+    /// outage of the head.
+    pub(crate) fn close(&self) {
+        self.closing.send_replace(true);
+    }
+
+    /// Runs `work` on `core`'s runtime until it ends or the clients close.
+    pub(super) fn spawn_until_closed(&self, core: &CoreWorker, work: impl Future<Output = ()> + Send + 'static) {
+        let mut closing = self.closing.subscribe();
+        core.runtime.spawn(async move {
+            tokio::select! {
+                () = work => {}
+                _ = closing.wait_for(|closed| *closed) => {}
+            }
+        });
+    }
+
     /// Opens this process's owner session with the head, unless one is
     /// open: when it ends, with the process, the actors it owns that are
     /// not detached die. A session that a head restart broke is opened anew
@@ -97,7 +125,7 @@ impl ActorClients {
         }
         let open = open_owner_session(core).await?;
         let ended = Arc::new(AtomicBool::new(false));
-        tokio::spawn(keep_owner_session(Arc::downgrade(core), open, ended.clone()));
+        self.spawn_until_closed(core, keep_owner_session(Arc::downgrade(core), open, ended.clone()));
         *session = Some(OwnerSession { ended });
         Ok(())
     }
@@ -220,7 +248,7 @@ impl ActorClient {
             }),
             send_queued: send_queued.clone(),
         });
-        core.runtime.spawn(follow_records(client.clone()));
+        core.actors.watch.follow(core, client.clone());
         core.runtime.spawn(send_when_told(Arc::downgrade(&client), send_queued));
         client
     }
@@ -341,7 +369,11 @@ impl ActorClient {
         }
     }
 
-    fn on_record(self: &Arc<Self>, record: ActorRecord) {
+    pub(super) fn actor(&self) -> ActorId {
+        self.actor
+    }
+
+    pub(super) fn on_record(self: &Arc<Self>, record: ActorRecord) {
         let mut state = self.state();
         match record.state() {
             ActorState::Alive
@@ -471,7 +503,7 @@ impl ActorClient {
     }
 
     /// The head stopped answering about the actor.
-    fn records_ended(&self, why: String) {
+    pub(super) fn records_ended(&self, why: String) {
         let mut state = self.state();
         if state.dead.is_none() {
             self.die(
@@ -492,49 +524,5 @@ async fn send_when_told(client: Weak<ActorClient>, told: Arc<Notify>) {
             return;
         };
         client.send_ready(&mut client.state());
-    }
-}
-
-/// Follows the actor's records at the head until it is dead. A head that
-/// goes away is waited for as calls to it are ([`HeadLost`]): the actor's
-/// worker lives on meanwhile, and calls to it go on.
-async fn follow_records(client: Arc<ActorClient>) {
-    let mut head_lost = HeadLost::default();
-    loop {
-        let error = match watch_until_dead(&client, &mut head_lost).await {
-            Ok(()) => return,
-            Err(error) => error,
-        };
-        if let Err(error) = head_lost.wait_or_fail(error).await {
-            client.records_ended(format!("the head cannot report on it ({error})"));
-            return;
-        }
-    }
-}
-
-/// Watches the actor's records until it is dead. A stream that breaks or
-/// ends before that counts as a head gone away; each record received shows
-/// the head is back.
-async fn watch_until_dead(client: &Arc<ActorClient>, head_lost: &mut HeadLost) -> Result<()> {
-    let core = &client.core;
-    let channel = core.channel(&core.head_address).await?;
-    let request = WatchActorRequest {
-        actor_id: client.actor.as_bytes().to_vec(),
-    };
-    let reply = ActorServiceClient::new(channel).watch_actor(request).await;
-    let mut records = reply.map_err(raylet_proto::Error::from)?.into_inner();
-    let gone = |why: String| Error::Cluster(raylet_proto::Error::Unavailable(why));
-    loop {
-        let record = match records.message().await {
-            Ok(Some(record)) => record,
-            Ok(None) => return Err(gone("the head stopped reporting on the actor".into())),
-            Err(status) => return Err(gone(format!("the head's report broke off ({})", status.message()))),
-        };
-        *head_lost = HeadLost::default();
-        let dead = record.state() == ActorState::Dead;
-        client.on_record(record);
-        if dead {
-            return Ok(());
-        }
     }
 }

@@ -6,6 +6,7 @@ mod client;
 mod handle;
 mod info;
 pub(crate) mod instance;
+mod watch;
 
 use std::sync::Arc;
 use std::time::Duration;

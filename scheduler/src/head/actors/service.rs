@@ -6,19 +6,24 @@ use std::sync::Arc;
 
 use raylet_proto::v1::actor_service_server::ActorService;
 use raylet_proto::v1::{
-    ActorDeathKind, ActorRecord, ActorState, CreateActorReply, CreateActorRequest, GetNamedActorRequest,
-    KillActorReply, KillActorRequest, ListActorsReply, ListActorsRequest, OwnerSessionEvent, OwnerSessionMessage,
-    WatchActorRequest,
+    ActorDeathKind, ActorRecord, ActorState, ActorWatchEvent, CreateActorReply, CreateActorRequest,
+    GetNamedActorRequest, KillActorReply, KillActorRequest, ListActorsReply, ListActorsRequest, OwnerSessionEvent,
+    OwnerSessionMessage, WatchActorRequest,
 };
-use raylet_proto::{ActorId, Error};
-use tokio::sync::mpsc;
+use raylet_proto::{ActorId, Error, IdSet};
+use tokio::sync::{mpsc, watch};
 use tokio_stream::Stream;
-use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
 use tonic::{Request, Response, Status, Streaming};
 
 use super::lifecycle::{ActorRuntime, run_actor};
 use super::table::{ActorSpec, KillOrder};
 use crate::head::service::bounded_text;
+
+/// Records a watch stream holds for a caller that reads slower than the
+/// actors change; past it, the actors' forwarders wait (each keeps only
+/// its actor's latest record meanwhile).
+const WATCH_EVENTS_BOUND: usize = 1024;
 
 /// How long `KillActor` waits for the actor's process to be gone.
 const KILL_PATIENCE: std::time::Duration = std::time::Duration::from_secs(10);
@@ -28,12 +33,12 @@ pub(crate) struct ActorServiceImpl {
     pub(crate) runtime: Arc<ActorRuntime>,
 }
 
-type RecordStream = Pin<Box<dyn Stream<Item = Result<ActorRecord, Status>> + Send>>;
+type WatchStream = Pin<Box<dyn Stream<Item = Result<ActorWatchEvent, Status>> + Send>>;
 type OwnerStream = Pin<Box<dyn Stream<Item = Result<OwnerSessionEvent, Status>> + Send>>;
 
 #[tonic::async_trait]
 impl ActorService for ActorServiceImpl {
-    type WatchActorStream = RecordStream;
+    type WatchActorsStream = WatchStream;
     type OwnerSessionStream = OwnerStream;
 
     async fn create_actor(&self, request: Request<CreateActorRequest>) -> Result<Response<CreateActorReply>, Status> {
@@ -47,26 +52,14 @@ impl ActorService for ActorServiceImpl {
         Ok(Response::new(CreateActorReply {}))
     }
 
-    async fn watch_actor(&self, request: Request<WatchActorRequest>) -> Result<Response<RecordStream>, Status> {
-        let id = ActorId::from_wire(&request.into_inner().actor_id)?;
-        let mut watcher = self.runtime.table().watch(id)?;
-        let (records, receiver) = mpsc::unbounded_channel();
-        let runtime = self.runtime.clone();
-        tokio::spawn(async move {
-            loop {
-                let record = watcher.borrow_and_update().clone();
-                let dead = record.state() == ActorState::Dead;
-                if records.send(Ok(record)).is_err() || dead {
-                    return;
-                }
-                tokio::select! {
-                    changed = watcher.changed() => if changed.is_err() { return },
-                    () = records.closed() => return,
-                    () = runtime.stopped() => return,
-                }
-            }
-        });
-        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(receiver))))
+    async fn watch_actors(
+        &self,
+        request: Request<Streaming<WatchActorRequest>>,
+    ) -> Result<Response<WatchStream>, Status> {
+        let follows = request.into_inner();
+        let (events, receiver) = mpsc::channel(WATCH_EVENTS_BOUND);
+        tokio::spawn(follow_requested(self.runtime.clone(), follows, events));
+        Ok(Response::new(Box::pin(ReceiverStream::new(receiver))))
     }
 
     async fn get_named_actor(&self, request: Request<GetNamedActorRequest>) -> Result<Response<ActorRecord>, Status> {
@@ -124,5 +117,81 @@ impl ActorService for ActorServiceImpl {
             drop(events);
         });
         Ok(Response::new(Box::pin(UnboundedReceiverStream::new(receiver))))
+    }
+}
+
+type WatchEvents = mpsc::Sender<Result<ActorWatchEvent, Status>>;
+
+/// Starts following each actor the caller names (once per stream), until
+/// the caller stops asking or reading, or the head stops.
+async fn follow_requested(runtime: Arc<ActorRuntime>, mut follows: Streaming<WatchActorRequest>, events: WatchEvents) {
+    let mut followed = IdSet::default();
+    loop {
+        let request = tokio::select! {
+            request = follows.message() => request,
+            () = events.closed() => return,
+            () = runtime.stopped() => return,
+        };
+        let Ok(Some(request)) = request else {
+            return;
+        };
+        let watched = ActorId::from_wire(&request.actor_id).and_then(|id| match followed.insert(id) {
+            true => runtime.table().watch(id).map(Some),
+            false => Ok(None),
+        });
+        match watched {
+            Ok(Some(watcher)) => {
+                tokio::spawn(forward_records(runtime.clone(), watcher, events.clone()));
+            }
+            Ok(None) => {}
+            Err(error) => {
+                let event = ActorWatchEvent {
+                    actor_id: request.actor_id,
+                    record: None,
+                    error: error.to_string(),
+                };
+                if !send_event(&runtime, &events, event).await {
+                    return;
+                }
+            }
+        }
+    }
+}
+
+/// Sends one actor's record now and after every change, until it is dead.
+async fn forward_records(runtime: Arc<ActorRuntime>, mut watcher: watch::Receiver<ActorRecord>, events: WatchEvents) {
+    loop {
+        let record = watcher.borrow_and_update().clone();
+        let (actor_id, dead) = (record.actor_id.clone(), record.state() == ActorState::Dead);
+        let event = ActorWatchEvent {
+            actor_id: actor_id.clone(),
+            record: Some(record),
+            error: String::new(),
+        };
+        if !send_event(&runtime, &events, event).await || dead {
+            return;
+        }
+        tokio::select! {
+            changed = watcher.changed() => if changed.is_err() {
+                let event = ActorWatchEvent {
+                    actor_id,
+                    record: None,
+                    error: "the head no longer keeps the actor's record".into(),
+                };
+                send_event(&runtime, &events, event).await;
+                return;
+            },
+            () = events.closed() => return,
+            () = runtime.stopped() => return,
+        }
+    }
+}
+
+/// Sends `event` to the caller, waiting while its stream is full; false
+/// once the caller or the head is gone.
+async fn send_event(runtime: &ActorRuntime, events: &WatchEvents, event: ActorWatchEvent) -> bool {
+    tokio::select! {
+        sent = events.send(Ok(event)) => sent.is_ok(),
+        () = runtime.stopped() => false,
     }
 }
