@@ -72,12 +72,12 @@ impl BundleNodes for VirtualNodes {
         self.ledger(address, |ledger| {
             ledger
                 .reserve_bundles(group, &bundles)
-                .map_err(Error::FailedPrecondition)?;
+                .map_err(|e| Error::FailedPrecondition(e.to_string()))?;
             if commit {
                 let indexes: Vec<u32> = bundles.iter().map(|(index, _)| *index).collect();
                 ledger
                     .commit_bundles(group, &indexes)
-                    .map_err(Error::FailedPrecondition)?;
+                    .map_err(|e| Error::FailedPrecondition(e.to_string()))?;
             }
             Ok(())
         })
@@ -89,7 +89,7 @@ impl BundleNodes for VirtualNodes {
         self.ledger(address, |ledger| {
             ledger
                 .commit_bundles(group, &indexes)
-                .map_err(Error::FailedPrecondition)
+                .map_err(|e| Error::FailedPrecondition(e.to_string()))
         })
     }
 

@@ -4,6 +4,20 @@
 use raylet_proto::v1::{BundleOp, BundleOpKind};
 use raylet_proto::{Error, PlacementGroupId, ResourceSet};
 
+/// Why the node refused one bundle operation; the head gets its text.
+#[derive(Debug, thiserror::Error)]
+pub enum BundleError {
+    /// The operation did not decode.
+    #[error(transparent)]
+    Malformed(#[from] Error),
+    /// The new bundles do not fit together in what the node has free now.
+    #[error("the {count} bundles do not fit in what the node has free now")]
+    DoNotFit { count: usize },
+    /// A bundle to commit was never reserved here.
+    #[error("bundle {index} of placement group {group} is not reserved here")]
+    NotReserved { group: PlacementGroupId, index: u32 },
+}
+
 /// One operation on a group's bundles on this node.
 #[derive(Clone, Debug, PartialEq)]
 pub(crate) enum BundleOperation {

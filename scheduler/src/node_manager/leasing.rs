@@ -20,7 +20,7 @@ use tokio::sync::mpsc;
 use tonic::Status;
 
 use super::binary_cache::BinaryCache;
-use super::bundle_ops::BundleOperation;
+use super::bundle_ops::{BundleError, BundleOperation};
 use super::ledger::ResourceLedger;
 use super::worker_process::{self, WorkerEnd};
 use crate::placement::{Choice, ClusterResources, NodeIndex, Placer, Request};
@@ -234,8 +234,8 @@ impl LeaseManager {
     /// changes let run.
     pub(crate) fn apply_bundle_ops(
         self: &Arc<Self>,
-        ops: Vec<Result<BundleOperation, String>>,
-    ) -> Vec<Result<(), String>> {
+        ops: Vec<Result<BundleOperation, BundleError>>,
+    ) -> Vec<Result<(), BundleError>> {
         let mut ended = Vec::new();
         let results = {
             let mut state = self.state();
@@ -876,7 +876,7 @@ enum Decision {
 
 /// Applies one bundle operation to the ledger; the pids of workers leased in
 /// released bundles go to `ended`.
-fn apply_bundle_op(state: &mut LeaseState, op: BundleOperation, ended: &mut Vec<u32>) -> Result<(), String> {
+fn apply_bundle_op(state: &mut LeaseState, op: BundleOperation, ended: &mut Vec<u32>) -> Result<(), BundleError> {
     match op {
         BundleOperation::Reserve { group, bundles, commit } => {
             state.ledger.reserve_bundles(group, &bundles)?;

@@ -10,6 +10,7 @@ use raylet_proto::placement_group::{committed_bundle, gpus_asked, is_of_group};
 use raylet_proto::resources::{CPU, GPU};
 use raylet_proto::{Amount, PlacementGroupId, ResourceSet, WorkerId};
 
+use super::bundle_ops::BundleError;
 use super::gpus::GpuPool;
 
 #[derive(Clone, Debug)]
@@ -138,7 +139,11 @@ impl ResourceLedger {
 
     /// Sets aside the resources of `bundles` of `group`, all of them or,
     /// when they do not fit together now, none. Bundles already here stay.
-    pub fn reserve_bundles(&mut self, group: PlacementGroupId, bundles: &[(u32, ResourceSet)]) -> Result<(), String> {
+    pub fn reserve_bundles(
+        &mut self,
+        group: PlacementGroupId,
+        bundles: &[(u32, ResourceSet)],
+    ) -> Result<(), BundleError> {
         let mut needed = ResourceSet::new();
         let new: Vec<&(u32, ResourceSet)> = bundles
             .iter()
@@ -146,10 +151,7 @@ impl ResourceLedger {
             .collect();
         new.iter().for_each(|(_, resources)| needed.add(resources));
         if !self.fits_free(&needed) {
-            return Err(format!(
-                "the {} bundles do not fit in what the node has free now",
-                new.len()
-            ));
+            return Err(BundleError::DoNotFit { count: new.len() });
         }
         self.used.add(&needed);
         for (index, resources) in new {
@@ -163,11 +165,9 @@ impl ResourceLedger {
     }
 
     /// Offers reserved bundles' resources under their own names.
-    pub fn commit_bundles(&mut self, group: PlacementGroupId, indexes: &[u32]) -> Result<(), String> {
+    pub fn commit_bundles(&mut self, group: PlacementGroupId, indexes: &[u32]) -> Result<(), BundleError> {
         if let Some(index) = indexes.iter().find(|i| !self.bundles.contains_key(&(group, **i))) {
-            return Err(format!(
-                "bundle {index} of placement group {group} is not reserved here"
-            ));
+            return Err(BundleError::NotReserved { group, index: *index });
         }
         for index in indexes {
             if let Some(reservation) = self.bundles.get_mut(&(group, *index))
@@ -266,7 +266,10 @@ mod tests {
         let mut ledger = ResourceLedger::new(cpus(4.0));
         let group = PlacementGroupId::random();
         let too_much = [(0, cpus(3.0)), (1, cpus(2.0))];
-        assert!(ledger.reserve_bundles(group, &too_much).is_err());
+        assert!(matches!(
+            ledger.reserve_bundles(group, &too_much),
+            Err(BundleError::DoNotFit { count: 2 })
+        ));
         assert_eq!(ledger.available(), cpus(4.0), "nothing is held after a refusal");
         ledger
             .reserve_bundles(group, &[(0, cpus(1.0)), (1, cpus(2.0))])
@@ -274,6 +277,10 @@ mod tests {
         assert_eq!(ledger.available(), cpus(1.0));
         let in_bundle = raylet_proto::placement_group::demand_in_bundle(group, Some(1), &cpus(2.0)).unwrap();
         assert!(!ledger.fits_now(&in_bundle), "reserved is not yet committed");
+        assert!(matches!(
+            ledger.commit_bundles(group, &[0, 2]),
+            Err(BundleError::NotReserved { index: 2, .. })
+        ));
         ledger.commit_bundles(group, &[0, 1]).unwrap();
         assert!(ledger.fits_now(&in_bundle));
         let worker = WorkerId::random();

@@ -36,6 +36,7 @@ use raylet_proto::v1::object_store_service_server::ObjectStoreServiceServer;
 use raylet_proto::{Labels, NodeId, ResourceSet};
 use tokio::net::TcpListener;
 
+pub use bundle_ops::BundleError;
 pub use leasing::NodeView;
 pub use ledger::ResourceLedger;
 pub use memory_monitor::MemoryMonitorConfig;

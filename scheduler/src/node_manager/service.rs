@@ -20,7 +20,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::NodeShared;
-use super::bundle_ops::BundleOperation;
+use super::bundle_ops::{BundleError, BundleOperation};
 use super::job_drivers;
 use super::leasing::{LeaseManager, PendingLease};
 
@@ -117,7 +117,7 @@ impl NodeManagerService for NodeManagerServiceImpl {
             .into_inner()
             .ops
             .into_iter()
-            .map(|op| BundleOperation::decode(op).map_err(|error| error.to_string()))
+            .map(|op| BundleOperation::decode(op).map_err(BundleError::from))
             .collect();
         let results = self
             .shared
@@ -125,7 +125,7 @@ impl NodeManagerService for NodeManagerServiceImpl {
             .apply_bundle_ops(ops)
             .into_iter()
             .map(|result| BundleOpResult {
-                error: result.err().unwrap_or_default(),
+                error: result.err().map(|error| error.to_string()).unwrap_or_default(),
             })
             .collect();
         Ok(Response::new(BundleOpsReply { results }))
