@@ -1,11 +1,12 @@
 //! Calls that need the head wait out a restart of it (`raylet start --head
 //! --recover`): a call that finds the head unreachable is tried again every
-//! [`HEAD_RETRY`], for up to [`HEAD_RESTART_PATIENCE`] from the first failure.
+//! [`HEAD_RETRY`] (jittered, so that a process's many callers do not come
+//! back in step), for up to [`HEAD_RESTART_PATIENCE`] from the first failure.
 
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use raylet_proto::Backoff;
+use raylet_proto::backoff::jittered;
 
 use crate::{Error, Result};
 
@@ -34,7 +35,7 @@ impl HeadLost {
         if first {
             tracing::warn!(%error, "the head is unreachable; waiting for it to come back");
         }
-        tokio::time::sleep(Backoff::constant(HEAD_RETRY).next_delay()).await;
+        tokio::time::sleep(jittered(HEAD_RETRY)).await;
         Ok(())
     }
 }

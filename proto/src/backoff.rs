@@ -64,8 +64,9 @@ impl Backoff {
     }
 }
 
-/// A delay drawn uniformly from `[step / 2, step]`.
-fn jittered(step: Duration) -> Duration {
+/// A delay drawn uniformly from `[step / 2, step]`: a fixed pause between
+/// tries, jittered as every [`Backoff`] delay is.
+pub fn jittered(step: Duration) -> Duration {
     let half = step / 2;
     let spread = (step - half).as_nanos() as u64;
     half + Duration::from_nanos(rand::rng().random_range(0..=spread))
