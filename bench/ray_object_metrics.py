@@ -8,6 +8,9 @@ bench/compare_ray.py reads them as it reads ray_perf's:
   Ray does not resolve them before the call): 1,000 small objects per round,
   or one object of 100 KiB, 1 MiB or 10 MiB (written numpy bytes, in the
   plasma store above Ray's 100 KiB inline limit);
+- gets alone in another worker process: one call per round to the same
+  actor, which gets 10,000 small objects the driver put once, one
+  `ray.get` at a time;
 - put gigabytes from written memory: `ray.put` of an 800 MiB array of
   written bytes (ray_perf's row puts `np.zeros`, whose pages were never
   written);
@@ -31,6 +34,9 @@ OBJECT_SIZES = [("100 KiB", 100 * 1024), ("1 MiB", 1 << 20), ("10 MiB", 10 << 20
 class Reader:
     def get_all(self, refs):
         return len(ray.get(refs))
+
+    def get_each(self, refs):
+        return sum(ray.get(ref) for ref in refs)
 
     def length(self, refs):
         return len(ray.get(refs[0]))
@@ -60,6 +66,12 @@ def put_and_get_in_another_process(reader):
         ray.get(reader.get_all.remote(refs))
 
     results += timeit("single client put and get in another process, small objects", small, 1000)
+    got = [ray.put(i) for i in range(10000)]
+    results += timeit(
+        "single client get in another process, one by one, small objects",
+        lambda: ray.get(reader.get_each.remote(got)),
+        10000,
+    )
     for label, size in OBJECT_SIZES:
         array = np.ones(size, dtype=np.uint8)
 

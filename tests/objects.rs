@@ -93,6 +93,41 @@ fn hold_forever(refs: Vec<ObjectRef<ByteBuf>>) -> u32 {
 }
 
 #[raylet::remote]
+fn fails_to_make_bytes() -> ByteBuf {
+    panic!("no bytes today")
+}
+
+/// The sum of a buffer's bytes, or `u64::MAX` when getting it failed.
+fn byte_sum(block: &ObjectRef<ByteBuf>) -> u64 {
+    block
+        .get()
+        .map_or(u64::MAX, |bytes| bytes.iter().map(|b| *b as u64).sum())
+}
+
+/// Keeps references it is handed and reads them then and later.
+#[raylet::actor]
+#[derive(Default)]
+pub struct Keeper {
+    kept: Vec<ObjectRef<ByteBuf>>,
+}
+
+#[raylet::actor]
+impl Keeper {
+    pub fn new() -> Self {
+        Keeper::default()
+    }
+
+    pub fn keep(&mut self, blocks: Vec<ObjectRef<ByteBuf>>) -> Vec<u64> {
+        self.kept = blocks;
+        self.kept.iter().map(byte_sum).collect()
+    }
+
+    pub fn read_kept(&self) -> Vec<u64> {
+        self.kept.iter().map(byte_sum).collect()
+    }
+}
+
+#[raylet::remote]
 fn square(x: u64) -> u64 {
     x * x
 }
@@ -240,6 +275,27 @@ fn an_object_referenced_only_from_inside_another_lives_until_the_outer_one_drops
     assert!(in_store(&cluster));
     drop(outer);
     wait_until_store_empty(&cluster);
+}
+
+/// Small values inside an argument travel with the call up to a budget
+/// (1 MiB); the rest, and every later read, come from the driver. Either
+/// way the actor reads the same bytes, and a failed task's error.
+#[test]
+fn small_values_inside_an_argument_read_the_same_whether_sent_along_or_fetched() {
+    let cluster = cluster_with(Config::new());
+    const BLOCK: usize = 60 << 10;
+    let mut blocks: Vec<ObjectRef<ByteBuf>> = (0..40u8)
+        .map(|i| cluster.put(&ByteBuf::from(vec![i; BLOCK])).unwrap())
+        .collect();
+    let failed = fails_to_make_bytes::remote(&cluster).unwrap();
+    assert!(failed.get().is_err());
+    blocks.push(failed);
+    let mut expected: Vec<u64> = (0..40u64).map(|i| i * BLOCK as u64).collect();
+    expected.push(u64::MAX);
+    let keeper = Keeper::remote(&cluster).num_cpus(0.0).spawn().unwrap();
+    assert_eq!(keeper.keep(blocks.clone()).get().unwrap(), expected);
+    drop(blocks);
+    assert_eq!(keeper.read_kept().get().unwrap(), expected);
 }
 
 #[test]

@@ -6,6 +6,12 @@
 //! A registration must reach the owner before the reference that carried
 //! it can be dropped elsewhere: a `get` and a task's result wait for
 //! [`Borrows::settled`] first.
+//!
+//! A task may arrive with the finished values of objects that references
+//! in its arguments name, lent by its caller (see [`crate::lent_objects`]):
+//! they are kept while the task runs, and with each reference taken
+//! meanwhile for as long as this process holds it, so its gets need not
+//! ask the owner.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
@@ -18,6 +24,7 @@ use tokio::task::JoinSet;
 
 use crate::core_worker::CoreWorker;
 use crate::object_ref::RawRef;
+use crate::value::Outcome;
 
 /// One change of a borrower's count at an owner.
 pub(crate) struct Change {
@@ -33,12 +40,27 @@ struct Borrowed {
     handles: u32,
     /// How often the owner counted this process as a borrower.
     registrations: u32,
+    /// The object's outcome, when a task's caller lent it.
+    value: Option<Outcome>,
+}
+
+/// An outcome lent with the tasks that run here now.
+struct Lent {
+    outcome: Outcome,
+    /// Running tasks that came with it.
+    tasks: u32,
+}
+
+#[derive(Default)]
+struct Table {
+    borrowed: IdMap<ObjectId, Borrowed>,
+    lent: IdMap<ObjectId, Lent>,
 }
 
 /// Borrowed references by object, and the channel to their owners.
 pub(crate) struct Borrows {
     address: Arc<str>,
-    table: Mutex<IdMap<ObjectId, Borrowed>>,
+    table: Mutex<Table>,
     changes: mpsc::UnboundedSender<Change>,
     /// Registrations sent but not yet acknowledged.
     unacknowledged: watch::Sender<usize>,
@@ -50,14 +72,38 @@ impl Borrows {
     pub(crate) fn new(address: Arc<str>, changes: mpsc::UnboundedSender<Change>) -> Self {
         Borrows {
             address,
-            table: Mutex::new(IdMap::default()),
+            table: Mutex::new(Table::default()),
             changes,
             unacknowledged: watch::Sender::new(0),
         }
     }
 
-    fn table(&self) -> MutexGuard<'_, IdMap<ObjectId, Borrowed>> {
+    fn table(&self) -> MutexGuard<'_, Table> {
         self.table.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Keeps outcomes a task's caller lent until the returned guard drops,
+    /// when the task is done.
+    pub(crate) fn lend(self: &Arc<Self>, outcomes: Vec<(ObjectId, Outcome)>) -> LentForTask {
+        let mut table = self.table();
+        let mut ids = Vec::with_capacity(outcomes.len());
+        for (id, outcome) in outcomes {
+            table.lent.entry(id).or_insert(Lent { outcome, tasks: 0 }).tasks += 1;
+            ids.push(id);
+        }
+        LentForTask {
+            borrows: self.clone(),
+            ids,
+        }
+    }
+
+    /// The outcome of a borrowed object, when its caller lent it.
+    pub(crate) fn lent_outcome(&self, id: ObjectId) -> Option<Outcome> {
+        let table = self.table();
+        match table.borrowed.get(&id).and_then(|b| b.value.as_ref()) {
+            Some(outcome) => Some(outcome.clone()),
+            None => table.lent.get(&id).map(|lent| lent.outcome.clone()),
+        }
     }
 
     /// A new handle to a borrowed object. The first one registers this
@@ -65,11 +111,16 @@ impl Borrows {
     /// for us already (`preregistered`).
     pub(crate) fn take(&self, raw: &RawRef, preregistered: bool) {
         let mut table = self.table();
-        let borrowed = table.entry(raw.id).or_insert_with(|| Borrowed {
+        let Table { borrowed, lent } = &mut *table;
+        let borrowed = borrowed.entry(raw.id).or_insert_with(|| Borrowed {
             owner: raw.owner.clone(),
             handles: 0,
             registrations: 0,
+            value: None,
         });
+        if borrowed.value.is_none() {
+            borrowed.value = lent.get(&raw.id).map(|lent| lent.outcome.clone());
+        }
         borrowed.handles += 1;
         let register = borrowed.registrations == 0 && !preregistered;
         if preregistered || register {
@@ -84,14 +135,14 @@ impl Borrows {
     /// A handle is gone; the last one unregisters this process.
     pub(crate) fn drop_handle(&self, id: ObjectId) {
         let mut table = self.table();
-        let Some(borrowed) = table.get_mut(&id) else {
+        let Some(borrowed) = table.borrowed.get_mut(&id) else {
             return;
         };
         borrowed.handles -= 1;
         if borrowed.handles > 0 {
             return;
         }
-        let Some(gone) = table.remove(&id) else {
+        let Some(gone) = table.borrowed.remove(&id) else {
             return;
         };
         drop(table);
@@ -131,6 +182,27 @@ impl Borrows {
     pub(crate) async fn settled(&self) {
         let mut receiver = self.unacknowledged.subscribe();
         let _ = receiver.wait_for(|count| *count == 0).await;
+    }
+}
+
+/// The outcomes lent with one running task; dropping it ends their loan,
+/// except to the references taken meanwhile.
+pub(crate) struct LentForTask {
+    borrows: Arc<Borrows>,
+    ids: Vec<ObjectId>,
+}
+
+impl Drop for LentForTask {
+    fn drop(&mut self) {
+        let mut table = self.borrows.table();
+        for id in &self.ids {
+            if let Some(lent) = table.lent.get_mut(id) {
+                lent.tasks -= 1;
+                if lent.tasks == 0 {
+                    table.lent.remove(id);
+                }
+            }
+        }
     }
 }
 
@@ -183,5 +255,53 @@ async fn update_owner(core: &CoreWorker, owner: &str, request: UpdateBorrowersRe
     };
     if let Err(error) = sent.await {
         tracing::debug!(%owner, %error, "cannot update the borrowers of objects; their owner may be gone");
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::value::{Body, EncodedValue, Format};
+
+    fn value(byte: u8) -> Outcome {
+        Ok(EncodedValue::new::<u8>(
+            Format::Postcard,
+            Body::Inline(vec![byte].into()),
+            Vec::new(),
+        ))
+    }
+
+    fn lent_byte(borrows: &Borrows, id: ObjectId) -> Option<u8> {
+        match borrows.lent_outcome(id)?.ok()?.body {
+            Body::Inline(data) => Some(data[0]),
+            Body::Stored(_) => None,
+        }
+    }
+
+    #[test]
+    fn a_lent_value_lives_with_its_task_and_with_the_references_taken_meanwhile() {
+        let (changes, _receiver) = mpsc::unbounded_channel();
+        let borrows = Arc::new(Borrows::new("127.0.0.1:2".into(), changes));
+        let (kept, passed) = (ObjectId::random(), ObjectId::random());
+        let owner: Arc<str> = "127.0.0.1:1".into();
+        let task = borrows.lend(vec![(kept, value(1)), (passed, value(2))]);
+        let second_task = borrows.lend(vec![(passed, value(2))]);
+        borrows.take(&RawRef { id: kept, owner }, true);
+        assert_eq!(
+            (lent_byte(&borrows, kept), lent_byte(&borrows, passed)),
+            (Some(1), Some(2))
+        );
+        drop(task);
+        assert_eq!(
+            (lent_byte(&borrows, kept), lent_byte(&borrows, passed)),
+            (Some(1), Some(2))
+        );
+        drop(second_task);
+        assert_eq!(
+            (lent_byte(&borrows, kept), lent_byte(&borrows, passed)),
+            (Some(1), None)
+        );
+        borrows.drop_handle(kept);
+        assert_eq!(lent_byte(&borrows, kept), None);
     }
 }

@@ -144,6 +144,9 @@ impl CoreWorker {
         if self.owns(object) {
             return self.store.wait(object.id(), deadline).await;
         }
+        if let Some(outcome) = self.borrows.lent_outcome(object.id()) {
+            return Ok(Some(outcome));
+        }
         loop {
             let now = tokio::time::Instant::now();
             let slice = deadline.map_or(FETCH_SLICE, |d| d.saturating_duration_since(now).min(FETCH_SLICE));
@@ -208,6 +211,11 @@ impl CoreWorker {
     ) -> Result<Option<Outcome>> {
         if self.owns(object)
             && let Some(outcome) = self.store.try_get(object.id())?
+        {
+            return Ok(Some(outcome));
+        }
+        if !self.owns(object)
+            && let Some(outcome) = self.borrows.lent_outcome(object.id())
         {
             return Ok(Some(outcome));
         }

@@ -33,6 +33,7 @@ mod group_routes;
 mod head_retry;
 mod job;
 mod kv;
+mod lent_objects;
 mod memory;
 mod memory_store;
 pub mod metrics;

@@ -26,6 +26,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::core_worker::CoreWorker;
 use crate::group_routes::{GroupRoute, GroupRoutes, RouteTarget};
+use crate::lent_objects::lend_contained;
 use crate::node_watch::NodeDeath;
 use crate::object_ref::AnyObjectRef;
 use crate::task::{Arg, TaskError, TaskErrorKind, TaskOptions};
@@ -358,6 +359,7 @@ impl Submitter {
             owner_address: self.core.address.to_string(),
             job_id: self.core.task_events.job().as_bytes().to_vec(),
             timeline: crate::timeline::is_on(),
+            lent: lend_contained(&self.core, &submission.args),
             ..TaskSpec::default()
         };
         let pinned = pinned_by(submission.args);

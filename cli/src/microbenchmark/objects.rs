@@ -4,7 +4,8 @@
 //! the call): 1,000 small values per round, which live with their owner, the
 //! driver, and travel from it on request; or one value of 100 KiB, 1 MiB or
 //! 10 MiB, above the inline limit, so written into the node's shared-memory
-//! store and mapped by the reader. Beside them, a memcpy of the same bytes.
+//! store and mapped by the reader; and gets alone, one by one, of 10,000
+//! small values put once. Beside them, a memcpy of the same bytes.
 
 use raylet::{Cluster, ObjectRef};
 use serde_bytes::ByteBuf;
@@ -16,6 +17,9 @@ const OBJECT_SIZES: [(&str, usize); 3] = [("100 KiB", 100 << 10), ("1 MiB", 1 <<
 
 /// Small values put and got per round of the small-object row.
 const SMALL_OBJECTS: usize = 1000;
+
+/// Small values put once and got one by one in each round of the get row.
+const GOT_ONE_BY_ONE: usize = 10_000;
 
 /// Gets what other processes put.
 #[raylet::actor]
@@ -31,6 +35,11 @@ impl Reader {
     pub fn get_all(&self, refs: Vec<ObjectRef<u64>>) -> usize {
         let cluster = raylet::current().expect("actors run in a cluster");
         cluster.get_all(&refs).expect("the owner serves its values").len()
+    }
+
+    /// Gets the values one `get` at a time and returns their sum.
+    pub fn get_each(&self, refs: Vec<ObjectRef<u64>>) -> u64 {
+        refs.iter().map(|r| r.get().expect("the owner serves its values")).sum()
     }
 
     /// Gets the first buffer and returns its length.
@@ -52,6 +61,7 @@ pub(super) fn object_metrics(cluster: &Cluster) -> Vec<Metric<'_>> {
             reader.get_all(refs).get().map(drop)
         }),
     )];
+    metrics.push(get_one_by_one(cluster));
     for (label, size) in OBJECT_SIZES {
         metrics.push(sized_put_and_get(cluster, label, size));
     }
@@ -63,6 +73,25 @@ pub(super) fn object_metrics(cluster: &Cluster) -> Vec<Metric<'_>> {
 
 fn reader(cluster: &Cluster) -> raylet::Result<ReaderHandle> {
     Reader::remote(cluster).num_cpus(0.0).spawn()
+}
+
+/// Rounds of one call that gets 10,000 small values its driver put before
+/// the first round, one `get` at a time: a rate of gets per second.
+fn get_one_by_one(cluster: &Cluster) -> Metric<'_> {
+    let mut state = None;
+    metric(
+        "single client get in another process, one by one, small objects",
+        GOT_ONE_BY_ONE as f64,
+        Box::new(move || {
+            let (reader, refs) = once(&mut state, || {
+                let refs = (0..GOT_ONE_BY_ONE as u64)
+                    .map(|i| cluster.put(&i))
+                    .collect::<raylet::Result<Vec<_>>>()?;
+                Ok((reader(cluster)?, refs))
+            })?;
+            reader.get_each(refs.clone()).get().map(drop)
+        }),
+    )
 }
 
 /// A put of `size` written bytes, then a get of them in the reader's process.

@@ -27,6 +27,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use super::watch::ActorWatch;
 use crate::core_worker::CoreWorker;
 use crate::head_retry::retrying;
+use crate::lent_objects::lend_contained;
 use crate::object_ref::AnyObjectRef;
 use crate::submitter::{complete_values, connect_task_stream, print_log_lines, resolve_arg};
 use crate::task::{Arg, TaskError, TaskErrorKind};
@@ -328,6 +329,7 @@ impl ActorClient {
             method: call.method.to_string(),
             job_id: self.core.task_events.job().as_bytes().to_vec(),
             timeline: crate::timeline::is_on(),
+            lent: lend_contained(&self.core, &call.args),
         });
     }
 

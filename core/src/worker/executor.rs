@@ -14,6 +14,7 @@ use raylet_proto::{ActorId, TaskId};
 use super::actor_host::{ActorHost, QueuedCall, not_hosted};
 use super::{WorkerContext, logs};
 use crate::actor::instance::{MethodCall, lookup_class};
+use crate::lent_objects;
 use crate::registry::{self, Invoke, TaskOutcome};
 use crate::task::{TaskError, TaskErrorKind};
 use crate::task_events::unix_micros;
@@ -26,10 +27,14 @@ pub(crate) type ResultSender = raylet_proto::task_stream::EventSender;
 /// Runs a task with its resolved arguments and reports how it went.
 pub(crate) async fn run_task(
     context: &Arc<WorkerContext>,
-    spec: TaskSpec,
+    mut spec: TaskSpec,
     args: Result<Vec<Bytes>, TaskError>,
     results: &ResultSender,
 ) -> TaskResult {
+    let _lent = context
+        .core
+        .borrows
+        .lend(lent_objects::received(std::mem::take(&mut spec.lent)));
     let started = Instant::now();
     let start_unix_micros = unix_micros();
     let task_id = TaskId::from_wire(&spec.task_id).ok();
