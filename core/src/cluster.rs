@@ -24,7 +24,9 @@ use crate::object_ref::{AnyObjectRef, ObjectRef, RawRef};
 use crate::owner_service::OwnerServiceImpl;
 use crate::session::TempRoot;
 use crate::shared_objects::store_error;
-use crate::submitter::{SchedulingClass, Submission, Submitter, SubmitterEvent};
+use crate::submitter::{
+    QueuedOptions, SchedulingClass, Submission, Submitter, SubmitterEvent, TaskTemplate, TemplateCache,
+};
 use crate::task::{Arg, TaskOptions};
 use crate::task_events::Placement;
 use crate::value::{Body, EncodedValue, Format, collecting_refs};
@@ -79,6 +81,8 @@ struct ClusterInner {
     runtime: Mutex<Option<tokio::runtime::Runtime>>,
     embedded: Mutex<Option<Embedded>>,
     stop_owner_service: Mutex<Option<oneshot::Sender<()>>>,
+    /// The shared options of the tasks this process submits.
+    templates: TemplateCache,
 }
 
 impl Cluster {
@@ -119,6 +123,7 @@ impl Cluster {
                 runtime: Mutex::new(None),
                 embedded: Mutex::new(None),
                 stop_owner_service: Mutex::new(None),
+                templates: TemplateCache::default(),
             }),
         }
     }
@@ -145,6 +150,7 @@ impl Cluster {
                 runtime: Mutex::new(Some(runtime)),
                 embedded: Mutex::new(started.embedded),
                 stop_owner_service: Mutex::new(Some(started.stop_owner_service)),
+                templates: TemplateCache::default(),
             }),
         })
     }
@@ -159,15 +165,17 @@ impl Cluster {
             demand: options.demand()?,
             scheduling: options.scheduling.to_scheduling()?,
         };
+        let template = self.inner.templates.intern(TaskTemplate {
+            options: QueuedOptions::new(options),
+            class,
+        });
         let core = self.core();
         let task_id = TaskId::random();
         let return_id = task_id.return_object();
         core.store.add_pending(return_id);
         let submission = Submission {
             task_id,
-            return_id,
-            options,
-            class,
+            template,
             args,
         };
         core.submitter

@@ -4,7 +4,6 @@
 //! and no borrowing process refers to it any more; a freed object that
 //! lives in a node's store is handed to the deleter.
 
-use std::collections::HashMap;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Instant;
 
@@ -20,9 +19,12 @@ pub(crate) type FreedObject = (ObjectId, StoredAt);
 /// it loses its last one: a worker that owns objects must stay alive.
 pub(crate) type OwningHook = Box<dyn Fn(bool) + Send + Sync>;
 
+/// An object's state. Both arms are one pointer wide, so that an owner
+/// with a million pending objects keeps its table small.
 enum Slot {
-    Pending(Arc<Notify>),
-    Ready(Outcome),
+    /// Async waiters' wake-up, made when the first of them comes.
+    Pending(Option<Arc<Notify>>),
+    Ready(Box<Outcome>),
 }
 
 struct Entry {
@@ -30,8 +32,8 @@ struct Entry {
     /// Handles to the object in this process.
     local_refs: u32,
     /// Processes that hold references, by owner service address, with how
-    /// many registrations each made.
-    borrowers: HashMap<Arc<str>, u32>,
+    /// many registrations each made (few, so a list).
+    borrowers: Vec<(Arc<str>, u32)>,
 }
 
 impl Entry {
@@ -39,13 +41,13 @@ impl Entry {
         Entry {
             slot,
             local_refs: 0,
-            borrowers: HashMap::new(),
+            borrowers: Vec::new(),
         }
     }
 
     /// Whether its value is in a node's store, under the object's own id.
     fn holds_stored_value(&self) -> bool {
-        matches!(&self.slot, Slot::Ready(Ok(value)) if matches!(value.body, Body::Stored(_)))
+        matches!(&self.slot, Slot::Ready(outcome) if matches!(&**outcome, Ok(value) if matches!(value.body, Body::Stored(_))))
     }
 
     fn unreferenced(&self) -> bool {
@@ -89,7 +91,7 @@ impl MemoryStore {
 
     /// Adds an object whose value is not there yet.
     pub fn add_pending(&self, id: ObjectId) {
-        self.add_entry(id, Entry::new(Slot::Pending(Arc::new(Notify::new()))));
+        self.add_entry(id, Entry::new(Slot::Pending(None)));
     }
 
     /// Stores a finished object and wakes its waiters. The first outcome
@@ -113,7 +115,7 @@ impl MemoryStore {
                 }
                 continue;
             };
-            if let Slot::Pending(notify) = std::mem::replace(&mut entry.slot, Slot::Ready(outcome)) {
+            if let Slot::Pending(Some(notify)) = std::mem::replace(&mut entry.slot, Slot::Ready(Box::new(outcome))) {
                 notify.notify_waiters();
             }
             any = true;
@@ -132,9 +134,10 @@ impl MemoryStore {
     pub fn add_copy(&self, id: ObjectId, node: &str) {
         let mut objects = self.objects();
         if let Some(Entry {
-            slot: Slot::Ready(Ok(value)),
+            slot: Slot::Ready(outcome),
             ..
         }) = objects.get_mut(&id)
+            && let Ok(value) = &mut **outcome
             && let Body::Stored(at) = &mut value.body
             && !at.holders().any(|holder| **holder == *node)
         {
@@ -146,20 +149,20 @@ impl MemoryStore {
     /// its references and borrowers stay.
     pub fn reset_pending(&self, id: ObjectId) {
         if let Some(entry) = self.objects().get_mut(&id) {
-            entry.slot = Slot::Pending(Arc::new(Notify::new()));
+            entry.slot = Slot::Pending(None);
         }
     }
 
     /// Adds a finished object, as `put` does.
     pub fn insert(&self, id: ObjectId, value: crate::value::EncodedValue) {
-        self.add_entry(id, Entry::new(Slot::Ready(Ok(value))));
+        self.add_entry(id, Entry::new(Slot::Ready(Box::new(Ok(value)))));
     }
 
     /// The outcome if the object is finished; `None` while pending;
     /// an error if this store does not have it.
     pub fn try_get(&self, id: ObjectId) -> Result<Option<Outcome>> {
         match self.objects().get(&id).map(|e| &e.slot) {
-            Some(Slot::Ready(outcome)) => Ok(Some(outcome.clone())),
+            Some(Slot::Ready(outcome)) => Ok(Some((**outcome).clone())),
             Some(Slot::Pending(_)) => Ok(None),
             None => Err(Error::not_owned(id)),
         }
@@ -170,7 +173,7 @@ impl MemoryStore {
         let mut objects = self.objects();
         loop {
             match objects.get(&id).map(|e| &e.slot) {
-                Some(Slot::Ready(outcome)) => return Ok(Some(outcome.clone())),
+                Some(Slot::Ready(outcome)) => return Ok(Some((**outcome).clone())),
                 None => return Err(Error::not_owned(id)),
                 Some(Slot::Pending(_)) => {}
             }
@@ -225,16 +228,16 @@ impl MemoryStore {
     /// Waits until the object is finished or `deadline` passes.
     pub async fn wait(&self, id: ObjectId, deadline: Option<tokio::time::Instant>) -> Result<Option<Outcome>> {
         loop {
-            let notify = match self.objects().get(&id).map(|e| &e.slot) {
-                Some(Slot::Ready(outcome)) => return Ok(Some(outcome.clone())),
-                Some(Slot::Pending(notify)) => notify.clone(),
+            let notify = match self.objects().get_mut(&id).map(|e| &mut e.slot) {
+                Some(Slot::Ready(outcome)) => return Ok(Some((**outcome).clone())),
+                Some(Slot::Pending(notify)) => notify.get_or_insert_with(|| Arc::new(Notify::new())).clone(),
                 None => return Err(Error::not_owned(id)),
             };
             let notified = notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
             if let Some(Slot::Ready(outcome)) = self.objects().get(&id).map(|e| &e.slot) {
-                return Ok(Some(outcome.clone()));
+                return Ok(Some((**outcome).clone()));
             }
             match deadline {
                 None => notified.await,
@@ -274,10 +277,17 @@ impl MemoryStore {
         let Some(entry) = objects.get_mut(&id) else {
             return false;
         };
-        let count = entry.borrowers.entry(borrower.into()).or_default();
+        let index = match entry.borrowers.iter().position(|(known, _)| **known == *borrower) {
+            Some(index) => index,
+            None => {
+                entry.borrowers.push((borrower.into(), 0));
+                entry.borrowers.len() - 1
+            }
+        };
+        let count = &mut entry.borrowers[index].1;
         *count = count.saturating_add_signed(delta);
         if *count == 0 {
-            entry.borrowers.remove(borrower);
+            entry.borrowers.swap_remove(index);
         }
         let freed = self.take_if_unreferenced(&mut objects, id);
         drop(objects);
@@ -288,7 +298,10 @@ impl MemoryStore {
     /// Every process that borrows objects owned here.
     pub fn borrowers(&self) -> Vec<Arc<str>> {
         let objects = self.objects();
-        let mut borrowers: Vec<Arc<str>> = objects.values().flat_map(|e| e.borrowers.keys().cloned()).collect();
+        let mut borrowers: Vec<Arc<str>> = objects
+            .values()
+            .flat_map(|e| e.borrowers.iter().map(|(borrower, _)| borrower.clone()))
+            .collect();
         borrowers.sort();
         borrowers.dedup();
         borrowers
@@ -299,7 +312,11 @@ impl MemoryStore {
         let mut objects = self.objects();
         let ids: Vec<ObjectId> = objects
             .iter_mut()
-            .filter_map(|(id, entry)| entry.borrowers.remove(borrower).map(|_| *id))
+            .filter_map(|(id, entry)| {
+                let index = entry.borrowers.iter().position(|(known, _)| **known == *borrower)?;
+                entry.borrowers.swap_remove(index);
+                Some(*id)
+            })
             .collect();
         let freed: Vec<(ObjectId, Option<Entry>)> = ids
             .into_iter()
@@ -329,7 +346,7 @@ impl MemoryStore {
     pub fn holders(&self, id: ObjectId) -> Option<(u32, Vec<String>)> {
         let objects = self.objects();
         let entry = objects.get(&id)?;
-        let mut borrowers: Vec<String> = entry.borrowers.keys().map(|b| b.to_string()).collect();
+        let mut borrowers: Vec<String> = entry.borrowers.iter().map(|(b, _)| b.to_string()).collect();
         borrowers.sort();
         Some((entry.local_refs, borrowers))
     }
@@ -342,7 +359,7 @@ impl MemoryStore {
             ..
         }) = entry
         {
-            self.discard(id, outcome);
+            self.discard(id, *outcome);
         }
     }
 

@@ -103,10 +103,6 @@ impl TaskOptions {
     pub(crate) fn demand(&self) -> Result<ResourceSet> {
         self.scheduling.in_bundle(self.resources.to_set()?)
     }
-
-    pub(crate) fn shown_name(&self) -> String {
-        self.display_name.clone().unwrap_or_else(|| self.function.to_string())
-    }
 }
 
 /// Resources a call or an actor asks for, by name, as given.

@@ -102,8 +102,10 @@ impl TaskTable {
         merge(record, event);
     }
 
-    /// Drops the oldest finished records beyond the bound; records of
-    /// unfinished tasks stay while finished ones are left to drop.
+    /// Drops the oldest records beyond the bound: finished ones first, then,
+    /// when unfinished ones alone exceed it (a driver that queued a million
+    /// tasks), the oldest of those too, so the table's memory stays bounded.
+    /// A later event of a dropped task starts its record again.
     fn evict(&mut self) {
         let mut passes = self.arrival.len();
         while self.records.len() > MAX_TASK_RECORDS && passes > 0 {
@@ -113,12 +115,21 @@ impl TaskTable {
             };
             let finished = self.records.get(&key).is_none_or(|r| is_terminal(r.state()));
             match finished {
-                true => {
-                    self.records.remove(&key);
-                    self.count_evicted();
-                }
+                true => self.drop_record(&key),
                 false => self.arrival.push_back(key),
             }
+        }
+        while self.records.len() > MAX_TASK_RECORDS {
+            let Some(key) = self.arrival.pop_front() else {
+                return;
+            };
+            self.drop_record(&key);
+        }
+    }
+
+    fn drop_record(&mut self, key: &AttemptKey) {
+        if self.records.remove(key).is_some() {
+            self.count_evicted();
         }
     }
 
@@ -329,6 +340,21 @@ mod tests {
         assert_eq!(total, MAX_TASK_RECORDS);
         assert_eq!(table.dropped(), 6);
         assert!(table.records.contains_key(&(u64::MAX.to_le_bytes().to_vec(), 0)));
+    }
+
+    #[test]
+    fn unfinished_records_beyond_the_bound_go_oldest_first() {
+        let mut table = TaskTable::default();
+        let queued = (0..MAX_TASK_RECORDS as u64 + 3).map(|i| TaskEvent {
+            task_id: i.to_le_bytes().to_vec(),
+            state: TaskState::PendingNodeAssignment as i32,
+            ..TaskEvent::default()
+        });
+        report(&mut table, queued.collect());
+        assert_eq!(table.list(None, 0).1, MAX_TASK_RECORDS);
+        assert_eq!(table.dropped(), 3);
+        assert!(!table.records.contains_key(&(0u64.to_le_bytes().to_vec(), 0)));
+        assert!(table.records.contains_key(&(3u64.to_le_bytes().to_vec(), 0)));
     }
 
     #[test]

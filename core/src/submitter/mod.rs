@@ -14,8 +14,7 @@ use raylet_proto::v1::lease_session_request::Kind as LeaseRequest;
 use raylet_proto::v1::node_manager_service_client::NodeManagerServiceClient;
 use raylet_proto::v1::{
     self, CancelLeaseRequest, CancelTask, GetWorkerExitRequest, LeaseRefusalKind, LeaseSessionEvent,
-    LeaseSessionRequest, RequestLease, ReturnLease, TaskArg, TaskBatch, TaskKind, TaskSpec, WorkerExit, WorkerExitKind,
-    task_arg,
+    LeaseSessionRequest, RequestLease, ReturnLease, TaskArg, TaskBatch, TaskKind, WorkerExit, WorkerExitKind, task_arg,
 };
 use raylet_proto::{
     Backoff, IdMap, NodeId, ObjectId, PlacementGroupId, ResourceSet, Scheduling, SchedulingStrategy, TaskId, WorkerId,
@@ -24,14 +23,18 @@ use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
+pub(crate) use self::queued_task::{QueuedOptions, TaskTemplate, TemplateCache};
+use self::queued_task::{QueuedTask, TaskInputs};
 use crate::core_worker::CoreWorker;
 use crate::group_routes::{GroupRoute, GroupRoutes, RouteTarget};
 use crate::lent_objects::lend_contained;
 use crate::node_watch::NodeDeath;
 use crate::object_ref::AnyObjectRef;
-use crate::task::{Arg, TaskError, TaskErrorKind, TaskOptions};
+use crate::task::{Arg, TaskError, TaskErrorKind};
 use crate::task_events::{Ending, Placement, TaskIdentity};
 use crate::value::{Body, EncodedValue, Outcome, outcome_from_proto};
+
+mod queued_task;
 
 /// Most tasks sent ahead to one leased worker.
 const PIPELINE_DEPTH: usize = 8;
@@ -53,9 +56,7 @@ const LEASE_LINGER: Duration = Duration::from_millis(30);
 /// A task as the caller submitted it.
 pub(crate) struct Submission {
     pub(crate) task_id: TaskId,
-    pub(crate) return_id: ObjectId,
-    pub(crate) options: TaskOptions,
-    pub(crate) class: SchedulingClass,
+    pub(crate) template: Arc<TaskTemplate>,
     pub(crate) args: Vec<Arg>,
 }
 
@@ -127,38 +128,24 @@ impl SchedulingClass {
     }
 }
 
-pub(crate) struct QueuedTask {
-    spec: TaskSpec,
-    /// The node manager whose store holds most of the arguments' bytes.
-    near: Option<Arc<str>>,
-    return_id: ObjectId,
-    options: TaskOptions,
-    shape: SchedulingClass,
-    /// The objects the task's arguments refer to, pinned until it is done.
-    _pinned: Vec<AnyObjectRef>,
-}
-
-impl QueuedTask {
-    fn task_id(&self) -> TaskId {
-        TaskId::from_wire(&self.spec.task_id).expect("specs are built with valid ids")
-    }
-
-    fn identity(&self) -> TaskIdentity<'_> {
-        TaskIdentity {
-            task_id: self.task_id(),
-            attempt: self.spec.attempt,
-            function: &self.spec.function,
-            kind: TaskKind::NormalTask,
-            actor_id: None,
-        }
-    }
-}
-
-#[derive(Default)]
+/// The tasks of one resource shape and the workers leased for them.
 struct Shape {
+    /// The shape, shared by its tasks.
+    class: Arc<SchedulingClass>,
     queue: VecDeque<QueuedTask>,
     pending_leases: usize,
     workers: Vec<WorkerId>,
+}
+
+impl Shape {
+    fn new(class: Arc<SchedulingClass>) -> Self {
+        Shape {
+            class,
+            queue: VecDeque::new(),
+            pending_leases: 0,
+            workers: Vec::new(),
+        }
+    }
 }
 
 struct LeasedWorker {
@@ -290,9 +277,9 @@ impl Submitter {
                 }
             }
             SubmitterEvent::Retry(task) => {
-                let shape = task.shape.clone();
-                self.shapes.entry(shape.clone()).or_default().queue.push_front(*task);
-                self.dispatch(&shape);
+                let template = task.template.clone();
+                self.shape_mut(&template.class).queue.push_front(*task);
+                self.dispatch(&template.class);
             }
             SubmitterEvent::GroupLocated { group, route } => {
                 self.groups.located(group, route);
@@ -311,7 +298,7 @@ impl Submitter {
     }
 
     fn submit(&mut self, submission: Submission) {
-        if self.cancelled.remove(&submission.return_id) {
+        if self.cancelled.remove(&submission.task_id.return_object()) {
             return;
         }
         let mut args = Vec::with_capacity(submission.args.len());
@@ -333,7 +320,7 @@ impl Submitter {
         let identity = TaskIdentity {
             task_id: submission.task_id,
             attempt: 0,
-            function: submission.options.function,
+            function: submission.template.options.function,
             kind: TaskKind::NormalTask,
             actor_id: None,
         };
@@ -343,37 +330,32 @@ impl Submitter {
             self.core
                 .task_events
                 .ended(submission.task_id, 0, Ending::failed(&reason));
-            self.core.store.complete(submission.return_id, Err(error));
+            self.core.store.complete(submission.task_id.return_object(), Err(error));
             return;
         }
         if !waiting.is_empty() {
             self.resubmit_when_ready(submission, waiting);
             return;
         }
-        let spec = TaskSpec {
-            task_id: submission.task_id.as_bytes().to_vec(),
-            function: submission.options.function.to_string(),
-            binary_hash: self.core.binary.hash.clone(),
-            args,
-            attempt: 0,
-            owner_address: self.core.address.to_string(),
-            job_id: self.core.task_events.job().as_bytes().to_vec(),
-            timeline: crate::timeline::is_on(),
+        let inputs = TaskInputs {
             lent: lend_contained(&self.core, &submission.args),
-            ..TaskSpec::default()
+            pinned: pinned_by(submission.args),
+            args,
         };
-        let pinned = pinned_by(submission.args);
-        let task = QueuedTask {
-            near: holder_of_most_bytes(&spec.args),
-            spec,
-            return_id: submission.return_id,
-            options: submission.options,
-            shape: submission.class,
-            _pinned: pinned,
-        };
-        let shape = task.shape.clone();
-        self.shapes.entry(shape.clone()).or_default().queue.push_back(task);
-        self.dispatch(&shape);
+        let job = self.core.task_events.job();
+        let task = QueuedTask::new(submission.task_id, job, submission.template, inputs);
+        let shape = self.shape_mut(task.shape());
+        let class = shape.class.clone();
+        shape.queue.push_back(task);
+        self.dispatch(&class);
+    }
+
+    /// The state of the tasks of `class`, made on first use.
+    fn shape_mut(&mut self, class: &SchedulingClass) -> &mut Shape {
+        if !self.shapes.contains_key(class) {
+            self.shapes.insert(class.clone(), Shape::new(Arc::new(class.clone())));
+        }
+        self.shapes.get_mut(class).expect("the shape was just made")
     }
 
     fn resubmit_when_ready(&self, submission: Submission, waiting: Vec<ObjectId>) {
@@ -407,11 +389,9 @@ impl Submitter {
                 let Some(task) = shape.queue.pop_front() else {
                     break;
                 };
-                self.core
-                    .task_events
-                    .dispatched(task.task_id(), task.spec.attempt, &place);
-                batch.tasks.push(task.spec.clone());
-                worker.in_flight.insert(task.task_id(), task);
+                self.core.task_events.dispatched(task.task_id, task.attempt, &place);
+                batch.tasks.push(task.spec(&self.core));
+                worker.in_flight.insert(task.task_id, task);
             }
             if !batch.tasks.is_empty() {
                 worker.idle_since = None;
@@ -467,11 +447,11 @@ impl Submitter {
             resources: Some(shape.demand.to_proto()),
             allow_spillback,
             strategy: Some(shape.scheduling.to_proto()),
-            retriable: next.is_some_and(can_retry),
+            retriable: next.is_some_and(QueuedTask::can_retry),
             outlives_session: false,
         };
         self.session(&node).send_request(LeaseRequest::Request(request));
-        self.shapes.entry(shape.clone()).or_default().pending_leases += 1;
+        self.shape_mut(&shape).pending_leases += 1;
         self.requests.insert(
             request_id,
             PendingRequest {
@@ -598,11 +578,7 @@ impl Submitter {
             dying: false,
         };
         self.workers.insert(worker_id, worker);
-        self.shapes
-            .entry(request.shape.clone())
-            .or_default()
-            .workers
-            .push(worker_id);
+        self.shape_mut(&request.shape).workers.push(worker_id);
         self.dispatch(&request.shape);
     }
 
@@ -611,9 +587,9 @@ impl Submitter {
             return;
         };
         for task in shape.queue.drain(..) {
-            let error = TaskError::new(kind, &task.options.shown_name(), reason);
+            let error = TaskError::new(kind, &task.options().shown_name(), reason);
             record_failure(&self.core, &task, &error.to_string());
-            self.core.store.complete(task.return_id, Err(error));
+            self.core.store.complete(task.return_id(), Err(error));
         }
     }
 
@@ -654,7 +630,7 @@ impl Submitter {
         let mut finished = Vec::with_capacity(results.len());
         for result in results {
             if let Some(task) = worker.in_flight.remove(&result.task_id) {
-                self.run_times.record(&task.spec.function, result.run_micros);
+                self.run_times.record(task.options().function, result.run_micros);
                 finished.push((task, result.outcome));
             }
         }
@@ -669,21 +645,21 @@ impl Submitter {
     }
 
     fn finish(&mut self, task: QueuedTask, outcome: Outcome) {
-        if self.cancelled.remove(&task.return_id) {
+        if self.cancelled.remove(&task.return_id()) {
             return;
         }
         match outcome {
-            Err(error) if task.options.retry_exceptions && error.is_exception() && can_retry(&task) => {
-                tracing::info!(function = task.spec.function, %error, "retrying a task that failed");
+            Err(error) if task.options().retry_exceptions && error.is_exception() && task.can_retry() => {
+                tracing::info!(function = task.options().function, %error, "retrying a task that failed");
                 self.requeue(task);
             }
             Ok(value) if matches!(value.body, Body::Stored(_)) => {
-                self.core.store.complete(task.return_id, Ok(value));
-                if self.core.store.try_get(task.return_id).is_ok() {
-                    self.lineage.insert(task.return_id, task);
+                self.core.store.complete(task.return_id(), Ok(value));
+                if self.core.store.try_get(task.return_id()).is_ok() {
+                    self.lineage.insert(task.return_id(), task);
                 }
             }
-            outcome => self.core.store.complete(task.return_id, outcome),
+            outcome => self.core.store.complete(task.return_id(), outcome),
         }
     }
 
@@ -695,33 +671,33 @@ impl Submitter {
                 _ => Err("it was stored with put, and put objects cannot be rebuilt".into()),
             };
         };
-        if !can_retry(&task) {
-            let function = task.options.shown_name();
-            let runs = task.spec.attempt + 1;
+        if !task.can_retry() {
+            let function = task.options().shown_name();
+            let runs = task.attempt + 1;
             return Err(format!(
                 "its task {function} cannot run again: it ran {runs} time(s) and max_retries is {}",
-                task.options.max_retries
+                task.options().max_retries
             ));
         }
         self.core.store.reset_pending(object);
-        let shape = task.shape.clone();
+        let template = task.template.clone();
         self.requeue(task);
-        self.dispatch(&shape);
+        self.dispatch(&template.class);
         Ok(())
     }
 
     fn requeue(&mut self, mut task: QueuedTask) {
-        task.spec.attempt += 1;
+        task.attempt += 1;
         self.core.task_events.submitted(task.identity(), false);
-        let shape = task.shape.clone();
-        self.shapes.entry(shape).or_default().queue.push_front(task);
+        let template = task.template.clone();
+        self.shape_mut(&template.class).queue.push_front(task);
     }
 
     /// Runs the task again after a pause that doubles with each attempt,
     /// giving the node time to free memory.
     fn requeue_after_backoff(&mut self, mut task: QueuedTask) {
-        let delay = Backoff::delay_for_attempt(OOM_RETRY_BACKOFF, MAX_OOM_RETRY_BACKOFF, task.spec.attempt);
-        task.spec.attempt += 1;
+        let delay = Backoff::delay_for_attempt(OOM_RETRY_BACKOFF, MAX_OOM_RETRY_BACKOFF, task.attempt);
+        task.attempt += 1;
         self.core.task_events.submitted(task.identity(), false);
         let events = self.events.clone();
         tokio::spawn(async move {
@@ -803,12 +779,12 @@ impl Submitter {
         let description = exit.description.as_str();
         for task in worker.in_flight.into_values() {
             record_failure(&self.core, &task, &format!("the worker process {description}"));
-            if self.cancelled.remove(&task.return_id) {
+            if self.cancelled.remove(&task.return_id()) {
                 continue;
             }
-            if can_retry(&task) {
+            if task.can_retry() {
                 tracing::warn!(
-                    function = task.spec.function,
+                    function = task.options().function,
                     pid = worker.pid,
                     description,
                     "worker died; retrying its task"
@@ -823,16 +799,16 @@ impl Submitter {
                 true => TaskErrorKind::OutOfMemory,
                 false => TaskErrorKind::WorkerCrashed,
             };
-            let attempts = task.spec.attempt + 1;
+            let attempts = task.attempt + 1;
             let mut error = TaskError::new(
                 kind,
-                &task.options.shown_name(),
+                &task.options().shown_name(),
                 format!("the worker process {description} while running the task (ran {attempts} time(s))"),
             );
             error.node_id = worker.node_id;
             error.pid = worker.pid;
-            error.attempt = task.spec.attempt;
-            self.core.store.complete(task.return_id, Err(error));
+            error.attempt = task.attempt;
+            self.core.store.complete(task.return_id(), Err(error));
         }
         self.dispatch(&worker.shape);
     }
@@ -846,20 +822,20 @@ impl Submitter {
             ))
         };
         for shape in self.shapes.values_mut() {
-            if let Some(index) = shape.queue.iter().position(|t| t.return_id == object) {
+            if let Some(index) = shape.queue.iter().position(|t| t.return_id() == object) {
                 let task = shape.queue.remove(index).expect("the index was just found");
                 record_failure(&self.core, &task, "cancelled");
                 let mut outcome = cancelled();
                 if let Err(error) = &mut outcome {
-                    error.function = task.options.shown_name();
+                    error.function = task.options().shown_name();
                 }
                 self.core.store.complete(object, outcome);
                 return;
             }
         }
         let pushed = self.workers.iter().find_map(|(id, w)| {
-            let task = w.in_flight.values().find(|t| t.return_id == object)?;
-            Some((*id, w.node.clone(), w.tasks.clone(), task.spec.task_id.clone()))
+            let task = w.in_flight.values().find(|t| t.return_id() == object)?;
+            Some((*id, w.node.clone(), w.tasks.clone(), task.task_id.as_bytes().to_vec()))
         });
         if let Some((worker_id, node, tasks, task_id)) = pushed {
             let _ = tasks.send(TaskBatch {
@@ -940,31 +916,15 @@ impl RunTimes {
             return false;
         }
         let budget = PIPELINE_BUDGET.as_micros() as f64;
-        let expected = |task: &QueuedTask| self.micros.get(&task.spec.function).copied().unwrap_or(f64::INFINITY);
+        let expected = |task: &QueuedTask| {
+            self.micros
+                .get(task.options().function)
+                .copied()
+                .unwrap_or(f64::INFINITY)
+        };
         let queued: f64 = in_flight.values().map(expected).sum();
         queued + next.map_or(0.0, expected) <= budget
     }
-}
-
-/// The node manager whose store holds the most bytes of `args` that are
-/// stored (a copy counts for every node that holds one); `None` when no
-/// argument is stored.
-fn holder_of_most_bytes(args: &[TaskArg]) -> Option<Arc<str>> {
-    let mut bytes: HashMap<&str, u64> = HashMap::new();
-    for arg in args {
-        if let Some(task_arg::Kind::Stored(stored)) = &arg.kind
-            && let Some(location) = &stored.location
-        {
-            let holders = std::iter::once(&location.node_address).chain(&location.copies);
-            for holder in holders {
-                *bytes.entry(holder.as_str()).or_default() += location.size;
-            }
-        }
-    }
-    bytes
-        .into_iter()
-        .max_by_key(|(node, size)| (*size, std::cmp::Reverse(*node)))
-        .map(|(node, _)| node.into())
 }
 
 /// An owned, finished argument: its bytes inline, or where it is stored.
@@ -1005,10 +965,6 @@ fn owned_arg(id: ObjectId, value: EncodedValue) -> task_arg::Kind {
             location: Some(at.to_proto()),
         }),
     }
-}
-
-fn can_retry(task: &QueuedTask) -> bool {
-    task.spec.attempt < task.options.max_retries
 }
 
 /// A borrowed lease session sender.
@@ -1129,7 +1085,7 @@ pub(crate) struct TaskFinished {
 /// Reports that a task's attempt failed without a result from its worker.
 fn record_failure(core: &CoreWorker, task: &QueuedTask, reason: &str) {
     core.task_events
-        .ended(task.task_id(), task.spec.attempt, Ending::failed(reason));
+        .ended(task.task_id, task.attempt, Ending::failed(reason));
 }
 
 /// Decodes results, reports how each attempt ended, and stores values at

@@ -1,0 +1,177 @@
+//! A task as the submitter keeps it from submission until its result is in
+//! (and after, while a stored result may need it to run again): small, so
+//! that a driver can queue a million of them. What the tasks of one
+//! function and options share is interned in a [`TaskTemplate`]; the wire
+//! spec is built only when the task is sent to a worker.
+
+use std::collections::HashSet;
+use std::sync::{Arc, Mutex};
+
+use raylet_proto::v1::{LentObject, TaskArg, TaskKind, TaskSpec, task_arg};
+use raylet_proto::{JobId, ObjectId, TaskId};
+
+use super::SchedulingClass;
+use crate::core_worker::CoreWorker;
+use crate::object_ref::AnyObjectRef;
+use crate::task::TaskOptions;
+use crate::task_events::TaskIdentity;
+
+/// Most templates a process keeps interned; past it the cache starts
+/// over (tasks keep theirs), so options that vary per call cannot grow it
+/// without bound.
+const MAX_TEMPLATES: usize = 4096;
+
+/// What the tasks of one function and options share.
+#[derive(PartialEq, Eq, Hash)]
+pub(crate) struct TaskTemplate {
+    pub(crate) options: QueuedOptions,
+    pub(crate) class: SchedulingClass,
+}
+
+/// The templates of a process's calls, one shared copy of each.
+#[derive(Default)]
+pub(crate) struct TemplateCache(Mutex<HashSet<Arc<TaskTemplate>>>);
+
+impl TemplateCache {
+    /// The shared copy of `template`.
+    pub(crate) fn intern(&self, template: TaskTemplate) -> Arc<TaskTemplate> {
+        let mut templates = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(known) = templates.get(&template) {
+            return known.clone();
+        }
+        if templates.len() >= MAX_TEMPLATES {
+            templates.clear();
+        }
+        let template = Arc::new(template);
+        templates.insert(template.clone());
+        template
+    }
+}
+
+/// What a queued task keeps of its options.
+#[derive(PartialEq, Eq, Hash)]
+pub(crate) struct QueuedOptions {
+    pub(crate) function: &'static str,
+    display_name: Option<Box<str>>,
+    pub(crate) max_retries: u32,
+    pub(crate) retry_exceptions: bool,
+}
+
+impl QueuedOptions {
+    pub(crate) fn new(options: TaskOptions) -> Self {
+        QueuedOptions {
+            function: options.function,
+            display_name: options.display_name.map(String::into_boxed_str),
+            max_retries: options.max_retries,
+            retry_exceptions: options.retry_exceptions,
+        }
+    }
+
+    /// The name the task is shown under: its display name or its function.
+    pub(crate) fn shown_name(&self) -> String {
+        self.display_name.as_deref().unwrap_or(self.function).to_string()
+    }
+}
+
+/// A task's resolved arguments, the objects lent with them and the
+/// references they hold, which stay pinned until the task is done.
+pub(crate) struct TaskInputs {
+    pub(crate) args: Vec<TaskArg>,
+    pub(crate) lent: Vec<LentObject>,
+    pub(crate) pinned: Vec<AnyObjectRef>,
+}
+
+pub(crate) struct QueuedTask {
+    pub(crate) task_id: TaskId,
+    pub(crate) attempt: u32,
+    pub(crate) job: JobId,
+    /// Whether the worker records timeline spans of it.
+    pub(crate) timeline: bool,
+    pub(crate) template: Arc<TaskTemplate>,
+    /// The node manager whose store holds most of the arguments' bytes.
+    pub(crate) near: Option<Arc<str>>,
+    /// `None` for a task without arguments.
+    inputs: Option<Box<TaskInputs>>,
+}
+
+impl QueuedTask {
+    pub(crate) fn new(task_id: TaskId, job: JobId, template: Arc<TaskTemplate>, inputs: TaskInputs) -> Self {
+        let empty = inputs.args.is_empty() && inputs.lent.is_empty() && inputs.pinned.is_empty();
+        QueuedTask {
+            task_id,
+            attempt: 0,
+            job,
+            timeline: crate::timeline::is_on(),
+            near: holder_of_most_bytes(&inputs.args),
+            template,
+            inputs: (!empty).then(|| Box::new(inputs)),
+        }
+    }
+
+    pub(crate) fn options(&self) -> &QueuedOptions {
+        &self.template.options
+    }
+
+    pub(crate) fn shape(&self) -> &SchedulingClass {
+        &self.template.class
+    }
+
+    pub(crate) fn return_id(&self) -> ObjectId {
+        self.task_id.return_object()
+    }
+
+    pub(crate) fn identity(&self) -> TaskIdentity<'_> {
+        TaskIdentity {
+            task_id: self.task_id,
+            attempt: self.attempt,
+            function: self.template.options.function,
+            kind: TaskKind::NormalTask,
+            actor_id: None,
+        }
+    }
+
+    pub(crate) fn can_retry(&self) -> bool {
+        self.attempt < self.template.options.max_retries
+    }
+
+    /// The spec a worker runs, for this attempt.
+    pub(crate) fn spec(&self, core: &CoreWorker) -> TaskSpec {
+        let (args, lent) = match &self.inputs {
+            Some(inputs) => (inputs.args.clone(), inputs.lent.clone()),
+            None => (Vec::new(), Vec::new()),
+        };
+        TaskSpec {
+            task_id: self.task_id.as_bytes().to_vec(),
+            function: self.template.options.function.to_string(),
+            binary_hash: core.binary.hash.clone(),
+            args,
+            attempt: self.attempt,
+            owner_address: core.address.to_string(),
+            job_id: self.job.as_bytes().to_vec(),
+            timeline: self.timeline,
+            lent,
+            ..TaskSpec::default()
+        }
+    }
+}
+
+/// The node manager whose store holds the most bytes of `args` that are
+/// stored (a copy counts for every node that holds one); `None` when no
+/// argument is stored.
+fn holder_of_most_bytes(args: &[TaskArg]) -> Option<Arc<str>> {
+    let mut bytes: std::collections::HashMap<&str, u64> = std::collections::HashMap::new();
+    for arg in args {
+        if let Some(task_arg::Kind::Stored(stored)) = &arg.kind
+            && let Some(location) = &stored.location
+        {
+            let holders = std::iter::once(&location.node_address).chain(&location.copies);
+            for holder in holders {
+                *bytes.entry(holder.as_str()).or_default() += location.size;
+            }
+        }
+    }
+    bytes
+        .into_iter()
+        .max_by_key(|(node, size)| (*size, std::cmp::Reverse(*node)))
+        .map(|(node, _)| node.into())
+}
