@@ -22,6 +22,7 @@ use crate::embedded::Embedded;
 use crate::memory::NodeMemory;
 use crate::object_ref::{AnyObjectRef, ObjectRef, RawRef};
 use crate::owner_service::OwnerServiceImpl;
+use crate::pending_gate::{DEFAULT_MAX_PENDING_TASKS, PendingGate, PendingPermit};
 use crate::session::TempRoot;
 use crate::shared_objects::store_error;
 use crate::submitter::{
@@ -83,6 +84,8 @@ struct ClusterInner {
     stop_owner_service: Mutex<Option<oneshot::Sender<()>>>,
     /// The shared options of the tasks this process submits.
     templates: TemplateCache,
+    /// Its tasks and actor calls submitted and not finished.
+    pending: Arc<PendingGate>,
 }
 
 impl Cluster {
@@ -124,11 +127,13 @@ impl Cluster {
                 embedded: Mutex::new(None),
                 stop_owner_service: Mutex::new(None),
                 templates: TemplateCache::default(),
+                pending: PendingGate::new(DEFAULT_MAX_PENDING_TASKS),
             }),
         }
     }
 
     fn start(config: Config) -> Result<Cluster> {
+        let pending = PendingGate::new(config.max_pending_tasks);
         if let Some(files) = &config.tls {
             raylet_proto::tls::configure(Some(files.clone()))?;
         }
@@ -151,12 +156,18 @@ impl Cluster {
                 embedded: Mutex::new(started.embedded),
                 stop_owner_service: Mutex::new(Some(started.stop_owner_service)),
                 templates: TemplateCache::default(),
+                pending,
             }),
         })
     }
 
     pub(crate) fn core(&self) -> &Arc<CoreWorker> {
         &self.inner.core
+    }
+
+    /// A place for one more pending task or actor call, once there is room.
+    pub(crate) fn admit_pending(&self) -> PendingPermit {
+        self.inner.pending.admit()
     }
 
     /// Submits a call of a remote function; `#[raylet::remote]` calls this.
@@ -169,6 +180,7 @@ impl Cluster {
             options: QueuedOptions::new(options),
             class,
         });
+        let permit = self.inner.pending.admit();
         let core = self.core();
         let task_id = TaskId::random();
         let return_id = task_id.return_object();
@@ -177,6 +189,7 @@ impl Cluster {
             task_id,
             template,
             args,
+            permit,
         };
         core.submitter
             .send(SubmitterEvent::Submit(Box::new(submission)))

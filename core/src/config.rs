@@ -13,7 +13,7 @@ use crate::session::DEFAULT_TEMP_DIR;
 /// `RAYLET_ADDRESS`, `RAYLET_TOKEN`, `RAYLET_NODE_MANAGER` and
 /// `RAYLET_NAMESPACE` and `RAYLET_JOB_ID` (which a node manager sets for the
 /// job drivers it starts), `RAYLET_TEMP_DIR`, `RAYLET_LOG_TO_DRIVER`,
-/// `RAYLET_TIMELINE` and `RAYLET_TASK_EVENTS`.
+/// `RAYLET_TIMELINE`, `RAYLET_TASK_EVENTS` and `RAYLET_MAX_PENDING_TASKS`.
 #[derive(Clone, Debug)]
 pub struct Config {
     pub(crate) address: Option<String>,
@@ -33,6 +33,7 @@ pub struct Config {
     pub(crate) job_id: Option<JobId>,
     pub(crate) timeline: bool,
     pub(crate) task_events: bool,
+    pub(crate) max_pending_tasks: usize,
     pub(crate) tls: Option<TlsFiles>,
 }
 
@@ -56,6 +57,7 @@ impl Default for Config {
             job_id: None,
             timeline: false,
             task_events: true,
+            max_pending_tasks: crate::pending_gate::DEFAULT_MAX_PENDING_TASKS,
             tls: None,
         }
     }
@@ -91,6 +93,9 @@ impl Config {
             io_threads: variable("RAYLET_IO_THREADS")
                 .and_then(|value| value.parse().ok())
                 .unwrap_or(defaults.io_threads),
+            max_pending_tasks: variable("RAYLET_MAX_PENDING_TASKS")
+                .and_then(|value| value.parse().ok())
+                .unwrap_or(defaults.max_pending_tasks),
             ..defaults
         }
     }
@@ -207,6 +212,17 @@ impl Config {
     /// [default: true, or `RAYLET_TASK_EVENTS=0`].
     pub fn task_events(mut self, enabled: bool) -> Self {
         self.task_events = enabled;
+        self
+    }
+
+    /// How many tasks and actor calls this driver may have submitted and
+    /// not finished; past it, `remote()` and actor calls wait until some
+    /// finish, so a driver that submits faster than the cluster runs keeps
+    /// its memory bounded [default: 2,000,000, or
+    /// `RAYLET_MAX_PENDING_TASKS`]. Async tasks and methods, which run on the
+    /// cluster's threads, are never made to wait.
+    pub fn max_pending_tasks(mut self, tasks: usize) -> Self {
+        self.max_pending_tasks = tasks;
         self
     }
 

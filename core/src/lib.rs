@@ -41,6 +41,7 @@ mod net;
 mod node_watch;
 mod object_ref;
 mod owner_service;
+mod pending_gate;
 mod placement_group;
 mod registry;
 pub mod session;

@@ -32,8 +32,63 @@ struct Entry {
     /// Handles to the object in this process.
     local_refs: u32,
     /// Processes that hold references, by owner service address, with how
-    /// many registrations each made (few, so a list).
-    borrowers: Vec<(Arc<str>, u32)>,
+    /// many registrations each made.
+    borrowers: Borrowers,
+}
+
+/// The processes that borrow one object, with their registrations: a few
+/// at most, usually none, so a list, boxed so that an entry without any
+/// stays one pointer wide.
+#[derive(Default)]
+#[allow(clippy::box_collection, reason = "one pointer wide, where a Vec is three")]
+struct Borrowers(Option<Box<Vec<Registrations>>>);
+
+/// A borrowing process and how often it registered.
+type Registrations = (Arc<str>, u32);
+
+impl Borrowers {
+    fn is_empty(&self) -> bool {
+        self.0.is_none()
+    }
+
+    fn iter(&self) -> impl Iterator<Item = &Arc<str>> {
+        self.0.iter().flat_map(|list| list.iter().map(|(borrower, _)| borrower))
+    }
+
+    /// Adds `delta` to `borrower`'s registrations; one at none is gone.
+    fn update(&mut self, borrower: &str, delta: i32) {
+        let list = self.0.get_or_insert_default();
+        let index = match list.iter().position(|(known, _)| **known == *borrower) {
+            Some(index) => index,
+            None => {
+                list.push((borrower.into(), 0));
+                list.len() - 1
+            }
+        };
+        let count = &mut list[index].1;
+        *count = count.saturating_add_signed(delta);
+        if *count == 0 {
+            list.swap_remove(index);
+        }
+        if list.is_empty() {
+            self.0 = None;
+        }
+    }
+
+    /// Forgets `borrower`; says whether it was one.
+    fn remove(&mut self, borrower: &str) -> bool {
+        let Some(list) = &mut self.0 else {
+            return false;
+        };
+        let Some(index) = list.iter().position(|(known, _)| **known == *borrower) else {
+            return false;
+        };
+        list.swap_remove(index);
+        if list.is_empty() {
+            self.0 = None;
+        }
+        true
+    }
 }
 
 impl Entry {
@@ -41,7 +96,7 @@ impl Entry {
         Entry {
             slot,
             local_refs: 0,
-            borrowers: Vec::new(),
+            borrowers: Borrowers::default(),
         }
     }
 
@@ -55,10 +110,63 @@ impl Entry {
     }
 }
 
+/// Shards of the object table: a shard's table doubles on its own, so a
+/// growing table never holds an old and a new copy of all of it at once.
+const SHARDS: usize = 16;
+
+/// Entries by id, in shards by the id's first byte (ids are random).
+#[derive(Default)]
+struct ObjectTable {
+    shards: [IdMap<ObjectId, Entry>; SHARDS],
+    len: usize,
+}
+
+impl ObjectTable {
+    fn shard(id: &ObjectId) -> usize {
+        usize::from(id.as_bytes()[0]) % SHARDS
+    }
+
+    fn get(&self, id: &ObjectId) -> Option<&Entry> {
+        self.shards[Self::shard(id)].get(id)
+    }
+
+    fn get_mut(&mut self, id: &ObjectId) -> Option<&mut Entry> {
+        self.shards[Self::shard(id)].get_mut(id)
+    }
+
+    fn insert(&mut self, id: ObjectId, entry: Entry) {
+        if self.shards[Self::shard(&id)].insert(id, entry).is_none() {
+            self.len += 1;
+        }
+    }
+
+    fn remove(&mut self, id: &ObjectId) -> Option<Entry> {
+        let removed = self.shards[Self::shard(id)].remove(id);
+        self.len -= usize::from(removed.is_some());
+        removed
+    }
+
+    fn len(&self) -> usize {
+        self.len
+    }
+
+    fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    fn values(&self) -> impl Iterator<Item = &Entry> {
+        self.shards.iter().flat_map(|shard| shard.values())
+    }
+
+    fn iter_mut(&mut self) -> impl Iterator<Item = (&ObjectId, &mut Entry)> {
+        self.shards.iter_mut().flat_map(|shard| shard.iter_mut())
+    }
+}
+
 /// Objects by id. Blocking waiters share one condition variable; async
 /// waiters wait on their object's own `Notify`.
 pub struct MemoryStore {
-    objects: Mutex<IdMap<ObjectId, Entry>>,
+    objects: Mutex<ObjectTable>,
     completed: Condvar,
     freed: mpsc::UnboundedSender<FreedObject>,
     owning: Option<OwningHook>,
@@ -68,7 +176,7 @@ impl MemoryStore {
     /// A store that hands freed stored objects to `freed`.
     pub(crate) fn new(freed: mpsc::UnboundedSender<FreedObject>, owning: Option<OwningHook>) -> Self {
         MemoryStore {
-            objects: Mutex::new(IdMap::default()),
+            objects: Mutex::new(ObjectTable::default()),
             completed: Condvar::new(),
             freed,
             owning,
@@ -85,7 +193,7 @@ impl MemoryStore {
         }
     }
 
-    fn objects(&self) -> MutexGuard<'_, IdMap<ObjectId, Entry>> {
+    fn objects(&self) -> MutexGuard<'_, ObjectTable> {
         self.objects.lock().unwrap_or_else(|p| p.into_inner())
     }
 
@@ -277,18 +385,7 @@ impl MemoryStore {
         let Some(entry) = objects.get_mut(&id) else {
             return false;
         };
-        let index = match entry.borrowers.iter().position(|(known, _)| **known == *borrower) {
-            Some(index) => index,
-            None => {
-                entry.borrowers.push((borrower.into(), 0));
-                entry.borrowers.len() - 1
-            }
-        };
-        let count = &mut entry.borrowers[index].1;
-        *count = count.saturating_add_signed(delta);
-        if *count == 0 {
-            entry.borrowers.swap_remove(index);
-        }
+        entry.borrowers.update(borrower, delta);
         let freed = self.take_if_unreferenced(&mut objects, id);
         drop(objects);
         self.free(id, freed);
@@ -298,10 +395,7 @@ impl MemoryStore {
     /// Every process that borrows objects owned here.
     pub fn borrowers(&self) -> Vec<Arc<str>> {
         let objects = self.objects();
-        let mut borrowers: Vec<Arc<str>> = objects
-            .values()
-            .flat_map(|e| e.borrowers.iter().map(|(borrower, _)| borrower.clone()))
-            .collect();
+        let mut borrowers: Vec<Arc<str>> = objects.values().flat_map(|e| e.borrowers.iter().cloned()).collect();
         borrowers.sort();
         borrowers.dedup();
         borrowers
@@ -312,11 +406,7 @@ impl MemoryStore {
         let mut objects = self.objects();
         let ids: Vec<ObjectId> = objects
             .iter_mut()
-            .filter_map(|(id, entry)| {
-                let index = entry.borrowers.iter().position(|(known, _)| **known == *borrower)?;
-                entry.borrowers.swap_remove(index);
-                Some(*id)
-            })
+            .filter_map(|(id, entry)| entry.borrowers.remove(borrower).then_some(*id))
             .collect();
         let freed: Vec<(ObjectId, Option<Entry>)> = ids
             .into_iter()
@@ -328,7 +418,7 @@ impl MemoryStore {
         }
     }
 
-    fn take_if_unreferenced(&self, objects: &mut IdMap<ObjectId, Entry>, id: ObjectId) -> Option<Entry> {
+    fn take_if_unreferenced(&self, objects: &mut ObjectTable, id: ObjectId) -> Option<Entry> {
         if !objects.get(&id).is_some_and(Entry::unreferenced) {
             return None;
         }
@@ -346,7 +436,7 @@ impl MemoryStore {
     pub fn holders(&self, id: ObjectId) -> Option<(u32, Vec<String>)> {
         let objects = self.objects();
         let entry = objects.get(&id)?;
-        let mut borrowers: Vec<String> = entry.borrowers.iter().map(|(b, _)| b.to_string()).collect();
+        let mut borrowers: Vec<String> = entry.borrowers.iter().map(|b| b.to_string()).collect();
         borrowers.sort();
         Some((entry.local_refs, borrowers))
     }

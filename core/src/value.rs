@@ -4,7 +4,8 @@
 
 use std::cell::RefCell;
 use std::collections::HashSet;
-use std::sync::Arc;
+use std::ops::Deref;
+use std::sync::{Arc, LazyLock, Mutex};
 
 use bytes::Bytes;
 use raylet_proto::ObjectId;
@@ -69,11 +70,62 @@ pub enum Body {
     Stored(StoredAt),
 }
 
+/// The name of a value's type: the compiler's own for values made in this
+/// process; for values received, one shared copy of each name, so that a
+/// million results of one type cost no name each.
+#[derive(Clone, Debug)]
+pub enum TypeName {
+    Local(&'static str),
+    Received(Arc<str>),
+}
+
+/// Received names kept at most; past it the set starts over.
+const MAX_TYPE_NAMES: usize = 4096;
+
+impl TypeName {
+    fn received(name: &str) -> Self {
+        static NAMES: LazyLock<Mutex<HashSet<Arc<str>>>> = LazyLock::new(Mutex::default);
+        let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());
+        if let Some(known) = names.get(name) {
+            return TypeName::Received(known.clone());
+        }
+        if names.len() >= MAX_TYPE_NAMES {
+            names.clear();
+        }
+        let name: Arc<str> = name.into();
+        names.insert(name.clone());
+        TypeName::Received(name)
+    }
+}
+
+impl Deref for TypeName {
+    type Target = str;
+
+    fn deref(&self) -> &str {
+        match self {
+            TypeName::Local(name) => name,
+            TypeName::Received(name) => name,
+        }
+    }
+}
+
+impl PartialEq for TypeName {
+    fn eq(&self, other: &Self) -> bool {
+        **self == **other
+    }
+}
+
+/// No references, shared by the values that contain none.
+fn no_references() -> Arc<[AnyObjectRef]> {
+    static NONE: LazyLock<Arc<[AnyObjectRef]>> = LazyLock::new(|| Arc::from([]));
+    NONE.clone()
+}
+
 /// An encoded value with the name of its type, so that getting it as
 /// another type is a clear error rather than garbage.
 #[derive(Clone, Debug)]
 pub struct EncodedValue {
-    pub type_name: Arc<str>,
+    pub type_name: TypeName,
     pub format: Format,
     pub body: Body,
     /// References serialized inside the value: their objects live at least
@@ -101,10 +153,13 @@ impl EncodedValue {
     /// A value of type `T`.
     pub(crate) fn new<T>(format: Format, body: Body, contained: Vec<AnyObjectRef>) -> Self {
         EncodedValue {
-            type_name: std::any::type_name::<T>().into(),
+            type_name: TypeName::Local(std::any::type_name::<T>()),
             format,
             body,
-            contained: contained.into(),
+            contained: match contained.is_empty() {
+                true => no_references(),
+                false => contained.into(),
+            },
         }
     }
 
@@ -140,10 +195,10 @@ impl EncodedValue {
             None => Body::Inline(value.data),
         };
         EncodedValue {
-            type_name: value.type_name.into(),
+            type_name: TypeName::received(&value.type_name),
             format,
             body,
-            contained: Arc::from([]),
+            contained: no_references(),
         }
     }
 

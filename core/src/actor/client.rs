@@ -29,6 +29,7 @@ use crate::core_worker::CoreWorker;
 use crate::head_retry::retrying;
 use crate::lent_objects::lend_contained;
 use crate::object_ref::AnyObjectRef;
+use crate::pending_gate::PendingPermit;
 use crate::submitter::{complete_values, connect_task_stream, print_log_lines, resolve_arg};
 use crate::task::{Arg, TaskError, TaskErrorKind};
 use crate::task_events::{Ending, Placement, TaskIdentity};
@@ -40,6 +41,8 @@ pub(crate) struct ActorCall {
     pub(crate) method: &'static str,
     pub(crate) function: String,
     pub(crate) args: Vec<Arg>,
+    /// Its place among the process's pending tasks, until it is done.
+    pub(crate) permit: PendingPermit,
 }
 
 /// The actors this process calls, and its owner session with the head.
@@ -178,6 +181,7 @@ struct PendingCall {
     /// Built once the arguments are resolved.
     spec: Option<TaskSpec>,
     attempts: u32,
+    _permit: PendingPermit,
 }
 
 impl PendingCall {
@@ -275,6 +279,7 @@ impl ActorClient {
             args: call.args,
             spec: None,
             attempts: 0,
+            _permit: call.permit,
         };
         self.core.task_events.submitted(call.identity(self.actor), false);
         state.queue.push_back(call);

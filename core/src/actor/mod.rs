@@ -84,6 +84,7 @@ impl Cluster {
         let core = self.core();
         let task_id = TaskId::random();
         let return_id = task_id.return_object();
+        let permit = self.admit_pending();
         core.store.add_pending(return_id);
         let object = self.owned_ref(return_id).typed();
         match args {
@@ -93,6 +94,7 @@ impl Cluster {
                     method,
                     function,
                     args,
+                    permit,
                 };
                 core.actors.call(core, handle.id(), handle.max_task_retries(), call);
             }

@@ -30,6 +30,7 @@ use crate::group_routes::{GroupRoute, GroupRoutes, RouteTarget};
 use crate::lent_objects::lend_contained;
 use crate::node_watch::NodeDeath;
 use crate::object_ref::AnyObjectRef;
+use crate::pending_gate::PendingPermit;
 use crate::task::{Arg, TaskError, TaskErrorKind};
 use crate::task_events::{Ending, Placement, TaskIdentity};
 use crate::value::{Body, EncodedValue, Outcome, outcome_from_proto};
@@ -58,6 +59,8 @@ pub(crate) struct Submission {
     pub(crate) task_id: TaskId,
     pub(crate) template: Arc<TaskTemplate>,
     pub(crate) args: Vec<Arg>,
+    /// Its place among the process's pending tasks, until it is done.
+    pub(crate) permit: PendingPermit,
 }
 
 /// What the submitter reacts to.
@@ -343,7 +346,7 @@ impl Submitter {
             args,
         };
         let job = self.core.task_events.job();
-        let task = QueuedTask::new(submission.task_id, job, submission.template, inputs);
+        let task = QueuedTask::new(submission.task_id, job, submission.template, inputs, submission.permit);
         let shape = self.shape_mut(task.shape());
         let class = shape.class.clone();
         shape.queue.push_back(task);
@@ -656,7 +659,7 @@ impl Submitter {
             Ok(value) if matches!(value.body, Body::Stored(_)) => {
                 self.core.store.complete(task.return_id(), Ok(value));
                 if self.core.store.try_get(task.return_id()).is_ok() {
-                    self.lineage.insert(task.return_id(), task);
+                    self.lineage.insert(task.return_id(), task.done());
                 }
             }
             outcome => self.core.store.complete(task.return_id(), outcome),

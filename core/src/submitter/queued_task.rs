@@ -13,6 +13,7 @@ use raylet_proto::{JobId, ObjectId, TaskId};
 use super::SchedulingClass;
 use crate::core_worker::CoreWorker;
 use crate::object_ref::AnyObjectRef;
+use crate::pending_gate::PendingPermit;
 use crate::task::TaskOptions;
 use crate::task_events::TaskIdentity;
 
@@ -92,10 +93,19 @@ pub(crate) struct QueuedTask {
     pub(crate) near: Option<Arc<str>>,
     /// `None` for a task without arguments.
     inputs: Option<Box<TaskInputs>>,
+    /// Its place among the process's pending tasks; given up when it is
+    /// done, even if it is kept to run again.
+    permit: Option<PendingPermit>,
 }
 
 impl QueuedTask {
-    pub(crate) fn new(task_id: TaskId, job: JobId, template: Arc<TaskTemplate>, inputs: TaskInputs) -> Self {
+    pub(crate) fn new(
+        task_id: TaskId,
+        job: JobId,
+        template: Arc<TaskTemplate>,
+        inputs: TaskInputs,
+        permit: PendingPermit,
+    ) -> Self {
         let empty = inputs.args.is_empty() && inputs.lent.is_empty() && inputs.pinned.is_empty();
         QueuedTask {
             task_id,
@@ -105,7 +115,14 @@ impl QueuedTask {
             near: holder_of_most_bytes(&inputs.args),
             template,
             inputs: (!empty).then(|| Box::new(inputs)),
+            permit: Some(permit),
         }
+    }
+
+    /// The task with its result in: it no longer counts as pending.
+    pub(crate) fn done(mut self) -> Self {
+        self.permit = None;
+        self
     }
 
     pub(crate) fn options(&self) -> &QueuedOptions {
