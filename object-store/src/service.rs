@@ -10,14 +10,14 @@ use std::time::Duration;
 
 use raylet_proto::ObjectId;
 use raylet_proto::auth::AuthToken;
+use raylet_proto::peer_stream::{PeerSender, peer_of, peer_stream};
 use raylet_proto::v1::object_store_service_server::ObjectStoreService;
 use raylet_proto::v1::{
     CreateObjectRequest, DeleteObjectsReply, DeleteObjectsRequest, GetStoreStatsRequest, GetStoredObjectRequest,
     ObjectChunk, ObjectLocation, PullObjectReply, PullObjectRequest, ReadChunksRequest, SealObjectReply,
     SealObjectRequest, StoreSessionEvent, StoreSessionMessage, StoreStats, StoredObject,
 };
-use tokio::sync::{Notify, mpsc};
-use tokio_stream::wrappers::UnboundedReceiverStream;
+use tokio::sync::Notify;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request, Response, Status, Streaming};
 
@@ -149,7 +149,7 @@ fn location_to_proto(location: Location) -> ObjectLocation {
 }
 
 /// Tells a session's client, through its event stream, to unmap a segment.
-fn forget_segment(events: mpsc::UnboundedSender<Result<StoreSessionEvent, Status>>) -> ForgetSegment {
+fn forget_segment(events: PeerSender<StoreSessionEvent>) -> ForgetSegment {
     Box::new(move |segment| {
         let _ = events.send(Ok(StoreSessionEvent {
             forget_segments: vec![segment],
@@ -174,12 +174,12 @@ impl ObjectStoreService for ObjectStoreServiceImpl {
         &self,
         request: Request<Streaming<StoreSessionMessage>>,
     ) -> Result<Response<Self::SessionStream>, Status> {
+        let (events, receiver) = peer_stream("store session events", peer_of(&request));
         let mut inbound = request.into_inner();
         let first = inbound
             .message()
             .await?
             .ok_or_else(|| Status::invalid_argument("a store session must start with the owner's address"))?;
-        let (events, receiver) = mpsc::unbounded_channel();
         let forget = forget_segment(events.clone());
         let session = self.store.lock().open_session(&first.owner_address, Some(forget));
         let identity = &self.store.identity;
@@ -207,7 +207,7 @@ impl ObjectStoreService for ObjectStoreServiceImpl {
             store.close_session(session);
             drop(events);
         });
-        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(receiver))))
+        Ok(Response::new(Box::pin(receiver)))
     }
 
     async fn create_object(&self, request: Request<CreateObjectRequest>) -> Result<Response<ObjectLocation>, Status> {

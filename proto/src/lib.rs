@@ -11,6 +11,7 @@ pub mod error;
 pub mod ids;
 pub mod limits;
 pub mod metrics;
+pub mod peer_stream;
 pub mod placement_group;
 pub mod request_decoding;
 pub mod resources;

@@ -27,7 +27,7 @@ use super::blob_fetch::BlobFetch;
 use super::job_layout::{check_runnable, lay_out};
 
 /// Where a driver's events go.
-pub(crate) type DriverEvents = mpsc::UnboundedSender<std::result::Result<JobDriverEvent, tonic::Status>>;
+pub(crate) type DriverEvents = raylet_proto::peer_stream::PeerSender<JobDriverEvent>;
 
 /// Bytes of stderr kept for a failed job's message.
 const STDERR_TAIL_BYTES: usize = 8 * 1024;

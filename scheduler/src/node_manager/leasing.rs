@@ -10,14 +10,13 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use raylet_proto::peer_stream::PeerSender;
 use raylet_proto::v1::lease_session_event::Kind as EventKind;
 use raylet_proto::v1::{
     LeaseGranted, LeaseRefusalKind, LeaseRefused, LeaseSessionEvent, LeaseSpillback, WorkerBinary, WorkerExitKind,
 };
 use raylet_proto::worker_env::WorkerBootstrap;
 use raylet_proto::{Error, Labels, NodeId, ResourceSet, Result, Scheduling, WorkerId};
-use tokio::sync::mpsc;
-use tonic::Status;
 
 use super::binary_cache::BinaryCache;
 use super::bundle_ops::{BundleError, BundleOperation};
@@ -27,7 +26,7 @@ use crate::placement::{Choice, ClusterResources, NodeIndex, Placer, Request};
 use crate::status::ResourceDemand;
 
 /// Where a session's lease events go.
-pub(crate) type EventSender = mpsc::UnboundedSender<Result<LeaseSessionEvent, Status>>;
+pub(crate) type EventSender = PeerSender<LeaseSessionEvent>;
 
 /// Workers started at once for a new session, so its first tasks need not wait.
 const PRESTARTED_WORKERS: usize = 2;
@@ -1061,7 +1060,7 @@ mod tests {
         }
         let (mut cluster, local) = cluster_of(&context, ledger.total(), others);
         cluster.set_available(local, &ledger.available());
-        let (events, _) = mpsc::unbounded_channel();
+        let (events, _) = raylet_proto::peer_stream::peer_stream("lease session events", "a test owner");
         let session = Session {
             binary: PathBuf::from("/bin/true"),
             binary_hash: String::new(),

@@ -5,6 +5,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use raylet_proto::peer_stream::{peer_of, peer_stream};
 use raylet_proto::v1::lease_session_request::Kind as LeaseKind;
 use raylet_proto::v1::node_manager_service_server::NodeManagerService;
 use raylet_proto::v1::worker_session_message::Kind as WorkerKind;
@@ -14,9 +15,7 @@ use raylet_proto::v1::{
     StopJobDriverRequest, WorkerBinary, WorkerExit, WorkerLog, WorkerSessionEvent, WorkerSessionMessage,
 };
 use raylet_proto::{Error, JobId, ResourceSet, Scheduling, WorkerId};
-use tokio::sync::mpsc;
 use tokio_stream::Stream;
-use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::NodeShared;
@@ -47,6 +46,7 @@ impl NodeManagerService for NodeManagerServiceImpl {
         &self,
         request: Request<Streaming<LeaseSessionRequest>>,
     ) -> Result<Response<Self::LeaseSessionStream>, Status> {
+        let (events, receiver) = peer_stream("lease session events", peer_of(&request));
         let mut inbound = request.into_inner();
         let binary = match inbound.message().await?.and_then(|m| m.kind) {
             Some(LeaseKind::Open(binary)) => binary,
@@ -54,7 +54,6 @@ impl NodeManagerService for NodeManagerServiceImpl {
                 return Err(Error::InvalidArgument("a lease session must start with `open`".into()).into());
             }
         };
-        let (events, receiver) = mpsc::unbounded_channel();
         let leases = self.shared.leases.clone();
         let session = match leases.open_session(binary.clone(), events.clone()) {
             Ok(session) => session,
@@ -77,13 +76,14 @@ impl NodeManagerService for NodeManagerServiceImpl {
             }
             leases.close_session(session);
         });
-        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(receiver))))
+        Ok(Response::new(Box::pin(receiver)))
     }
 
     async fn worker_session(
         &self,
         request: Request<Streaming<WorkerSessionMessage>>,
     ) -> Result<Response<Self::WorkerSessionStream>, Status> {
+        let (events, receiver) = peer_stream("worker session events", peer_of(&request));
         let mut inbound = request.into_inner();
         let register = match inbound.message().await?.and_then(|m| m.kind) {
             Some(WorkerKind::Register(register)) => register,
@@ -94,7 +94,6 @@ impl NodeManagerService for NodeManagerServiceImpl {
         let worker_id = WorkerId::from_wire(&register.worker_id)?;
         let leases = self.shared.leases.clone();
         leases.register_worker(worker_id, register.address)?;
-        let (events, receiver) = mpsc::unbounded_channel();
         let welcome = WorkerSessionEvent {
             node_id: self.shared.config.node_id.as_bytes().to_vec(),
         };
@@ -109,7 +108,7 @@ impl NodeManagerService for NodeManagerServiceImpl {
             }
             drop(events);
         });
-        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(receiver))))
+        Ok(Response::new(Box::pin(receiver)))
     }
 
     async fn apply_bundle_ops(&self, request: Request<BundleOpsRequest>) -> Result<Response<BundleOpsReply>, Status> {
@@ -135,25 +134,25 @@ impl NodeManagerService for NodeManagerServiceImpl {
         &self,
         request: Request<RunJobDriverRequest>,
     ) -> Result<Response<EventStream<JobDriverEvent>>, Status> {
+        let (events, receiver) = peer_stream("job driver events", peer_of(&request));
         let request = request.into_inner();
         let job = JobId::from_wire(&request.job_id)?;
         let spec = request
             .spec
             .ok_or_else(|| Error::InvalidArgument("a job driver needs the job's spec".into()))?;
-        let (events, receiver) = mpsc::unbounded_channel();
         job_drivers::start(&self.shared, job, spec, events)?;
-        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(receiver))))
+        Ok(Response::new(Box::pin(receiver)))
     }
 
     async fn attach_job_driver(
         &self,
         request: Request<AttachJobDriverRequest>,
     ) -> Result<Response<EventStream<JobDriverEvent>>, Status> {
+        let (events, receiver) = peer_stream("job driver events", peer_of(&request));
         let request = request.into_inner();
         let job = JobId::from_wire(&request.job_id)?;
-        let (events, receiver) = mpsc::unbounded_channel();
         self.shared.job_drivers.attach(job, request.output_offset, events)?;
-        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(receiver))))
+        Ok(Response::new(Box::pin(receiver)))
     }
 
     async fn stop_job_driver(

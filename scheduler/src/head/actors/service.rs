@@ -4,6 +4,7 @@
 use std::pin::Pin;
 use std::sync::Arc;
 
+use raylet_proto::peer_stream::{peer_of, peer_stream};
 use raylet_proto::v1::actor_service_server::ActorService;
 use raylet_proto::v1::{
     ActorDeathKind, ActorRecord, ActorState, ActorWatchEvent, CreateActorReply, CreateActorRequest,
@@ -13,7 +14,7 @@ use raylet_proto::v1::{
 use raylet_proto::{ActorId, Error, IdSet};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::Stream;
-use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};
+use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::lifecycle::{ActorRuntime, run_actor};
@@ -99,6 +100,7 @@ impl ActorService for ActorServiceImpl {
         &self,
         request: Request<Streaming<OwnerSessionMessage>>,
     ) -> Result<Response<OwnerStream>, Status> {
+        let (events, receiver) = peer_stream("owner session events", peer_of(&request));
         let mut inbound = request.into_inner();
         let first = inbound
             .message()
@@ -107,7 +109,6 @@ impl ActorService for ActorServiceImpl {
         let owner = bounded_text("owner_address", first.owner_address)?;
         self.runtime.table().owner_joined(&owner);
         let runtime = self.runtime.clone();
-        let (events, receiver) = mpsc::unbounded_channel();
         tokio::spawn(async move {
             let ended = async { while let Ok(Some(_)) = inbound.message().await {} };
             tokio::select! {
@@ -116,7 +117,7 @@ impl ActorService for ActorServiceImpl {
             }
             drop(events);
         });
-        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(receiver))))
+        Ok(Response::new(Box::pin(receiver)))
     }
 }
 

@@ -6,6 +6,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use raylet_proto::peer_stream::{PeerSender, peer_of, peer_stream};
 use raylet_proto::placement_group::check_bundles;
 use raylet_proto::v1::placement_group_answer::Kind as AnswerKind;
 use raylet_proto::v1::placement_group_call::Kind as CallKind;
@@ -15,9 +16,8 @@ use raylet_proto::v1::{
     PlacementGroupCall, PlacementGroupRecord, WaitPlacementGroupRequest,
 };
 use raylet_proto::{Error, PlacementGroupId, PlacementStrategy, ResourceSet, Result};
-use tokio::sync::{mpsc, watch};
+use tokio::sync::watch;
 use tokio_stream::Stream;
-use tokio_stream::wrappers::UnboundedReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
 use super::manager::GroupManager;
@@ -47,10 +47,10 @@ impl PlacementGroupService for PlacementGroupServiceImpl {
         &self,
         request: Request<Streaming<PlacementGroupCall>>,
     ) -> Result<Response<AnswerStream>, Status> {
+        let (answers, receiver) = peer_stream("placement group answers", peer_of(&request));
         let mut calls = request.into_inner();
         let groups = self.groups.clone();
         let mut stopping = self.stopping.clone();
-        let (answers, receiver) = mpsc::unbounded_channel();
         tokio::spawn(async move {
             let serve = async {
                 while let Ok(Some(call)) = calls.message().await {
@@ -62,7 +62,7 @@ impl PlacementGroupService for PlacementGroupServiceImpl {
                 _ = stopping.wait_for(|stopping| *stopping) => {}
             }
         });
-        Ok(Response::new(Box::pin(UnboundedReceiverStream::new(receiver))))
+        Ok(Response::new(Box::pin(receiver)))
     }
 
     async fn wait_placement_group(
@@ -89,7 +89,7 @@ impl PlacementGroupService for PlacementGroupServiceImpl {
 async fn answer_call(
     groups: Arc<GroupManager<NodeManagerBundles>>,
     call: PlacementGroupCall,
-    answers: mpsc::UnboundedSender<Result<PlacementGroupAnswer, Status>>,
+    answers: PeerSender<PlacementGroupAnswer>,
 ) {
     let outcome = match call.kind {
         Some(CallKind::Create(request)) => create(&groups, request).await,
