@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use std::time::Instant;
 
 use anyhow::{Context, bail, ensure};
-use raylet_data::{ActorPoolStrategy, BatchModel, Dataset, FileBytes, FileSet, register_batch_model};
+use raylet_data::{ActorPoolStrategy, BatchModel, Dataset, FileBytes, FileSet, ModelError, register_batch_model};
 use serde::{Deserialize, Serialize};
 
 /// What the trivial model makes of a file.
@@ -38,11 +38,11 @@ impl BatchModel for Trivial {
     type Out = Summary;
     type State = ();
 
-    fn load(&self) -> Result<(), String> {
+    fn load(&self) -> Result<(), ModelError> {
         Ok(())
     }
 
-    fn predict(&self, _: &mut (), batch: Vec<FileBytes>) -> Result<Vec<Summary>, String> {
+    fn predict(&self, _: &mut (), batch: Vec<FileBytes>) -> Result<Vec<Summary>, ModelError> {
         Ok(batch
             .into_iter()
             .map(|file| Summary {

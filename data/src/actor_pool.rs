@@ -13,7 +13,7 @@ use serde_bytes::ByteBuf;
 
 use crate::DataError;
 use crate::block::BlockInput;
-use crate::model::{self, LoadedModel};
+use crate::model::{self, LoadError, LoadedModel};
 use crate::stage::{OnError, StageSpec};
 use crate::task::{self, BlockOutput};
 
@@ -69,7 +69,7 @@ pub(crate) struct BlockWorker {
 
 #[raylet::actor]
 impl BlockWorker {
-    pub fn new(model: String, config: ByteBuf) -> Result<Self, String> {
+    pub fn new(model: String, config: ByteBuf) -> Result<Self, LoadError> {
         Ok(BlockWorker {
             model: Mutex::new(model::load(&model, &config)?),
         })

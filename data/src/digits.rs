@@ -10,7 +10,7 @@ use raylet_train::Checkpoint;
 use raylet_train::digits::{Digit, DigitsMlp};
 use serde::{Deserialize, Serialize};
 
-use crate::{BatchModel, FileBytes};
+use crate::{BatchModel, FileBytes, ModelError};
 
 const SIDE: usize = 8;
 /// The digits' darkest pixel value.
@@ -96,7 +96,7 @@ impl BatchModel for DigitClassifier {
     type Out = Prediction;
     type State = (DigitsMlp, Device);
 
-    fn load(&self) -> Result<(DigitsMlp, Device), String> {
+    fn load(&self) -> Result<(DigitsMlp, Device), ModelError> {
         let device = Device::flex();
         let model = Checkpoint::from_directory(&self.checkpoint)
             .load_model(DigitsMlp::new(self.hidden, &device))
@@ -104,7 +104,7 @@ impl BatchModel for DigitClassifier {
         Ok((model, device))
     }
 
-    fn predict(&self, state: &mut (DigitsMlp, Device), batch: Vec<FileBytes>) -> Result<Vec<Prediction>, String> {
+    fn predict(&self, state: &mut (DigitsMlp, Device), batch: Vec<FileBytes>) -> Result<Vec<Prediction>, ModelError> {
         let (model, device) = state;
         let mut pixels = Vec::with_capacity(batch.len() * SIDE * SIDE);
         for file in &batch {

@@ -48,10 +48,10 @@ pub use block::{BlockSizing, FileBytes, TextLine};
 pub use dataset::{BatchIter, Dataset, Row};
 pub use error::DataError;
 pub use files::FileSet;
-pub use model::BatchModel;
+pub use model::{BatchModel, LoadError, ModelError};
 pub use sink::WriteSummary;
 pub use stage::{OnError, RowError, StageKind};
-pub use streaming_split::{DataShard, ShardBatches, StreamingSplit};
+pub use streaming_split::{DataShard, ShardBatches, SplitError, StreamingSplit};
 
 /// What the registration macros expand to. Not a public API.
 #[doc(hidden)]

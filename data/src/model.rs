@@ -23,10 +23,28 @@ pub trait BatchModel: Serialize + DeserializeOwned + Send + 'static {
     type State: Send + 'static;
 
     /// Runs once in each actor, before its first batch.
-    fn load(&self) -> Result<Self::State, String>;
+    fn load(&self) -> Result<Self::State, ModelError>;
 
     /// One output per input, or any number for a whole batch.
-    fn predict(&self, state: &mut Self::State, batch: Vec<Self::In>) -> Result<Vec<Self::Out>, String>;
+    fn predict(&self, state: &mut Self::State, batch: Vec<Self::In>) -> Result<Vec<Self::Out>, ModelError>;
+}
+
+/// What a model's `load` or `predict` fails with: any error (`?` works on
+/// every error type, and on `String`s), reported with its message.
+pub type ModelError = Box<dyn std::error::Error + Send + Sync>;
+
+/// Why an actor could not load its model.
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error("{0} is not registered in this binary")]
+    NotRegistered(String),
+    #[error("decoding {model}: {source}")]
+    Config {
+        model: &'static str,
+        source: raylet::proto::Error,
+    },
+    #[error("loading {model}: {source}")]
+    Load { model: &'static str, source: ModelError },
 }
 
 /// A model loaded in an actor, its types erased.
@@ -42,12 +60,14 @@ struct Loaded<M: BatchModel> {
 impl<M: BatchModel> LoadedModel for Loaded<M> {
     fn apply(&mut self, rows: &EncodedRows, run: &mut StageRun) -> Result<EncodedRows, RowFailure> {
         let (model, state) = (&self.model, &mut self.state);
-        registry::apply_batches(rows, run, |batch| model.predict(state, batch))
+        registry::apply_batches(rows, run, |batch| {
+            model.predict(state, batch).map_err(|e| e.to_string())
+        })
     }
 }
 
 /// Decodes a model's configuration and loads it.
-type LoadFn = fn(&[u8]) -> Result<Box<dyn LoadedModel>, String>;
+type LoadFn = fn(&[u8]) -> Result<Box<dyn LoadedModel>, LoadError>;
 
 /// One registered model type. Not a public API.
 #[doc(hidden)]
@@ -83,10 +103,10 @@ macro_rules! register_batch_model {
     };
 }
 
-fn load_encoded<M: BatchModel>(config: &[u8]) -> Result<Box<dyn LoadedModel>, String> {
-    let model: M =
-        raylet::proto::codec::decode(config).map_err(|e| format!("decoding {}: {e}", std::any::type_name::<M>()))?;
-    let state = model.load()?;
+fn load_encoded<M: BatchModel>(config: &[u8]) -> Result<Box<dyn LoadedModel>, LoadError> {
+    let name = std::any::type_name::<M>();
+    let model: M = raylet::proto::codec::decode(config).map_err(|source| LoadError::Config { model: name, source })?;
+    let state = model.load().map_err(|source| LoadError::Load { model: name, source })?;
     Ok(Box::new(Loaded { model, state }))
 }
 
@@ -98,7 +118,7 @@ pub(crate) fn find(name: &str) -> Option<&'static RegisteredModel> {
 }
 
 /// Loads the model called `name` from its encoded configuration.
-pub(crate) fn load(name: &str, config: &[u8]) -> Result<Box<dyn LoadedModel>, String> {
-    let registered = find(name).ok_or_else(|| format!("{name} is not registered in this binary"))?;
+pub(crate) fn load(name: &str, config: &[u8]) -> Result<Box<dyn LoadedModel>, LoadError> {
+    let registered = find(name).ok_or_else(|| LoadError::NotRegistered(name.to_string()))?;
     (registered.load)(config)
 }

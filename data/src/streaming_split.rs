@@ -32,6 +32,18 @@ pub(crate) enum SplitReply {
     Wait,
 }
 
+/// Why a consumer of a split got no block.
+#[derive(Debug, thiserror::Error)]
+pub enum SplitError {
+    #[error("no consumer {consumer} in a split of {consumers}")]
+    NoConsumer { consumer: usize, consumers: usize },
+    #[error("consumer {consumer} asked for epoch {asked} during epoch {current}")]
+    WrongEpoch { consumer: usize, asked: u64, current: u64 },
+    /// The epoch's execution failed; every consumer gets its error.
+    #[error("{0}")]
+    Failed(String),
+}
+
 /// The actor that runs a streaming split's epochs.
 #[raylet::actor]
 pub(crate) struct SplitCoordinator {
@@ -57,9 +69,12 @@ impl SplitCoordinator {
     }
 
     /// The next block of `epoch` for `consumer`.
-    pub fn next(&mut self, consumer: usize, epoch: u64) -> Result<SplitReply, String> {
+    pub fn next(&mut self, consumer: usize, epoch: u64) -> Result<SplitReply, SplitError> {
         if consumer >= self.finished.len() {
-            return Err(format!("no consumer {consumer} in a split of {}", self.finished.len()));
+            return Err(SplitError::NoConsumer {
+                consumer,
+                consumers: self.finished.len(),
+            });
         }
         if epoch == self.epoch + 1 {
             // Asking for the next epoch leaves the rest of this one to the others.
@@ -69,13 +84,14 @@ impl SplitCoordinator {
             }
             self.start_epoch(epoch);
         } else if epoch != self.epoch {
-            return Err(format!(
-                "consumer {consumer} asked for epoch {epoch} during epoch {}",
-                self.epoch
-            ));
+            return Err(SplitError::WrongEpoch {
+                consumer,
+                asked: epoch,
+                current: self.epoch,
+            });
         }
         if let Some(failure) = &self.failure {
-            return Err(failure.clone());
+            return Err(SplitError::Failed(failure.clone()));
         }
         if self.finished[consumer] {
             return Ok(SplitReply::EndOfEpoch);
@@ -88,7 +104,7 @@ impl SplitCoordinator {
             }
             Err(e) => {
                 self.failure = Some(e.to_string());
-                Err(e.to_string())
+                Err(SplitError::Failed(e.to_string()))
             }
         }
     }

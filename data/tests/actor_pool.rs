@@ -13,7 +13,9 @@ use std::time::Duration;
 use common::{Parsed, assert_each_once, assert_retried_elsewhere, numbered_files, output_rows};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
-use raylet_data::{ActorPoolStrategy, BatchModel, DataError, Dataset, FileBytes, FileSet, register_batch_model};
+use raylet_data::{
+    ActorPoolStrategy, BatchModel, DataError, Dataset, FileBytes, FileSet, ModelError, register_batch_model,
+};
 use serde::{Deserialize, Serialize};
 
 fn init() {
@@ -47,7 +49,7 @@ impl BatchModel for NumberModel {
     type Out = Parsed;
     type State = u32;
 
-    fn load(&self) -> Result<u32, String> {
+    fn load(&self) -> Result<u32, ModelError> {
         if self.broken {
             return Err("the weights file is truncated".into());
         }
@@ -61,7 +63,7 @@ impl BatchModel for NumberModel {
         Ok(std::process::id())
     }
 
-    fn predict(&self, pid: &mut u32, batch: Vec<FileBytes>) -> Result<Vec<Parsed>, String> {
+    fn predict(&self, pid: &mut u32, batch: Vec<FileBytes>) -> Result<Vec<Parsed>, ModelError> {
         std::thread::sleep(Duration::from_millis(self.delay_ms));
         let marker = self.dir.join("killed_once");
         batch
@@ -198,10 +200,10 @@ fn a_model_that_fails_to_load_an_unregistered_one_and_an_oversized_pool_are_refu
         type In = FileBytes;
         type Out = u64;
         type State = ();
-        fn load(&self) -> Result<(), String> {
+        fn load(&self) -> Result<(), ModelError> {
             Ok(())
         }
-        fn predict(&self, _: &mut (), batch: Vec<FileBytes>) -> Result<Vec<u64>, String> {
+        fn predict(&self, _: &mut (), batch: Vec<FileBytes>) -> Result<Vec<u64>, ModelError> {
             Ok(vec![0; batch.len()])
         }
     }

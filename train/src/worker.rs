@@ -48,6 +48,21 @@ pub enum WorkerEvent {
     Failed(String),
 }
 
+/// Why a worker cannot start its train loop or report on it.
+#[derive(Debug, thiserror::Error)]
+pub enum WorkerError {
+    #[error("this worker already runs a train loop")]
+    AlreadyRunning,
+    #[error("the train loop `{0}` is not registered in the worker's binary")]
+    NotRegistered(String),
+    #[error("starting the train loop's thread: {0}")]
+    NoThread(std::io::Error),
+    #[error("no train loop was started")]
+    NotStarted,
+    #[error("the train loop's thread is gone")]
+    LoopGone,
+}
+
 /// One rank of a run.
 #[raylet::actor]
 #[derive(Default)]
@@ -62,34 +77,30 @@ impl TrainWorker {
     }
 
     /// Starts the train loop; returns this worker's pid.
-    pub fn start(&mut self, setup: WorkerSetup) -> Result<u32, String> {
+    pub fn start(&mut self, setup: WorkerSetup) -> Result<u32, WorkerError> {
         if self.events.is_some() {
-            return Err("this worker already runs a train loop".into());
+            return Err(WorkerError::AlreadyRunning);
         }
-        let registered = train_loop::find(&setup.train_loop).ok_or_else(|| {
-            format!(
-                "the train loop `{}` is not registered in the worker's binary",
-                setup.train_loop
-            )
-        })?;
+        let registered =
+            train_loop::find(&setup.train_loop).ok_or_else(|| WorkerError::NotRegistered(setup.train_loop.clone()))?;
         let (events, receiver) = mpsc::channel();
         self.events = Some(Mutex::new(receiver));
         std::thread::Builder::new()
             .name(format!("train-rank-{}", setup.rank))
             .spawn(move || run_to_end(setup, registered.run, events))
-            .map_err(|e| format!("starting the train loop's thread: {e}"))?;
+            .map_err(WorkerError::NoThread)?;
         Ok(std::process::id())
     }
 
     /// The train loop's events since the last poll, waiting up to `wait_ms`
     /// for the first.
-    pub fn poll(&mut self, wait_ms: u64) -> Result<Vec<WorkerEvent>, String> {
-        let events = self.events.as_ref().ok_or("no train loop was started")?;
+    pub fn poll(&mut self, wait_ms: u64) -> Result<Vec<WorkerEvent>, WorkerError> {
+        let events = self.events.as_ref().ok_or(WorkerError::NotStarted)?;
         let events = events.lock().unwrap_or_else(|p| p.into_inner());
         let mut polled = match events.recv_timeout(Duration::from_millis(wait_ms)) {
             Ok(event) => vec![event],
             Err(RecvTimeoutError::Timeout) => return Ok(Vec::new()),
-            Err(RecvTimeoutError::Disconnected) => return Err("the train loop's thread is gone".into()),
+            Err(RecvTimeoutError::Disconnected) => return Err(WorkerError::LoopGone),
         };
         polled.extend(events.try_iter());
         Ok(polled)

@@ -74,6 +74,19 @@ struct RunningTrial {
     decisions: Sender<Decision>,
 }
 
+/// Why a trial actor cannot start its trial or report on it.
+#[derive(Debug, thiserror::Error)]
+pub enum RunnerError {
+    #[error("this trial actor already runs a trial")]
+    AlreadyRunning,
+    #[error("the trainable `{0}` is not registered in the trial actor's binary")]
+    NotRegistered(String),
+    #[error("starting the trial's thread: {0}")]
+    NoThread(std::io::Error),
+    #[error("no trial runs on this actor")]
+    NotStarted,
+}
+
 /// Runs trials, one at a time.
 #[raylet::actor]
 #[derive(Default)]
@@ -88,16 +101,12 @@ impl TrialRunner {
     }
 
     /// Starts a trial; returns this actor's pid.
-    pub fn start(&mut self, setup: TrialSetup) -> Result<u32, String> {
+    pub fn start(&mut self, setup: TrialSetup) -> Result<u32, RunnerError> {
         if self.running.is_some() {
-            return Err("this trial actor already runs a trial".into());
+            return Err(RunnerError::AlreadyRunning);
         }
-        let registered = trainable::find(&setup.trainable).ok_or_else(|| {
-            format!(
-                "the trainable `{}` is not registered in the trial actor's binary",
-                setup.trainable
-            )
-        })?;
+        let registered =
+            trainable::find(&setup.trainable).ok_or_else(|| RunnerError::NotRegistered(setup.trainable.clone()))?;
         let (events, event_receiver) = mpsc::channel();
         let (decisions, decision_receiver) = mpsc::channel();
         self.running = Some(Mutex::new(RunningTrial {
@@ -107,14 +116,14 @@ impl TrialRunner {
         std::thread::Builder::new()
             .name(format!("trial-{}", setup.trial_id))
             .spawn(move || run_to_end(setup, registered.run, events, decision_receiver))
-            .map_err(|e| format!("starting the trial's thread: {e}"))?;
+            .map_err(RunnerError::NoThread)?;
         Ok(std::process::id())
     }
 
     /// Hands `decision` (on the last report) to the trial, then returns its
     /// events, waiting up to `wait_ms` for the first.
-    pub fn step(&mut self, decision: Option<Decision>, wait_ms: u64) -> Result<Vec<TrialEvent>, String> {
-        let running = self.running.as_ref().ok_or("no trial runs on this actor")?;
+    pub fn step(&mut self, decision: Option<Decision>, wait_ms: u64) -> Result<Vec<TrialEvent>, RunnerError> {
+        let running = self.running.as_ref().ok_or(RunnerError::NotStarted)?;
         let running = running.lock().unwrap_or_else(|p| p.into_inner());
         if let Some(decision) = decision {
             let _ = running.decisions.send(decision);
