@@ -249,7 +249,7 @@ CROSS_PROCESS = [Row(*row) for row in [
         "10,000 × `ray.put(i)` once; then per round one call of the same actor, handed those refs in a list, "
         "that `ray.get`s them one at a time; 10,000 ops per round",
         "10,000 × `cluster.put(&i)` once; then per round one call of the same actor, handed those refs in a "
-        "`Vec`, that `get`s them one at a time; the driver sends their values along with the call (0.3 MiB "
+        "`Vec`, that `get`s them one at a time; the driver sends their values along with the call (about 0.12 MiB "
         "of its 1 MiB budget), so the gets are answered in the actor's process; 10,000 ops per round",
         "",
         "objects",
