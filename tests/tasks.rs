@@ -170,8 +170,9 @@ fn double(x: u64) -> u64 {
 /// here was 572 MiB in this debug build, the embedded head and node
 /// included (a million results and references held: about 330 bytes each,
 /// and the head's 100,000 task records); the bound leaves room for the
-/// allocator's spread when the whole suite loads the machine. The release `scale_envelope tasks_1m`, with every
-/// task pending at once, peaked at 563 MiB.
+/// allocator's spread when the whole suite loads the machine. The release
+/// `scale_envelope tasks_1m`, with every task pending at once, peaked at
+/// 573-580 MiB.
 #[test]
 fn a_driver_submitting_a_million_tasks_waits_for_room_and_stays_under_its_memory_bound() {
     const TASKS: u64 = 1_000_000;
