@@ -20,7 +20,7 @@ use crate::archived::{ArchivedRef, Checkable};
 use crate::core_worker::CoreWorker;
 use crate::memory_store::FreedObject;
 use crate::object_ref::RawRef;
-use crate::submitter::SubmitterEvent;
+use crate::submitter::{NotRebuilt, SubmitterEvent};
 use crate::value::{Body, Expected, Format, Outcome, StoredAt};
 use crate::{Error, Result};
 
@@ -213,17 +213,17 @@ impl CoreWorker {
     async fn rebuild(&self, id: ObjectId, lost: String) -> Result<Outcome> {
         let (done, rebuilt) = oneshot::channel();
         let request = SubmitterEvent::Reconstruct { object: id, done };
-        let unrecoverable = |why: String| Error::ObjectLost {
+        let unrecoverable = |why: NotRebuilt| Error::ObjectLost {
             object: id,
             reason: format!("{lost}, and {why}"),
         };
         self.submitter
             .send(request)
-            .map_err(|_| unrecoverable("this process is shutting down".into()))?;
+            .map_err(|_| unrecoverable(NotRebuilt::ShuttingDown))?;
         match rebuilt.await {
             Ok(Ok(())) => {}
             Ok(Err(why)) => return Err(unrecoverable(why)),
-            Err(_) => return Err(unrecoverable("this process is shutting down".into())),
+            Err(_) => return Err(unrecoverable(NotRebuilt::ShuttingDown)),
         }
         tracing::info!(object = %id, %lost, "rebuilding a lost object by running its task again");
         Ok(self.store.wait(id, None).await?.expect("waiting without a deadline"))

@@ -63,6 +63,21 @@ pub(crate) struct Submission {
     pub(crate) permit: PendingPermit,
 }
 
+/// Why a lost object cannot be made again.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum NotRebuilt {
+    #[error("it was stored with put, and put objects cannot be rebuilt")]
+    Put,
+    #[error("its task {function} cannot run again: it ran {runs} time(s) and max_retries is {max_retries}")]
+    RetriesSpent {
+        function: String,
+        runs: u32,
+        max_retries: u32,
+    },
+    #[error("this process is shutting down")]
+    ShuttingDown,
+}
+
 /// What the submitter reacts to.
 pub(crate) enum SubmitterEvent {
     Submit(Box<Submission>),
@@ -99,7 +114,7 @@ pub(crate) enum SubmitterEvent {
     /// Run the task that made a lost object again; says why it cannot be.
     Reconstruct {
         object: ObjectId,
-        done: oneshot::Sender<Result<(), String>>,
+        done: oneshot::Sender<Result<(), NotRebuilt>>,
     },
     /// These objects were freed: their tasks need not be kept to rebuild them.
     ForgetLineage(Vec<ObjectId>),
@@ -667,20 +682,19 @@ impl Submitter {
     }
 
     /// Queues the task that made `object` again, if its retries allow.
-    fn reconstruct(&mut self, object: ObjectId) -> Result<(), String> {
+    fn reconstruct(&mut self, object: ObjectId) -> Result<(), NotRebuilt> {
         let Some(task) = self.lineage.remove(&object) else {
             return match self.core.store.try_get(object) {
                 Ok(None) => Ok(()),
-                _ => Err("it was stored with put, and put objects cannot be rebuilt".into()),
+                _ => Err(NotRebuilt::Put),
             };
         };
         if !task.can_retry() {
-            let function = task.options().shown_name();
-            let runs = task.attempt + 1;
-            return Err(format!(
-                "its task {function} cannot run again: it ran {runs} time(s) and max_retries is {}",
-                task.options().max_retries
-            ));
+            return Err(NotRebuilt::RetriesSpent {
+                function: task.options().shown_name(),
+                runs: task.attempt + 1,
+                max_retries: task.options().max_retries,
+            });
         }
         self.core.store.reset_pending(object);
         let template = task.template.clone();
