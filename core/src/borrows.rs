@@ -85,11 +85,13 @@ impl Borrows {
     /// Keeps outcomes a task's caller lent until the returned guard drops,
     /// when the task is done.
     pub(crate) fn lend(self: &Arc<Self>, outcomes: Vec<(ObjectId, Outcome)>) -> LentForTask {
-        let mut table = self.table();
         let mut ids = Vec::with_capacity(outcomes.len());
-        for (id, outcome) in outcomes {
-            table.lent.entry(id).or_insert(Lent { outcome, tasks: 0 }).tasks += 1;
-            ids.push(id);
+        if !outcomes.is_empty() {
+            let mut table = self.table();
+            for (id, outcome) in outcomes {
+                table.lent.entry(id).or_insert(Lent { outcome, tasks: 0 }).tasks += 1;
+                ids.push(id);
+            }
         }
         LentForTask {
             borrows: self.clone(),
@@ -194,6 +196,9 @@ pub(crate) struct LentForTask {
 
 impl Drop for LentForTask {
     fn drop(&mut self) {
+        if self.ids.is_empty() {
+            return;
+        }
         let mut table = self.borrows.table();
         for id in &self.ids {
             if let Some(lent) = table.lent.get_mut(id) {

@@ -176,11 +176,15 @@ impl Cluster {
             demand: options.demand()?,
             scheduling: options.scheduling.to_scheduling()?,
         };
-        let template = self.inner.templates.intern(TaskTemplate {
+        let template = TaskTemplate {
             options: QueuedOptions::new(options),
             class,
-        });
-        let permit = self.inner.pending.admit();
+        };
+        let template = self
+            .inner
+            .templates
+            .intern(&template, |template| Arc::new(template.clone()));
+        let permit = self.admit_pending();
         let core = self.core();
         let task_id = TaskId::random();
         let return_id = task_id.return_object();

@@ -209,18 +209,16 @@ impl CoreWorker {
         object: &AnyObjectRef,
         timeout: Option<Duration>,
     ) -> Result<Option<Outcome>> {
-        if self.owns(object)
-            && let Some(outcome) = self.store.try_get(object.id())?
-        {
-            return Ok(Some(outcome));
-        }
-        if !self.owns(object)
-            && let Some(outcome) = self.borrows.lent_outcome(object.id())
-        {
+        let owned = self.owns(object);
+        let at_hand = match owned {
+            true => self.store.try_get(object.id())?,
+            false => self.borrows.lent_outcome(object.id()),
+        };
+        if let Some(outcome) = at_hand {
             return Ok(Some(outcome));
         }
         let _blocked = BlockedGuard::new(self.blocked_hook.as_ref());
-        if self.owns(object) {
+        if owned {
             let deadline = timeout.map(|t| Instant::now() + t);
             return self.store.wait_blocking(object.id(), deadline);
         }

@@ -31,6 +31,7 @@ mod embedded;
 pub mod error;
 mod group_routes;
 mod head_retry;
+mod interner;
 mod job;
 mod kv;
 mod lent_objects;

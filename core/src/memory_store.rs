@@ -118,7 +118,6 @@ const SHARDS: usize = 16;
 #[derive(Default)]
 struct ObjectTable {
     shards: [IdMap<ObjectId, Entry>; SHARDS],
-    len: usize,
 }
 
 impl ObjectTable {
@@ -135,23 +134,19 @@ impl ObjectTable {
     }
 
     fn insert(&mut self, id: ObjectId, entry: Entry) {
-        if self.shards[Self::shard(&id)].insert(id, entry).is_none() {
-            self.len += 1;
-        }
+        self.shards[Self::shard(&id)].insert(id, entry);
     }
 
     fn remove(&mut self, id: &ObjectId) -> Option<Entry> {
-        let removed = self.shards[Self::shard(id)].remove(id);
-        self.len -= usize::from(removed.is_some());
-        removed
+        self.shards[Self::shard(id)].remove(id)
     }
 
     fn len(&self) -> usize {
-        self.len
+        self.shards.iter().map(|shard| shard.len()).sum()
     }
 
     fn is_empty(&self) -> bool {
-        self.len == 0
+        self.shards.iter().all(|shard| shard.is_empty())
     }
 
     fn values(&self) -> impl Iterator<Item = &Entry> {

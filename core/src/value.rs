@@ -5,13 +5,14 @@
 use std::cell::RefCell;
 use std::collections::HashSet;
 use std::ops::Deref;
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock};
 
 use bytes::Bytes;
 use raylet_proto::ObjectId;
 use raylet_proto::v1;
 use serde::Serialize;
 
+use crate::interner::Interner;
 use crate::object_ref::{AnyObjectRef, RawRef};
 use crate::task::TaskError;
 use crate::{Error, Result};
@@ -79,22 +80,10 @@ pub enum TypeName {
     Received(Arc<str>),
 }
 
-/// Received names kept at most; past it the set starts over.
-const MAX_TYPE_NAMES: usize = 4096;
-
 impl TypeName {
     fn received(name: &str) -> Self {
-        static NAMES: LazyLock<Mutex<HashSet<Arc<str>>>> = LazyLock::new(Mutex::default);
-        let mut names = NAMES.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(known) = names.get(name) {
-            return TypeName::Received(known.clone());
-        }
-        if names.len() >= MAX_TYPE_NAMES {
-            names.clear();
-        }
-        let name: Arc<str> = name.into();
-        names.insert(name.clone());
-        TypeName::Received(name)
+        static NAMES: LazyLock<Interner<str>> = LazyLock::new(Interner::default);
+        TypeName::Received(NAMES.intern(name, |name| name.into()))
     }
 }
 

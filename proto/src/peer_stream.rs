@@ -1,12 +1,15 @@
 //! A server's event stream to one peer, with a bound. Events wait for the
 //! peer up to [`PEER_QUEUE_BOUND`]; a peer that lets more pile up has
 //! stopped reading, so the server says who it is in its log and ends the
-//! stream, instead of keeping every event for it in memory.
+//! stream, instead of keeping every event for it in memory. A producer that
+//! can wait (one reading a file) waits for room instead, up to
+//! [`PEER_PATIENCE`].
 
 use std::pin::Pin;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::task::{Context, Poll};
+use std::time::Duration;
 
 use tokio::sync::mpsc::{self, error::TrySendError};
 use tokio_stream::Stream;
@@ -14,6 +17,9 @@ use tonic::Status;
 
 /// Events that may wait for one peer.
 pub const PEER_QUEUE_BOUND: usize = 4096;
+/// How long a peer may leave a full queue unread before a producer that
+/// waits for room cuts it off.
+pub const PEER_PATIENCE: Duration = Duration::from_secs(30);
 
 /// The stream ended: the peer left, or it stopped reading and was cut off.
 #[derive(Debug, thiserror::Error)]
@@ -50,23 +56,41 @@ impl<T> PeerSender<T> {
         match self.queue.try_send(event) {
             Ok(()) => Ok(()),
             Err(TrySendError::Closed(_)) => Err(PeerGone),
-            Err(TrySendError::Full(_)) => {
-                if !self.cut_off.swap(true, Ordering::AcqRel) {
-                    tracing::warn!(
-                        stream = self.stream,
-                        peer = %self.peer,
-                        bound = PEER_QUEUE_BOUND,
-                        "a peer stopped reading its stream; disconnecting it"
-                    );
-                }
-                Err(PeerGone)
-            }
+            Err(TrySendError::Full(_)) => Err(self.cut_off()),
         }
     }
 
-    /// Whether the stream has ended.
-    pub fn is_closed(&self) -> bool {
-        self.cut_off.load(Ordering::Acquire) || self.queue.is_closed()
+    /// Queues an event once there is room, for a producer that can wait; a
+    /// peer that makes no room within [`PEER_PATIENCE`] is cut off.
+    pub async fn send_when_room(&self, event: Result<T, Status>) -> Result<(), PeerGone> {
+        self.send_within(event, PEER_PATIENCE).await
+    }
+
+    async fn send_within(&self, event: Result<T, Status>, patience: Duration) -> Result<(), PeerGone> {
+        if self.cut_off.load(Ordering::Acquire) {
+            return Err(PeerGone);
+        }
+        match tokio::time::timeout(patience, self.queue.reserve()).await {
+            Ok(Ok(room)) => {
+                room.send(event);
+                Ok(())
+            }
+            Ok(Err(_closed)) => Err(PeerGone),
+            Err(_elapsed) => Err(self.cut_off()),
+        }
+    }
+
+    /// Ends the stream of a peer that stopped reading, saying so once.
+    fn cut_off(&self) -> PeerGone {
+        if !self.cut_off.swap(true, Ordering::AcqRel) {
+            tracing::warn!(
+                stream = self.stream,
+                peer = %self.peer,
+                bound = PEER_QUEUE_BOUND,
+                "a peer stopped reading its stream; disconnecting it"
+            );
+        }
+        PeerGone
     }
 }
 
@@ -132,11 +156,25 @@ mod tests {
             sender.send(Ok(event)).unwrap();
         }
         assert!(sender.send(Ok(0)).is_err(), "one more is past the bound");
-        assert!(sender.is_closed());
         assert!(sender.clone().send(Ok(1)).is_err(), "every clone sees the end");
         let ended = stream.next().await.unwrap().unwrap_err();
         assert_eq!(ended.code(), tonic::Code::ResourceExhausted);
         assert!(stream.next().await.is_none());
+    }
+
+    #[tokio::test]
+    async fn a_waiting_producer_sends_once_the_peer_reads_and_cuts_off_one_that_never_does() {
+        let (sender, mut stream) = peer_stream::<u32>("test events", "127.0.0.1:9");
+        for event in 0..PEER_QUEUE_BOUND as u32 {
+            sender.send(Ok(event)).unwrap();
+        }
+        let waiting = sender.send_within(Ok(PEER_QUEUE_BOUND as u32), Duration::from_secs(600));
+        let (sent, read) = tokio::join!(waiting, stream.next());
+        assert!(sent.is_ok(), "reading one event made room");
+        assert_eq!(read.unwrap().unwrap(), 0);
+        assert!(sender.send_within(Ok(0), Duration::from_millis(10)).await.is_err());
+        let ended = stream.next().await.unwrap().unwrap_err();
+        assert_eq!(ended.code(), tonic::Code::ResourceExhausted);
     }
 
     #[tokio::test]

@@ -147,23 +147,11 @@ impl SchedulingClass {
 }
 
 /// The tasks of one resource shape and the workers leased for them.
+#[derive(Default)]
 struct Shape {
-    /// The shape, shared by its tasks.
-    class: Arc<SchedulingClass>,
     queue: VecDeque<QueuedTask>,
     pending_leases: usize,
     workers: Vec<WorkerId>,
-}
-
-impl Shape {
-    fn new(class: Arc<SchedulingClass>) -> Self {
-        Shape {
-            class,
-            queue: VecDeque::new(),
-            pending_leases: 0,
-            workers: Vec::new(),
-        }
-    }
 }
 
 struct LeasedWorker {
@@ -361,17 +349,17 @@ impl Submitter {
             args,
         };
         let job = self.core.task_events.job();
+        let template = submission.template.clone();
         let task = QueuedTask::new(submission.task_id, job, submission.template, inputs, submission.permit);
-        let shape = self.shape_mut(task.shape());
-        let class = shape.class.clone();
-        shape.queue.push_back(task);
-        self.dispatch(&class);
+        self.shape_mut(&template.class).queue.push_back(task);
+        self.dispatch(&template.class);
     }
 
-    /// The state of the tasks of `class`, made on first use.
+    /// The state of the tasks of `class`, made on first use (without
+    /// cloning the class for a shape that exists).
     fn shape_mut(&mut self, class: &SchedulingClass) -> &mut Shape {
         if !self.shapes.contains_key(class) {
-            self.shapes.insert(class.clone(), Shape::new(Arc::new(class.clone())));
+            self.shapes.insert(class.clone(), Shape::default());
         }
         self.shapes.get_mut(class).expect("the shape was just made")
     }

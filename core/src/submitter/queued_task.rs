@@ -1,56 +1,34 @@
 //! A task as the submitter keeps it from submission until its result is in
 //! (and after, while a stored result may need it to run again): small, so
 //! that a driver can queue a million of them. What the tasks of one
-//! function and options share is interned in a [`TaskTemplate`]; the wire
+//! function and options share is interned as a [`TaskTemplate`]; the wire
 //! spec is built only when the task is sent to a worker.
 
-use std::collections::HashSet;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 
 use raylet_proto::v1::{LentObject, TaskArg, TaskKind, TaskSpec, task_arg};
 use raylet_proto::{JobId, ObjectId, TaskId};
 
 use super::SchedulingClass;
 use crate::core_worker::CoreWorker;
+use crate::interner::Interner;
 use crate::object_ref::AnyObjectRef;
 use crate::pending_gate::PendingPermit;
 use crate::task::TaskOptions;
 use crate::task_events::TaskIdentity;
 
-/// Most templates a process keeps interned; past it the cache starts
-/// over (tasks keep theirs), so options that vary per call cannot grow it
-/// without bound.
-const MAX_TEMPLATES: usize = 4096;
-
 /// What the tasks of one function and options share.
-#[derive(PartialEq, Eq, Hash)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub(crate) struct TaskTemplate {
     pub(crate) options: QueuedOptions,
     pub(crate) class: SchedulingClass,
 }
 
 /// The templates of a process's calls, one shared copy of each.
-#[derive(Default)]
-pub(crate) struct TemplateCache(Mutex<HashSet<Arc<TaskTemplate>>>);
-
-impl TemplateCache {
-    /// The shared copy of `template`.
-    pub(crate) fn intern(&self, template: TaskTemplate) -> Arc<TaskTemplate> {
-        let mut templates = self.0.lock().unwrap_or_else(|p| p.into_inner());
-        if let Some(known) = templates.get(&template) {
-            return known.clone();
-        }
-        if templates.len() >= MAX_TEMPLATES {
-            templates.clear();
-        }
-        let template = Arc::new(template);
-        templates.insert(template.clone());
-        template
-    }
-}
+pub(crate) type TemplateCache = Interner<TaskTemplate>;
 
 /// What a queued task keeps of its options.
-#[derive(PartialEq, Eq, Hash)]
+#[derive(Clone, PartialEq, Eq, Hash)]
 pub(crate) struct QueuedOptions {
     pub(crate) function: &'static str,
     display_name: Option<Box<str>>,
@@ -127,10 +105,6 @@ impl QueuedTask {
 
     pub(crate) fn options(&self) -> &QueuedOptions {
         &self.template.options
-    }
-
-    pub(crate) fn shape(&self) -> &SchedulingClass {
-        &self.template.class
     }
 
     pub(crate) fn return_id(&self) -> ObjectId {

@@ -227,32 +227,33 @@ async fn supervise(shared: &Arc<NodeShared>, job: JobId, spec: &JobSpec, driver:
 }
 
 /// Sends the driver's start, its output from `offset` and its end, as they
-/// come, until it ended or the receiver is gone.
+/// come, until it ended or the receiver is gone. The output is read from
+/// its file only as fast as the receiver takes it.
 async fn stream_events(driver: Arc<Driver>, mut offset: u64, events: DriverEvents) {
-    let send = |kind: Event| events.send(Ok(JobDriverEvent { kind: Some(kind) })).is_ok();
+    let send = |kind: Event| events.send_when_room(Ok(JobDriverEvent { kind: Some(kind) }));
     let mut progress = driver.progress.subscribe();
     let mut started = false;
     let mut output: Option<std::fs::File> = None;
     loop {
         let now = progress.borrow_and_update().clone();
         if let (false, Some(pid)) = (started, now.pid) {
-            started = send(Event::Started(pid));
+            started = send(Event::Started(pid)).await.is_ok();
         }
         while offset < now.output_bytes {
             let chunk = match read_output(&mut output, &driver.output, offset, now.output_bytes) {
                 Ok(chunk) => chunk,
                 Err(error) => {
-                    send(Event::Failed(error.to_string()));
+                    let _ = send(Event::Failed(error.to_string())).await;
                     return;
                 }
             };
             offset += chunk.len() as u64;
-            if !send(Event::Output(chunk)) {
+            if send(Event::Output(chunk)).await.is_err() {
                 return;
             }
         }
         if let Some(end) = now.end {
-            send(end);
+            let _ = send(end).await;
             return;
         }
         if progress.changed().await.is_err() {
