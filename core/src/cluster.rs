@@ -507,6 +507,7 @@ async fn start_driver(config: Config, runtime: tokio::runtime::Handle) -> Result
             worker_id: None,
             pid: std::process::id(),
         },
+        links: None,
     };
     crate::timeline::set_on(config.timeline);
     let core = CoreWorker::start(settings, submitter, runtime);

@@ -1,15 +1,13 @@
 //! The owner side of a process (driver or worker): the objects it owns, the
 //! task submitter, and fetching objects that other processes own.
 
-use std::collections::HashMap;
 use std::future::Future;
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use raylet_object_store::StoreClient;
 use raylet_proto::JobId;
 use raylet_proto::auth::AuthToken;
-use raylet_proto::channel::AuthedChannel;
 use raylet_proto::server::MAX_DATA_MESSAGE;
 use raylet_proto::v1::owner_service_client::OwnerServiceClient;
 use raylet_proto::v1::{GetObjectRequest, WorkerBinary};
@@ -17,6 +15,8 @@ use tokio::sync::{OnceCell, mpsc};
 
 use crate::actor::ActorClients;
 use crate::borrows::Borrows;
+use crate::channels::Channels;
+use crate::links::Links;
 use crate::memory_store::{MemoryStore, OwningHook};
 use crate::object_ref::AnyObjectRef;
 use crate::placement_group::GroupSession;
@@ -25,7 +25,6 @@ use crate::task_events::{Placement, TaskEvents};
 use crate::value::{Outcome, outcome_from_proto};
 use crate::{Error, Result};
 
-const CONNECT_PATIENCE: Duration = Duration::from_secs(5);
 /// A borrowed object is asked for in slices of this length, so a lost
 /// owner is noticed.
 const FETCH_SLICE: Duration = Duration::from_secs(10);
@@ -59,7 +58,9 @@ pub(crate) struct CoreWorker {
     pub(crate) placement_groups: GroupSession,
     /// The states of this process's tasks, on their way to the head.
     pub(crate) task_events: TaskEvents,
-    channels: Mutex<HashMap<String, AuthedChannel>>,
+    /// How tasks reach node managers, the head and workers.
+    pub(crate) links: Links,
+    channels: Arc<Channels>,
 }
 
 /// Where a process's owner service listens and how it reaches its node.
@@ -80,6 +81,8 @@ pub(crate) struct CoreSettings {
     pub(crate) task_events: bool,
     /// Where this process runs, for the tasks it reports running.
     pub(crate) place: Placement,
+    /// How tasks reach the cluster: over gRPC when `None`.
+    pub(crate) links: Option<Links>,
 }
 
 impl CoreWorker {
@@ -94,6 +97,8 @@ impl CoreWorker {
         let address: Arc<str> = settings.address.into();
         let (freed, freed_objects) = mpsc::unbounded_channel();
         let (changes, borrower_changes) = mpsc::unbounded_channel();
+        let channels = Arc::new(Channels::new(settings.token.clone()));
+        let links = (settings.links).unwrap_or_else(|| Links::grpc(channels.clone(), settings.head_address.clone()));
         let core = Arc::new(CoreWorker {
             store: Arc::new(MemoryStore::new(freed, settings.owning_hook)),
             borrows: Arc::new(Borrows::new(address.clone(), changes)),
@@ -111,7 +116,8 @@ impl CoreWorker {
             actors: ActorClients::default(),
             placement_groups: GroupSession::default(),
             task_events: TaskEvents::new(settings.job, settings.task_events),
-            channels: Mutex::new(HashMap::new()),
+            links,
+            channels,
         });
         runtime.spawn(crate::borrows::send_changes(core.clone(), borrower_changes));
         runtime.spawn(crate::shared_objects::delete_freed(core.clone(), freed_objects));
@@ -125,14 +131,8 @@ impl CoreWorker {
     }
 
     /// An authenticated channel to `address`, reused across calls.
-    pub(crate) async fn channel(&self, address: &str) -> Result<AuthedChannel> {
-        if let Some(channel) = self.channels.lock().unwrap_or_else(|p| p.into_inner()).get(address) {
-            return Ok(channel.clone());
-        }
-        let channel = raylet_proto::channel::connect(address, &self.token, CONNECT_PATIENCE).await?;
-        let mut channels = self.channels.lock().unwrap_or_else(|p| p.into_inner());
-        channels.insert(address.to_string(), channel.clone());
-        Ok(channel)
+    pub(crate) async fn channel(&self, address: &str) -> Result<raylet_proto::channel::AuthedChannel> {
+        self.channels.get(address).await
     }
 
     /// Waits for an object, owned or borrowed; `None` when `deadline` passed.
@@ -174,14 +174,11 @@ impl CoreWorker {
     }
 
     fn has_channel(&self, address: &str) -> bool {
-        self.channels
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .contains_key(address)
+        self.channels.has(address)
     }
 
     pub(crate) fn forget_channel(&self, address: &str) {
-        self.channels.lock().unwrap_or_else(|p| p.into_inner()).remove(address);
+        self.channels.forget(address);
     }
 
     async fn fetch_once(&self, object: &AnyObjectRef, wait: Duration) -> Result<Option<Outcome>> {

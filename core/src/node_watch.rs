@@ -8,33 +8,24 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use raylet_proto::v1::WatchNodeDeathsRequest;
-use raylet_proto::v1::head_service_client::HeadServiceClient;
-use raylet_proto::{Backoff, NodeId};
+use futures_util::StreamExt;
+use raylet_proto::Backoff;
 use tokio::sync::mpsc;
 
-use crate::core_worker::CoreWorker;
+use crate::links::NodeManagerLink;
 use crate::submitter::SubmitterEvent;
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
-/// A node incarnation the head counts dead.
-pub(crate) struct NodeDeath {
-    pub(crate) node_id: NodeId,
-    pub(crate) incarnation: u64,
-    pub(crate) address: String,
-    pub(crate) reason: String,
-}
-
 /// Forwards node deaths to the submitter until it stops.
-pub(crate) fn spawn(core: Arc<CoreWorker>, events: mpsc::UnboundedSender<SubmitterEvent>) {
+pub(crate) fn spawn(nodes: Arc<dyn NodeManagerLink>, events: mpsc::UnboundedSender<SubmitterEvent>) {
     tokio::spawn(async move {
         let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
         loop {
             tokio::select! {
                 () = events.closed() => return,
-                result = forward_deaths(&core, &events) => match result {
+                result = forward_deaths(nodes.as_ref(), &events) => match result {
                     Ok(()) => backoff.reset(),
                     Err(error) => tracing::debug!(%error, "watching node deaths; will watch again"),
                 },
@@ -45,23 +36,13 @@ pub(crate) fn spawn(core: Arc<CoreWorker>, events: mpsc::UnboundedSender<Submitt
 }
 
 /// Reads one watch of the head until it ends.
-async fn forward_deaths(core: &CoreWorker, events: &mpsc::UnboundedSender<SubmitterEvent>) -> crate::Result<()> {
-    let channel = core.channel(&core.head_address).await?;
-    let reply = HeadServiceClient::new(channel)
-        .watch_node_deaths(WatchNodeDeathsRequest {})
-        .await;
-    let mut deaths = reply.map_err(raylet_proto::Error::from)?.into_inner();
-    while let Some(death) = deaths.message().await.map_err(raylet_proto::Error::from)? {
-        let Ok(node_id) = NodeId::from_wire(&death.node_id) else {
-            continue;
-        };
-        let death = NodeDeath {
-            node_id,
-            incarnation: death.incarnation,
-            address: death.address,
-            reason: death.reason,
-        };
-        let _ = events.send(SubmitterEvent::NodeDied(death));
+async fn forward_deaths(
+    nodes: &dyn NodeManagerLink,
+    events: &mpsc::UnboundedSender<SubmitterEvent>,
+) -> crate::Result<()> {
+    let mut deaths = nodes.node_deaths().await?;
+    while let Some(death) = deaths.next().await {
+        let _ = events.send(SubmitterEvent::NodeDied(death?));
     }
     Ok(())
 }

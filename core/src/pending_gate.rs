@@ -67,7 +67,7 @@ impl PendingGate {
 
     /// Tasks submitted and not finished now.
     #[cfg(test)]
-    fn pending(&self) -> usize {
+    pub(crate) fn pending(&self) -> usize {
         self.counts().pending
     }
 

@@ -14,7 +14,7 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use raylet_proto::task_stream::TaskSender;
+use futures_util::StreamExt;
 use raylet_proto::v1::actor_service_client::ActorServiceClient;
 use raylet_proto::v1::{
     ActorDeathKind, ActorRecord, ActorState, OwnerSessionEvent, OwnerSessionMessage, TaskBatch, TaskKind, TaskSpec,
@@ -28,9 +28,10 @@ use super::watch::ActorWatch;
 use crate::core_worker::CoreWorker;
 use crate::head_retry::retrying;
 use crate::lent_objects::lend_contained;
+use crate::links::TaskOutlet;
 use crate::object_ref::AnyObjectRef;
 use crate::pending_gate::PendingPermit;
-use crate::submitter::{complete_values, connect_task_stream, print_log_lines, resolve_arg};
+use crate::submitter::{complete_values, print_log_lines, resolve_arg};
 use crate::task::{Arg, TaskError, TaskErrorKind};
 use crate::task_events::{Ending, Placement, TaskIdentity};
 use crate::{Error, Result};
@@ -211,7 +212,7 @@ struct Connection {
     id: u64,
     record_version: u64,
     /// `None` while the stream opens.
-    tasks: Option<TaskSender>,
+    tasks: Option<Box<dyn TaskOutlet>>,
     /// The incarnation's process.
     place: Placement,
 }
@@ -464,9 +465,9 @@ impl ActorClient {
         let client = self.clone();
         self.core.runtime.spawn(async move {
             let streamed = async {
-                let (tasks, mut inbound) = connect_task_stream(&client.core, &address).await?;
+                let (tasks, mut inbound) = client.core.links.workers.task_stream(address.clone()).await?;
                 client.stream_opened(id, tasks);
-                while let Some(batch) = inbound.message().await? {
+                while let Some(batch) = inbound.next().await.transpose()? {
                     if client.core.log_to_driver {
                         print_log_lines(pid, node_id, &batch.logs);
                     }
@@ -484,7 +485,7 @@ impl ActorClient {
         });
     }
 
-    fn stream_opened(&self, connection: u64, tasks: TaskSender) {
+    fn stream_opened(&self, connection: u64, tasks: Box<dyn TaskOutlet>) {
         let mut state = self.state();
         if let Some(current) = state.connection.as_mut().filter(|c| c.id == connection) {
             current.tasks = Some(tasks);

@@ -8,27 +8,25 @@ use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 use std::time::Duration;
 
-use raylet_proto::task_stream::{self, EventReader, TaskSender};
+use futures_util::StreamExt;
 use raylet_proto::v1::lease_session_event::Kind as LeaseEvent;
 use raylet_proto::v1::lease_session_request::Kind as LeaseRequest;
-use raylet_proto::v1::node_manager_service_client::NodeManagerServiceClient;
 use raylet_proto::v1::{
-    self, CancelLeaseRequest, CancelTask, GetWorkerExitRequest, LeaseRefusalKind, LeaseSessionEvent,
-    LeaseSessionRequest, RequestLease, ReturnLease, TaskArg, TaskBatch, TaskKind, WorkerExit, WorkerExitKind, task_arg,
+    self, CancelLeaseRequest, CancelTask, LeaseRefusalKind, LeaseSessionEvent, LeaseSessionRequest, RequestLease,
+    ReturnLease, TaskArg, TaskBatch, TaskKind, WorkerExit, WorkerExitKind, task_arg,
 };
 use raylet_proto::{
     Backoff, IdMap, NodeId, ObjectId, PlacementGroupId, ResourceSet, Scheduling, SchedulingStrategy, TaskId, WorkerId,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
-use tokio_stream::wrappers::UnboundedReceiverStream;
 
 pub(crate) use self::queued_task::{QueuedOptions, TaskTemplate, TemplateCache};
 use self::queued_task::{QueuedTask, TaskInputs};
 use crate::core_worker::CoreWorker;
 use crate::group_routes::{GroupRoute, GroupRoutes, RouteTarget};
 use crate::lent_objects::lend_contained;
-use crate::node_watch::NodeDeath;
+use crate::links::NodeDeath;
 use crate::object_ref::AnyObjectRef;
 use crate::pending_gate::PendingPermit;
 use crate::task::{Arg, TaskError, TaskErrorKind};
@@ -36,6 +34,8 @@ use crate::task_events::{Ending, Placement, TaskIdentity};
 use crate::value::{Body, EncodedValue, Outcome, outcome_from_proto};
 
 mod queued_task;
+#[cfg(test)]
+mod tests;
 
 /// Most tasks sent ahead to one leased worker.
 const PIPELINE_DEPTH: usize = 8;
@@ -45,8 +45,6 @@ const PIPELINE_DEPTH: usize = 8;
 const PIPELINE_BUDGET: Duration = Duration::from_micros(2_000);
 /// Lease requests outstanding per resource shape.
 const MAX_PENDING_LEASES: usize = 10;
-/// A leased worker listens already when its lease is granted.
-const WORKER_CONNECT_PATIENCE: Duration = Duration::from_secs(2);
 /// The first pause before a task whose worker ran out of memory runs again.
 const OOM_RETRY_BACKOFF: Duration = Duration::from_millis(500);
 /// The longest pause before a task the out-of-memory monitor ended runs again.
@@ -488,14 +486,14 @@ impl Submitter {
     fn session(&mut self, node: &Arc<str>) -> SessionSender<'_> {
         if !self.watching_nodes {
             self.watching_nodes = true;
-            crate::node_watch::spawn(self.core.clone(), self.events.clone());
+            crate::node_watch::spawn(self.core.links.nodes.clone(), self.events.clone());
         }
         if !self.sessions.contains_key(node) {
             let id = self.next_session;
             self.next_session += 1;
             let session = LeaseSession {
                 id,
-                requests: open_lease_session(self.core.clone(), self.events.clone(), (node.clone(), id)),
+                requests: open_lease_session(&self.core, self.events.clone(), (node.clone(), id)),
                 granted_by: None,
             };
             self.sessions.insert(node.clone(), session);
@@ -720,7 +718,7 @@ impl Submitter {
         let core = self.core.clone();
         let events = self.events.clone();
         tokio::spawn(async move {
-            let exit = worker_exit(&core, &node, worker_id).await;
+            let exit = worker_exit(&core, node, worker_id).await;
             let _ = events.send(SubmitterEvent::WorkerDied {
                 worker: worker_id,
                 exit,
@@ -984,7 +982,7 @@ impl SessionSender<'_> {
 /// Opens lease session `session` with the node manager at `node`; its
 /// events flow into the submitter.
 fn open_lease_session(
-    core: Arc<CoreWorker>,
+    core: &CoreWorker,
     events: mpsc::UnboundedSender<SubmitterEvent>,
     (node, session): (Arc<str>, u64),
 ) -> mpsc::UnboundedSender<LeaseSessionRequest> {
@@ -993,17 +991,15 @@ fn open_lease_session(
         kind: Some(LeaseRequest::Open(core.binary.clone())),
     };
     let _ = requests.send(open);
+    let opening = core.links.nodes.lease_session(node.clone(), outbound);
     tokio::spawn(async move {
         let result: crate::Result<()> = async {
-            let channel = core.channel(&node).await?;
-            let mut client = NodeManagerServiceClient::new(channel);
-            let reply = client.lease_session(UnboundedReceiverStream::new(outbound)).await;
-            let mut inbound = reply.map_err(raylet_proto::Error::from)?.into_inner();
-            while let Some(event) = inbound.message().await.map_err(raylet_proto::Error::from)? {
+            let mut inbound = opening.await?;
+            while let Some(event) = inbound.next().await {
                 let _ = events.send(SubmitterEvent::Lease {
                     node: node.clone(),
                     session,
-                    event,
+                    event: event?,
                 });
             }
             Ok(())
@@ -1020,18 +1016,32 @@ fn open_lease_session(
 
 /// Opens the task stream to a leased worker, on a connection of its own: a
 /// port may have served an earlier worker, so cached connections are not
-/// reused. Tasks sent before it connects wait in the channel.
+/// reused. Tasks sent before it connects wait in the channel, and go in
+/// order, those that waited merged into one frame.
 fn connect_worker(
     core: Arc<CoreWorker>,
     events: mpsc::UnboundedSender<SubmitterEvent>,
     (worker, lease): (WorkerId, u64),
     address: String,
 ) -> mpsc::UnboundedSender<TaskBatch> {
-    let (tasks, outbound) = mpsc::unbounded_channel();
+    let (tasks, mut outbound) = mpsc::unbounded_channel::<TaskBatch>();
+    let opening = core.links.workers.task_stream(address);
     tokio::spawn(async move {
         let result: crate::Result<()> = async {
-            let mut inbound = open_task_stream(&core, &address, outbound).await?;
-            while let Some(batch) = inbound.message().await? {
+            let (outlet, mut inbound) = opening.await?;
+            tokio::spawn(async move {
+                while let Some(mut batch) = outbound.recv().await {
+                    while let Ok(more) = outbound.try_recv() {
+                        batch.tasks.extend(more.tasks);
+                        batch.cancel.extend(more.cancel);
+                    }
+                    if outlet.send(&batch).is_err() {
+                        return;
+                    }
+                }
+            });
+            while let Some(batch) = inbound.next().await {
+                let batch = batch?;
                 let finished = complete_values(&core, batch.results);
                 let _ = events.send(SubmitterEvent::Results {
                     worker,
@@ -1052,35 +1062,6 @@ fn connect_worker(
 }
 
 /// A task's outcome as its worker reported it.
-/// Opens a task stream to the worker at `address`.
-pub(crate) async fn connect_task_stream(core: &CoreWorker, address: &str) -> crate::Result<(TaskSender, EventReader)> {
-    Ok(task_stream::open(address, &core.token, WORKER_CONNECT_PATIENCE).await?)
-}
-
-/// Opens a task stream to the worker at `address`. The batches sent on
-/// `outbound`, also before it connects, go to the worker in order, those
-/// that wait merged into one frame; its results come back on the returned
-/// reader.
-async fn open_task_stream(
-    core: &CoreWorker,
-    address: &str,
-    mut outbound: mpsc::UnboundedReceiver<TaskBatch>,
-) -> crate::Result<EventReader> {
-    let (tasks, events) = connect_task_stream(core, address).await?;
-    tokio::spawn(async move {
-        while let Some(mut batch) = outbound.recv().await {
-            while let Ok(more) = outbound.try_recv() {
-                batch.tasks.extend(more.tasks);
-                batch.cancel.extend(more.cancel);
-            }
-            if tasks.send(&batch).is_err() {
-                return;
-            }
-        }
-    });
-    Ok(events)
-}
-
 pub(crate) struct TaskFinished {
     pub(crate) task_id: TaskId,
     pub(crate) outcome: Outcome,
@@ -1136,16 +1117,8 @@ pub(crate) fn complete_values(core: &CoreWorker, results: Vec<v1::TaskResult>) -
 }
 
 /// How a worker exited, as its node manager saw it.
-async fn worker_exit(core: &CoreWorker, node: &str, worker: WorkerId) -> WorkerExit {
-    let query = async {
-        let channel = core.channel(node).await?;
-        let request = GetWorkerExitRequest {
-            worker_id: worker.as_bytes().to_vec(),
-        };
-        let reply = NodeManagerServiceClient::new(channel).get_worker_exit(request).await;
-        Ok::<_, crate::Error>(reply.map_err(raylet_proto::Error::from)?.into_inner())
-    };
-    match query.await {
+async fn worker_exit(core: &CoreWorker, node: Arc<str>, worker: WorkerId) -> WorkerExit {
+    match core.links.nodes.worker_exit(node, worker).await {
         Ok(exit) if exit.exited => exit,
         Ok(_) => unknown_exit("stopped answering".into()),
         Err(error) => unknown_exit(format!("was lost with its node ({error})")),

@@ -166,6 +166,7 @@ async fn start(
             worker_id: Some(worker_id),
             pid: std::process::id(),
         },
+        links: None,
     };
     crate::timeline::set_node(node_id);
     let core = CoreWorker::start(settings, submitter, runtime);
