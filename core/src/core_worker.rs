@@ -16,7 +16,7 @@ use tokio::sync::{OnceCell, mpsc};
 use crate::actor::ActorClients;
 use crate::borrows::Borrows;
 use crate::channels::Channels;
-use crate::links::Links;
+use crate::links::{Links, grpc_links};
 use crate::memory_store::{MemoryStore, OwningHook};
 use crate::object_ref::AnyObjectRef;
 use crate::placement_group::GroupSession;
@@ -98,7 +98,7 @@ impl CoreWorker {
         let (freed, freed_objects) = mpsc::unbounded_channel();
         let (changes, borrower_changes) = mpsc::unbounded_channel();
         let channels = Arc::new(Channels::new(settings.token.clone()));
-        let links = (settings.links).unwrap_or_else(|| Links::grpc(channels.clone(), settings.head_address.clone()));
+        let links = (settings.links).unwrap_or_else(|| grpc_links(channels.clone(), settings.head_address.clone()));
         let core = Arc::new(CoreWorker {
             store: Arc::new(MemoryStore::new(freed, settings.owning_hook)),
             borrows: Arc::new(Borrows::new(address.clone(), changes)),

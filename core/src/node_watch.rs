@@ -12,20 +12,20 @@ use futures_util::StreamExt;
 use raylet_proto::Backoff;
 use tokio::sync::mpsc;
 
-use crate::links::NodeManagerLink;
+use crate::links::HeadLink;
 use crate::submitter::SubmitterEvent;
 
 const FIRST_BACKOFF: Duration = Duration::from_millis(100);
 const MAX_BACKOFF: Duration = Duration::from_secs(2);
 
 /// Forwards node deaths to the submitter until it stops.
-pub(crate) fn spawn(nodes: Arc<dyn NodeManagerLink>, events: mpsc::UnboundedSender<SubmitterEvent>) {
+pub(crate) fn spawn(head: Arc<dyn HeadLink>, events: mpsc::UnboundedSender<SubmitterEvent>) {
     tokio::spawn(async move {
         let mut backoff = Backoff::new(FIRST_BACKOFF, MAX_BACKOFF);
         loop {
             tokio::select! {
                 () = events.closed() => return,
-                result = forward_deaths(nodes.as_ref(), &events) => match result {
+                result = forward_deaths(head.as_ref(), &events) => match result {
                     Ok(()) => backoff.reset(),
                     Err(error) => tracing::debug!(%error, "watching node deaths; will watch again"),
                 },
@@ -36,11 +36,8 @@ pub(crate) fn spawn(nodes: Arc<dyn NodeManagerLink>, events: mpsc::UnboundedSend
 }
 
 /// Reads one watch of the head until it ends.
-async fn forward_deaths(
-    nodes: &dyn NodeManagerLink,
-    events: &mpsc::UnboundedSender<SubmitterEvent>,
-) -> crate::Result<()> {
-    let mut deaths = nodes.node_deaths().await?;
+async fn forward_deaths(head: &dyn HeadLink, events: &mpsc::UnboundedSender<SubmitterEvent>) -> crate::Result<()> {
+    let mut deaths = head.node_deaths().await?;
     while let Some(death) = deaths.next().await {
         let _ = events.send(SubmitterEvent::NodeDied(death?));
     }

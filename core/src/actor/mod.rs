@@ -6,6 +6,8 @@ mod client;
 mod handle;
 mod info;
 pub(crate) mod instance;
+#[cfg(test)]
+mod tests;
 mod watch;
 
 use std::sync::Arc;

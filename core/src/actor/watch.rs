@@ -8,16 +8,16 @@
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use raylet_proto::v1::actor_service_client::ActorServiceClient;
+use futures_util::StreamExt;
 use raylet_proto::v1::{ActorState, ActorWatchEvent, WatchActorRequest};
 use raylet_proto::{ActorId, IdMap};
 use tokio::sync::mpsc;
-use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::client::ActorClient;
 use crate::Error;
 use crate::core_worker::CoreWorker;
 use crate::head_retry::HeadLost;
+use crate::links::Incoming;
 
 /// The actors this process follows, and the stream that follows them.
 #[derive(Default)]
@@ -58,10 +58,6 @@ impl ActorWatch {
     /// Opens the stream, asks for every actor followed, and hands out the
     /// records until the stream ends, which counts as the head gone away.
     async fn watch_once(&self, core: &CoreWorker, head_lost: &mut HeadLost) -> Error {
-        let channel = match core.channel(&core.head_address).await {
-            Ok(channel) => channel,
-            Err(error) => return error,
-        };
         let (requests, outbound) = mpsc::unbounded_channel();
         {
             let mut state = self.state();
@@ -70,28 +66,25 @@ impl ActorWatch {
             }
             state.requests = Some(requests);
         }
-        let reply = ActorServiceClient::new(channel)
-            .watch_actors(UnboundedReceiverStream::new(outbound))
-            .await;
-        let error = match reply {
-            Ok(reply) => {
+        let error = match core.links.head.watch_actors(outbound).await {
+            Ok(events) => {
                 *head_lost = HeadLost::default();
-                self.hand_out(reply.into_inner()).await
+                self.hand_out(events).await
             }
-            Err(status) => Error::from(raylet_proto::Error::from(status)),
+            Err(error) => error,
         };
         self.state().requests = None;
         error
     }
 
     /// Hands each record to its actor's client until the stream ends.
-    async fn hand_out(&self, mut events: tonic::Streaming<ActorWatchEvent>) -> Error {
+    async fn hand_out(&self, mut events: Incoming<ActorWatchEvent>) -> Error {
         let gone = |why: String| Error::Cluster(raylet_proto::Error::Unavailable(why));
         loop {
-            match events.message().await {
-                Ok(Some(event)) => self.on_event(event),
-                Ok(None) => return gone("the head stopped reporting on actors".into()),
-                Err(status) => return gone(format!("the head's report broke off ({})", status.message())),
+            match events.next().await {
+                Some(Ok(event)) => self.on_event(event),
+                None => return gone("the head stopped reporting on actors".into()),
+                Some(Err(error)) => return gone(format!("the head's report broke off ({error})")),
             }
         }
     }

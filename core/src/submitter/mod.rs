@@ -486,7 +486,7 @@ impl Submitter {
     fn session(&mut self, node: &Arc<str>) -> SessionSender<'_> {
         if !self.watching_nodes {
             self.watching_nodes = true;
-            crate::node_watch::spawn(self.core.links.nodes.clone(), self.events.clone());
+            crate::node_watch::spawn(self.core.links.head.clone(), self.events.clone());
         }
         if !self.sessions.contains_key(node) {
             let id = self.next_session;

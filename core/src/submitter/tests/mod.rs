@@ -9,8 +9,9 @@ use raylet_proto::v1::lease_session_event::Kind as LeaseEvent;
 use raylet_proto::v1::lease_session_request::Kind as LeaseRequest;
 use raylet_proto::v1::{LeaseRefusalKind, LeaseRefused, LeaseSpillback, WorkerExitKind};
 
-use self::harness::{LOCAL_NODE, Leased, SubmitterTest, number, stored_value, value};
+use self::harness::{SubmitterTest, lease_request_ids};
 use super::{LEASE_LINGER, NotRebuilt, OOM_RETRY_BACKOFF};
+use crate::links::virtual_cluster::{LOCAL_NODE, Leased, number, stored_value, value};
 use crate::task::{TaskError, TaskErrorKind, TaskOptions};
 
 fn options() -> TaskOptions {
@@ -19,7 +20,7 @@ fn options() -> TaskOptions {
 
 /// The one lease request the submitter sent `node` since last asked.
 fn only_lease_request(test: &mut SubmitterTest, node: &str) -> u64 {
-    let ids = SubmitterTest::lease_request_ids(&test.requests(node));
+    let ids = lease_request_ids(&test.requests(node));
     assert_eq!(ids.len(), 1, "expected one lease request to {node}, got {ids:?}");
     ids[0]
 }
@@ -66,12 +67,12 @@ async fn a_task_runs_on_a_leased_worker_and_its_value_is_stored() {
     let object = test.submit(options());
     test.settle().await;
     let worker = lease_one(&mut test, LOCAL_NODE).await;
-    let tasks = test.tasks(&worker);
+    let tasks = test.tasks(&worker.address);
     assert_eq!(tasks.len(), 1);
     assert_eq!(tasks[0].function, "tests::work");
     assert_eq!(tasks[0].attempt, 0);
     assert!(test.outcome(object).is_none());
-    test.answer(&worker, &tasks[0], value(7));
+    test.answer(&worker.address, &tasks[0], value(7));
     test.settle().await;
     assert_eq!(number(test.outcome(object)), 7);
     assert_eq!(test.pending(), 0);
@@ -83,7 +84,7 @@ async fn a_task_whose_worker_died_runs_again_on_a_new_lease() {
     let object = test.submit(options().max_retries(1));
     test.settle().await;
     let first = lease_one(&mut test, LOCAL_NODE).await;
-    assert_eq!(test.tasks(&first).len(), 1);
+    assert_eq!(test.tasks(&first.address).len(), 1);
     test.kill(&first, WorkerExitKind::Signaled);
     test.settle().await;
     let requests = test.requests(LOCAL_NODE);
@@ -92,14 +93,14 @@ async fn a_task_whose_worker_died_runs_again_on_a_new_lease() {
         [true],
         "the dead worker's lease goes back as failed"
     );
-    let retry = SubmitterTest::lease_request_ids(&requests);
+    let retry = lease_request_ids(&requests);
     assert_eq!(retry.len(), 1, "the task asks for a new worker");
     let second = test.grant(LOCAL_NODE, retry[0]);
     test.settle().await;
-    let tasks = test.tasks(&second);
+    let tasks = test.tasks(&second.address);
     assert_eq!(tasks.len(), 1);
     assert_eq!(tasks[0].attempt, 1);
-    test.answer(&second, &tasks[0], value(1));
+    test.answer(&second.address, &tasks[0], value(1));
     test.settle().await;
     assert_eq!(number(test.outcome(object)), 1);
 }
@@ -110,13 +111,13 @@ async fn a_task_whose_worker_died_past_its_retries_fails_as_crashed() {
     let object = test.submit(options().max_retries(0));
     test.settle().await;
     let worker = lease_one(&mut test, LOCAL_NODE).await;
-    test.tasks(&worker);
+    test.tasks(&worker.address);
     test.kill(&worker, WorkerExitKind::Signaled);
     test.settle().await;
     let error = failure(&test, object);
     assert_eq!(error.kind, TaskErrorKind::WorkerCrashed);
     assert!(error.message.contains("ran 1 time(s)"), "{}", error.message);
-    assert!(SubmitterTest::lease_request_ids(&test.requests(LOCAL_NODE)).is_empty());
+    assert!(lease_request_ids(&test.requests(LOCAL_NODE)).is_empty());
     assert_eq!(test.pending(), 0);
 }
 
@@ -126,25 +127,25 @@ async fn an_application_error_runs_again_only_with_retry_exceptions() {
     let retried = test.submit(options().max_retries(2).retry_exceptions(true));
     test.settle().await;
     let worker = lease_one(&mut test, LOCAL_NODE).await;
-    let tasks = test.tasks(&worker);
+    let tasks = test.tasks(&worker.address);
     let raised = || Err(TaskError::new(TaskErrorKind::Application, "tests::work", "bad input"));
-    test.answer(&worker, &tasks[0], raised());
+    test.answer(&worker.address, &tasks[0], raised());
     test.settle().await;
     assert!(test.outcome(retried).is_none(), "the failure is not final");
-    let again = test.tasks(&worker);
+    let again = test.tasks(&worker.address);
     assert_eq!(again.len(), 1, "the idle worker runs the retry");
     assert_eq!(again[0].attempt, 1);
-    test.answer(&worker, &again[0], value(3));
+    test.answer(&worker.address, &again[0], value(3));
     test.settle().await;
     assert_eq!(number(test.outcome(retried)), 3);
 
     let not_retried = test.submit(options().max_retries(2));
     test.settle().await;
-    let tasks = test.tasks(&worker);
-    test.answer(&worker, &tasks[0], raised());
+    let tasks = test.tasks(&worker.address);
+    test.answer(&worker.address, &tasks[0], raised());
     test.settle().await;
     assert_eq!(failure(&test, not_retried).kind, TaskErrorKind::Application);
-    assert!(test.tasks(&worker).is_empty());
+    assert!(test.tasks(&worker.address).is_empty());
 }
 
 #[tokio::test(start_paused = true)]
@@ -154,21 +155,18 @@ async fn a_task_the_oom_monitor_ended_runs_again_after_a_doubling_backoff() {
     test.settle().await;
     let mut worker = lease_one(&mut test, LOCAL_NODE).await;
     for backoff in [OOM_RETRY_BACKOFF, OOM_RETRY_BACKOFF * 2] {
-        test.tasks(&worker);
+        test.tasks(&worker.address);
         test.kill(&worker, WorkerExitKind::OomKilled);
         test.settle().await;
         let requests = test.requests(LOCAL_NODE);
-        assert!(
-            SubmitterTest::lease_request_ids(&requests).is_empty(),
-            "no retry before the backoff"
-        );
+        assert!(lease_request_ids(&requests).is_empty(), "no retry before the backoff");
         // The backoff is jittered within [backoff / 2, backoff].
         test.advance(backoff / 2 - Duration::from_millis(10)).await;
-        assert!(SubmitterTest::lease_request_ids(&test.requests(LOCAL_NODE)).is_empty());
+        assert!(lease_request_ids(&test.requests(LOCAL_NODE)).is_empty());
         test.advance(backoff / 2 + Duration::from_millis(10)).await;
         worker = lease_one(&mut test, LOCAL_NODE).await;
     }
-    test.tasks(&worker);
+    test.tasks(&worker.address);
     test.kill(&worker, WorkerExitKind::OomKilled);
     test.settle().await;
     let error = failure(&test, object);
@@ -182,15 +180,15 @@ async fn a_second_task_reuses_the_idle_worker_and_the_spare_request_is_cancelled
     let first = test.submit(options());
     let second = test.submit(options());
     test.settle().await;
-    let requests = SubmitterTest::lease_request_ids(&test.requests(LOCAL_NODE));
+    let requests = lease_request_ids(&test.requests(LOCAL_NODE));
     assert_eq!(requests.len(), 2, "one lease request per queued task");
     let worker = test.grant(LOCAL_NODE, requests[0]);
     test.settle().await;
-    let tasks = test.tasks(&worker);
+    let tasks = test.tasks(&worker.address);
     assert_eq!(tasks.len(), 1, "a task of unknown length is not queued behind another");
-    test.answer(&worker, &tasks[0], value(1));
+    test.answer(&worker.address, &tasks[0], value(1));
     test.settle().await;
-    let tasks = test.tasks(&worker);
+    let tasks = test.tasks(&worker.address);
     assert_eq!(tasks.len(), 1, "the second task goes to the same worker");
     let cancels: Vec<u64> = test
         .requests(LOCAL_NODE)
@@ -201,7 +199,7 @@ async fn a_second_task_reuses_the_idle_worker_and_the_spare_request_is_cancelled
         })
         .collect();
     assert_eq!(cancels, [requests[1]]);
-    test.answer(&worker, &tasks[0], value(2));
+    test.answer(&worker.address, &tasks[0], value(2));
     test.settle().await;
     assert_eq!(number(test.outcome(first)), 1);
     assert_eq!(number(test.outcome(second)), 2);
@@ -213,8 +211,8 @@ async fn an_idle_lease_is_returned_after_it_lingers() {
     let object = test.submit(options());
     test.settle().await;
     let worker = lease_one(&mut test, LOCAL_NODE).await;
-    let tasks = test.tasks(&worker);
-    test.answer(&worker, &tasks[0], value(1));
+    let tasks = test.tasks(&worker.address);
+    test.answer(&worker.address, &tasks[0], value(1));
     test.settle().await;
     assert_eq!(number(test.outcome(object)), 1);
     test.advance(LEASE_LINGER - Duration::from_millis(5)).await;
@@ -244,8 +242,8 @@ async fn a_spilled_back_request_goes_to_the_named_node_and_spills_no_further() {
     assert!(!spilled.allow_spillback);
     let worker = test.grant(other, spilled.request_id);
     test.settle().await;
-    let tasks = test.tasks(&worker);
-    test.answer(&worker, &tasks[0], value(5));
+    let tasks = test.tasks(&worker.address);
+    test.answer(&worker.address, &tasks[0], value(5));
     test.settle().await;
     assert_eq!(number(test.outcome(object)), 5);
 }
@@ -276,16 +274,16 @@ async fn a_lost_stored_object_is_rebuilt_by_running_its_task_again() {
     let object = test.submit(options().max_retries(1));
     test.settle().await;
     let worker = lease_one(&mut test, LOCAL_NODE).await;
-    let tasks = test.tasks(&worker);
-    test.answer(&worker, &tasks[0], stored_value(LOCAL_NODE));
+    let tasks = test.tasks(&worker.address);
+    test.answer(&worker.address, &tasks[0], stored_value(LOCAL_NODE));
     test.settle().await;
     assert!(matches!(test.outcome(object), Some(Ok(_))));
     test.reconstruct(object).await.expect("its task may run again");
     assert!(test.outcome(object).is_none(), "pending again while rebuilt");
-    let again = test.tasks(&worker);
+    let again = test.tasks(&worker.address);
     assert_eq!(again.len(), 1);
     assert_eq!(again[0].attempt, 1);
-    test.answer(&worker, &again[0], stored_value(LOCAL_NODE));
+    test.answer(&worker.address, &again[0], stored_value(LOCAL_NODE));
     test.settle().await;
     assert!(matches!(test.outcome(object), Some(Ok(_))));
     let spent = test.reconstruct(object).await;
@@ -313,7 +311,7 @@ async fn cancelling_a_queued_task_fails_it_before_it_runs() {
     assert_eq!(failure(&test, object).kind, TaskErrorKind::Cancelled);
     let worker = test.grant(LOCAL_NODE, request);
     test.settle().await;
-    assert!(test.tasks(&worker).is_empty(), "nothing runs on the late lease");
+    assert!(test.tasks(&worker.address).is_empty(), "nothing runs on the late lease");
     assert_eq!(test.pending(), 0);
 }
 
@@ -323,17 +321,17 @@ async fn cancelling_a_running_task_tells_its_worker_and_force_ends_the_worker() 
     let gentle = test.submit(options());
     test.settle().await;
     let worker = lease_one(&mut test, LOCAL_NODE).await;
-    let tasks = test.tasks(&worker);
+    let tasks = test.tasks(&worker.address);
     test.cancel(gentle, false);
     test.settle().await;
     assert_eq!(failure(&test, gentle).kind, TaskErrorKind::Cancelled);
-    let (_, cancels) = test.received(&worker);
+    let (_, cancels) = test.received(&worker.address);
     assert_eq!(cancels.len(), 1, "the worker is told to stop the task");
     assert!(
         returns(&test.requests(LOCAL_NODE)).is_empty(),
         "a gentle cancel keeps the worker"
     );
-    test.answer(&worker, &tasks[0], value(9));
+    test.answer(&worker.address, &tasks[0], value(9));
     test.settle().await;
     assert_eq!(
         failure(&test, gentle).kind,
@@ -343,7 +341,7 @@ async fn cancelling_a_running_task_tells_its_worker_and_force_ends_the_worker() 
 
     let forced = test.submit(options());
     test.settle().await;
-    assert_eq!(test.tasks(&worker).len(), 1);
+    assert_eq!(test.tasks(&worker.address).len(), 1);
     test.cancel(forced, true);
     test.settle().await;
     assert_eq!(failure(&test, forced).kind, TaskErrorKind::Cancelled);
@@ -351,7 +349,7 @@ async fn cancelling_a_running_task_tells_its_worker_and_force_ends_the_worker() 
     test.kill(&worker, WorkerExitKind::LeaseRevoked);
     test.settle().await;
     assert_eq!(failure(&test, forced).kind, TaskErrorKind::Cancelled, "not retried");
-    assert!(SubmitterTest::lease_request_ids(&test.requests(LOCAL_NODE)).is_empty());
+    assert!(lease_request_ids(&test.requests(LOCAL_NODE)).is_empty());
 }
 
 #[tokio::test(start_paused = true)]
@@ -362,16 +360,16 @@ async fn tasks_on_a_node_the_head_counts_dead_run_again_elsewhere() {
     let other = "node-other:7000";
     spill_back(&mut test, other).await;
     let cut_off = lease_one(&mut test, other).await;
-    assert_eq!(test.tasks(&cut_off).len(), 1);
+    assert_eq!(test.tasks(&cut_off.address).len(), 1);
     test.node_died(other);
     test.settle().await;
     let retry = only_lease_request(&mut test, LOCAL_NODE);
     let elsewhere = test.grant(LOCAL_NODE, retry);
     test.settle().await;
-    let tasks = test.tasks(&elsewhere);
+    let tasks = test.tasks(&elsewhere.address);
     assert_eq!(tasks[0].attempt, 1);
     assert!(test.outcome(object).is_none());
-    test.answer(&elsewhere, &tasks[0], value(8));
+    test.answer(&elsewhere.address, &tasks[0], value(8));
     test.settle().await;
     assert_eq!(number(test.outcome(object)), 8);
 }

@@ -1,93 +1,40 @@
-//! The edges where a process reaches other processes to run its tasks: node
-//! managers (lease sessions, worker exits), the head (node deaths) and
-//! leased workers (task streams). [`GrpcLinks`] crosses the network; the
-//! submitter's unit tests put in-process virtual links in its place
-//! (core/src/submitter/tests/harness.rs), so that leasing, retries and
-//! lineage run without processes or sockets.
+//! The links over the network: gRPC to node managers and the head, task
+//! streams to workers, on the process's shared channels.
 
 use std::sync::Arc;
 use std::time::Duration;
 
-use futures_util::future::BoxFuture;
-use futures_util::stream::{self, BoxStream, StreamExt};
+use futures_util::stream::{self, StreamExt};
 use raylet_proto::task_stream::{self, StreamClosed, TaskSender};
+use raylet_proto::v1::actor_service_client::ActorServiceClient;
 use raylet_proto::v1::head_service_client::HeadServiceClient;
 use raylet_proto::v1::node_manager_service_client::NodeManagerServiceClient;
 use raylet_proto::v1::{
-    GetWorkerExitRequest, LeaseSessionEvent, LeaseSessionRequest, TaskBatch, WatchNodeDeathsRequest, WorkerEvents,
-    WorkerExit,
+    ActorWatchEvent, GetWorkerExitRequest, LeaseSessionEvent, LeaseSessionRequest, TaskBatch, WatchActorRequest,
+    WatchNodeDeathsRequest, WorkerEvents, WorkerExit,
 };
 use raylet_proto::{NodeId, WorkerId};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use crate::Result;
+use super::{HeadLink, Incoming, Links, NodeDeath, NodeManagerLink, Reply, TaskOutlet, WorkerLink};
 use crate::channels::Channels;
 
 /// A leased worker listens already when its lease is granted.
 const WORKER_CONNECT_PATIENCE: Duration = Duration::from_secs(2);
 
-/// An answer from another process.
-pub(crate) type Reply<T> = BoxFuture<'static, Result<T>>;
-/// What another process sends until it ends the stream.
-pub(crate) type Incoming<T> = BoxStream<'static, Result<T>>;
-
-/// A node incarnation the head counts dead.
-pub(crate) struct NodeDeath {
-    pub(crate) node_id: NodeId,
-    pub(crate) incarnation: u64,
-    pub(crate) address: String,
-    pub(crate) reason: String,
-}
-
-/// Reaching node managers for leases, and the head for which nodes died.
-pub(crate) trait NodeManagerLink: Send + Sync {
-    /// Opens a lease session with the node manager at `node`: `requests`
-    /// go to it, its events come back.
-    fn lease_session(
-        &self,
-        node: Arc<str>,
-        requests: mpsc::UnboundedReceiver<LeaseSessionRequest>,
-    ) -> Reply<Incoming<LeaseSessionEvent>>;
-
-    /// How worker `worker` of the node manager at `node` exited.
-    fn worker_exit(&self, node: Arc<str>, worker: WorkerId) -> Reply<WorkerExit>;
-
-    /// The node incarnations the head counts dead: those it knows, then
-    /// each new one.
-    fn node_deaths(&self) -> Reply<Incoming<NodeDeath>>;
-}
-
-/// Where tasks for one worker go; a frame is sent from any thread.
-pub(crate) trait TaskOutlet: Send + Sync {
-    fn send(&self, batch: &TaskBatch) -> std::result::Result<(), StreamClosed>;
-}
-
-/// Reaching a worker's task stream: tasks out, results in.
-pub(crate) trait WorkerLink: Send + Sync {
-    fn task_stream(&self, address: String) -> Reply<(Box<dyn TaskOutlet>, Incoming<WorkerEvents>)>;
-}
-
-/// The links a process's core reaches the cluster through.
-#[derive(Clone)]
-pub(crate) struct Links {
-    pub(crate) nodes: Arc<dyn NodeManagerLink>,
-    pub(crate) workers: Arc<dyn WorkerLink>,
-}
-
-impl Links {
-    /// Links over the network, on `channels`, to the head at `head`.
-    pub(crate) fn grpc(channels: Arc<Channels>, head: String) -> Self {
-        let links = Arc::new(GrpcLinks { channels, head });
-        Links {
-            nodes: links.clone(),
-            workers: links,
-        }
+/// Links over the network, on `channels`, to the head at `head`.
+pub(crate) fn grpc_links(channels: Arc<Channels>, head: String) -> Links {
+    let links = Arc::new(GrpcLinks { channels, head });
+    Links {
+        nodes: links.clone(),
+        head: links.clone(),
+        workers: links,
     }
 }
 
 /// gRPC to node managers and the head, task streams to workers.
-pub(crate) struct GrpcLinks {
+struct GrpcLinks {
     channels: Arc<Channels>,
     head: String,
 }
@@ -120,7 +67,9 @@ impl NodeManagerLink for GrpcLinks {
             Ok(reply.map_err(raylet_proto::Error::from)?.into_inner())
         })
     }
+}
 
+impl HeadLink for GrpcLinks {
     fn node_deaths(&self) -> Reply<Incoming<NodeDeath>> {
         let (channels, head) = (self.channels.clone(), self.head.clone());
         Box::pin(async move {
@@ -137,6 +86,17 @@ impl NodeManagerLink for GrpcLinks {
                     reason: death.reason,
                 })
             }))
+        })
+    }
+
+    fn watch_actors(&self, requests: mpsc::UnboundedReceiver<WatchActorRequest>) -> Reply<Incoming<ActorWatchEvent>> {
+        let (channels, head) = (self.channels.clone(), self.head.clone());
+        Box::pin(async move {
+            let channel = channels.get(&head).await?;
+            let reply = ActorServiceClient::new(channel)
+                .watch_actors(UnboundedReceiverStream::new(requests))
+                .await;
+            Ok(messages(reply.map_err(raylet_proto::Error::from)?.into_inner(), Some))
         })
     }
 }
