@@ -8,7 +8,7 @@ use std::collections::{HashMap, VecDeque};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use raylet_proto::peer_stream::PeerSender;
 use raylet_proto::v1::lease_session_event::Kind as EventKind;
@@ -17,11 +17,13 @@ use raylet_proto::v1::{
 };
 use raylet_proto::worker_env::WorkerBootstrap;
 use raylet_proto::{Error, Labels, NodeId, ResourceSet, Result, Scheduling, WorkerId};
+use tokio::time::Instant;
 
 use super::binary_cache::BinaryCache;
 use super::bundle_ops::{BundleError, BundleOperation};
 use super::ledger::ResourceLedger;
-use super::worker_process::{self, WorkerEnd};
+use super::worker_launcher::{LaunchedWorker, WorkerExited, WorkerLauncher};
+use super::worker_process::WorkerEnd;
 use crate::placement::{Choice, ClusterResources, NodeIndex, Placer, Request};
 use crate::status::ResourceDemand;
 
@@ -31,9 +33,9 @@ pub(crate) type EventSender = PeerSender<LeaseSessionEvent>;
 /// Workers started at once for a new session, so its first tasks need not wait.
 const PRESTARTED_WORKERS: usize = 2;
 /// A worker that has not registered by then is killed.
-const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(30);
+pub(super) const REGISTRATION_TIMEOUT: Duration = Duration::from_secs(30);
 /// A session whose workers die this often before registering is refused.
-const MAX_STARTUP_FAILURES: u32 = 3;
+pub(super) const MAX_STARTUP_FAILURES: u32 = 3;
 const MAX_REMEMBERED_EXITS: usize = 4096;
 /// How long an infeasible request stays listed in `raylet status`.
 const INFEASIBLE_MEMORY: Duration = Duration::from_secs(300);
@@ -151,9 +153,28 @@ pub(crate) struct WorkerContext {
     pub(crate) log_dir: std::path::PathBuf,
 }
 
+#[cfg(test)]
+impl WorkerContext {
+    /// A node at "a:1" (incarnation 1) whose workers nothing ever reaches.
+    pub(crate) fn for_tests() -> Self {
+        WorkerContext {
+            node_id: NodeId::random(),
+            incarnation: Arc::new(AtomicU64::new(1)),
+            node_manager_address: "a:1".into(),
+            head_address: "h:1".into(),
+            token: String::new(),
+            bind_ip: "127.0.0.1".into(),
+            labels: Labels::new(),
+            log_dir: std::env::temp_dir(),
+        }
+    }
+}
+
 /// The node's leases and worker processes.
 pub(crate) struct LeaseManager {
     context: WorkerContext,
+    /// Starts and kills the workers: processes, or virtual ones in tests.
+    launcher: Arc<dyn WorkerLauncher>,
     binaries: BinaryCache,
     state: Mutex<LeaseState>,
     /// How long a lease that outlives its session waits to be adopted
@@ -162,11 +183,17 @@ pub(crate) struct LeaseManager {
 }
 
 impl LeaseManager {
-    pub(crate) fn new(context: WorkerContext, total: ResourceSet, adoption_grace: Duration) -> Arc<Self> {
+    pub(crate) fn new(
+        context: WorkerContext,
+        total: ResourceSet,
+        adoption_grace: Duration,
+        launcher: Arc<dyn WorkerLauncher>,
+    ) -> Arc<Self> {
         let (cluster, local) = cluster_of(&context, &total, Vec::new());
         let seed = u64::from_le_bytes(context.node_id.as_bytes()[..8].try_into().expect("ids are 16 bytes"));
         Arc::new(LeaseManager {
             context,
+            launcher,
             binaries: BinaryCache::default(),
             adoption_grace,
             state: Mutex::new(LeaseState {
@@ -245,7 +272,7 @@ impl LeaseManager {
         if !ended.is_empty() {
             tracing::info!(workers = ?ended, "placement group bundles released; ending their workers");
         }
-        ended.into_iter().for_each(worker_process::kill_worker);
+        ended.into_iter().for_each(|pid| self.launcher.kill(pid));
         self.pump();
         results
     }
@@ -280,7 +307,8 @@ impl LeaseManager {
     }
 
     /// Opens a session whose workers run `binary`, after checking that the
-    /// file there is the build the owner runs. Pre-starts a few workers.
+    /// file there is the build the owner runs. Pre-starts a few workers; a
+    /// session whose workers cannot be started is not opened.
     pub(crate) fn open_session(self: &Arc<Self>, binary: WorkerBinary, events: EventSender) -> Result<u64> {
         let path = PathBuf::from(&binary.path);
         let actual = self.binaries.hash(&path)?;
@@ -309,7 +337,10 @@ impl LeaseManager {
             session
         };
         for _ in 0..PRESTARTED_WORKERS {
-            self.spawn_worker(WorkerId::random(), session, None, Vec::new())?;
+            if let Err(error) = self.spawn_worker(WorkerId::random(), session, None, Vec::new()) {
+                self.close_session(session);
+                return Err(error);
+            }
         }
         Ok(session)
     }
@@ -344,7 +375,7 @@ impl LeaseManager {
                 .collect()
         };
         tracing::debug!(session, workers = ?doomed, "lease session closed; killing its workers");
-        doomed.into_iter().for_each(worker_process::kill_worker);
+        doomed.into_iter().for_each(|pid| self.launcher.kill(pid));
         self.pump();
     }
 
@@ -401,7 +432,7 @@ impl LeaseManager {
         };
         for (worker_id, pid) in doomed {
             tracing::warn!(%worker_id, pid, "killing a worker whose lease nobody adopted");
-            worker_process::kill_worker(pid);
+            self.launcher.kill(pid);
         }
     }
 
@@ -518,7 +549,7 @@ impl LeaseManager {
         };
         if let Some(pid) = kill_pid {
             tracing::debug!(%worker_id, pid, failed, "killing a returned worker");
-            worker_process::kill_worker(pid);
+            self.launcher.kill(pid);
         }
         self.pump();
     }
@@ -610,7 +641,7 @@ impl LeaseManager {
             .exits
             .insert(worker, WorkerEnd::new(WorkerExitKind::OomKilled, reason));
         drop(state);
-        worker_process::kill_worker(pid);
+        self.launcher.kill(pid);
         Some(worker)
     }
 
@@ -636,7 +667,7 @@ impl LeaseManager {
             state.sessions.clear();
             state.workers.values().map(|w| w.pid).collect()
         };
-        pids.into_iter().for_each(worker_process::kill_worker);
+        pids.into_iter().for_each(|pid| self.launcher.kill(pid));
     }
 
     /// Kills every worker, keeping the sessions: the node's old incarnation
@@ -644,7 +675,7 @@ impl LeaseManager {
     /// how many there were.
     pub(crate) fn kill_all_workers(&self) -> usize {
         let pids: Vec<u32> = self.state().workers.values().map(|w| w.pid).collect();
-        pids.iter().copied().for_each(worker_process::kill_worker);
+        pids.iter().for_each(|pid| self.launcher.kill(*pid));
         pids.len()
     }
 
@@ -683,9 +714,9 @@ impl LeaseManager {
             return;
         }
         let reason = format!(
-            "worker processes started from {} {description} before they registered, {} times in a row",
+            "{} workers in a row started from {} ended before they registered; the last {description}",
+            entry.startup_failures,
             entry.binary.display(),
-            entry.startup_failures
         );
         let events = entry.events.clone();
         let refused: Vec<u64> = request
@@ -798,6 +829,9 @@ impl LeaseManager {
         None
     }
 
+    /// Starts a worker for `session`, reserved for `request` when given,
+    /// and watches it: its exit is recorded, and it is killed if it does not
+    /// register in time.
     fn spawn_worker(
         self: &Arc<Self>,
         worker_id: WorkerId,
@@ -805,27 +839,8 @@ impl LeaseManager {
         request: Option<PendingLease>,
         gpu_ids: Vec<u32>,
     ) -> Result<()> {
-        let (binary, binary_hash, namespace) = {
-            let state = self.state();
-            let entry = state
-                .sessions
-                .get(&session)
-                .ok_or_else(|| Error::NotFound(format!("lease session {session} is closed")))?;
-            (entry.binary.clone(), entry.binary_hash.clone(), entry.namespace.clone())
-        };
-        let bootstrap = WorkerBootstrap {
-            node_manager_address: self.context.node_manager_address.clone(),
-            head_address: self.context.head_address.clone(),
-            node_id: self.context.node_id.to_string(),
-            worker_id: worker_id.to_string(),
-            token: self.context.token.clone(),
-            binary_hash,
-            bind_ip: self.context.bind_ip.clone(),
-            gpu_ids: gpu_ids.clone(),
-            namespace,
-            log_dir: self.context.log_dir.to_string_lossy().into_owned(),
-        };
-        let (pid, exited) = worker_process::spawn(&binary, &bootstrap)?;
+        let (binary, bootstrap) = self.bootstrap(worker_id, session, gpu_ids.clone())?;
+        let LaunchedWorker { pid, exited } = self.launcher.launch(&binary, &bootstrap)?;
         self.state().workers.insert(
             worker_id,
             Worker {
@@ -837,11 +852,45 @@ impl LeaseManager {
                 owns_objects: false,
             },
         );
+        self.record_exit(worker_id, exited);
+        self.kill_if_unregistered(worker_id, pid);
+        Ok(())
+    }
+
+    /// The session's binary, and what tells a worker started from it who
+    /// it is and where its node is.
+    fn bootstrap(&self, worker_id: WorkerId, session: u64, gpu_ids: Vec<u32>) -> Result<(PathBuf, WorkerBootstrap)> {
+        let state = self.state();
+        let entry = state
+            .sessions
+            .get(&session)
+            .ok_or_else(|| Error::NotFound(format!("lease session {session} is closed")))?;
+        let bootstrap = WorkerBootstrap {
+            node_manager_address: self.context.node_manager_address.clone(),
+            head_address: self.context.head_address.clone(),
+            node_id: self.context.node_id.to_string(),
+            worker_id: worker_id.to_string(),
+            token: self.context.token.clone(),
+            binary_hash: entry.binary_hash.clone(),
+            bind_ip: self.context.bind_ip.clone(),
+            gpu_ids,
+            namespace: entry.namespace.clone(),
+            log_dir: self.context.log_dir.to_string_lossy().into_owned(),
+        };
+        Ok((entry.binary.clone(), bootstrap))
+    }
+
+    /// Records how the worker ended once it is gone.
+    fn record_exit(self: &Arc<Self>, worker_id: WorkerId, exited: WorkerExited) {
         let manager = Arc::clone(self);
         tokio::spawn(async move {
             let end = exited.await;
             manager.worker_exited(worker_id, end);
         });
+    }
+
+    /// Kills the worker if it has not registered within [`REGISTRATION_TIMEOUT`].
+    fn kill_if_unregistered(self: &Arc<Self>, worker_id: WorkerId, pid: u32) {
         let manager = Arc::clone(self);
         tokio::spawn(async move {
             tokio::time::sleep(REGISTRATION_TIMEOUT).await;
@@ -859,10 +908,9 @@ impl LeaseManager {
                 let end = WorkerEnd::new(WorkerExitKind::StartTimedOut, reason);
                 state.exits.insert(worker_id, end);
                 drop(state);
-                worker_process::kill_worker(pid);
+                manager.launcher.kill(pid);
             }
         });
-        Ok(())
     }
 }
 
@@ -1044,16 +1092,7 @@ mod tests {
     /// A node with `local` CPUs, `used` of them leased, one open session,
     /// and the given other nodes.
     fn state(local: u64, used: u64, others: Vec<NodeView>) -> LeaseState {
-        let context = WorkerContext {
-            node_id: NodeId::random(),
-            incarnation: Arc::new(AtomicU64::new(1)),
-            node_manager_address: "a:1".into(),
-            head_address: "h:1".into(),
-            token: String::new(),
-            bind_ip: "127.0.0.1".into(),
-            labels: Labels::new(),
-            log_dir: std::env::temp_dir(),
-        };
+        let context = WorkerContext::for_tests();
         let mut ledger = ResourceLedger::new(cpus(local));
         if used > 0 {
             ledger.hold(WorkerId::random(), cpus(used));

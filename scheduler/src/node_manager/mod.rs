@@ -16,8 +16,12 @@ mod memory_monitor;
 mod resources;
 mod service;
 mod stats;
+mod worker_launcher;
 mod worker_logs;
 mod worker_process;
+
+#[cfg(test)]
+mod tests;
 
 use std::future::Future;
 use std::net::SocketAddr;
@@ -46,6 +50,7 @@ use crate::Result;
 use crate::status::NodeStats;
 use job_drivers::JobDrivers;
 use leasing::{LeaseManager, WorkerContext};
+use worker_process::ProcessLauncher;
 
 /// Settings of a node manager.
 #[derive(Clone, Debug)]
@@ -242,7 +247,12 @@ impl NodeManager {
         raise_open_file_limit();
         let store = SharedStore::new(config.store_config(), config.token.clone()).map_err(raylet_proto::Error::from)?;
         let shared = Arc::new(NodeShared {
-            leases: LeaseManager::new(context, config.resources.clone(), config.adoption_grace),
+            leases: LeaseManager::new(
+                context,
+                config.resources.clone(),
+                config.adoption_grace,
+                Arc::new(ProcessLauncher),
+            ),
             store,
             job_drivers: Arc::new(JobDrivers::new(
                 &config.work_dir(),

@@ -1,5 +1,6 @@
-//! Starting and killing worker processes: the owner's binary, re-executed
-//! with the bootstrap variable that turns it into a worker.
+//! Starting and killing worker processes, the node's real
+//! [`WorkerLauncher`]: the owner's binary, re-executed with the bootstrap
+//! variable that turns it into a worker; and how a worker's end is told.
 
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
@@ -9,7 +10,8 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use raylet_proto::v1::{WorkerExit, WorkerExitKind};
 use raylet_proto::worker_env::{WORKER_ENV, WorkerBootstrap};
-use raylet_proto::{Error, Result};
+
+use super::worker_launcher::{LaunchError, LaunchedWorker, WorkerLauncher};
 
 /// How a worker process ended: the kind of end, which callers act on (a
 /// task whose worker the out-of-memory monitor ended waits before it runs
@@ -38,28 +40,37 @@ impl WorkerEnd {
     }
 }
 
-/// Starts a worker from `binary`, seeing only the GPUs leased to it. Returns
-/// its pid, and a future that resolves with how it exited once it has been
-/// reaped.
-pub(crate) fn spawn(
-    binary: &Path,
-    bootstrap: &WorkerBootstrap,
-) -> Result<(u32, impl Future<Output = WorkerEnd> + Send + 'static)> {
-    let mut child = tokio::process::Command::new(binary)
-        .env(WORKER_ENV, bootstrap.to_env_value())
-        .env(CUDA_VISIBLE_DEVICES, gpu_list(&bootstrap.gpu_ids))
-        .envs(raylet_proto::tls::child_env())
-        .stdin(Stdio::null())
-        .spawn()
-        .map_err(|e| Error::Internal(format!("starting a worker from {}: {e}", binary.display())))?;
-    let pid = child.id().unwrap_or_default();
-    let exited = async move {
-        match child.wait().await {
-            Ok(status) => describe_exit(status),
-            Err(e) => WorkerEnd::new(WorkerExitKind::Unspecified, format!("could not be waited for: {e}")),
+/// Workers as processes: the owner's binary, re-executed with the
+/// bootstrap variable. What a running node launches.
+pub(crate) struct ProcessLauncher;
+
+impl WorkerLauncher for ProcessLauncher {
+    fn launch(&self, binary: &Path, bootstrap: &WorkerBootstrap) -> Result<LaunchedWorker, LaunchError> {
+        let mut child = tokio::process::Command::new(binary)
+            .env(WORKER_ENV, bootstrap.to_env_value())
+            .env(CUDA_VISIBLE_DEVICES, gpu_list(&bootstrap.gpu_ids))
+            .envs(raylet_proto::tls::child_env())
+            .stdin(Stdio::null())
+            .spawn()
+            .map_err(|source| LaunchError {
+                binary: binary.to_path_buf(),
+                source,
+            })?;
+        let pid = child.id().unwrap_or_default();
+        let exited = Box::pin(async move {
+            match child.wait().await {
+                Ok(status) => describe_exit(status),
+                Err(e) => WorkerEnd::new(WorkerExitKind::Unspecified, format!("could not be waited for: {e}")),
+            }
+        });
+        Ok(LaunchedWorker { pid, exited })
+    }
+
+    fn kill(&self, pid: u32) {
+        if pid > 0 {
+            let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
         }
-    };
-    Ok((pid, exited))
+    }
 }
 
 /// The variable that limits which GPUs CUDA programs see.
@@ -68,13 +79,6 @@ const CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
 /// "0,1"; empty for a worker without GPUs, which then sees none.
 fn gpu_list(ids: &[u32]) -> String {
     ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
-}
-
-/// Kills a worker that has not been reaped yet.
-pub(crate) fn kill_worker(pid: u32) {
-    if pid > 0 {
-        let _ = kill(Pid::from_raw(pid as i32), Signal::SIGKILL);
-    }
 }
 
 /// "exited with code 3" or "was killed by signal 9 (SIGKILL)".
