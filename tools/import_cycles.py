@@ -6,8 +6,8 @@
 A file is a module (`a/b.rs` or `a/b/mod.rs` is `a::b`). File A depends on
 file B when A names a path through `crate::` or `super::` that resolves to
 B's module, in a `use` or inline, test modules (`#[cfg(test)]` onwards)
-left out. A name the crate root re-exports (`pub use error::{Error, ...}`)
-resolves to the module that defines it, so `crate::Error` is an edge to
+and comments (doc links among them) left out. A name the crate root re-exports (`pub use error::{Error, ...}`)
+resolves to the module its `pub use` names, so `crate::Error` is an edge to
 `error.rs`, not to `lib.rs`. The cycles are the strongly connected
 components of that graph; the script prints each crate's largest, with its
 files. Issue 31 of raylet asks for none over three files.
@@ -19,9 +19,11 @@ from collections import defaultdict
 from pathlib import Path
 
 ROOT_FILES = ("lib", "main", "mod")
+# Comments, doc comments among them: a doc link is no dependency.
+COMMENT = re.compile(r"//[^\n]*")
 PATH = re.compile(r"\b(crate|super)((?:::\w+)+)")
 GROUP = re.compile(r"\b(crate|super)((?:::\w+)*)::\{([^{}]*)\}")
-REEXPORT = re.compile(r"pub use (\w+)(?:::\w+)*::\{([^}]*)\}|pub use (\w+)(?:::\w+)*::(\w+);")
+REEXPORT = re.compile(r"pub use ((?:\w+::)*\w+)::\{([^}]*)\}|pub use ((?:\w+::)*\w+)::(\w+);")
 
 
 def modules(src):
@@ -37,17 +39,19 @@ def modules(src):
 
 def reexports(root_text, found):
     """Names the crate root re-exports, mapped to the module of this crate
-    they come from, or to None when they come from another crate (a path
-    through them is no edge)."""
+    they come from (the longest prefix of the `pub use` path that is one),
+    or to None when they come from another crate (a path through them is
+    no edge)."""
     names = {}
-    for group_module, group, single_module, single in REEXPORT.findall(root_text):
-        module = group_module or single_module
-        if module == "crate":
+    for group_path, group, single_path, single in REEXPORT.findall(root_text):
+        path = (group_path or single_path).split("::")
+        if path[0] == "crate":
             continue
+        module = next((tuple(path[:end]) for end in range(len(path), 0, -1) if tuple(path[:end]) in found), None)
         for name in (group.split(",") if group else [single]):
             name = name.strip().split(" as ")[-1].strip()
             if name:
-                names[name] = module if (module,) in found else None
+                names[name] = module
     return names
 
 
@@ -56,7 +60,7 @@ def resolve(found, names, path):
     if path and path[0] in names and (path[0],) not in found:
         if names[path[0]] is None:
             return None
-        path = [names[path[0]]] + path[1:]
+        path = list(names[path[0]]) + path[1:]
     for end in range(len(path), -1, -1):
         if tuple(path[:end]) in found:
             return tuple(path[:end])
@@ -69,7 +73,7 @@ def dependencies(src):
     names = reexports(root, found)
     edges = defaultdict(set)
     for module, file in found.items():
-        text = file.read_text().split("#[cfg(test)]")[0]
+        text = COMMENT.sub("", file.read_text().split("#[cfg(test)]")[0])
         is_dir = file.stem in ROOT_FILES
         parent = list(module) if is_dir else list(module[:-1])
         def base(anchor):

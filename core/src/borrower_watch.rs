@@ -9,7 +9,8 @@ use std::time::Duration;
 use raylet_proto::v1::DescribeObjectsRequest;
 use raylet_proto::v1::owner_service_client::OwnerServiceClient;
 
-use crate::core_worker::CoreWorker;
+use crate::context::Context;
+use crate::memory_store::MemoryStore;
 
 /// How often each borrower is asked whether it is alive.
 const CHECK_EVERY: Duration = Duration::from_secs(2);
@@ -17,14 +18,14 @@ const CHECK_EVERY: Duration = Duration::from_secs(2);
 const MISSES_ALLOWED: u32 = 3;
 
 /// Checks the borrowers of this process's objects until the process ends.
-pub(crate) async fn watch_borrowers(core: Arc<CoreWorker>) {
+pub(crate) async fn watch_borrowers(ctx: Arc<Context>, store: Arc<MemoryStore>) {
     let mut misses: HashMap<Arc<str>, u32> = HashMap::new();
     loop {
         tokio::time::sleep(CHECK_EVERY).await;
-        let borrowers = core.store.borrowers();
+        let borrowers = store.borrowers();
         misses.retain(|borrower, _| borrowers.contains(borrower));
         for borrower in borrowers {
-            if answers(&core, &borrower).await {
+            if answers(&ctx, &borrower).await {
                 misses.remove(&borrower);
                 continue;
             }
@@ -32,7 +33,7 @@ pub(crate) async fn watch_borrowers(core: Arc<CoreWorker>) {
             *missed += 1;
             if *missed >= MISSES_ALLOWED {
                 tracing::warn!(%borrower, "a process that borrowed objects is gone; its references no longer count");
-                core.store.forget_borrower(&borrower);
+                store.forget_borrower(&borrower);
                 misses.remove(&borrower);
             }
         }
@@ -40,9 +41,9 @@ pub(crate) async fn watch_borrowers(core: Arc<CoreWorker>) {
 }
 
 /// Whether the borrower's owner service answers a call that asks nothing.
-async fn answers(core: &CoreWorker, borrower: &str) -> bool {
+async fn answers(ctx: &Context, borrower: &str) -> bool {
     let ping = async {
-        let channel = core.channel(borrower).await?;
+        let channel = ctx.channel(borrower).await?;
         OwnerServiceClient::new(channel)
             .describe_objects(DescribeObjectsRequest::default())
             .await
@@ -52,7 +53,7 @@ async fn answers(core: &CoreWorker, borrower: &str) -> bool {
     match tokio::time::timeout(CHECK_EVERY, ping).await {
         Ok(Ok(())) => true,
         _ => {
-            core.forget_channel(borrower);
+            ctx.forget_channel(borrower);
             false
         }
     }

@@ -14,7 +14,7 @@
 //! ask the owner.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
 use raylet_proto::v1::owner_service_client::OwnerServiceClient;
 use raylet_proto::v1::{BorrowerChange, UpdateBorrowersRequest};
@@ -22,8 +22,9 @@ use raylet_proto::{IdMap, ObjectId};
 use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
-use crate::core_worker::CoreWorker;
-use crate::object_ref::RawRef;
+use crate::context::Context;
+use crate::memory_store::MemoryStore;
+use crate::object_ref::handle::{AnyObjectRef, HandleCounter, RawRef};
 use crate::value::Outcome;
 
 /// One change of a borrower's count at an owner.
@@ -111,6 +112,17 @@ impl Borrows {
     /// A new handle to a borrowed object. The first one registers this
     /// process with the owner, unless the sender of the reference did so
     /// for us already (`preregistered`).
+    /// A handle that keeps the object alive in this process, whoever owns
+    /// it; `preregistered` when the sender registered us with the owner.
+    pub(crate) fn adopt(self: &Arc<Self>, raw: RawRef, store: &Arc<MemoryStore>, preregistered: bool) -> AnyObjectRef {
+        if *raw.owner == *self.address {
+            return AnyObjectRef::owned(raw, store);
+        }
+        self.take(&raw, preregistered);
+        let counter: Weak<dyn HandleCounter> = Arc::downgrade(self) as Weak<Borrows>;
+        AnyObjectRef::counted(raw, counter)
+    }
+
     pub(crate) fn take(&self, raw: &RawRef, preregistered: bool) {
         let mut table = self.table();
         let Table { borrowed, lent } = &mut *table;
@@ -213,7 +225,11 @@ impl Drop for LentForTask {
 
 /// Delivers borrower changes to their owners, in batches: one call per
 /// owner for everything that queued up meanwhile.
-pub(crate) async fn send_changes(core: Arc<CoreWorker>, mut changes: mpsc::UnboundedReceiver<Change>) {
+pub(crate) async fn send_changes(
+    ctx: Arc<Context>,
+    borrows: Arc<Borrows>,
+    mut changes: mpsc::UnboundedReceiver<Change>,
+) {
     while let Some(first) = changes.recv().await {
         let mut batch = vec![first];
         while let Ok(next) = changes.try_recv() {
@@ -222,11 +238,11 @@ pub(crate) async fn send_changes(core: Arc<CoreWorker>, mut changes: mpsc::Unbou
         let registrations = batch.iter().filter(|c| c.delta > 0).count();
         let mut calls = JoinSet::new();
         for (owner, request) in by_owner(batch) {
-            let core = core.clone();
-            calls.spawn(async move { update_owner(&core, &owner, request).await });
+            let ctx = ctx.clone();
+            calls.spawn(async move { update_owner(&ctx, &owner, request).await });
         }
         calls.join_all().await;
-        core.borrows
+        borrows
             .unacknowledged
             .send_modify(|count| *count = count.saturating_sub(registrations));
     }
@@ -249,9 +265,9 @@ fn by_owner(batch: Vec<Change>) -> HashMap<Arc<str>, UpdateBorrowersRequest> {
     requests
 }
 
-async fn update_owner(core: &CoreWorker, owner: &str, request: UpdateBorrowersRequest) {
+async fn update_owner(ctx: &Context, owner: &str, request: UpdateBorrowersRequest) {
     let sent = async {
-        let channel = core.channel(owner).await?;
+        let channel = ctx.channel(owner).await?;
         OwnerServiceClient::new(channel)
             .update_borrowers(request)
             .await
@@ -260,6 +276,12 @@ async fn update_owner(core: &CoreWorker, owner: &str, request: UpdateBorrowersRe
     };
     if let Err(error) = sent.await {
         tracing::debug!(%owner, %error, "cannot update the borrowers of objects; their owner may be gone");
+    }
+}
+
+impl HandleCounter for Borrows {
+    fn handle_dropped(&self, id: ObjectId) {
+        self.drop_handle(id);
     }
 }
 

@@ -20,7 +20,7 @@ use crate::config::Config;
 use crate::core_worker::{CoreSettings, CoreWorker};
 use crate::embedded::Embedded;
 use crate::memory::NodeMemory;
-use crate::object_ref::{AnyObjectRef, ObjectRef, RawRef};
+use crate::object_ref::handle::{AnyObjectRef, ObjectRef, RawRef};
 use crate::owner_service::OwnerServiceImpl;
 use crate::pending_gate::{DEFAULT_MAX_PENDING_TASKS, PendingGate, PendingPermit};
 use crate::session::TempRoot;
@@ -61,13 +61,8 @@ pub fn current() -> Result<Cluster> {
         .ok_or(Error::NotInitialized)
 }
 
-/// The job of the current cluster's driver (or, in a worker, of its task).
-pub(crate) fn current_job() -> Option<JobId> {
-    let current = CURRENT.read().unwrap_or_else(|p| p.into_inner());
-    current.as_ref().map(|cluster| cluster.job_id())
-}
-
 pub(crate) fn set_current(cluster: Cluster) {
+    crate::timeline::set_job(cluster.job_id());
     *CURRENT.write().unwrap_or_else(|p| p.into_inner()) = Some(cluster);
 }
 
@@ -97,7 +92,7 @@ impl Cluster {
     /// The IP address this process serves other processes on: where peers
     /// that talk to it directly (the ranks of a collective group) reach it.
     pub fn node_ip(&self) -> std::net::IpAddr {
-        let address: Option<std::net::SocketAddr> = self.core().address.parse().ok();
+        let address: Option<std::net::SocketAddr> = self.core().ctx.address.parse().ok();
         address.map_or(std::net::Ipv4Addr::LOCALHOST.into(), |address| address.ip())
     }
 
@@ -105,18 +100,18 @@ impl Cluster {
     /// `raylet status --address`, the dashboard (`raylet_dashboard`) and
     /// other programs joining the cluster take.
     pub fn head_address(&self) -> String {
-        self.core().head_address.clone()
+        self.core().ctx.head_address.clone()
     }
 
     /// The cluster token: the dashboard's login and API take it.
     pub fn token(&self) -> String {
-        self.core().token.expose().to_string()
+        self.core().ctx.token.expose().to_string()
     }
 
     /// The job this program's tasks are recorded under: `raylet list tasks`
     /// and `raylet timeline --job` take it.
     pub fn job_id(&self) -> JobId {
-        self.core().task_events.job()
+        self.core().owner.task_events.job()
     }
 
     pub(crate) fn for_worker(core: Arc<CoreWorker>) -> Cluster {
@@ -188,7 +183,7 @@ impl Cluster {
         let core = self.core();
         let task_id = TaskId::random();
         let return_id = task_id.return_object();
-        core.store.add_pending(return_id);
+        core.owner.store.add_pending(return_id);
         let submission = Submission {
             task_id,
             template,
@@ -206,9 +201,9 @@ impl Cluster {
         AnyObjectRef::owned(
             RawRef {
                 id,
-                owner: core.address.clone(),
+                owner: core.ctx.address.clone(),
             },
-            &core.store,
+            &core.owner.store,
         )
     }
 
@@ -231,11 +226,12 @@ impl Cluster {
             Ok(Body::Stored(core.write_object(
                 id,
                 size,
-                core.address.clone(),
+                core.ctx.address.clone(),
                 encode,
             )?))
         });
-        core.store
+        core.owner
+            .store
             .insert(id, EncodedValue::new::<T>(Format::Postcard, body?, contained));
         Ok(self.owned_ref(id).typed())
     }
@@ -255,9 +251,10 @@ impl Cluster {
             Body::Inline(bytes::Bytes::copy_from_slice(&data))
         } else {
             let archive = |out: &mut [u8]| archive_into(value, out).map_err(store_error);
-            Body::Stored(core.write_object(id, size, core.address.clone(), archive)?)
+            Body::Stored(core.write_object(id, size, core.ctx.address.clone(), archive)?)
         };
-        core.store
+        core.owner
+            .store
             .insert(id, EncodedValue::new::<T>(Format::Archive, body, Vec::new()));
         Ok(self.owned_ref(id).typed())
     }
@@ -316,7 +313,7 @@ impl Cluster {
         let ready = if objects.iter().all(|o| core.owns(o.as_untyped())) {
             let ids: Vec<ObjectId> = objects.iter().map(|o| o.id()).collect();
             let deadline = timeout.map(|t| std::time::Instant::now() + t);
-            core.store.wait_many_blocking(&ids, num_returns, deadline)
+            core.owner.store.wait_many_blocking(&ids, num_returns, deadline)
         } else {
             let untyped: Vec<AnyObjectRef> = objects.iter().map(|o| o.as_untyped().clone()).collect();
             core.clone()
@@ -353,19 +350,19 @@ impl Cluster {
 
     /// The nodes of the cluster and their resources, as `raylet status` shows them.
     pub fn status(&self) -> Result<ClusterStatus> {
-        let head = self.core().head_address.clone();
+        let head = self.core().ctx.head_address.clone();
         let core = self.core().clone();
         core.clone()
-            .block_on(async move { Ok(ClusterStatus::fetch(&head, &core.token, Duration::from_secs(5)).await?) })
+            .block_on(async move { Ok(ClusterStatus::fetch(&head, &core.ctx.token, Duration::from_secs(5)).await?) })
     }
 
     /// The object stores of the alive nodes: usage, the objects in them and
     /// who holds references to them, as `raylet memory` shows them.
     pub fn memory(&self) -> Result<Vec<NodeMemory>> {
-        let head = self.core().head_address.clone();
+        let head = self.core().ctx.head_address.clone();
         let core = self.core().clone();
         core.clone()
-            .block_on(async move { crate::memory::collect_memory(&head, &core.token).await })
+            .block_on(async move { crate::memory::collect_memory(&head, &core.ctx.token).await })
     }
 
     /// Ends this program's use of the cluster: its workers are killed, and an
@@ -377,7 +374,7 @@ impl Cluster {
             let _ = core.block_on(async move { tokio::time::timeout(Duration::from_secs(5), acknowledged).await });
         }
         let flushing = core.clone();
-        let last_events = async move { flushing.task_events.flush(&flushing).await };
+        let last_events = async move { flushing.owner.task_events.flush(&flushing.ctx).await };
         let _ = core.block_on(async move { tokio::time::timeout(Duration::from_secs(2), last_events).await });
         if let Some(store) = core.node_store.get() {
             store.close();
@@ -423,7 +420,7 @@ async fn wait_ready(
 ) -> Vec<bool> {
     let mut ready: Vec<bool> = objects
         .iter()
-        .map(|o| core.owns(o) && matches!(core.store.try_get(o.id()), Ok(Some(_))))
+        .map(|o| core.owns(o) && matches!(core.owner.store.try_get(o.id()), Ok(Some(_))))
         .collect();
     let mut count = ready.iter().filter(|r| **r).count();
     if count >= num_returns {
@@ -511,7 +508,7 @@ async fn start_driver(config: Config, runtime: tokio::runtime::Handle) -> Result
     };
     crate::timeline::set_on(config.timeline);
     let core = CoreWorker::start(settings, submitter, runtime);
-    Submitter::spawn(core.clone(), submissions);
+    Submitter::spawn(core.owner.clone(), core.submitter.clone(), submissions);
     let (stop_owner_service, stopped) = oneshot::channel::<()>();
     let service = OwnerServiceServer::new(OwnerServiceImpl { core: core.clone() })
         .max_decoding_message_size(MAX_DATA_MESSAGE)

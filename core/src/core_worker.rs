@@ -15,11 +15,12 @@ use tokio::sync::{OnceCell, mpsc};
 
 use crate::actor::ActorClients;
 use crate::borrows::Borrows;
-use crate::channels::Channels;
-use crate::links::{Links, grpc_links};
+use crate::context::{Addresses, Context};
+use crate::links::Links;
 use crate::memory_store::{MemoryStore, OwningHook};
-use crate::object_ref::AnyObjectRef;
-use crate::placement_group::GroupSession;
+use crate::object_ref::handle::{AnyObjectRef, RawRef};
+use crate::owner::Owner;
+use crate::placement_group::session::GroupSession;
 use crate::submitter::SubmitterEvent;
 use crate::task_events::{Placement, TaskEvents};
 use crate::value::{Outcome, outcome_from_proto};
@@ -33,34 +34,22 @@ const FETCH_SLICE: Duration = Duration::from_secs(10);
 /// when it resumes, so the node can lend the task's CPUs meanwhile.
 pub(crate) type BlockedHook = Box<dyn Fn(bool) + Send + Sync>;
 
-/// Everything a process needs to own objects and submit tasks.
+/// Everything a process needs to own objects and submit tasks: the parts
+/// of the core, assembled here.
 pub(crate) struct CoreWorker {
-    /// Where this process's owner service listens.
-    pub(crate) address: Arc<str>,
-    pub(crate) store: Arc<MemoryStore>,
-    pub(crate) borrows: Arc<Borrows>,
+    pub(crate) ctx: Arc<Context>,
+    /// The objects it owns and borrows, and its tasks' states.
+    pub(crate) owner: Arc<Owner>,
     /// The session with this node's shared-memory store, opened on first use.
     pub(crate) node_store: OnceCell<Arc<StoreClient>>,
     /// How long a write waits for room in a full store.
     pub(crate) store_full_timeout: Duration,
-    pub(crate) token: AuthToken,
-    /// The cluster's head: actors are created and found there.
-    pub(crate) head_address: String,
-    pub(crate) node_manager: String,
-    pub(crate) binary: WorkerBinary,
     pub(crate) submitter: mpsc::UnboundedSender<SubmitterEvent>,
-    pub(crate) runtime: tokio::runtime::Handle,
-    pub(crate) log_to_driver: bool,
     pub(crate) blocked_hook: Option<BlockedHook>,
     /// The actors this process calls.
     pub(crate) actors: ActorClients,
     /// Placement group creates and removes go to the head through this.
     pub(crate) placement_groups: GroupSession,
-    /// The states of this process's tasks, on their way to the head.
-    pub(crate) task_events: TaskEvents,
-    /// How tasks reach node managers, the head and workers.
-    pub(crate) links: Links,
-    channels: Arc<Channels>,
 }
 
 /// Where a process's owner service listens and how it reaches its node.
@@ -94,45 +83,65 @@ impl CoreWorker {
         submitter: mpsc::UnboundedSender<SubmitterEvent>,
         runtime: tokio::runtime::Handle,
     ) -> Arc<Self> {
-        let address: Arc<str> = settings.address.into();
-        let (freed, freed_objects) = mpsc::unbounded_channel();
-        let (changes, borrower_changes) = mpsc::unbounded_channel();
-        let channels = Arc::new(Channels::new(settings.token.clone()));
-        let links = (settings.links).unwrap_or_else(|| grpc_links(channels.clone(), settings.head_address.clone()));
-        let core = Arc::new(CoreWorker {
-            store: Arc::new(MemoryStore::new(freed, settings.owning_hook)),
-            borrows: Arc::new(Borrows::new(address.clone(), changes)),
-            node_store: OnceCell::new(),
-            store_full_timeout: settings.store_full_timeout,
-            address,
-            token: settings.token,
+        let addresses = Addresses {
+            address: settings.address,
             head_address: settings.head_address,
             node_manager: settings.node_manager,
-            binary: settings.binary,
+        };
+        let ctx = Arc::new(Context::new(
+            addresses,
+            settings.token,
+            settings.binary,
+            settings.log_to_driver,
+            settings.links,
+            runtime.clone(),
+        ));
+        let (freed, freed_objects) = mpsc::unbounded_channel();
+        let (changes, borrower_changes) = mpsc::unbounded_channel();
+        let owner = Arc::new(Owner {
+            ctx: ctx.clone(),
+            store: Arc::new(MemoryStore::new(freed, settings.owning_hook)),
+            borrows: Arc::new(Borrows::new(ctx.address.clone(), changes)),
+            task_events: Arc::new(TaskEvents::new(settings.job, settings.task_events)),
+        });
+        let core = Arc::new(CoreWorker {
+            ctx: ctx.clone(),
+            owner: owner.clone(),
+            node_store: OnceCell::new(),
+            store_full_timeout: settings.store_full_timeout,
             submitter,
-            runtime: runtime.clone(),
-            log_to_driver: settings.log_to_driver,
             blocked_hook: settings.blocked_hook,
             actors: ActorClients::default(),
             placement_groups: GroupSession::default(),
-            task_events: TaskEvents::new(settings.job, settings.task_events),
-            links,
-            channels,
         });
-        runtime.spawn(crate::borrows::send_changes(core.clone(), borrower_changes));
+        runtime.spawn(crate::borrows::send_changes(
+            ctx.clone(),
+            owner.borrows.clone(),
+            borrower_changes,
+        ));
         runtime.spawn(crate::shared_objects::delete_freed(core.clone(), freed_objects));
-        runtime.spawn(crate::borrower_watch::watch_borrowers(core.clone()));
-        runtime.spawn(crate::task_events::keep_flushing(core.clone(), settings.place));
+        runtime.spawn(crate::borrower_watch::watch_borrowers(ctx.clone(), owner.store.clone()));
+        runtime.spawn(crate::task_events::keep_flushing(
+            ctx,
+            owner.task_events.clone(),
+            settings.place,
+        ));
         core
     }
 
+    /// A handle that keeps the object alive in this process, whoever owns
+    /// it; `preregistered` when the sender registered us with the owner.
+    pub(crate) fn adopt(&self, raw: RawRef, preregistered: bool) -> AnyObjectRef {
+        self.owner.adopt(raw, preregistered)
+    }
+
     pub(crate) fn owns(&self, object: &AnyObjectRef) -> bool {
-        *object.raw().owner == *self.address
+        self.owner.owns(object)
     }
 
     /// An authenticated channel to `address`, reused across calls.
     pub(crate) async fn channel(&self, address: &str) -> Result<raylet_proto::channel::AuthedChannel> {
-        self.channels.get(address).await
+        self.ctx.channel(address).await
     }
 
     /// Waits for an object, owned or borrowed; `None` when `deadline` passed.
@@ -142,9 +151,9 @@ impl CoreWorker {
         deadline: Option<tokio::time::Instant>,
     ) -> Result<Option<Outcome>> {
         if self.owns(object) {
-            return self.store.wait(object.id(), deadline).await;
+            return self.owner.store.wait(object.id(), deadline).await;
         }
-        if let Some(outcome) = self.borrows.lent_outcome(object.id()) {
+        if let Some(outcome) = self.owner.borrows.lent_outcome(object.id()) {
             return Ok(Some(outcome));
         }
         loop {
@@ -163,22 +172,14 @@ impl CoreWorker {
     /// connection is tried once more on a new one: the cached one may lead
     /// to a process that is gone.
     async fn fetch(&self, object: &AnyObjectRef, wait: Duration) -> Result<Option<Outcome>> {
-        let cached = self.has_channel(object.owner_address());
+        let cached = self.ctx.has_channel(object.owner_address());
         match self.fetch_once(object, wait).await {
             Err(Error::Task(_)) if cached => {
-                self.forget_channel(object.owner_address());
+                self.ctx.forget_channel(object.owner_address());
                 self.fetch_once(object, wait).await
             }
             other => other,
         }
-    }
-
-    fn has_channel(&self, address: &str) -> bool {
-        self.channels.has(address)
-    }
-
-    pub(crate) fn forget_channel(&self, address: &str) {
-        self.channels.forget(address);
     }
 
     async fn fetch_once(&self, object: &AnyObjectRef, wait: Duration) -> Result<Option<Outcome>> {
@@ -208,8 +209,8 @@ impl CoreWorker {
     ) -> Result<Option<Outcome>> {
         let owned = self.owns(object);
         let at_hand = match owned {
-            true => self.store.try_get(object.id())?,
-            false => self.borrows.lent_outcome(object.id()),
+            true => self.owner.store.try_get(object.id())?,
+            false => self.owner.borrows.lent_outcome(object.id()),
         };
         if let Some(outcome) = at_hand {
             return Ok(Some(outcome));
@@ -217,7 +218,7 @@ impl CoreWorker {
         let _blocked = BlockedGuard::new(self.blocked_hook.as_ref());
         if owned {
             let deadline = timeout.map(|t| Instant::now() + t);
-            return self.store.wait_blocking(object.id(), deadline);
+            return self.owner.store.wait_blocking(object.id(), deadline);
         }
         let core = Arc::clone(self);
         let object = object.clone();
@@ -229,7 +230,7 @@ impl CoreWorker {
     /// output; works from any thread, including runtime threads.
     pub(crate) fn block_on<T: Send + 'static>(&self, future: impl Future<Output = T> + Send + 'static) -> T {
         let (sender, receiver) = std::sync::mpsc::sync_channel(1);
-        self.runtime.spawn(async move {
+        self.ctx.runtime.spawn(async move {
             let _ = sender.send(future.await);
         });
         receiver.recv().expect("the cluster runtime dropped a blocking call")
@@ -242,7 +243,11 @@ fn owner_unreachable(object: &AnyObjectRef, error: Error) -> Error {
         object.id(),
         object.owner_address()
     );
-    Error::Task(crate::TaskError::new(crate::TaskErrorKind::OwnerDied, "", message))
+    Error::Task(crate::task_error::TaskError::new(
+        crate::task_error::TaskErrorKind::OwnerDied,
+        "",
+        message,
+    ))
 }
 
 /// Tells the node that a task waits, and that it resumed when dropped.

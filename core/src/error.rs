@@ -5,7 +5,7 @@ use std::time::Duration;
 
 use raylet_proto::{ObjectId, PlacementGroupId};
 
-use crate::task::TaskError;
+use crate::task_error::TaskError;
 
 /// An error from raylet's user API.
 #[derive(Debug, thiserror::Error)]

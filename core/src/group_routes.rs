@@ -10,8 +10,8 @@ use raylet_proto::v1::PlacementGroupState;
 use raylet_proto::{IdMap, PlacementGroupId};
 use tokio::sync::mpsc;
 
-use crate::core_worker::CoreWorker;
-use crate::placement_group::wait_for_group;
+use crate::context::Context;
+use crate::placement_group::session::wait_for_group;
 use crate::submitter::SubmitterEvent;
 
 /// How long one question to the head waits for the group to settle.
@@ -51,13 +51,13 @@ impl GroupRoutes {
     /// of `group`; starts asking the head when the group is not known.
     pub(crate) fn target(
         &mut self,
-        core: &Arc<CoreWorker>,
+        ctx: &Arc<Context>,
         events: &mpsc::UnboundedSender<SubmitterEvent>,
         group: PlacementGroupId,
         bundle: Option<u32>,
     ) -> RouteTarget {
         let route = self.routes.entry(group).or_insert_with(|| {
-            locate(core.clone(), events.clone(), group, Duration::ZERO);
+            locate(ctx.clone(), events.clone(), group, Duration::ZERO);
             GroupRoute::Locating
         });
         match route {
@@ -91,29 +91,24 @@ impl GroupRoutes {
     /// moved, or be moving, after a node died.
     pub(crate) fn relocate(
         &mut self,
-        core: &Arc<CoreWorker>,
+        ctx: &Arc<Context>,
         events: &mpsc::UnboundedSender<SubmitterEvent>,
         group: PlacementGroupId,
     ) {
         if !matches!(self.routes.get(&group), Some(GroupRoute::Locating)) {
             self.routes.insert(group, GroupRoute::Locating);
-            locate(core.clone(), events.clone(), group, RELOCATE_DELAY);
+            locate(ctx.clone(), events.clone(), group, RELOCATE_DELAY);
         }
     }
 }
 
 /// Asks the head where the group's bundles are, once it is created or
 /// removed, and tells the submitter.
-fn locate(
-    core: Arc<CoreWorker>,
-    events: mpsc::UnboundedSender<SubmitterEvent>,
-    group: PlacementGroupId,
-    delay: Duration,
-) {
+fn locate(ctx: Arc<Context>, events: mpsc::UnboundedSender<SubmitterEvent>, group: PlacementGroupId, delay: Duration) {
     tokio::spawn(async move {
         tokio::time::sleep(delay).await;
         let route = loop {
-            let record = match wait_for_group(&core, group, LOCATE_WAIT).await {
+            let record = match wait_for_group(&ctx, group, LOCATE_WAIT).await {
                 Ok(record) => record,
                 Err(error) => {
                     break GroupRoute::Unknown(format!("its placement group {group} cannot be found: {error}"));

@@ -9,7 +9,7 @@ use prost::Message;
 use raylet_proto::ObjectId;
 use raylet_proto::v1::LentObject;
 
-use crate::core_worker::CoreWorker;
+use crate::owner::Owner;
 use crate::task::Arg;
 use crate::value::{Body, Outcome, outcome_from_proto, outcome_to_proto};
 
@@ -18,15 +18,15 @@ use crate::value::{Body, Outcome, outcome_from_proto, outcome_to_proto};
 /// 0.12 MiB of it.
 const LENT_BYTES_PER_TASK: usize = 1 << 20;
 
-/// The finished objects of `core`'s that the arguments' values refer to.
-pub(crate) fn lend_contained(core: &CoreWorker, args: &[Arg]) -> Vec<LentObject> {
+/// The finished objects of `owner`'s that the arguments' values refer to.
+pub(crate) fn lend_contained(owner: &Owner, args: &[Arg]) -> Vec<LentObject> {
     let contained = args.iter().flat_map(|arg| match arg {
         Arg::Value { contained, .. } => contained.as_slice(),
         Arg::Ref(_) => &[],
     });
     let finished = contained
-        .filter(|object| core.owns(object))
-        .filter_map(|object| Some((object.id(), core.store.try_get(object.id()).ok()??)));
+        .filter(|object| owner.owns(object))
+        .filter_map(|object| Some((object.id(), owner.store.try_get(object.id()).ok()??)));
     lendable(finished)
 }
 
@@ -69,7 +69,7 @@ pub(crate) fn received(lent: Vec<LentObject>) -> Vec<(ObjectId, Outcome)> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::task::{TaskError, TaskErrorKind};
+    use crate::task_error::{TaskError, TaskErrorKind};
     use crate::value::{EncodedValue, Format, StoredAt};
 
     fn inline(bytes: usize) -> Outcome {

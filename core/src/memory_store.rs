@@ -4,12 +4,13 @@
 //! and no borrowing process refers to it any more; a freed object that
 //! lives in a node's store is handed to the deleter.
 
-use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
 use raylet_proto::{IdMap, ObjectId};
 use tokio::sync::{Notify, mpsc};
 
+use crate::object_ref::handle::{AnyObjectRef, HandleCounter, RawRef};
 use crate::value::{Body, Outcome, StoredAt};
 use crate::{Error, Result};
 
@@ -455,6 +456,21 @@ impl MemoryStore {
         {
             let _ = self.freed.send((id, at.clone()));
         }
+    }
+}
+
+impl HandleCounter for MemoryStore {
+    fn handle_dropped(&self, id: ObjectId) {
+        self.remove_local_ref(id);
+    }
+}
+
+impl AnyObjectRef {
+    /// A handle to an object of this process, counted by its table.
+    pub(crate) fn owned(raw: RawRef, store: &Arc<MemoryStore>) -> Self {
+        store.add_local_ref(raw.id);
+        let counter: Weak<dyn HandleCounter> = Arc::downgrade(store) as Weak<MemoryStore>;
+        AnyObjectRef::counted(raw, counter)
     }
 }
 

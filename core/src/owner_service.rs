@@ -30,7 +30,7 @@ impl OwnerService for OwnerServiceImpl {
         let id = ObjectId::from_wire(&request.object_id)?;
         let wait = Duration::from_millis(request.timeout_ms).min(MAX_WAIT);
         let deadline = tokio::time::Instant::now() + wait;
-        match self.core.store.wait(id, Some(deadline)).await {
+        match self.core.owner.store.wait(id, Some(deadline)).await {
             Ok(outcome) => Ok(Response::new(GetObjectReply {
                 outcome: outcome.as_ref().map(|outcome| outcome_to_proto(outcome, false)),
             })),
@@ -48,6 +48,7 @@ impl OwnerService for OwnerServiceImpl {
         for change in request.into_inner().changes {
             let id = ObjectId::from_wire(&change.object_id)?;
             self.core
+                .owner
                 .store
                 .update_borrower(id, &change.borrower_address, change.delta);
         }
@@ -61,7 +62,7 @@ impl OwnerService for OwnerServiceImpl {
         let mut objects = Vec::new();
         for object_id in request.into_inner().object_ids {
             let id = ObjectId::from_wire(&object_id)?;
-            let holders = self.core.store.holders(id);
+            let holders = self.core.owner.store.holders(id);
             let known = holders.is_some();
             let (owner_handles, borrowers) = holders.unwrap_or_default();
             objects.push(ObjectHolders {
@@ -77,7 +78,7 @@ impl OwnerService for OwnerServiceImpl {
     async fn add_copies(&self, request: Request<AddCopiesRequest>) -> Result<Response<AddCopiesReply>, Status> {
         for copy in request.into_inner().copies {
             let id = ObjectId::from_wire(&copy.object_id)?;
-            self.core.store.add_copy(id, &copy.node_address);
+            self.core.owner.store.add_copy(id, &copy.node_address);
         }
         Ok(Response::new(AddCopiesReply {}))
     }

@@ -13,7 +13,7 @@ pub use serde;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use crate::task::{TaskError, TaskErrorKind};
+use crate::task_error::{TaskError, TaskErrorKind};
 use crate::value::EncodedValue;
 
 /// What running a task produces: the encoded return value, or the failure.

@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 use crate::archived::{ArchivedRef, Checkable};
 use crate::core_worker::CoreWorker;
 use crate::memory_store::FreedObject;
-use crate::object_ref::RawRef;
+use crate::object_ref::handle::RawRef;
 use crate::submitter::{NotRebuilt, SubmitterEvent};
 use crate::value::{Body, Expected, Format, Outcome, StoredAt};
 use crate::{Error, Result};
@@ -34,8 +34,10 @@ impl CoreWorker {
         let client = self
             .node_store
             .get_or_try_init(|| async {
-                let channel = self.channel(&self.node_manager).await?;
-                StoreClient::connect(channel, &self.address).await.map_err(store_error)
+                let channel = self.channel(&self.ctx.node_manager).await?;
+                StoreClient::connect(channel, &self.ctx.address)
+                    .await
+                    .map_err(store_error)
             })
             .await?;
         Ok(client.clone())
@@ -68,12 +70,14 @@ impl CoreWorker {
     ) -> Result<StoredAt> {
         let core = self.clone();
         let created = self
+            .ctx
             .runtime
             .spawn(async move { core.create_object(id, size, &owner).await });
         let mut writer = created.await.map_err(internal)??;
         let written = fill(&mut writer);
         let core = self.clone();
         let sealed = self
+            .ctx
             .runtime
             .spawn(async move { core.seal_object(writer, written).await });
         sealed.await.map_err(internal)?
@@ -105,7 +109,7 @@ impl CoreWorker {
             }
         };
         store.seal(writer, written as u64).await.map_err(store_error)?;
-        Ok(StoredAt::new(&self.node_manager, written as u64))
+        Ok(StoredAt::new(&self.ctx.node_manager, written as u64))
     }
 
     /// Maps a stored object read-only; it stays pinned while mapped. An
@@ -115,19 +119,21 @@ impl CoreWorker {
     pub(crate) async fn map_object(&self, object: &RawRef, at: &StoredAt) -> Result<MappedObject> {
         let id = object.id;
         let store = self.node_store().await.map_err(|e| lost_with_node(id, at, e))?;
-        if !at.holders().any(|holder| **holder == *self.node_manager) {
+        if !at.holders().any(|holder| **holder == *self.ctx.node_manager) {
             self.pull(&store, object, at).await?;
         }
         match store.get(id).await {
             Ok(mapped) => Ok(mapped),
             Err(StoreError::Rpc(raylet_proto::Error::NotFound(_))) => Err(Error::ObjectLost {
                 object: id,
-                reason: format!("the object store of node {} no longer has it", self.node_manager),
+                reason: format!("the object store of node {} no longer has it", self.ctx.node_manager),
             }),
-            Err(error) => match raylet_proto::channel::connect(&self.node_manager, &self.token, NODE_PATIENCE).await {
-                Err(unreachable) => Err(lost_with_node(id, at, unreachable)),
-                Ok(_) => Err(store_error(error)),
-            },
+            Err(error) => {
+                match raylet_proto::channel::connect(&self.ctx.node_manager, &self.ctx.token, NODE_PATIENCE).await {
+                    Err(unreachable) => Err(lost_with_node(id, at, unreachable)),
+                    Ok(_) => Err(store_error(error)),
+                }
+            }
         }
     }
 
@@ -148,14 +154,14 @@ impl CoreWorker {
     }
 
     async fn record_copy(&self, object: &RawRef) {
-        if *object.owner == *self.address {
-            self.store.add_copy(object.id, &self.node_manager);
+        if *object.owner == *self.ctx.address {
+            self.owner.store.add_copy(object.id, &self.ctx.node_manager);
             return;
         }
         let request = AddCopiesRequest {
             copies: vec![ObjectCopy {
                 object_id: object.id.as_bytes().to_vec(),
-                node_address: self.node_manager.clone(),
+                node_address: self.ctx.node_manager.clone(),
             }],
         };
         let sent = async {
@@ -184,7 +190,7 @@ impl CoreWorker {
                 Body::Stored(at) => at,
             };
             match self.map_object(object, at).await {
-                Err(Error::ObjectLost { reason, .. }) if self.store.try_get(id).is_ok() => {
+                Err(Error::ObjectLost { reason, .. }) if self.owner.store.try_get(id).is_ok() => {
                     outcome = self.rebuild(id, reason).await?;
                 }
                 mapped => return mapped.map(ValueBytes::Mapped),
@@ -226,7 +232,12 @@ impl CoreWorker {
             Err(_) => return Err(unrecoverable(NotRebuilt::ShuttingDown)),
         }
         tracing::info!(object = %id, %lost, "rebuilding a lost object by running its task again");
-        Ok(self.store.wait(id, None).await?.expect("waiting without a deadline"))
+        Ok(self
+            .owner
+            .store
+            .wait(id, None)
+            .await?
+            .expect("waiting without a deadline"))
     }
 
     /// The value of a finished object as a `T`, blocking this thread.
@@ -237,9 +248,9 @@ impl CoreWorker {
     ) -> Result<T> {
         let bytes = self.value_bytes_blocking(object, outcome, Expected::of::<T>(Format::Postcard))?;
         let decoded = raylet_proto::codec::decode(&bytes)?;
-        if !self.borrows.is_settled() {
+        if !self.owner.borrows.is_settled() {
             let core = self.clone();
-            self.block_on(async move { core.borrows.settled().await });
+            self.block_on(async move { core.owner.borrows.settled().await });
         }
         Ok(decoded)
     }
@@ -250,7 +261,7 @@ impl CoreWorker {
             .value_bytes(object, outcome, Expected::of::<T>(Format::Postcard))
             .await?;
         let decoded = raylet_proto::codec::decode(&bytes)?;
-        self.borrows.settled().await;
+        self.owner.borrows.settled().await;
         Ok(decoded)
     }
 

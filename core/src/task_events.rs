@@ -7,13 +7,14 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::Duration;
 
 use raylet_proto::v1::task_event_service_client::TaskEventServiceClient;
 use raylet_proto::v1::{ReportTaskEventsRequest, Span, TaskEvent, TaskKind, TaskState};
 use raylet_proto::{ActorId, JobId, NodeId, TaskId, WorkerId};
 
-use crate::core_worker::CoreWorker;
+use crate::context::Context;
+use crate::timeline::unix_micros;
 
 /// How often buffered events go to the head.
 const FLUSH_PERIOD: Duration = Duration::from_secs(1);
@@ -21,13 +22,6 @@ const FLUSH_PERIOD: Duration = Duration::from_secs(1);
 const MAX_BUFFERED: usize = 100_000;
 /// A task a worker runs is reported as running once it ran this long.
 const RUNNING_AFTER: Duration = Duration::from_millis(500);
-
-/// Microseconds since the Unix epoch.
-pub(crate) fn unix_micros() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |since| since.as_micros() as u64)
-}
 
 /// What a task is, as its owner first reports it.
 pub(crate) struct TaskIdentity<'a> {
@@ -120,6 +114,7 @@ impl TaskEvents {
     pub(crate) fn adopt(&self, job: &[u8], timeline: bool) {
         if let Ok(job) = JobId::from_wire(job) {
             *self.job.lock().unwrap_or_else(|p| p.into_inner()) = job;
+            crate::timeline::set_job(job);
         }
         crate::timeline::set_on(timeline);
     }
@@ -243,14 +238,14 @@ impl TaskEvents {
 
     /// Sends what is buffered to the head; a batch the head cannot take is
     /// dropped and counted in the next one.
-    pub(crate) async fn flush(&self, core: &CoreWorker) {
+    pub(crate) async fn flush(&self, ctx: &Context) {
         let _sending = self.sending.lock().await;
         let Some(batch) = self.take() else {
             return;
         };
         let events = batch.tasks.len() + batch.spans.len();
         let sent = async {
-            let channel = core.channel(&core.head_address).await?;
+            let channel = ctx.channel(&ctx.head_address).await?;
             TaskEventServiceClient::new(channel)
                 .report_task_events(batch)
                 .await
@@ -275,15 +270,15 @@ fn state_event(task_id: TaskId, attempt: u32, state: TaskState) -> TaskEvent {
     event
 }
 
-/// Flushes the core's task events once a second, for as long as the
+/// Flushes `events` once a second, for as long as the
 /// process runs; `placement` says where this process is, for the tasks it
 /// runs.
-pub(crate) async fn keep_flushing(core: Arc<CoreWorker>, placement: Placement) {
+pub(crate) async fn keep_flushing(ctx: Arc<Context>, events: Arc<TaskEvents>, placement: Placement) {
     let mut ticker = tokio::time::interval(FLUSH_PERIOD);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     loop {
         ticker.tick().await;
-        core.task_events.report_long_running(&placement);
-        core.task_events.flush(&core).await;
+        events.report_long_running(&placement);
+        events.flush(&ctx).await;
     }
 }

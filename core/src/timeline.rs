@@ -12,13 +12,15 @@
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Mutex, OnceLock};
+use std::time::{SystemTime, UNIX_EPOCH};
 
-use raylet_proto::NodeId;
 use raylet_proto::v1::Span;
-
-use crate::task_events::unix_micros;
+use raylet_proto::{JobId, NodeId};
 
 static ON: AtomicBool = AtomicBool::new(false);
+/// The job spans are recorded under: the driver's, or in a worker the job of
+/// the task it runs.
+static JOB: Mutex<Option<JobId>> = Mutex::new(None);
 static PENDING: Mutex<Vec<Span>> = Mutex::new(Vec::new());
 static NODE: OnceLock<NodeId> = OnceLock::new();
 /// Most spans a process holds before a task's result takes them.
@@ -33,6 +35,18 @@ pub fn is_on() -> bool {
 /// task it starts says.
 pub(crate) fn set_on(on: bool) {
     ON.store(on, Ordering::Relaxed);
+}
+
+/// Records this process's spans under `job` from now on.
+pub(crate) fn set_job(job: JobId) {
+    *JOB.lock().unwrap_or_else(|p| p.into_inner()) = Some(job);
+}
+
+/// Microseconds since the Unix epoch.
+pub(crate) fn unix_micros() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |since| since.as_micros() as u64)
 }
 
 /// The node this worker process runs on, stamped on its spans.
@@ -70,7 +84,10 @@ pub fn span(name: &str, category: &str) -> SpanGuard {
     if !is_on() {
         return SpanGuard { open: None };
     }
-    let job = crate::cluster::current_job().map(|job| job.as_bytes().to_vec());
+    let job = JOB
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .map(|job| job.as_bytes().to_vec());
     let open = Span {
         name: name.to_string(),
         category: category.to_string(),

@@ -13,8 +13,8 @@ use raylet_proto::v1;
 use serde::Serialize;
 
 use crate::interner::Interner;
-use crate::object_ref::{AnyObjectRef, RawRef};
-use crate::task::TaskError;
+use crate::object_ref::handle::{AnyObjectRef, RawRef};
+use crate::task_error::TaskError;
 use crate::{Error, Result};
 
 /// How a value's bytes are laid out.

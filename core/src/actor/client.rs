@@ -29,10 +29,11 @@ use crate::core_worker::CoreWorker;
 use crate::head_retry::retrying;
 use crate::lent_objects::lend_contained;
 use crate::links::TaskOutlet;
-use crate::object_ref::AnyObjectRef;
+use crate::object_ref::handle::AnyObjectRef;
 use crate::pending_gate::PendingPermit;
 use crate::submitter::{complete_values, print_log_lines, resolve_arg};
-use crate::task::{Arg, TaskError, TaskErrorKind};
+use crate::task::Arg;
+use crate::task_error::{TaskError, TaskErrorKind};
 use crate::task_events::{Ending, Placement, TaskIdentity};
 use crate::{Error, Result};
 
@@ -110,7 +111,7 @@ impl ActorClients {
     /// Runs `work` on `core`'s runtime until it ends or the clients close.
     pub(super) fn spawn_until_closed(&self, core: &CoreWorker, work: impl Future<Output = ()> + Send + 'static) {
         let mut closing = self.closing.subscribe();
-        core.runtime.spawn(async move {
+        core.ctx.runtime.spawn(async move {
             tokio::select! {
                 () = work => {}
                 _ = closing.wait_for(|closed| *closed) => {}
@@ -137,10 +138,10 @@ impl ActorClients {
 }
 
 async fn open_owner_session(core: &CoreWorker) -> Result<OpenOwnerSession> {
-    let channel = core.channel(&core.head_address).await?;
+    let channel = core.channel(&core.ctx.head_address).await?;
     let (messages, outbound) = mpsc::unbounded_channel();
     let _ = messages.send(OwnerSessionMessage {
-        owner_address: core.address.to_string(),
+        owner_address: core.ctx.address.to_string(),
     });
     let reply = ActorServiceClient::new(channel)
         .owner_session(UnboundedReceiverStream::new(outbound))
@@ -202,7 +203,8 @@ impl PendingCall {
 
     /// Reports that this attempt failed without a result from the actor.
     fn record_failure(&self, core: &CoreWorker, reason: &str) {
-        core.task_events
+        core.owner
+            .task_events
             .ended(self.task_id, self.attempts, Ending::failed(reason));
     }
 }
@@ -255,7 +257,9 @@ impl ActorClient {
             send_queued: send_queued.clone(),
         });
         core.actors.watch.follow(core, client.clone());
-        core.runtime.spawn(send_when_told(Arc::downgrade(&client), send_queued));
+        core.ctx
+            .runtime
+            .spawn(send_when_told(Arc::downgrade(&client), send_queued));
         client
     }
 
@@ -270,7 +274,7 @@ impl ActorClient {
                 function: call.function.clone(),
                 ..error.clone()
             };
-            self.core.store.complete(call.task_id.return_object(), Err(error));
+            self.core.owner.store.complete(call.task_id.return_object(), Err(error));
             return;
         }
         let call = PendingCall {
@@ -282,7 +286,7 @@ impl ActorClient {
             attempts: 0,
             _permit: call.permit,
         };
-        self.core.task_events.submitted(call.identity(self.actor), false);
+        self.core.owner.task_events.submitted(call.identity(self.actor), false);
         state.queue.push_back(call);
         let index = state.queue.len() - 1;
         self.build_spec(&mut state, index);
@@ -299,7 +303,7 @@ impl ActorClient {
         let mut args = Vec::with_capacity(call.args.len());
         let mut waiting = Vec::new();
         for arg in &call.args {
-            match resolve_arg(&self.core, arg) {
+            match resolve_arg(&self.core.owner, arg) {
                 Ok(Some(resolved)) => args.push(resolved),
                 Ok(None) => waiting.extend(match arg {
                     Arg::Ref(object) => Some(object.id()),
@@ -308,16 +312,16 @@ impl ActorClient {
                 Err(error) => {
                     let failed = state.queue.remove(index).expect("the call is queued");
                     failed.record_failure(&self.core, &error.to_string());
-                    self.core.store.complete(failed.return_id(), Err(error));
+                    self.core.owner.store.complete(failed.return_id(), Err(error));
                     return;
                 }
             }
         }
         if !waiting.is_empty() {
             let (client, task_id) = (self.clone(), call.task_id);
-            self.core.runtime.spawn(async move {
+            self.core.ctx.runtime.spawn(async move {
                 for id in waiting {
-                    let _ = client.core.store.wait(id, None).await;
+                    let _ = client.core.owner.store.wait(id, None).await;
                 }
                 client.args_ready(task_id);
             });
@@ -326,16 +330,16 @@ impl ActorClient {
         call.spec = Some(TaskSpec {
             task_id: call.task_id.as_bytes().to_vec(),
             function: call.function.clone(),
-            binary_hash: self.core.binary.hash.clone(),
+            binary_hash: self.core.ctx.binary.hash.clone(),
             args,
             attempt: 0,
-            owner_address: self.core.address.to_string(),
+            owner_address: self.core.ctx.address.to_string(),
             actor_id: self.actor.as_bytes().to_vec(),
             actor_creation: None,
             method: call.method.to_string(),
-            job_id: self.core.task_events.job().as_bytes().to_vec(),
+            job_id: self.core.owner.task_events.job().as_bytes().to_vec(),
             timeline: crate::timeline::is_on(),
-            lent: lend_contained(&self.core, &call.args),
+            lent: lend_contained(&self.core.owner, &call.args),
         });
     }
 
@@ -364,6 +368,7 @@ impl ActorClient {
             let spec = call.spec.as_mut().expect("checked above");
             spec.attempt = call.attempts;
             self.core
+                .owner
                 .task_events
                 .dispatched(call.task_id, call.attempts, &connection.place);
             batch.tasks.push(match retryable {
@@ -416,13 +421,13 @@ impl ActorClient {
             call.record_failure(&self.core, &format!("the actor's process died: {cause}"));
             if call.attempts < self.max_task_retries {
                 call.attempts += 1;
-                self.core.task_events.submitted(call.identity(self.actor), false);
+                self.core.owner.task_events.submitted(call.identity(self.actor), false);
                 retried.push_back(call);
                 continue;
             }
             let message = format!("the actor's process died while this call ran: {cause}");
             let error = TaskError::new(TaskErrorKind::ActorDied, &call.function, message);
-            self.core.store.complete(call.return_id(), Err(error));
+            self.core.owner.store.complete(call.return_id(), Err(error));
         }
         while let Some(call) = retried.pop_back() {
             state.queue.push_front(call);
@@ -439,7 +444,7 @@ impl ActorClient {
                 ..error.clone()
             };
             call.record_failure(&self.core, &error.to_string());
-            self.core.store.complete(call.return_id(), Err(error));
+            self.core.owner.store.complete(call.return_id(), Err(error));
         }
         state.dead = Some(error);
         state.creation_pins.clear();
@@ -463,12 +468,12 @@ impl ActorClient {
             },
         });
         let client = self.clone();
-        self.core.runtime.spawn(async move {
+        self.core.ctx.runtime.spawn(async move {
             let streamed = async {
-                let (tasks, mut inbound) = client.core.links.workers.task_stream(address.clone()).await?;
+                let (tasks, mut inbound) = client.core.ctx.links.workers.task_stream(address.clone()).await?;
                 client.stream_opened(id, tasks);
                 while let Some(batch) = inbound.next().await.transpose()? {
-                    if client.core.log_to_driver {
+                    if client.core.ctx.log_to_driver {
                         print_log_lines(pid, node_id, &batch.logs);
                     }
                     client.on_results(id, batch);
@@ -498,13 +503,13 @@ impl ActorClient {
         if state.connection.as_ref().is_none_or(|c| c.id != connection) {
             return;
         }
-        for finished in complete_values(&self.core, events.results) {
+        for finished in complete_values(&self.core.owner, events.results) {
             let Some(index) = state.in_flight.iter().position(|call| call.task_id == finished.task_id) else {
                 continue;
             };
             let call = state.in_flight.remove(index).expect("the index is in range");
             if let Err(error) = finished.outcome {
-                self.core.store.complete(call.return_id(), Err(error));
+                self.core.owner.store.complete(call.return_id(), Err(error));
             }
         }
         self.send_ready(&mut state);

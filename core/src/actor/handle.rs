@@ -8,8 +8,10 @@ use raylet_proto::resources::{CPU, GPU, MEMORY};
 use raylet_proto::{ActorId, ResourceSet, SchedulingStrategy, TaskId};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
-use crate::object_ref::{AnyObjectRef, RawRef};
-use crate::task::{Arg, Resources, SchedulingOptions, TaskError, TaskErrorKind};
+use crate::object_ref::handle::{AnyObjectRef, RawRef};
+use crate::resources::Resources;
+use crate::task::{Arg, SchedulingOptions};
+use crate::task_error::{TaskError, TaskErrorKind};
 use crate::{Cluster, ObjectRef, PlacementGroup, Result};
 
 /// A type made into an actor with `#[raylet::actor]`.

@@ -9,7 +9,7 @@ use bytes::Bytes;
 use tokio::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
 use crate::registry::{TaskFuture, TaskOutcome};
-use crate::task::TaskError;
+use crate::task_error::TaskError;
 
 /// How one call of an actor method runs.
 pub enum MethodCall {

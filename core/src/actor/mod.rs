@@ -26,7 +26,8 @@ pub use info::{ActorInfo, ActorState};
 use crate::core_worker::CoreWorker;
 use crate::head_retry::retrying;
 use crate::submitter::{pinned_by, resolve_arg};
-use crate::task::{Arg, TaskError};
+use crate::task::Arg;
+use crate::task_error::TaskError;
 use crate::{Cluster, Error, ObjectRef, Result};
 
 /// How long a constructor argument that a task still makes is waited for.
@@ -49,15 +50,15 @@ impl Cluster {
                 actor_id: id.as_bytes().to_vec(),
                 class_name: options.class.to_string(),
                 args: resolve_constructor_args(&core, &args).await?,
-                binary: Some(core.binary.clone()),
+                binary: Some(core.ctx.binary.clone()),
                 placement: Some(placement.to_proto()),
                 running: Some(running.to_proto()),
                 name: options.name,
-                namespace: options.namespace.unwrap_or_else(|| core.binary.namespace.clone()),
+                namespace: options.namespace.unwrap_or_else(|| core.ctx.binary.namespace.clone()),
                 detached: options.detached,
                 max_restarts: options.max_restarts,
                 max_concurrency: options.max_concurrency,
-                owner_address: core.address.to_string(),
+                owner_address: core.ctx.address.to_string(),
                 max_task_retries: options.max_task_retries,
                 strategy: Some(scheduling.to_proto()),
             };
@@ -87,7 +88,7 @@ impl Cluster {
         let task_id = TaskId::random();
         let return_id = task_id.return_object();
         let permit = self.admit_pending();
-        core.store.add_pending(return_id);
+        core.owner.store.add_pending(return_id);
         let object = self.owned_ref(return_id).typed();
         match args {
             Ok(args) => {
@@ -100,7 +101,7 @@ impl Cluster {
                 };
                 core.actors.call(core, handle.id(), handle.max_task_retries(), call);
             }
-            Err(error) => core.store.complete(return_id, Err(error)),
+            Err(error) => core.owner.store.complete(return_id, Err(error)),
         }
         object
     }
@@ -109,7 +110,7 @@ impl Cluster {
     /// type `A`. Fails when no live actor has that name, or when it is of
     /// another type.
     pub fn get_actor<A: Actor>(&self, name: &str) -> Result<A::Handle> {
-        let namespace = self.core().binary.namespace.clone();
+        let namespace = self.core().ctx.binary.namespace.clone();
         self.get_actor_in::<A>(&namespace, name)
     }
 
@@ -161,13 +162,13 @@ impl Cluster {
     pub fn list_actors(&self) -> Result<Vec<ActorInfo>> {
         let core = self.core().clone();
         core.clone()
-            .block_on(async move { list_actors(&core.head_address, &core.token).await })
+            .block_on(async move { list_actors(&core.ctx.head_address, &core.ctx.token).await })
     }
 }
 
 /// The head's actor service, on this process's channel to the head.
 async fn actor_service(core: &CoreWorker) -> Result<ActorServiceClient<AuthedChannel>> {
-    Ok(ActorServiceClient::new(core.channel(&core.head_address).await?))
+    Ok(ActorServiceClient::new(core.channel(&core.ctx.head_address).await?))
 }
 
 /// Every actor of the cluster whose head is at `head`, dead ones included,
@@ -194,9 +195,9 @@ async fn resolve_constructor_args(core: &Arc<CoreWorker>, args: &[Arg]) -> Resul
             && core.owns(object)
         {
             let deadline = tokio::time::Instant::now() + ARGUMENT_PATIENCE;
-            core.store.wait(object.id(), Some(deadline)).await?;
+            core.owner.store.wait(object.id(), Some(deadline)).await?;
         }
-        match resolve_arg(core, arg) {
+        match resolve_arg(&core.owner, arg) {
             Ok(Some(arg)) => resolved.push(arg),
             Ok(None) => {
                 let object = match arg {

@@ -9,7 +9,7 @@ use raylet_proto::{ActorId, NodeId, TaskId};
 use super::client::ActorCall;
 use crate::links::virtual_cluster::{VirtualCluster, number, value};
 use crate::pending_gate::PendingGate;
-use crate::task::TaskErrorKind;
+use crate::task_error::TaskErrorKind;
 use crate::value::Outcome;
 
 /// A virtual cluster and one actor that the process calls.
@@ -34,7 +34,7 @@ impl ActorTest {
     fn call(&self, max_task_retries: u32) -> TaskId {
         let core = &self.cluster.core;
         let task_id = TaskId::random();
-        core.store.add_pending(task_id.return_object());
+        core.owner.store.add_pending(task_id.return_object());
         let call = ActorCall {
             task_id,
             method: "bump",

@@ -18,7 +18,7 @@ use serde::Serialize;
 pub use client::{JobClient, JobOutput, Submitted};
 
 use crate::core_worker::CoreWorker;
-use crate::task::Resources;
+use crate::resources::Resources;
 use crate::{Cluster, Error, Result};
 
 /// How long a driver has to exit after SIGTERM before SIGKILL, by default.
@@ -300,7 +300,10 @@ impl JobHandle {
     pub fn follow_logs(&self) -> impl Iterator<Item = Result<Vec<u8>>> + use<> {
         let (sender, mut receiver) = tokio::sync::mpsc::channel(16);
         let (client, id) = (self.client.clone(), self.id);
-        self.core.runtime.spawn(async move { client.follow(id, sender).await });
+        self.core
+            .ctx
+            .runtime
+            .spawn(async move { client.follow(id, sender).await });
         std::iter::from_fn(move || receiver.blocking_recv())
     }
 
@@ -320,7 +323,7 @@ impl Cluster {
     /// starts the job; returns at once.
     pub fn submit(&self, job: Job) -> Result<JobHandle> {
         let core = self.core().clone();
-        let (head, token) = (core.head_address.clone(), core.token.clone());
+        let (head, token) = (core.ctx.head_address.clone(), core.ctx.token.clone());
         let (client, submitted) = core.block_on(async move {
             let client = JobClient::connect(&head, &token).await?;
             let submitted = client.submit(&job).await?;
@@ -337,14 +340,14 @@ impl Cluster {
     /// Every job of the cluster, oldest first.
     pub fn jobs(&self) -> Result<Vec<JobInfo>> {
         let core = self.core().clone();
-        let (head, token) = (core.head_address.clone(), core.token.clone());
+        let (head, token) = (core.ctx.head_address.clone(), core.ctx.token.clone());
         core.block_on(async move { JobClient::connect(&head, &token).await?.list().await })
     }
 
     /// A handle to the job `id`, submitted by anyone.
     pub fn job(&self, id: JobId) -> Result<JobHandle> {
         let core = self.core().clone();
-        let (head, token) = (core.head_address.clone(), core.token.clone());
+        let (head, token) = (core.ctx.head_address.clone(), core.ctx.token.clone());
         let client = core.block_on(async move { JobClient::connect(&head, &token).await })?;
         Ok(JobHandle {
             id,

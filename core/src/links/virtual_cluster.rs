@@ -171,7 +171,7 @@ impl VirtualCluster {
         });
         let (submitter, submissions) = mpsc::unbounded_channel();
         let core = CoreWorker::start(settings(links), submitter, tokio::runtime::Handle::current());
-        Submitter::spawn(core.clone(), submissions);
+        Submitter::spawn(core.owner.clone(), core.submitter.clone(), submissions);
         VirtualCluster {
             core,
             opened,
@@ -342,7 +342,7 @@ impl VirtualCluster {
 
     /// The object's outcome, `None` while it is pending.
     pub(crate) fn outcome(&self, object: ObjectId) -> Option<Outcome> {
-        self.core.store.try_get(object).expect("the object is tracked")
+        self.core.owner.store.try_get(object).expect("the object is tracked")
     }
 }
 

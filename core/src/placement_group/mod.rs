@@ -3,10 +3,11 @@
 //! a handle to wait for them, remove them and run tasks and actors in them,
 //! and the listing that `raylet list placement-groups` prints.
 
-mod session;
+pub(crate) mod handle;
+pub(crate) mod session;
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use raylet_proto::auth::AuthToken;
@@ -15,18 +16,17 @@ use raylet_proto::v1::placement_group_call::Kind as CallKind;
 use raylet_proto::v1::placement_group_service_client::PlacementGroupServiceClient;
 use raylet_proto::v1::{
     self, CreatePlacementGroupRequest, ListPlacementGroupsRequest, PlacementGroupRecord, RemovePlacementGroupRequest,
-    WaitPlacementGroupRequest,
 };
 use raylet_proto::{NodeId, PlacementGroupId, PlacementStrategy, ResourceSet};
-use serde::{Deserialize, Serialize};
+use serde::Serialize;
 use tokio::sync::watch;
 
-use crate::core_worker::CoreWorker;
-use crate::head_retry::retrying;
-use crate::task::Resources;
+use crate::placement_group::session::wait_for_group;
+use crate::resources::Resources;
 use crate::{Cluster, Error, Result};
 
-pub(crate) use session::GroupSession;
+use self::handle::Creation;
+pub use self::handle::PlacementGroup;
 
 /// How long the head may take to answer a connection.
 const HEAD_PATIENCE: Duration = Duration::from_secs(5);
@@ -61,70 +61,7 @@ impl Bundle {
     }
 }
 
-/// A placement group. It is `Clone` and `Serialize`: tasks and actors that
-/// get it can run work in it too.
-#[derive(Clone, Debug)]
-pub struct PlacementGroup {
-    id: PlacementGroupId,
-    bundle_count: u32,
-    /// The head's answer to the creation, in the handle that created the
-    /// group: `ready()` and `remove()` wait for it first.
-    creation: Option<watch::Receiver<Option<Creation>>>,
-    /// Set once `remove()` was called on this handle or a clone of it.
-    removed: Arc<AtomicBool>,
-}
-
-/// How the head answered the creation: the group's state then, or why it refused.
-type Creation = Result<v1::PlacementGroupState, raylet_proto::Error>;
-
-impl PartialEq for PlacementGroup {
-    fn eq(&self, other: &Self) -> bool {
-        self.id == other.id
-    }
-}
-
-impl Eq for PlacementGroup {}
-
-/// How a placement group handle travels.
-#[derive(Serialize, Deserialize)]
-struct WireGroup {
-    #[serde(with = "serde_bytes")]
-    id: Vec<u8>,
-    bundle_count: u32,
-}
-
-impl Serialize for PlacementGroup {
-    fn serialize<S: serde::Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
-        let wire = WireGroup {
-            id: self.id.as_bytes().to_vec(),
-            bundle_count: self.bundle_count,
-        };
-        wire.serialize(serializer)
-    }
-}
-
-impl<'de> Deserialize<'de> for PlacementGroup {
-    fn deserialize<D: serde::Deserializer<'de>>(deserializer: D) -> Result<Self, D::Error> {
-        let wire = WireGroup::deserialize(deserializer)?;
-        let id = PlacementGroupId::from_wire(&wire.id).map_err(serde::de::Error::custom)?;
-        Ok(PlacementGroup {
-            id,
-            bundle_count: wire.bundle_count,
-            creation: None,
-            removed: Arc::default(),
-        })
-    }
-}
-
 impl PlacementGroup {
-    pub fn id(&self) -> PlacementGroupId {
-        self.id
-    }
-
-    pub fn bundle_count(&self) -> u32 {
-        self.bundle_count
-    }
-
     /// Waits until every bundle is reserved. Fails at once when the alive
     /// nodes can never hold the group, or when it was removed.
     pub fn ready(&self) -> Result<()> {
@@ -149,7 +86,7 @@ impl PlacementGroup {
             let request = RemovePlacementGroupRequest {
                 placement_group_id: id.as_bytes().to_vec(),
             };
-            core.placement_groups.call(&core, CallKind::Remove(request)).await?;
+            core.placement_groups.call(&core.ctx, CallKind::Remove(request)).await?;
             Ok(())
         })
     }
@@ -167,7 +104,7 @@ impl PlacementGroup {
             let deadline = timeout.map(|timeout| tokio::time::Instant::now() + timeout);
             loop {
                 let slice = deadline.map_or(WAIT_SLICE, |d| d.saturating_duration_since(tokio::time::Instant::now()));
-                let record = wait_for_group(&core, id, slice.min(WAIT_SLICE)).await?;
+                let record = wait_for_group(&core.ctx, id, slice.min(WAIT_SLICE)).await?;
                 let info = PlacementGroupInfo::from_record(record)?;
                 match info.state {
                     PlacementGroupState::Created => return Ok(()),
@@ -224,8 +161,8 @@ impl Cluster {
             strategy: strategy.to_proto() as i32,
         };
         let core = self.core().clone();
-        self.core().runtime.spawn(async move {
-            let created = core.placement_groups.call(&core, CallKind::Create(request)).await;
+        self.core().ctx.runtime.spawn(async move {
+            let created = core.placement_groups.call(&core.ctx, CallKind::Create(request)).await;
             let state = created.map(|record| record.state()).map_err(cluster_error);
             answer.send_replace(Some(state));
         });
@@ -236,7 +173,7 @@ impl Cluster {
     pub fn list_placement_groups(&self) -> Result<Vec<PlacementGroupInfo>> {
         let core = self.core().clone();
         core.clone()
-            .block_on(async move { list_placement_groups(&core.head_address, &core.token).await })
+            .block_on(async move { list_placement_groups(&core.ctx.head_address, &core.ctx.token).await })
     }
 }
 
@@ -246,30 +183,6 @@ fn cluster_error(error: Error) -> raylet_proto::Error {
         Error::Cluster(error) => error,
         other => raylet_proto::Error::Internal(other.to_string()),
     }
-}
-
-async fn client(core: &Arc<CoreWorker>) -> Result<PlacementGroupServiceClient<raylet_proto::channel::AuthedChannel>> {
-    Ok(PlacementGroupServiceClient::new(
-        core.channel(&core.head_address).await?,
-    ))
-}
-
-/// The group's record once it settles or `timeout` passes; a restart of
-/// the head is waited out.
-pub(crate) async fn wait_for_group(
-    core: &Arc<CoreWorker>,
-    id: PlacementGroupId,
-    timeout: Duration,
-) -> Result<PlacementGroupRecord> {
-    let request = WaitPlacementGroupRequest {
-        placement_group_id: id.as_bytes().to_vec(),
-        timeout_ms: timeout.as_millis() as u64,
-    };
-    retrying(|| async {
-        let reply = client(core).await?.wait_placement_group(request.clone()).await;
-        Ok(reply.map_err(raylet_proto::Error::from)?.into_inner())
-    })
-    .await
 }
 
 /// Every placement group of the cluster whose head is at `head`.

@@ -1,21 +1,24 @@
-//! This process's placement group session with the head: creates and
+//! This process's placement group calls to the head. Creates and
 //! removes go as messages on one long-lived stream and are answered by call
 //! id, so a burst of groups costs no unary round trip each. The stream is
 //! opened on first use and again after it breaks; a call that finds the
 //! head gone waits for it to come back (both calls are safe to repeat).
+//! Waiting for a group to settle is one unary call.
 
 use std::collections::HashMap;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
+use raylet_proto::PlacementGroupId;
 use raylet_proto::v1::placement_group_answer::Kind as AnswerKind;
 use raylet_proto::v1::placement_group_call::Kind as CallKind;
 use raylet_proto::v1::placement_group_service_client::PlacementGroupServiceClient;
-use raylet_proto::v1::{PlacementGroupAnswer, PlacementGroupCall, PlacementGroupRecord};
+use raylet_proto::v1::{PlacementGroupAnswer, PlacementGroupCall, PlacementGroupRecord, WaitPlacementGroupRequest};
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use crate::core_worker::CoreWorker;
+use crate::context::Context;
 use crate::head_retry::retrying;
 use crate::{Error, Result};
 
@@ -38,12 +41,12 @@ struct SessionLink {
 impl GroupSession {
     /// Sends one call and waits for the head's answer, waiting out a
     /// restart of the head.
-    pub(crate) async fn call(&self, core: &CoreWorker, kind: CallKind) -> Result<PlacementGroupRecord> {
-        retrying(|| self.call_once(core, kind.clone())).await
+    pub(crate) async fn call(&self, ctx: &Context, kind: CallKind) -> Result<PlacementGroupRecord> {
+        retrying(|| self.call_once(ctx, kind.clone())).await
     }
 
-    async fn call_once(&self, core: &CoreWorker, kind: CallKind) -> Result<PlacementGroupRecord> {
-        let link = self.link(core).await?;
+    async fn call_once(&self, ctx: &Context, kind: CallKind) -> Result<PlacementGroupRecord> {
+        let link = self.link(ctx).await?;
         let call_id = self.next_call.fetch_add(1, Ordering::Relaxed);
         let (answer, answered) = oneshot::channel();
         link.wait_for(call_id, answer)?;
@@ -58,20 +61,20 @@ impl GroupSession {
     }
 
     /// The open stream, opened anew when there is none or it ended.
-    async fn link(&self, core: &CoreWorker) -> Result<Arc<SessionLink>> {
+    async fn link(&self, ctx: &Context) -> Result<Arc<SessionLink>> {
         let mut link = self.link.lock().await;
         if let Some(open) = link.as_ref().filter(|open| open.is_open()) {
             return Ok(open.clone());
         }
-        let opened = SessionLink::open(core).await?;
+        let opened = SessionLink::open(ctx).await?;
         *link = Some(opened.clone());
         Ok(opened)
     }
 }
 
 impl SessionLink {
-    async fn open(core: &CoreWorker) -> Result<Arc<Self>> {
-        let channel = core.channel(&core.head_address).await?;
+    async fn open(ctx: &Context) -> Result<Arc<Self>> {
+        let channel = ctx.channel(&ctx.head_address).await?;
         let (calls, outbound) = mpsc::unbounded_channel();
         let reply = PlacementGroupServiceClient::new(channel)
             .placement_group_session(UnboundedReceiverStream::new(outbound))
@@ -132,4 +135,26 @@ impl SessionLink {
 
 fn session_ended() -> raylet_proto::Error {
     raylet_proto::Error::Unavailable("the placement group session with the head ended; try again".into())
+}
+
+async fn client(ctx: &Context) -> Result<PlacementGroupServiceClient<raylet_proto::channel::AuthedChannel>> {
+    Ok(PlacementGroupServiceClient::new(ctx.channel(&ctx.head_address).await?))
+}
+
+/// The group's record once it settles or `timeout` passes; a restart of
+/// the head is waited out.
+pub(crate) async fn wait_for_group(
+    ctx: &Context,
+    id: PlacementGroupId,
+    timeout: Duration,
+) -> Result<PlacementGroupRecord> {
+    let request = WaitPlacementGroupRequest {
+        placement_group_id: id.as_bytes().to_vec(),
+        timeout_ms: timeout.as_millis() as u64,
+    };
+    retrying(|| async {
+        let reply = client(ctx).await?.wait_placement_group(request.clone()).await;
+        Ok(reply.map_err(raylet_proto::Error::from)?.into_inner())
+    })
+    .await
 }

@@ -23,13 +23,14 @@ use tokio::time::Instant;
 
 pub(crate) use self::queued_task::{QueuedOptions, TaskTemplate, TemplateCache};
 use self::queued_task::{QueuedTask, TaskInputs};
-use crate::core_worker::CoreWorker;
 use crate::group_routes::{GroupRoute, GroupRoutes, RouteTarget};
 use crate::lent_objects::lend_contained;
 use crate::links::NodeDeath;
-use crate::object_ref::AnyObjectRef;
+use crate::object_ref::handle::AnyObjectRef;
+use crate::owner::Owner;
 use crate::pending_gate::PendingPermit;
-use crate::task::{Arg, TaskError, TaskErrorKind};
+use crate::task::Arg;
+use crate::task_error::{TaskError, TaskErrorKind};
 use crate::task_events::{Ending, Placement, TaskIdentity};
 use crate::value::{Body, EncodedValue, Outcome, outcome_from_proto};
 
@@ -185,7 +186,7 @@ struct PendingRequest {
 }
 
 pub(crate) struct Submitter {
-    core: Arc<CoreWorker>,
+    owner: Arc<Owner>,
     run_times: RunTimes,
     events: mpsc::UnboundedSender<SubmitterEvent>,
     shapes: HashMap<SchedulingClass, Shape>,
@@ -205,11 +206,17 @@ pub(crate) struct Submitter {
 }
 
 impl Submitter {
-    /// Starts the submitter on the core's runtime.
-    pub(crate) fn spawn(core: Arc<CoreWorker>, events: mpsc::UnboundedReceiver<SubmitterEvent>) {
+    /// Starts the submitter on the owner's runtime.
+    /// Starts the submitter of `owner`'s tasks, which takes `received`,
+    /// sent on `events`.
+    pub(crate) fn spawn(
+        owner: Arc<Owner>,
+        events: mpsc::UnboundedSender<SubmitterEvent>,
+        received: mpsc::UnboundedReceiver<SubmitterEvent>,
+    ) {
         let submitter = Submitter {
-            events: core.submitter.clone(),
-            core: core.clone(),
+            events,
+            owner: owner.clone(),
             run_times: RunTimes::default(),
             shapes: HashMap::new(),
             workers: HashMap::new(),
@@ -223,7 +230,7 @@ impl Submitter {
             lineage: IdMap::default(),
             groups: GroupRoutes::default(),
         };
-        core.runtime.spawn(submitter.run(events));
+        owner.ctx.runtime.spawn(submitter.run(received));
     }
 
     async fn run(mut self, mut events: mpsc::UnboundedReceiver<SubmitterEvent>) {
@@ -309,7 +316,7 @@ impl Submitter {
         let mut waiting = Vec::new();
         let mut failed = None;
         for arg in &submission.args {
-            match resolve_arg(&self.core, arg) {
+            match resolve_arg(&self.owner, arg) {
                 Ok(Some(resolved)) => args.push(resolved),
                 Ok(None) => waiting.push(match arg {
                     Arg::Ref(object) => object.id(),
@@ -328,13 +335,15 @@ impl Submitter {
             kind: TaskKind::NormalTask,
             actor_id: None,
         };
-        self.core.task_events.submitted(identity, !waiting.is_empty());
+        self.owner.task_events.submitted(identity, !waiting.is_empty());
         if let Some(error) = failed {
             let reason = error.to_string();
-            self.core
+            self.owner
                 .task_events
                 .ended(submission.task_id, 0, Ending::failed(&reason));
-            self.core.store.complete(submission.task_id.return_object(), Err(error));
+            self.owner
+                .store
+                .complete(submission.task_id.return_object(), Err(error));
             return;
         }
         if !waiting.is_empty() {
@@ -342,11 +351,11 @@ impl Submitter {
             return;
         }
         let inputs = TaskInputs {
-            lent: lend_contained(&self.core, &submission.args),
+            lent: lend_contained(&self.owner, &submission.args),
             pinned: pinned_by(submission.args),
             args,
         };
-        let job = self.core.task_events.job();
+        let job = self.owner.task_events.job();
         let template = submission.template.clone();
         let task = QueuedTask::new(submission.task_id, job, submission.template, inputs, submission.permit);
         self.shape_mut(&template.class).queue.push_back(task);
@@ -363,7 +372,7 @@ impl Submitter {
     }
 
     fn resubmit_when_ready(&self, submission: Submission, waiting: Vec<ObjectId>) {
-        let store = self.core.store.clone();
+        let store = self.owner.store.clone();
         let events = self.events.clone();
         tokio::spawn(async move {
             for id in waiting {
@@ -393,8 +402,8 @@ impl Submitter {
                 let Some(task) = shape.queue.pop_front() else {
                     break;
                 };
-                self.core.task_events.dispatched(task.task_id, task.attempt, &place);
-                batch.tasks.push(task.spec(&self.core));
+                self.owner.task_events.dispatched(task.task_id, task.attempt, &place);
+                batch.tasks.push(task.spec(&self.owner));
                 worker.in_flight.insert(task.task_id, task);
             }
             if !batch.tasks.is_empty() {
@@ -426,10 +435,10 @@ impl Submitter {
     /// else the local one; for work in a placement group the node of its
     /// bundle.
     fn lease_target(&mut self, shape: &SchedulingClass) -> RouteTarget {
-        let local = || RouteTarget::Node(self.core.node_manager.as_str().into());
+        let local = || RouteTarget::Node(self.owner.ctx.node_manager.as_str().into());
         match shape.scheduling.strategy {
             SchedulingStrategy::PlacementGroup { group, bundle } => {
-                self.groups.target(&self.core, &self.events, group, bundle)
+                self.groups.target(&self.owner.ctx, &self.events, group, bundle)
             }
             SchedulingStrategy::Default => {
                 let next = self.shapes.get(shape).and_then(|s| s.queue.front());
@@ -486,14 +495,14 @@ impl Submitter {
     fn session(&mut self, node: &Arc<str>) -> SessionSender<'_> {
         if !self.watching_nodes {
             self.watching_nodes = true;
-            crate::node_watch::spawn(self.core.links.head.clone(), self.events.clone());
+            crate::node_watch::spawn(self.owner.ctx.links.head.clone(), self.events.clone());
         }
         if !self.sessions.contains_key(node) {
             let id = self.next_session;
             self.next_session += 1;
             let session = LeaseSession {
                 id,
-                requests: open_lease_session(&self.core, self.events.clone(), (node.clone(), id)),
+                requests: open_lease_session(&self.owner, self.events.clone(), (node.clone(), id)),
                 granted_by: None,
             };
             self.sessions.insert(node.clone(), session);
@@ -521,7 +530,7 @@ impl Submitter {
                 if let Some(group) = request.shape.group()
                     && kind != TaskErrorKind::WorkerCrashed
                 {
-                    return self.groups.relocate(&self.core, &self.events, group);
+                    return self.groups.relocate(&self.owner.ctx, &self.events, group);
                 }
                 self.fail_queued(&request.shape, kind, &refused.reason);
             }
@@ -564,7 +573,7 @@ impl Submitter {
             session.granted_by = Some((node_id, granted.incarnation));
         }
         let tasks = connect_worker(
-            self.core.clone(),
+            self.owner.clone(),
             self.events.clone(),
             (worker_id, lease),
             granted.worker_address,
@@ -592,8 +601,8 @@ impl Submitter {
         };
         for task in shape.queue.drain(..) {
             let error = TaskError::new(kind, &task.options().shown_name(), reason);
-            record_failure(&self.core, &task, &error.to_string());
-            self.core.store.complete(task.return_id(), Err(error));
+            record_failure(&self.owner, &task, &error.to_string());
+            self.owner.store.complete(task.return_id(), Err(error));
         }
     }
 
@@ -615,8 +624,8 @@ impl Submitter {
         let message = format!("the node manager at {node} is unreachable: {reason}");
         for shape in shapes {
             if let Some(group) = shape.group() {
-                self.groups.relocate(&self.core, &self.events, group);
-            } else if *node == *self.core.node_manager {
+                self.groups.relocate(&self.owner.ctx, &self.events, group);
+            } else if *node == *self.owner.ctx.node_manager {
                 self.fail_queued(&shape, TaskErrorKind::WorkerCrashed, &message);
             } else {
                 self.dispatch(&shape);
@@ -628,7 +637,7 @@ impl Submitter {
         let Some(worker) = self.workers.get_mut(&worker_id).filter(|w| w.lease == lease) else {
             return;
         };
-        if self.core.log_to_driver {
+        if self.owner.ctx.log_to_driver {
             print_log_lines(worker.pid, worker.node_id, &logs);
         }
         let mut finished = Vec::with_capacity(results.len());
@@ -658,19 +667,19 @@ impl Submitter {
                 self.requeue(task);
             }
             Ok(value) if matches!(value.body, Body::Stored(_)) => {
-                self.core.store.complete(task.return_id(), Ok(value));
-                if self.core.store.try_get(task.return_id()).is_ok() {
+                self.owner.store.complete(task.return_id(), Ok(value));
+                if self.owner.store.try_get(task.return_id()).is_ok() {
                     self.lineage.insert(task.return_id(), task.done());
                 }
             }
-            outcome => self.core.store.complete(task.return_id(), outcome),
+            outcome => self.owner.store.complete(task.return_id(), outcome),
         }
     }
 
     /// Queues the task that made `object` again, if its retries allow.
     fn reconstruct(&mut self, object: ObjectId) -> Result<(), NotRebuilt> {
         let Some(task) = self.lineage.remove(&object) else {
-            return match self.core.store.try_get(object) {
+            return match self.owner.store.try_get(object) {
                 Ok(None) => Ok(()),
                 _ => Err(NotRebuilt::Put),
             };
@@ -682,7 +691,7 @@ impl Submitter {
                 max_retries: task.options().max_retries,
             });
         }
-        self.core.store.reset_pending(object);
+        self.owner.store.reset_pending(object);
         let template = task.template.clone();
         self.requeue(task);
         self.dispatch(&template.class);
@@ -691,7 +700,7 @@ impl Submitter {
 
     fn requeue(&mut self, mut task: QueuedTask) {
         task.attempt += 1;
-        self.core.task_events.submitted(task.identity(), false);
+        self.owner.task_events.submitted(task.identity(), false);
         let template = task.template.clone();
         self.shape_mut(&template.class).queue.push_front(task);
     }
@@ -701,7 +710,7 @@ impl Submitter {
     fn requeue_after_backoff(&mut self, mut task: QueuedTask) {
         let delay = Backoff::delay_for_attempt(OOM_RETRY_BACKOFF, MAX_OOM_RETRY_BACKOFF, task.attempt);
         task.attempt += 1;
-        self.core.task_events.submitted(task.identity(), false);
+        self.owner.task_events.submitted(task.identity(), false);
         let events = self.events.clone();
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
@@ -715,10 +724,10 @@ impl Submitter {
         };
         worker.dying = true;
         let node = worker.node.clone();
-        let core = self.core.clone();
+        let owner = self.owner.clone();
         let events = self.events.clone();
         tokio::spawn(async move {
-            let exit = worker_exit(&core, node, worker_id).await;
+            let exit = worker_exit(&owner, node, worker_id).await;
             let _ = events.send(SubmitterEvent::WorkerDied {
                 worker: worker_id,
                 exit,
@@ -781,7 +790,7 @@ impl Submitter {
         let out_of_memory = exit.kind() == WorkerExitKind::OomKilled;
         let description = exit.description.as_str();
         for task in worker.in_flight.into_values() {
-            record_failure(&self.core, &task, &format!("the worker process {description}"));
+            record_failure(&self.owner, &task, &format!("the worker process {description}"));
             if self.cancelled.remove(&task.return_id()) {
                 continue;
             }
@@ -811,7 +820,7 @@ impl Submitter {
             error.node_id = worker.node_id;
             error.pid = worker.pid;
             error.attempt = task.attempt;
-            self.core.store.complete(task.return_id(), Err(error));
+            self.owner.store.complete(task.return_id(), Err(error));
         }
         self.dispatch(&worker.shape);
     }
@@ -827,12 +836,12 @@ impl Submitter {
         for shape in self.shapes.values_mut() {
             if let Some(index) = shape.queue.iter().position(|t| t.return_id() == object) {
                 let task = shape.queue.remove(index).expect("the index was just found");
-                record_failure(&self.core, &task, "cancelled");
+                record_failure(&self.owner, &task, "cancelled");
                 let mut outcome = cancelled();
                 if let Err(error) = &mut outcome {
                     error.function = task.options().shown_name();
                 }
-                self.core.store.complete(object, outcome);
+                self.owner.store.complete(object, outcome);
                 return;
             }
         }
@@ -853,9 +862,9 @@ impl Submitter {
                 self.session(&node).send_request(LeaseRequest::ReturnLease(kill));
             }
         }
-        if matches!(self.core.store.try_get(object), Ok(None)) {
+        if matches!(self.owner.store.try_get(object), Ok(None)) {
             self.cancelled.insert(object);
-            self.core.store.complete(object, cancelled());
+            self.owner.store.complete(object, cancelled());
         }
     }
 
@@ -934,10 +943,10 @@ impl RunTimes {
 /// A value, or an owned object's value inlined (or where it is stored),
 /// or a borrowed reference for the worker to fetch; `None` while an owned
 /// object is pending.
-pub(crate) fn resolve_arg(core: &CoreWorker, arg: &Arg) -> Result<Option<TaskArg>, TaskError> {
+pub(crate) fn resolve_arg(owner: &Owner, arg: &Arg) -> Result<Option<TaskArg>, TaskError> {
     let kind = match arg {
         Arg::Value { data, .. } => task_arg::Kind::Value(data.clone()),
-        Arg::Ref(object) if core.owns(object) => match core.store.try_get(object.id()) {
+        Arg::Ref(object) if owner.owns(object) => match owner.store.try_get(object.id()) {
             Ok(Some(Ok(value))) => owned_arg(object.id(), value),
             Ok(Some(Err(error))) => return Err(error),
             Ok(None) => return Ok(None),
@@ -982,16 +991,16 @@ impl SessionSender<'_> {
 /// Opens lease session `session` with the node manager at `node`; its
 /// events flow into the submitter.
 fn open_lease_session(
-    core: &CoreWorker,
+    owner: &Owner,
     events: mpsc::UnboundedSender<SubmitterEvent>,
     (node, session): (Arc<str>, u64),
 ) -> mpsc::UnboundedSender<LeaseSessionRequest> {
     let (requests, outbound) = mpsc::unbounded_channel();
     let open = LeaseSessionRequest {
-        kind: Some(LeaseRequest::Open(core.binary.clone())),
+        kind: Some(LeaseRequest::Open(owner.ctx.binary.clone())),
     };
     let _ = requests.send(open);
-    let opening = core.links.nodes.lease_session(node.clone(), outbound);
+    let opening = owner.ctx.links.nodes.lease_session(node.clone(), outbound);
     tokio::spawn(async move {
         let result: crate::Result<()> = async {
             let mut inbound = opening.await?;
@@ -1019,13 +1028,13 @@ fn open_lease_session(
 /// reused. Tasks sent before it connects wait in the channel, and go in
 /// order, those that waited merged into one frame.
 fn connect_worker(
-    core: Arc<CoreWorker>,
+    owner: Arc<Owner>,
     events: mpsc::UnboundedSender<SubmitterEvent>,
     (worker, lease): (WorkerId, u64),
     address: String,
 ) -> mpsc::UnboundedSender<TaskBatch> {
     let (tasks, mut outbound) = mpsc::unbounded_channel::<TaskBatch>();
-    let opening = core.links.workers.task_stream(address);
+    let opening = owner.ctx.links.workers.task_stream(address);
     tokio::spawn(async move {
         let result: crate::Result<()> = async {
             let (outlet, mut inbound) = opening.await?;
@@ -1042,7 +1051,7 @@ fn connect_worker(
             });
             while let Some(batch) = inbound.next().await {
                 let batch = batch?;
-                let finished = complete_values(&core, batch.results);
+                let finished = complete_values(&owner, batch.results);
                 let _ = events.send(SubmitterEvent::Results {
                     worker,
                     lease,
@@ -1069,8 +1078,9 @@ pub(crate) struct TaskFinished {
 }
 
 /// Reports that a task's attempt failed without a result from its worker.
-fn record_failure(core: &CoreWorker, task: &QueuedTask, reason: &str) {
-    core.task_events
+fn record_failure(owner: &Owner, task: &QueuedTask, reason: &str) {
+    owner
+        .task_events
         .ended(task.task_id, task.attempt, Ending::failed(reason));
 }
 
@@ -1079,7 +1089,7 @@ fn record_failure(core: &CoreWorker, task: &QueuedTask, reason: &str) {
 /// submitter; failures, which may be retried, are left to the submitter.
 /// References inside a value, which the worker registered us for, are held
 /// as long as the value is.
-pub(crate) fn complete_values(core: &CoreWorker, results: Vec<v1::TaskResult>) -> Vec<TaskFinished> {
+pub(crate) fn complete_values(owner: &Owner, results: Vec<v1::TaskResult>) -> Vec<TaskFinished> {
     let finished: Vec<TaskFinished> = results
         .into_iter()
         .filter_map(|result| {
@@ -1088,10 +1098,7 @@ pub(crate) fn complete_values(core: &CoreWorker, results: Vec<v1::TaskResult>) -
             if let Ok(value) = &mut outcome
                 && !contained.is_empty()
             {
-                value.contained = contained
-                    .into_iter()
-                    .map(|raw| AnyObjectRef::adopt(raw, core, true))
-                    .collect();
+                value.contained = contained.into_iter().map(|raw| owner.adopt(raw, true)).collect();
             }
             let error = outcome.as_ref().err().map(ToString::to_string);
             let ending = Ending {
@@ -1099,8 +1106,8 @@ pub(crate) fn complete_values(core: &CoreWorker, results: Vec<v1::TaskResult>) -
                 start_unix_micros: result.start_unix_micros,
                 run_micros: result.run_micros,
             };
-            core.task_events.ended(task_id, result.attempt, ending);
-            core.task_events.spans(result.spans);
+            owner.task_events.ended(task_id, result.attempt, ending);
+            owner.task_events.spans(result.spans);
             crate::metrics::absorb(result.metrics);
             Some(TaskFinished {
                 task_id,
@@ -1112,13 +1119,13 @@ pub(crate) fn complete_values(core: &CoreWorker, results: Vec<v1::TaskResult>) -
     let values = finished
         .iter()
         .filter_map(|f| Some((f.task_id.return_object(), Ok(f.outcome.as_ref().ok()?.clone()))));
-    core.store.complete_many(values);
+    owner.store.complete_many(values);
     finished
 }
 
 /// How a worker exited, as its node manager saw it.
-async fn worker_exit(core: &CoreWorker, node: Arc<str>, worker: WorkerId) -> WorkerExit {
-    match core.links.nodes.worker_exit(node, worker).await {
+async fn worker_exit(owner: &Owner, node: Arc<str>, worker: WorkerId) -> WorkerExit {
+    match owner.ctx.links.nodes.worker_exit(node, worker).await {
         Ok(exit) if exit.exited => exit,
         Ok(_) => unknown_exit("stopped answering".into()),
         Err(error) => unknown_exit(format!("was lost with its node ({error})")),

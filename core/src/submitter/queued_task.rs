@@ -10,9 +10,9 @@ use raylet_proto::v1::{LentObject, TaskArg, TaskKind, TaskSpec, task_arg};
 use raylet_proto::{JobId, ObjectId, TaskId};
 
 use super::SchedulingClass;
-use crate::core_worker::CoreWorker;
 use crate::interner::Interner;
-use crate::object_ref::AnyObjectRef;
+use crate::object_ref::handle::AnyObjectRef;
+use crate::owner::Owner;
 use crate::pending_gate::PendingPermit;
 use crate::task::TaskOptions;
 use crate::task_events::TaskIdentity;
@@ -126,7 +126,7 @@ impl QueuedTask {
     }
 
     /// The spec a worker runs, for this attempt.
-    pub(crate) fn spec(&self, core: &CoreWorker) -> TaskSpec {
+    pub(crate) fn spec(&self, owner: &Owner) -> TaskSpec {
         let (args, lent) = match &self.inputs {
             Some(inputs) => (inputs.args.clone(), inputs.lent.clone()),
             None => (Vec::new(), Vec::new()),
@@ -134,10 +134,10 @@ impl QueuedTask {
         TaskSpec {
             task_id: self.task_id.as_bytes().to_vec(),
             function: self.template.options.function.to_string(),
-            binary_hash: core.binary.hash.clone(),
+            binary_hash: owner.ctx.binary.hash.clone(),
             args,
             attempt: self.attempt,
-            owner_address: core.address.to_string(),
+            owner_address: owner.ctx.address.to_string(),
             job_id: self.job.as_bytes().to_vec(),
             timeline: self.timeline,
             lent,

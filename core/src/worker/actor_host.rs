@@ -11,9 +11,10 @@ use raylet_proto::v1::{TaskResult, TaskSpec, WorkerEvents};
 use tokio::sync::{Semaphore, mpsc};
 
 use super::WorkerContext;
-use super::executor::{self, ResultSender};
+use super::executor;
 use crate::actor::instance::ActorInstance;
-use crate::task::{TaskError, TaskErrorKind};
+use crate::task_error::{TaskError, TaskErrorKind};
+use raylet_proto::task_stream::EventSender as ResultSender;
 
 /// A call waiting in the actor's queue, and the stream its result goes to.
 pub(crate) struct QueuedCall {

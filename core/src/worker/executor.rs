@@ -16,9 +16,9 @@ use super::{WorkerContext, logs};
 use crate::actor::instance::{MethodCall, lookup_class};
 use crate::lent_objects;
 use crate::registry::{self, Invoke, TaskOutcome};
-use crate::task::{TaskError, TaskErrorKind};
-use crate::task_events::unix_micros;
+use crate::task_error::{TaskError, TaskErrorKind};
 use crate::timeline;
+use crate::timeline::unix_micros;
 use crate::value::{Body, EncodedValue, outcome_to_proto};
 
 /// Where a task's result and output go: the stream of the owner that pushed it.
@@ -33,12 +33,13 @@ pub(crate) async fn run_task(
 ) -> TaskResult {
     let _lent = context
         .core
+        .owner
         .borrows
         .lend(lent_objects::received(std::mem::take(&mut spec.lent)));
     let started = Instant::now();
     let start_unix_micros = unix_micros();
     let task_id = TaskId::from_wire(&spec.task_id).ok();
-    let events = &context.core.task_events;
+    let events = &context.core.owner.task_events;
     events.adopt(&spec.job_id, spec.timeline);
     if let Some(id) = task_id {
         events.started(id, spec.attempt, &spec.job_id, start_unix_micros);
@@ -107,10 +108,10 @@ fn run_span(spec: &TaskSpec, context: &WorkerContext, start_unix_micros: u64, ru
 
 /// Sync functions run on this thread; async ones on the cluster thread.
 async fn execute(spec: &TaskSpec, args: Vec<Bytes>, context: &Arc<WorkerContext>) -> TaskOutcome {
-    if spec.binary_hash != context.core.binary.hash {
+    if spec.binary_hash != context.core.ctx.binary.hash {
         let message = format!(
             "the caller runs build {} of the binary, this worker runs build {}",
-            spec.binary_hash, context.core.binary.hash
+            spec.binary_hash, context.core.ctx.binary.hash
         );
         return Err(TaskError::new(TaskErrorKind::BinaryMismatch, &spec.function, message));
     }
@@ -123,14 +124,14 @@ async fn execute(spec: &TaskSpec, args: Vec<Bytes>, context: &Arc<WorkerContext>
     let Some(invoke) = registry::lookup(&spec.function) else {
         let message = format!(
             "no #[raylet::remote] function named {} in {}",
-            spec.function, context.core.binary.path
+            spec.function, context.core.ctx.binary.path
         );
         return Err(TaskError::new(TaskErrorKind::FunctionNotFound, &spec.function, message));
     };
     match invoke {
         Invoke::Sync(function) => catch_unwind(AssertUnwindSafe(|| function(args)))
             .unwrap_or_else(|payload| Err(panic_error(&spec.function, payload))),
-        Invoke::Async(function) => joined(&spec.function, context.core.runtime.spawn(function(args))).await,
+        Invoke::Async(function) => joined(&spec.function, context.core.ctx.runtime.spawn(function(args))).await,
     }
 }
 
@@ -146,7 +147,7 @@ fn construct_actor(
     let Some(class) = lookup_class(&spec.function) else {
         let message = format!(
             "no #[raylet::actor] type named {} in {}",
-            spec.function, context.core.binary.path
+            spec.function, context.core.ctx.binary.path
         );
         return Err(TaskError::new(TaskErrorKind::FunctionNotFound, &spec.function, message));
     };
@@ -164,7 +165,7 @@ fn construct_actor(
 /// Runs one queued actor call; its result goes to its caller's stream.
 pub(crate) async fn run_call(context: Arc<WorkerContext>, call: QueuedCall) -> (TaskResult, ResultSender) {
     let QueuedCall { spec, results } = call;
-    let args = super::service::resolve_args(&context, &spec).await;
+    let args = super::args::resolve_args(&context, &spec).await;
     (run_task(&context, spec, args, &results).await, results)
 }
 
@@ -229,12 +230,12 @@ async fn hand_over(context: &WorkerContext, spec: &TaskSpec, mut value: EncodedV
             continue;
         }
         if core.owns(object) {
-            core.store.update_borrower(raw.id, &spec.owner_address, 1);
+            core.owner.store.update_borrower(raw.id, &spec.owner_address, 1);
         } else {
-            core.borrows.register_for(raw, &spec.owner_address);
+            core.owner.borrows.register_for(raw, &spec.owner_address);
         }
     }
-    core.borrows.settled().await;
+    core.owner.borrows.settled().await;
     Ok(value)
 }
 

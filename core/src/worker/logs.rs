@@ -20,7 +20,7 @@ use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use raylet_proto::TaskId;
 use raylet_proto::v1::{LogLine, WorkerEvents};
 
-use super::executor::ResultSender;
+use raylet_proto::task_stream::EventSender as ResultSender;
 
 struct Sink {
     /// `None` for a task whose id did not decode.

@@ -8,6 +8,7 @@
 //! goes away, and its output is forwarded to the owner of the running task.
 
 mod actor_host;
+mod args;
 mod executor;
 mod hook;
 pub(crate) mod logs;
@@ -170,7 +171,7 @@ async fn start(
     };
     crate::timeline::set_node(node_id);
     let core = CoreWorker::start(settings, submitter, runtime);
-    Submitter::spawn(core.clone(), submissions);
+    Submitter::spawn(core.owner.clone(), core.submitter.clone(), submissions);
     serve_objects(core.clone(), token.clone(), owner_listener);
     crate::cluster::set_current(Cluster::for_worker(core.clone()));
     let context = Arc::new(WorkerContext {
@@ -218,7 +219,8 @@ fn serve_objects(core: Arc<CoreWorker>, token: AuthToken, listener: tokio::net::
 /// Opens the worker session with the node manager; the process exits when
 /// that session ends, so a worker never outlives its node or its driver.
 async fn join_node_manager(core: &CoreWorker, outbound: mpsc::UnboundedReceiver<WorkerSessionMessage>) -> Result<()> {
-    let channel = raylet_proto::channel::connect(&core.node_manager, &core.token, NODE_MANAGER_PATIENCE).await?;
+    let channel =
+        raylet_proto::channel::connect(&core.ctx.node_manager, &core.ctx.token, NODE_MANAGER_PATIENCE).await?;
     let mut client = NodeManagerServiceClient::new(channel);
     let reply = client.worker_session(UnboundedReceiverStream::new(outbound)).await;
     let mut inbound = reply.map_err(raylet_proto::Error::from)?.into_inner();

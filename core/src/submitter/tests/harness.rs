@@ -51,7 +51,7 @@ impl SubmitterTest {
             class,
         });
         let task_id = TaskId::random();
-        self.core.store.add_pending(task_id.return_object());
+        self.core.owner.store.add_pending(task_id.return_object());
         let submission = Submission {
             task_id,
             template,

@@ -12,7 +12,8 @@ use raylet_proto::v1::{LeaseRefusalKind, LeaseRefused, LeaseSpillback, WorkerExi
 use self::harness::{SubmitterTest, lease_request_ids};
 use super::{LEASE_LINGER, NotRebuilt, OOM_RETRY_BACKOFF};
 use crate::links::virtual_cluster::{LOCAL_NODE, Leased, number, stored_value, value};
-use crate::task::{TaskError, TaskErrorKind, TaskOptions};
+use crate::task::TaskOptions;
+use crate::task_error::{TaskError, TaskErrorKind};
 
 fn options() -> TaskOptions {
     TaskOptions::new("tests::work")
