@@ -13,7 +13,8 @@ use serde_bytes::ByteBuf;
 
 use crate::DataError;
 use crate::block::BlockInput;
-use crate::model::{self, LoadError, LoadedModel};
+use crate::model::LoadError;
+use crate::model_registry::{self, LoadedModel};
 use crate::stage::{OnError, StageSpec};
 use crate::task::{self, BlockOutput};
 
@@ -71,7 +72,7 @@ pub(crate) struct BlockWorker {
 impl BlockWorker {
     pub fn new(model: String, config: ByteBuf) -> Result<Self, LoadError> {
         Ok(BlockWorker {
-            model: Mutex::new(model::load(&model, &config)?),
+            model: Mutex::new(model_registry::load(&model, &config)?),
         })
     }
 
@@ -116,7 +117,7 @@ impl ActorPool {
     /// Starts the pool's minimum of actors; fails when the cluster cannot
     /// hold that many.
     pub fn start(cluster: Cluster, model: ModelSpec) -> Result<Self, DataError> {
-        if model::find(&model.name).is_none() {
+        if model_registry::find(&model.name).is_none() {
             return Err(DataError::NotRegistered(model.name.clone()));
         }
         let cap = capacity(&cluster, &model.strategy)?;

@@ -1,29 +1,23 @@
 //! `Dataset`: a lazy plan (a source, then transforms) that runs when it is
 //! consumed: written to files, iterated in batches, or collected.
 
-use std::collections::VecDeque;
 use std::marker::PhantomData;
 use std::path::Path;
 
-use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_bytes::ByteBuf;
 
 use crate::actor_pool::{ActorPoolStrategy, ModelSpec};
+use crate::batching::BatchIter;
 use crate::block::{Block, FileBytes, ReadKind, TextLine};
-use crate::execution::Execution;
 use crate::manifest::Manifest;
 use crate::model::BatchModel;
 use crate::plan::{Plan, Shard, Source};
+use crate::row::Row;
 use crate::sink::{self, BlockWriter, Format, Table, WriteSummary};
-use crate::stage::{OnError, RowError, StageKind, StageSpec};
+use crate::stage::{OnError, StageKind, StageSpec};
 use crate::streaming_split::StreamingSplit;
-use crate::task::BlockOutput;
 use crate::{DataError, FileSet};
-
-/// What a dataset's rows may be: sent between processes with serde.
-pub trait Row: Serialize + DeserializeOwned + Send + 'static {}
-impl<T: Serialize + DeserializeOwned + Send + 'static> Row for T {}
 
 /// A dataset of rows of type `T`, built lazily: nothing runs until it is
 /// written, iterated or collected. Each block of inputs (a few files, or
@@ -221,10 +215,7 @@ impl<T: Row> Dataset<T> {
 
     /// Rows in batches of `batch_size`, as blocks finish (in no set order).
     pub fn iter_batches(&self, batch_size: usize) -> Result<BatchIter<T>, DataError> {
-        Ok(BatchIter {
-            execution: self.plan.execute(self.plan.blocks()?, &[])?,
-            batcher: RowBatcher::new(batch_size),
-        })
+        Ok(BatchIter::new(self.plan.execute(self.plan.blocks()?, &[])?, batch_size))
     }
 
     /// Every row, in no set order.
@@ -259,78 +250,5 @@ impl<T: Row> Dataset<T> {
         let (done, todo): (Vec<Block>, Vec<Block>) = blocks.into_iter().partition(|block| manifest.is_done(block));
         let execution = self.plan.execute(todo, &done)?;
         sink::write_blocks::<T>(execution, &mut manifest, dir, done.len(), write)
-    }
-}
-
-/// Rows of finished blocks, cut into batches: what both `iter_batches`
-/// (over a run of its own, or a streaming split's shard) hand out.
-pub(crate) struct RowBatcher<T> {
-    rows: VecDeque<T>,
-    batch_size: usize,
-    skipped: Vec<RowError>,
-}
-
-impl<T: Row> RowBatcher<T> {
-    pub fn new(batch_size: usize) -> Self {
-        RowBatcher {
-            rows: VecDeque::new(),
-            batch_size: batch_size.max(1),
-            skipped: Vec::new(),
-        }
-    }
-
-    /// Whether a whole batch is not there yet.
-    pub fn wants_more(&self) -> bool {
-        self.rows.len() < self.batch_size
-    }
-
-    /// Adds a finished block's rows and the rows it left out.
-    pub fn add(&mut self, output: BlockOutput) -> Result<(), DataError> {
-        self.rows.extend(output.decode_rows::<T>()?);
-        self.skipped.extend(output.skipped);
-        Ok(())
-    }
-
-    /// The next batch (a short one when the rows run out), if any rows are left.
-    pub fn take(&mut self) -> Option<Vec<T>> {
-        let take = self.rows.len().min(self.batch_size);
-        (take > 0).then(|| self.rows.drain(..take).collect())
-    }
-
-    /// Rows left out so far under `OnError::Skip`.
-    pub fn skipped(&self) -> &[RowError] {
-        &self.skipped
-    }
-}
-
-/// Batches of a dataset's rows, made as its blocks finish.
-pub struct BatchIter<T> {
-    execution: Execution,
-    batcher: RowBatcher<T>,
-}
-
-impl<T: Row> BatchIter<T> {
-    /// Rows left out so far under `OnError::Skip`.
-    pub fn skipped(&self) -> &[RowError] {
-        self.batcher.skipped()
-    }
-}
-
-impl<T: Row> Iterator for BatchIter<T> {
-    type Item = Result<Vec<T>, DataError>;
-
-    fn next(&mut self) -> Option<Self::Item> {
-        while self.batcher.wants_more() {
-            match self.execution.next_block() {
-                None => break,
-                Some(Ok((_, output))) => {
-                    if let Err(e) = self.batcher.add(output) {
-                        return Some(Err(e));
-                    }
-                }
-                Some(Err(e)) => return Some(Err(e)),
-            }
-        }
-        self.batcher.take().map(Ok)
     }
 }

@@ -26,6 +26,8 @@
 //! ```
 
 mod actor_pool;
+mod atomic_write;
+mod batching;
 mod block;
 mod dataset;
 #[cfg(feature = "digits")]
@@ -33,32 +35,30 @@ pub mod digits;
 mod error;
 mod execution;
 mod files;
+mod macros;
 mod manifest;
 mod model;
+mod model_registry;
 mod plan;
 mod progress;
 mod registry;
+mod row;
 mod sink;
 mod stage;
 mod streaming_split;
 mod task;
 
 pub use actor_pool::ActorPoolStrategy;
+pub use batching::BatchIter;
 pub use block::{BlockSizing, FileBytes, TextLine};
-pub use dataset::{BatchIter, Dataset, Row};
+pub use dataset::Dataset;
 pub use error::DataError;
 pub use files::FileSet;
 pub use model::{BatchModel, LoadError, ModelError};
+pub use row::Row;
 pub use sink::WriteSummary;
 pub use stage::{OnError, RowError, StageKind};
 pub use streaming_split::{DataShard, ShardBatches, SplitError, StreamingSplit};
 
-/// What the registration macros expand to. Not a public API.
 #[doc(hidden)]
-pub mod __private {
-    pub use linkme;
-
-    pub use crate::model::{BATCH_MODELS, RegisteredModel};
-    pub use crate::registry::{DATA_FUNCTIONS, RegisteredFn, apply_batches, apply_filter, apply_flat_map, apply_map};
-    pub use crate::stage::StageKind;
-}
+pub use macros::__private;

@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use serde::{Deserialize, Serialize};
 
 use crate::DataError;
+use crate::atomic_write::write_atomically;
 use crate::block::Block;
 use crate::stage::RowError;
 
@@ -99,7 +100,7 @@ impl Manifest {
 fn write_new(path: &Path, header: &Header) -> Result<(), DataError> {
     let mut text = serde_json::to_string(header).expect("a header is JSON");
     text.push('\n');
-    crate::sink::write_atomically(path, text.as_bytes())
+    write_atomically(path, text.as_bytes())
 }
 
 /// The entries after the header; a last line cut short by a crash is left out.

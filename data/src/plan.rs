@@ -1,7 +1,7 @@
 //! The type-free part of a dataset: its source, shard, stages, model and
 //! options, which cut the input into blocks and start a run over them. A
-//! [`Dataset`](crate::Dataset) is a plan with a row type; a plan alone is
-//! what a streaming split's coordinator actor runs.
+//! `Dataset` is a plan with a row type; a plan alone is what a streaming
+//! split's coordinator actor runs.
 
 use serde::{Deserialize, Serialize};
 use serde_bytes::ByteBuf;

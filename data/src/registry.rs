@@ -1,7 +1,8 @@
 //! The functions transforms run, found by name in every worker (the same
 //! binary started again): each `register_*!` macro records a function with
-//! an adapter that decodes a block's rows, applies the function and encodes
-//! what it returns, keeping track of which input each row came from.
+//! one of the adapters here, which decodes a block's rows, applies the
+//! function and encodes what it returns, keeping track of which input each
+//! row came from.
 
 use std::collections::HashMap;
 use std::fmt::Display;
@@ -39,55 +40,6 @@ pub(crate) fn find(name: &str) -> Option<&'static RegisteredFn> {
     static BY_NAME: OnceLock<HashMap<&'static str, &'static RegisteredFn>> = OnceLock::new();
     let table = BY_NAME.get_or_init(|| DATA_FUNCTIONS.iter().map(|entry| ((entry.name)(), entry)).collect());
     table.get(name).copied()
-}
-
-#[doc(hidden)]
-#[macro_export]
-macro_rules! __register_data_fn {
-    ($function:path, $kind:ident, $adapter:ident) => {
-        const _: () = {
-            #[$crate::__private::linkme::distributed_slice($crate::__private::DATA_FUNCTIONS)]
-            #[linkme(crate = $crate::__private::linkme)]
-            static REGISTRATION: $crate::__private::RegisteredFn = $crate::__private::RegisteredFn {
-                name: || ::std::any::type_name_of_val(&$function),
-                kind: $crate::__private::StageKind::$kind,
-                apply: |rows, run| $crate::__private::$adapter(rows, run, $function),
-            };
-        };
-    };
-}
-
-/// Registers `fn(In) -> Result<Out, E>` for [`Dataset::map`](crate::Dataset::map).
-#[macro_export]
-macro_rules! register_map {
-    ($function:path) => {
-        $crate::__register_data_fn!($function, Map, apply_map);
-    };
-}
-
-/// Registers `fn(In) -> Result<Vec<Out>, E>` for [`Dataset::flat_map`](crate::Dataset::flat_map).
-#[macro_export]
-macro_rules! register_flat_map {
-    ($function:path) => {
-        $crate::__register_data_fn!($function, FlatMap, apply_flat_map);
-    };
-}
-
-/// Registers `fn(&Row) -> bool` for [`Dataset::filter`](crate::Dataset::filter).
-#[macro_export]
-macro_rules! register_filter {
-    ($function:path) => {
-        $crate::__register_data_fn!($function, Filter, apply_filter);
-    };
-}
-
-/// Registers `fn(Vec<In>) -> Result<Vec<Out>, E>` for
-/// [`Dataset::map_batches`](crate::Dataset::map_batches).
-#[macro_export]
-macro_rules! register_batch_fn {
-    ($function:path) => {
-        $crate::__register_data_fn!($function, MapBatches, apply_batches);
-    };
 }
 
 fn decode<T: DeserializeOwned>(rows: &EncodedRows, run: &StageRun) -> Result<Vec<T>, RowFailure> {

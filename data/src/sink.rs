@@ -7,13 +7,13 @@
 //! lists. Rows left out under `OnError::Skip` are listed in `_errors.jsonl`.
 
 use std::collections::{HashMap, HashSet};
-use std::io::Write;
 use std::path::{Component, Path, PathBuf};
 
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::DataError;
+use crate::atomic_write::write_atomically;
 use crate::block::{Block, FileBytes};
 use crate::execution::Execution;
 use crate::manifest::{Entry, MANIFEST, Manifest};
@@ -232,16 +232,4 @@ fn summarize(manifest: &Manifest, dir: &Path, written: usize, skipped: usize) ->
             .collect(),
         max_actors: 0,
     })
-}
-
-/// Writes `bytes` to `path` through a temporary file that is synced and
-/// renamed over it, so that `path` holds either nothing or all of it.
-pub(crate) fn write_atomically(path: &Path, bytes: &[u8]) -> Result<(), DataError> {
-    let name = path.file_name().expect("a file path").to_string_lossy();
-    let temporary = path.with_file_name(format!(".{name}.tmp"));
-    let context = || format!("writing {}", path.display());
-    let mut file = std::fs::File::create(&temporary).map_err(|e| DataError::io(context(), e))?;
-    file.write_all(bytes).map_err(|e| DataError::io(context(), e))?;
-    file.sync_all().map_err(|e| DataError::io(context(), e))?;
-    std::fs::rename(&temporary, path).map_err(|e| DataError::io(context(), e))
 }

@@ -12,9 +12,10 @@ use raylet::{ActorHandle, Cluster};
 use serde::{Deserialize, Serialize};
 
 use crate::DataError;
-use crate::dataset::{Row, RowBatcher};
+use crate::batching::RowBatcher;
 use crate::execution::Execution;
 use crate::plan::Plan;
+use crate::row::Row;
 use crate::stage::RowError;
 use crate::task::BlockOutput;
 

@@ -7,7 +7,7 @@ use serde_bytes::ByteBuf;
 
 use crate::DataError;
 use crate::block::{BlockInput, FileBytes, ReadKind, TextLine};
-use crate::model::LoadedModel;
+use crate::model_registry::LoadedModel;
 use crate::registry::{self, EncodedRows};
 use crate::stage::{OnError, RowError, RowFailure, StageKind, StageRun, StageSpec};
 

@@ -10,7 +10,7 @@ use serde::de::DeserializeOwned;
 
 use crate::checkpoint::RunDirectory;
 use crate::collective::CollectiveGroup;
-use crate::worker::WorkerEvent;
+use crate::worker_event::WorkerEvent;
 use crate::{Checkpoint, Metrics, TrainError};
 
 /// One worker's view of its run.

@@ -26,6 +26,7 @@ mod telemetry;
 mod train_loop;
 mod trainer;
 mod worker;
+mod worker_event;
 
 pub use checkpoint::{Checkpoint, CheckpointMetadata, RunDirectory};
 pub use config::{
@@ -38,9 +39,5 @@ pub use metrics::Metrics;
 pub use train_loop::TrainLoop;
 pub use trainer::{Report, TrainResult, Trainer};
 
-/// What [`register_train_loop!`] expands to refers to. Not a public API.
 #[doc(hidden)]
-pub mod __private {
-    pub use crate::train_loop::{RegisteredLoop, TRAIN_LOOPS};
-    pub use linkme;
-}
+pub use train_loop::__private;

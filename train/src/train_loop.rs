@@ -45,6 +45,15 @@ impl RegisteredLoop {
 #[linkme::distributed_slice]
 pub static TRAIN_LOOPS: [RegisteredLoop];
 
+/// What [`register_train_loop!`](crate::register_train_loop) expands to
+/// refers to. Not a public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use linkme;
+
+    pub use super::{RegisteredLoop, TRAIN_LOOPS};
+}
+
 /// Registers a [`TrainLoop`] type so that the workers of a run can run it.
 #[macro_export]
 macro_rules! register_train_loop {

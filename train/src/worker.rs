@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::checkpoint::RunDirectory;
 use crate::collective::{CollectiveGroup, GroupOptions};
-use crate::{Checkpoint, Metrics, TrainContext, TrainError, train_loop};
+use crate::worker_event::WorkerEvent;
+use crate::{Checkpoint, TrainContext, TrainError, train_loop};
 
 /// What a worker needs to run its rank of one try of a run.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -31,21 +32,6 @@ pub struct WorkerSetup {
     pub resume_from: Option<Checkpoint>,
     pub next_report: u64,
     pub shards: BTreeMap<String, ObjectRef<Vec<u8>>>,
-}
-
-/// What a worker tells the driver.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub enum WorkerEvent {
-    /// Rank 0 reported.
-    Report {
-        index: u64,
-        metrics: Metrics,
-        checkpoint: Option<Checkpoint>,
-    },
-    /// The train loop returned.
-    Finished,
-    /// The train loop failed or panicked.
-    Failed(String),
 }
 
 /// Why a worker cannot start its train loop or report on it.

@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use raylet_train::{Checkpoint, Metrics, RunDirectory};
 
-use crate::runner::TrialEvent;
 use crate::schedulers::Decision;
+use crate::trial_event::TrialEvent;
 use crate::{TrialConfig, TuneError};
 
 /// The context of one run of a trial on its actor.

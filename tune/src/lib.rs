@@ -23,6 +23,7 @@ pub mod search;
 pub mod stopper;
 mod trainable;
 mod trial;
+mod trial_event;
 mod tuner;
 
 pub use checkpoint_transfer::PackedCheckpoint;
@@ -35,9 +36,5 @@ pub use trainable::{TrainableFn, TrainableResult};
 pub use trial::{TrialStatus, TrialView};
 pub use tuner::{RunConfig, TrialResources, TuneConfig, Tuner};
 
-/// What [`register_trainable!`] expands to refers to. Not a public API.
 #[doc(hidden)]
-pub mod __private {
-    pub use crate::trainable::{RegisteredTrainable, TRAINABLES};
-    pub use linkme;
-}
+pub use trainable::__private;

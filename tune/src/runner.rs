@@ -15,6 +15,7 @@ use serde::{Deserialize, Serialize};
 use crate::checkpoint_transfer::PackedCheckpoint;
 use crate::schedulers::Decision;
 use crate::trainable::{self, TrainableFn};
+use crate::trial_event::TrialEvent;
 use crate::{TrialConfig, TrialContext, TuneError};
 
 /// Where a trial starts: from scratch, its own checkpoint, or a donor's.
@@ -45,27 +46,6 @@ pub struct TrialSetup {
     pub start_from: StartFrom,
     /// The trial's `time_total_s` before this run.
     pub time_before: f64,
-}
-
-/// What a trial tells the driver.
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub enum TrialEvent {
-    Report {
-        metrics: Metrics,
-        checkpoint: Option<Checkpoint>,
-    },
-    /// The trainable returned.
-    Finished,
-    /// The trainable returned after the scheduler stopped or paused it.
-    Stopped,
-    /// The trainable failed or panicked.
-    Failed(String),
-}
-
-impl TrialEvent {
-    fn ends_the_run(&self) -> bool {
-        !matches!(self, TrialEvent::Report { .. })
-    }
 }
 
 /// A running trial's channels.

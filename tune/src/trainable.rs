@@ -24,6 +24,15 @@ pub struct RegisteredTrainable {
 #[linkme::distributed_slice]
 pub static TRAINABLES: [RegisteredTrainable];
 
+/// What [`register_trainable!`](crate::register_trainable) expands to
+/// refers to. Not a public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use linkme;
+
+    pub use super::{RegisteredTrainable, TRAINABLES};
+}
+
 /// Registers a trainable function so that trial actors can run it:
 /// `register_trainable!(objective);` next to `fn objective(config: &TrialConfig, ctx: &mut TrialContext) -> TrainableResult`.
 #[macro_export]

@@ -13,7 +13,8 @@ use raylet::{Bundle, Cluster, ObjectRef, PlacementGroup};
 use super::progress::Progress;
 use super::result::Report;
 use super::run_state::RunState;
-use crate::worker::{TrainWorker, TrainWorkerHandle, WorkerEvent, WorkerSetup};
+use crate::worker::{TrainWorker, TrainWorkerHandle, WorkerSetup};
+use crate::worker_event::WorkerEvent;
 use crate::{ScalingConfig, TrainError, WorkerResources};
 
 /// How long one poll of a worker waits for its first event.

@@ -8,8 +8,9 @@ use raylet::{Cluster, ObjectRef};
 
 use super::TrialResources;
 use crate::TuneError;
-use crate::runner::{TrialEvent, TrialRunner, TrialRunnerHandle, TrialSetup};
+use crate::runner::{TrialRunner, TrialRunnerHandle, TrialSetup};
 use crate::schedulers::Decision;
+use crate::trial_event::TrialEvent;
 
 /// How long a `step` call waits on the actor for the trial's next event.
 const STEP_WAIT: Duration = Duration::from_millis(1000);

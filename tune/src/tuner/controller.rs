@@ -16,10 +16,11 @@ use super::experiment_state::{self, ExperimentState};
 use super::progress::Progress;
 use super::trial_state::{Donor, OnStop, Trial, TrialRecord};
 use crate::checkpoint_transfer::PackedCheckpoint;
-use crate::runner::{StartFrom, TrialEvent, TrialSetup};
+use crate::runner::{StartFrom, TrialSetup};
 use crate::schedulers::{Action, Decision, SchedulerContext, TrialScheduler};
 use crate::search::{Searcher, Suggestion};
 use crate::stopper::Stopper;
+use crate::trial_event::TrialEvent;
 use crate::{Mode, TrialStatus, TrialView, TuneError};
 
 /// How long the loop waits for events before it redraws and checks stoppers.
