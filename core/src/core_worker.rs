@@ -9,6 +9,7 @@ use raylet_object_store::StoreClient;
 use raylet_proto::JobId;
 use raylet_proto::auth::AuthToken;
 use raylet_proto::server::MAX_DATA_MESSAGE;
+use raylet_proto::service_error::from_status;
 use raylet_proto::v1::owner_service_client::OwnerServiceClient;
 use raylet_proto::v1::{GetObjectRequest, WorkerBinary};
 use tokio::sync::{OnceCell, mpsc};
@@ -20,6 +21,7 @@ use crate::links::Links;
 use crate::memory_store::{MemoryStore, OwningHook};
 use crate::object_ref::handle::{AnyObjectRef, RawRef};
 use crate::owner::Owner;
+use crate::owner_error::OwnerError;
 use crate::placement_group::session::GroupSession;
 use crate::submitter::SubmitterEvent;
 use crate::task_events::{Placement, TaskEvents};
@@ -190,13 +192,13 @@ impl CoreWorker {
             object_id: object.id().as_bytes().to_vec(),
             timeout_ms: wait.as_millis() as u64,
         };
-        let reply = client.get_object(request).await.map_err(|status| {
-            let error = raylet_proto::Error::from(status);
-            match error {
-                raylet_proto::Error::NotFound(_) => Error::not_owned(object.id()),
-                other => owner_unreachable(object, other.into()),
-            }
-        })?;
+        let reply = client
+            .get_object(request)
+            .await
+            .map_err(|status| match from_status::<OwnerError>(status) {
+                OwnerError::NotOwned(id) => Error::not_owned(id),
+                OwnerError::ControlPlane(error) => owner_unreachable(object, error.into()),
+            })?;
         Ok(reply.into_inner().outcome.map(|outcome| outcome_from_proto(outcome).0))
     }
 

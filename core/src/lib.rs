@@ -45,6 +45,7 @@ mod net;
 mod node_watch;
 mod object_ref;
 mod owner;
+mod owner_error;
 mod owner_service;
 mod pending_gate;
 mod placement_group;

@@ -14,6 +14,7 @@ use tonic::{Request, Response, Status};
 
 use crate::Error;
 use crate::core_worker::CoreWorker;
+use crate::owner_error::OwnerError;
 use crate::value::outcome_to_proto;
 
 /// The longest a single `GetObject` call waits.
@@ -27,17 +28,15 @@ pub(crate) struct OwnerServiceImpl {
 impl OwnerService for OwnerServiceImpl {
     async fn get_object(&self, request: Request<GetObjectRequest>) -> Result<Response<GetObjectReply>, Status> {
         let request = request.into_inner();
-        let id = ObjectId::from_wire(&request.object_id)?;
+        let id = ObjectId::from_wire(&request.object_id).map_err(OwnerError::from)?;
         let wait = Duration::from_millis(request.timeout_ms).min(MAX_WAIT);
         let deadline = tokio::time::Instant::now() + wait;
         match self.core.owner.store.wait(id, Some(deadline)).await {
             Ok(outcome) => Ok(Response::new(GetObjectReply {
                 outcome: outcome.as_ref().map(|outcome| outcome_to_proto(outcome, false)),
             })),
-            Err(Error::ObjectLost { object, .. }) => {
-                Err(Status::not_found(format!("object {object} is not owned here")))
-            }
-            Err(error) => Err(Status::internal(error.to_string())),
+            Err(Error::ObjectLost { object, .. }) => Err(OwnerError::NotOwned(object).into()),
+            Err(error) => Err(OwnerError::from(raylet_proto::Error::Internal(error.to_string())).into()),
         }
     }
 

@@ -87,7 +87,7 @@ impl CoreWorker {
         let store = self.node_store().await?;
         let created = store.create(id, size as u64, owner, self.store_full_timeout).await;
         match created {
-            Err(StoreError::Rpc(raylet_proto::Error::AlreadyExists(_))) => {
+            Err(StoreError::AlreadyExists(_)) => {
                 store.delete(&[id]).await.map_err(store_error)?;
                 store.create(id, size as u64, owner, self.store_full_timeout).await
             }
@@ -124,7 +124,7 @@ impl CoreWorker {
         }
         match store.get(id).await {
             Ok(mapped) => Ok(mapped),
-            Err(StoreError::Rpc(raylet_proto::Error::NotFound(_))) => Err(Error::ObjectLost {
+            Err(StoreError::NotFound(_)) => Err(Error::ObjectLost {
                 object: id,
                 reason: format!("the object store of node {} no longer has it", self.ctx.node_manager),
             }),
@@ -144,10 +144,12 @@ impl CoreWorker {
         let pulled = store
             .pull(object.id, at.size, &object.owner, &sources, self.store_full_timeout)
             .await;
-        match pulled.map_err(raylet_proto::Error::from) {
+        match pulled {
             Ok(()) => {}
-            Err(raylet_proto::Error::ResourceExhausted(message)) => return Err(Error::ObjectStoreFull(message)),
-            Err(failed) => return Err(lost_with_node(object.id, at, failed.message())),
+            Err(full @ (StoreError::Full(_) | StoreError::TooLarge(_))) => {
+                return Err(Error::ObjectStoreFull(full.to_string()));
+            }
+            Err(failed) => return Err(lost_with_node(object.id, at, pull_failure(failed))),
         }
         self.record_copy(object).await;
         Ok(())
@@ -346,9 +348,17 @@ fn lost_with_node(id: ObjectId, at: &StoredAt, error: impl std::fmt::Display) ->
 
 /// A store error as the user sees it: a full store is `ObjectStoreFull`.
 pub(crate) fn store_error(error: StoreError) -> Error {
-    match raylet_proto::Error::from(error) {
-        raylet_proto::Error::ResourceExhausted(message) => Error::ObjectStoreFull(message),
-        other => Error::Cluster(other),
+    match error {
+        StoreError::Full(_) | StoreError::TooLarge(_) => Error::ObjectStoreFull(error.to_string()),
+        other => Error::Cluster(other.into()),
+    }
+}
+
+/// Why a pull failed, without the kind prefix of a control-plane error.
+fn pull_failure(error: StoreError) -> String {
+    match error {
+        StoreError::Rpc(error) => error.message().to_string(),
+        other => other.to_string(),
     }
 }
 

@@ -20,6 +20,8 @@ use raylet_proto::v1::{
 use tokio::sync::{Notify, mpsc};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
+use raylet_proto::service_error::from_status;
+
 use crate::error::{Result, StoreError};
 use crate::segment::{map_readonly, map_writable, proc_path};
 
@@ -70,11 +72,11 @@ impl StoreClient {
         let closed = Arc::new(Notify::new());
         let session_stream = forward_until_closed(outbound, closed.clone());
         let reply = rpc.session(UnboundedReceiverStream::new(session_stream)).await;
-        let mut inbound = reply.map_err(raylet_proto::Error::from)?.into_inner();
+        let mut inbound = reply.map_err(from_status::<StoreError>)?.into_inner();
         let opened = inbound
             .message()
             .await
-            .map_err(raylet_proto::Error::from)?
+            .map_err(from_status::<StoreError>)?
             .ok_or_else(|| StoreError::Invalid("the store ended the session at once".into()))?;
         check_same_machine(opened.identity_location.unwrap_or_default(), &opened.identity)?;
         let written = Arc::new(WrittenSegments::default());
@@ -115,7 +117,7 @@ impl StoreClient {
             .clone()
             .create_object(request)
             .await
-            .map_err(raylet_proto::Error::from)?;
+            .map_err(from_status::<StoreError>)?;
         let location = location.into_inner();
         let segment = location.segment_id;
         let map = match self.written.take(segment, location.size) {
@@ -143,7 +145,7 @@ impl StoreClient {
         if sealed.is_err() {
             self.written.forget(&[segment]);
         }
-        sealed.map_err(raylet_proto::Error::from)?;
+        sealed.map_err(from_status::<StoreError>)?;
         Ok(())
     }
 
@@ -158,7 +160,7 @@ impl StoreClient {
             .clone()
             .get_object(request)
             .await
-            .map_err(raylet_proto::Error::from)?;
+            .map_err(from_status::<StoreError>)?;
         let location = location.into_inner();
         let mapped = map_readonly(&proc_path(location.pid, location.fd), location.size);
         let release = Release {
@@ -191,7 +193,7 @@ impl StoreClient {
             .clone()
             .pull_object(request)
             .await
-            .map_err(raylet_proto::Error::from)?;
+            .map_err(from_status::<StoreError>)?;
         Ok(())
     }
 
@@ -203,13 +205,13 @@ impl StoreClient {
             .clone()
             .delete_objects(request)
             .await
-            .map_err(raylet_proto::Error::from)?;
+            .map_err(from_status::<StoreError>)?;
         Ok(())
     }
 
     pub async fn stats(&self) -> Result<StoreStats> {
         let reply = self.rpc.clone().get_store_stats(GetStoreStatsRequest {}).await;
-        Ok(reply.map_err(raylet_proto::Error::from)?.into_inner())
+        Ok(reply.map_err(from_status::<StoreError>)?.into_inner())
     }
 }
 

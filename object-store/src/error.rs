@@ -1,8 +1,15 @@
-//! The object store's error type and its mapping onto the wire error.
+//! The object store's error type: what its service returns, and, through
+//! `raylet_proto::service_error`, what its clients get back, variant for
+//! variant.
+
+use std::sync::Arc;
 
 use raylet_proto::ObjectId;
+use raylet_proto::service_error::{ServiceError, to_status};
+use serde::{Deserialize, Serialize};
+use tonic::Code;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Clone, Debug, thiserror::Error, Serialize, Deserialize)]
 pub enum StoreError {
     #[error("object {0} is already in the store")]
     AlreadyExists(ObjectId),
@@ -22,7 +29,13 @@ pub enum StoreError {
     #[error("cannot pull object {id}: {failures}")]
     PullFailed { id: ObjectId, failures: String, lost: bool },
     #[error("{context}: {source}")]
-    Io { context: String, source: std::io::Error },
+    Io {
+        context: String,
+        #[serde(with = "io_error_text")]
+        source: Arc<std::io::Error>,
+    },
+    /// A control-plane error: the store was unreachable, or a call to
+    /// another store failed.
     #[error(transparent)]
     Rpc(#[from] raylet_proto::Error),
 }
@@ -32,29 +45,63 @@ pub type Result<T, E = StoreError> = std::result::Result<T, E>;
 impl StoreError {
     pub(crate) fn io(context: impl Into<String>) -> impl FnOnce(std::io::Error) -> StoreError {
         let context = context.into();
-        move |source| StoreError::Io { context, source }
+        move |source| StoreError::Io {
+            context,
+            source: Arc::new(source),
+        }
     }
 }
 
+impl ServiceError for StoreError {
+    const SERVICE: &'static str = "raylet.v1.ObjectStoreService";
+
+    fn code(&self) -> Code {
+        match self {
+            StoreError::AlreadyExists(_) => Code::AlreadyExists,
+            StoreError::NotFound(_) | StoreError::PullFailed { lost: true, .. } => Code::NotFound,
+            StoreError::NotSealed(_) => Code::FailedPrecondition,
+            StoreError::Full(_) | StoreError::TooLarge(_) => Code::ResourceExhausted,
+            StoreError::Invalid(_) => Code::InvalidArgument,
+            StoreError::PullFailed { lost: false, .. } => Code::Unavailable,
+            StoreError::Io { .. } => Code::Internal,
+            StoreError::Rpc(error) => tonic::Status::from(error.clone()).code(),
+        }
+    }
+
+    fn from_control_plane(error: raylet_proto::Error) -> Self {
+        StoreError::Rpc(error)
+    }
+}
+
+/// The control-plane error a caller that is not a store client reports.
 impl From<StoreError> for raylet_proto::Error {
     fn from(error: StoreError) -> Self {
-        let message = error.to_string();
         match error {
-            StoreError::AlreadyExists(_) => raylet_proto::Error::AlreadyExists(message),
-            StoreError::NotFound(_) => raylet_proto::Error::NotFound(message),
-            StoreError::NotSealed(_) => raylet_proto::Error::FailedPrecondition(message),
-            StoreError::Full(_) | StoreError::TooLarge(_) => raylet_proto::Error::ResourceExhausted(message),
-            StoreError::Invalid(_) => raylet_proto::Error::InvalidArgument(message),
-            StoreError::PullFailed { lost: true, .. } => raylet_proto::Error::NotFound(message),
-            StoreError::PullFailed { lost: false, .. } => raylet_proto::Error::Unavailable(message),
-            StoreError::Io { .. } => raylet_proto::Error::Internal(message),
             StoreError::Rpc(error) => error,
+            other => tonic::Status::new(other.code(), other.to_string()).into(),
         }
     }
 }
 
 impl From<StoreError> for tonic::Status {
     fn from(error: StoreError) -> Self {
-        raylet_proto::Error::from(error).into()
+        to_status(&error)
+    }
+}
+
+/// An I/O error travels as its text and comes back as an error of kind
+/// `Other` with that text.
+mod io_error_text {
+    use std::sync::Arc;
+
+    use serde::{Deserialize, Deserializer, Serializer};
+
+    pub(super) fn serialize<S: Serializer>(error: &Arc<std::io::Error>, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.serialize_str(&error.to_string())
+    }
+
+    pub(super) fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Arc<std::io::Error>, D::Error> {
+        let text = String::deserialize(deserializer)?;
+        Ok(Arc::new(std::io::Error::other(text)))
     }
 }

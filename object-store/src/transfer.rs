@@ -44,7 +44,7 @@ const PEER_PATIENCE: Duration = Duration::from_secs(2);
 
 type PeerClient = ObjectStoreServiceClient<AuthedChannel>;
 /// A pull's result, `None` while it runs; everyone who waits gets a copy.
-type Outcome = Option<Result<(), raylet_proto::Error>>;
+type Outcome = Option<Result<()>>;
 
 fn lock<T>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     mutex.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
@@ -229,7 +229,7 @@ impl SharedStore {
         };
         let finished = outcome.wait_for(Option::is_some).await.map(|done| done.clone());
         match finished {
-            Ok(Some(result)) => result.map_err(StoreError::Rpc),
+            Ok(Some(result)) => result,
             _ => Err(StoreError::Rpc(raylet_proto::Error::Internal(format!(
                 "the pull of object {id} stopped without a result"
             )))),
@@ -261,7 +261,7 @@ impl SharedStore {
             tracing::warn!(object = %id, %error, "pull failed");
         }
         lock(&self.transfers.in_flight).remove(&id);
-        report.send_replace(Some(result.map_err(raylet_proto::Error::from)));
+        report.send_replace(Some(result));
     }
 
     /// Creates the object here, fills it from the sources and seals it;

@@ -6,6 +6,7 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{MIB, OWNER, WAIT, cluster};
+use raylet_object_store::StoreError;
 use raylet_proto::ObjectId;
 use raylet_proto::v1::ReadChunksRequest;
 use raylet_proto::v1::object_store_service_client::ObjectStoreServiceClient;
@@ -90,12 +91,12 @@ async fn a_pull_with_no_good_source_fails_naming_each_and_leaves_nothing_behind(
     let dead = dead_address();
     let sources = [dead.clone(), empty.address.clone()];
     let started = Instant::now();
-    let error = b
-        .client
-        .pull(id, size, OWNER, &sources, WAIT)
-        .await
-        .unwrap_err()
-        .to_string();
+    let error = b.client.pull(id, size, OWNER, &sources, WAIT).await.unwrap_err();
+    assert!(
+        matches!(&error, StoreError::PullFailed { id: failed, .. } if *failed == id),
+        "the client gets the store's own variant: {error:?}"
+    );
+    let error = error.to_string();
     assert!(started.elapsed() < WAIT, "took {:?}", started.elapsed());
     for needle in [id.to_string(), dead, empty.address.clone(), "could not reach".into()] {
         assert!(error.contains(&needle), "{needle} is not in: {error}");
@@ -104,7 +105,11 @@ async fn a_pull_with_no_good_source_fails_naming_each_and_leaves_nothing_behind(
     let wrong_size = b.pull(id, size + 1, &[a]).await.unwrap_err().to_string();
     assert!(wrong_size.contains("bytes"), "{wrong_size}");
     assert_eq!(b.store.usage().objects, before.objects);
-    assert!(b.client.get(id).await.is_err());
+    let missing = b.client.get(id).await.err();
+    assert!(
+        matches!(missing, Some(StoreError::NotFound(missing)) if missing == id),
+        "{missing:?}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -127,8 +132,9 @@ async fn a_pull_into_a_full_store_fails_with_no_room_and_leaves_nothing() {
     let _reading = b.client.get(pinned).await.unwrap();
     let sources = [a.address.clone()];
     let error = b.client.pull(id, 48 * MIB, OWNER, &sources, Duration::from_millis(300));
-    let error = error.await.unwrap_err().to_string();
-    assert!(error.contains("full"), "{error}");
+    let error = error.await.unwrap_err();
+    assert!(matches!(error, StoreError::Full(_)), "{error:?}");
+    assert!(error.to_string().contains("full"), "{error}");
     assert_eq!(b.store.usage().objects.len(), 1);
     assert_eq!(a.served(), 0);
 }

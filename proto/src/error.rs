@@ -4,7 +4,7 @@ use tonic::{Code, Status};
 
 /// A control-plane error. Each variant corresponds to one gRPC status code, so
 /// an error survives a round trip through `tonic::Status` unchanged.
-#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error, serde::Serialize, serde::Deserialize)]
 pub enum Error {
     #[error("invalid argument: {0}")]
     InvalidArgument(String),

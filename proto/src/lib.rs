@@ -17,6 +17,7 @@ pub mod request_decoding;
 pub mod resources;
 pub mod scheduling;
 pub mod server;
+pub mod service_error;
 pub mod task_stream;
 pub mod tls;
 pub mod worker_env;
