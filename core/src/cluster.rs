@@ -486,6 +486,9 @@ async fn start_driver(config: Config, runtime: tokio::runtime::Handle) -> Result
             .map_err(|e| Error::Cluster(raylet_proto::Error::Internal(e.to_string())))??
     };
     let listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, 0)).await?;
+    // Unbounded, yet bounded: each submission holds a place in the pending
+    // gate (`Config::max_pending_tasks`); the other events answer leases,
+    // workers and nodes that the submitter itself asked for.
     let (submitter, submissions) = mpsc::unbounded_channel();
     let settings = CoreSettings {
         address: listener.local_addr()?.to_string(),

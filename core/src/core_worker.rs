@@ -98,6 +98,8 @@ impl CoreWorker {
             settings.links,
             runtime.clone(),
         ));
+        // Both drained as they come, at most one message per object freed or
+        // per reference borrowed or dropped.
         let (freed, freed_objects) = mpsc::unbounded_channel();
         let (changes, borrower_changes) = mpsc::unbounded_channel();
         let owner = Arc::new(Owner {

@@ -139,6 +139,8 @@ impl ActorClients {
 
 async fn open_owner_session(core: &CoreWorker) -> Result<OpenOwnerSession> {
     let channel = core.channel(&core.ctx.head_address).await?;
+    // Only the opening message is ever sent: the head ends the owner's
+    // actors when this stream closes.
     let (messages, outbound) = mpsc::unbounded_channel();
     let _ = messages.send(OwnerSessionMessage {
         owner_address: core.ctx.address.to_string(),

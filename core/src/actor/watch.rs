@@ -58,6 +58,7 @@ impl ActorWatch {
     /// Opens the stream, asks for every actor followed, and hands out the
     /// records until the stream ends, which counts as the head gone away.
     async fn watch_once(&self, core: &CoreWorker, head_lost: &mut HeadLost) -> Error {
+        // One request per actor followed.
         let (requests, outbound) = mpsc::unbounded_channel();
         {
             let mut state = self.state();

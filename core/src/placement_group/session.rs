@@ -75,6 +75,8 @@ impl GroupSession {
 impl SessionLink {
     async fn open(ctx: &Context) -> Result<Arc<Self>> {
         let channel = ctx.channel(&ctx.head_address).await?;
+        // Each call waits for its answer, so at most one per waiting thread
+        // is queued here.
         let (calls, outbound) = mpsc::unbounded_channel();
         let reply = PlacementGroupServiceClient::new(channel)
             .placement_group_session(UnboundedReceiverStream::new(outbound))

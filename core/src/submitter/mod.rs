@@ -995,6 +995,8 @@ fn open_lease_session(
     events: mpsc::UnboundedSender<SubmitterEvent>,
     (node, session): (Arc<str>, u64),
 ) -> mpsc::UnboundedSender<LeaseSessionRequest> {
+    // At most MAX_PENDING_LEASES requests per shape are outstanding, and
+    // one cancel or return per request or lease.
     let (requests, outbound) = mpsc::unbounded_channel();
     let open = LeaseSessionRequest {
         kind: Some(LeaseRequest::Open(owner.ctx.binary.clone())),
@@ -1033,6 +1035,7 @@ fn connect_worker(
     (worker, lease): (WorkerId, u64),
     address: String,
 ) -> mpsc::UnboundedSender<TaskBatch> {
+    // At most PIPELINE_DEPTH tasks are sent ahead to a worker.
     let (tasks, mut outbound) = mpsc::unbounded_channel::<TaskBatch>();
     let opening = owner.ctx.links.workers.task_stream(address);
     tokio::spawn(async move {

@@ -38,6 +38,9 @@ impl ActorHost {
         instance: Arc<dyn ActorInstance>,
         max_concurrency: usize,
     ) -> Self {
+        // The calls of every caller; each caller has at most its pending-task
+        // bound in flight (`Config::max_pending_tasks`), as in Ray, where
+        // `max_pending_calls` bounds the caller, not the actor.
         let (calls, queued) = mpsc::unbounded_channel::<QueuedCall>();
         match max_concurrency {
             1 => tokio::spawn(run_one_at_a_time(context, queued)),

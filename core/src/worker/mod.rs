@@ -131,6 +131,8 @@ async fn start(
     task_listener.set_nonblocking(true)?;
     let owner_listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, 0)).await?;
 
+    // One message per change of the blocked or owning state, which the
+    // running task's thread makes one at a time.
     let (session, session_outbound) = mpsc::unbounded_channel::<WorkerSessionMessage>();
     let blocked_session = session.clone();
     let blocked_hook = Box::new(move |blocked: bool| {
@@ -144,6 +146,9 @@ async fn start(
             kind: Some(SessionKind::OwnsObjects(owns)),
         });
     });
+    // Unbounded, yet bounded: each submission holds a place in the pending
+    // gate (`Config::max_pending_tasks`); the other events answer leases,
+    // workers and nodes that the submitter itself asked for.
     let (submitter, submissions) = mpsc::unbounded_channel();
     let binary = WorkerBinary {
         path: std::env::current_exe()?.to_string_lossy().into_owned(),

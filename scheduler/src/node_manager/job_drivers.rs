@@ -38,6 +38,9 @@ const STDERR_TAIL_LINES: usize = 20;
 const ENDED_RETENTION: Duration = Duration::from_secs(600);
 /// The most output bytes sent in one event.
 const OUTPUT_CHUNK: usize = 64 * 1024;
+/// Chunks of a driver's output read but not yet written to its file; a
+/// driver that prints faster than the disk takes waits on its pipe.
+const OUTPUT_CHUNKS_WAITING: usize = 64;
 
 /// How far a driver has got.
 #[derive(Clone, Debug, Default)]
@@ -201,7 +204,7 @@ async fn supervise(shared: &Arc<NodeShared>, job: JobId, spec: &JobSpec, driver:
         .map_err(|e| Error::FailedPrecondition(format!("the driver {} could not start: {e}", binary.display())))?;
     let pid = child.id().unwrap_or_default();
     driver.progress.send_modify(|progress| progress.pid = Some(pid));
-    let (chunks, mut received) = mpsc::unbounded_channel();
+    let (chunks, mut received) = mpsc::channel(OUTPUT_CHUNKS_WAITING);
     let stdout = tokio::spawn(forward(child.stdout.take(), chunks.clone(), None));
     let stderr_tail = Arc::new(Mutex::new(VecDeque::new()));
     let stderr = tokio::spawn(forward(child.stderr.take(), chunks, Some(stderr_tail.clone())));
@@ -297,7 +300,7 @@ fn driver_env(shared: &NodeShared, job: JobId) -> Vec<(&'static str, String)> {
 /// Sends what `pipe` gives as output events; keeps its tail if asked.
 async fn forward(
     pipe: Option<impl AsyncRead + Unpin>,
-    output: mpsc::UnboundedSender<Vec<u8>>,
+    output: mpsc::Sender<Vec<u8>>,
     tail: Option<Arc<Mutex<VecDeque<u8>>>>,
 ) {
     let Some(mut pipe) = pipe else {
@@ -314,7 +317,9 @@ async fn forward(
             let excess = tail.len().saturating_sub(STDERR_TAIL_BYTES);
             tail.drain(..excess);
         }
-        let _ = output.send(buffer[..read].to_vec());
+        if output.send(buffer[..read].to_vec()).await.is_err() {
+            return;
+        }
     }
 }
 

@@ -67,6 +67,16 @@ pub struct GroupManager<N> {
 /// New bundles of one group, by the address of their node.
 type NodeBundles = BTreeMap<String, Vec<(u32, ResourceSet)>>;
 
+/// Why a planned group's bundles were not placed; the group waits and is
+/// planned again.
+#[derive(Debug, thiserror::Error)]
+enum NotPlaced {
+    #[error("node {node} refused: {error}")]
+    Refused { node: String, error: raylet_proto::Error },
+    #[error("node {node} failed to commit: {error}")]
+    CommitFailed { node: String, error: raylet_proto::Error },
+}
+
 /// What planning a group decided.
 enum Planned {
     /// Nodes for the bundles that had none.
@@ -317,9 +327,9 @@ impl<N: BundleNodes> GroupManager<N> {
         for ((record, new), result) in planned.into_iter().zip(results) {
             match result {
                 Ok(()) => self.placed(&record, new).await,
-                Err(reason) => {
+                Err(not_placed) => {
                     self.give_back_new(&record, &new);
-                    self.still_waiting(record.spec.id, record.state, reason);
+                    self.still_waiting(record.spec.id, record.state, not_placed.to_string());
                 }
             }
         }
@@ -439,7 +449,7 @@ impl<N: BundleNodes> GroupManager<N> {
 
     /// Reserves every new bundle, then commits them all; releases the
     /// reserved ones if any node refuses, so no part of the group is held.
-    async fn reserve_and_commit(&self, id: PlacementGroupId, by_node: NodeBundles) -> Result<(), String> {
+    async fn reserve_and_commit(&self, id: PlacementGroupId, by_node: NodeBundles) -> Result<(), NotPlaced> {
         let by_node = &by_node;
         let single_node = by_node.len() == 1;
         let reserves = by_node.iter().map(|(address, bundles)| async move {
@@ -449,10 +459,13 @@ impl<N: BundleNodes> GroupManager<N> {
                 .await
         });
         let reserved = join_all(reserves).await;
-        let refusal = by_node
-            .keys()
-            .zip(&reserved)
-            .find_map(|(address, result)| result.as_ref().err().map(|e| format!("node {address} refused: {e}")));
+        let refusal = by_node.keys().zip(&reserved).find_map(|(address, result)| {
+            let error = result.as_ref().err()?.clone();
+            Some(NotPlaced::Refused {
+                node: address.clone(),
+                error,
+            })
+        });
         if let Some(refusal) = refusal {
             self.release_new(id, by_node, &reserved).await;
             return Err(refusal);
@@ -466,10 +479,11 @@ impl<N: BundleNodes> GroupManager<N> {
         });
         let committed = join_all(commits).await;
         let failure = by_node.keys().zip(&committed).find_map(|(address, result)| {
-            result
-                .as_ref()
-                .err()
-                .map(|e| format!("node {address} failed to commit: {e}"))
+            let error = result.as_ref().err()?.clone();
+            Some(NotPlaced::CommitFailed {
+                node: address.clone(),
+                error,
+            })
         });
         if let Some(failure) = failure {
             let all_ok: Vec<Result<()>> = by_node.keys().map(|_| Ok(())).collect();
