@@ -14,7 +14,7 @@
 //! ask the owner.
 
 use std::collections::HashMap;
-use std::sync::{Arc, Mutex, MutexGuard, Weak};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use raylet_proto::v1::owner_service_client::OwnerServiceClient;
 use raylet_proto::v1::{BorrowerChange, UpdateBorrowersRequest};
@@ -23,8 +23,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
 use crate::context::Context;
-use crate::memory_store::MemoryStore;
-use crate::object_ref::handle::{AnyObjectRef, HandleCounter, RawRef};
+use crate::object_ref::handle::{HandleCounter, RawRef};
 use crate::value::Outcome;
 
 /// One change of a borrower's count at an owner.
@@ -112,17 +111,6 @@ impl Borrows {
     /// A new handle to a borrowed object. The first one registers this
     /// process with the owner, unless the sender of the reference did so
     /// for us already (`preregistered`).
-    /// A handle that keeps the object alive in this process, whoever owns
-    /// it; `preregistered` when the sender registered us with the owner.
-    pub(crate) fn adopt(self: &Arc<Self>, raw: RawRef, store: &Arc<MemoryStore>, preregistered: bool) -> AnyObjectRef {
-        if *raw.owner == *self.address {
-            return AnyObjectRef::owned(raw, store);
-        }
-        self.take(&raw, preregistered);
-        let counter: Weak<dyn HandleCounter> = Arc::downgrade(self) as Weak<Borrows>;
-        AnyObjectRef::counted(raw, counter)
-    }
-
     pub(crate) fn take(&self, raw: &RawRef, preregistered: bool) {
         let mut table = self.table();
         let Table { borrowed, lent } = &mut *table;

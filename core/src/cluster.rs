@@ -92,7 +92,7 @@ impl Cluster {
     /// The IP address this process serves other processes on: where peers
     /// that talk to it directly (the ranks of a collective group) reach it.
     pub fn node_ip(&self) -> std::net::IpAddr {
-        let address: Option<std::net::SocketAddr> = self.core().ctx.address.parse().ok();
+        let address: Option<std::net::SocketAddr> = self.core().ctx().address.parse().ok();
         address.map_or(std::net::Ipv4Addr::LOCALHOST.into(), |address| address.ip())
     }
 
@@ -100,12 +100,12 @@ impl Cluster {
     /// `raylet status --address`, the dashboard (`raylet_dashboard`) and
     /// other programs joining the cluster take.
     pub fn head_address(&self) -> String {
-        self.core().ctx.head_address.clone()
+        self.core().ctx().head_address.clone()
     }
 
     /// The cluster token: the dashboard's login and API take it.
     pub fn token(&self) -> String {
-        self.core().ctx.token.expose().to_string()
+        self.core().ctx().token.expose().to_string()
     }
 
     /// The job this program's tasks are recorded under: `raylet list tasks`
@@ -201,7 +201,7 @@ impl Cluster {
         AnyObjectRef::owned(
             RawRef {
                 id,
-                owner: core.ctx.address.clone(),
+                owner: core.ctx().address.clone(),
             },
             &core.owner.store,
         )
@@ -226,7 +226,7 @@ impl Cluster {
             Ok(Body::Stored(core.write_object(
                 id,
                 size,
-                core.ctx.address.clone(),
+                core.ctx().address.clone(),
                 encode,
             )?))
         });
@@ -251,7 +251,7 @@ impl Cluster {
             Body::Inline(bytes::Bytes::copy_from_slice(&data))
         } else {
             let archive = |out: &mut [u8]| archive_into(value, out).map_err(store_error);
-            Body::Stored(core.write_object(id, size, core.ctx.address.clone(), archive)?)
+            Body::Stored(core.write_object(id, size, core.ctx().address.clone(), archive)?)
         };
         core.owner
             .store
@@ -310,7 +310,7 @@ impl Cluster {
     ) -> (Vec<ObjectRef<T>>, Vec<ObjectRef<T>>) {
         let num_returns = num_returns.min(objects.len());
         let core = self.core().clone();
-        let ready = if objects.iter().all(|o| core.owns(o.as_untyped())) {
+        let ready = if objects.iter().all(|o| core.owner.owns(o.as_untyped())) {
             let ids: Vec<ObjectId> = objects.iter().map(|o| o.id()).collect();
             let deadline = timeout.map(|t| std::time::Instant::now() + t);
             core.owner.store.wait_many_blocking(&ids, num_returns, deadline)
@@ -334,7 +334,7 @@ impl Cluster {
     /// Getting the object then fails with a `Cancelled` task error.
     pub fn cancel<T>(&self, object: &ObjectRef<T>, force: bool) -> Result<()> {
         let core = self.core();
-        if !core.owns(object.as_untyped()) {
+        if !core.owner.owns(object.as_untyped()) {
             return Err(Error::Cluster(raylet_proto::Error::FailedPrecondition(format!(
                 "only the owner of object {} can cancel its task",
                 object.id()
@@ -350,19 +350,19 @@ impl Cluster {
 
     /// The nodes of the cluster and their resources, as `raylet status` shows them.
     pub fn status(&self) -> Result<ClusterStatus> {
-        let head = self.core().ctx.head_address.clone();
+        let head = self.core().ctx().head_address.clone();
         let core = self.core().clone();
         core.clone()
-            .block_on(async move { Ok(ClusterStatus::fetch(&head, &core.ctx.token, Duration::from_secs(5)).await?) })
+            .block_on(async move { Ok(ClusterStatus::fetch(&head, &core.ctx().token, Duration::from_secs(5)).await?) })
     }
 
     /// The object stores of the alive nodes: usage, the objects in them and
     /// who holds references to them, as `raylet memory` shows them.
     pub fn memory(&self) -> Result<Vec<NodeMemory>> {
-        let head = self.core().ctx.head_address.clone();
+        let head = self.core().ctx().head_address.clone();
         let core = self.core().clone();
         core.clone()
-            .block_on(async move { crate::memory::collect_memory(&head, &core.ctx.token).await })
+            .block_on(async move { crate::memory::collect_memory(&head, &core.ctx().token).await })
     }
 
     /// Ends this program's use of the cluster: its workers are killed, and an
@@ -374,7 +374,7 @@ impl Cluster {
             let _ = core.block_on(async move { tokio::time::timeout(Duration::from_secs(5), acknowledged).await });
         }
         let flushing = core.clone();
-        let last_events = async move { flushing.owner.task_events.flush(&flushing.ctx).await };
+        let last_events = async move { flushing.owner.task_events.flush(flushing.ctx()).await };
         let _ = core.block_on(async move { tokio::time::timeout(Duration::from_secs(2), last_events).await });
         if let Some(store) = core.node_store.get() {
             store.close();
@@ -420,7 +420,7 @@ async fn wait_ready(
 ) -> Vec<bool> {
     let mut ready: Vec<bool> = objects
         .iter()
-        .map(|o| core.owns(o) && matches!(core.owner.store.try_get(o.id()), Ok(Some(_))))
+        .map(|o| core.owner.owns(o) && matches!(core.owner.store.try_get(o.id()), Ok(Some(_))))
         .collect();
     let mut count = ready.iter().filter(|r| **r).count();
     if count >= num_returns {

@@ -19,7 +19,7 @@ use crate::borrows::Borrows;
 use crate::context::{Addresses, Context};
 use crate::links::Links;
 use crate::memory_store::{MemoryStore, OwningHook};
-use crate::object_ref::handle::{AnyObjectRef, RawRef};
+use crate::object_ref::handle::AnyObjectRef;
 use crate::owner::Owner;
 use crate::owner_error::OwnerError;
 use crate::placement_group::session::GroupSession;
@@ -39,8 +39,8 @@ pub(crate) type BlockedHook = Box<dyn Fn(bool) + Send + Sync>;
 /// Everything a process needs to own objects and submit tasks: the parts
 /// of the core, assembled here.
 pub(crate) struct CoreWorker {
-    pub(crate) ctx: Arc<Context>,
-    /// The objects it owns and borrows, and its tasks' states.
+    /// The objects it owns and borrows, and its tasks' states, with the
+    /// process's context.
     pub(crate) owner: Arc<Owner>,
     /// The session with this node's shared-memory store, opened on first use.
     pub(crate) node_store: OnceCell<Arc<StoreClient>>,
@@ -109,7 +109,6 @@ impl CoreWorker {
             task_events: Arc::new(TaskEvents::new(settings.job, settings.task_events)),
         });
         let core = Arc::new(CoreWorker {
-            ctx: ctx.clone(),
             owner: owner.clone(),
             node_store: OnceCell::new(),
             store_full_timeout: settings.store_full_timeout,
@@ -133,19 +132,14 @@ impl CoreWorker {
         core
     }
 
-    /// A handle that keeps the object alive in this process, whoever owns
-    /// it; `preregistered` when the sender registered us with the owner.
-    pub(crate) fn adopt(&self, raw: RawRef, preregistered: bool) -> AnyObjectRef {
-        self.owner.adopt(raw, preregistered)
-    }
-
-    pub(crate) fn owns(&self, object: &AnyObjectRef) -> bool {
-        self.owner.owns(object)
+    /// Where this process listens and how it reaches the cluster.
+    pub(crate) fn ctx(&self) -> &Arc<Context> {
+        &self.owner.ctx
     }
 
     /// An authenticated channel to `address`, reused across calls.
     pub(crate) async fn channel(&self, address: &str) -> Result<raylet_proto::channel::AuthedChannel> {
-        self.ctx.channel(address).await
+        self.ctx().channel(address).await
     }
 
     /// Waits for an object, owned or borrowed; `None` when `deadline` passed.
@@ -154,7 +148,7 @@ impl CoreWorker {
         object: &AnyObjectRef,
         deadline: Option<tokio::time::Instant>,
     ) -> Result<Option<Outcome>> {
-        if self.owns(object) {
+        if self.owner.owns(object) {
             return self.owner.store.wait(object.id(), deadline).await;
         }
         if let Some(outcome) = self.owner.borrows.lent_outcome(object.id()) {
@@ -176,10 +170,10 @@ impl CoreWorker {
     /// connection is tried once more on a new one: the cached one may lead
     /// to a process that is gone.
     async fn fetch(&self, object: &AnyObjectRef, wait: Duration) -> Result<Option<Outcome>> {
-        let cached = self.ctx.has_channel(object.owner_address());
+        let cached = self.ctx().has_channel(object.owner_address());
         match self.fetch_once(object, wait).await {
             Err(Error::Task(_)) if cached => {
-                self.ctx.forget_channel(object.owner_address());
+                self.ctx().forget_channel(object.owner_address());
                 self.fetch_once(object, wait).await
             }
             other => other,
@@ -211,7 +205,7 @@ impl CoreWorker {
         object: &AnyObjectRef,
         timeout: Option<Duration>,
     ) -> Result<Option<Outcome>> {
-        let owned = self.owns(object);
+        let owned = self.owner.owns(object);
         let at_hand = match owned {
             true => self.owner.store.try_get(object.id())?,
             false => self.owner.borrows.lent_outcome(object.id()),
@@ -234,7 +228,7 @@ impl CoreWorker {
     /// output; works from any thread, including runtime threads.
     pub(crate) fn block_on<T: Send + 'static>(&self, future: impl Future<Output = T> + Send + 'static) -> T {
         let (sender, receiver) = std::sync::mpsc::sync_channel(1);
-        self.ctx.runtime.spawn(async move {
+        self.ctx().runtime.spawn(async move {
             let _ = sender.send(future.await);
         });
         receiver.recv().expect("the cluster runtime dropped a blocking call")

@@ -35,7 +35,7 @@ impl Cluster {
     /// The value of `key`, if it has one.
     pub fn kv_get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
         let request = KvGetRequest {
-            namespace: self.core().ctx.binary.namespace.clone(),
+            namespace: self.core().ctx().binary.namespace.clone(),
             key: key.as_ref().to_vec(),
         };
         self.with_kv(move |mut kv| {
@@ -47,7 +47,7 @@ impl Cluster {
     /// Removes `key`; returns whether it had a value.
     pub fn kv_delete(&self, key: impl AsRef<[u8]>) -> Result<bool> {
         let request = KvDeleteRequest {
-            namespace: self.core().ctx.binary.namespace.clone(),
+            namespace: self.core().ctx().binary.namespace.clone(),
             key: key.as_ref().to_vec(),
         };
         self.with_kv(move |mut kv| {
@@ -59,7 +59,7 @@ impl Cluster {
     /// The keys that start with `prefix`, in byte order.
     pub fn kv_keys(&self, prefix: impl AsRef<[u8]>) -> Result<Vec<Vec<u8>>> {
         let request = KvKeysRequest {
-            namespace: self.core().ctx.binary.namespace.clone(),
+            namespace: self.core().ctx().binary.namespace.clone(),
             prefix: prefix.as_ref().to_vec(),
         };
         self.with_kv(move |mut kv| {
@@ -102,7 +102,7 @@ impl Cluster {
 
     fn put_entry(&self, key: &[u8], value: &[u8], overwrite: bool) -> Result<bool> {
         let request = KvPutRequest {
-            namespace: self.core().ctx.binary.namespace.clone(),
+            namespace: self.core().ctx().binary.namespace.clone(),
             key: key.to_vec(),
             value: value.to_vec(),
             overwrite,
@@ -166,5 +166,5 @@ pub async fn dashboard_entries(head: &str, token: &AuthToken, section: &str) -> 
 }
 
 async fn kv_client(core: &CoreWorker) -> Result<KvServiceClient<AuthedChannel>> {
-    Ok(KvServiceClient::new(core.channel(&core.ctx.head_address).await?))
+    Ok(KvServiceClient::new(core.channel(&core.ctx().head_address).await?))
 }

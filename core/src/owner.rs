@@ -3,12 +3,12 @@
 //! submitter, the actor clients and the background work on these tables
 //! take this, not the whole core.
 
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 
 use crate::borrows::Borrows;
 use crate::context::Context;
 use crate::memory_store::MemoryStore;
-use crate::object_ref::handle::{AnyObjectRef, RawRef};
+use crate::object_ref::handle::{AnyObjectRef, HandleCounter, RawRef};
 use crate::task_events::TaskEvents;
 
 pub(crate) struct Owner {
@@ -26,6 +26,11 @@ impl Owner {
     /// A handle that keeps the object alive in this process, whoever owns
     /// it; `preregistered` when the sender registered us with the owner.
     pub(crate) fn adopt(&self, raw: RawRef, preregistered: bool) -> AnyObjectRef {
-        self.borrows.adopt(raw, &self.store, preregistered)
+        if *raw.owner == *self.ctx.address {
+            return AnyObjectRef::owned(raw, &self.store);
+        }
+        self.borrows.take(&raw, preregistered);
+        let counter: Weak<dyn HandleCounter> = Arc::downgrade(&self.borrows) as Weak<Borrows>;
+        AnyObjectRef::counted(raw, counter)
     }
 }

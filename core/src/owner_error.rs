@@ -22,7 +22,7 @@ impl ServiceError for OwnerError {
     fn code(&self) -> Code {
         match self {
             OwnerError::NotOwned(_) => Code::NotFound,
-            OwnerError::ControlPlane(error) => tonic::Status::from(error.clone()).code(),
+            OwnerError::ControlPlane(error) => error.code(),
         }
     }
 

@@ -34,8 +34,8 @@ impl CoreWorker {
         let client = self
             .node_store
             .get_or_try_init(|| async {
-                let channel = self.channel(&self.ctx.node_manager).await?;
-                StoreClient::connect(channel, &self.ctx.address)
+                let channel = self.channel(&self.ctx().node_manager).await?;
+                StoreClient::connect(channel, &self.ctx().address)
                     .await
                     .map_err(store_error)
             })
@@ -70,14 +70,14 @@ impl CoreWorker {
     ) -> Result<StoredAt> {
         let core = self.clone();
         let created = self
-            .ctx
+            .ctx()
             .runtime
             .spawn(async move { core.create_object(id, size, &owner).await });
         let mut writer = created.await.map_err(internal)??;
         let written = fill(&mut writer);
         let core = self.clone();
         let sealed = self
-            .ctx
+            .ctx()
             .runtime
             .spawn(async move { core.seal_object(writer, written).await });
         sealed.await.map_err(internal)?
@@ -109,7 +109,7 @@ impl CoreWorker {
             }
         };
         store.seal(writer, written as u64).await.map_err(store_error)?;
-        Ok(StoredAt::new(&self.ctx.node_manager, written as u64))
+        Ok(StoredAt::new(&self.ctx().node_manager, written as u64))
     }
 
     /// Maps a stored object read-only; it stays pinned while mapped. An
@@ -119,17 +119,17 @@ impl CoreWorker {
     pub(crate) async fn map_object(&self, object: &RawRef, at: &StoredAt) -> Result<MappedObject> {
         let id = object.id;
         let store = self.node_store().await.map_err(|e| lost_with_node(id, at, e))?;
-        if !at.holders().any(|holder| **holder == *self.ctx.node_manager) {
+        if !at.holders().any(|holder| **holder == *self.ctx().node_manager) {
             self.pull(&store, object, at).await?;
         }
         match store.get(id).await {
             Ok(mapped) => Ok(mapped),
             Err(StoreError::NotFound(_)) => Err(Error::ObjectLost {
                 object: id,
-                reason: format!("the object store of node {} no longer has it", self.ctx.node_manager),
+                reason: format!("the object store of node {} no longer has it", self.ctx().node_manager),
             }),
             Err(error) => {
-                match raylet_proto::channel::connect(&self.ctx.node_manager, &self.ctx.token, NODE_PATIENCE).await {
+                match raylet_proto::channel::connect(&self.ctx().node_manager, &self.ctx().token, NODE_PATIENCE).await {
                     Err(unreachable) => Err(lost_with_node(id, at, unreachable)),
                     Ok(_) => Err(store_error(error)),
                 }
@@ -156,14 +156,14 @@ impl CoreWorker {
     }
 
     async fn record_copy(&self, object: &RawRef) {
-        if *object.owner == *self.ctx.address {
-            self.owner.store.add_copy(object.id, &self.ctx.node_manager);
+        if *object.owner == *self.ctx().address {
+            self.owner.store.add_copy(object.id, &self.ctx().node_manager);
             return;
         }
         let request = AddCopiesRequest {
             copies: vec![ObjectCopy {
                 object_id: object.id.as_bytes().to_vec(),
-                node_address: self.ctx.node_manager.clone(),
+                node_address: self.ctx().node_manager.clone(),
             }],
         };
         let sent = async {

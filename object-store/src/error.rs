@@ -64,7 +64,7 @@ impl ServiceError for StoreError {
             StoreError::Invalid(_) => Code::InvalidArgument,
             StoreError::PullFailed { lost: false, .. } => Code::Unavailable,
             StoreError::Io { .. } => Code::Internal,
-            StoreError::Rpc(error) => tonic::Status::from(error.clone()).code(),
+            StoreError::Rpc(error) => error.code(),
         }
     }
 

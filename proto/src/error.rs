@@ -54,7 +54,8 @@ impl Error {
         }
     }
 
-    fn code(&self) -> Code {
+    /// The gRPC code this error travels under.
+    pub fn code(&self) -> Code {
         match self {
             Error::InvalidArgument(_) => Code::InvalidArgument,
             Error::NotFound(_) => Code::NotFound,

@@ -82,7 +82,7 @@ mod tests {
         fn code(&self) -> Code {
             match self {
                 KitchenError::TooCold { .. } => Code::FailedPrecondition,
-                KitchenError::ControlPlane(error) => Status::from(error.clone()).code(),
+                KitchenError::ControlPlane(error) => error.code(),
             }
         }
 

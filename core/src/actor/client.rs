@@ -111,7 +111,7 @@ impl ActorClients {
     /// Runs `work` on `core`'s runtime until it ends or the clients close.
     pub(super) fn spawn_until_closed(&self, core: &CoreWorker, work: impl Future<Output = ()> + Send + 'static) {
         let mut closing = self.closing.subscribe();
-        core.ctx.runtime.spawn(async move {
+        core.ctx().runtime.spawn(async move {
             tokio::select! {
                 () = work => {}
                 _ = closing.wait_for(|closed| *closed) => {}
@@ -138,12 +138,12 @@ impl ActorClients {
 }
 
 async fn open_owner_session(core: &CoreWorker) -> Result<OpenOwnerSession> {
-    let channel = core.channel(&core.ctx.head_address).await?;
+    let channel = core.channel(&core.ctx().head_address).await?;
     // Only the opening message is ever sent: the head ends the owner's
     // actors when this stream closes.
     let (messages, outbound) = mpsc::unbounded_channel();
     let _ = messages.send(OwnerSessionMessage {
-        owner_address: core.ctx.address.to_string(),
+        owner_address: core.ctx().address.to_string(),
     });
     let reply = ActorServiceClient::new(channel)
         .owner_session(UnboundedReceiverStream::new(outbound))
@@ -259,7 +259,7 @@ impl ActorClient {
             send_queued: send_queued.clone(),
         });
         core.actors.watch.follow(core, client.clone());
-        core.ctx
+        core.ctx()
             .runtime
             .spawn(send_when_told(Arc::downgrade(&client), send_queued));
         client
@@ -321,7 +321,7 @@ impl ActorClient {
         }
         if !waiting.is_empty() {
             let (client, task_id) = (self.clone(), call.task_id);
-            self.core.ctx.runtime.spawn(async move {
+            self.core.ctx().runtime.spawn(async move {
                 for id in waiting {
                     let _ = client.core.owner.store.wait(id, None).await;
                 }
@@ -332,10 +332,10 @@ impl ActorClient {
         call.spec = Some(TaskSpec {
             task_id: call.task_id.as_bytes().to_vec(),
             function: call.function.clone(),
-            binary_hash: self.core.ctx.binary.hash.clone(),
+            binary_hash: self.core.ctx().binary.hash.clone(),
             args,
             attempt: 0,
-            owner_address: self.core.ctx.address.to_string(),
+            owner_address: self.core.ctx().address.to_string(),
             actor_id: self.actor.as_bytes().to_vec(),
             actor_creation: None,
             method: call.method.to_string(),
@@ -470,12 +470,12 @@ impl ActorClient {
             },
         });
         let client = self.clone();
-        self.core.ctx.runtime.spawn(async move {
+        self.core.ctx().runtime.spawn(async move {
             let streamed = async {
-                let (tasks, mut inbound) = client.core.ctx.links.workers.task_stream(address.clone()).await?;
+                let (tasks, mut inbound) = client.core.ctx().links.workers.task_stream(address.clone()).await?;
                 client.stream_opened(id, tasks);
                 while let Some(batch) = inbound.next().await.transpose()? {
-                    if client.core.ctx.log_to_driver {
+                    if client.core.ctx().log_to_driver {
                         print_log_lines(pid, node_id, &batch.logs);
                     }
                     client.on_results(id, batch);

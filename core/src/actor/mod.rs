@@ -50,15 +50,15 @@ impl Cluster {
                 actor_id: id.as_bytes().to_vec(),
                 class_name: options.class.to_string(),
                 args: resolve_constructor_args(&core, &args).await?,
-                binary: Some(core.ctx.binary.clone()),
+                binary: Some(core.ctx().binary.clone()),
                 placement: Some(placement.to_proto()),
                 running: Some(running.to_proto()),
                 name: options.name,
-                namespace: options.namespace.unwrap_or_else(|| core.ctx.binary.namespace.clone()),
+                namespace: options.namespace.unwrap_or_else(|| core.ctx().binary.namespace.clone()),
                 detached: options.detached,
                 max_restarts: options.max_restarts,
                 max_concurrency: options.max_concurrency,
-                owner_address: core.ctx.address.to_string(),
+                owner_address: core.ctx().address.to_string(),
                 max_task_retries: options.max_task_retries,
                 strategy: Some(scheduling.to_proto()),
             };
@@ -110,7 +110,7 @@ impl Cluster {
     /// type `A`. Fails when no live actor has that name, or when it is of
     /// another type.
     pub fn get_actor<A: Actor>(&self, name: &str) -> Result<A::Handle> {
-        let namespace = self.core().ctx.binary.namespace.clone();
+        let namespace = self.core().ctx().binary.namespace.clone();
         self.get_actor_in::<A>(&namespace, name)
     }
 
@@ -162,13 +162,13 @@ impl Cluster {
     pub fn list_actors(&self) -> Result<Vec<ActorInfo>> {
         let core = self.core().clone();
         core.clone()
-            .block_on(async move { list_actors(&core.ctx.head_address, &core.ctx.token).await })
+            .block_on(async move { list_actors(&core.ctx().head_address, &core.ctx().token).await })
     }
 }
 
 /// The head's actor service, on this process's channel to the head.
 async fn actor_service(core: &CoreWorker) -> Result<ActorServiceClient<AuthedChannel>> {
-    Ok(ActorServiceClient::new(core.channel(&core.ctx.head_address).await?))
+    Ok(ActorServiceClient::new(core.channel(&core.ctx().head_address).await?))
 }
 
 /// Every actor of the cluster whose head is at `head`, dead ones included,
@@ -192,7 +192,7 @@ async fn resolve_constructor_args(core: &Arc<CoreWorker>, args: &[Arg]) -> Resul
     let mut resolved = Vec::with_capacity(args.len());
     for arg in args {
         if let Arg::Ref(object) = arg
-            && core.owns(object)
+            && core.owner.owns(object)
         {
             let deadline = tokio::time::Instant::now() + ARGUMENT_PATIENCE;
             core.owner.store.wait(object.id(), Some(deadline)).await?;

@@ -67,7 +67,7 @@ impl ActorWatch {
             }
             state.requests = Some(requests);
         }
-        let error = match core.ctx.links.head.watch_actors(outbound).await {
+        let error = match core.ctx().links.head.watch_actors(outbound).await {
             Ok(events) => {
                 *head_lost = HeadLost::default();
                 self.hand_out(events).await

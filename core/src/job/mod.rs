@@ -301,7 +301,7 @@ impl JobHandle {
         let (sender, mut receiver) = tokio::sync::mpsc::channel(16);
         let (client, id) = (self.client.clone(), self.id);
         self.core
-            .ctx
+            .ctx()
             .runtime
             .spawn(async move { client.follow(id, sender).await });
         std::iter::from_fn(move || receiver.blocking_recv())
@@ -323,7 +323,7 @@ impl Cluster {
     /// starts the job; returns at once.
     pub fn submit(&self, job: Job) -> Result<JobHandle> {
         let core = self.core().clone();
-        let (head, token) = (core.ctx.head_address.clone(), core.ctx.token.clone());
+        let (head, token) = (core.ctx().head_address.clone(), core.ctx().token.clone());
         let (client, submitted) = core.block_on(async move {
             let client = JobClient::connect(&head, &token).await?;
             let submitted = client.submit(&job).await?;
@@ -340,14 +340,14 @@ impl Cluster {
     /// Every job of the cluster, oldest first.
     pub fn jobs(&self) -> Result<Vec<JobInfo>> {
         let core = self.core().clone();
-        let (head, token) = (core.ctx.head_address.clone(), core.ctx.token.clone());
+        let (head, token) = (core.ctx().head_address.clone(), core.ctx().token.clone());
         core.block_on(async move { JobClient::connect(&head, &token).await?.list().await })
     }
 
     /// A handle to the job `id`, submitted by anyone.
     pub fn job(&self, id: JobId) -> Result<JobHandle> {
         let core = self.core().clone();
-        let (head, token) = (core.ctx.head_address.clone(), core.ctx.token.clone());
+        let (head, token) = (core.ctx().head_address.clone(), core.ctx().token.clone());
         let client = core.block_on(async move { JobClient::connect(&head, &token).await })?;
         Ok(JobHandle {
             id,

@@ -70,7 +70,7 @@ impl<'de, T> Deserialize<'de> for ObjectRef<T> {
             owner: wire.owner.into(),
         };
         let object = match current() {
-            Ok(cluster) => cluster.core().adopt(raw, false),
+            Ok(cluster) => cluster.core().owner.adopt(raw, false),
             Err(_) => AnyObjectRef::unheld(raw),
         };
         Ok(object.typed())

@@ -86,7 +86,9 @@ impl PlacementGroup {
             let request = RemovePlacementGroupRequest {
                 placement_group_id: id.as_bytes().to_vec(),
             };
-            core.placement_groups.call(&core.ctx, CallKind::Remove(request)).await?;
+            core.placement_groups
+                .call(core.ctx(), CallKind::Remove(request))
+                .await?;
             Ok(())
         })
     }
@@ -104,7 +106,7 @@ impl PlacementGroup {
             let deadline = timeout.map(|timeout| tokio::time::Instant::now() + timeout);
             loop {
                 let slice = deadline.map_or(WAIT_SLICE, |d| d.saturating_duration_since(tokio::time::Instant::now()));
-                let record = wait_for_group(&core.ctx, id, slice.min(WAIT_SLICE)).await?;
+                let record = wait_for_group(core.ctx(), id, slice.min(WAIT_SLICE)).await?;
                 let info = PlacementGroupInfo::from_record(record)?;
                 match info.state {
                     PlacementGroupState::Created => return Ok(()),
@@ -161,8 +163,8 @@ impl Cluster {
             strategy: strategy.to_proto() as i32,
         };
         let core = self.core().clone();
-        self.core().ctx.runtime.spawn(async move {
-            let created = core.placement_groups.call(&core.ctx, CallKind::Create(request)).await;
+        self.core().ctx().runtime.spawn(async move {
+            let created = core.placement_groups.call(core.ctx(), CallKind::Create(request)).await;
             let state = created.map(|record| record.state()).map_err(cluster_error);
             answer.send_replace(Some(state));
         });
@@ -173,7 +175,7 @@ impl Cluster {
     pub fn list_placement_groups(&self) -> Result<Vec<PlacementGroupInfo>> {
         let core = self.core().clone();
         core.clone()
-            .block_on(async move { list_placement_groups(&core.ctx.head_address, &core.ctx.token).await })
+            .block_on(async move { list_placement_groups(&core.ctx().head_address, &core.ctx().token).await })
     }
 }
 

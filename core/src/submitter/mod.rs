@@ -206,7 +206,6 @@ pub(crate) struct Submitter {
 }
 
 impl Submitter {
-    /// Starts the submitter on the owner's runtime.
     /// Starts the submitter of `owner`'s tasks, which takes `received`,
     /// sent on `events`.
     pub(crate) fn spawn(

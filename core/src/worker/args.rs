@@ -61,7 +61,7 @@ async fn map_object(context: &Arc<WorkerContext>, object: RawRef, at: StoredAt) 
     let core = context.core.clone();
     let mapped = context
         .core
-        .ctx
+        .ctx()
         .runtime
         .spawn(async move { core.map_object(&object, &at).await })
         .await??;
@@ -75,7 +75,7 @@ async fn fetch(context: &Arc<WorkerContext>, object: &v1::ObjectRefProto) -> Res
     let core = context.core.clone();
     let fetched = context
         .core
-        .ctx
+        .ctx()
         .runtime
         .spawn(async move { core.wait_outcome(&object, None).await })
         .await??;

@@ -108,10 +108,11 @@ fn run_span(spec: &TaskSpec, context: &WorkerContext, start_unix_micros: u64, ru
 
 /// Sync functions run on this thread; async ones on the cluster thread.
 async fn execute(spec: &TaskSpec, args: Vec<Bytes>, context: &Arc<WorkerContext>) -> TaskOutcome {
-    if spec.binary_hash != context.core.ctx.binary.hash {
+    if spec.binary_hash != context.core.ctx().binary.hash {
         let message = format!(
             "the caller runs build {} of the binary, this worker runs build {}",
-            spec.binary_hash, context.core.ctx.binary.hash
+            spec.binary_hash,
+            context.core.ctx().binary.hash
         );
         return Err(TaskError::new(TaskErrorKind::BinaryMismatch, &spec.function, message));
     }
@@ -124,14 +125,15 @@ async fn execute(spec: &TaskSpec, args: Vec<Bytes>, context: &Arc<WorkerContext>
     let Some(invoke) = registry::lookup(&spec.function) else {
         let message = format!(
             "no #[raylet::remote] function named {} in {}",
-            spec.function, context.core.ctx.binary.path
+            spec.function,
+            context.core.ctx().binary.path
         );
         return Err(TaskError::new(TaskErrorKind::FunctionNotFound, &spec.function, message));
     };
     match invoke {
         Invoke::Sync(function) => catch_unwind(AssertUnwindSafe(|| function(args)))
             .unwrap_or_else(|payload| Err(panic_error(&spec.function, payload))),
-        Invoke::Async(function) => joined(&spec.function, context.core.ctx.runtime.spawn(function(args))).await,
+        Invoke::Async(function) => joined(&spec.function, context.core.ctx().runtime.spawn(function(args))).await,
     }
 }
 
@@ -147,7 +149,8 @@ fn construct_actor(
     let Some(class) = lookup_class(&spec.function) else {
         let message = format!(
             "no #[raylet::actor] type named {} in {}",
-            spec.function, context.core.ctx.binary.path
+            spec.function,
+            context.core.ctx().binary.path
         );
         return Err(TaskError::new(TaskErrorKind::FunctionNotFound, &spec.function, message));
     };
@@ -229,7 +232,7 @@ async fn hand_over(context: &WorkerContext, spec: &TaskSpec, mut value: EncodedV
         if *raw.owner == *spec.owner_address {
             continue;
         }
-        if core.owns(object) {
+        if core.owner.owns(object) {
             core.owner.store.update_borrower(raw.id, &spec.owner_address, 1);
         } else {
             core.owner.borrows.register_for(raw, &spec.owner_address);

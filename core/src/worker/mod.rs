@@ -225,7 +225,7 @@ fn serve_objects(core: Arc<CoreWorker>, token: AuthToken, listener: tokio::net::
 /// that session ends, so a worker never outlives its node or its driver.
 async fn join_node_manager(core: &CoreWorker, outbound: mpsc::UnboundedReceiver<WorkerSessionMessage>) -> Result<()> {
     let channel =
-        raylet_proto::channel::connect(&core.ctx.node_manager, &core.ctx.token, NODE_MANAGER_PATIENCE).await?;
+        raylet_proto::channel::connect(&core.ctx().node_manager, &core.ctx().token, NODE_MANAGER_PATIENCE).await?;
     let mut client = NodeManagerServiceClient::new(channel);
     let reply = client.worker_session(UnboundedReceiverStream::new(outbound)).await;
     let mut inbound = reply.map_err(raylet_proto::Error::from)?.into_inner();
