@@ -19,6 +19,7 @@ use crate::archived::{Archivable, ArchivedRef, Checkable};
 use crate::config::Config;
 use crate::core_worker::{CoreSettings, CoreWorker};
 use crate::embedded::Embedded;
+use crate::generator::{Caller, ObjectRefStream};
 use crate::memory::NodeMemory;
 use crate::object_ref::handle::{AnyObjectRef, ObjectRef, RawRef};
 use crate::owner_service::OwnerServiceImpl;
@@ -167,10 +168,33 @@ impl Cluster {
 
     /// Submits a call of a remote function; `#[raylet::remote]` calls this.
     pub fn submit_task<R>(&self, options: TaskOptions, args: Vec<Arg>) -> Result<ObjectRef<R>> {
+        let (_, mut returns) = self.enqueue_task(options.num_returns(1), args)?;
+        Ok(returns.remove(0).typed())
+    }
+
+    /// Submits a call of a remote function that returns several values
+    /// (`num_returns`): one reference to each, in order.
+    pub fn submit_task_returns(&self, options: TaskOptions, args: Vec<Arg>) -> Result<Vec<AnyObjectRef>> {
+        Ok(self.enqueue_task(options, args)?.1)
+    }
+
+    /// Submits a call of a generator function: its items stream back as it
+    /// yields them.
+    pub fn submit_generator<T>(&self, options: TaskOptions, args: Vec<Arg>) -> Result<ObjectRefStream<T>> {
+        let options = options.num_returns(1).generator();
+        let (task_id, returns) = self.enqueue_task(options, args)?;
+        Ok(ObjectRefStream::of_call(self.core(), task_id, returns, Caller::Task))
+    }
+
+    /// Queues a task with the submitter; its return objects (and a
+    /// generator's stream) exist before it is sent.
+    fn enqueue_task(&self, options: TaskOptions, args: Vec<Arg>) -> Result<(TaskId, Vec<AnyObjectRef>)> {
         let class = SchedulingClass {
             demand: options.demand()?,
             scheduling: options.scheduling.to_scheduling()?,
         };
+        let generator = options.generator;
+        let num_returns = options.num_returns;
         let template = TaskTemplate {
             options: QueuedOptions::new(options),
             class,
@@ -182,8 +206,10 @@ impl Cluster {
         let permit = self.admit_pending();
         let core = self.core();
         let task_id = TaskId::random();
-        let return_id = task_id.return_object();
-        core.owner.store.add_pending(return_id);
+        let returns = self.pending_returns(task_id, num_returns);
+        if let Some(backpressure) = generator {
+            core.owner.generators.open(task_id, backpressure);
+        }
         let submission = Submission {
             task_id,
             template,
@@ -193,7 +219,17 @@ impl Cluster {
         core.submitter
             .send(SubmitterEvent::Submit(Box::new(submission)))
             .map_err(|_| shut_down())?;
-        Ok(self.owned_ref(return_id).typed())
+        Ok((task_id, returns))
+    }
+
+    /// References to the `count` objects a call `task_id` returns, pending.
+    pub(crate) fn pending_returns(&self, task_id: TaskId, count: u32) -> Vec<AnyObjectRef> {
+        (0..u64::from(count))
+            .map(|index| {
+                self.core().owner.store.add_pending(task_id.object_at(index));
+                self.owned_ref(task_id.object_at(index))
+            })
+            .collect()
     }
 
     pub(crate) fn owned_ref(&self, id: ObjectId) -> AnyObjectRef {

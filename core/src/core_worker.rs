@@ -6,17 +6,18 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use raylet_object_store::StoreClient;
-use raylet_proto::JobId;
 use raylet_proto::auth::AuthToken;
 use raylet_proto::server::MAX_DATA_MESSAGE;
 use raylet_proto::service_error::from_status;
 use raylet_proto::v1::owner_service_client::OwnerServiceClient;
 use raylet_proto::v1::{GetObjectRequest, WorkerBinary};
+use raylet_proto::{JobId, ObjectId};
 use tokio::sync::{OnceCell, mpsc};
 
 use crate::actor::ActorClients;
 use crate::borrows::Borrows;
 use crate::context::{Addresses, Context};
+use crate::generator::table::Generators;
 use crate::links::Links;
 use crate::memory_store::{MemoryStore, OwningHook};
 use crate::object_ref::handle::AnyObjectRef;
@@ -107,6 +108,7 @@ impl CoreWorker {
             store: Arc::new(MemoryStore::new(freed, settings.owning_hook)),
             borrows: Arc::new(Borrows::new(ctx.address.clone(), changes)),
             task_events: Arc::new(TaskEvents::new(settings.job, settings.task_events)),
+            generators: Generators::default(),
         });
         let core = Arc::new(CoreWorker {
             owner: owner.clone(),
@@ -222,6 +224,13 @@ impl CoreWorker {
         let object = object.clone();
         let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
         self.block_on(async move { core.wait_outcome(&object, deadline).await })
+    }
+
+    /// Blocks this thread until one of these owned objects is there; a
+    /// worker's task that waits lends its CPUs meanwhile.
+    pub(crate) fn wait_for_any(&self, ids: &[ObjectId]) {
+        let _blocked = BlockedGuard::new(self.blocked_hook.as_ref());
+        self.owner.store.wait_many_blocking(ids, 1, None);
     }
 
     /// Runs `future` on the cluster's runtime and blocks this thread for its

@@ -31,6 +31,7 @@ mod context;
 mod core_worker;
 mod embedded;
 pub mod error;
+mod generator;
 mod group_routes;
 mod head_retry;
 mod interner;
@@ -69,6 +70,7 @@ pub use chrome_trace::{ChromeTrace, chrome_trace};
 pub use cluster::{Cluster, current, init, init_with};
 pub use config::Config;
 pub use error::{Error, Result};
+pub use generator::{DEFAULT_BACKPRESSURE, ObjectRefStream};
 pub use job::{DEFAULT_STOP_GRACE, Job, JobClient, JobHandle, JobInfo, JobOutput, JobStatus, Submitted};
 pub use kv::dashboard_entries;
 pub use memory::{NodeMemory, ObjectHolders, StoredObject, collect_memory};
@@ -103,7 +105,7 @@ pub mod __private {
 /// another error type, so `Result<T, E>` keeps working after the import).
 pub mod prelude {
     pub use crate::{
-        ActorHandle, Bundle, Cluster, Config, Error, ObjectRef, PlacementGroup, PlacementStrategy, Result,
-        SchedulingStrategy, TaskError, TaskErrorKind, Tensor,
+        ActorHandle, Bundle, Cluster, Config, Error, ObjectRef, ObjectRefStream, PlacementGroup, PlacementStrategy,
+        Result, SchedulingStrategy, TaskError, TaskErrorKind, Tensor,
     };
 }

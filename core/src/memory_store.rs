@@ -257,6 +257,13 @@ impl MemoryStore {
         }
     }
 
+    /// Adds a pending object unless the object is here already.
+    pub fn ensure_pending(&self, id: ObjectId) {
+        if self.objects().get(&id).is_none() {
+            self.add_pending(id);
+        }
+    }
+
     /// Adds a finished object, as `put` does.
     pub fn insert(&self, id: ObjectId, value: crate::value::EncodedValue) {
         self.add_entry(id, Entry::new(Slot::Ready(Box::new(Ok(value)))));

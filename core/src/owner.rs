@@ -1,14 +1,19 @@
-//! A process as an owner: the objects it owns, those it borrows, and the
-//! states of its tasks on their way to the head, with its context. The
+//! A process as an owner: the objects it owns, those it borrows, the
+//! states of its tasks on their way to the head and the streams of its
+//! generator calls, with its context. The
 //! submitter, the actor clients and the background work on these tables
 //! take this, not the whole core.
 
 use std::sync::{Arc, Weak};
 
+use raylet_proto::ObjectId;
+
 use crate::borrows::Borrows;
 use crate::context::Context;
+use crate::generator::table::Generators;
 use crate::memory_store::MemoryStore;
 use crate::object_ref::handle::{AnyObjectRef, HandleCounter, RawRef};
+use crate::task_error::TaskError;
 use crate::task_events::TaskEvents;
 
 pub(crate) struct Owner {
@@ -16,11 +21,19 @@ pub(crate) struct Owner {
     pub(crate) store: Arc<MemoryStore>,
     pub(crate) borrows: Arc<Borrows>,
     pub(crate) task_events: Arc<TaskEvents>,
+    /// The generator calls whose streams are open.
+    pub(crate) generators: Generators,
 }
 
 impl Owner {
     pub(crate) fn owns(&self, object: &AnyObjectRef) -> bool {
         *object.raw().owner == *self.ctx.address
+    }
+
+    /// Fails every object that `returns` names with `error`.
+    pub(crate) fn fail_all(&self, returns: impl IntoIterator<Item = ObjectId>, error: TaskError) {
+        self.store
+            .complete_many(returns.into_iter().map(|id| (id, Err(error.clone()))));
     }
 
     /// A handle that keeps the object alive in this process, whoever owns

@@ -20,6 +20,9 @@ pub struct TaskOptions {
     pub(crate) scheduling: SchedulingOptions,
     pub(crate) max_retries: u32,
     pub(crate) retry_exceptions: bool,
+    pub(crate) num_returns: u32,
+    /// Set on a generator call: the items it may send ahead of its caller.
+    pub(crate) generator: Option<u64>,
 }
 
 impl TaskOptions {
@@ -35,7 +38,31 @@ impl TaskOptions {
             scheduling: SchedulingOptions::default(),
             max_retries: Self::DEFAULT_MAX_RETRIES,
             retry_exceptions: false,
+            num_returns: 1,
+            generator: None,
         }
+    }
+
+    /// How many objects the call returns; `#[raylet::remote(num_returns = N)]`
+    /// sets it for a function that returns an N-tuple.
+    #[doc(hidden)]
+    pub fn num_returns(mut self, count: u32) -> Self {
+        self.num_returns = count.max(1);
+        self
+    }
+
+    /// Makes the call a generator's: `#[raylet::remote(streaming)]` sets it.
+    #[doc(hidden)]
+    pub fn generator(mut self) -> Self {
+        self.generator = Some(self.generator.unwrap_or(crate::generator::DEFAULT_BACKPRESSURE));
+        self
+    }
+
+    /// For a generator: it pauses while `items` of its items are not taken
+    /// by the caller (default 64; 0 never pauses).
+    pub fn generator_backpressure(mut self, items: u64) -> Self {
+        self.generator = Some(items);
+        self
     }
 
     pub fn num_cpus(self, amount: f64) -> Self {

@@ -71,6 +71,9 @@ struct Buffer {
     tasks: Vec<TaskEvent>,
     spans: Vec<Span>,
     dropped: u64,
+    /// Items that generators' callers received, by task and attempt: the
+    /// latest count of each goes out with the next flush.
+    yielded: HashMap<(TaskId, u32), u64>,
 }
 
 /// The process's task events on their way to the head.
@@ -174,6 +177,13 @@ impl TaskEvents {
         self.push(event);
     }
 
+    /// A generator's caller received its `count`th item.
+    pub(crate) fn yielded(&self, task_id: TaskId, attempt: u32, count: u64) {
+        if self.enabled {
+            self.buffer().yielded.insert((task_id, attempt), count);
+        }
+    }
+
     /// Timeline spans that a callee sent back with a result.
     pub(crate) fn spans(&self, spans: Vec<Span>) {
         if spans.is_empty() || !self.enabled {
@@ -224,6 +234,13 @@ impl TaskEvents {
     fn take(&self) -> Option<ReportTaskEventsRequest> {
         let metrics = crate::metrics::take_updates();
         let mut buffer = self.buffer();
+        let yielded = std::mem::take(&mut buffer.yielded);
+        buffer
+            .tasks
+            .extend(yielded.into_iter().map(|((task_id, attempt), count)| TaskEvent {
+                items_yielded: count,
+                ..state_event(task_id, attempt, TaskState::Unspecified)
+            }));
         if buffer.tasks.is_empty() && buffer.spans.is_empty() && buffer.dropped == 0 && metrics.is_empty() {
             return None;
         }

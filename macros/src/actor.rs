@@ -9,7 +9,8 @@ use quote::{format_ident, quote};
 use syn::spanned::Spanned;
 use syn::{FnArg, ImplItem, ImplItemFn, Item, ItemImpl, ItemStruct, Type};
 
-use crate::remote::value_type;
+use crate::remote::{count, value_type};
+use crate::returns::{ReturnOptions, Returns};
 
 pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
     if !attr.is_empty() {
@@ -79,14 +80,16 @@ struct Method {
     ident: syn::Ident,
     arg_names: Vec<syn::Ident>,
     arg_types: Vec<Type>,
-    value: Type,
-    fallible: bool,
+    returns: Returns,
     mutable: bool,
     asynchronous: bool,
 }
 
 impl Method {
-    fn parse(function: &ImplItemFn) -> syn::Result<Option<Self>> {
+    /// The method, if `function` is one (it takes `&self` or `&mut self`);
+    /// its `#[raylet::method(..)]` attribute is taken off.
+    fn parse(function: &mut ImplItemFn) -> syn::Result<Option<Self>> {
+        let options = take_method_options(&mut function.attrs)?;
         let signature = &function.sig;
         let Some(FnArg::Receiver(receiver)) = signature.inputs.first() else {
             return Ok(None);
@@ -104,13 +107,12 @@ impl Method {
             ));
         }
         let (arg_names, arg_types) = typed_args(signature.inputs.iter().skip(1))?;
-        let (value, fallible) = value_type(&signature.output);
+        let returns = Returns::parse(&signature.output, &options)?;
         Ok(Some(Method {
             ident: signature.ident.clone(),
             arg_names,
             arg_types,
-            value,
-            fallible,
+            returns,
             mutable: receiver.mutability.is_some(),
             asynchronous: signature.asyncness.is_some(),
         }))
@@ -122,19 +124,34 @@ impl Method {
             ident,
             arg_names,
             arg_types,
-            value,
+            returns,
             ..
         } = self;
         let name = ident.to_string();
         let doc = format!("Calls `{name}` on the actor.");
+        let caller_type = returns.caller_type();
+        let (output, call) = match returns.count() {
+            Some(count) => {
+                let tuple = returns.typed_tuple(&quote! { refs });
+                (
+                    caller_type,
+                    quote! { let refs = self.0.call_returns(#name, args, #count); #tuple },
+                )
+            }
+            None if returns.is_stream() => (
+                quote! { ::raylet::Result<#caller_type> },
+                quote! { self.0.call_generator(#name, args, ::std::option::Option::None) },
+            ),
+            None => (caller_type, quote! { self.0.call(#name, args) }),
+        };
         quote! {
             #[doc = #doc]
             #[allow(clippy::too_many_arguments)]
-            pub fn #ident(&self, #( #arg_names: impl ::raylet::IntoArg<#arg_types> ),*) -> ::raylet::ObjectRef<#value> {
+            pub fn #ident(&self, #( #arg_names: impl ::raylet::IntoArg<#arg_types> ),*) -> #output {
                 let args = (|| -> ::raylet::Result<::std::vec::Vec<::raylet::Arg>> {
                     ::std::result::Result::Ok(::std::vec![ #( ::raylet::IntoArg::into_arg(#arg_names)? ),* ])
                 })();
-                self.0.call(#name, args)
+                #call
             }
         }
     }
@@ -145,10 +162,9 @@ impl Method {
             ident,
             arg_names,
             arg_types,
-            fallible,
+            returns,
             mutable,
             asynchronous,
-            ..
         } = self;
         let name = ident.to_string();
         let arity = arg_names.len();
@@ -157,10 +173,7 @@ impl Method {
             ::raylet::__private::check_arity("", &args, #arity)?;
             #( let #arg_names: #arg_types = ::raylet::__private::decode_arg("", #indices, &args[#indices])?; )*
         };
-        let finish = match fallible {
-            true => quote! { ::raylet::__private::encode_result("", output) },
-            false => quote! { ::raylet::__private::encode_value("", &output) },
-        };
+        let finish = returns.finish(&quote! { "" });
         let call = match asynchronous {
             true => quote! { state.#ident(#(#arg_names),*).await },
             false => quote! { state.#ident(#(#arg_names),*) },
@@ -198,6 +211,38 @@ impl Method {
             }
         }
     }
+}
+
+/// Takes `#[raylet::method(num_returns = N)]` or
+/// `#[raylet::method(streaming)]` off a method.
+fn take_method_options(attrs: &mut Vec<syn::Attribute>) -> syn::Result<ReturnOptions> {
+    let mut options = ReturnOptions::default();
+    let mut kept = Vec::with_capacity(attrs.len());
+    for attr in attrs.drain(..) {
+        if attr
+            .path()
+            .segments
+            .last()
+            .is_none_or(|segment| segment.ident != "method")
+        {
+            kept.push(attr);
+            continue;
+        }
+        attr.parse_nested_meta(|meta| {
+            if meta.path.is_ident("streaming") {
+                options.streaming = Some(meta.path.span());
+                return Ok(());
+            }
+            if meta.path.is_ident("num_returns") {
+                let value: syn::Expr = meta.value()?.parse()?;
+                options.num_returns = Some((count(&value)?, value.span()));
+                return Ok(());
+            }
+            Err(meta.error("expected num_returns = N or streaming"))
+        })?;
+    }
+    *attrs = kept;
+    Ok(options)
 }
 
 fn typed_args<'a>(inputs: impl Iterator<Item = &'a FnArg>) -> syn::Result<(Vec<syn::Ident>, Vec<Type>)> {
@@ -250,7 +295,7 @@ impl Constructor {
 
 /// The impl block, `remote()`, the handle's methods, the method table and
 /// the registration.
-fn expand_impl(item: ItemImpl) -> syn::Result<TokenStream> {
+fn expand_impl(mut item: ItemImpl) -> syn::Result<TokenStream> {
     if !item.generics.params.is_empty() || item.trait_.is_some() {
         return Err(syn::Error::new(
             item.span(),
@@ -270,7 +315,7 @@ fn expand_impl(item: ItemImpl) -> syn::Result<TokenStream> {
     let class = ident.to_string();
     let constructor = Constructor::find(&item)?;
     let mut methods = Vec::new();
-    for member in &item.items {
+    for member in &mut item.items {
         if let ImplItem::Fn(function) = member
             && let Some(method) = Method::parse(function)?
         {

@@ -7,12 +7,10 @@
 
 mod actor;
 mod remote;
+mod returns;
 
 use proc_macro::TokenStream;
 
-/// Makes a function remote. See the `raylet` crate's docs for the options:
-/// `num_cpus`, `num_gpus`, `memory`, `resources(NAME = amount, ..)`,
-/// `max_retries`, `retry_exceptions`, `name`.
 /// Makes a type an actor: put it on the struct (which gains a typed
 /// `<Name>Handle`) and on its impl block, whose `fn new(..)` is the
 /// constructor and whose `&self` / `&mut self` methods, sync or async,
@@ -26,6 +24,13 @@ pub fn actor(attr: TokenStream, item: TokenStream) -> TokenStream {
     }
 }
 
+/// Makes a function remote. See the `raylet` crate's docs for the options:
+/// `num_cpus`, `num_gpus`, `memory`, `resources(NAME = amount, ..)`,
+/// `max_retries`, `retry_exceptions`, `name`, `scheduling_strategy`;
+/// `num_returns = N` for a function that returns an N-tuple, one object
+/// each; `streaming` for a generator, a function that returns
+/// `impl Iterator<Item = T>` or `impl Stream<Item = T>`, whose items stream
+/// back, with `generator_backpressure = N`.
 #[proc_macro_attribute]
 pub fn remote(attr: TokenStream, item: TokenStream) -> TokenStream {
     match remote::expand(attr.into(), item.into()) {

@@ -7,10 +7,14 @@ use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
 use syn::{Expr, FnArg, GenericArgument, ItemFn, Lit, Meta, PathArguments, ReturnType, Token, Type};
 
-/// Options given in the attribute; each becomes a builder call.
+use crate::returns::{ReturnOptions, Returns};
+
+/// Options given in the attribute; each becomes a builder call, except
+/// those about what the function returns.
 #[derive(Default)]
 struct Options {
     calls: Vec<TokenStream>,
+    returns: ReturnOptions,
 }
 
 impl Options {
@@ -39,6 +43,14 @@ impl Options {
                 let value = &nv.value;
                 self.calls.push(quote! { .retry_exceptions(#value) });
             }
+            ("num_returns", Meta::NameValue(nv)) => {
+                self.returns.num_returns = Some((count(&nv.value)?, nv.span()));
+            }
+            ("streaming", Meta::Path(path)) => self.returns.streaming = Some(path.span()),
+            ("generator_backpressure", Meta::NameValue(nv)) => {
+                let value = &nv.value;
+                self.calls.push(quote! { .generator_backpressure(#value) });
+            }
             ("name", Meta::NameValue(nv)) => {
                 let value = &nv.value;
                 self.calls.push(quote! { .name(#value) });
@@ -62,11 +74,23 @@ impl Options {
                 return Err(syn::Error::new(
                     meta.span(),
                     "unknown option; expected num_cpus, num_gpus, memory, resources(..), \
-                     max_retries, retry_exceptions, name or scheduling_strategy",
+                     max_retries, retry_exceptions, name, scheduling_strategy, num_returns, \
+                     streaming or generator_backpressure",
                 ));
             }
         }
         Ok(())
+    }
+}
+
+/// `num_returns`'s value: an integer literal.
+pub(crate) fn count(expr: &Expr) -> syn::Result<u32> {
+    match expr {
+        Expr::Lit(lit) => match &lit.lit {
+            Lit::Int(int) => int.base10_parse(),
+            other => Err(syn::Error::new(other.span(), "expected a count")),
+        },
+        other => Err(syn::Error::new(other.span(), "expected a count")),
     }
 }
 
@@ -110,6 +134,21 @@ pub(crate) fn value_type(output: &ReturnType) -> (Type, bool) {
     (Type::Path(path), false)
 }
 
+/// How `Options::remote` submits the call, given what it returns.
+fn submit_call(returns: &Returns) -> TokenStream {
+    if returns.is_stream() {
+        return quote! { cluster.submit_generator(self.0, args) };
+    }
+    if returns.count().is_some() {
+        let tuple = returns.typed_tuple(&quote! { refs });
+        return quote! {
+            let refs = cluster.submit_task_returns(self.0, args)?;
+            ::std::result::Result::Ok(#tuple)
+        };
+    }
+    quote! { cluster.submit_task(self.0, args) }
+}
+
 pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
     let options = Options::parse(attr)?;
     let function: ItemFn = syn::parse2(item)?;
@@ -131,7 +170,7 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
     }
     let vis = &function.vis;
     let ident = &signature.ident;
-    let (value, fallible) = value_type(&signature.output);
+    let returns = Returns::parse(&signature.output, &options.returns)?;
     let arity = arg_names.len();
     let indices = 0..arity;
     let call = if signature.asyncness.is_some() {
@@ -139,10 +178,16 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
     } else {
         quote! { super::#ident(#(#arg_names),*) }
     };
-    let finish = if fallible {
-        quote! { ::raylet::__private::encode_result(NAME, output) }
-    } else {
-        quote! { ::raylet::__private::encode_value(NAME, &output) }
+    let finish = returns.finish(&quote! { NAME });
+    let caller_type = returns.caller_type();
+    let submit = submit_call(&returns);
+    let stream_options = match returns.is_stream() {
+        true => quote! {
+            /// Items the generator may send ahead of the caller (default
+            /// 64; 0 for no bound).
+            pub fn generator_backpressure(self, items: u64) -> Self { Options(self.0.generator_backpressure(items)) }
+        },
+        false => TokenStream::new(),
     };
     let invoke_body = quote! {
         ::raylet::__private::check_arity(NAME, &args, #arity)?;
@@ -165,7 +210,10 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
             const INVOKE: ::raylet::__private::Invoke = ::raylet::__private::Invoke::Sync(invoke);
         }
     };
-    let defaults = &options.calls;
+    let mut defaults = options.calls.clone();
+    if let Some(count) = returns.count() {
+        defaults.push(quote! { .num_returns(#count) });
+    }
     let doc = format!("Remote calls of [`{ident}`](fn@{ident}).");
     Ok(quote! {
         #function
@@ -182,7 +230,7 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
             pub fn remote(
                 cluster: &::raylet::Cluster,
                 #( #arg_names: impl ::raylet::IntoArg<#arg_types> ),*
-            ) -> ::raylet::Result<::raylet::ObjectRef<#value>> {
+            ) -> ::raylet::Result<#caller_type> {
                 options().remote(cluster, #(#arg_names),*)
             }
 
@@ -212,15 +260,16 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
                 pub fn placement_group(self, group: &::raylet::PlacementGroup, bundle: Option<u32>) -> Self {
                     Options(self.0.placement_group(group, bundle))
                 }
+                #stream_options
 
                 /// Submits the call; arguments are values or `ObjectRef`s.
                 pub fn remote(
                     self,
                     cluster: &::raylet::Cluster,
                     #( #arg_names: impl ::raylet::IntoArg<#arg_types> ),*
-                ) -> ::raylet::Result<::raylet::ObjectRef<#value>> {
+                ) -> ::raylet::Result<#caller_type> {
                     let args = ::std::vec![ #( ::raylet::IntoArg::into_arg(#arg_names)? ),* ];
-                    cluster.submit_task(self.0, args)
+                    #submit
                 }
             }
 

@@ -157,6 +157,19 @@ impl TaskId {
     pub fn return_object(&self) -> ObjectId {
         ObjectId(self.0)
     }
+
+    /// The task's object `index`: its return `index` when it returns
+    /// several, its item `index - 1` when it is a generator. Object 0 is
+    /// [`TaskId::return_object`]; the others differ from it in the first 8
+    /// bytes, which spread them over hash tables and shards as random ids.
+    pub fn object_at(&self, index: u64) -> ObjectId {
+        let mut bytes = self.0;
+        let mut first = [0u8; 8];
+        first.copy_from_slice(&bytes[..8]);
+        let mixed = u64::from_le_bytes(first) ^ index.wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        bytes[..8].copy_from_slice(&mixed.to_le_bytes());
+        ObjectId(bytes)
+    }
 }
 
 define_id!(
@@ -186,6 +199,16 @@ define_id!(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn task_objects_are_distinct_and_object_zero_is_the_return_object() {
+        let task = TaskId::random();
+        assert_eq!(task.object_at(0), task.return_object());
+        let ids: IdSet<ObjectId> = (0..10_000).map(|index| task.object_at(index)).collect();
+        assert_eq!(ids.len(), 10_000);
+        let shards: HashSet<u8> = (1..64).map(|index| task.object_at(index).as_bytes()[0]).collect();
+        assert!(shards.len() > 16, "the first byte spreads: {shards:?}");
+    }
 
     #[test]
     fn node_id_round_trips_through_hex_and_wire() {

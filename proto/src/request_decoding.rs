@@ -488,6 +488,9 @@ impl Convert for v1::TaskBatch {
         for cancel in &self.cancel {
             let _ = TaskId::from_wire(&cancel.task_id);
         }
+        for ack in &self.acks {
+            let _ = TaskId::from_wire(&ack.task_id);
+        }
         Ok(())
     }
 }
@@ -498,19 +501,28 @@ impl Convert for v1::WorkerEvents {
     fn convert(&self) -> Result<()> {
         for result in &self.results {
             let _ = TaskId::from_wire(&result.task_id);
-            match result.outcome.as_ref().and_then(|outcome| outcome.outcome.as_ref()) {
-                Some(v1::object_outcome::Outcome::Value(value)) => {
-                    for contained in &value.contained {
-                        let _ = ObjectId::from_wire(&contained.object_id);
-                    }
-                }
-                Some(v1::object_outcome::Outcome::Failure(failure)) => {
-                    let _ = NodeId::from_wire(&failure.node_id);
-                }
-                None => {}
-            }
+            object_outcome(result.outcome.as_ref());
+            result.more_returns.iter().for_each(|more| object_outcome(Some(more)));
+        }
+        for item in &self.items {
+            let _ = TaskId::from_wire(&item.task_id);
+            object_outcome(item.item.as_ref());
         }
         Ok(())
+    }
+}
+
+fn object_outcome(outcome: Option<&v1::ObjectOutcome>) {
+    match outcome.and_then(|outcome| outcome.outcome.as_ref()) {
+        Some(v1::object_outcome::Outcome::Value(value)) => {
+            for contained in &value.contained {
+                let _ = ObjectId::from_wire(&contained.object_id);
+            }
+        }
+        Some(v1::object_outcome::Outcome::Failure(failure)) => {
+            let _ = NodeId::from_wire(&failure.node_id);
+        }
+        None => {}
     }
 }
 

@@ -23,7 +23,7 @@ fn batch(function: &str, payload: usize) -> TaskBatch {
             task_id: vec![7; payload],
             ..TaskSpec::default()
         }],
-        cancel: Vec::new(),
+        ..TaskBatch::default()
     }
 }
 
@@ -89,11 +89,11 @@ async fn results_come_back_on_the_same_stream() {
         let (mut tasks, results) = task_stream::accept(socket, &worker_token).await.unwrap();
         while let Some(batch) = tasks.message().await.unwrap() {
             let echoed = WorkerEvents {
-                results: Vec::new(),
                 logs: vec![raylet_proto::v1::LogLine {
                     function: batch.tasks[0].function.clone(),
                     ..Default::default()
                 }],
+                ..WorkerEvents::default()
             };
             results.send(&echoed).unwrap();
         }

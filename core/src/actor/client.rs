@@ -45,6 +45,9 @@ pub(crate) struct ActorCall {
     pub(crate) args: Vec<Arg>,
     /// Its place among the process's pending tasks, until it is done.
     pub(crate) permit: PendingPermit,
+    pub(crate) num_returns: u32,
+    /// Whether the method is a generator: its items stream back.
+    pub(crate) generator: bool,
 }
 
 /// The actors this process calls, and its owner session with the head.
@@ -185,12 +188,19 @@ struct PendingCall {
     /// Built once the arguments are resolved.
     spec: Option<TaskSpec>,
     attempts: u32,
+    num_returns: u32,
+    generator: bool,
     _permit: PendingPermit,
 }
 
+/// The objects a call of `task_id` returns.
+fn return_ids(task_id: TaskId, num_returns: u32) -> impl Iterator<Item = ObjectId> {
+    (0..u64::from(num_returns)).map(move |index| task_id.object_at(index))
+}
+
 impl PendingCall {
-    fn return_id(&self) -> ObjectId {
-        self.task_id.return_object()
+    fn return_ids(&self) -> impl Iterator<Item = ObjectId> + use<> {
+        return_ids(self.task_id, self.num_returns)
     }
 
     fn identity(&self, actor: ActorId) -> TaskIdentity<'_> {
@@ -216,7 +226,7 @@ struct Connection {
     id: u64,
     record_version: u64,
     /// `None` while the stream opens.
-    tasks: Option<Box<dyn TaskOutlet>>,
+    tasks: Option<Arc<dyn TaskOutlet>>,
     /// The incarnation's process.
     place: Placement,
 }
@@ -276,7 +286,9 @@ impl ActorClient {
                 function: call.function.clone(),
                 ..error.clone()
             };
-            self.core.owner.store.complete(call.task_id.return_object(), Err(error));
+            self.core
+                .owner
+                .fail_all(return_ids(call.task_id, call.num_returns), error);
             return;
         }
         let call = PendingCall {
@@ -286,6 +298,8 @@ impl ActorClient {
             args: call.args,
             spec: None,
             attempts: 0,
+            num_returns: call.num_returns,
+            generator: call.generator,
             _permit: call.permit,
         };
         self.core.owner.task_events.submitted(call.identity(self.actor), false);
@@ -314,7 +328,7 @@ impl ActorClient {
                 Err(error) => {
                     let failed = state.queue.remove(index).expect("the call is queued");
                     failed.record_failure(&self.core, &error.to_string());
-                    self.core.owner.store.complete(failed.return_id(), Err(error));
+                    self.core.owner.fail_all(failed.return_ids(), error);
                     return;
                 }
             }
@@ -342,6 +356,8 @@ impl ActorClient {
             job_id: self.core.owner.task_events.job().as_bytes().to_vec(),
             timeline: crate::timeline::is_on(),
             lent: lend_contained(&self.core.owner, &call.args),
+            num_returns: call.num_returns,
+            generator: None,
         });
     }
 
@@ -369,6 +385,12 @@ impl ActorClient {
             let retryable = call.attempts < self.max_task_retries;
             let spec = call.spec.as_mut().expect("checked above");
             spec.attempt = call.attempts;
+            if call.generator {
+                spec.generator = self.core.owner.generators.call_for(call.task_id);
+                let outlet = tasks.clone();
+                let sink = Arc::new(move |batch| drop(outlet.send(&batch)));
+                self.core.owner.generators.dispatched(call.task_id, sink);
+            }
             self.core
                 .owner
                 .task_events
@@ -429,7 +451,7 @@ impl ActorClient {
             }
             let message = format!("the actor's process died while this call ran: {cause}");
             let error = TaskError::new(TaskErrorKind::ActorDied, &call.function, message);
-            self.core.owner.store.complete(call.return_id(), Err(error));
+            self.core.owner.fail_all(call.return_ids(), error);
         }
         while let Some(call) = retried.pop_back() {
             state.queue.push_front(call);
@@ -446,7 +468,7 @@ impl ActorClient {
                 ..error.clone()
             };
             call.record_failure(&self.core, &error.to_string());
-            self.core.owner.store.complete(call.return_id(), Err(error));
+            self.core.owner.fail_all(call.return_ids(), error);
         }
         state.dead = Some(error);
         state.creation_pins.clear();
@@ -495,7 +517,7 @@ impl ActorClient {
     fn stream_opened(&self, connection: u64, tasks: Box<dyn TaskOutlet>) {
         let mut state = self.state();
         if let Some(current) = state.connection.as_mut().filter(|c| c.id == connection) {
-            current.tasks = Some(tasks);
+            current.tasks = Some(Arc::from(tasks));
             self.send_ready(&mut state);
         }
     }
@@ -505,13 +527,14 @@ impl ActorClient {
         if state.connection.as_ref().is_none_or(|c| c.id != connection) {
             return;
         }
+        self.core.owner.generators.absorb(&self.core.owner, events.items);
         for finished in complete_values(&self.core.owner, events.results) {
             let Some(index) = state.in_flight.iter().position(|call| call.task_id == finished.task_id) else {
                 continue;
             };
             let call = state.in_flight.remove(index).expect("the index is in range");
             if let Err(error) = finished.outcome {
-                self.core.owner.store.complete(call.return_id(), Err(error));
+                self.core.owner.fail_all(call.return_ids(), error);
             }
         }
         self.send_ready(&mut state);

@@ -8,6 +8,7 @@ use raylet_proto::resources::{CPU, GPU, MEMORY};
 use raylet_proto::{ActorId, ResourceSet, SchedulingStrategy, TaskId};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+use crate::generator::{Caller, ObjectRefStream};
 use crate::object_ref::handle::{AnyObjectRef, RawRef};
 use crate::resources::Resources;
 use crate::task::{Arg, SchedulingOptions};
@@ -57,19 +58,80 @@ impl ActorHandle {
     /// Calls `method` with `args`; the methods of typed handles call this.
     /// A call that cannot be submitted yields its error from `get`.
     pub fn call<R>(&self, method: &'static str, args: Result<Vec<Arg>>) -> ObjectRef<R> {
+        let mut returns = self.submit(method, args, CallShape::values(1)).1;
+        returns.remove(0).typed()
+    }
+
+    /// Calls `method`, which returns `count` values (`num_returns`): one
+    /// reference to each, in order.
+    pub fn call_returns(&self, method: &'static str, args: Result<Vec<Arg>>, count: u32) -> Vec<AnyObjectRef> {
+        self.submit(method, args, CallShape::values(count)).1
+    }
+
+    /// Calls `method`, a generator: its items stream back as it yields
+    /// them; it pauses while `backpressure` of them are not taken (the
+    /// default when `None`, 0 for no bound).
+    pub fn call_generator<T>(
+        &self,
+        method: &'static str,
+        args: Result<Vec<Arg>>,
+        backpressure: Option<u64>,
+    ) -> Result<ObjectRefStream<T>> {
+        let backpressure = backpressure.unwrap_or(crate::generator::DEFAULT_BACKPRESSURE);
+        let cluster = crate::current()?;
+        let (task_id, returns) = self.submit(method, args, CallShape::generator(backpressure));
+        Ok(ObjectRefStream::of_call(
+            cluster.core(),
+            task_id,
+            returns,
+            Caller::Actor,
+        ))
+    }
+
+    /// Submits a call through this process's cluster; without one, the
+    /// references name objects nobody will make.
+    fn submit(&self, method: &'static str, args: Result<Vec<Arg>>, shape: CallShape) -> (TaskId, Vec<AnyObjectRef>) {
         let function = format!("{}::{method}", self.class);
+        let task_id = TaskId::random();
         let cluster = match crate::current() {
             Ok(cluster) => cluster,
             Err(_) => {
-                let raw = RawRef {
-                    id: TaskId::random().return_object(),
-                    owner: "".into(),
-                };
-                return AnyObjectRef::unheld(raw).typed();
+                let unheld = (0..u64::from(shape.num_returns)).map(|index| {
+                    let raw = RawRef {
+                        id: task_id.object_at(index),
+                        owner: "".into(),
+                    };
+                    AnyObjectRef::unheld(raw)
+                });
+                return (task_id, unheld.collect());
             }
         };
         let args = args.map_err(|e| TaskError::new(TaskErrorKind::Argument, &function, e.to_string()));
-        cluster.call_actor(self, method, function, args)
+        cluster.call_actor(self, (method, function), args, shape)
+    }
+}
+
+/// What a call returns: several values, or a generator's items.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct CallShape {
+    pub(crate) num_returns: u32,
+    /// Set for a generator: the items it may send ahead.
+    pub(crate) generator: Option<u64>,
+}
+
+impl CallShape {
+    fn values(count: u32) -> Self {
+        CallShape {
+            num_returns: count.max(1),
+            generator: None,
+        }
+    }
+
+    fn generator(backpressure: u64) -> Self {
+        CallShape {
+            num_returns: 1,
+            generator: Some(backpressure),
+        }
     }
 }
 

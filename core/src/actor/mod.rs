@@ -20,15 +20,17 @@ use raylet_proto::v1::{CreateActorRequest, GetNamedActorRequest, KillActorReques
 use raylet_proto::{ActorId, TaskId};
 
 pub(crate) use client::{ActorCall, ActorClients};
+pub(crate) use handle::CallShape;
 pub use handle::{Actor, ActorBuilder, ActorHandle, ActorOptions};
 pub use info::{ActorInfo, ActorState};
 
 use crate::core_worker::CoreWorker;
 use crate::head_retry::retrying;
+use crate::object_ref::handle::AnyObjectRef;
 use crate::submitter::{pinned_by, resolve_arg};
 use crate::task::Arg;
 use crate::task_error::TaskError;
-use crate::{Cluster, Error, ObjectRef, Result};
+use crate::{Cluster, Error, Result};
 
 /// How long a constructor argument that a task still makes is waited for.
 const ARGUMENT_PATIENCE: Duration = Duration::from_secs(600);
@@ -77,19 +79,22 @@ impl Cluster {
     }
 
     /// Submits a call of an actor's method; see [`ActorHandle::call`].
-    pub(crate) fn call_actor<R>(
+    /// Returns references to the objects it returns: its values, or a
+    /// generator's outcome, whose stream is open before the call is sent.
+    pub(crate) fn call_actor(
         &self,
         handle: &ActorHandle,
-        method: &'static str,
-        function: String,
+        (method, function): (&'static str, String),
         args: Result<Vec<Arg>, TaskError>,
-    ) -> ObjectRef<R> {
+        shape: CallShape,
+    ) -> (TaskId, Vec<AnyObjectRef>) {
         let core = self.core();
         let task_id = TaskId::random();
-        let return_id = task_id.return_object();
         let permit = self.admit_pending();
-        core.owner.store.add_pending(return_id);
-        let object = self.owned_ref(return_id).typed();
+        let returns = self.pending_returns(task_id, shape.num_returns);
+        if let Some(backpressure) = shape.generator {
+            core.owner.generators.open(task_id, backpressure);
+        }
         match args {
             Ok(args) => {
                 let call = ActorCall {
@@ -98,12 +103,14 @@ impl Cluster {
                     function,
                     args,
                     permit,
+                    num_returns: shape.num_returns,
+                    generator: shape.generator.is_some(),
                 };
                 core.actors.call(core, handle.id(), handle.max_task_retries(), call);
             }
-            Err(error) => core.owner.store.complete(return_id, Err(error)),
+            Err(error) => core.owner.fail_all(returns.iter().map(AnyObjectRef::id), error),
         }
-        object
+        (task_id, returns)
     }
 
     /// The live actor named `name` in this program's namespace, as a handle of

@@ -41,6 +41,8 @@ impl ActorTest {
             function: "Counter::bump".into(),
             args: Vec::new(),
             permit: self.gate.admit(),
+            num_returns: 1,
+            generator: false,
         };
         core.actors.call(core, self.actor, max_task_retries, call);
         task_id

@@ -16,11 +16,12 @@ use raylet_proto::v1::{
     ReturnLease, TaskArg, TaskBatch, TaskKind, WorkerExit, WorkerExitKind, task_arg,
 };
 use raylet_proto::{
-    Backoff, IdMap, NodeId, ObjectId, PlacementGroupId, ResourceSet, Scheduling, SchedulingStrategy, TaskId, WorkerId,
+    Backoff, NodeId, ObjectId, PlacementGroupId, ResourceSet, Scheduling, SchedulingStrategy, TaskId, WorkerId,
 };
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
+use self::lineage::Lineage;
 pub(crate) use self::queued_task::{QueuedOptions, TaskTemplate, TemplateCache};
 use self::queued_task::{QueuedTask, TaskInputs};
 use crate::group_routes::{GroupRoute, GroupRoutes, RouteTarget};
@@ -34,6 +35,7 @@ use crate::task_error::{TaskError, TaskErrorKind};
 use crate::task_events::{Ending, Placement, TaskIdentity};
 use crate::value::{Body, EncodedValue, Outcome, outcome_from_proto};
 
+mod lineage;
 mod queued_task;
 #[cfg(test)]
 mod tests;
@@ -199,9 +201,9 @@ pub(crate) struct Submitter {
     next_request: u64,
     next_lease: u64,
     cancelled: HashSet<ObjectId>,
-    /// The tasks that made objects now in a node's store, kept (with their
-    /// arguments pinned) to run again if that node dies.
-    lineage: IdMap<ObjectId, QueuedTask>,
+    /// The tasks that made objects now in a node's store, to run again if
+    /// that node dies.
+    lineage: Lineage,
     groups: GroupRoutes,
 }
 
@@ -226,7 +228,7 @@ impl Submitter {
             next_request: 1,
             next_lease: 1,
             cancelled: HashSet::new(),
-            lineage: IdMap::default(),
+            lineage: Lineage::default(),
             groups: GroupRoutes::default(),
         };
         owner.ctx.runtime.spawn(submitter.run(received));
@@ -283,7 +285,7 @@ impl Submitter {
             }
             SubmitterEvent::ForgetLineage(objects) => {
                 for object in objects {
-                    self.lineage.remove(&object);
+                    self.lineage.forget(object);
                 }
             }
             SubmitterEvent::Retry(task) => {
@@ -340,9 +342,10 @@ impl Submitter {
             self.owner
                 .task_events
                 .ended(submission.task_id, 0, Ending::failed(&reason));
+            let returns = u64::from(submission.template.options.num_returns);
+            let task_id = submission.task_id;
             self.owner
-                .store
-                .complete(submission.task_id.return_object(), Err(error));
+                .fail_all((0..returns).map(|index| task_id.object_at(index)), error);
             return;
         }
         if !waiting.is_empty() {
@@ -402,6 +405,11 @@ impl Submitter {
                     break;
                 };
                 self.owner.task_events.dispatched(task.task_id, task.attempt, &place);
+                if task.options().generator {
+                    let worker_tasks = worker.tasks.clone();
+                    let sink = Arc::new(move |batch| drop(worker_tasks.send(batch)));
+                    self.owner.generators.dispatched(task.task_id, sink);
+                }
                 batch.tasks.push(task.spec(&self.owner));
                 worker.in_flight.insert(task.task_id, task);
             }
@@ -601,7 +609,7 @@ impl Submitter {
         for task in shape.queue.drain(..) {
             let error = TaskError::new(kind, &task.options().shown_name(), reason);
             record_failure(&self.owner, &task, &error.to_string());
-            self.owner.store.complete(task.return_id(), Err(error));
+            self.owner.fail_all(task.return_ids(), error);
         }
     }
 
@@ -665,19 +673,22 @@ impl Submitter {
                 tracing::info!(function = task.options().function, %error, "retrying a task that failed");
                 self.requeue(task);
             }
-            Ok(value) if matches!(value.body, Body::Stored(_)) => {
-                self.owner.store.complete(task.return_id(), Ok(value));
-                if self.owner.store.try_get(task.return_id()).is_ok() {
-                    self.lineage.insert(task.return_id(), task.done());
-                }
+            Err(error) => self.owner.fail_all(task.return_ids(), error),
+            Ok(_) => {
+                let stored: Vec<ObjectId> = task.return_ids().filter(|id| self.holds_stored(*id)).collect();
+                self.lineage.keep(task.done(), stored);
             }
-            outcome => self.owner.store.complete(task.return_id(), outcome),
         }
+    }
+
+    /// Whether this process still has `object`, with its value in a node's store.
+    fn holds_stored(&self, object: ObjectId) -> bool {
+        matches!(self.owner.store.try_get(object), Ok(Some(Ok(value))) if matches!(value.body, Body::Stored(_)))
     }
 
     /// Queues the task that made `object` again, if its retries allow.
     fn reconstruct(&mut self, object: ObjectId) -> Result<(), NotRebuilt> {
-        let Some(task) = self.lineage.remove(&object) else {
+        let Some(task) = self.lineage.take(object) else {
             return match self.owner.store.try_get(object) {
                 Ok(None) => Ok(()),
                 _ => Err(NotRebuilt::Put),
@@ -819,39 +830,35 @@ impl Submitter {
             error.node_id = worker.node_id;
             error.pid = worker.pid;
             error.attempt = task.attempt;
-            self.owner.store.complete(task.return_id(), Err(error));
+            self.owner.fail_all(task.return_ids(), error);
         }
         self.dispatch(&worker.shape);
     }
 
     fn cancel(&mut self, object: ObjectId, force: bool) {
-        let cancelled = || {
-            Err(TaskError::new(
-                TaskErrorKind::Cancelled,
-                "",
-                format!("object {object} was cancelled"),
-            ))
-        };
+        let cancelled = || TaskError::new(TaskErrorKind::Cancelled, "", format!("object {object} was cancelled"));
         for shape in self.shapes.values_mut() {
-            if let Some(index) = shape.queue.iter().position(|t| t.return_id() == object) {
+            if let Some(index) = shape.queue.iter().position(|t| t.returns(object)) {
                 let task = shape.queue.remove(index).expect("the index was just found");
                 record_failure(&self.owner, &task, "cancelled");
-                let mut outcome = cancelled();
-                if let Err(error) = &mut outcome {
-                    error.function = task.options().shown_name();
-                }
-                self.owner.store.complete(object, outcome);
+                let error = TaskError {
+                    function: task.options().shown_name(),
+                    ..cancelled()
+                };
+                self.owner.fail_all(task.return_ids(), error);
                 return;
             }
         }
         let pushed = self.workers.iter().find_map(|(id, w)| {
-            let task = w.in_flight.values().find(|t| t.return_id() == object)?;
-            Some((*id, w.node.clone(), w.tasks.clone(), task.task_id.as_bytes().to_vec()))
+            let task = w.in_flight.values().find(|t| t.returns(object))?;
+            Some((*id, w.node.clone(), w.tasks.clone(), task.task_id, task.return_ids()))
         });
-        if let Some((worker_id, node, tasks, task_id)) = pushed {
+        if let Some((worker_id, node, tasks, task_id, returns)) = pushed {
             let _ = tasks.send(TaskBatch {
-                tasks: Vec::new(),
-                cancel: vec![CancelTask { task_id }],
+                cancel: vec![CancelTask {
+                    task_id: task_id.as_bytes().to_vec(),
+                }],
+                ..TaskBatch::default()
             });
             if force {
                 let kill = ReturnLease {
@@ -860,10 +867,15 @@ impl Submitter {
                 };
                 self.session(&node).send_request(LeaseRequest::ReturnLease(kill));
             }
+            if matches!(self.owner.store.try_get(task_id.return_object()), Ok(None)) {
+                self.cancelled.insert(task_id.return_object());
+                self.owner.fail_all(returns, cancelled());
+            }
+            return;
         }
         if matches!(self.owner.store.try_get(object), Ok(None)) {
             self.cancelled.insert(object);
-            self.owner.store.complete(object, cancelled());
+            self.owner.store.complete(object, Err(cancelled()));
         }
     }
 
@@ -1053,6 +1065,7 @@ fn connect_worker(
             });
             while let Some(batch) = inbound.next().await {
                 let batch = batch?;
+                owner.generators.absorb(&owner, batch.items);
                 let finished = complete_values(&owner, batch.results);
                 let _ = events.send(SubmitterEvent::Results {
                     worker,
@@ -1086,21 +1099,20 @@ fn record_failure(owner: &Owner, task: &QueuedTask, reason: &str) {
         .ended(task.task_id, task.attempt, Ending::failed(reason));
 }
 
-/// Decodes results, reports how each attempt ended, and stores values at
-/// once so that a waiting `get` wakes without a detour through the
-/// submitter; failures, which may be retried, are left to the submitter.
-/// References inside a value, which the worker registered us for, are held
-/// as long as the value is.
+/// Decodes results, reports how each attempt ended, and stores values (all
+/// of a task's returns) at once so that a waiting `get` wakes without a
+/// detour through the submitter; failures, which may be retried, are left
+/// to the submitter.
 pub(crate) fn complete_values(owner: &Owner, results: Vec<v1::TaskResult>) -> Vec<TaskFinished> {
     let finished: Vec<TaskFinished> = results
         .into_iter()
         .filter_map(|result| {
             let task_id = TaskId::from_wire(&result.task_id).ok()?;
-            let (mut outcome, contained) = outcome_from_proto(result.outcome.unwrap_or_default());
-            if let Ok(value) = &mut outcome
-                && !contained.is_empty()
-            {
-                value.contained = contained.into_iter().map(|raw| owner.adopt(raw, true)).collect();
+            let outcome = adopted_outcome(owner, result.outcome.unwrap_or_default());
+            if outcome.is_ok() {
+                let more = result.more_returns.into_iter().map(|more| adopted_outcome(owner, more));
+                let more: Vec<(ObjectId, Outcome)> = (1..).map(|index| task_id.object_at(index)).zip(more).collect();
+                owner.store.complete_many(more);
             }
             let error = outcome.as_ref().err().map(ToString::to_string);
             let ending = Ending {
@@ -1123,6 +1135,18 @@ pub(crate) fn complete_values(owner: &Owner, results: Vec<v1::TaskResult>) -> Ve
         .filter_map(|f| Some((f.task_id.return_object(), Ok(f.outcome.as_ref().ok()?.clone()))));
     owner.store.complete_many(values);
     finished
+}
+
+/// A finished object's outcome from the wire; references inside a value,
+/// which the worker registered us for, are held as long as the value is.
+pub(crate) fn adopted_outcome(owner: &Owner, outcome: v1::ObjectOutcome) -> Outcome {
+    let (mut outcome, contained) = outcome_from_proto(outcome);
+    if let Ok(value) = &mut outcome
+        && !contained.is_empty()
+    {
+        value.contained = contained.into_iter().map(|raw| owner.adopt(raw, true)).collect();
+    }
+    outcome
 }
 
 /// How a worker exited, as its node manager saw it.

@@ -34,6 +34,9 @@ pub(crate) struct QueuedOptions {
     display_name: Option<Box<str>>,
     pub(crate) max_retries: u32,
     pub(crate) retry_exceptions: bool,
+    pub(crate) num_returns: u32,
+    /// Whether the function is a generator: its items stream back.
+    pub(crate) generator: bool,
 }
 
 impl QueuedOptions {
@@ -43,6 +46,8 @@ impl QueuedOptions {
             display_name: options.display_name.map(String::into_boxed_str),
             max_retries: options.max_retries,
             retry_exceptions: options.retry_exceptions,
+            num_returns: options.num_returns,
+            generator: options.generator.is_some(),
         }
     }
 
@@ -111,6 +116,17 @@ impl QueuedTask {
         self.task_id.return_object()
     }
 
+    /// The objects the task returns: its values, or a generator's outcome.
+    pub(crate) fn return_ids(&self) -> impl Iterator<Item = ObjectId> + use<> {
+        let task_id = self.task_id;
+        (0..u64::from(self.template.options.num_returns)).map(move |index| task_id.object_at(index))
+    }
+
+    /// Whether `object` is one the task returns.
+    pub(crate) fn returns(&self, object: ObjectId) -> bool {
+        self.return_ids().any(|id| id == object)
+    }
+
     pub(crate) fn identity(&self) -> TaskIdentity<'_> {
         TaskIdentity {
             task_id: self.task_id,
@@ -141,6 +157,11 @@ impl QueuedTask {
             job_id: self.job.as_bytes().to_vec(),
             timeline: self.timeline,
             lent,
+            num_returns: self.template.options.num_returns,
+            generator: match self.template.options.generator {
+                true => owner.generators.call_for(self.task_id),
+                false => None,
+            },
             ..TaskSpec::default()
         }
     }

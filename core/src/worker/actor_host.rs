@@ -132,7 +132,7 @@ impl FinishedCalls {
         for (stream, results) in self.streams.drain(..) {
             let _ = stream.send(&WorkerEvents {
                 results,
-                logs: Vec::new(),
+                ..WorkerEvents::default()
             });
         }
         self.count = 0;

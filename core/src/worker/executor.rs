@@ -9,13 +9,13 @@ use std::time::Instant;
 
 use bytes::Bytes;
 use raylet_proto::v1::{ActorCreation, Span, TaskResult, TaskSpec};
-use raylet_proto::{ActorId, TaskId};
+use raylet_proto::{ActorId, ObjectId, TaskId};
 
 use super::actor_host::{ActorHost, QueuedCall, not_hosted};
-use super::{WorkerContext, logs};
+use super::{WorkerContext, generator, logs};
 use crate::actor::instance::{MethodCall, lookup_class};
 use crate::lent_objects;
-use crate::registry::{self, Invoke, TaskOutcome};
+use crate::registry::{self, Invoke, Returned, TaskOutcome};
 use crate::task_error::{TaskError, TaskErrorKind};
 use crate::timeline;
 use crate::timeline::unix_micros;
@@ -58,9 +58,19 @@ pub(crate) async fn run_task(
             Err(error) => Err(error),
         }
     };
-    let outcome = match outcome {
-        Ok(value) => hand_over(context, &spec, value).await,
+    let values = match outcome {
+        Ok(returned) => hand_over_all(context, &spec, returned, results).await,
         Err(error) => Err(error),
+    };
+    let (outcome, more_returns) = match values {
+        Ok(values) => {
+            let mut values = values.into_iter();
+            let first = values.next().ok_or_else(|| {
+                TaskError::new(TaskErrorKind::Application, &spec.function, "the call returned no value")
+            });
+            (first, values.map(|value| outcome_to_proto(&Ok(value), true)).collect())
+        }
+        Err(error) => (Err(error), Vec::new()),
     };
     let outcome = outcome.map_err(|error| with_origin(error, &spec, context));
     logs::drain();
@@ -83,6 +93,7 @@ pub(crate) async fn run_task(
         spans,
         attempt: spec.attempt,
         metrics: crate::metrics::take_updates(),
+        more_returns,
     }
 }
 
@@ -203,19 +214,51 @@ async fn joined(function: &str, handle: tokio::task::JoinHandle<TaskOutcome>) ->
     }
 }
 
-/// Readies a return value for its caller: a large one goes into this node's
-/// store, and the caller is registered as a borrower of the references
-/// inside it before the result can reach it. Registrations this worker
-/// made for references in the arguments are acknowledged first too.
-async fn hand_over(context: &WorkerContext, spec: &TaskSpec, mut value: EncodedValue) -> TaskOutcome {
+/// Readies what a call returned for its caller: its return values, in
+/// order, or the count of the items a generator sent as it ran.
+async fn hand_over_all(
+    context: &Arc<WorkerContext>,
+    spec: &TaskSpec,
+    returned: Returned,
+    results: &ResultSender,
+) -> Result<Vec<EncodedValue>, TaskError> {
+    let task = TaskId::from_wire(&spec.task_id)
+        .map_err(|e| TaskError::new(TaskErrorKind::Argument, &spec.function, e.to_string()))?;
+    let values = match returned {
+        Returned::One(value) => vec![value],
+        Returned::Many(values) => values,
+        Returned::Items(items) => return Ok(vec![generator::run_items(context, spec, items, results).await?]),
+    };
+    let expected = spec.num_returns.max(1) as usize;
+    if values.len() != expected {
+        let message = format!(
+            "the call returned {} values, its caller expects {expected}",
+            values.len()
+        );
+        return Err(TaskError::new(TaskErrorKind::Application, &spec.function, message));
+    }
+    let mut ready = Vec::with_capacity(values.len());
+    for (index, value) in values.into_iter().enumerate() {
+        ready.push(hand_over(context, spec, task.object_at(index as u64), value).await?);
+    }
+    Ok(ready)
+}
+
+/// Readies a value for its caller as object `id`: a large one goes into
+/// this node's store, and the caller is registered as a borrower of the
+/// references inside it before the value can reach it. Registrations this
+/// worker made for references in the arguments are acknowledged first too.
+pub(super) async fn hand_over(
+    context: &WorkerContext,
+    spec: &TaskSpec,
+    id: ObjectId,
+    mut value: EncodedValue,
+) -> Result<EncodedValue, TaskError> {
     let core = &context.core;
     if let Body::Inline(data) = &value.body
         && data.len() >= crate::INLINE_LIMIT
     {
         let data = data.clone();
-        let id = TaskId::from_wire(&spec.task_id)
-            .map_err(|e| TaskError::new(TaskErrorKind::Argument, &spec.function, e.to_string()))?
-            .return_object();
         let copy = |out: &mut [u8]| {
             out[..data.len()].copy_from_slice(&data);
             Ok(data.len())
@@ -252,7 +295,7 @@ pub(crate) fn failed(spec: &TaskSpec, error: TaskError) -> TaskResult {
     }
 }
 
-fn panic_error(function: &str, payload: Box<dyn Any + Send>) -> TaskError {
+pub(super) fn panic_error(function: &str, payload: Box<dyn Any + Send>) -> TaskError {
     TaskError::new(
         TaskErrorKind::Panic,
         function,

@@ -212,8 +212,8 @@ fn pass_on(line: String, stderr: bool, destination: &mut Destination) {
         };
         sink.results
             .send(&WorkerEvents {
-                results: Vec::new(),
                 logs: vec![log],
+                ..WorkerEvents::default()
             })
             .is_ok()
     });

@@ -10,6 +10,7 @@
 mod actor_host;
 mod args;
 mod executor;
+mod generator;
 mod hook;
 pub(crate) mod logs;
 mod service;
@@ -49,13 +50,17 @@ pub(crate) struct WorkerContext {
     cancelled: Mutex<HashSet<TaskId>>,
     /// The actor this worker hosts, once its constructor ran.
     pub(crate) actor: OnceLock<actor_host::ActorHost>,
+    /// Where the callers of running generators stand.
+    generators: Arc<generator::GeneratorGates>,
 }
 
 impl WorkerContext {
     /// Marks a queued task as cancelled: it will be skipped. A running task
-    /// is stopped by its owner through the node manager, which kills us.
+    /// is stopped by its owner through the node manager, which kills us;
+    /// A running generator stops before its next item.
     pub(crate) fn cancel(&self, task_id: TaskId) {
         self.cancelled.lock().unwrap_or_else(|p| p.into_inner()).insert(task_id);
+        self.generators.cancel(task_id);
     }
 
     fn take_cancelled(&self, task_id: TaskId) -> bool {
@@ -185,6 +190,7 @@ async fn start(
         pid: std::process::id(),
         cancelled: Mutex::new(HashSet::new()),
         actor: OnceLock::new(),
+        generators: Arc::default(),
     });
 
     let register = RegisterWorker {

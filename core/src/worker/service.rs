@@ -4,15 +4,14 @@
 //! this worker hosts go to the actor's queue instead, which answers on the
 //! caller's stream.
 
-use std::future::Future;
 use std::sync::Arc;
-use std::task::Poll;
 use std::time::Duration;
 
 use raylet_proto::TaskId;
 use raylet_proto::auth::AuthToken;
 use raylet_proto::task_stream::{self, TaskReader};
-use raylet_proto::v1::{TaskBatch, TaskSpec, WorkerEvents};
+use raylet_proto::v1::{TaskSpec, WorkerEvents};
+use tokio::sync::mpsc;
 
 use super::WorkerContext;
 use super::actor_host::not_hosted;
@@ -46,43 +45,61 @@ pub(super) async fn serve(
     }
 }
 
-/// Runs the stream's tasks in order. Before each task, every batch that has
-/// already arrived is read, so that cancellations sent after a task was
-/// pushed are seen before it starts.
+/// Runs the stream's tasks in order, while a task of its own reads the
+/// stream: cancellations and a generator's acknowledgements take effect
+/// while a task runs. Before each task, the reader takes every batch that
+/// has arrived, so that cancellations sent after a task was pushed are seen
+/// before it starts.
 ///
 /// Results go back together while more tasks wait here, and at once when
 /// none do, so a lone task is answered without delay.
-async fn run_stream(context: Arc<WorkerContext>, mut inbound: TaskReader, results: executor::ResultSender) {
-    let mut queue = std::collections::VecDeque::new();
+async fn run_stream(context: Arc<WorkerContext>, inbound: TaskReader, results: executor::ResultSender) {
+    // Bounded by the owner: it pushes at most a pipeline's depth of tasks
+    // ahead, and one actor's calls in order.
+    let (queued, mut queue) = mpsc::unbounded_channel();
+    let reader = tokio::spawn(read_batches(context.clone(), inbound, queued));
     let mut finished = Vec::new();
-    loop {
-        if queue.is_empty() {
-            match inbound.message().await {
-                Ok(Some(batch)) => absorb(&context, batch, &mut queue),
-                _ => return,
-            }
-        }
-        while let Some(batch) = next_if_ready(&mut inbound).await {
-            absorb(&context, batch, &mut queue);
-        }
-        if let Some(spec) = queue.pop_front() {
-            match is_actor_call(&spec) {
-                true => match context.actor.get() {
-                    Some(host) => host.enqueue(spec, results.clone()),
-                    None => finished.push(executor::failed(&spec, not_hosted(&spec))),
-                },
-                false => {
-                    let args = resolve_args(&context, &spec).await;
-                    finished.push(executor::run_task(&context, spec, args, &results).await);
-                }
+    while let Some(spec) = queue.recv().await {
+        tokio::task::yield_now().await;
+        match is_actor_call(&spec) {
+            true => match context.actor.get() {
+                Some(host) => host.enqueue(spec, results.clone()),
+                None => finished.push(executor::failed(&spec, not_hosted(&spec))),
+            },
+            false => {
+                let args = resolve_args(&context, &spec).await;
+                finished.push(executor::run_task(&context, spec, args, &results).await);
             }
         }
         if !finished.is_empty() && (queue.is_empty() || finished.len() >= MAX_RESULTS_PER_MESSAGE) {
             let events = WorkerEvents {
                 results: std::mem::take(&mut finished),
-                logs: Vec::new(),
+                ..WorkerEvents::default()
             };
             if results.send(&events).is_err() {
+                break;
+            }
+        }
+    }
+    reader.abort();
+}
+
+/// Takes the stream's batches as they come: cancellations and
+/// acknowledgements at once, tasks into the queue, until the stream ends.
+async fn read_batches(context: Arc<WorkerContext>, mut inbound: TaskReader, queued: mpsc::UnboundedSender<TaskSpec>) {
+    while let Ok(Some(batch)) = inbound.message().await {
+        for cancel in batch.cancel {
+            if let Ok(task_id) = TaskId::from_wire(&cancel.task_id) {
+                context.cancel(task_id);
+            }
+        }
+        for ack in batch.acks {
+            if let Ok(task_id) = TaskId::from_wire(&ack.task_id) {
+                context.generators.ack(task_id, ack.consumed);
+            }
+        }
+        for spec in batch.tasks {
+            if queued.send(spec).is_err() {
                 return;
             }
         }
@@ -95,24 +112,4 @@ const MAX_RESULTS_PER_MESSAGE: usize = 32;
 /// A call of an actor's method, as opposed to a task or an actor's constructor.
 fn is_actor_call(spec: &TaskSpec) -> bool {
     !spec.actor_id.is_empty() && spec.actor_creation.is_none()
-}
-
-fn absorb(context: &WorkerContext, batch: TaskBatch, queue: &mut std::collections::VecDeque<TaskSpec>) {
-    for cancel in batch.cancel {
-        if let Ok(task_id) = TaskId::from_wire(&cancel.task_id) {
-            context.cancel(task_id);
-        }
-    }
-    queue.extend(batch.tasks);
-}
-
-/// The next batch if one has arrived already; `None` otherwise, or when the
-/// stream has ended (the next blocking read will see that).
-async fn next_if_ready(inbound: &mut TaskReader) -> Option<TaskBatch> {
-    let mut next = std::pin::pin!(inbound.message());
-    let polled = std::future::poll_fn(|cx| Poll::Ready(next.as_mut().poll(cx))).await;
-    match polled {
-        Poll::Ready(Ok(Some(batch))) => Some(batch),
-        _ => None,
-    }
 }

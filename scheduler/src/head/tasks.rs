@@ -212,6 +212,7 @@ fn merge(record: &mut TaskRecord, event: TaskEvent) {
     if !event.error.is_empty() {
         record.error = event.error;
     }
+    record.items_yielded = record.items_yielded.max(event.items_yielded);
     let old = record.state();
     if state as i32 > old as i32 && !is_terminal(old) {
         if old != TaskState::Unspecified {

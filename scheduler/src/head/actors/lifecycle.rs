@@ -321,7 +321,7 @@ async fn construct(runtime: &ActorRuntime, spec: &ActorSpec, grant: &Grant, rest
         .map_err(|e| gone(e.to_string()))?;
     let creation = TaskBatch {
         tasks: vec![creation_spec(spec, restarts)],
-        cancel: Vec::new(),
+        ..TaskBatch::default()
     };
     tasks.send(&creation).map_err(|_| gone("the stream closed".into()))?;
     loop {
