@@ -39,6 +39,7 @@ QUICKSTART = ROOT / "target" / "release" / "examples" / "quickstart"
 PHYSLIMITS = ROOT / "target" / "bench" / "physlimits"
 FIRST_TASK_PY = ROOT / "bench" / "ray_first_task.py"
 OBJECT_METRICS_PY = ROOT / "bench" / "ray_object_metrics.py"
+GENERATOR_METRICS_PY = ROOT / "bench" / "ray_generator_metrics.py"
 
 # Ray must not try to report usage (there is no network here); this changes
 # nothing else about how it runs. RAY_AUTH_MODE=token pins Ray 2.60's token
@@ -56,7 +57,8 @@ class Row(NamedTuple):
     """A microbenchmark row: the metric's name as Ray prints it, each side's
     workload in words, the name raylet prints when its work differs (and
     says so), the Ray script that measures it (`perf`: Ray's own ray_perf;
-    `objects`: bench/ray_object_metrics.py) and, for rows that move bytes,
+    `objects`: bench/ray_object_metrics.py; `generators`:
+    bench/ray_generator_metrics.py) and, for rows that move bytes,
     the raylet-printed memcpy of the same bytes."""
     name: str
     ray_work: str
@@ -76,8 +78,9 @@ NOT_SAME_WORK = "**not the same work**"
 
 
 IN_PROCESS = "(in-process, owner's memory)"
-# The Ray side is ray/_private/ray_perf.py of Ray 2.60.0 or
-# bench/ray_object_metrics.py; the raylet side cli/src/microbenchmark/.
+# The Ray side is ray/_private/ray_perf.py of Ray 2.60.0,
+# bench/ray_object_metrics.py or bench/ray_generator_metrics.py; the raylet
+# side cli/src/microbenchmark/.
 METRICS = [Row(*row) for row in [
     (
         "single client get calls (Plasma Store)",
@@ -228,6 +231,27 @@ METRICS = [Row(*row) for row in [
         "then `pg.wait()` on each, then `remove_placement_group` on each; 100 ops per round",
         "on an embedded node with `custom: 100`: 100 `cluster.placement_group(vec![Bundle::new().resource(\"custom\", "
         "0.001)], Pack)`, then `ready()` on each, then `remove()` on each; 100 ops per round",
+    ),
+    (
+        "generator items (1 KiB)",
+        "one task `items_of.remote(1024, 1000)` (`num_returns=\"streaming\"`, `bench/ray_generator_metrics.py`) "
+        "yields 1000 items of 1 KiB (`bytes`, returned inline); the driver iterates the `ObjectRefGenerator` "
+        "and `ray.get`s each item as its ref arrives; backpressure at Ray's default (none); 1000 ops per task",
+        "one task `items_of::remote(&cluster, 1024, 1000)` (`#[raylet::remote(streaming)]`) yields 1000 "
+        "items of 1 KiB (`ByteBuf`, sent inline); the driver iterates the `ObjectRefStream` and `get`s each "
+        "item as its ref arrives; backpressure at raylet's default (64 items ahead, where Ray has none); "
+        "1000 ops per task",
+        "",
+        "generators",
+    ),
+    (
+        "generator items (1 MiB)",
+        "as the 1 KiB row with `items_of.remote(1 << 20, 100)`: 100 items of 1 MiB, each put in plasma by "
+        "the worker and read from it by the driver's `ray.get`; 100 ops per task",
+        "as the 1 KiB row with `items_of::remote(&cluster, 1 << 20, 100)`: 100 items of 1 MiB, each through "
+        "the node's shared-memory store; 100 ops per task",
+        "",
+        "generators",
     ),
 ]]
 
@@ -387,7 +411,11 @@ RAY_MICROBENCHMARK = (
 def ray_metric(row):
     ensure_no_ray()
     env = dict(RAY_ENV, TESTS_TO_RUN=row.name)
-    script = ["-c", RAY_MICROBENCHMARK] if row.ray_script == "perf" else [OBJECT_METRICS_PY]
+    script = {
+        "perf": ["-c", RAY_MICROBENCHMARK],
+        "objects": [OBJECT_METRICS_PY],
+        "generators": [GENERATOR_METRICS_PY],
+    }[row.ray_script]
     _, proc = run([RAY_PY, *script], env=env, timeout=1200)
     try:
         return parse_rate(row.name, proc.stdout)

@@ -32,6 +32,12 @@ fn make_block(fill: u8) -> serde_bytes::ByteBuf {
 }
 
 /// The pid of the node manager running this task and a hash of the block.
+/// Yields `count` blocks of 1 MiB, block `i` filled with `i`.
+#[raylet::remote(streaming)]
+fn blocks(count: u8) -> impl Iterator<Item = serde_bytes::ByteBuf> {
+    (0..count).map(|fill| serde_bytes::ByteBuf::from(vec![fill; 1 << 20]))
+}
+
 #[raylet::remote(resources(special = 1))]
 fn hash_on_special_node(block: serde_bytes::ByteBuf) -> (u32, u64) {
     (std::os::unix::process::parent_id(), xxhash_rust::xxh3::xxh3_64(&block))
@@ -206,7 +212,7 @@ fn holds(cluster: &Cluster, node: &str, object: raylet::proto::ObjectId) -> bool
 }
 
 #[test]
-fn an_object_lost_with_its_node_is_rebuilt_by_running_its_task_again() {
+fn objects_lost_with_their_node_are_rebuilt_by_running_their_tasks_again() {
     let temp = tempfile::tempdir().unwrap();
     let _daemons = Daemons(temp.path());
     let (head, head_node, second_node, second_pid) = two_nodes(temp.path());
@@ -221,10 +227,14 @@ fn an_object_lost_with_its_node_is_rebuilt_by_running_its_task_again() {
         Some(std::time::Duration::from_secs(10)),
     );
     assert_eq!(ready.len(), 1, "the block was made");
-    assert!(
-        holds(&cluster, &second_node, block.id()),
-        "the head was busy, so the second node made it"
-    );
+    let items: Vec<_> = blocks::remote(&cluster, 3).unwrap().map(|item| item.unwrap()).collect();
+    assert_eq!(items.len(), 3, "the generator finished");
+    for made in items.iter().map(|item| item.as_untyped()).chain([block.as_untyped()]) {
+        assert!(
+            holds(&cluster, &second_node, made.id()),
+            "the head was busy, so the second node made {made:?}"
+        );
+    }
 
     kill_and_wait(second_pid);
     let value = block.get().unwrap();
@@ -236,6 +246,17 @@ fn an_object_lost_with_its_node_is_rebuilt_by_running_its_task_again() {
         holds(&cluster, &head_node, block.id()),
         "it was made again on the head's node"
     );
+    for (fill, item) in items.iter().enumerate() {
+        let block = item.get().unwrap();
+        assert!(
+            block[..] == vec![fill as u8; 1 << 20][..],
+            "item {fill} has its bytes again"
+        );
+        assert!(
+            holds(&cluster, &head_node, item.id()),
+            "item {fill} was made again on the head's node, in one run of the generator"
+        );
+    }
     assert_eq!(busy.get().unwrap(), 1500);
     cluster.shutdown().unwrap();
 }

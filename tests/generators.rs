@@ -154,7 +154,9 @@ fn an_error_ends_the_stream_after_the_items_before_it() {
 #[raylet::remote(streaming)]
 fn counted(dir: String, n: u64) -> impl Iterator<Item = u64> {
     (0..n).inspect(move |i| {
-        std::fs::write(Path::new(&dir).join("made"), (i + 1).to_string()).unwrap();
+        let dir = Path::new(&dir);
+        std::fs::write(dir.join("made.tmp"), (i + 1).to_string()).unwrap();
+        std::fs::rename(dir.join("made.tmp"), dir.join("made")).unwrap();
     })
 }
 
@@ -266,7 +268,8 @@ fn killed_after_five(dir: String) -> impl Iterator<Item = (u64, u32)> {
     std::fs::write(dir.join("attempted"), b"").unwrap();
     (0..10).map(move |i| {
         if i == 5 && first {
-            std::fs::write(dir.join("pid"), std::process::id().to_string()).unwrap();
+            std::fs::write(dir.join("pid.tmp"), std::process::id().to_string()).unwrap();
+            std::fs::rename(dir.join("pid.tmp"), dir.join("pid")).unwrap();
             std::thread::sleep(Duration::from_secs(120));
         }
         (i, std::process::id())
@@ -402,4 +405,85 @@ fn actor_methods_stream_and_return_several_values() {
         .map(|item| item.unwrap().get().unwrap())
         .collect();
     assert_eq!(after, vec![110, 111]);
+}
+
+#[raylet::remote(streaming)]
+fn seven() -> impl Iterator<Item = u64> {
+    0..7
+}
+
+#[test]
+fn generator_tasks_show_their_items_in_the_task_list_and_the_timeline() {
+    let cluster = raylet::init_with(Config::new().num_cpus(2.0).num_gpus(0.0).timeline(true)).unwrap();
+    let items = seven::remote(&cluster).unwrap();
+    assert_eq!(items.count(), 7);
+    let token = raylet::proto::auth::AuthToken::parse(&cluster.token()).unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let record = loop {
+        let listing = runtime
+            .block_on(raylet::list_tasks(&cluster.head_address(), &token, None, 100))
+            .unwrap();
+        let finished = listing
+            .tasks
+            .into_iter()
+            .find(|task| task.name.ends_with("seven") && task.state == "FINISHED" && task.items_yielded.is_some());
+        match finished {
+            Some(record) => break record,
+            None if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(100)),
+            None => panic!("the generator's record never showed its items"),
+        }
+    };
+    assert_eq!(record.items_yielded, Some(7));
+    let trace = runtime
+        .block_on(raylet::chrome_trace(&cluster.head_address(), &token, None))
+        .unwrap();
+    let run = trace
+        .trace_events
+        .iter()
+        .find(|event| event["ph"] == "X" && event["name"].as_str().is_some_and(|name| name.ends_with("seven")))
+        .expect("the generator's run is on the timeline");
+    assert_eq!(run["args"]["items"].as_str(), Some("7"), "{run}");
+}
+
+#[raylet::actor]
+pub struct Doorway {
+    dir: String,
+}
+
+#[raylet::actor]
+impl Doorway {
+    pub fn new(dir: String) -> Self {
+        Doorway { dir }
+    }
+
+    /// Yields 0, waits for `dir/go`, then yields 1.
+    #[raylet::method(streaming)]
+    pub fn through(&self) -> impl Iterator<Item = u64> + use<> {
+        let go = Path::new(&self.dir).join("go");
+        (0..2).inspect(move |&i| {
+            if i == 1 {
+                wait_for_file(&go);
+            }
+        })
+    }
+
+    pub fn open(&self) -> bool {
+        std::fs::write(Path::new(&self.dir).join("go"), b"").is_ok()
+    }
+}
+
+#[test]
+fn a_concurrent_actors_generator_waits_without_holding_up_its_other_calls() {
+    let cluster = cluster();
+    let dir = tempfile::tempdir().unwrap();
+    let doorway = Doorway::remote(&cluster, dir.path().display().to_string())
+        .max_concurrency(2)
+        .spawn()
+        .unwrap();
+    let mut items = doorway.through().unwrap();
+    assert_eq!(items.next().unwrap().unwrap().get().unwrap(), 0);
+    assert!(doorway.open().get_timeout(Duration::from_secs(30)).unwrap());
+    assert_eq!(items.next().unwrap().unwrap().get().unwrap(), 1);
+    assert!(items.next().is_none());
 }

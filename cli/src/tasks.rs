@@ -97,18 +97,19 @@ fn render_tasks(tasks: &[TaskInfo], matched: usize, dropped: u64) -> String {
     );
     let _ = writeln!(
         out,
-        "{:<32}  {:>3}  {:<28}  {:<23}  {:<8}  {:>7}  {:>10}  ERROR",
-        "TASK ID", "TRY", "NAME", "STATE", "NODE", "PID", "RUN MS"
+        "{:<32}  {:>3}  {:<28}  {:<23}  {:<8}  {:>7}  {:>10}  {:>7}  ERROR",
+        "TASK ID", "TRY", "NAME", "STATE", "NODE", "PID", "RUN MS", "ITEMS"
     );
     for task in tasks {
         let name = short_name(&task.name);
         let node = task.node_id.map(|id| id.short()).unwrap_or_else(|| "-".into());
         let pid = task.worker_pid.map_or("-".into(), |pid| pid.to_string());
         let run = task.duration_ms.map_or("-".into(), |ms| format!("{ms:.1}"));
+        let items = task.items_yielded.map_or("-".into(), |items| items.to_string());
         let error = task.error.as_deref().unwrap_or("").lines().next().unwrap_or("");
         let _ = writeln!(
             out,
-            "{:<32}  {:>3}  {:<28}  {:<23}  {:<8}  {:>7}  {:>10}  {}",
+            "{:<32}  {:>3}  {:<28}  {:<23}  {:<8}  {:>7}  {:>10}  {:>7}  {}",
             task.task_id.to_string(),
             task.attempt,
             name,
@@ -116,6 +117,7 @@ fn render_tasks(tasks: &[TaskInfo], matched: usize, dropped: u64) -> String {
             node,
             pid,
             run,
+            items,
             error
         );
     }

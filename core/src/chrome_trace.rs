@@ -138,6 +138,10 @@ fn build(tasks: &[TaskInfo], spans: Vec<Span>) -> ChromeTrace {
             true => "actor_task",
             false => "task",
         };
+        let mut args = json!({"task_id": task.task_id.to_string(), "attempt": task.attempt, "state": task.state});
+        if let Some(items) = task.items_yielded {
+            args["items"] = json!(items);
+        }
         rows.complete(CompleteEvent {
             name: &task.name,
             category,
@@ -145,7 +149,7 @@ fn build(tasks: &[TaskInfo], spans: Vec<Span>) -> ChromeTrace {
             pid: task.worker_pid.unwrap_or_default(),
             start_micros: (start * 1000.0) as u64,
             end_micros: (end * 1000.0) as u64,
-            args: json!({"task_id": task.task_id.to_string(), "attempt": task.attempt, "state": task.state}),
+            args,
         });
     }
     ChromeTrace {

@@ -40,6 +40,8 @@ pub struct TaskInfo {
     /// How long its function ran.
     pub duration_ms: Option<f64>,
     pub error: Option<String>,
+    /// Of a generator: the items its caller received so far.
+    pub items_yielded: Option<u64>,
 }
 
 impl TaskInfo {
@@ -64,6 +66,7 @@ impl TaskInfo {
             end_ms: millis(record.end_unix_micros),
             duration_ms: duration,
             error: (!record.error.is_empty()).then_some(record.error),
+            items_yielded: (record.items_yielded != 0).then_some(record.items_yielded),
         })
     }
 
@@ -174,6 +177,7 @@ mod tests {
             end_ms: None,
             duration_ms,
             error: None,
+            items_yielded: None,
         }
     }
 

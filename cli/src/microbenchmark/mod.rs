@@ -16,6 +16,7 @@ use serde_bytes::ByteBuf;
 use crate::args::MicrobenchmarkArgs;
 
 mod actors;
+mod generators;
 mod objects;
 mod scheduler;
 
@@ -282,6 +283,7 @@ fn metrics(cluster: &Cluster) -> raylet::Result<Vec<Metric<'_>>> {
     ];
     metrics.extend(objects::object_metrics(cluster));
     metrics.extend(actors::actor_metrics(cluster));
+    metrics.extend(generators::generator_metrics(cluster));
     metrics.push(metric(
         "placement group create/removal",
         PLACEMENT_GROUPS as f64,

@@ -18,7 +18,7 @@ use crate::core_worker::CoreWorker;
 use crate::object_ref::handle::AnyObjectRef;
 use crate::submitter::SubmitterEvent;
 use crate::task_error::{TaskError, TaskErrorKind};
-use crate::value::Outcome;
+use crate::value::{Body, EncodedValue, Outcome};
 use crate::{Error, ObjectRef, Result};
 
 pub(crate) mod table;
@@ -144,6 +144,14 @@ impl<T> ObjectRefStream<T> {
                 Polled::Wait(placeholder) => wait_either(self.core.clone(), placeholder, self.state.end()).await,
             }
         }
+    }
+}
+
+/// The items a generator call yielded, from its outcome.
+pub(crate) fn items_in(outcome: &EncodedValue) -> Option<u64> {
+    match &outcome.body {
+        Body::Inline(data) => raylet_proto::codec::decode(data).ok(),
+        Body::Stored(_) => None,
     }
 }
 

@@ -23,6 +23,8 @@ pub(crate) type WorkerSink = Arc<dyn Fn(TaskBatch) + Send + Sync>;
 #[derive(Default)]
 pub(crate) struct Generators {
     open: Mutex<IdMap<TaskId, Arc<GeneratorState>>>,
+    /// Finished calls that run again to make lost items: those items.
+    rebuilds: Mutex<IdMap<TaskId, Vec<u64>>>,
 }
 
 /// One generator call, as its caller sees it.
@@ -72,9 +74,29 @@ impl Generators {
         self.table().get(&task).cloned()
     }
 
-    /// How the next attempt of `task` runs, if it is an open generator
-    /// call: it skips what came back, knowing what was taken.
+    /// Call `task` runs again to make `items`, which were lost.
+    pub(crate) fn rebuild(&self, task: TaskId, items: Vec<u64>) {
+        self.rebuilds
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .insert(task, items);
+    }
+
+    /// Call `task` finished a run: any rebuild it made is done.
+    pub(crate) fn rebuilt(&self, task: TaskId) {
+        self.rebuilds.lock().unwrap_or_else(|p| p.into_inner()).remove(&task);
+    }
+
+    /// How the next attempt of generator call `task` runs: it makes the
+    /// items being rebuilt, or it skips what came back, knowing what was
+    /// taken.
     pub(crate) fn call_for(&self, task: TaskId) -> Option<GeneratorCall> {
+        if let Some(items) = self.rebuilds.lock().unwrap_or_else(|p| p.into_inner()).get(&task) {
+            return Some(GeneratorCall {
+                rebuild: items.clone(),
+                ..GeneratorCall::default()
+            });
+        }
         let state = self.get(task)?;
         let progress = state.progress();
         Some(GeneratorCall {

@@ -21,9 +21,10 @@ use raylet_proto::{
 use tokio::sync::{mpsc, oneshot};
 use tokio::time::Instant;
 
-use self::lineage::Lineage;
+use self::lineage::{Lineage, TaskObject};
 pub(crate) use self::queued_task::{QueuedOptions, TaskTemplate, TemplateCache};
 use self::queued_task::{QueuedTask, TaskInputs};
+use crate::generator;
 use crate::group_routes::{GroupRoute, GroupRoutes, RouteTarget};
 use crate::lent_objects::lend_contained;
 use crate::links::NodeDeath;
@@ -33,7 +34,7 @@ use crate::pending_gate::PendingPermit;
 use crate::task::Arg;
 use crate::task_error::{TaskError, TaskErrorKind};
 use crate::task_events::{Ending, Placement, TaskIdentity};
-use crate::value::{Body, EncodedValue, Outcome, outcome_from_proto};
+use crate::value::{Body, EncodedValue, Outcome, StoredAt, outcome_from_proto};
 
 mod lineage;
 mod queued_task;
@@ -674,21 +675,37 @@ impl Submitter {
                 self.requeue(task);
             }
             Err(error) => self.owner.fail_all(task.return_ids(), error),
-            Ok(_) => {
-                let stored: Vec<ObjectId> = task.return_ids().filter(|id| self.holds_stored(*id)).collect();
+            Ok(value) => {
+                let objects = match task.options().generator {
+                    true => {
+                        self.owner.generators.rebuilt(task.task_id);
+                        1..generator::items_in(&value).map_or(1, |items| items + 1)
+                    }
+                    false => 0..u64::from(task.options().num_returns),
+                };
+                let stored = objects
+                    .map(|index| (task.task_id.object_at(index), index))
+                    .filter(|(id, _)| self.stored_at(*id).is_some())
+                    .collect();
                 self.lineage.keep(task.done(), stored);
             }
         }
     }
 
-    /// Whether this process still has `object`, with its value in a node's store.
-    fn holds_stored(&self, object: ObjectId) -> bool {
-        matches!(self.owner.store.try_get(object), Ok(Some(Ok(value))) if matches!(value.body, Body::Stored(_)))
+    /// Where this process's `object` is stored, if it has it and it is.
+    fn stored_at(&self, object: ObjectId) -> Option<StoredAt> {
+        match self.owner.store.try_get(object) {
+            Ok(Some(Ok(value))) => match value.body {
+                Body::Stored(at) => Some(at),
+                Body::Inline(_) => None,
+            },
+            _ => None,
+        }
     }
 
     /// Queues the task that made `object` again, if its retries allow.
     fn reconstruct(&mut self, object: ObjectId) -> Result<(), NotRebuilt> {
-        let Some(task) = self.lineage.take(object) else {
+        let Some((task, kept)) = self.lineage.take(object) else {
             return match self.owner.store.try_get(object) {
                 Ok(None) => Ok(()),
                 _ => Err(NotRebuilt::Put),
@@ -701,11 +718,30 @@ impl Submitter {
                 max_retries: task.options().max_retries,
             });
         }
-        self.owner.store.reset_pending(object);
+        let lost = self.lost_with(object, kept);
+        for (id, _) in &lost {
+            self.owner.store.reset_pending(*id);
+        }
+        if task.options().generator {
+            let items = lost.iter().map(|(_, index)| index - 1).collect();
+            self.owner.generators.rebuild(task.task_id, items);
+        }
         let template = task.template.clone();
         self.requeue(task);
         self.dispatch(&template.class);
         Ok(())
+    }
+
+    /// The objects of `kept` lost with `object`: it, and those stored only
+    /// on nodes that held it, which one run makes again together.
+    fn lost_with(&self, object: ObjectId, kept: Vec<TaskObject>) -> Vec<TaskObject> {
+        let Some(lost_at) = self.stored_at(object) else {
+            return kept.into_iter().filter(|(id, _)| *id == object).collect();
+        };
+        let on_lost_nodes = |at: &StoredAt| at.holders().all(|holder| lost_at.holders().any(|lost| lost == holder));
+        kept.into_iter()
+            .filter(|(id, _)| *id == object || self.stored_at(*id).is_some_and(|at| on_lost_nodes(&at)))
+            .collect()
     }
 
     fn requeue(&mut self, mut task: QueuedTask) {

@@ -80,7 +80,15 @@ pub(crate) async fn run_task(
     }
     let spans = match spec.timeline {
         true => {
-            timeline::record(run_span(&spec, context, start_unix_micros, run_micros));
+            let mut span = run_span(&spec, context, start_unix_micros, run_micros);
+            if let Some(items) = outcome
+                .as_ref()
+                .ok()
+                .and_then(|value| generator::items_yielded(&spec, value))
+            {
+                span.args.insert("items".to_string(), items.to_string());
+            }
+            timeline::record(span);
             timeline::take_pending()
         }
         false => Vec::new(),

@@ -137,7 +137,7 @@ async fn yield_all(
     results: &ResultSender,
 ) -> Result<u64, TaskError> {
     let call = spec.generator.clone().unwrap_or_default();
-    let mut source = ItemSource::start(items, context, &spec.function);
+    let mut source = ItemSource::start(items, context, spec);
     let mut index = 0u64;
     while let Some(item) = source.next(&spec.function).await {
         let value = item?;
@@ -153,6 +153,12 @@ async fn yield_all(
         }
     }
     Ok(index)
+}
+
+/// The items a generator call yielded, from its outcome; `None` for other calls.
+pub(super) fn items_yielded(spec: &TaskSpec, outcome: &EncodedValue) -> Option<u64> {
+    spec.generator.as_ref()?;
+    crate::generator::items_in(outcome)
 }
 
 /// Whether item `index` goes to the caller on this run.
@@ -199,20 +205,26 @@ async fn send_item(
     })
 }
 
-/// Where a generator's items come from: an iterator advanced here, or a
-/// stream polled on the worker's runtime one item ahead.
+/// Where a generator's items come from: an iterator advanced here (or, for
+/// an actor whose calls run concurrently, on a thread that may block, so
+/// that its other calls go on meanwhile), or a stream polled on the
+/// worker's runtime one item ahead.
 enum ItemSource {
     Iter(Box<dyn Iterator<Item = ItemOutcome> + Send>),
+    BlockingIter(Option<Box<dyn Iterator<Item = ItemOutcome> + Send>>),
     Stream(mpsc::Receiver<ItemOutcome>),
 }
 
 impl ItemSource {
-    fn start(items: Items, context: &WorkerContext, function: &str) -> Self {
+    fn start(items: Items, context: &WorkerContext, spec: &TaskSpec) -> Self {
+        let shares_thread =
+            !spec.actor_id.is_empty() && context.actor.get().is_some_and(|host| host.max_concurrency > 1);
         match items {
+            Items::Iter(iter) if shares_thread => ItemSource::BlockingIter(Some(iter)),
             Items::Iter(iter) => ItemSource::Iter(iter),
             Items::Stream(mut stream) => {
                 let (sender, receiver) = mpsc::channel(1);
-                let function = function.to_string();
+                let function = spec.function.clone();
                 context.core.ctx().runtime.spawn(async move {
                     loop {
                         let item = match AssertUnwindSafe(stream.next()).catch_unwind().await {
@@ -233,11 +245,36 @@ impl ItemSource {
 
     async fn next(&mut self, function: &str) -> Option<ItemOutcome> {
         match self {
-            ItemSource::Iter(iter) => match std::panic::catch_unwind(AssertUnwindSafe(|| iter.next())) {
-                Ok(item) => item,
-                Err(payload) => Some(Err(panic_error(function, payload))),
-            },
+            ItemSource::Iter(iter) => advance(iter, function),
+            ItemSource::BlockingIter(slot) => {
+                let mut iter = slot.take()?;
+                let name = function.to_string();
+                let advanced = tokio::task::spawn_blocking(move || {
+                    let item = advance(&mut iter, &name);
+                    (iter, item)
+                })
+                .await;
+                match advanced {
+                    Ok((iter, item)) => {
+                        *slot = Some(iter);
+                        item
+                    }
+                    Err(join) => Some(Err(TaskError::new(
+                        TaskErrorKind::Cancelled,
+                        function,
+                        join.to_string(),
+                    ))),
+                }
+            }
             ItemSource::Stream(receiver) => receiver.recv().await,
         }
+    }
+}
+
+/// The iterator's next item; a panic is the generator's error.
+fn advance(iter: &mut Box<dyn Iterator<Item = ItemOutcome> + Send>, function: &str) -> Option<ItemOutcome> {
+    match std::panic::catch_unwind(AssertUnwindSafe(|| iter.next())) {
+        Ok(item) => item,
+        Err(payload) => Some(Err(panic_error(function, payload))),
     }
 }

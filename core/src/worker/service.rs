@@ -47,31 +47,21 @@ pub(super) async fn serve(
 
 /// Runs the stream's tasks in order, while a task of its own reads the
 /// stream: cancellations and a generator's acknowledgements take effect
-/// while a task runs. Before each task, the reader takes every batch that
-/// has arrived, so that cancellations sent after a task was pushed are seen
-/// before it starts.
+/// while a task runs. The reader hands over a task only as it yields, once
+/// it has taken every batch that had arrived, so that cancellations sent
+/// after a task was pushed are seen before it starts.
 ///
 /// Results go back together while more tasks wait here, and at once when
 /// none do, so a lone task is answered without delay.
 async fn run_stream(context: Arc<WorkerContext>, inbound: TaskReader, results: executor::ResultSender) {
-    // Bounded by the owner: it pushes at most a pipeline's depth of tasks
-    // ahead, and one actor's calls in order.
+    // Bounded by the owner: it pushes at most a pipeline's depth of tasks ahead.
     let (queued, mut queue) = mpsc::unbounded_channel();
-    let reader = tokio::spawn(read_batches(context.clone(), inbound, queued));
+    let reader = tokio::spawn(read_batches(context.clone(), inbound, queued, results.clone()));
     let mut finished = Vec::new();
     while let Some(spec) = queue.recv().await {
-        tokio::task::yield_now().await;
-        match is_actor_call(&spec) {
-            true => match context.actor.get() {
-                Some(host) => host.enqueue(spec, results.clone()),
-                None => finished.push(executor::failed(&spec, not_hosted(&spec))),
-            },
-            false => {
-                let args = resolve_args(&context, &spec).await;
-                finished.push(executor::run_task(&context, spec, args, &results).await);
-            }
-        }
-        if !finished.is_empty() && (queue.is_empty() || finished.len() >= MAX_RESULTS_PER_MESSAGE) {
+        let args = resolve_args(&context, &spec).await;
+        finished.push(executor::run_task(&context, spec, args, &results).await);
+        if finished.len() >= MAX_RESULTS_PER_MESSAGE || queue.is_empty() {
             let events = WorkerEvents {
                 results: std::mem::take(&mut finished),
                 ..WorkerEvents::default()
@@ -85,8 +75,14 @@ async fn run_stream(context: Arc<WorkerContext>, inbound: TaskReader, results: e
 }
 
 /// Takes the stream's batches as they come: cancellations and
-/// acknowledgements at once, tasks into the queue, until the stream ends.
-async fn read_batches(context: Arc<WorkerContext>, mut inbound: TaskReader, queued: mpsc::UnboundedSender<TaskSpec>) {
+/// acknowledgements at once, calls of the hosted actor into its queue, and
+/// other tasks into the stream's, until the stream ends.
+async fn read_batches(
+    context: Arc<WorkerContext>,
+    mut inbound: TaskReader,
+    queued: mpsc::UnboundedSender<TaskSpec>,
+    results: executor::ResultSender,
+) {
     while let Ok(Some(batch)) = inbound.message().await {
         for cancel in batch.cancel {
             if let Ok(task_id) = TaskId::from_wire(&cancel.task_id) {
@@ -99,8 +95,21 @@ async fn read_batches(context: Arc<WorkerContext>, mut inbound: TaskReader, queu
             }
         }
         for spec in batch.tasks {
-            if queued.send(spec).is_err() {
-                return;
+            if !is_actor_call(&spec) {
+                if queued.send(spec).is_err() {
+                    return;
+                }
+                continue;
+            }
+            match context.actor.get() {
+                Some(host) => host.enqueue(spec, results.clone()),
+                None => {
+                    let events = WorkerEvents {
+                        results: vec![executor::failed(&spec, not_hosted(&spec))],
+                        ..WorkerEvents::default()
+                    };
+                    let _ = results.send(&events);
+                }
             }
         }
     }

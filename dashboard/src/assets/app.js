@@ -227,6 +227,7 @@ async function tasksPage() {
       ["Node", (t) => short(t.node_id)],
       ["Pid", (t) => t.worker_pid || ""],
       ["Run ms", (t) => (t.duration_ms === null ? "-" : t.duration_ms.toFixed(1))],
+      ["Items", (t) => (t.items_yielded === null ? "-" : t.items_yielded)],
       ["Error", (t) => (t.error || "").split("\n")[0]],
     ], listing.tasks, { id: "tasks" }),
   ];
