@@ -176,8 +176,7 @@ fn a_generator_pauses_at_its_bound_until_the_caller_takes_items() {
         .remote(&cluster, dir.path().display().to_string(), 100)
         .unwrap();
     for taken in 0..10u64 {
-        // The generator runs ahead to the bound (and makes one more,
-        // which waits), and no further.
+        // The generator runs ahead to the bound, and makes no item past it.
         let deadline = Instant::now() + Duration::from_secs(30);
         while made(dir.path()) < taken + 4 && Instant::now() < deadline {
             std::thread::sleep(Duration::from_millis(5));

@@ -1,14 +1,16 @@
 //! `streaming_split`: one run of a dataset shared by `n` consumers (the
 //! workers of a Train run). A coordinator actor runs the dataset's blocks a
-//! bounded number at a time and hands each finished block to whichever
-//! consumer asks next, so a faster consumer takes more and every block is
-//! read once. Each pass over the shards is an epoch, a new run that starts
-//! once every consumer has finished the last one.
+//! bounded number at a time; each consumer reads an epoch as one streaming
+//! call, whose items are the finished blocks it takes, one ahead of what it
+//! has read, so a faster consumer takes more and every block is read once.
+//! Each pass over the shards is an epoch, a new run that starts once every
+//! consumer has finished the last one: a consumer's call for the next epoch
+//! waits in the coordinator until then.
 
 use std::marker::PhantomData;
-use std::time::Duration;
+use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
-use raylet::{ActorHandle, Cluster};
+use raylet::{ActorHandle, Cluster, ObjectRefStream};
 use serde::{Deserialize, Serialize};
 
 use crate::DataError;
@@ -19,19 +21,8 @@ use crate::row::Row;
 use crate::stage::RowError;
 use crate::task::BlockOutput;
 
-/// How long a consumer that finished an epoch waits before asking again
-/// whether the next one can start.
-const EPOCH_POLL: Duration = Duration::from_millis(20);
-
-/// What a consumer is answered.
-#[derive(Serialize, Deserialize)]
-pub(crate) enum SplitReply {
-    Block(BlockOutput),
-    /// The consumer has every block of this epoch it will get.
-    EndOfEpoch,
-    /// The next epoch starts once every consumer has finished this one.
-    Wait,
-}
+/// Blocks a consumer's epoch call makes ahead of what it has read.
+const BLOCKS_AHEAD: u64 = 1;
 
 /// Why a consumer of a split got no block.
 #[derive(Debug, thiserror::Error)]
@@ -45,13 +36,26 @@ pub enum SplitError {
     Failed(String),
 }
 
-/// The actor that runs a streaming split's epochs.
+/// The actor that runs a streaming split's epochs; its consumers' calls run
+/// at once, each waiting on the epochs' state.
 #[raylet::actor]
 pub(crate) struct SplitCoordinator {
+    epochs: Arc<Epochs>,
+}
+
+/// The current epoch's run and who has finished it, shared by the
+/// consumers' calls.
+struct Epochs {
     plan: Plan,
+    state: Mutex<EpochState>,
+    /// Signalled when a consumer finishes an epoch or a new one starts.
+    changed: Condvar,
+}
+
+struct EpochState {
     epoch: u64,
     execution: Option<Execution>,
-    /// Which consumers have been told the current epoch ended.
+    /// Which consumers have finished the current epoch.
     finished: Vec<bool>,
     /// The error that ended the current epoch's run, told to every consumer.
     failure: Option<String>,
@@ -60,69 +64,107 @@ pub(crate) struct SplitCoordinator {
 #[raylet::actor]
 impl SplitCoordinator {
     pub fn new(plan: Plan, consumers: usize) -> Self {
-        SplitCoordinator {
-            plan,
+        let state = EpochState {
             epoch: 0,
             execution: None,
             finished: vec![false; consumers],
             failure: None,
+        };
+        SplitCoordinator {
+            epochs: Arc::new(Epochs {
+                plan,
+                state: Mutex::new(state),
+                changed: Condvar::new(),
+            }),
         }
     }
 
-    /// The next block of `epoch` for `consumer`.
-    pub fn next(&mut self, consumer: usize, epoch: u64) -> Result<SplitReply, SplitError> {
-        if consumer >= self.finished.len() {
-            return Err(SplitError::NoConsumer {
-                consumer,
-                consumers: self.finished.len(),
-            });
+    /// The blocks of `epoch` that `consumer` takes, as they finish. Asking
+    /// for the next epoch gives up the rest of this one to the others, and
+    /// waits until they have finished it. The stream ends at its first error.
+    #[raylet::method(streaming, generator_backpressure = BLOCKS_AHEAD)]
+    pub fn blocks(&self, consumer: usize, epoch: u64) -> impl Iterator<Item = Result<BlockOutput, SplitError>> + use<> {
+        let epochs = self.epochs.clone();
+        let mut refused = epochs.enter(consumer, epoch).err();
+        std::iter::from_fn(move || match refused.take() {
+            Some(error) => Some(Err(error)),
+            None => epochs.next_block(consumer).transpose(),
+        })
+    }
+}
+
+impl Epochs {
+    fn state(&self) -> MutexGuard<'_, EpochState> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Waits until `consumer` may read `epoch`: at once for the current
+    /// one; for the next, once every consumer has finished this one.
+    fn enter(&self, consumer: usize, epoch: u64) -> Result<(), SplitError> {
+        let mut state = self.state();
+        let consumers = state.finished.len();
+        if consumer >= consumers {
+            return Err(SplitError::NoConsumer { consumer, consumers });
         }
-        if epoch == self.epoch + 1 {
-            // Asking for the next epoch leaves the rest of this one to the others.
-            self.finished[consumer] = true;
-            if !self.finished.iter().all(|done| *done) {
-                return Ok(SplitReply::Wait);
+        loop {
+            if epoch == state.epoch {
+                return Ok(());
             }
-            self.start_epoch(epoch);
-        } else if epoch != self.epoch {
-            return Err(SplitError::WrongEpoch {
-                consumer,
-                asked: epoch,
-                current: self.epoch,
-            });
+            if epoch != state.epoch + 1 {
+                return Err(SplitError::WrongEpoch {
+                    consumer,
+                    asked: epoch,
+                    current: state.epoch,
+                });
+            }
+            state.finished[consumer] = true;
+            if state.finished.iter().all(|done| *done) {
+                state.start(epoch);
+                self.changed.notify_all();
+                return Ok(());
+            }
+            self.changed.notify_all();
+            state = self.changed.wait(state).unwrap_or_else(|p| p.into_inner());
         }
-        if let Some(failure) = &self.failure {
+    }
+
+    /// The next block of the current epoch for `consumer`; `None` once it
+    /// has every block it will get.
+    fn next_block(&self, consumer: usize) -> Result<Option<BlockOutput>, SplitError> {
+        let mut state = self.state();
+        if let Some(failure) = &state.failure {
             return Err(SplitError::Failed(failure.clone()));
         }
-        if self.finished[consumer] {
-            return Ok(SplitReply::EndOfEpoch);
+        if state.finished[consumer] {
+            return Ok(None);
         }
-        match self.next_block() {
-            Ok(Some(output)) => Ok(SplitReply::Block(output)),
+        match state.next_block(&self.plan) {
+            Ok(Some(output)) => Ok(Some(output)),
             Ok(None) => {
-                self.finished[consumer] = true;
-                Ok(SplitReply::EndOfEpoch)
+                state.finished[consumer] = true;
+                self.changed.notify_all();
+                Ok(None)
             }
             Err(e) => {
-                self.failure = Some(e.to_string());
+                state.failure = Some(e.to_string());
                 Err(SplitError::Failed(e.to_string()))
             }
         }
     }
 }
 
-impl SplitCoordinator {
-    fn start_epoch(&mut self, epoch: u64) {
+impl EpochState {
+    fn start(&mut self, epoch: u64) {
         self.epoch = epoch;
         self.execution = None;
         self.failure = None;
         self.finished.fill(false);
     }
 
-    fn next_block(&mut self) -> Result<Option<BlockOutput>, DataError> {
+    fn next_block(&mut self, plan: &Plan) -> Result<Option<BlockOutput>, DataError> {
         let execution = match &mut self.execution {
             Some(execution) => execution,
-            None => self.execution.insert(self.plan.execute(self.plan.blocks()?, &[])?),
+            None => self.execution.insert(plan.execute(plan.blocks()?, &[])?),
         };
         execution
             .next_block()
@@ -143,7 +185,9 @@ pub struct StreamingSplit<T> {
 impl<T: Row> StreamingSplit<T> {
     pub(crate) fn start(plan: Plan, consumers: usize) -> Result<Self, DataError> {
         let cluster = raylet::current()?;
-        let coordinator = SplitCoordinator::remote(&cluster, plan, consumers).spawn()?;
+        let coordinator = SplitCoordinator::remote(&cluster, plan, consumers)
+            .max_concurrency(consumers as u32 + 1)
+            .spawn()?;
         Ok(StreamingSplit {
             cluster,
             coordinator: coordinator.as_ref().clone(),
@@ -211,19 +255,16 @@ impl<T: Row> DataShard<T> {
         ShardBatches {
             shard: self,
             epoch,
+            blocks: None,
             batcher: RowBatcher::new(batch_size),
             ended: false,
         }
     }
 
-    fn next_reply(&self, epoch: u64) -> Result<SplitReply, DataError> {
+    /// The epoch's blocks for this consumer, as the coordinator hands them out.
+    fn open_epoch(&self, epoch: u64) -> Result<ObjectRefStream<BlockOutput>, DataError> {
         let coordinator = SplitCoordinatorHandle::from(self.coordinator.clone());
-        loop {
-            match coordinator.next(self.consumer, epoch).get()? {
-                SplitReply::Wait => std::thread::sleep(EPOCH_POLL),
-                reply => return Ok(reply),
-            }
-        }
+        Ok(coordinator.blocks(self.consumer, epoch)?)
     }
 }
 
@@ -231,6 +272,8 @@ impl<T: Row> DataShard<T> {
 pub struct ShardBatches<'a, T> {
     shard: &'a DataShard<T>,
     epoch: u64,
+    /// The epoch's blocks, opened on the first batch.
+    blocks: Option<ObjectRefStream<BlockOutput>>,
     batcher: RowBatcher<T>,
     ended: bool,
 }
@@ -240,6 +283,18 @@ impl<T: Row> ShardBatches<'_, T> {
     pub fn skipped(&self) -> &[RowError] {
         self.batcher.skipped()
     }
+
+    /// The next block of the epoch; `None` at its end.
+    fn next_block(&mut self) -> Result<Option<BlockOutput>, DataError> {
+        let blocks = match &mut self.blocks {
+            Some(blocks) => blocks,
+            None => self.blocks.insert(self.shard.open_epoch(self.epoch)?),
+        };
+        match blocks.next() {
+            Some(block) => Ok(Some(block?.get()?)),
+            None => Ok(None),
+        }
+    }
 }
 
 impl<T: Row> Iterator for ShardBatches<'_, T> {
@@ -247,9 +302,9 @@ impl<T: Row> Iterator for ShardBatches<'_, T> {
 
     fn next(&mut self) -> Option<Self::Item> {
         while !self.ended && self.batcher.wants_more() {
-            let added = match self.shard.next_reply(self.epoch) {
-                Ok(SplitReply::Block(output)) => self.batcher.add(output),
-                Ok(_) => {
+            let added = match self.next_block() {
+                Ok(Some(output)) => self.batcher.add(output),
+                Ok(None) => {
                     self.ended = true;
                     Ok(())
                 }

@@ -81,6 +81,8 @@ struct Method {
     arg_names: Vec<syn::Ident>,
     arg_types: Vec<Type>,
     returns: Returns,
+    /// A generator's bound on items sent ahead, when the method sets one.
+    backpressure: Option<syn::Expr>,
     mutable: bool,
     asynchronous: bool,
 }
@@ -113,6 +115,7 @@ impl Method {
             arg_names,
             arg_types,
             returns,
+            backpressure: options.backpressure,
             mutable: receiver.mutability.is_some(),
             asynchronous: signature.asyncness.is_some(),
         }))
@@ -125,10 +128,15 @@ impl Method {
             arg_names,
             arg_types,
             returns,
+            backpressure,
             ..
         } = self;
         let name = ident.to_string();
         let doc = format!("Calls `{name}` on the actor.");
+        let backpressure = match backpressure {
+            Some(items) => quote! { ::std::option::Option::Some(#items) },
+            None => quote! { ::std::option::Option::None },
+        };
         let caller_type = returns.caller_type();
         let (output, call) = match returns.count() {
             Some(count) => {
@@ -140,7 +148,7 @@ impl Method {
             }
             None if returns.is_stream() => (
                 quote! { ::raylet::Result<#caller_type> },
-                quote! { self.0.call_generator(#name, args, ::std::option::Option::None) },
+                quote! { self.0.call_generator(#name, args, #backpressure) },
             ),
             None => (caller_type, quote! { self.0.call(#name, args) }),
         };
@@ -165,6 +173,7 @@ impl Method {
             returns,
             mutable,
             asynchronous,
+            ..
         } = self;
         let name = ident.to_string();
         let arity = arg_names.len();
@@ -214,7 +223,7 @@ impl Method {
 }
 
 /// Takes `#[raylet::method(num_returns = N)]` or
-/// `#[raylet::method(streaming)]` off a method.
+/// `#[raylet::method(streaming, generator_backpressure = N)]` off a method.
 fn take_method_options(attrs: &mut Vec<syn::Attribute>) -> syn::Result<ReturnOptions> {
     let mut options = ReturnOptions::default();
     let mut kept = Vec::with_capacity(attrs.len());
@@ -238,7 +247,11 @@ fn take_method_options(attrs: &mut Vec<syn::Attribute>) -> syn::Result<ReturnOpt
                 options.num_returns = Some((count(&value)?, value.span()));
                 return Ok(());
             }
-            Err(meta.error("expected num_returns = N or streaming"))
+            if meta.path.is_ident("generator_backpressure") {
+                options.backpressure = Some(meta.value()?.parse()?);
+                return Ok(());
+            }
+            Err(meta.error("expected num_returns = N, streaming or generator_backpressure = N"))
         })?;
     }
     *attrs = kept;

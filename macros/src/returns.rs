@@ -29,6 +29,8 @@ pub(crate) enum Returns {
 pub(crate) struct ReturnOptions {
     pub(crate) num_returns: Option<(u32, Span)>,
     pub(crate) streaming: Option<Span>,
+    /// A generator method's bound on items sent ahead of its caller.
+    pub(crate) backpressure: Option<syn::Expr>,
 }
 
 impl Returns {

@@ -127,8 +127,8 @@ pub(super) async fn run_items(
     EncodedValue::encode(&count).map_err(|e| TaskError::new(TaskErrorKind::Application, &spec.function, e.to_string()))
 }
 
-/// Sends each item the caller wants, pausing at the gate; returns how many
-/// the generator yielded.
+/// Sends each item the caller wants, pausing at the gate before making it;
+/// returns how many the generator yielded.
 async fn yield_all(
     context: &Arc<WorkerContext>,
     spec: &TaskSpec,
@@ -139,12 +139,16 @@ async fn yield_all(
     let call = spec.generator.clone().unwrap_or_default();
     let mut source = ItemSource::start(items, context, spec);
     let mut index = 0u64;
-    while let Some(item) = source.next(&spec.function).await {
+    loop {
+        let wanted = wanted(&call, index);
+        if wanted && gate.room_for(index, call.backpressure).await.is_err() {
+            return Err(cancelled(spec, index));
+        }
+        let Some(item) = source.next(&spec.function).await else {
+            return Ok(index);
+        };
         let value = item?;
-        if wanted(&call, index) {
-            if gate.room_for(index, call.backpressure).await.is_err() {
-                return Err(cancelled(spec, index));
-            }
+        if wanted {
             send_item(context, spec, (task, index), value, results).await?;
         }
         index += 1;
@@ -152,7 +156,6 @@ async fn yield_all(
             return Err(cancelled(spec, index));
         }
     }
-    Ok(index)
 }
 
 /// The items a generator call yielded, from its outcome; `None` for other calls.
