@@ -82,9 +82,13 @@ impl Generators {
             .insert(task, items);
     }
 
-    /// Call `task` finished a run: any rebuild it made is done.
-    pub(crate) fn rebuilt(&self, task: TaskId) {
-        self.rebuilds.lock().unwrap_or_else(|p| p.into_inner()).remove(&task);
+    /// Call `task` finished a run: the items it was to make again, if any.
+    pub(crate) fn rebuilt(&self, task: TaskId) -> Vec<u64> {
+        self.rebuilds
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .remove(&task)
+            .unwrap_or_default()
     }
 
     /// How the next attempt of generator call `task` runs: it makes the

@@ -298,6 +298,21 @@ impl VirtualCluster {
         let _ = self.streams[address].events.send(Ok(events));
     }
 
+    /// The worker at `address` sends item `index` of generator call `task`.
+    pub(crate) fn yield_item(&self, address: &str, task: &TaskSpec, index: u64, item: Outcome) {
+        let item = v1::GeneratorItem {
+            task_id: task.task_id.clone(),
+            attempt: task.attempt,
+            index,
+            item: Some(outcome_to_proto(&item, false)),
+        };
+        let events = WorkerEvents {
+            items: vec![item],
+            ..WorkerEvents::default()
+        };
+        let _ = self.streams[address].events.send(Ok(events));
+    }
+
     /// `worker`'s process ends as `kind` says: its task stream breaks, and
     /// its node manager tells how it exited.
     pub(crate) fn kill(&mut self, worker: &Leased, kind: WorkerExitKind) {

@@ -607,10 +607,11 @@ impl Submitter {
         let Some(shape) = self.shapes.get_mut(shape) else {
             return;
         };
-        for task in shape.queue.drain(..) {
+        let queued = std::mem::take(&mut shape.queue);
+        for task in queued {
             let error = TaskError::new(kind, &task.options().shown_name(), reason);
             record_failure(&self.owner, &task, &error.to_string());
-            self.owner.fail_all(task.return_ids(), error);
+            self.fail_task(&task, error);
         }
     }
 
@@ -674,12 +675,13 @@ impl Submitter {
                 tracing::info!(function = task.options().function, %error, "retrying a task that failed");
                 self.requeue(task);
             }
-            Err(error) => self.owner.fail_all(task.return_ids(), error),
+            Err(error) => self.fail_task(&task, error),
             Ok(value) => {
                 let objects = match task.options().generator {
                     true => {
-                        self.owner.generators.rebuilt(task.task_id);
-                        1..generator::items_in(&value).map_or(1, |items| items + 1)
+                        let yielded = generator::items_in(&value).unwrap_or(0);
+                        self.fail_items_not_rebuilt(&task, yielded);
+                        1..yielded + 1
                     }
                     false => 0..u64::from(task.options().num_returns),
                 };
@@ -690,6 +692,36 @@ impl Submitter {
                 self.lineage.keep(task.done(), stored);
             }
         }
+    }
+
+    /// Fails the objects `task` returns, and the items a run of a generator
+    /// was making again.
+    fn fail_task(&self, task: &QueuedTask, error: TaskError) {
+        let items = match task.options().generator {
+            true => self.owner.generators.rebuilt(task.task_id),
+            false => Vec::new(),
+        };
+        let rebuilt = items.into_iter().map(|item| task.task_id.object_at(item + 1));
+        self.owner.fail_all(task.return_ids().chain(rebuilt), error);
+    }
+
+    /// A generator's run that made lost items again is done: an item it
+    /// did not make (it yielded only `yielded` items this time) fails.
+    fn fail_items_not_rebuilt(&self, task: &QueuedTask, yielded: u64) {
+        let missing: Vec<ObjectId> = self
+            .owner
+            .generators
+            .rebuilt(task.task_id)
+            .into_iter()
+            .filter(|item| *item >= yielded)
+            .map(|item| task.task_id.object_at(item + 1))
+            .collect();
+        if missing.is_empty() {
+            return;
+        }
+        let message = format!("it ran again to make its lost items, and yielded only {yielded} items this time");
+        let error = TaskError::new(TaskErrorKind::Application, &task.options().shown_name(), message);
+        self.owner.fail_all(missing, error);
     }
 
     /// Where this process's `object` is stored, if it has it and it is.
@@ -866,7 +898,7 @@ impl Submitter {
             error.node_id = worker.node_id;
             error.pid = worker.pid;
             error.attempt = task.attempt;
-            self.owner.fail_all(task.return_ids(), error);
+            self.fail_task(&task, error);
         }
         self.dispatch(&worker.shape);
     }
@@ -881,7 +913,7 @@ impl Submitter {
                     function: task.options().shown_name(),
                     ..cancelled()
                 };
-                self.owner.fail_all(task.return_ids(), error);
+                self.fail_task(&task, error);
                 return;
             }
         }

@@ -42,16 +42,28 @@ impl SubmitterTest {
 
     /// Submits a task without arguments; returns the object of its result.
     pub(super) fn submit(&self, options: TaskOptions) -> ObjectId {
+        self.submit_call(options).return_object()
+    }
+
+    /// Submits a task without arguments; its return objects (and a
+    /// generator's stream) exist before it is sent.
+    pub(super) fn submit_call(&self, options: TaskOptions) -> TaskId {
         let class = SchedulingClass {
             demand: options.demand().expect("valid resources"),
             scheduling: options.scheduling.to_scheduling().expect("valid scheduling"),
         };
+        let generator = options.generator;
         let template = Arc::new(TaskTemplate {
             options: QueuedOptions::new(options),
             class,
         });
         let task_id = TaskId::random();
-        self.core.owner.store.add_pending(task_id.return_object());
+        for index in 0..u64::from(template.options.num_returns) {
+            self.core.owner.store.add_pending(task_id.object_at(index));
+        }
+        if let Some(backpressure) = generator {
+            self.core.owner.generators.open(task_id, backpressure);
+        }
         let submission = Submission {
             task_id,
             template,
@@ -59,7 +71,7 @@ impl SubmitterTest {
             permit: self.gate.admit(),
         };
         self.send(SubmitterEvent::Submit(Box::new(submission)));
-        task_id.return_object()
+        task_id
     }
 
     pub(super) fn cancel(&self, object: ObjectId, force: bool) {

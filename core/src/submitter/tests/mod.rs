@@ -1,6 +1,7 @@
 //! Unit tests of the submitter on virtual node managers and workers: no
 //! processes, no sockets, a paused clock.
 
+mod generators;
 mod harness;
 
 use std::time::Duration;
