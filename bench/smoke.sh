@@ -41,7 +41,7 @@ smoke() {
 }
 
 number='[0-9]+(\.[0-9]+)?'
-smoke "raylet microbenchmark --quick" "^n:n actor calls with 1 MiB arg async per second $number" \
+smoke "raylet microbenchmark --quick" "^generator items \(1 MiB\) per second $number" \
     "$bin/raylet" microbenchmark --quick
 smoke allreduce_bench "^\| 4 \| 1 MiB \| " "$examples/allreduce_bench" --max-mib 1
 smoke digits_throughput "^\| 1024 \| 256 \| 2 \| $number" "$examples/digits_throughput" --reps 1 --epochs 2
