@@ -153,11 +153,12 @@ fn an_error_ends_the_stream_after_the_items_before_it() {
 /// Yields `n` items, recording in `dir/made` how many it has made.
 #[raylet::remote(streaming)]
 fn counted(dir: String, n: u64) -> impl Iterator<Item = u64> {
-    (0..n).inspect(move |i| {
-        let dir = Path::new(&dir);
-        std::fs::write(dir.join("made.tmp"), (i + 1).to_string()).unwrap();
-        std::fs::rename(dir.join("made.tmp"), dir.join("made")).unwrap();
-    })
+    (0..n).inspect(move |i| record_made(Path::new(&dir), i + 1))
+}
+
+fn record_made(dir: &Path, made: u64) {
+    std::fs::write(dir.join("made.tmp"), made.to_string()).unwrap();
+    std::fs::rename(dir.join("made.tmp"), dir.join("made")).unwrap();
 }
 
 fn made(dir: &Path) -> u64 {
@@ -470,6 +471,13 @@ impl Doorway {
     pub fn open(&self) -> bool {
         std::fs::write(Path::new(&self.dir).join("go"), b"").is_ok()
     }
+
+    /// Yields `n` items, recording in `dir/made` how many it has made.
+    #[raylet::method(streaming)]
+    pub fn counted(&self, n: u64) -> impl Iterator<Item = u64> + use<> {
+        let dir = self.dir.clone();
+        (0..n).inspect(move |i| record_made(Path::new(&dir), i + 1))
+    }
 }
 
 #[test]
@@ -485,4 +493,18 @@ fn a_concurrent_actors_generator_waits_without_holding_up_its_other_calls() {
     assert!(doorway.open().get_timeout(Duration::from_secs(30)).unwrap());
     assert_eq!(items.next().unwrap().unwrap().get().unwrap(), 1);
     assert!(items.next().is_none());
+}
+
+#[test]
+fn dropping_an_actor_methods_stream_stops_its_generator() {
+    let cluster = cluster();
+    let dir = tempfile::tempdir().unwrap();
+    let doorway = Doorway::remote(&cluster, dir.path().display().to_string())
+        .spawn()
+        .unwrap();
+    drop(doorway.counted(1_000_000).unwrap());
+    // The actor runs one call at a time: this call runs after the other ended.
+    assert!(doorway.open().get_timeout(Duration::from_secs(60)).unwrap());
+    let made = made(dir.path());
+    assert!(made < 1_000, "the dropped generator made {made} items");
 }

@@ -386,7 +386,11 @@ impl ActorClient {
             let spec = call.spec.as_mut().expect("checked above");
             spec.attempt = call.attempts;
             if call.generator {
-                spec.generator = self.core.owner.generators.call_for(call.task_id);
+                let Some(generator) = self.core.owner.generators.call_for(call.task_id) else {
+                    self.stream_dropped(&call);
+                    continue;
+                };
+                spec.generator = Some(generator);
                 let outlet = tasks.clone();
                 let sink = Arc::new(move |batch| drop(outlet.send(&batch)));
                 self.core.owner.generators.dispatched(call.task_id, sink);
@@ -404,6 +408,15 @@ impl ActorClient {
         if !batch.tasks.is_empty() {
             let _ = tasks.send(&batch);
         }
+    }
+
+    /// A generator call whose caller dropped its stream before it was sent
+    /// is not sent: it ends cancelled.
+    fn stream_dropped(&self, call: &PendingCall) {
+        let message = "its caller dropped the stream before the call was sent";
+        let error = TaskError::new(TaskErrorKind::Cancelled, &call.function, message);
+        call.record_failure(&self.core, message);
+        self.core.owner.fail_all(call.return_ids(), error);
     }
 
     pub(super) fn actor(&self) -> ActorId {
