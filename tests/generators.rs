@@ -508,3 +508,21 @@ fn dropping_an_actor_methods_stream_stops_its_generator() {
     let made = made(dir.path());
     assert!(made < 1_000, "the dropped generator made {made} items");
 }
+
+#[test]
+fn cancelling_an_actor_methods_stream_stops_its_generator() {
+    let cluster = cluster();
+    let dir = tempfile::tempdir().unwrap();
+    let doorway = Doorway::remote(&cluster, dir.path().display().to_string())
+        .spawn()
+        .unwrap();
+    let mut items = doorway.counted(1_000_000).unwrap();
+    items.cancel();
+    match items.by_ref().find_map(Result::err) {
+        Some(Error::Task(error)) => assert_eq!(error.kind, TaskErrorKind::Cancelled, "{error}"),
+        other => panic!("expected a cancellation, got {other:?}"),
+    }
+    assert!(doorway.open().get_timeout(Duration::from_secs(60)).unwrap());
+    let made = made(dir.path());
+    assert!(made < 1_000, "the cancelled generator made {made} items");
+}

@@ -410,10 +410,10 @@ impl ActorClient {
         }
     }
 
-    /// A generator call whose caller dropped its stream before it was sent
-    /// is not sent: it ends cancelled.
+    /// A generator call whose caller dropped or cancelled its stream before
+    /// it was sent is not sent: it ends cancelled.
     fn stream_dropped(&self, call: &PendingCall) {
-        let message = "its caller dropped the stream before the call was sent";
+        let message = "its caller dropped or cancelled the stream before the call was sent";
         let error = TaskError::new(TaskErrorKind::Cancelled, &call.function, message);
         call.record_failure(&self.core, message);
         self.core.owner.fail_all(call.return_ids(), error);

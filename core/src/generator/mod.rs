@@ -99,7 +99,7 @@ impl<T> ObjectRefStream<T> {
     /// Stops the generator: it ends before its next item, and the stream
     /// ends with a `Cancelled` error after the items that came back.
     pub fn cancel(&self) {
-        self.state.stop_worker();
+        self.state.stop();
         if self.caller == Caller::Task {
             let _ = self.core.submitter.send(SubmitterEvent::Cancel {
                 object: self.state.end(),

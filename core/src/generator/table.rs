@@ -47,6 +47,8 @@ struct Progress {
     ready: VecDeque<AnyObjectRef>,
     /// The worker that runs the call, once it runs.
     sink: Option<WorkerSink>,
+    /// Set when the caller stopped the call: it is not sent again.
+    stopped: bool,
 }
 
 impl Generators {
@@ -93,7 +95,7 @@ impl Generators {
 
     /// How the next attempt of generator call `task` runs: it makes the
     /// items being rebuilt, or it skips what came back, knowing what was
-    /// taken.
+    /// taken; `None` once its stream was dropped or stopped.
     pub(crate) fn call_for(&self, task: TaskId) -> Option<GeneratorCall> {
         if let Some(items) = self.rebuilds.lock().unwrap_or_else(|p| p.into_inner()).get(&task) {
             return Some(GeneratorCall {
@@ -103,6 +105,9 @@ impl Generators {
         }
         let state = self.get(task)?;
         let progress = state.progress();
+        if progress.stopped {
+            return None;
+        }
         Some(GeneratorCall {
             skip: progress.received,
             consumed: progress.taken,
@@ -214,9 +219,12 @@ impl GeneratorState {
         }
     }
 
-    /// Tells the worker that runs the call, if one does, to stop it.
-    pub(crate) fn stop_worker(&self) {
-        if let Some(sink) = &self.progress().sink {
+    /// Stops the call: the worker that runs it, if one does, is told to,
+    /// and it is not sent again.
+    pub(crate) fn stop(&self) {
+        let mut progress = self.progress();
+        progress.stopped = true;
+        if let Some(sink) = &progress.sink {
             sink(TaskBatch {
                 cancel: vec![CancelTask {
                     task_id: self.task.as_bytes().to_vec(),
