@@ -218,6 +218,16 @@ async fn wait_concurrently(
     timeout_ms: u64,
 ) -> Vec<(Result<(), tonic::Status>, Duration)> {
     let channel = channel_from(head, Some(FLOODER.parse().unwrap())).await;
+    // An HTTP/2 client learns the server's stream bound from its SETTINGS;
+    // streams it opens before they arrive may be refused, so one call
+    // finishes the handshake first.
+    let warm_up = WaitPlacementGroupRequest {
+        placement_group_id: group.id().as_bytes().to_vec(),
+        timeout_ms: 1,
+    };
+    let _ = PlacementGroupServiceClient::new(authed(channel.clone(), token))
+        .wait_placement_group(warm_up)
+        .await;
     let started = Instant::now();
     let calls = (0..count).map(|_| {
         let mut groups = PlacementGroupServiceClient::new(authed(channel.clone(), token));
