@@ -103,12 +103,14 @@ impl CoreWorker {
         // per reference borrowed or dropped.
         let (freed, freed_objects) = mpsc::unbounded_channel();
         let (changes, borrower_changes) = mpsc::unbounded_channel();
+        let store = Arc::new(MemoryStore::new(freed, settings.owning_hook));
+        let task_events = Arc::new(TaskEvents::new(settings.job, settings.task_events));
         let owner = Arc::new(Owner {
             ctx: ctx.clone(),
-            store: Arc::new(MemoryStore::new(freed, settings.owning_hook)),
+            store: store.clone(),
             borrows: Arc::new(Borrows::new(ctx.address.clone(), changes)),
-            task_events: Arc::new(TaskEvents::new(settings.job, settings.task_events)),
-            generators: Generators::default(),
+            task_events: task_events.clone(),
+            generators: Generators::new(store, ctx.address.clone(), task_events),
         });
         let core = Arc::new(CoreWorker {
             owner: owner.clone(),

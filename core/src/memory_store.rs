@@ -180,7 +180,10 @@ impl MemoryStore {
     }
 
     fn add_entry(&self, id: ObjectId, entry: Entry) {
-        let mut objects = self.objects();
+        self.add_entry_to(&mut self.objects(), id, entry);
+    }
+
+    fn add_entry_to(&self, objects: &mut ObjectTable, id: ObjectId, entry: Entry) {
         objects.insert(id, entry);
         if objects.len() == 1
             && let Some(owning) = &self.owning
@@ -259,8 +262,9 @@ impl MemoryStore {
 
     /// Adds a pending object unless the object is here already.
     pub fn ensure_pending(&self, id: ObjectId) {
-        if self.objects().get(&id).is_none() {
-            self.add_pending(id);
+        let mut objects = self.objects();
+        if objects.get(&id).is_none() {
+            self.add_entry_to(&mut objects, id, Entry::new(Slot::Pending(None)));
         }
     }
 

@@ -6,7 +6,7 @@
 
 use std::sync::{Arc, Weak};
 
-use raylet_proto::ObjectId;
+use raylet_proto::{ObjectId, v1};
 
 use crate::borrows::Borrows;
 use crate::context::Context;
@@ -15,6 +15,7 @@ use crate::memory_store::MemoryStore;
 use crate::object_ref::handle::{AnyObjectRef, HandleCounter, RawRef};
 use crate::task_error::TaskError;
 use crate::task_events::TaskEvents;
+use crate::value::{Outcome, outcome_from_proto};
 
 pub(crate) struct Owner {
     pub(crate) ctx: Arc<Context>,
@@ -34,6 +35,26 @@ impl Owner {
     pub(crate) fn fail_all(&self, returns: impl IntoIterator<Item = ObjectId>, error: TaskError) {
         self.store
             .complete_many(returns.into_iter().map(|id| (id, Err(error.clone()))));
+    }
+
+    /// A finished object's outcome from the wire; references inside a
+    /// value, which the sender registered us for, are held as long as the
+    /// value is.
+    pub(crate) fn adopt_outcome(&self, outcome: v1::ObjectOutcome) -> Outcome {
+        let (mut outcome, contained) = outcome_from_proto(outcome);
+        if let Ok(value) = &mut outcome
+            && !contained.is_empty()
+        {
+            value.contained = contained.into_iter().map(|raw| self.adopt(raw, true)).collect();
+        }
+        outcome
+    }
+
+    /// Takes in the items of generator calls that a worker sent.
+    pub(crate) fn absorb_items(&self, items: Vec<v1::GeneratorItem>) {
+        if !items.is_empty() {
+            self.generators.absorb(items, |outcome| self.adopt_outcome(outcome));
+        }
     }
 
     /// A handle that keeps the object alive in this process, whoever owns

@@ -54,7 +54,7 @@ impl TaskOptions {
     /// Makes the call a generator's: `#[raylet::remote(streaming)]` sets it.
     #[doc(hidden)]
     pub fn generator(mut self) -> Self {
-        self.generator = Some(self.generator.unwrap_or(crate::generator::DEFAULT_BACKPRESSURE));
+        self.generator = Some(self.generator.unwrap_or(crate::generator::table::DEFAULT_BACKPRESSURE));
         self
     }
 

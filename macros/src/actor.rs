@@ -9,8 +9,7 @@ use quote::{format_ident, quote};
 use syn::spanned::Spanned;
 use syn::{FnArg, ImplItem, ImplItemFn, Item, ItemImpl, ItemStruct, Type};
 
-use crate::remote::{count, value_type};
-use crate::returns::{ReturnOptions, Returns};
+use crate::returns::{ReturnOptions, Returns, count, value_type};
 
 pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenStream> {
     if !attr.is_empty() {

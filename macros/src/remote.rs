@@ -5,9 +5,9 @@ use quote::{format_ident, quote};
 use syn::parse::Parser;
 use syn::punctuated::Punctuated;
 use syn::spanned::Spanned;
-use syn::{Expr, FnArg, GenericArgument, ItemFn, Lit, Meta, PathArguments, ReturnType, Token, Type};
+use syn::{Expr, FnArg, ItemFn, Lit, Meta, Token};
 
-use crate::returns::{ReturnOptions, Returns};
+use crate::returns::{ReturnOptions, Returns, count};
 
 /// Options given in the attribute; each becomes a builder call, except
 /// those about what the function returns.
@@ -83,17 +83,6 @@ impl Options {
     }
 }
 
-/// `num_returns`'s value: an integer literal.
-pub(crate) fn count(expr: &Expr) -> syn::Result<u32> {
-    match expr {
-        Expr::Lit(lit) => match &lit.lit {
-            Lit::Int(int) => int.base10_parse(),
-            other => Err(syn::Error::new(other.span(), "expected a count")),
-        },
-        other => Err(syn::Error::new(other.span(), "expected a count")),
-    }
-}
-
 /// A numeric literal as an `f64` expression.
 fn number(expr: &Expr) -> syn::Result<TokenStream> {
     match expr {
@@ -110,28 +99,6 @@ fn number(expr: &Expr) -> syn::Result<TokenStream> {
         },
         other => Ok(quote! { (#other) as f64 }),
     }
-}
-
-/// `Result<R, E>` or `Result<R>` (by last path segment): the value type and
-/// whether the function can fail.
-pub(crate) fn value_type(output: &ReturnType) -> (Type, bool) {
-    let Type::Path(path) = (match output {
-        ReturnType::Default => return (syn::parse_quote!(()), false),
-        ReturnType::Type(_, ty) => ty.as_ref().clone(),
-    }) else {
-        let ReturnType::Type(_, ty) = output else {
-            unreachable!()
-        };
-        return (ty.as_ref().clone(), false);
-    };
-    let last = path.path.segments.last();
-    if let Some(segment) = last.filter(|s| s.ident == "Result")
-        && let PathArguments::AngleBracketed(args) = &segment.arguments
-        && let Some(GenericArgument::Type(value)) = args.args.first()
-    {
-        return (value.clone(), true);
-    }
-    (Type::Path(path), false)
 }
 
 /// How `Options::remote` submits the call, given what it returns.

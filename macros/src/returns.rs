@@ -5,9 +5,7 @@
 use proc_macro2::{Span, TokenStream};
 use quote::quote;
 use syn::spanned::Spanned;
-use syn::{GenericArgument, PathArguments, ReturnType, Type, TypeParamBound};
-
-use crate::remote::value_type;
+use syn::{Expr, GenericArgument, Lit, PathArguments, ReturnType, Type, TypeParamBound};
 
 /// How a call's output reaches its caller.
 pub(crate) enum Returns {
@@ -187,4 +185,37 @@ fn item_of(ty: &Type) -> Option<(String, Type)> {
             _ => None,
         })
     })
+}
+
+/// `num_returns`'s value: an integer literal.
+pub(crate) fn count(expr: &Expr) -> syn::Result<u32> {
+    match expr {
+        Expr::Lit(lit) => match &lit.lit {
+            Lit::Int(int) => int.base10_parse(),
+            other => Err(syn::Error::new(other.span(), "expected a count")),
+        },
+        other => Err(syn::Error::new(other.span(), "expected a count")),
+    }
+}
+
+/// `Result<R, E>` or `Result<R>` (by last path segment): the value type and
+/// whether the function can fail.
+pub(crate) fn value_type(output: &ReturnType) -> (Type, bool) {
+    let Type::Path(path) = (match output {
+        ReturnType::Default => return (syn::parse_quote!(()), false),
+        ReturnType::Type(_, ty) => ty.as_ref().clone(),
+    }) else {
+        let ReturnType::Type(_, ty) = output else {
+            unreachable!()
+        };
+        return (ty.as_ref().clone(), false);
+    };
+    let last = path.path.segments.last();
+    if let Some(segment) = last.filter(|s| s.ident == "Result")
+        && let PathArguments::AngleBracketed(args) = &segment.arguments
+        && let Some(GenericArgument::Type(value)) = args.args.first()
+    {
+        return (value.clone(), true);
+    }
+    (Type::Path(path), false)
 }

@@ -540,7 +540,7 @@ impl ActorClient {
         if state.connection.as_ref().is_none_or(|c| c.id != connection) {
             return;
         }
-        self.core.owner.generators.absorb(&self.core.owner, events.items);
+        self.core.owner.absorb_items(events.items);
         for finished in complete_values(&self.core.owner, events.results) {
             let Some(index) = state.in_flight.iter().position(|call| call.task_id == finished.task_id) else {
                 continue;

@@ -17,8 +17,7 @@ use self::table::{GeneratorState, Next};
 use crate::core_worker::CoreWorker;
 use crate::object_ref::handle::AnyObjectRef;
 use crate::submitter::SubmitterEvent;
-use crate::task_error::{TaskError, TaskErrorKind};
-use crate::value::{Body, EncodedValue, Outcome};
+use crate::value::Outcome;
 use crate::{Error, ObjectRef, Result};
 
 pub(crate) mod table;
@@ -113,17 +112,20 @@ impl<T> ObjectRefStream<T> {
         if self.finished {
             return Polled::Done(None);
         }
-        let placeholder = match self.state.take(&self.core.owner) {
+        let placeholder = match self.state.take() {
             Next::Item(item) => return Polled::Done(Some(Ok(item.typed()))),
             Next::Wait(placeholder) => placeholder,
         };
         let outcome = match self.core.owner.store.try_get(self.state.end()) {
             Ok(None) => return Polled::Wait(placeholder),
             Ok(Some(outcome)) => outcome,
-            Err(error) => Err(lost_end(error)),
+            Err(error) => {
+                self.close();
+                return Polled::Done(Some(Err(error)));
+            }
         };
         // Items come in before the end does: one may have come since.
-        match self.state.take(&self.core.owner) {
+        match self.state.take() {
             Next::Item(item) => Polled::Done(Some(Ok(item.typed()))),
             Next::Wait(_) => Polled::Done(self.end_with(outcome)),
         }
@@ -131,9 +133,14 @@ impl<T> ObjectRefStream<T> {
 
     /// The stream ends: with nothing after the last item, or with the error.
     fn end_with(&mut self, outcome: Outcome) -> Option<Result<ObjectRef<T>>> {
+        self.close();
+        outcome.err().map(|error| Err(Error::Task(error)))
+    }
+
+    /// The stream has ended: items that still come are deleted.
+    fn close(&mut self) {
         self.finished = true;
         self.core.owner.generators.close(self.state.task);
-        outcome.err().map(|error| Err(Error::Task(error)))
     }
 
     /// Waits without blocking a thread for the next item or the end.
@@ -147,26 +154,10 @@ impl<T> ObjectRefStream<T> {
     }
 }
 
-/// The items a generator call yielded, from its outcome.
-pub(crate) fn items_in(outcome: &EncodedValue) -> Option<u64> {
-    match &outcome.body {
-        Body::Inline(data) => raylet_proto::codec::decode(data).ok(),
-        Body::Stored(_) => None,
-    }
-}
-
 /// An item, or the end; or what to wait for before looking again.
 enum Polled<T> {
     Done(Option<Result<ObjectRef<T>>>),
     Wait(AnyObjectRef),
-}
-
-fn lost_end(error: Error) -> TaskError {
-    TaskError::new(
-        TaskErrorKind::Cancelled,
-        "",
-        format!("the generator's outcome is gone: {error}"),
-    )
 }
 
 /// Waits until the placeholder's item or the end of the stream is there.

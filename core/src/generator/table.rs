@@ -5,12 +5,13 @@
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex, MutexGuard};
 
-use raylet_proto::v1::{CancelTask, GeneratorAck, GeneratorCall, GeneratorItem, TaskBatch};
+use raylet_proto::v1::{CancelTask, GeneratorAck, GeneratorCall, GeneratorItem, ObjectOutcome, TaskBatch};
 use raylet_proto::{IdMap, ObjectId, TaskId};
 
+use crate::memory_store::MemoryStore;
 use crate::object_ref::handle::{AnyObjectRef, RawRef};
-use crate::owner::Owner;
-use crate::value::outcome_from_proto;
+use crate::task_events::TaskEvents;
+use crate::value::{Body, EncodedValue, Outcome};
 
 /// Items a generator may send ahead of its caller unless the call says
 /// otherwise: enough to keep a consumer busy, few enough to bound memory.
@@ -20,16 +21,39 @@ pub const DEFAULT_BACKPRESSURE: u64 = 64;
 pub(crate) type WorkerSink = Arc<dyn Fn(TaskBatch) + Send + Sync>;
 
 /// The generator calls this process made whose streams are open.
-#[derive(Default)]
 pub(crate) struct Generators {
+    /// The owner's objects, which items become.
+    objects: ItemObjects,
+    task_events: Arc<TaskEvents>,
     open: Mutex<IdMap<TaskId, Arc<GeneratorState>>>,
     /// Finished calls that run again to make lost items: those items.
     rebuilds: Mutex<IdMap<TaskId, Vec<u64>>>,
 }
 
+/// Where a call's items become objects: the owner's table, and the
+/// address the references name.
+#[derive(Clone)]
+struct ItemObjects {
+    store: Arc<MemoryStore>,
+    owner: Arc<str>,
+}
+
+impl ItemObjects {
+    /// A handle to object `id` of this owner, pending until it completes.
+    fn held(&self, id: ObjectId) -> AnyObjectRef {
+        self.store.ensure_pending(id);
+        let raw = RawRef {
+            id,
+            owner: self.owner.clone(),
+        };
+        AnyObjectRef::owned(raw, &self.store)
+    }
+}
+
 /// One generator call, as its caller sees it.
 pub(crate) struct GeneratorState {
     pub(crate) task: TaskId,
+    objects: ItemObjects,
     /// Items sent ahead and not taken, at most; 0 for no bound.
     backpressure: u64,
     progress: Mutex<Progress>,
@@ -52,10 +76,21 @@ struct Progress {
 }
 
 impl Generators {
+    /// The generator calls of the owner of `store`, at `owner`.
+    pub(crate) fn new(store: Arc<MemoryStore>, owner: Arc<str>, task_events: Arc<TaskEvents>) -> Self {
+        Generators {
+            objects: ItemObjects { store, owner },
+            task_events,
+            open: Mutex::default(),
+            rebuilds: Mutex::default(),
+        }
+    }
+
     /// Opens the stream of a generator call before it is submitted.
     pub(crate) fn open(&self, task: TaskId, backpressure: u64) -> Arc<GeneratorState> {
         let state = Arc::new(GeneratorState {
             task,
+            objects: self.objects.clone(),
             backpressure,
             progress: Mutex::default(),
         });
@@ -127,39 +162,31 @@ impl Generators {
     /// taken; one that came already (from an attempt before a retry, or a
     /// run that makes lost items again) completes its object if that is
     /// pending, and is deleted otherwise, as is any item of a closed stream.
-    pub(crate) fn absorb(&self, owner: &Owner, items: Vec<GeneratorItem>) {
+    /// `adopt` turns an item's outcome from the wire into this owner's.
+    pub(crate) fn absorb(&self, items: Vec<GeneratorItem>, adopt: impl Fn(ObjectOutcome) -> Outcome) {
         for item in items {
             let Ok(task) = TaskId::from_wire(&item.task_id) else {
                 continue;
             };
-            let (mut outcome, contained) = outcome_from_proto(item.item.unwrap_or_default());
-            if let Ok(value) = &mut outcome
-                && !contained.is_empty()
-            {
-                value.contained = contained.into_iter().map(|raw| owner.adopt(raw, true)).collect();
-            }
+            let outcome = adopt(item.item.unwrap_or_default());
             let id = task.object_at(item.index + 1);
+            let store = &self.objects.store;
             let Some(state) = self.get(task) else {
-                owner.store.complete(id, outcome);
+                store.complete(id, outcome);
                 continue;
             };
             let mut progress = state.progress();
             if item.index != progress.received {
                 drop(progress);
-                owner.store.complete(id, outcome);
+                store.complete(id, outcome);
                 continue;
             }
             // Held before it completes: a waiter that wakes drops its
             // placeholder, which must not free the item.
-            owner.store.ensure_pending(id);
-            let raw = RawRef {
-                id,
-                owner: owner.ctx.address.clone(),
-            };
-            progress.ready.push_back(AnyObjectRef::owned(raw, &owner.store));
-            owner.store.complete(id, outcome);
+            progress.ready.push_back(self.objects.held(id));
+            store.complete(id, outcome);
             progress.received += 1;
-            owner.task_events.yielded(task, item.attempt, progress.received);
+            self.task_events.yielded(task, item.attempt, progress.received);
         }
     }
 }
@@ -184,20 +211,14 @@ impl GeneratorState {
 
     /// Takes the next item if it is there, telling the worker when that
     /// makes room; otherwise a placeholder for it to wait on.
-    pub(crate) fn take(&self, owner: &Owner) -> Next {
+    pub(crate) fn take(&self) -> Next {
         let mut progress = self.progress();
         if let Some(item) = progress.ready.pop_front() {
             progress.taken += 1;
             self.acknowledge(&mut progress);
             return Next::Item(item);
         }
-        let id = self.task.object_at(progress.received + 1);
-        owner.store.ensure_pending(id);
-        let raw = RawRef {
-            id,
-            owner: owner.ctx.address.clone(),
-        };
-        Next::Wait(AnyObjectRef::owned(raw, &owner.store))
+        Next::Wait(self.objects.held(self.task.object_at(progress.received + 1)))
     }
 
     /// Tells the worker how many items were taken, every quarter of the
@@ -237,5 +258,13 @@ impl GeneratorState {
     /// Items that came back so far.
     pub(crate) fn received(&self) -> u64 {
         self.progress().received
+    }
+}
+
+/// The items a generator call yielded, from its outcome.
+pub(crate) fn items_in(outcome: &EncodedValue) -> Option<u64> {
+    match &outcome.body {
+        Body::Inline(data) => raylet_proto::codec::decode(data).ok(),
+        Body::Stored(_) => None,
     }
 }

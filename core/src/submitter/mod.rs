@@ -24,7 +24,7 @@ use tokio::time::Instant;
 use self::lineage::{Lineage, TaskObject};
 pub(crate) use self::queued_task::{QueuedOptions, TaskTemplate, TemplateCache};
 use self::queued_task::{QueuedTask, TaskInputs};
-use crate::generator;
+use crate::generator::table::items_in;
 use crate::group_routes::{GroupRoute, GroupRoutes, RouteTarget};
 use crate::lent_objects::lend_contained;
 use crate::links::NodeDeath;
@@ -34,7 +34,7 @@ use crate::pending_gate::PendingPermit;
 use crate::task::Arg;
 use crate::task_error::{TaskError, TaskErrorKind};
 use crate::task_events::{Ending, Placement, TaskIdentity};
-use crate::value::{Body, EncodedValue, Outcome, StoredAt, outcome_from_proto};
+use crate::value::{Body, EncodedValue, Outcome, StoredAt};
 
 mod lineage;
 mod queued_task;
@@ -679,7 +679,7 @@ impl Submitter {
             Ok(value) => {
                 let objects = match task.options().generator {
                     true => {
-                        let yielded = generator::items_in(&value).unwrap_or(0);
+                        let yielded = items_in(&value).unwrap_or(0);
                         self.fail_items_not_rebuilt(&task, yielded);
                         1..yielded + 1
                     }
@@ -1133,7 +1133,7 @@ fn connect_worker(
             });
             while let Some(batch) = inbound.next().await {
                 let batch = batch?;
-                owner.generators.absorb(&owner, batch.items);
+                owner.absorb_items(batch.items);
                 let finished = complete_values(&owner, batch.results);
                 let _ = events.send(SubmitterEvent::Results {
                     worker,
@@ -1176,9 +1176,9 @@ pub(crate) fn complete_values(owner: &Owner, results: Vec<v1::TaskResult>) -> Ve
         .into_iter()
         .filter_map(|result| {
             let task_id = TaskId::from_wire(&result.task_id).ok()?;
-            let outcome = adopted_outcome(owner, result.outcome.unwrap_or_default());
-            if outcome.is_ok() {
-                let more = result.more_returns.into_iter().map(|more| adopted_outcome(owner, more));
+            let outcome = owner.adopt_outcome(result.outcome.unwrap_or_default());
+            if outcome.is_ok() && !result.more_returns.is_empty() {
+                let more = result.more_returns.into_iter().map(|more| owner.adopt_outcome(more));
                 let more: Vec<(ObjectId, Outcome)> = (1..).map(|index| task_id.object_at(index)).zip(more).collect();
                 owner.store.complete_many(more);
             }
@@ -1203,18 +1203,6 @@ pub(crate) fn complete_values(owner: &Owner, results: Vec<v1::TaskResult>) -> Ve
         .filter_map(|f| Some((f.task_id.return_object(), Ok(f.outcome.as_ref().ok()?.clone()))));
     owner.store.complete_many(values);
     finished
-}
-
-/// A finished object's outcome from the wire; references inside a value,
-/// which the worker registered us for, are held as long as the value is.
-pub(crate) fn adopted_outcome(owner: &Owner, outcome: v1::ObjectOutcome) -> Outcome {
-    let (mut outcome, contained) = outcome_from_proto(outcome);
-    if let Ok(value) = &mut outcome
-        && !contained.is_empty()
-    {
-        value.contained = contained.into_iter().map(|raw| owner.adopt(raw, true)).collect();
-    }
-    outcome
 }
 
 /// How a worker exited, as its node manager saw it.

@@ -2,16 +2,16 @@
 //! binary and the function, turns panics into task errors, and says where
 //! the task failed.
 
-use std::any::Any;
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Arc;
 use std::time::Instant;
 
 use bytes::Bytes;
 use raylet_proto::v1::{ActorCreation, Span, TaskResult, TaskSpec};
-use raylet_proto::{ActorId, ObjectId, TaskId};
+use raylet_proto::{ActorId, TaskId};
 
 use super::actor_host::{ActorHost, QueuedCall, not_hosted};
+use super::hand_over::{hand_over, panic_error};
 use super::{WorkerContext, generator, logs};
 use crate::actor::instance::{MethodCall, lookup_class};
 use crate::lent_objects;
@@ -19,7 +19,7 @@ use crate::registry::{self, Invoke, Returned, TaskOutcome};
 use crate::task_error::{TaskError, TaskErrorKind};
 use crate::timeline;
 use crate::timeline::unix_micros;
-use crate::value::{Body, EncodedValue, outcome_to_proto};
+use crate::value::{EncodedValue, outcome_to_proto};
 
 /// Where a task's result and output go: the stream of the owner that pushed it.
 pub(crate) type ResultSender = raylet_proto::task_stream::EventSender;
@@ -252,47 +252,6 @@ async fn hand_over_all(
     Ok(ready)
 }
 
-/// Readies a value for its caller as object `id`: a large one goes into
-/// this node's store, and the caller is registered as a borrower of the
-/// references inside it before the value can reach it. Registrations this
-/// worker made for references in the arguments are acknowledged first too.
-pub(super) async fn hand_over(
-    context: &WorkerContext,
-    spec: &TaskSpec,
-    id: ObjectId,
-    mut value: EncodedValue,
-) -> Result<EncodedValue, TaskError> {
-    let core = &context.core;
-    if let Body::Inline(data) = &value.body
-        && data.len() >= crate::INLINE_LIMIT
-    {
-        let data = data.clone();
-        let copy = |out: &mut [u8]| {
-            out[..data.len()].copy_from_slice(&data);
-            Ok(data.len())
-        };
-        let stored = core
-            .write_object_async(id, data.len(), spec.owner_address.as_str().into(), copy)
-            .await;
-        let message = |e: crate::Error| format!("the return value could not be stored: {e}");
-        value.body =
-            Body::Stored(stored.map_err(|e| TaskError::new(TaskErrorKind::Application, &spec.function, message(e)))?);
-    }
-    for object in value.contained.iter() {
-        let raw = object.raw();
-        if *raw.owner == *spec.owner_address {
-            continue;
-        }
-        if core.owner.owns(object) {
-            core.owner.store.update_borrower(raw.id, &spec.owner_address, 1);
-        } else {
-            core.owner.borrows.register_for(raw, &spec.owner_address);
-        }
-    }
-    core.owner.borrows.settled().await;
-    Ok(value)
-}
-
 /// The result of a task that failed before it could run.
 pub(crate) fn failed(spec: &TaskSpec, error: TaskError) -> TaskResult {
     TaskResult {
@@ -301,14 +260,6 @@ pub(crate) fn failed(spec: &TaskSpec, error: TaskError) -> TaskResult {
         attempt: spec.attempt,
         ..TaskResult::default()
     }
-}
-
-pub(super) fn panic_error(function: &str, payload: Box<dyn Any + Send>) -> TaskError {
-    TaskError::new(
-        TaskErrorKind::Panic,
-        function,
-        crate::error::panic_message(payload.as_ref()),
-    )
 }
 
 /// Fills in where the task failed.

@@ -8,12 +8,13 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
 use futures_util::{FutureExt, StreamExt};
+use raylet_proto::task_stream::EventSender;
 use raylet_proto::v1::{GeneratorCall, GeneratorItem, TaskSpec, WorkerEvents};
 use raylet_proto::{IdMap, TaskId};
 use tokio::sync::{Notify, mpsc};
 
 use super::WorkerContext;
-use super::executor::{ResultSender, hand_over, panic_error};
+use super::hand_over::{hand_over, panic_error};
 use crate::registry::{ItemOutcome, Items};
 use crate::task_error::{TaskError, TaskErrorKind};
 use crate::value::{EncodedValue, outcome_to_proto};
@@ -114,7 +115,7 @@ pub(super) async fn run_items(
     context: &Arc<WorkerContext>,
     spec: &TaskSpec,
     items: Items,
-    results: &ResultSender,
+    results: &EventSender,
 ) -> ItemOutcome {
     let task = TaskId::from_wire(&spec.task_id)
         .map_err(|e| TaskError::new(TaskErrorKind::Argument, &spec.function, e.to_string()))?;
@@ -134,7 +135,7 @@ async fn yield_all(
     spec: &TaskSpec,
     (task, gate): (TaskId, &OpenGate),
     items: Items,
-    results: &ResultSender,
+    results: &EventSender,
 ) -> Result<u64, TaskError> {
     let call = spec.generator.clone().unwrap_or_default();
     let mut source = ItemSource::start(items, context, spec);
@@ -161,7 +162,7 @@ async fn yield_all(
 /// The items a generator call yielded, from its outcome; `None` for other calls.
 pub(super) fn items_yielded(spec: &TaskSpec, outcome: &EncodedValue) -> Option<u64> {
     spec.generator.as_ref()?;
-    crate::generator::items_in(outcome)
+    crate::generator::table::items_in(outcome)
 }
 
 /// Whether item `index` goes to the caller on this run.
@@ -186,7 +187,7 @@ async fn send_item(
     spec: &TaskSpec,
     (task, index): (TaskId, u64),
     value: EncodedValue,
-    results: &ResultSender,
+    results: &EventSender,
 ) -> Result<(), TaskError> {
     let value = hand_over(context, spec, task.object_at(index + 1), value).await?;
     let item = GeneratorItem {

@@ -11,6 +11,7 @@ mod actor_host;
 mod args;
 mod executor;
 mod generator;
+mod hand_over;
 mod hook;
 pub(crate) mod logs;
 mod service;
