@@ -12,11 +12,9 @@ use raylet::{Cluster, ObjectRef};
 use serde_bytes::ByteBuf;
 
 use crate::DataError;
-use crate::block::BlockInput;
 use crate::model::LoadError;
 use crate::model_registry::{self, LoadedModel};
-use crate::stage::{OnError, StageSpec};
-use crate::task::{self, BlockOutput};
+use crate::task::{self, BlockJob, BlockOutput};
 
 /// Calls queued on one actor at once, so it never waits between blocks.
 const CALLS_PER_ACTOR: usize = 2;
@@ -76,14 +74,9 @@ impl BlockWorker {
         })
     }
 
-    pub fn process(
-        &mut self,
-        input: BlockInput,
-        stages: Vec<StageSpec>,
-        on_error: OnError,
-    ) -> Result<BlockOutput, String> {
+    pub fn process(&mut self, job: BlockJob) -> Result<BlockOutput, String> {
         let model = self.model.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner());
-        task::run_stages(&input, &stages, on_error, Some(model.as_mut()))
+        task::run_stages(&job, Some(model.as_mut()))
     }
 }
 
@@ -181,20 +174,14 @@ impl ActorPool {
     }
 
     /// Sends a block to actor `id`.
-    pub fn submit(
-        &mut self,
-        id: u64,
-        input: BlockInput,
-        stages: Vec<StageSpec>,
-        on_error: OnError,
-    ) -> ObjectRef<BlockOutput> {
+    pub fn submit(&mut self, id: u64, job: BlockJob) -> ObjectRef<BlockOutput> {
         let actor = self
             .actors
             .iter_mut()
             .find(|a| a.id == id)
             .expect("an actor of the pool");
         actor.calls += 1;
-        actor.handle.process(input, stages, on_error)
+        actor.handle.process(job)
     }
 
     /// A call of actor `id` returned (a late one of an actor already

@@ -1,8 +1,11 @@
 //! Rows of finished blocks cut into batches: the batcher that both
 //! `iter_batches` and a streaming split's shards hand batches out of, and
-//! [`BatchIter`], the batches of a run of a dataset's own.
+//! [`BatchIter`], the batches of a run of a dataset's own, and
+//! [`ArrowBatchIter`], its record batches.
 
 use std::collections::VecDeque;
+
+use arrow::array::RecordBatch;
 
 use crate::DataError;
 use crate::execution::Execution;
@@ -87,5 +90,73 @@ impl<T: Row> Iterator for BatchIter<T> {
             }
         }
         self.batcher.take().map(Ok)
+    }
+}
+
+/// Record batches of a dataset of [`Arrow`](crate::Arrow) rows, cut to
+/// `batch_size` rows as its blocks finish.
+pub struct ArrowBatchIter {
+    execution: Execution,
+    pending: VecDeque<RecordBatch>,
+    rows: usize,
+    batch_size: usize,
+}
+
+impl ArrowBatchIter {
+    pub(crate) fn new(execution: Execution, batch_size: usize) -> Self {
+        ArrowBatchIter {
+            execution,
+            pending: VecDeque::new(),
+            rows: 0,
+            batch_size: batch_size.max(1),
+        }
+    }
+
+    /// Up to `batch_size` rows from the front of the pending batches, joined.
+    fn take(&mut self) -> Result<Option<RecordBatch>, DataError> {
+        let mut parts = Vec::new();
+        let mut wanted = self.batch_size.min(self.rows);
+        while wanted > 0 {
+            let front = self.pending.pop_front().expect("pending rows are in batches");
+            match front.num_rows() <= wanted {
+                true => {
+                    wanted -= front.num_rows();
+                    parts.push(front);
+                }
+                false => {
+                    parts.push(front.slice(0, wanted));
+                    self.pending.push_front(front.slice(wanted, front.num_rows() - wanted));
+                    wanted = 0;
+                }
+            }
+        }
+        let Some(first) = parts.first() else {
+            return Ok(None);
+        };
+        let batch = arrow::compute::concat_batches(&first.schema(), &parts)
+            .map_err(|e| DataError::InvalidInput(format!("joining record batches: {e}")))?;
+        self.rows -= batch.num_rows();
+        Ok(Some(batch))
+    }
+}
+
+impl Iterator for ArrowBatchIter {
+    type Item = Result<RecordBatch, DataError>;
+
+    fn next(&mut self) -> Option<Self::Item> {
+        while self.rows < self.batch_size {
+            match self.execution.next_block() {
+                None => break,
+                Some(Ok((_, output))) => match output.decode_batches() {
+                    Ok(batches) => {
+                        self.rows += batches.iter().map(RecordBatch::num_rows).sum::<usize>();
+                        self.pending.extend(batches.into_iter().filter(|b| b.num_rows() > 0));
+                    }
+                    Err(e) => return Some(Err(e)),
+                },
+                Some(Err(e)) => return Some(Err(e)),
+            }
+        }
+        self.take().transpose()
     }
 }

@@ -11,6 +11,8 @@ use xxhash_rust::xxh3::xxh3_64;
 
 use crate::DataError;
 use crate::files::FileList;
+use crate::parquet_source::{ParquetOptions, PlannedGroups, RowGroups};
+use crate::storage::StorageOptions;
 
 /// A whole file, as `read_binary` gives it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
@@ -43,17 +45,20 @@ pub(crate) enum BlockInput {
     Files {
         paths: Vec<String>,
         read: ReadKind,
+        storage: StorageOptions,
+    },
+    /// Row groups of a Parquet file.
+    Parquet {
+        groups: RowGroups,
+        options: ParquetOptions,
+        storage: StorageOptions,
     },
     /// Items encoded as one list, the first being item `first` of the dataset.
-    Items {
-        rows: ByteBuf,
-        count: u64,
-        first: u64,
-    },
+    Items { rows: ByteBuf, count: u64, first: u64 },
 }
 
 /// Where a block's inputs are in the driver: a range of the file list,
-/// or its items, encoded.
+/// or the whole input of its task (items, encoded, or row groups).
 #[derive(Clone, Debug)]
 enum BlockSource {
     Files {
@@ -61,8 +66,9 @@ enum BlockSource {
         first: usize,
         end: usize,
         read: ReadKind,
+        storage: StorageOptions,
     },
-    Items(BlockInput),
+    Input(BlockInput),
 }
 
 /// One block of a dataset's input.
@@ -80,20 +86,26 @@ impl Block {
     /// What the block's task is sent.
     pub fn input(&self) -> BlockInput {
         match &self.source {
-            BlockSource::Files { list, first, end, read } => BlockInput::Files {
+            BlockSource::Files {
+                list,
+                first,
+                end,
+                read,
+                storage,
+            } => BlockInput::Files {
                 paths: (*first..*end).map(|index| list.path(index)).collect(),
                 read: *read,
+                storage: storage.clone(),
             },
-            BlockSource::Items(input) => input.clone(),
+            BlockSource::Input(input) => input.clone(),
         }
     }
 
-    /// How many files (or items) the block holds.
+    /// How many files, items or (of a Parquet file) rows the block holds.
     pub fn inputs(&self) -> u64 {
         match &self.source {
             BlockSource::Files { first, end, .. } => (end - first) as u64,
-            BlockSource::Items(BlockInput::Items { count, .. }) => *count,
-            BlockSource::Items(BlockInput::Files { paths, .. }) => paths.len() as u64,
+            BlockSource::Input(input) => input.inputs(),
         }
     }
 
@@ -104,8 +116,25 @@ impl Block {
             BlockSource::Files { list, first, end, .. } => {
                 format!("{} files, {} .. {}", end - first, list.path(*first), list.path(end - 1))
             }
-            BlockSource::Items(BlockInput::Items { count, first, .. }) => format!("items {first}..{}", first + count),
-            BlockSource::Items(BlockInput::Files { paths, .. }) => paths.join(", "),
+            BlockSource::Input(input) => input.describe(),
+        }
+    }
+}
+
+impl BlockInput {
+    fn inputs(&self) -> u64 {
+        match self {
+            BlockInput::Files { paths, .. } => paths.len() as u64,
+            BlockInput::Parquet { groups, .. } => groups.rows,
+            BlockInput::Items { count, .. } => *count,
+        }
+    }
+
+    fn describe(&self) -> String {
+        match self {
+            BlockInput::Files { paths, .. } => paths.join(", "),
+            BlockInput::Parquet { groups, .. } => groups.describe(),
+            BlockInput::Items { count, first, .. } => format!("items {first}..{}", first + count),
         }
     }
 }
@@ -130,7 +159,7 @@ impl Default for BlockSizing {
 }
 
 /// The blocks of `list` read as `read`.
-pub(crate) fn file_blocks(list: FileList, read: ReadKind, sizing: BlockSizing) -> Vec<Block> {
+pub(crate) fn file_blocks(list: FileList, read: ReadKind, storage: &StorageOptions, sizing: BlockSizing) -> Vec<Block> {
     let list = Arc::new(list);
     let mut blocks = Vec::new();
     let (mut first, mut bytes) = (0, 0);
@@ -138,18 +167,30 @@ pub(crate) fn file_blocks(list: FileList, read: ReadKind, sizing: BlockSizing) -
         let size = list.size(index);
         let full = index - first >= sizing.files_per_block.max(1);
         if index > first && (full || bytes + size > sizing.block_bytes) {
-            blocks.push(files_block(blocks.len(), &list, first..index, read, bytes));
+            blocks.push(files_block(blocks.len(), &list, first..index, (read, storage), bytes));
             (first, bytes) = (index, 0);
         }
         bytes += size;
     }
     if list.len() > first {
-        blocks.push(files_block(blocks.len(), &list, first..list.len(), read, bytes));
+        blocks.push(files_block(
+            blocks.len(),
+            &list,
+            first..list.len(),
+            (read, storage),
+            bytes,
+        ));
     }
     blocks
 }
 
-fn files_block(index: usize, list: &Arc<FileList>, range: std::ops::Range<usize>, read: ReadKind, bytes: u64) -> Block {
+fn files_block(
+    index: usize,
+    list: &Arc<FileList>,
+    range: std::ops::Range<usize>,
+    (read, storage): (ReadKind, &StorageOptions),
+    bytes: u64,
+) -> Block {
     let mut hasher = xxhash_rust::xxh3::Xxh3::new();
     for file in range.clone() {
         hasher.update(list.path(file).as_bytes());
@@ -162,6 +203,7 @@ fn files_block(index: usize, list: &Arc<FileList>, range: std::ops::Range<usize>
             first: range.start,
             end: range.end,
             read,
+            storage: storage.clone(),
         },
         bytes,
         fingerprint: hasher.digest(),
@@ -180,7 +222,7 @@ pub(crate) fn item_blocks(items: &[ByteBuf], sizing: BlockSizing) -> Result<Vec<
             index,
             bytes: rows.len() as u64,
             fingerprint: xxh3_64(&rows),
-            source: BlockSource::Items(BlockInput::Items {
+            source: BlockSource::Input(BlockInput::Items {
                 rows: ByteBuf::from(rows),
                 count: chunk.len() as u64,
                 first,
@@ -188,6 +230,28 @@ pub(crate) fn item_blocks(items: &[ByteBuf], sizing: BlockSizing) -> Result<Vec<
         });
     }
     Ok(blocks)
+}
+
+/// The blocks of row groups planned for a Parquet source, in order.
+pub(crate) fn parquet_blocks(
+    planned: Vec<PlannedGroups>,
+    options: &ParquetOptions,
+    storage: &StorageOptions,
+) -> Vec<Block> {
+    planned
+        .into_iter()
+        .enumerate()
+        .map(|(index, planned)| Block {
+            index,
+            bytes: planned.bytes,
+            fingerprint: xxh3_64(format!("{:?} {:?}", planned.groups, options).as_bytes()),
+            source: BlockSource::Input(BlockInput::Parquet {
+                groups: planned.groups,
+                options: options.clone(),
+                storage: storage.clone(),
+            }),
+        })
+        .collect()
 }
 
 #[cfg(test)]
@@ -209,16 +273,26 @@ mod tests {
             items_per_block: 2,
             block_bytes: 100,
         };
-        let blocks = file_blocks(files(&[10; 7]), ReadKind::Binary, sizing);
+        let blocks = file_blocks(files(&[10; 7]), ReadKind::Binary, &StorageOptions::new(), sizing);
         assert_eq!(counts(&blocks), vec![3, 3, 1]);
-        let blocks = file_blocks(files(&[60, 30, 20, 200, 5]), ReadKind::Binary, sizing);
+        let blocks = file_blocks(
+            files(&[60, 30, 20, 200, 5]),
+            ReadKind::Binary,
+            &StorageOptions::new(),
+            sizing,
+        );
         assert_eq!(
             counts(&blocks),
             vec![2, 1, 1, 1],
             "a file larger than the limit gets a block of its own"
         );
         assert_eq!(blocks.iter().map(|b| b.bytes).collect::<Vec<_>>(), vec![90, 20, 200, 5]);
-        let again = file_blocks(files(&[60, 30, 20, 200, 5]), ReadKind::Binary, sizing);
+        let again = file_blocks(
+            files(&[60, 30, 20, 200, 5]),
+            ReadKind::Binary,
+            &StorageOptions::new(),
+            sizing,
+        );
         let fingerprints = |bs: &[Block]| bs.iter().map(|b| b.fingerprint).collect::<Vec<_>>();
         assert_eq!(
             fingerprints(&blocks),

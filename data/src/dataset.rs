@@ -4,19 +4,27 @@
 use std::marker::PhantomData;
 use std::path::Path;
 
+use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 use serde_bytes::ByteBuf;
 
+use arrow::array::RecordBatch;
+
 use crate::actor_pool::{ActorPoolStrategy, ModelSpec};
-use crate::batching::BatchIter;
-use crate::block::{Block, FileBytes, ReadKind, TextLine};
+use crate::batching::{ArrowBatchIter, BatchIter};
+use crate::block::{FileBytes, ReadKind, TextLine};
+use crate::columnar::Arrow;
+use crate::execution::Execution;
 use crate::manifest::Manifest;
 use crate::model::BatchModel;
+use crate::parquet_source::ParquetOptions;
 use crate::plan::{Plan, Shard, Source};
 use crate::row::Row;
 use crate::sink::{self, BlockWriter, Format, Table, WriteSummary};
 use crate::stage::{OnError, StageKind, StageSpec};
+use crate::storage::{Storage, StorageOptions};
 use crate::streaming_split::StreamingSplit;
+use crate::task_sink::{ArrowFormat, TaskSink};
 use crate::{DataError, FileSet};
 
 /// A dataset of rows of type `T`, built lazily: nothing runs until it is
@@ -46,50 +54,6 @@ impl<T> Dataset<T> {
             _rows: PhantomData,
         }
     }
-}
-
-impl Dataset<FileBytes> {
-    /// Each file whole: its path and bytes.
-    pub fn read_binary(files: FileSet) -> Self {
-        Self::from_source(Source::Files {
-            files,
-            read: ReadKind::Binary,
-        })
-    }
-
-    /// Writes each row's bytes to a file of its own, `dir/<row.path>`: the
-    /// rows' paths must be relative names (a `map` can make them), each
-    /// used once. A block's files are all in place before it counts as
-    /// written, so a rerun rewrites only the blocks not yet finished.
-    pub fn write_files(&self, dir: impl AsRef<Path>) -> Result<WriteSummary, DataError> {
-        self.write(dir.as_ref(), Format::Files, &mut sink::write_each_file)
-    }
-}
-
-impl Dataset<TextLine> {
-    /// Each line of each file (UTF-8).
-    pub fn read_text(files: FileSet) -> Self {
-        Self::from_source(Source::Files {
-            files,
-            read: ReadKind::Text,
-        })
-    }
-}
-
-impl<T: Row> Dataset<T> {
-    /// The items, `items_per_block` to a block.
-    pub fn from_items(items: Vec<T>) -> Self {
-        let encoded = items
-            .iter()
-            .map(|item| raylet::proto::codec::encode(item).map(ByteBuf::from))
-            .collect::<Result<_, _>>()
-            .map_err(|e| format!("encoding the items: {e}"));
-        Self::from_source(Source::Items(encoded))
-    }
-
-    fn from_source(source: Source) -> Self {
-        Dataset::of(Plan::new(source))
-    }
 
     /// At most this many files to a block (default 16).
     pub fn files_per_block(mut self, files: usize) -> Self {
@@ -103,7 +67,8 @@ impl<T: Row> Dataset<T> {
         self
     }
 
-    /// A block ends before its files pass this many bytes (default 64 MiB).
+    /// A block ends before its files (or a Parquet file's row groups,
+    /// uncompressed) pass this many bytes (default 64 MiB).
     pub fn block_bytes(mut self, bytes: u64) -> Self {
         self.plan.sizing.block_bytes = bytes;
         self
@@ -132,6 +97,176 @@ impl<T: Row> Dataset<T> {
     pub fn show_progress(mut self, show: bool) -> Self {
         self.plan.options.show_progress = show;
         self
+    }
+
+    /// How object storage (`s3://…`) is opened, over the `AWS_*`
+    /// variables of each process that opens it.
+    pub fn storage_options(mut self, options: StorageOptions) -> Self {
+        self.plan.storage = options;
+        self
+    }
+
+    fn from_source(source: Source) -> Self {
+        Dataset::of(Plan::new(source))
+    }
+
+    fn then<O, F>(mut self, kind: StageKind, batch_size: usize) -> Dataset<O> {
+        self.plan.stages.push(StageSpec {
+            function: std::any::type_name::<F>().to_string(),
+            kind,
+            batch_size,
+        });
+        Dataset::of(self.plan)
+    }
+
+    /// `n` datasets that together hold this one's blocks, each a disjoint
+    /// part (every `n`th block): the shards of `n` Train workers, which can
+    /// be sent to them and read there.
+    pub fn split(&self, n: usize) -> Vec<Dataset<T>> {
+        let count = n.max(1);
+        (0..count)
+            .map(|index| {
+                let mut shard = Dataset::of(self.plan.clone());
+                shard.plan.shard = Some(Shard::part(self.plan.shard, index, count));
+                shard.show_progress(false)
+            })
+            .collect()
+    }
+
+    fn execute(&self, sink: Option<TaskSink>) -> Result<Execution, DataError> {
+        self.plan.execute(self.plan.blocks()?, &[], sink)
+    }
+
+    /// Runs the plan into `location`, skipping the blocks a previous run
+    /// wrote there; `write` writes a block in the driver, else `sink` in its task.
+    fn write<R: DeserializeOwned>(
+        &self,
+        location: &str,
+        format: Format,
+        sink: Option<TaskSink>,
+        write: Option<&mut BlockWriter<'_, R>>,
+    ) -> Result<WriteSummary, DataError> {
+        let storage = Storage::open(location, &self.plan.storage)?;
+        let blocks = self.plan.blocks()?;
+        let mut manifest = Manifest::open(&storage, self.plan.fingerprint(&blocks, format), blocks.len())?;
+        let (mut done, mut todo) = (Vec::new(), Vec::new());
+        for block in blocks {
+            match manifest.is_done(&block)? {
+                true => done.push(block),
+                false => todo.push(block),
+            }
+        }
+        let execution = self.plan.execute(todo, &done, sink)?;
+        sink::write_blocks::<R>(execution, &mut manifest, &storage, done.len(), write)
+    }
+}
+
+/// A sink's location as the string storage opens.
+fn location(path: &Path) -> String {
+    path.to_string_lossy().into_owned()
+}
+
+impl Dataset<Arrow> {
+    /// The row groups of Parquet files: a path, a directory, a glob, or an
+    /// object storage prefix (`s3://bucket/prefix`). Consecutive row groups
+    /// of a file make a block, up to `block_bytes`.
+    pub fn read_parquet(files: impl Into<FileSet>) -> Self {
+        Self::read_parquet_with(files, ParquetOptions::default())
+    }
+
+    /// `read_parquet` of some columns only, or of the rows that match a
+    /// filter (row groups that cannot match are skipped by their statistics).
+    pub fn read_parquet_with(files: impl Into<FileSet>, options: ParquetOptions) -> Self {
+        Self::from_source(Source::Parquet {
+            files: files.into(),
+            options,
+        })
+    }
+
+    /// Record batches of up to `batch_size` rows of a block through
+    /// `function` (registered with `register_arrow_fn!`), in the block's task.
+    pub fn map_batches<E, F: Fn(RecordBatch) -> Result<RecordBatch, E>>(
+        self,
+        _function: F,
+        batch_size: usize,
+    ) -> Dataset<Arrow> {
+        self.then::<Arrow, F>(StageKind::MapArrowBatches, batch_size.max(1))
+    }
+
+    /// The same rows, each read as a `T` from the columns named as its
+    /// fields (in the tasks of the stages that follow, or on collection).
+    pub fn rows<R: Row>(self) -> Dataset<R> {
+        Dataset::of(self.plan)
+    }
+
+    /// Record batches of `batch_size` rows (the last may be shorter), as
+    /// blocks finish (in no set order).
+    pub fn iter_batches(&self, batch_size: usize) -> Result<ArrowBatchIter, DataError> {
+        Ok(ArrowBatchIter::new(self.execute(None)?, batch_size))
+    }
+
+    /// Every row, as record batches, in no set order.
+    pub fn take_all(&self) -> Result<Vec<RecordBatch>, DataError> {
+        self.iter_batches(64 * 1024)?.collect()
+    }
+
+    /// Writes each block's rows as a Parquet file of its own
+    /// (`block_NNNNNN.parquet`, Snappy) to `location`: a directory or an
+    /// object storage prefix. Each block's task writes its file, so the
+    /// rows never pass through the driver; a rerun skips the blocks written.
+    pub fn write_parquet(&self, location: impl AsRef<Path>) -> Result<WriteSummary, DataError> {
+        let location = self::location(location.as_ref());
+        let sink = TaskSink {
+            location: location.clone(),
+            storage: self.plan.storage.clone(),
+            format: ArrowFormat::Parquet,
+        };
+        self.write::<()>(&location, Format::Arrow(ArrowFormat::Parquet), Some(sink), None)
+    }
+}
+
+impl Dataset<FileBytes> {
+    /// Each file whole: its path and bytes.
+    pub fn read_binary(files: FileSet) -> Self {
+        Self::from_source(Source::Files {
+            files,
+            read: ReadKind::Binary,
+        })
+    }
+
+    /// Writes each row's bytes to a file of its own, `dir/<row.path>`: the
+    /// rows' paths must be relative names (a `map` can make them), each
+    /// used once. A block's files are all in place before it counts as
+    /// written, so a rerun rewrites only the blocks not yet finished.
+    pub fn write_files(&self, dir: impl AsRef<Path>) -> Result<WriteSummary, DataError> {
+        self.write(
+            &location(dir.as_ref()),
+            Format::Files,
+            None,
+            Some(&mut sink::write_each_file),
+        )
+    }
+}
+
+impl Dataset<TextLine> {
+    /// Each line of each file (UTF-8).
+    pub fn read_text(files: FileSet) -> Self {
+        Self::from_source(Source::Files {
+            files,
+            read: ReadKind::Text,
+        })
+    }
+}
+
+impl<T: Row> Dataset<T> {
+    /// The items, `items_per_block` to a block.
+    pub fn from_items(items: Vec<T>) -> Self {
+        let encoded = items
+            .iter()
+            .map(|item| raylet::proto::codec::encode(item).map(ByteBuf::from))
+            .collect::<Result<_, _>>()
+            .map_err(|e| format!("encoding the items: {e}"));
+        Self::from_source(Source::Items(encoded))
     }
 
     /// Each row through `function` (registered with `register_map!`).
@@ -180,29 +315,6 @@ impl<T: Row> Dataset<T> {
         self.then::<M::Out, M>(StageKind::Model, batch_size.max(1))
     }
 
-    fn then<O, F>(mut self, kind: StageKind, batch_size: usize) -> Dataset<O> {
-        self.plan.stages.push(StageSpec {
-            function: std::any::type_name::<F>().to_string(),
-            kind,
-            batch_size,
-        });
-        Dataset::of(self.plan)
-    }
-
-    /// `n` datasets that together hold this one's blocks, each a disjoint
-    /// part (every `n`th block): the shards of `n` Train workers, which can
-    /// be sent to them and read there.
-    pub fn split(&self, n: usize) -> Vec<Dataset<T>> {
-        let count = n.max(1);
-        (0..count)
-            .map(|index| {
-                let mut shard = self.clone();
-                shard.plan.shard = Some(Shard::part(self.plan.shard, index, count));
-                shard.show_progress(false)
-            })
-            .collect()
-    }
-
     /// One run of the dataset shared by `n` consumers (the workers of a
     /// Train run): each reads its [`DataShard`](crate::DataShard) and gets the next finished
     /// block when it asks, so faster consumers read more. Every pass over
@@ -215,7 +327,7 @@ impl<T: Row> Dataset<T> {
 
     /// Rows in batches of `batch_size`, as blocks finish (in no set order).
     pub fn iter_batches(&self, batch_size: usize) -> Result<BatchIter<T>, DataError> {
-        Ok(BatchIter::new(self.plan.execute(self.plan.blocks()?, &[])?, batch_size))
+        Ok(BatchIter::new(self.execute(None)?, batch_size))
     }
 
     /// Every row, in no set order.
@@ -239,16 +351,11 @@ impl<T: Row> Dataset<T> {
     }
 
     fn write_table(&self, dir: &Path, table: Table) -> Result<WriteSummary, DataError> {
-        self.write(dir, Format::Table(table), &mut |dir, block, rows: Vec<T>, _| {
-            sink::write_table(table, dir, block, &rows)
-        })
-    }
-
-    fn write(&self, dir: &Path, format: Format, write: &mut BlockWriter<'_, T>) -> Result<WriteSummary, DataError> {
-        let blocks = self.plan.blocks()?;
-        let mut manifest = Manifest::open(dir, self.plan.fingerprint(&blocks, format), blocks.len())?;
-        let (done, todo): (Vec<Block>, Vec<Block>) = blocks.into_iter().partition(|block| manifest.is_done(block));
-        let execution = self.plan.execute(todo, &done)?;
-        sink::write_blocks::<T>(execution, &mut manifest, dir, done.len(), write)
+        self.write(
+            &location(dir),
+            Format::Table(table),
+            None,
+            Some(&mut |storage, block, rows: Vec<T>, _| sink::write_table(table, storage, block, &rows)),
+        )
     }
 }

@@ -26,6 +26,14 @@ pub enum DataError {
         input: String,
         message: String,
     },
+    /// Object storage refused or failed a call (a bucket that does not
+    /// exist, bad credentials, an unreachable endpoint).
+    #[error("{location}: {message}")]
+    Storage { location: String, message: String },
+    /// An input is not what its reader expects (a corrupt Parquet file, an
+    /// image that does not decode, a column that is not there).
+    #[error("{input}: {message}")]
+    Format { input: String, message: String },
     #[error("{context}: {source}")]
     Io {
         context: String,

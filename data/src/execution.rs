@@ -14,7 +14,8 @@ use crate::block::Block;
 use crate::progress::Progress;
 use crate::registry;
 use crate::stage::{OnError, RowError, StageKind, StageSpec};
-use crate::task::{BlockOutput, process_block};
+use crate::task::{BlockJob, BlockOutput, process_block};
+use crate::task_sink::TaskSink;
 
 /// How a run uses the cluster.
 #[derive(Clone, Copy, Debug, serde::Serialize, serde::Deserialize)]
@@ -29,6 +30,7 @@ pub(crate) struct ExecutionOptions {
 pub(crate) struct Execution {
     cluster: Cluster,
     stages: Vec<StageSpec>,
+    sink: Option<TaskSink>,
     options: ExecutionOptions,
     pool: Option<ActorPool>,
     waiting: VecDeque<(Block, u32)>,
@@ -51,13 +53,14 @@ const ACTOR_ATTEMPTS: u32 = 4;
 impl Execution {
     /// Checks that every stage's function is registered as its kind, then
     /// gets ready to run `blocks`; `done` are blocks finished before (their
-    /// inputs count as done).
+    /// inputs count as done); a `sink` writes each block in its task.
     pub fn new(
         cluster: Cluster,
         blocks: Vec<Block>,
         done: &[Block],
         stages: Vec<StageSpec>,
         model: Option<ModelSpec>,
+        sink: Option<TaskSink>,
         options: ExecutionOptions,
     ) -> Result<Self, DataError> {
         for stage in stages.iter().filter(|stage| stage.kind != StageKind::Model) {
@@ -80,6 +83,7 @@ impl Execution {
         Ok(Execution {
             cluster,
             stages,
+            sink,
             options,
             pool,
             waiting: blocks.into_iter().map(|block| (block, 1)).collect(),
@@ -148,19 +152,19 @@ impl Execution {
             let Some((block, attempt)) = self.waiting.pop_front() else {
                 break;
             };
-            let (stages, on_error) = (self.stages.clone(), self.options.on_error);
             let (actor, output) = match &mut self.pool {
                 Some(pool) => {
                     let Some(actor) = pool.actor_with_room()? else {
                         self.waiting.push_front((block, attempt));
                         break;
                     };
-                    (Some(actor), pool.submit(actor, block.input(), stages, on_error))
+                    let job = self.job(&block);
+                    (Some(actor), self.pool.as_mut().expect("a pool").submit(actor, job))
                 }
                 None => {
                     let output = process_block::options()
                         .num_cpus(self.options.num_cpus)
-                        .remote(&self.cluster, block.input(), stages, on_error)
+                        .remote(&self.cluster, self.job(&block))
                         .map_err(|e| block_error(&block, e))?;
                     (None, output)
                 }
@@ -174,6 +178,16 @@ impl Execution {
         }
         self.report_in_flight();
         Ok(())
+    }
+
+    fn job(&self, block: &Block) -> BlockJob {
+        BlockJob {
+            index: block.index,
+            input: block.input(),
+            stages: self.stages.clone(),
+            on_error: self.options.on_error,
+            sink: self.sink.clone(),
+        }
     }
 
     fn report_in_flight(&self) {

@@ -1,5 +1,5 @@
-//! Input file sets: a glob, a directory (walked in name order) or a list of
-//! paths, each resolved to a sorted, de-duplicated [`FileList`] with sizes,
+//! Input file sets: a glob, a directory (walked in name order), a list of
+//! paths or an object storage prefix, each resolved to a sorted, de-duplicated [`FileList`] with sizes,
 //! so that a rerun partitions the same files into the same blocks. The list
 //! keeps every name in one buffer, relative to the set's root, so that the
 //! driver holds a few bytes per file however many there are.
@@ -7,16 +7,38 @@
 use std::path::{Component, Path, PathBuf};
 
 use crate::DataError;
+use crate::storage::{self, Storage, StorageOptions};
 
 /// Which files a dataset reads.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]
 pub enum FileSet {
     /// Files matching a glob pattern (`data/**/*.pgm`).
     Glob(String),
-    /// Every file under a directory, recursively.
+    /// Every file under a directory, recursively, but for names starting
+    /// with `_` or `.` (an output's manifest and error list).
     Dir(PathBuf),
     /// These files.
     List(Vec<PathBuf>),
+    /// Every object under an object storage prefix (`s3://bucket/prefix`),
+    /// or every file under a `file://` directory, but for names starting
+    /// with `_` or `.`.
+    Url(String),
+}
+
+/// A location as a set: a URL (`s3://…`, `file://…`), a glob pattern, a
+/// directory, or one file.
+impl From<&str> for FileSet {
+    fn from(location: &str) -> Self {
+        if storage::is_url(location) {
+            FileSet::Url(location.to_string())
+        } else if location.contains(['*', '?', '[', '{']) {
+            FileSet::Glob(location.to_string())
+        } else if Path::new(location).is_dir() {
+            FileSet::Dir(location.into())
+        } else {
+            FileSet::List(vec![location.into()])
+        }
+    }
 }
 
 /// Resolved files: names relative to `root`, sorted, one after another in
@@ -97,10 +119,25 @@ impl FileSet {
         FileSet::List(paths.into_iter().map(Into::into).collect())
     }
 
-    /// The files, sorted by path, each with its size in bytes.
-    pub(crate) fn resolve(&self) -> Result<FileList, DataError> {
+    /// An object storage prefix (`s3://bucket/prefix`) or `file://` directory.
+    pub fn url(url: &str) -> Self {
+        FileSet::Url(url.to_string())
+    }
+
+    /// The files, sorted by path, each with its size in bytes; `storage`
+    /// opens a URL's object storage.
+    pub(crate) fn resolve(&self, storage: &StorageOptions) -> Result<FileList, DataError> {
         let mut list = FileList::default();
         match self {
+            FileSet::Url(url) => {
+                let store = Storage::open(url, storage)?;
+                list.root = PathBuf::from(store.location_of(""));
+                for (name, size) in store.list()? {
+                    if !hidden(&name) {
+                        list.push(&name, size);
+                    }
+                }
+            }
             FileSet::Glob(pattern) => {
                 list.root = literal_prefix(pattern);
                 glob_files(pattern, &mut list)?;
@@ -131,6 +168,13 @@ fn add(list: &mut FileList, path: &Path) -> Result<(), DataError> {
     let name = path.strip_prefix(&list.root).unwrap_or(path).to_string_lossy();
     list.push(&name, metadata.len());
     Ok(())
+}
+
+/// Whether a listed name is left out of a directory's files: a part of it
+/// starts with `_` or `.`, as an output's manifest and error list do (the
+/// rule of pyarrow's and Ray's dataset discovery).
+fn hidden(name: &str) -> bool {
+    name.split('/').any(|part| part.starts_with(['_', '.']))
 }
 
 /// The directory part of a glob pattern before its first wildcard.
@@ -165,6 +209,9 @@ fn walk(dir: &Path, list: &mut FileList) -> Result<(), DataError> {
     for entry in entries {
         let entry = entry.map_err(|e| DataError::io(format!("listing {}", dir.display()), e))?;
         let path = entry.path();
+        if hidden(&entry.file_name().to_string_lossy()) {
+            continue;
+        }
         match entry
             .file_type()
             .map_err(|e| DataError::io(format!("listing {}", dir.display()), e))?
@@ -190,12 +237,13 @@ mod tests {
             std::fs::write(&path, name).unwrap();
         }
         let names = |list: &FileList| (0..list.len()).map(|i| list.name(i).to_string()).collect::<Vec<_>>();
-        let all = FileSet::dir(dir.path()).resolve().unwrap();
+        let none = StorageOptions::new();
+        let all = FileSet::dir(dir.path()).resolve(&none).unwrap();
         assert_eq!(names(&all), ["a.txt", "b.txt", "skip.bin", "sub/c.txt"]);
         assert_eq!(all.path(3), dir.path().join("sub/c.txt").to_string_lossy());
         assert_eq!(all.size(0), 5);
         let globbed = FileSet::glob(&format!("{}/**/*.txt", dir.path().display()))
-            .resolve()
+            .resolve(&none)
             .unwrap();
         assert_eq!(names(&globbed), ["a.txt", "b.txt", "sub/c.txt"]);
         let listed = FileSet::list([
@@ -203,12 +251,12 @@ mod tests {
             dir.path().join("a.txt"),
             dir.path().join("b.txt"),
         ])
-        .resolve()
+        .resolve(&none)
         .unwrap();
         assert_eq!(listed.len(), 2, "sorted and de-duplicated");
         assert_eq!(listed.path(0), dir.path().join("a.txt").to_string_lossy());
         let error = FileSet::glob(&format!("{}/*.none", dir.path().display()))
-            .resolve()
+            .resolve(&none)
             .unwrap_err();
         assert!(error.to_string().contains("no files"), "{error}");
     }

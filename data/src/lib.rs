@@ -29,6 +29,7 @@ mod actor_pool;
 mod atomic_write;
 mod batching;
 mod block;
+mod columnar;
 mod dataset;
 #[cfg(feature = "digits")]
 pub mod digits;
@@ -39,25 +40,35 @@ mod macros;
 mod manifest;
 mod model;
 mod model_registry;
+mod parquet_source;
 mod plan;
+mod predicate;
 mod progress;
 mod registry;
 mod row;
 mod sink;
 mod stage;
+mod storage;
 mod streaming_split;
 mod task;
+mod task_sink;
 
 pub use actor_pool::ActorPoolStrategy;
-pub use batching::BatchIter;
+pub use arrow;
+pub use arrow::array::RecordBatch;
+pub use batching::{ArrowBatchIter, BatchIter};
 pub use block::{BlockSizing, FileBytes, TextLine};
+pub use columnar::Arrow;
 pub use dataset::Dataset;
 pub use error::DataError;
 pub use files::FileSet;
 pub use model::{BatchModel, LoadError, ModelError};
+pub use parquet_source::ParquetOptions;
+pub use predicate::{Comparison, Predicate, Value};
 pub use row::Row;
 pub use sink::WriteSummary;
 pub use stage::{OnError, RowError, StageKind};
+pub use storage::StorageOptions;
 pub use streaming_split::{DataShard, ShardBatches, SplitError, StreamingSplit};
 
 #[doc(hidden)]

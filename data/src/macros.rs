@@ -8,7 +8,9 @@ pub mod __private {
     pub use linkme;
 
     pub use crate::model_registry::{BATCH_MODELS, RegisteredModel};
-    pub use crate::registry::{DATA_FUNCTIONS, RegisteredFn, apply_batches, apply_filter, apply_flat_map, apply_map};
+    pub use crate::registry::{
+        DATA_FUNCTIONS, RegisteredFn, apply_arrow_batches, apply_batches, apply_filter, apply_flat_map, apply_map,
+    };
     pub use crate::stage::StageKind;
 }
 
@@ -58,6 +60,15 @@ macro_rules! register_filter {
 macro_rules! register_batch_fn {
     ($function:path) => {
         $crate::__register_data_fn!($function, MapBatches, apply_batches);
+    };
+}
+
+/// Registers `fn(RecordBatch) -> Result<RecordBatch, E>` for
+/// [`Dataset::map_arrow_batches`](crate::Dataset::map_arrow_batches).
+#[macro_export]
+macro_rules! register_arrow_fn {
+    ($function:path) => {
+        $crate::__register_data_fn!($function, MapArrowBatches, apply_arrow_batches);
     };
 }
 

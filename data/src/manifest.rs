@@ -1,21 +1,23 @@
-//! The manifest of an output directory: a header naming the dataset, then a
-//! line per block whose output files are in place, appended and synced after
-//! the file's rename. A rerun skips the blocks it lists; a different
-//! dataset is refused instead of mixed in.
+//! The manifest of an output location: under `_manifest/`, a header
+//! naming the dataset (`dataset.json`), then a record per block whose
+//! output files are in place (`block_NNNNNN.json`), each written whole
+//! after the block's files. A rerun skips the blocks it lists; a different
+//! dataset is refused instead of mixed in. One object per record, never
+//! appended to, works the same on a local disk and in object storage.
 
 use std::collections::HashMap;
-use std::fs::{File, OpenOptions};
-use std::io::Write;
-use std::path::{Path, PathBuf};
 
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::DataError;
-use crate::atomic_write::write_atomically;
 use crate::block::Block;
 use crate::stage::RowError;
+use crate::storage::Storage;
 
-pub(crate) const MANIFEST: &str = "_manifest.jsonl";
+/// The manifest's folder under the output location.
+pub(crate) const MANIFEST: &str = "_manifest";
+const HEADER: &str = "_manifest/dataset.json";
 
 #[derive(Debug, PartialEq, Serialize, Deserialize)]
 struct Header {
@@ -36,58 +38,57 @@ pub(crate) struct Entry {
 }
 
 pub(crate) struct Manifest {
-    dir: PathBuf,
-    file: File,
+    storage: Storage,
     entries: HashMap<usize, Entry>,
 }
 
 impl Manifest {
-    /// Opens the manifest of `dir` for `dataset` (a fingerprint of its
+    /// Opens the manifest of `storage` for `dataset` (a fingerprint of its
     /// blocks and stages), or starts one.
-    pub fn open(dir: &Path, dataset: u64, blocks: usize) -> Result<Self, DataError> {
-        std::fs::create_dir_all(dir).map_err(|e| DataError::io(format!("creating {}", dir.display()), e))?;
-        let path = dir.join(MANIFEST);
+    pub fn open(storage: &Storage, dataset: u64, blocks: usize) -> Result<Self, DataError> {
         let header = Header {
-            manifest: 1,
+            manifest: 2,
             dataset: format!("{dataset:016x}"),
             blocks,
         };
-        let entries = match std::fs::read_to_string(&path) {
-            Ok(text) => read_entries(&path, &text, &header)?,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-                write_new(&path, &header)?;
+        let entries = match storage.read_if_present(HEADER)? {
+            Some(text) => {
+                check_header(storage, &text, &header)?;
+                read_entries(storage)?
+            }
+            None => {
+                let text = serde_json::to_vec(&header).expect("a header is JSON");
+                storage.write(HEADER, Bytes::from(text))?;
                 HashMap::new()
             }
-            Err(e) => return Err(DataError::io(format!("reading {}", path.display()), e)),
         };
-        let file = OpenOptions::new()
-            .append(true)
-            .open(&path)
-            .map_err(|e| DataError::io(format!("opening {}", path.display()), e))?;
         Ok(Manifest {
-            dir: dir.to_path_buf(),
-            file,
+            storage: storage.clone(),
             entries,
         })
     }
 
     /// Whether `block`'s output is already in place.
-    pub fn is_done(&self, block: &Block) -> bool {
-        self.entries.get(&block.index).is_some_and(|entry| {
-            entry.fingerprint == format!("{:016x}", block.fingerprint)
-                && entry.files.iter().all(|file| self.dir.join(file).exists())
-        })
+    pub fn is_done(&self, block: &Block) -> Result<bool, DataError> {
+        let Some(entry) = self.entries.get(&block.index) else {
+            return Ok(false);
+        };
+        if entry.fingerprint != format!("{:016x}", block.fingerprint) {
+            return Ok(false);
+        }
+        for file in &entry.files {
+            if !self.storage.exists(file)? {
+                return Ok(false);
+            }
+        }
+        Ok(true)
     }
 
-    /// Records a block whose output files were just renamed into place.
+    /// Records a block whose output files were just written.
     pub fn record(&mut self, entry: Entry) -> Result<(), DataError> {
-        let mut line = serde_json::to_string(&entry).expect("an entry is JSON");
-        line.push('\n');
-        let context = || format!("appending to {}", self.dir.join(MANIFEST).display());
-        self.file
-            .write_all(line.as_bytes())
-            .map_err(|e| DataError::io(context(), e))?;
-        self.file.sync_data().map_err(|e| DataError::io(context(), e))?;
+        let text = serde_json::to_vec(&entry).expect("an entry is JSON");
+        self.storage
+            .write(&format!("{MANIFEST}/block_{:06}.json", entry.block), Bytes::from(text))?;
         self.entries.insert(entry.block, entry);
         Ok(())
     }
@@ -97,38 +98,39 @@ impl Manifest {
     }
 }
 
-fn write_new(path: &Path, header: &Header) -> Result<(), DataError> {
-    let mut text = serde_json::to_string(header).expect("a header is JSON");
-    text.push('\n');
-    write_atomically(path, text.as_bytes())
+fn check_header(storage: &Storage, text: &[u8], expected: &Header) -> Result<(), DataError> {
+    match serde_json::from_slice::<Header>(text) {
+        Ok(header) if header == *expected => Ok(()),
+        Ok(header) => Err(DataError::Manifest(format!(
+            "{} holds the outputs of another dataset ({} blocks, fingerprint {}; this one: {} blocks, {}): \
+             write to a new location, or delete it to start over",
+            storage.location_of(""),
+            header.blocks,
+            header.dataset,
+            expected.blocks,
+            expected.dataset
+        ))),
+        Err(_) => Err(DataError::Manifest(format!(
+            "{} is not a raylet-data manifest",
+            storage.location_of(HEADER)
+        ))),
+    }
 }
 
-/// The entries after the header; a last line cut short by a crash is left out.
-fn read_entries(path: &Path, text: &str, expected: &Header) -> Result<HashMap<usize, Entry>, DataError> {
-    let mut lines = text.lines();
-    let header: Option<Header> = lines.next().and_then(|line| serde_json::from_str(line).ok());
-    match header {
-        Some(header) if header == *expected => {}
-        Some(header) => {
-            return Err(DataError::Manifest(format!(
-                "{} holds the outputs of another dataset ({} blocks, fingerprint {}; this one: {} blocks, {}): \
-                 write to a new directory, or delete it to start over",
-                path.parent().unwrap_or(path).display(),
-                header.blocks,
-                header.dataset,
-                expected.blocks,
-                expected.dataset
-            )));
+/// The records of finished blocks (any that cannot be read are redone).
+fn read_entries(storage: &Storage) -> Result<HashMap<usize, Entry>, DataError> {
+    let folder = storage.child(MANIFEST);
+    let mut entries = HashMap::new();
+    for (name, _) in folder.list()? {
+        if !name.starts_with("block_") {
+            continue;
         }
-        None => {
-            return Err(DataError::Manifest(format!(
-                "{} is not a raylet-data manifest",
-                path.display()
-            )));
+        if let Some(entry) = folder
+            .read_if_present(&name)?
+            .and_then(|text| serde_json::from_slice::<Entry>(&text).ok())
+        {
+            entries.insert(entry.block, entry);
         }
     }
-    Ok(lines
-        .filter_map(|line| serde_json::from_str::<Entry>(line).ok())
-        .map(|entry| (entry.block, entry))
-        .collect())
+    Ok(entries)
 }

@@ -6,12 +6,12 @@ use std::collections::HashMap;
 use std::sync::OnceLock;
 
 use crate::model::{BatchModel, LoadError};
-use crate::registry::{self, EncodedRows};
+use crate::registry::{self, BlockRows};
 use crate::stage::{RowFailure, StageRun};
 
 /// A model loaded in an actor, its types erased.
 pub(crate) trait LoadedModel: Send {
-    fn apply(&mut self, rows: &EncodedRows, run: &mut StageRun) -> Result<EncodedRows, RowFailure>;
+    fn apply(&mut self, rows: &BlockRows, run: &mut StageRun) -> Result<BlockRows, RowFailure>;
 }
 
 struct Loaded<M: BatchModel> {
@@ -20,7 +20,7 @@ struct Loaded<M: BatchModel> {
 }
 
 impl<M: BatchModel> LoadedModel for Loaded<M> {
-    fn apply(&mut self, rows: &EncodedRows, run: &mut StageRun) -> Result<EncodedRows, RowFailure> {
+    fn apply(&mut self, rows: &BlockRows, run: &mut StageRun) -> Result<BlockRows, RowFailure> {
         let (model, state) = (&self.model, &mut self.state);
         registry::apply_batches(rows, run, |batch| {
             model.predict(state, batch).map_err(|e| e.to_string())

@@ -12,8 +12,11 @@ use crate::FileSet;
 use crate::actor_pool::ModelSpec;
 use crate::block::{self, Block, BlockSizing, ReadKind};
 use crate::execution::{Execution, ExecutionOptions};
+use crate::parquet_source::{self, ParquetOptions};
 use crate::sink::Format;
 use crate::stage::{StageKind, StageSpec};
+use crate::storage::StorageOptions;
+use crate::task_sink::TaskSink;
 
 /// Where a dataset's rows come from.
 #[derive(Clone, Serialize, Deserialize)]
@@ -21,6 +24,11 @@ pub(crate) enum Source {
     Files {
         files: FileSet,
         read: ReadKind,
+    },
+    /// Row groups of Parquet files.
+    Parquet {
+        files: FileSet,
+        options: ParquetOptions,
     },
     /// The items, each encoded alone (or why they could not be).
     Items(Result<Vec<ByteBuf>, String>),
@@ -56,6 +64,8 @@ pub(crate) struct Plan {
     pub models: Vec<Result<ModelSpec, String>>,
     pub sizing: BlockSizing,
     pub options: ExecutionOptions,
+    /// How sources and sinks in object storage are opened.
+    pub storage: StorageOptions,
 }
 
 impl Plan {
@@ -72,13 +82,20 @@ impl Plan {
                 on_error: crate::OnError::Fail,
                 show_progress: true,
             },
+            storage: StorageOptions::default(),
         }
     }
 
     /// The blocks of the source, as this plan cuts them.
     pub fn blocks(&self) -> Result<Vec<Block>, DataError> {
         match &self.source {
-            Source::Files { files, read } => Ok(block::file_blocks(files.resolve()?, *read, self.sizing)),
+            Source::Files { files, read } => Ok(block::file_blocks(
+                files.resolve(&self.storage)?,
+                *read,
+                &self.storage,
+                self.sizing,
+            )),
+            Source::Parquet { files, options } => self.parquet_blocks(files, options),
             Source::Items(Ok(items)) => block::item_blocks(items, self.sizing),
             Source::Items(Err(e)) => Err(DataError::InvalidInput(e.clone())),
         }
@@ -88,8 +105,26 @@ impl Plan {
         })
     }
 
-    /// Starts a run over `blocks`; `done` are blocks finished before.
-    pub fn execute(&self, blocks: Vec<Block>, done: &[Block]) -> Result<Execution, DataError> {
+    fn parquet_blocks(&self, files: &FileSet, options: &ParquetOptions) -> Result<Vec<Block>, DataError> {
+        let list = files.resolve(&self.storage)?;
+        let mut planned = Vec::new();
+        for index in 0..list.len() {
+            let location = list.path(index);
+            let file_blocks = parquet_source::plan_file(
+                &location,
+                list.size(index),
+                options,
+                &self.storage,
+                self.sizing.block_bytes,
+            )?;
+            planned.extend(file_blocks);
+        }
+        Ok(block::parquet_blocks(planned, options, &self.storage))
+    }
+
+    /// Starts a run over `blocks`; `done` are blocks finished before; a
+    /// `sink` writes each block's rows in its task.
+    pub fn execute(&self, blocks: Vec<Block>, done: &[Block], sink: Option<TaskSink>) -> Result<Execution, DataError> {
         let model = match self.models.as_slice() {
             [] => None,
             [Ok(model)] => Some(model.clone()),
@@ -101,7 +136,7 @@ impl Plan {
             }
         };
         let cluster = raylet::current()?;
-        Execution::new(cluster, blocks, done, self.stages.clone(), model, self.options)
+        Execution::new(cluster, blocks, done, self.stages.clone(), model, sink, self.options)
     }
 
     /// What identifies the plan's output: its blocks, stages and format.

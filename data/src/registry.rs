@@ -2,26 +2,37 @@
 //! binary started again): each `register_*!` macro records a function with
 //! one of the adapters here, which decodes a block's rows, applies the
 //! function and encodes what it returns, keeping track of which input each
-//! row came from.
+//! row came from. Typed functions read Arrow rows too (a column per field);
+//! Arrow functions take and return record batches.
 
 use std::collections::HashMap;
 use std::fmt::Display;
 use std::sync::OnceLock;
 
+use arrow::array::RecordBatch;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use crate::columnar;
 use crate::stage::{RowFailure, StageKind, StageRun};
 
-/// Rows a stage works on: encoded, with the input each came from.
-pub struct EncodedRows {
-    pub rows: Vec<u8>,
+/// A block's rows between stages.
+pub enum RowData {
+    /// Typed rows, a list encoded with postcard.
+    Encoded(Vec<u8>),
+    /// Arrow record batches.
+    Arrow(Vec<RecordBatch>),
+}
+
+/// Rows a stage works on, with the input each came from.
+pub struct BlockRows {
+    pub data: RowData,
     /// Per row, the index of its input (file or item) within the block.
     pub origins: Vec<u32>,
 }
 
 /// Applies a registered function to a block's rows.
-pub type ApplyFn = fn(&EncodedRows, &mut StageRun) -> Result<EncodedRows, RowFailure>;
+pub type ApplyFn = fn(&BlockRows, &mut StageRun) -> Result<BlockRows, RowFailure>;
 
 /// One registered function. Not a public API.
 #[doc(hidden)]
@@ -42,21 +53,29 @@ pub(crate) fn find(name: &str) -> Option<&'static RegisteredFn> {
     table.get(name).copied()
 }
 
-fn decode<T: DeserializeOwned>(rows: &EncodedRows, run: &StageRun) -> Result<Vec<T>, RowFailure> {
-    raylet::proto::codec::decode(&rows.rows).map_err(|e| run.block_failure(format!("decoding its rows: {e}")))
+fn decode<T: DeserializeOwned>(rows: &BlockRows, run: &StageRun) -> Result<Vec<T>, RowFailure> {
+    match &rows.data {
+        RowData::Encoded(bytes) => {
+            raylet::proto::codec::decode(bytes).map_err(|e| run.block_failure(format!("decoding its rows: {e}")))
+        }
+        RowData::Arrow(batches) => columnar::batches_to_rows(batches).map_err(|e| run.block_failure(e)),
+    }
 }
 
-fn encode<T: Serialize>(rows: &[T], origins: Vec<u32>, run: &StageRun) -> Result<EncodedRows, RowFailure> {
+fn encode<T: Serialize>(rows: &[T], origins: Vec<u32>, run: &StageRun) -> Result<BlockRows, RowFailure> {
     let rows = raylet::proto::codec::encode(rows).map_err(|e| run.block_failure(format!("encoding its rows: {e}")))?;
-    Ok(EncodedRows { rows, origins })
+    Ok(BlockRows {
+        data: RowData::Encoded(rows),
+        origins,
+    })
 }
 
 #[doc(hidden)]
 pub fn apply_map<I, O, E>(
-    rows: &EncodedRows,
+    rows: &BlockRows,
     run: &mut StageRun,
     function: impl Fn(I) -> Result<O, E>,
-) -> Result<EncodedRows, RowFailure>
+) -> Result<BlockRows, RowFailure>
 where
     I: DeserializeOwned,
     O: Serialize,
@@ -67,10 +86,10 @@ where
 
 #[doc(hidden)]
 pub fn apply_flat_map<I, O, E>(
-    rows: &EncodedRows,
+    rows: &BlockRows,
     run: &mut StageRun,
     function: impl Fn(I) -> Result<Vec<O>, E>,
-) -> Result<EncodedRows, RowFailure>
+) -> Result<BlockRows, RowFailure>
 where
     I: DeserializeOwned,
     O: Serialize,
@@ -91,10 +110,10 @@ where
 
 #[doc(hidden)]
 pub fn apply_filter<T>(
-    rows: &EncodedRows,
+    rows: &BlockRows,
     run: &mut StageRun,
     function: impl Fn(&T) -> bool,
-) -> Result<EncodedRows, RowFailure>
+) -> Result<BlockRows, RowFailure>
 where
     T: DeserializeOwned + Serialize,
 {
@@ -113,10 +132,10 @@ where
 /// else each takes the batch's first input's.
 #[doc(hidden)]
 pub fn apply_batches<I, O, E>(
-    rows: &EncodedRows,
+    rows: &BlockRows,
     run: &mut StageRun,
     mut function: impl FnMut(Vec<I>) -> Result<Vec<O>, E>,
-) -> Result<EncodedRows, RowFailure>
+) -> Result<BlockRows, RowFailure>
 where
     I: DeserializeOwned,
     O: Serialize,
@@ -138,4 +157,47 @@ where
         }
     }
     encode(&out, origins, run)
+}
+
+/// Calls the function on record batches of up to `run.batch_size` rows
+/// (a block's batches are joined first when it has several). Origins
+/// follow the rule of [`apply_batches`].
+#[doc(hidden)]
+pub fn apply_arrow_batches<E: Display>(
+    rows: &BlockRows,
+    run: &mut StageRun,
+    function: impl Fn(RecordBatch) -> Result<RecordBatch, E>,
+) -> Result<BlockRows, RowFailure> {
+    let RowData::Arrow(batches) = &rows.data else {
+        return Err(run.block_failure("an Arrow function was given typed rows".into()));
+    };
+    let Some(first) = batches.first() else {
+        return Ok(BlockRows {
+            data: RowData::Arrow(Vec::new()),
+            origins: Vec::new(),
+        });
+    };
+    let whole = match batches.len() {
+        1 => first.clone(),
+        _ => arrow::compute::concat_batches(&first.schema(), batches)
+            .map_err(|e| run.block_failure(format!("joining its batches: {e}")))?,
+    };
+    let (mut out, mut origins) = (Vec::new(), Vec::new());
+    let size = run.batch_size.max(1);
+    for (start, batch_origins) in (0..).step_by(size).zip(rows.origins.chunks(size)) {
+        match function(whole.slice(start, batch_origins.len())) {
+            Ok(batch) => {
+                match batch.num_rows() == batch_origins.len() {
+                    true => origins.extend_from_slice(batch_origins),
+                    false => origins.extend(std::iter::repeat_n(batch_origins[0], batch.num_rows())),
+                }
+                out.push(batch);
+            }
+            Err(e) => run.fail(batch_origins, e.to_string())?,
+        }
+    }
+    Ok(BlockRows {
+        data: RowData::Arrow(out),
+        origins,
+    })
 }

@@ -1,31 +1,38 @@
-//! Sinks: every block's rows go to files of their own, written under a
-//! temporary name, synced and renamed into place, then recorded in the
-//! manifest. Tables (`write_jsonl`, `write_csv`) write one file per block
-//! (`block_NNNNNN.jsonl`); `write_files` writes each row's bytes to the name
-//! it carries. A retried or rerun block rewrites the same names, so each
-//! input's rows appear exactly once; a rerun skips the blocks the manifest
-//! lists. Rows left out under `OnError::Skip` are listed in `_errors.jsonl`.
+//! Sinks: every block's rows go to files of their own, each written whole
+//! (locally under a temporary name, synced and renamed into place; in
+//! object storage by one PUT), then recorded in the manifest. Tables of
+//! typed rows (`write_jsonl`, `write_csv`) are written by the driver, one
+//! file per block (`block_NNNNNN.jsonl`); `write_files` writes each row's
+//! bytes to the name it carries; Arrow rows (`write_parquet`) are written
+//! by the blocks' own tasks. A retried or rerun block rewrites the same
+//! names, so each input's rows appear exactly once; a rerun skips the
+//! blocks the manifest lists. Rows left out under `OnError::Skip` are
+//! listed in `_errors.jsonl`.
 
 use std::collections::{HashMap, HashSet};
 use std::path::{Component, Path, PathBuf};
 
+use bytes::Bytes;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
 use crate::DataError;
-use crate::atomic_write::write_atomically;
 use crate::block::{Block, FileBytes};
 use crate::execution::Execution;
 use crate::manifest::{Entry, MANIFEST, Manifest};
 use crate::stage::RowError;
+use crate::storage::Storage;
+use crate::task_sink::ArrowFormat;
 
 pub(crate) const ERRORS: &str = "_errors.jsonl";
 
-/// What a sink writes: tables of rows, or each row as a file.
+/// What a sink writes: tables of rows, each row as a file, or Arrow
+/// rows in a file format.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Format {
     Table(Table),
     Files,
+    Arrow(ArrowFormat),
 }
 
 /// The table formats, a file per block.
@@ -75,6 +82,7 @@ pub struct WriteSummary {
     pub rows: u64,
     /// Rows left out under `OnError::Skip`, listed in `_errors.jsonl`.
     pub errors: Vec<RowError>,
+    /// The output files (paths, or URLs in object storage).
     pub files: Vec<PathBuf>,
     /// The most actors the model stage's pool had at once (0 without one).
     pub max_actors: usize,
@@ -110,24 +118,28 @@ fn two_rows_named(name: &str, block: &Block) -> DataError {
     ))
 }
 
-/// Writes a block's rows to the output directory, returning the names of
+/// Writes a block's rows to the output location, returning the names of
 /// the files written.
 pub(crate) type BlockWriter<'a, T> =
-    dyn FnMut(&Path, &Block, Vec<T>, &mut OutputNames) -> Result<Vec<String>, DataError> + 'a;
+    dyn FnMut(&Storage, &Block, Vec<T>, &mut OutputNames) -> Result<Vec<String>, DataError> + 'a;
 
-/// Runs `execution` into `dir`, each block through `write`.
+/// Runs `execution` into `storage`, each block through `write` (none:
+/// the blocks' tasks wrote their files).
 pub(crate) fn write_blocks<T: DeserializeOwned>(
     mut execution: Execution,
     manifest: &mut Manifest,
-    dir: &Path,
+    storage: &Storage,
     skipped_blocks: usize,
-    write: &mut BlockWriter<'_, T>,
+    mut write: Option<&mut BlockWriter<'_, T>>,
 ) -> Result<WriteSummary, DataError> {
     let mut names = OutputNames::of(manifest);
     let mut blocks_written = 0;
     while let Some(next) = execution.next_block() {
         let (block, output) = next?;
-        let files = write(dir, &block, output.decode_rows()?, &mut names)?;
+        let files = match write.as_mut() {
+            Some(write) => write(storage, &block, output.decode_rows()?, &mut names)?,
+            None => output.files.clone(),
+        };
         manifest.record(Entry {
             block: block.index,
             fingerprint: format!("{:016x}", block.fingerprint),
@@ -137,7 +149,7 @@ pub(crate) fn write_blocks<T: DeserializeOwned>(
         })?;
         blocks_written += 1;
     }
-    let mut summary = summarize(manifest, dir, blocks_written, skipped_blocks)?;
+    let mut summary = summarize(manifest, storage, blocks_written, skipped_blocks)?;
     summary.max_actors = execution.largest_pool();
     Ok(summary)
 }
@@ -146,7 +158,7 @@ pub(crate) fn write_blocks<T: DeserializeOwned>(
 /// other block has).
 pub(crate) fn write_table<T: Serialize>(
     format: Table,
-    dir: &Path,
+    storage: &Storage,
     block: &Block,
     rows: &[T],
 ) -> Result<Vec<String>, DataError> {
@@ -154,14 +166,14 @@ pub(crate) fn write_table<T: Serialize>(
         .encode(rows)
         .map_err(|e| DataError::InvalidInput(format!("writing block {} as {format:?}: {e}", block.index)))?;
     let file = format!("block_{:06}.{}", block.index, format.extension());
-    write_atomically(&dir.join(&file), &bytes)?;
+    storage.write(&file, Bytes::from(bytes))?;
     Ok(vec![file])
 }
 
-/// Writes each row's bytes to `dir/<row.path>`; the path must be relative
-/// and stay inside `dir`.
+/// Writes each row's bytes to `<location>/<row.path>`; the path must be
+/// relative and stay inside the location.
 pub(crate) fn write_each_file(
-    dir: &Path,
+    storage: &Storage,
     block: &Block,
     rows: Vec<FileBytes>,
     names: &mut OutputNames,
@@ -174,11 +186,7 @@ pub(crate) fn write_each_file(
             return Err(two_rows_named(&name, block));
         }
         names.claim(&name, block)?;
-        let path = dir.join(&name);
-        if let Some(parent) = path.parent() {
-            std::fs::create_dir_all(parent).map_err(|e| DataError::io(format!("creating {}", parent.display()), e))?;
-        }
-        write_atomically(&path, &row.bytes)?;
+        storage.write(&name, Bytes::from(row.bytes))?;
         files.push(name);
     }
     Ok(files)
@@ -201,9 +209,9 @@ fn output_name(path: &str) -> Result<String, DataError> {
             ))
         })?;
     let name = parts.join("/");
-    match name.as_str() {
-        "" => Err(DataError::InvalidInput("write_files: a row has an empty path".into())),
-        MANIFEST | ERRORS => Err(DataError::InvalidInput(format!(
+    match parts[..] {
+        [] => Err(DataError::InvalidInput("write_files: a row has an empty path".into())),
+        [MANIFEST, ..] | [ERRORS] => Err(DataError::InvalidInput(format!(
             "write_files: {name} is the name of the output directory's own record"
         ))),
         _ => Ok(name),
@@ -211,7 +219,12 @@ fn output_name(path: &str) -> Result<String, DataError> {
 }
 
 /// The summary of the whole output, and `_errors.jsonl` rewritten from the manifest.
-fn summarize(manifest: &Manifest, dir: &Path, written: usize, skipped: usize) -> Result<WriteSummary, DataError> {
+fn summarize(
+    manifest: &Manifest,
+    storage: &Storage,
+    written: usize,
+    skipped: usize,
+) -> Result<WriteSummary, DataError> {
     let mut entries: Vec<&Entry> = manifest.entries().collect();
     entries.sort_by_key(|entry| entry.block);
     let errors: Vec<RowError> = entries.iter().flat_map(|entry| entry.skipped.clone()).collect();
@@ -220,7 +233,7 @@ fn summarize(manifest: &Manifest, dir: &Path, written: usize, skipped: usize) ->
         serde_json::to_writer(&mut text, error).expect("a RowError is JSON");
         text.push(b'\n');
     }
-    write_atomically(&dir.join(ERRORS), &text)?;
+    storage.write(ERRORS, Bytes::from(text))?;
     Ok(WriteSummary {
         blocks_written: written,
         blocks_skipped: skipped,
@@ -228,7 +241,7 @@ fn summarize(manifest: &Manifest, dir: &Path, written: usize, skipped: usize) ->
         errors,
         files: entries
             .iter()
-            .flat_map(|entry| entry.files.iter().map(|file| dir.join(file)))
+            .flat_map(|entry| entry.files.iter().map(|file| PathBuf::from(storage.location_of(file))))
             .collect(),
         max_actors: 0,
     })

@@ -10,6 +10,8 @@ pub enum StageKind {
     FlatMap,
     Filter,
     MapBatches,
+    /// Arrow record batches through a function.
+    MapArrowBatches,
     /// A [`BatchModel`](crate::BatchModel) in an actor pool.
     Model,
 }

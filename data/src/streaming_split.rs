@@ -164,7 +164,7 @@ impl EpochState {
     fn next_block(&mut self, plan: &Plan) -> Result<Option<BlockOutput>, DataError> {
         let execution = match &mut self.execution {
             Some(execution) => execution,
-            None => self.execution.insert(plan.execute(plan.blocks()?, &[])?),
+            None => self.execution.insert(plan.execute(plan.blocks()?, &[], None)?),
         };
         execution
             .next_block()

@@ -190,9 +190,8 @@ fn a_killed_driver_rerun_skips_written_blocks_and_completes_the_output() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    let manifest = out.join("_manifest.jsonl");
     let deadline = Instant::now() + Duration::from_secs(120);
-    while std::fs::read_to_string(&manifest).map_or(0, |t| t.lines().count()) < 1 + 5 {
+    while common::manifest_blocks(&out) < 5 {
         assert!(Instant::now() < deadline, "the child wrote no 5 blocks in 120 s");
         assert!(child.try_wait().unwrap().is_none(), "the child driver exited early");
         std::thread::sleep(Duration::from_millis(10));
@@ -347,7 +346,7 @@ fn write_files_writes_each_row_to_its_name_once_and_refuses_names_outside_the_di
             "doubled/0100.txt",
             "two rows are both to be written to doubled/0100.txt",
         ),
-        ("_manifest.jsonl", "own record"),
+        ("_manifest/dataset.json", "own record"),
     ] {
         let out = root.path().join(format!("bad_{}", bad.replace('/', "_")));
         std::fs::write(root.path().join("bad_name"), bad).unwrap();

@@ -102,7 +102,7 @@ fn children_of(parent: u32) -> Vec<u32> {
 }
 
 fn manifest_blocks(out: &Path) -> usize {
-    std::fs::read_to_string(out.join("_manifest.jsonl")).map_or(0, |text| text.lines().count().saturating_sub(1))
+    common::manifest_blocks(out)
 }
 
 #[test]

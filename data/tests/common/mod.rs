@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
+pub mod s3;
+
 /// What a numbered input file holds, and what becomes of it.
 #[derive(Debug, PartialEq, Serialize, Deserialize)]
 pub struct Parsed {
@@ -52,6 +54,19 @@ pub fn output_rows<T: for<'de> Deserialize<'de>>(dir: &Path) -> Vec<T> {
         }
     }
     rows
+}
+
+/// How many blocks the manifest of `dir` lists as written.
+pub fn manifest_blocks(dir: &Path) -> usize {
+    std::fs::read_dir(dir.join("_manifest")).map_or(0, |entries| {
+        entries
+            .flatten()
+            .filter(|entry| {
+                let name = entry.file_name().to_string_lossy().into_owned();
+                name.starts_with("block_") && name.ends_with(".json")
+            })
+            .count()
+    })
 }
 
 /// How many times each number appears.

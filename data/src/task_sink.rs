@@ -1,0 +1,62 @@
+//! Sinks that run in a block's own task: the block's Arrow rows written as
+//! one file, `block_NNNNNN.parquet`, to the output storage, so that no
+//! row passes through the driver, which records the file in the manifest.
+//! A retried block writes the same name again, whole.
+
+use arrow::array::RecordBatch;
+use bytes::Bytes;
+use parquet::arrow::ArrowWriter;
+use parquet::basic::Compression;
+use parquet::file::properties::WriterProperties;
+use serde::{Deserialize, Serialize};
+
+use crate::storage::{Storage, StorageOptions};
+
+/// The file formats written from Arrow rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) enum ArrowFormat {
+    /// Snappy-compressed Parquet, a row group per block.
+    Parquet,
+}
+
+impl ArrowFormat {
+    fn extension(self) -> &'static str {
+        match self {
+            ArrowFormat::Parquet => "parquet",
+        }
+    }
+}
+
+/// Where and how a run's blocks are written.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct TaskSink {
+    pub location: String,
+    pub storage: StorageOptions,
+    pub format: ArrowFormat,
+}
+
+impl TaskSink {
+    /// Writes block `index`'s rows; returns the names of the files written
+    /// (none for a block without rows).
+    pub fn write(&self, index: usize, batches: &[RecordBatch]) -> Result<Vec<String>, String> {
+        let Some(first) = batches.first() else {
+            return Ok(Vec::new());
+        };
+        let bytes = match self.format {
+            ArrowFormat::Parquet => parquet_bytes(first, batches).map_err(|e| format!("encoding Parquet: {e}"))?,
+        };
+        let name = format!("block_{index:06}.{}", self.format.extension());
+        let storage = Storage::open(&self.location, &self.storage).map_err(|e| e.to_string())?;
+        storage.write(&name, Bytes::from(bytes)).map_err(|e| e.to_string())?;
+        Ok(vec![name])
+    }
+}
+
+fn parquet_bytes(first: &RecordBatch, batches: &[RecordBatch]) -> Result<Vec<u8>, parquet::errors::ParquetError> {
+    let properties = WriterProperties::builder().set_compression(Compression::SNAPPY).build();
+    let mut writer = ArrowWriter::try_new(Vec::new(), first.schema(), Some(properties))?;
+    for batch in batches {
+        writer.write(batch)?;
+    }
+    writer.into_inner()
+}

@@ -1,0 +1,102 @@
+//! A real S3-compatible server for the tests: `s3s-fs` (installed by
+//! .ci/run with `cargo install s3s-fs`), started on a free loopback port
+//! over a temporary directory, one bucket per folder, and killed on drop.
+
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use raylet_data::StorageOptions;
+
+const ACCESS_KEY: &str = "raylet-test";
+const SECRET_KEY: &str = "raylet-test-secret";
+
+/// A running `s3s-fs` and the directory it serves.
+pub struct S3Server {
+    process: Child,
+    root: tempfile::TempDir,
+    port: u16,
+}
+
+/// The `s3s-fs` binary: on the PATH or in cargo's bin directory.
+fn s3s_fs() -> Option<PathBuf> {
+    let cargo_bin = std::env::var_os("CARGO_HOME")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|home| Path::new(&home).join(".cargo")))
+        .map(|home| home.join("bin/s3s-fs"));
+    std::env::var_os("PATH")
+        .iter()
+        .flat_map(std::env::split_paths)
+        .map(|dir| dir.join("s3s-fs"))
+        .chain(cargo_bin)
+        .find(|path| path.is_file())
+}
+
+impl S3Server {
+    /// Starts the server, or `None` (saying so) where it is not installed;
+    /// under CI it must be.
+    pub fn start() -> Option<S3Server> {
+        let Some(binary) = s3s_fs() else {
+            assert!(std::env::var_os("CI").is_none(), "CI installs s3s-fs (.ci/run)");
+            eprintln!("skipped: no s3s-fs on this machine (.ci/run installs it)");
+            return None;
+        };
+        let root = tempfile::tempdir().unwrap();
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let process = Command::new(binary)
+            .args(["--host", "127.0.0.1", "--port", &port.to_string()])
+            .args(["--access-key", ACCESS_KEY, "--secret-key", SECRET_KEY])
+            .arg(root.path())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("s3s-fs starts");
+        let server = S3Server { process, root, port };
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(Instant::now() < deadline, "s3s-fs did not listen in 20 s");
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        Some(server)
+    }
+
+    /// Makes an empty bucket (a folder of the served directory).
+    pub fn create_bucket(&self, name: &str) {
+        std::fs::create_dir_all(self.root.path().join(name)).unwrap();
+    }
+
+    /// The settings that reach this server.
+    pub fn options(&self) -> StorageOptions {
+        StorageOptions::new()
+            .with("aws_endpoint", format!("http://127.0.0.1:{}", self.port))
+            .with("aws_access_key_id", ACCESS_KEY)
+            .with("aws_secret_access_key", SECRET_KEY)
+            .with("aws_region", "us-east-1")
+            .with("aws_allow_http", "true")
+    }
+
+    /// The objects under `bucket/prefix`, as names relative to it.
+    pub fn objects(&self, bucket: &str, prefix: &str) -> Vec<String> {
+        let dir = self.root.path().join(bucket).join(prefix);
+        let mut names = Vec::new();
+        let mut stack = vec![dir.clone()];
+        while let Some(folder) = stack.pop() {
+            for entry in std::fs::read_dir(&folder).into_iter().flatten().flatten() {
+                match entry.file_type().unwrap().is_dir() {
+                    true => stack.push(entry.path()),
+                    false => names.push(entry.path().strip_prefix(&dir).unwrap().to_string_lossy().into_owned()),
+                }
+            }
+        }
+        names.sort();
+        names
+    }
+}
+
+impl Drop for S3Server {
+    fn drop(&mut self) {
+        let _ = self.process.kill();
+        let _ = self.process.wait();
+    }
+}
