@@ -10,7 +10,9 @@ use serde_bytes::ByteBuf;
 use xxhash_rust::xxh3::xxh3_64;
 
 use crate::DataError;
+use crate::csv_source::CsvOptions;
 use crate::files::FileList;
+use crate::image_source::ImageOptions;
 use crate::parquet_source::{ParquetOptions, PlannedGroups, RowGroups};
 use crate::storage::StorageOptions;
 
@@ -31,12 +33,16 @@ pub struct TextLine {
 }
 
 /// How a file becomes rows.
-#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub(crate) enum ReadKind {
     /// One [`FileBytes`] per file.
     Binary,
     /// One [`TextLine`] per line.
     Text,
+    /// Arrow rows, by a schema every block shares.
+    Csv(CsvOptions),
+    /// One [`Image`](crate::Image) per file.
+    Images(ImageOptions),
 }
 
 /// What a block's task starts from.
@@ -94,7 +100,7 @@ impl Block {
                 storage,
             } => BlockInput::Files {
                 paths: (*first..*end).map(|index| list.path(index)).collect(),
-                read: *read,
+                read: read.clone(),
                 storage: storage.clone(),
             },
             BlockSource::Input(input) => input.clone(),
@@ -159,7 +165,12 @@ impl Default for BlockSizing {
 }
 
 /// The blocks of `list` read as `read`.
-pub(crate) fn file_blocks(list: FileList, read: ReadKind, storage: &StorageOptions, sizing: BlockSizing) -> Vec<Block> {
+pub(crate) fn file_blocks(
+    list: FileList,
+    read: &ReadKind,
+    storage: &StorageOptions,
+    sizing: BlockSizing,
+) -> Vec<Block> {
     let list = Arc::new(list);
     let mut blocks = Vec::new();
     let (mut first, mut bytes) = (0, 0);
@@ -188,7 +199,7 @@ fn files_block(
     index: usize,
     list: &Arc<FileList>,
     range: std::ops::Range<usize>,
-    (read, storage): (ReadKind, &StorageOptions),
+    (read, storage): (&ReadKind, &StorageOptions),
     bytes: u64,
 ) -> Block {
     let mut hasher = xxhash_rust::xxh3::Xxh3::new();
@@ -202,7 +213,7 @@ fn files_block(
             list: list.clone(),
             first: range.start,
             end: range.end,
-            read,
+            read: read.clone(),
             storage: storage.clone(),
         },
         bytes,
@@ -273,11 +284,11 @@ mod tests {
             items_per_block: 2,
             block_bytes: 100,
         };
-        let blocks = file_blocks(files(&[10; 7]), ReadKind::Binary, &StorageOptions::new(), sizing);
+        let blocks = file_blocks(files(&[10; 7]), &ReadKind::Binary, &StorageOptions::new(), sizing);
         assert_eq!(counts(&blocks), vec![3, 3, 1]);
         let blocks = file_blocks(
             files(&[60, 30, 20, 200, 5]),
-            ReadKind::Binary,
+            &ReadKind::Binary,
             &StorageOptions::new(),
             sizing,
         );
@@ -289,7 +300,7 @@ mod tests {
         assert_eq!(blocks.iter().map(|b| b.bytes).collect::<Vec<_>>(), vec![90, 20, 200, 5]);
         let again = file_blocks(
             files(&[60, 30, 20, 200, 5]),
-            ReadKind::Binary,
+            &ReadKind::Binary,
             &StorageOptions::new(),
             sizing,
         );

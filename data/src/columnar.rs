@@ -6,7 +6,10 @@
 use arrow::array::RecordBatch;
 use arrow::ipc::reader::StreamReader;
 use arrow::ipc::writer::StreamWriter;
+use arrow_schema::FieldRef;
+use serde::Serialize;
 use serde::de::DeserializeOwned;
+use serde_arrow::schema::{SchemaLike, TracingOptions};
 
 /// The row type of a dataset held as Arrow record batches, as
 /// `read_parquet` makes it: its batches are [`RecordBatch`]es (numeric
@@ -52,6 +55,15 @@ pub(crate) fn batches_to_rows<T: DeserializeOwned>(batches: &[RecordBatch]) -> R
         rows.extend(batch_rows);
     }
     Ok(rows)
+}
+
+/// `rows` as one record batch, a column per field (the types traced from
+/// the rows themselves).
+pub(crate) fn rows_to_batch<T: Serialize>(rows: &[T]) -> Result<RecordBatch, String> {
+    let options = TracingOptions::default().allow_null_fields(true);
+    let fields = Vec::<FieldRef>::from_samples(rows, options)
+        .map_err(|e| format!("the Arrow columns of {}: {e}", std::any::type_name::<T>()))?;
+    serde_arrow::to_record_batch(&fields, &rows).map_err(|e| format!("rows to Arrow columns: {e}"))
 }
 
 #[cfg(test)]

@@ -14,7 +14,9 @@ use crate::actor_pool::{ActorPoolStrategy, ModelSpec};
 use crate::batching::{ArrowBatchIter, BatchIter};
 use crate::block::{FileBytes, ReadKind, TextLine};
 use crate::columnar::Arrow;
+use crate::csv_source::CsvOptions;
 use crate::execution::Execution;
+use crate::image_source::{Image, ImageOptions};
 use crate::manifest::Manifest;
 use crate::model::BatchModel;
 use crate::parquet_source::ParquetOptions;
@@ -183,6 +185,21 @@ impl Dataset<Arrow> {
         })
     }
 
+    /// Files of delimited text, with a header line by default: a path, a
+    /// directory, a glob, or an object storage prefix. The schema is
+    /// inferred from the first file.
+    pub fn read_csv(files: impl Into<FileSet>) -> Self {
+        Self::read_csv_with(files, CsvOptions::default())
+    }
+
+    /// `read_csv` with a given schema, delimiter or header setting.
+    pub fn read_csv_with(files: impl Into<FileSet>, options: CsvOptions) -> Self {
+        Self::from_source(Source::Files {
+            files: files.into(),
+            read: ReadKind::Csv(options),
+        })
+    }
+
     /// Record batches of up to `batch_size` rows of a block through
     /// `function` (registered with `register_arrow_fn!`), in the block's task.
     pub fn map_batches<E, F: Fn(RecordBatch) -> Result<RecordBatch, E>>(
@@ -215,13 +232,40 @@ impl Dataset<Arrow> {
     /// object storage prefix. Each block's task writes its file, so the
     /// rows never pass through the driver; a rerun skips the blocks written.
     pub fn write_parquet(&self, location: impl AsRef<Path>) -> Result<WriteSummary, DataError> {
-        let location = self::location(location.as_ref());
+        self.write_arrow(location.as_ref(), ArrowFormat::Parquet)
+    }
+
+    /// Writes each block's rows as CSV with a header line
+    /// (`block_NNNNNN.csv`), from the blocks' tasks.
+    pub fn write_csv(&self, location: impl AsRef<Path>) -> Result<WriteSummary, DataError> {
+        self.write_arrow(location.as_ref(), ArrowFormat::Csv)
+    }
+
+    /// Writes each block's rows as JSON objects, one per line
+    /// (`block_NNNNNN.jsonl`), from the blocks' tasks.
+    pub fn write_jsonl(&self, location: impl AsRef<Path>) -> Result<WriteSummary, DataError> {
+        self.write_arrow(location.as_ref(), ArrowFormat::Jsonl)
+    }
+
+    fn write_arrow(&self, location: &Path, format: ArrowFormat) -> Result<WriteSummary, DataError> {
+        let location = self::location(location);
         let sink = TaskSink {
             location: location.clone(),
             storage: self.plan.storage.clone(),
-            format: ArrowFormat::Parquet,
+            format,
         };
-        self.write::<()>(&location, Format::Arrow(ArrowFormat::Parquet), Some(sink), None)
+        self.write::<()>(&location, Format::Arrow(format), Some(sink), None)
+    }
+}
+
+impl Dataset<Image> {
+    /// PNG and JPEG files (others are left out), each decoded to a row of
+    /// its pixels: a path, a directory, a glob, or an object storage prefix.
+    pub fn read_images(files: impl Into<FileSet>, options: ImageOptions) -> Self {
+        Self::from_source(Source::Files {
+            files: files.into(),
+            read: ReadKind::Images(options),
+        })
     }
 }
 
@@ -348,6 +392,12 @@ impl<T: Row> Dataset<T> {
     /// file of its own in `dir`.
     pub fn write_csv(&self, dir: impl AsRef<Path>) -> Result<WriteSummary, DataError> {
         self.write_table(dir.as_ref(), Table::Csv)
+    }
+
+    /// Writes each block's rows as a Parquet file of its own in `dir`, a
+    /// column per field (through Arrow, with the types the rows hold).
+    pub fn write_parquet(&self, dir: impl AsRef<Path>) -> Result<WriteSummary, DataError> {
+        self.write_table(dir.as_ref(), Table::Parquet)
     }
 
     fn write_table(&self, dir: &Path, table: Table) -> Result<WriteSummary, DataError> {

@@ -90,6 +90,20 @@ impl FileList {
         self.sizes.push(size);
     }
 
+    /// The same files but those whose names `keep` refuses.
+    pub fn retain(&mut self, keep: impl Fn(&str) -> bool) {
+        let mut kept = FileList {
+            root: self.root.clone(),
+            ..FileList::default()
+        };
+        for index in 0..self.len() {
+            if keep(self.name(index)) {
+                kept.push(self.name(index), self.sizes[index]);
+            }
+        }
+        *self = kept;
+    }
+
     /// The same files sorted by name, each once.
     fn sorted(self) -> FileList {
         let mut order: Vec<usize> = (0..self.len()).collect();

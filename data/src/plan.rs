@@ -12,6 +12,7 @@ use crate::FileSet;
 use crate::actor_pool::ModelSpec;
 use crate::block::{self, Block, BlockSizing, ReadKind};
 use crate::execution::{Execution, ExecutionOptions};
+use crate::image_source;
 use crate::parquet_source::{self, ParquetOptions};
 use crate::sink::Format;
 use crate::stage::{StageKind, StageSpec};
@@ -89,12 +90,7 @@ impl Plan {
     /// The blocks of the source, as this plan cuts them.
     pub fn blocks(&self) -> Result<Vec<Block>, DataError> {
         match &self.source {
-            Source::Files { files, read } => Ok(block::file_blocks(
-                files.resolve(&self.storage)?,
-                *read,
-                &self.storage,
-                self.sizing,
-            )),
+            Source::Files { files, read } => self.file_blocks(files, read),
             Source::Parquet { files, options } => self.parquet_blocks(files, options),
             Source::Items(Ok(items)) => block::item_blocks(items, self.sizing),
             Source::Items(Err(e)) => Err(DataError::InvalidInput(e.clone())),
@@ -103,6 +99,22 @@ impl Plan {
             Some(Shard { index, count }) => blocks.into_iter().filter(|b| b.index % count == index).collect(),
             None => blocks,
         })
+    }
+
+    fn file_blocks(&self, files: &FileSet, read: &ReadKind) -> Result<Vec<Block>, DataError> {
+        let mut list = files.resolve(&self.storage)?;
+        let read = match read {
+            ReadKind::Images(_) => {
+                list.retain(image_source::is_image);
+                if list.len() == 0 {
+                    return Err(DataError::InvalidInput(format!("no PNG or JPEG files in {files:?}")));
+                }
+                read.clone()
+            }
+            ReadKind::Csv(options) => ReadKind::Csv(options.with_schema_of(&list.path(0), &self.storage)?),
+            ReadKind::Binary | ReadKind::Text => read.clone(),
+        };
+        Ok(block::file_blocks(list, &read, &self.storage, self.sizing))
     }
 
     fn parquet_blocks(&self, files: &FileSet, options: &ParquetOptions) -> Result<Vec<Block>, DataError> {

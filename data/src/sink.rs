@@ -18,6 +18,7 @@ use serde::de::DeserializeOwned;
 
 use crate::DataError;
 use crate::block::{Block, FileBytes};
+use crate::columnar;
 use crate::execution::Execution;
 use crate::manifest::{Entry, MANIFEST, Manifest};
 use crate::stage::RowError;
@@ -35,11 +36,13 @@ pub(crate) enum Format {
     Arrow(ArrowFormat),
 }
 
-/// The table formats, a file per block.
+/// The table formats of typed rows, a file per block.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum Table {
     Jsonl,
     Csv,
+    /// Through Arrow columns named as the rows' fields.
+    Parquet,
 }
 
 impl Table {
@@ -47,6 +50,7 @@ impl Table {
         match self {
             Table::Jsonl => "jsonl",
             Table::Csv => "csv",
+            Table::Parquet => "parquet",
         }
     }
 
@@ -67,6 +71,7 @@ impl Table {
                 }
                 writer.into_inner().map_err(|e| e.to_string())
             }
+            Table::Parquet => ArrowFormat::Parquet.encode(&[columnar::rows_to_batch(rows)?]),
         }
     }
 }
@@ -155,13 +160,17 @@ pub(crate) fn write_blocks<T: DeserializeOwned>(
 }
 
 /// Writes a block's rows as one table file, `block_NNNNNN.EXT` (a name no
-/// other block has).
+/// other block has; none for a Parquet block without rows, which has no
+/// columns to write).
 pub(crate) fn write_table<T: Serialize>(
     format: Table,
     storage: &Storage,
     block: &Block,
     rows: &[T],
 ) -> Result<Vec<String>, DataError> {
+    if format == Table::Parquet && rows.is_empty() {
+        return Ok(Vec::new());
+    }
     let bytes = format
         .encode(rows)
         .map_err(|e| DataError::InvalidInput(format!("writing block {} as {format:?}: {e}", block.index)))?;

@@ -149,6 +149,32 @@ impl Storage {
         }
     }
 
+    /// The first `limit` bytes of file `name` (all of a shorter one).
+    pub fn read_head(&self, name: &str, limit: usize) -> Result<Bytes, DataError> {
+        let read_error = |message: String| DataError::Read {
+            path: self.location_of(name).into(),
+            message,
+        };
+        match self {
+            Storage::Local(dir) => {
+                use std::io::Read;
+                let mut head = Vec::new();
+                std::fs::File::open(dir.join(name))
+                    .and_then(|file| file.take(limit as u64).read_to_end(&mut head))
+                    .map_err(|e| read_error(e.to_string()))?;
+                Ok(Bytes::from(head))
+            }
+            Storage::Remote { store, prefix, .. } => {
+                let (store, path) = (store.clone(), child(prefix, name));
+                run(async move {
+                    let size = store.head(&path).await?.size;
+                    store.get_range(&path, 0..size.min(limit as u64)).await
+                })
+                .map_err(|e| read_error(e.to_string()))
+            }
+        }
+    }
+
     /// File `name`, or `None` where there is none.
     pub fn read_if_present(&self, name: &str) -> Result<Option<Bytes>, DataError> {
         match self {

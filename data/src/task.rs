@@ -4,12 +4,15 @@
 //! writes in tasks), with the rows it left out.
 
 use arrow::array::RecordBatch;
+use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 use serde_bytes::ByteBuf;
 
 use crate::DataError;
 use crate::block::{BlockInput, FileBytes, ReadKind, TextLine};
 use crate::columnar;
+use crate::csv_source;
+use crate::image_source;
 use crate::model_registry::LoadedModel;
 use crate::parquet_source;
 use crate::registry::{self, BlockRows, RowData};
@@ -182,6 +185,13 @@ fn reader(input: &BlockInput) -> &'static str {
         BlockInput::Files {
             read: ReadKind::Text, ..
         } => "read_text",
+        BlockInput::Files {
+            read: ReadKind::Csv(_), ..
+        } => "read_csv",
+        BlockInput::Files {
+            read: ReadKind::Images(_),
+            ..
+        } => "read_images",
     }
 }
 
@@ -193,55 +203,61 @@ fn read(input: &BlockInput, run: &mut StageRun) -> Result<BlockRows, RowFailure>
             data: RowData::Encoded(rows.to_vec()),
             origins: (0..*count as u32).collect(),
         }),
-        BlockInput::Files {
-            paths,
-            read: ReadKind::Binary,
-            storage,
-        } => read_files(paths, storage, run, read_binary),
-        BlockInput::Files {
-            paths,
-            read: ReadKind::Text,
-            storage,
-        } => read_files(paths, storage, run, read_lines),
+        BlockInput::Files { paths, read, storage } => match read {
+            ReadKind::Binary => typed_rows(read_each(paths, storage, run, read_binary)?, run),
+            ReadKind::Text => typed_rows(read_each(paths, storage, run, read_lines)?, run),
+            ReadKind::Images(options) => {
+                let decode = |path: &str, bytes: Bytes| image_source::decode(path, &bytes, options).map(|i| vec![i]);
+                typed_rows(read_each(paths, storage, run, decode)?, run)
+            }
+            ReadKind::Csv(options) => {
+                let parse = |_: &str, bytes: Bytes| csv_source::read_file(bytes, options);
+                Ok(arrow_rows(read_each(paths, storage, run, parse)?))
+            }
+        },
         BlockInput::Parquet {
             groups,
             options,
             storage,
         } => match parquet_source::read_groups(groups, options, storage) {
-            Ok(batches) => Ok(BlockRows {
-                origins: vec![0; batches.iter().map(RecordBatch::num_rows).sum()],
-                data: RowData::Arrow(batches),
-            }),
+            Ok(batches) => Ok(arrow_rows(vec![(0, batches)])),
             Err(e) => {
                 run.fail(&[0], e)?;
-                Ok(BlockRows {
-                    data: RowData::Arrow(Vec::new()),
-                    origins: Vec::new(),
-                })
+                Ok(arrow_rows(Vec::new()))
             }
         },
     }
 }
 
-fn read_files<T: Serialize>(
+/// Each file's rows, by its index in the block, as `read_one` makes them
+/// of its bytes; a file that cannot be read or made rows of fails the
+/// block, or (with [`OnError::Skip`]) is left out and recorded in `run`.
+fn read_each<T>(
     paths: &[String],
     storage: &StorageOptions,
     run: &mut StageRun,
-    read_one: fn(&str, bytes::Bytes) -> Result<Vec<T>, String>,
-) -> Result<BlockRows, RowFailure> {
-    let (mut rows, mut origins) = (Vec::new(), Vec::new());
+    read_one: impl Fn(&str, Bytes) -> Result<Vec<T>, String>,
+) -> Result<Vec<(u32, Vec<T>)>, RowFailure> {
+    let mut files = Vec::with_capacity(paths.len());
     for (origin, path) in paths.iter().enumerate() {
-        let file_rows = storage::open_file(path, storage)
+        let rows = storage::open_file(path, storage)
             .and_then(|(storage, name)| storage.read(&name))
             .map_err(|e| e.to_string())
             .and_then(|bytes| read_one(path, bytes));
-        match file_rows {
-            Ok(file_rows) => {
-                origins.extend(std::iter::repeat_n(origin as u32, file_rows.len()));
-                rows.extend(file_rows);
-            }
-            Err(e) => run.fail(&[origin as u32], e.to_string())?,
+        match rows {
+            Ok(rows) => files.push((origin as u32, rows)),
+            Err(e) => run.fail(&[origin as u32], e)?,
         }
+    }
+    Ok(files)
+}
+
+/// Typed rows of files, encoded, each with its file's origin.
+fn typed_rows<T: Serialize>(files: Vec<(u32, Vec<T>)>, run: &StageRun) -> Result<BlockRows, RowFailure> {
+    let (mut rows, mut origins) = (Vec::new(), Vec::new());
+    for (origin, file_rows) in files {
+        origins.extend(std::iter::repeat_n(origin, file_rows.len()));
+        rows.extend(file_rows);
     }
     let rows = raylet::proto::codec::encode(&rows).map_err(|e| run.block_failure(format!("encoding its rows: {e}")))?;
     Ok(BlockRows {
@@ -250,14 +266,29 @@ fn read_files<T: Serialize>(
     })
 }
 
-fn read_binary(path: &str, bytes: bytes::Bytes) -> Result<Vec<FileBytes>, String> {
+/// Record batches of files, each row with its file's origin.
+fn arrow_rows(files: Vec<(u32, Vec<RecordBatch>)>) -> BlockRows {
+    let (mut batches, mut origins) = (Vec::new(), Vec::new());
+    for (origin, file_batches) in files {
+        for batch in file_batches {
+            origins.extend(std::iter::repeat_n(origin, batch.num_rows()));
+            batches.push(batch);
+        }
+    }
+    BlockRows {
+        data: RowData::Arrow(batches),
+        origins,
+    }
+}
+
+fn read_binary(path: &str, bytes: Bytes) -> Result<Vec<FileBytes>, String> {
     Ok(vec![FileBytes {
         path: path.to_string(),
         bytes: Vec::from(bytes),
     }])
 }
 
-fn read_lines(path: &str, bytes: bytes::Bytes) -> Result<Vec<TextLine>, String> {
+fn read_lines(path: &str, bytes: Bytes) -> Result<Vec<TextLine>, String> {
     let text = std::str::from_utf8(&bytes).map_err(|e| format!("not UTF-8 text: {e}"))?;
     Ok(text
         .lines()

@@ -1,5 +1,5 @@
 //! Sinks that run in a block's own task: the block's Arrow rows written as
-//! one file, `block_NNNNNN.parquet`, to the output storage, so that no
+//! one file, `block_NNNNNN.parquet` (or `.csv`, `.jsonl`), to the output storage, so that no
 //! row passes through the driver, which records the file in the manifest.
 //! A retried block writes the same name again, whole.
 
@@ -15,14 +15,46 @@ use crate::storage::{Storage, StorageOptions};
 /// The file formats written from Arrow rows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) enum ArrowFormat {
-    /// Snappy-compressed Parquet, a row group per block.
+    /// Snappy-compressed Parquet.
     Parquet,
+    /// A header line, then a line per row.
+    Csv,
+    /// A JSON object per line.
+    Jsonl,
 }
 
 impl ArrowFormat {
     fn extension(self) -> &'static str {
         match self {
             ArrowFormat::Parquet => "parquet",
+            ArrowFormat::Csv => "csv",
+            ArrowFormat::Jsonl => "jsonl",
+        }
+    }
+
+    /// `batches` as a file of this format.
+    pub fn encode(self, batches: &[RecordBatch]) -> Result<Vec<u8>, String> {
+        let Some(first) = batches.first() else {
+            return Ok(Vec::new());
+        };
+        let error = |e: &dyn std::fmt::Display| format!("encoding {self:?}: {e}");
+        match self {
+            ArrowFormat::Parquet => parquet_bytes(first, batches).map_err(|e| error(&e)),
+            ArrowFormat::Csv => {
+                let mut writer = arrow::csv::WriterBuilder::new().with_header(true).build(Vec::new());
+                for batch in batches {
+                    writer.write(batch).map_err(|e| error(&e))?;
+                }
+                Ok(writer.into_inner())
+            }
+            ArrowFormat::Jsonl => {
+                let mut writer = arrow::json::LineDelimitedWriter::new(Vec::new());
+                writer
+                    .write_batches(&batches.iter().collect::<Vec<_>>())
+                    .map_err(|e| error(&e))?;
+                writer.finish().map_err(|e| error(&e))?;
+                Ok(writer.into_inner())
+            }
         }
     }
 }
@@ -39,12 +71,10 @@ impl TaskSink {
     /// Writes block `index`'s rows; returns the names of the files written
     /// (none for a block without rows).
     pub fn write(&self, index: usize, batches: &[RecordBatch]) -> Result<Vec<String>, String> {
-        let Some(first) = batches.first() else {
+        if batches.is_empty() {
             return Ok(Vec::new());
-        };
-        let bytes = match self.format {
-            ArrowFormat::Parquet => parquet_bytes(first, batches).map_err(|e| format!("encoding Parquet: {e}"))?,
-        };
+        }
+        let bytes = self.format.encode(batches)?;
         let name = format!("block_{index:06}.{}", self.format.extension());
         let storage = Storage::open(&self.location, &self.storage).map_err(|e| e.to_string())?;
         storage.write(&name, Bytes::from(bytes)).map_err(|e| e.to_string())?;
