@@ -12,9 +12,10 @@ use raylet::{Cluster, ObjectRef};
 use serde_bytes::ByteBuf;
 
 use crate::DataError;
+use crate::block_output::BlockOutput;
 use crate::model::LoadError;
 use crate::model_registry::{self, LoadedModel};
-use crate::task::{self, BlockJob, BlockOutput};
+use crate::task::{self, BlockJob};
 
 /// Calls queued on one actor at once, so it never waits between blocks.
 const CALLS_PER_ACTOR: usize = 2;

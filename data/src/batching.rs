@@ -6,12 +6,14 @@
 use std::collections::VecDeque;
 
 use arrow::array::RecordBatch;
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
 
 use crate::DataError;
-use crate::execution::Execution;
+use crate::block_output::BlockOutput;
+use crate::execution::{Execution, LocalShuffle};
 use crate::row::Row;
 use crate::stage::RowError;
-use crate::task::BlockOutput;
 
 /// Rows of finished blocks, cut into batches: what both `iter_batches`
 /// (over a run of its own, or a streaming split's shard) hand out.
@@ -19,20 +21,34 @@ pub(crate) struct RowBatcher<T> {
     rows: VecDeque<T>,
     batch_size: usize,
     skipped: Vec<RowError>,
+    /// With a local shuffle: its buffer and random order.
+    shuffle: Option<(usize, StdRng)>,
 }
 
 impl<T: Row> RowBatcher<T> {
-    pub fn new(batch_size: usize) -> Self {
+    /// Batches of `batch_size` rows, drawn at random with a local shuffle
+    /// (its order taken from the seed and `epoch`).
+    pub fn new(batch_size: usize, shuffle: Option<LocalShuffle>, epoch: u64) -> Self {
         RowBatcher {
             rows: VecDeque::new(),
             batch_size: batch_size.max(1),
             skipped: Vec::new(),
+            shuffle: shuffle.map(|s| {
+                (
+                    s.buffer_rows,
+                    StdRng::seed_from_u64(crate::exchange::mix(s.seed, epoch)),
+                )
+            }),
         }
     }
 
-    /// Whether a whole batch is not there yet.
+    /// Whether a whole batch (or, shuffling, a full buffer) is not there yet.
     pub fn wants_more(&self) -> bool {
-        self.rows.len() < self.batch_size
+        let wanted = match &self.shuffle {
+            Some((buffer_rows, _)) => self.batch_size.max(*buffer_rows),
+            None => self.batch_size,
+        };
+        self.rows.len() < wanted
     }
 
     /// Adds a finished block's rows and the rows it left out.
@@ -45,7 +61,20 @@ impl<T: Row> RowBatcher<T> {
     /// The next batch (a short one when the rows run out), if any rows are left.
     pub fn take(&mut self) -> Option<Vec<T>> {
         let take = self.rows.len().min(self.batch_size);
-        (take > 0).then(|| self.rows.drain(..take).collect())
+        if take == 0 {
+            return None;
+        }
+        match &mut self.shuffle {
+            None => Some(self.rows.drain(..take).collect()),
+            Some((_, rng)) => {
+                let rows = &mut self.rows;
+                let batch = (0..take).map(|_| {
+                    let pick = rng.random_range(0..rows.len());
+                    rows.swap_remove_back(pick).expect("a row at a drawn index")
+                });
+                Some(batch.collect())
+            }
+        }
     }
 
     /// Rows left out so far under `OnError::Skip`.
@@ -61,10 +90,10 @@ pub struct BatchIter<T> {
 }
 
 impl<T: Row> BatchIter<T> {
-    pub(crate) fn new(execution: Execution, batch_size: usize) -> Self {
+    pub(crate) fn new(execution: Execution, batch_size: usize, shuffle: Option<LocalShuffle>) -> Self {
         BatchIter {
             execution,
-            batcher: RowBatcher::new(batch_size),
+            batcher: RowBatcher::new(batch_size, shuffle, 0),
         }
     }
 

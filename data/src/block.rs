@@ -5,12 +5,16 @@
 
 use std::sync::Arc;
 
+use raylet::ObjectRef;
+
 use serde::{Deserialize, Serialize};
 use serde_bytes::ByteBuf;
 use xxhash_rust::xxh3::xxh3_64;
 
-use crate::DataError;
+use crate::block_output::BlockOutput;
 use crate::csv_source::CsvOptions;
+use crate::encoded_rows::EncodedRows;
+use crate::exchange::Reducer;
 use crate::files::FileList;
 use crate::image_source::ImageOptions;
 use crate::parquet_source::{ParquetOptions, PlannedGroups, RowGroups};
@@ -59,8 +63,15 @@ pub(crate) enum BlockInput {
         options: ParquetOptions,
         storage: StorageOptions,
     },
-    /// Items encoded as one list, the first being item `first` of the dataset.
-    Items { rows: ByteBuf, count: u64, first: u64 },
+    /// Items, the first being item `first` of the dataset.
+    Items { rows: EncodedRows, first: u64 },
+    /// Output block `block` of an all-to-all step: its part of every input
+    /// block, merged by `reducer`.
+    Exchanged {
+        parts: Vec<ObjectRef<BlockOutput>>,
+        reducer: Reducer,
+        block: usize,
+    },
 }
 
 /// Where a block's inputs are in the driver: a range of the file list,
@@ -132,7 +143,8 @@ impl BlockInput {
         match self {
             BlockInput::Files { paths, .. } => paths.len() as u64,
             BlockInput::Parquet { groups, .. } => groups.rows,
-            BlockInput::Items { count, .. } => *count,
+            BlockInput::Items { rows, .. } => rows.len() as u64,
+            BlockInput::Exchanged { .. } => 1,
         }
     }
 
@@ -140,7 +152,10 @@ impl BlockInput {
         match self {
             BlockInput::Files { paths, .. } => paths.join(", "),
             BlockInput::Parquet { groups, .. } => groups.describe(),
-            BlockInput::Items { count, first, .. } => format!("items {first}..{}", first + count),
+            BlockInput::Items { rows, first } => format!("items {first}..{}", first + rows.len() as u64),
+            BlockInput::Exchanged { block, parts, .. } => {
+                format!("block {block} of an all-to-all step (parts of {} blocks)", parts.len())
+            }
         }
     }
 }
@@ -223,24 +238,56 @@ fn files_block(
 
 /// The blocks of `items` (each encoded alone), every block's items
 /// encoded as one list.
-pub(crate) fn item_blocks(items: &[ByteBuf], sizing: BlockSizing) -> Result<Vec<Block>, DataError> {
+pub(crate) fn item_blocks(items: &[ByteBuf], sizing: BlockSizing) -> Vec<Block> {
     let mut blocks = Vec::new();
     for (index, chunk) in items.chunks(sizing.items_per_block.max(1)).enumerate() {
-        let rows = raylet::proto::codec::encode_list_of_encoded(chunk)
-            .map_err(|e| DataError::InvalidInput(format!("encoding items: {e}")))?;
-        let first = (index * sizing.items_per_block.max(1)) as u64;
+        let (mut rows, mut hasher) = (EncodedRows::default(), xxhash_rust::xxh3::Xxh3::new());
+        for item in chunk {
+            rows.push_encoded(item);
+            hasher.update(&(item.len() as u64).to_le_bytes());
+            hasher.update(item);
+        }
         blocks.push(Block {
             index,
-            bytes: rows.len() as u64,
-            fingerprint: xxh3_64(&rows),
+            bytes: chunk.iter().map(|item| item.len() as u64).sum(),
+            fingerprint: hasher.digest(),
             source: BlockSource::Input(BlockInput::Items {
-                rows: ByteBuf::from(rows),
-                count: chunk.len() as u64,
-                first,
+                rows,
+                first: (index * sizing.items_per_block.max(1)) as u64,
             }),
         });
     }
-    Ok(blocks)
+    blocks
+}
+
+/// The output blocks of an all-to-all step: block `j` merges part `j` of
+/// every input block (`parts[input][j]`); `upstream` identifies the inputs.
+pub(crate) fn exchanged_blocks(
+    parts: Vec<Vec<ObjectRef<BlockOutput>>>,
+    reducer: &Reducer,
+    upstream: u64,
+) -> Vec<Block> {
+    let outputs = parts.first().map_or(0, Vec::len);
+    let mut by_output: Vec<Vec<ObjectRef<BlockOutput>>> = vec![Vec::with_capacity(parts.len()); outputs];
+    for input in parts {
+        for (j, part) in input.into_iter().enumerate() {
+            by_output[j].push(part);
+        }
+    }
+    by_output
+        .into_iter()
+        .enumerate()
+        .map(|(index, parts)| Block {
+            index,
+            bytes: 0,
+            fingerprint: xxh3_64(format!("{upstream:016x} {reducer:?} {index}").as_bytes()),
+            source: BlockSource::Input(BlockInput::Exchanged {
+                parts,
+                reducer: reducer.clone(),
+                block: index,
+            }),
+        })
+        .collect()
 }
 
 /// The blocks of row groups planned for a Parquet source, in order.
@@ -313,7 +360,7 @@ mod tests {
         let items: Vec<ByteBuf> = (1..=5u64)
             .map(|n| ByteBuf::from(raylet::proto::codec::encode(&n).unwrap()))
             .collect();
-        let items = item_blocks(&items, sizing).unwrap();
+        let items = item_blocks(&items, sizing);
         assert_eq!(counts(&items), vec![2, 2, 1]);
         assert_eq!(items[2].describe(), "items 4..5");
     }

@@ -15,12 +15,13 @@ use crate::batching::{ArrowBatchIter, BatchIter};
 use crate::block::{FileBytes, ReadKind, TextLine};
 use crate::columnar::Arrow;
 use crate::csv_source::CsvOptions;
-use crate::execution::Execution;
+use crate::exchange::{Aggregation, Exchange, GroupAggregate};
+use crate::execution::{Execution, LocalShuffle};
 use crate::image_source::{Image, ImageOptions};
 use crate::manifest::Manifest;
 use crate::model::BatchModel;
 use crate::parquet_source::ParquetOptions;
-use crate::plan::{Plan, Shard, Source};
+use crate::plan::{Plan, Shard, Source, Step};
 use crate::row::Row;
 use crate::sink::{self, BlockWriter, Format, Table, WriteSummary};
 use crate::stage::{OnError, StageKind, StageSpec};
@@ -101,6 +102,19 @@ impl<T> Dataset<T> {
         self
     }
 
+    /// Batches drawn at random from a buffer of at least `buffer_rows` rows
+    /// as the consumer gets them (Ray's `local_shuffle_buffer_size`), so
+    /// that rows of one block spread over many batches: for
+    /// `iter_batches`, `take_all` and a streaming split's shards, each epoch
+    /// of which draws in an order of its own (from `seed` and the epoch).
+    pub fn local_shuffle_buffer(mut self, buffer_rows: usize, seed: u64) -> Self {
+        self.plan.options.local_shuffle = Some(LocalShuffle {
+            buffer_rows: buffer_rows.max(1),
+            seed,
+        });
+        self
+    }
+
     /// How object storage (`s3://…`) is opened, over the `AWS_*`
     /// variables of each process that opens it.
     pub fn storage_options(mut self, options: StorageOptions) -> Self {
@@ -112,12 +126,32 @@ impl<T> Dataset<T> {
         Dataset::of(Plan::new(source))
     }
 
+    /// Every row moved to a random block and each block's rows put in a
+    /// random order, by `seed` (and, in a streaming split, the epoch, so
+    /// that each pass has an order of its own). The rows cross between
+    /// tasks as objects in the object store, which spills them to disk when
+    /// memory runs short: no process holds the whole dataset.
+    pub fn random_shuffle(self, seed: u64) -> Self {
+        self.exchange(Exchange::RandomShuffle { seed })
+    }
+
+    /// The rows spread evenly over `blocks` blocks (each input block's rows
+    /// cut into `blocks` runs, run `j` of each going to block `j`).
+    pub fn repartition(self, blocks: usize) -> Self {
+        self.exchange(Exchange::Repartition { blocks: blocks.max(1) })
+    }
+
+    fn exchange(mut self, exchange: Exchange) -> Self {
+        self.plan.steps.push(Step::Exchange(exchange));
+        self
+    }
+
     fn then<O, F>(mut self, kind: StageKind, batch_size: usize) -> Dataset<O> {
-        self.plan.stages.push(StageSpec {
+        self.plan.steps.push(Step::Stage(StageSpec {
             function: std::any::type_name::<F>().to_string(),
             kind,
             batch_size,
-        });
+        }));
         Dataset::of(self.plan)
     }
 
@@ -210,6 +244,24 @@ impl Dataset<Arrow> {
         self.then::<Arrow, F>(StageKind::MapArrowBatches, batch_size.max(1))
     }
 
+    /// The rows in order of `column` (ascending, or descending): block `j`
+    /// holds a range of its values that comes before block `j + 1`'s, as
+    /// chosen from a sample of every block's keys.
+    pub fn sort(self, column: &str, descending: bool) -> Self {
+        self.exchange(Exchange::Sort {
+            column: column.to_string(),
+            descending,
+        })
+    }
+
+    /// The rows grouped by the values of `key`, to be aggregated.
+    pub fn groupby(self, key: &str) -> GroupedDataset {
+        GroupedDataset {
+            dataset: self,
+            key: key.to_string(),
+        }
+    }
+
     /// The same rows, each read as a `T` from the columns named as its
     /// fields (in the tasks of the stages that follow, or on collection).
     pub fn rows<R: Row>(self) -> Dataset<R> {
@@ -255,6 +307,57 @@ impl Dataset<Arrow> {
             format,
         };
         self.write::<()>(&location, Format::Arrow(format), Some(sink), None)
+    }
+}
+
+/// A dataset's rows grouped by a key column, from [`Dataset::groupby`]:
+/// each aggregate gives a row per key value (each block's keys in order).
+pub struct GroupedDataset {
+    dataset: Dataset<Arrow>,
+    key: String,
+}
+
+impl GroupedDataset {
+    /// The key and `count()`, its rows.
+    pub fn count(self) -> Dataset<Arrow> {
+        self.aggregate_columns(vec![Aggregation::Count])
+    }
+
+    /// The key and `sum(column)` (nulls left out; Float64).
+    pub fn sum(self, column: &str) -> Dataset<Arrow> {
+        self.aggregate_columns(vec![Aggregation::Sum(column.to_string())])
+    }
+
+    /// The key and `mean(column)`.
+    pub fn mean(self, column: &str) -> Dataset<Arrow> {
+        self.aggregate_columns(vec![Aggregation::Mean(column.to_string())])
+    }
+
+    /// The key and `min(column)`.
+    pub fn min(self, column: &str) -> Dataset<Arrow> {
+        self.aggregate_columns(vec![Aggregation::Min(column.to_string())])
+    }
+
+    /// The key and `max(column)`.
+    pub fn max(self, column: &str) -> Dataset<Arrow> {
+        self.aggregate_columns(vec![Aggregation::Max(column.to_string())])
+    }
+
+    /// The key and every aggregate of `aggregations`, a column each.
+    pub fn aggregate_columns(self, aggregations: Vec<Aggregation>) -> Dataset<Arrow> {
+        self.dataset.exchange(Exchange::GroupBy {
+            key: self.key,
+            aggregate: GroupAggregate::Columns(aggregations),
+        })
+    }
+
+    /// Each group's rows (one record batch per group) through `function`
+    /// (registered with `register_arrow_fn!`); its outputs are the rows.
+    pub fn aggregate<E, F: Fn(RecordBatch) -> Result<RecordBatch, E>>(self, _function: F) -> Dataset<Arrow> {
+        self.dataset.exchange(Exchange::GroupBy {
+            key: self.key,
+            aggregate: GroupAggregate::Function(std::any::type_name::<F>().to_string()),
+        })
     }
 }
 
@@ -371,7 +474,11 @@ impl<T: Row> Dataset<T> {
 
     /// Rows in batches of `batch_size`, as blocks finish (in no set order).
     pub fn iter_batches(&self, batch_size: usize) -> Result<BatchIter<T>, DataError> {
-        Ok(BatchIter::new(self.execute(None)?, batch_size))
+        Ok(BatchIter::new(
+            self.execute(None)?,
+            batch_size,
+            self.plan.options.local_shuffle,
+        ))
     }
 
     /// Every row, in no set order.

@@ -3,7 +3,7 @@
 //! handed over as they come, so that no more than `max_blocks_in_flight`
 //! blocks are ever processed or held at once.
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::time::Duration;
 
 use raylet::{Cluster, ObjectRef, TaskErrorKind};
@@ -11,10 +11,11 @@ use raylet::{Cluster, ObjectRef, TaskErrorKind};
 use crate::DataError;
 use crate::actor_pool::{ActorPool, ModelSpec};
 use crate::block::Block;
+use crate::block_output::BlockOutput;
 use crate::progress::Progress;
 use crate::registry;
 use crate::stage::{OnError, RowError, StageKind, StageSpec};
-use crate::task::{BlockJob, BlockOutput, process_block};
+use crate::task::{BlockJob, process_block};
 use crate::task_sink::TaskSink;
 
 /// How a run uses the cluster.
@@ -24,6 +25,18 @@ pub(crate) struct ExecutionOptions {
     pub num_cpus: f64,
     pub on_error: OnError,
     pub show_progress: bool,
+    /// How consumers draw batches from the rows they hold.
+    pub local_shuffle: Option<LocalShuffle>,
+    /// Whether blocks are handed over in their order (after a sort).
+    pub in_order: bool,
+}
+
+/// Batches drawn at random from a buffer of at least `buffer_rows` rows
+/// (Ray's `local_shuffle_buffer_size`), by `seed` and the epoch.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub(crate) struct LocalShuffle {
+    pub buffer_rows: usize,
+    pub seed: u64,
 }
 
 /// A run of a plan over its blocks.
@@ -36,6 +49,15 @@ pub(crate) struct Execution {
     waiting: VecDeque<(Block, u32)>,
     in_flight: Vec<InFlight>,
     progress: Progress,
+    /// With the blocks handed over in order: where they are.
+    in_order: Option<InOrder>,
+}
+
+/// Blocks handed over in order: the indices still to hand over, in order,
+/// and the finished blocks that wait for their turn.
+struct InOrder {
+    order: VecDeque<usize>,
+    ready: HashMap<usize, (Block, BlockOutput)>,
 }
 
 /// A block being processed: by a task, or by the pool's actor `actor`.
@@ -63,16 +85,11 @@ impl Execution {
         sink: Option<TaskSink>,
         options: ExecutionOptions,
     ) -> Result<Self, DataError> {
-        for stage in stages.iter().filter(|stage| stage.kind != StageKind::Model) {
-            let registered =
-                registry::find(&stage.function).ok_or_else(|| DataError::NotRegistered(stage.function.clone()))?;
-            if registered.kind != stage.kind {
-                return Err(DataError::InvalidInput(format!(
-                    "{} is registered for {:?} but used for {:?}",
-                    stage.function, registered.kind, stage.kind
-                )));
-            }
-        }
+        let in_order = options.in_order.then(|| InOrder {
+            order: blocks.iter().map(|block| block.index).collect(),
+            ready: HashMap::new(),
+        });
+        check_registered(&stages)?;
         let pool = match model {
             Some(model) => Some(ActorPool::start(cluster.clone(), model)?),
             None => None,
@@ -89,12 +106,36 @@ impl Execution {
             waiting: blocks.into_iter().map(|block| (block, 1)).collect(),
             in_flight: Vec::new(),
             progress,
+            in_order,
         })
     }
 
-    /// The next finished block and its output, in the order they finish;
-    /// `None` once every block is done.
+    /// The next finished block and its output, in the order they finish
+    /// (or, when the run keeps it, in the blocks' order); `None` once every
+    /// block is done.
     pub fn next_block(&mut self) -> Option<Result<(Block, BlockOutput), DataError>> {
+        if self.in_order.is_none() {
+            return self.next_finished();
+        }
+        loop {
+            let in_order = self.in_order.as_mut().expect("kept in order");
+            let next = *in_order.order.front()?;
+            if let Some(finished) = in_order.ready.remove(&next) {
+                in_order.order.pop_front();
+                return Some(Ok(finished));
+            }
+            match self.next_finished()? {
+                Ok((block, output)) => {
+                    let in_order = self.in_order.as_mut().expect("kept in order");
+                    in_order.ready.insert(block.index, (block, output));
+                }
+                Err(e) => return Some(Err(e)),
+            }
+        }
+    }
+
+    /// The next block to finish and its output.
+    fn next_finished(&mut self) -> Option<Result<(Block, BlockOutput), DataError>> {
         if let Err(e) = self.submit_ready() {
             return Some(Err(e));
         }
@@ -127,7 +168,7 @@ impl Execution {
                     return Some(Err(e));
                 }
                 self.waiting.push_front((finished.block, finished.attempt + 1));
-                return self.next_block();
+                return self.next_finished();
             }
             pool.returned(actor);
         }
@@ -197,6 +238,21 @@ impl Execution {
     }
 }
 
+/// Checks that every stage's function is registered as its kind.
+pub(crate) fn check_registered(stages: &[StageSpec]) -> Result<(), DataError> {
+    for stage in stages.iter().filter(|stage| stage.kind != StageKind::Model) {
+        let registered =
+            registry::find(&stage.function).ok_or_else(|| DataError::NotRegistered(stage.function.clone()))?;
+        if registered.kind != stage.kind {
+            return Err(DataError::InvalidInput(format!(
+                "{} is registered for {:?} but used for {:?}",
+                stage.function, registered.kind, stage.kind
+            )));
+        }
+    }
+    Ok(())
+}
+
 /// Whether a call failed because its actor's worker died.
 fn actor_died(result: &Result<BlockOutput, raylet::Error>) -> bool {
     matches!(result, Err(raylet::Error::Task(task)) if task.kind == TaskErrorKind::ActorDied)
@@ -204,7 +260,7 @@ fn actor_died(result: &Result<BlockOutput, raylet::Error>) -> bool {
 
 /// The error of a block's task: the input a function failed on, when it
 /// says, else the block and the cluster's error.
-fn block_error(block: &Block, error: raylet::Error) -> DataError {
+pub(crate) fn block_error(block: &Block, error: raylet::Error) -> DataError {
     if let raylet::Error::Task(task) = &error
         && task.kind == TaskErrorKind::Application
         && let Ok(row) = serde_json::from_str::<RowError>(&task.message)

@@ -11,7 +11,9 @@ use crate::DataError;
 use crate::FileSet;
 use crate::actor_pool::ModelSpec;
 use crate::block::{self, Block, BlockSizing, ReadKind};
-use crate::execution::{Execution, ExecutionOptions};
+use crate::exchange::{Exchange, GroupAggregate};
+use crate::exchange_phase;
+use crate::execution::{Execution, ExecutionOptions, check_registered};
 use crate::image_source;
 use crate::parquet_source::{self, ParquetOptions};
 use crate::sink::Format;
@@ -33,6 +35,14 @@ pub(crate) enum Source {
     },
     /// The items, each encoded alone (or why they could not be).
     Items(Result<Vec<ByteBuf>, String>),
+}
+
+/// One step of a plan: a transform run in each block's task, or an
+/// all-to-all step between blocks.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) enum Step {
+    Stage(StageSpec),
+    Exchange(Exchange),
 }
 
 /// Which of `count` disjoint parts of the blocks a dataset keeps.
@@ -60,7 +70,11 @@ impl Shard {
 pub(crate) struct Plan {
     pub source: Source,
     pub shard: Option<Shard>,
-    pub stages: Vec<StageSpec>,
+    /// The transforms and all-to-all steps, in order.
+    pub steps: Vec<Step>,
+    /// Which pass over the data a run is (a streaming split's epoch), so
+    /// that shuffles differ from one to the next.
+    pub epoch: u64,
     /// The model stages' models (one at most runs).
     pub models: Vec<Result<ModelSpec, String>>,
     pub sizing: BlockSizing,
@@ -74,7 +88,8 @@ impl Plan {
         Plan {
             source,
             shard: None,
-            stages: Vec::new(),
+            steps: Vec::new(),
+            epoch: 0,
             models: Vec::new(),
             sizing: BlockSizing::default(),
             options: ExecutionOptions {
@@ -82,23 +97,68 @@ impl Plan {
                 num_cpus: 1.0,
                 on_error: crate::OnError::Fail,
                 show_progress: true,
+                local_shuffle: None,
+                in_order: false,
             },
             storage: StorageOptions::default(),
         }
     }
 
-    /// The blocks of the source, as this plan cuts them.
+    /// The blocks the plan's last transforms run over: the source's, as
+    /// the plan cuts them, or (after an all-to-all step) that step's output
+    /// blocks, whose inputs this runs first.
     pub fn blocks(&self) -> Result<Vec<Block>, DataError> {
-        match &self.source {
-            Source::Files { files, read } => self.file_blocks(files, read),
-            Source::Parquet { files, options } => self.parquet_blocks(files, options),
-            Source::Items(Ok(items)) => block::item_blocks(items, self.sizing),
-            Source::Items(Err(e)) => Err(DataError::InvalidInput(e.clone())),
+        let (segments, _) = self.segments();
+        for (stages, exchange) in &segments {
+            if stages.iter().any(|stage| stage.kind == StageKind::Model) {
+                return Err(DataError::InvalidInput(
+                    "map_batches_with must come after the last random_shuffle, repartition, sort or groupby".into(),
+                ));
+            }
+            check_registered(stages)?;
+            if let Exchange::GroupBy {
+                aggregate: GroupAggregate::Function(function),
+                ..
+            } = exchange
+            {
+                check_registered(&[StageSpec {
+                    function: function.clone(),
+                    kind: StageKind::MapArrowBatches,
+                    batch_size: 0,
+                }])?;
+            }
         }
-        .map(|blocks| match self.shard {
+        let mut blocks = self.source_blocks()?;
+        for (stages, exchange) in segments {
+            let upstream = self.upstream(&blocks, &stages, exchange);
+            blocks = exchange_phase::run(blocks, &stages, exchange, (&self.options, self.epoch, upstream))?;
+        }
+        Ok(match self.shard {
             Some(Shard { index, count }) => blocks.into_iter().filter(|b| b.index % count == index).collect(),
             None => blocks,
         })
+    }
+
+    /// The transforms before each all-to-all step with the step, and the
+    /// transforms after the last.
+    pub fn segments(&self) -> (Vec<(Vec<StageSpec>, &Exchange)>, Vec<StageSpec>) {
+        let (mut segments, mut stages) = (Vec::new(), Vec::new());
+        for step in &self.steps {
+            match step {
+                Step::Stage(stage) => stages.push(stage.clone()),
+                Step::Exchange(exchange) => segments.push((std::mem::take(&mut stages), exchange)),
+            }
+        }
+        (segments, stages)
+    }
+
+    fn source_blocks(&self) -> Result<Vec<Block>, DataError> {
+        match &self.source {
+            Source::Files { files, read } => self.file_blocks(files, read),
+            Source::Parquet { files, options } => self.parquet_blocks(files, options),
+            Source::Items(Ok(items)) => Ok(block::item_blocks(items, self.sizing)),
+            Source::Items(Err(e)) => Err(DataError::InvalidInput(e.clone())),
+        }
     }
 
     fn file_blocks(&self, files: &FileSet, read: &ReadKind) -> Result<Vec<Block>, DataError> {
@@ -148,17 +208,31 @@ impl Plan {
             }
         };
         let cluster = raylet::current()?;
-        Execution::new(cluster, blocks, done, self.stages.clone(), model, sink, self.options)
+        let (segments, stages) = self.segments();
+        let mut options = self.options;
+        options.in_order = matches!(segments.last(), Some((_, Exchange::Sort { .. })));
+        Execution::new(cluster, blocks, done, stages, model, sink, options)
     }
 
-    /// What identifies the plan's output: its blocks, stages and format.
+    /// What identifies the plan's output: its blocks, last transforms and
+    /// format (the blocks of an all-to-all step stand for what precedes it).
     pub fn fingerprint(&self, blocks: &[Block], format: Format) -> u64 {
         let blocks: Vec<u64> = blocks.iter().map(|block| block.fingerprint).collect();
-        let stages: Vec<(&str, StageKind, usize)> = self
-            .stages
+        let (_, stages) = self.segments();
+        let stages: Vec<(&str, StageKind, usize)> = stages
             .iter()
             .map(|stage| (stage.function.as_str(), stage.kind, stage.batch_size))
             .collect();
         xxh3_64(format!("{blocks:?} {stages:?} {format:?} {:?}", self.options.on_error).as_bytes())
+    }
+
+    /// The fingerprints of what a step's input blocks are made of.
+    pub fn upstream(&self, blocks: &[Block], stages: &[StageSpec], exchange: &Exchange) -> u64 {
+        let blocks: Vec<u64> = blocks.iter().map(|block| block.fingerprint).collect();
+        let stages: Vec<(&str, StageKind, usize)> = stages
+            .iter()
+            .map(|stage| (stage.function.as_str(), stage.kind, stage.batch_size))
+            .collect();
+        xxh3_64(format!("{blocks:?} {stages:?} {exchange:?} {}", self.epoch).as_bytes())
     }
 }

@@ -13,23 +13,10 @@ use arrow::array::RecordBatch;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+pub use crate::block_rows::{BlockRows, RowData};
 use crate::columnar;
+use crate::encoded_rows::EncodedRows;
 use crate::stage::{RowFailure, StageKind, StageRun};
-
-/// A block's rows between stages.
-pub enum RowData {
-    /// Typed rows, a list encoded with postcard.
-    Encoded(Vec<u8>),
-    /// Arrow record batches.
-    Arrow(Vec<RecordBatch>),
-}
-
-/// Rows a stage works on, with the input each came from.
-pub struct BlockRows {
-    pub data: RowData,
-    /// Per row, the index of its input (file or item) within the block.
-    pub origins: Vec<u32>,
-}
 
 /// Applies a registered function to a block's rows.
 pub type ApplyFn = fn(&BlockRows, &mut StageRun) -> Result<BlockRows, RowFailure>;
@@ -55,15 +42,15 @@ pub(crate) fn find(name: &str) -> Option<&'static RegisteredFn> {
 
 fn decode<T: DeserializeOwned>(rows: &BlockRows, run: &StageRun) -> Result<Vec<T>, RowFailure> {
     match &rows.data {
-        RowData::Encoded(bytes) => {
-            raylet::proto::codec::decode(bytes).map_err(|e| run.block_failure(format!("decoding its rows: {e}")))
-        }
+        RowData::Encoded(rows) => rows
+            .decode()
+            .map_err(|e| run.block_failure(format!("decoding its rows: {e}"))),
         RowData::Arrow(batches) => columnar::batches_to_rows(batches).map_err(|e| run.block_failure(e)),
     }
 }
 
 fn encode<T: Serialize>(rows: &[T], origins: Vec<u32>, run: &StageRun) -> Result<BlockRows, RowFailure> {
-    let rows = raylet::proto::codec::encode(rows).map_err(|e| run.block_failure(format!("encoding its rows: {e}")))?;
+    let rows = EncodedRows::encode(rows).map_err(|e| run.block_failure(format!("encoding its rows: {e}")))?;
     Ok(BlockRows {
         data: RowData::Encoded(rows),
         origins,
@@ -182,10 +169,11 @@ pub fn apply_arrow_batches<E: Display>(
         _ => arrow::compute::concat_batches(&first.schema(), batches)
             .map_err(|e| run.block_failure(format!("joining its batches: {e}")))?,
     };
-    let (mut out, mut origins) = (Vec::new(), Vec::new());
-    let size = run.batch_size.max(1);
-    for (start, batch_origins) in (0..).step_by(size).zip(rows.origins.chunks(size)) {
-        match function(whole.slice(start, batch_origins.len())) {
+    let (mut out, mut origins, mut start) = (Vec::new(), Vec::new(), 0);
+    for batch_origins in rows.origins.chunks(run.batch_size.max(1)) {
+        let input = whole.slice(start, batch_origins.len());
+        start += batch_origins.len();
+        match function(input) {
             Ok(batch) => {
                 match batch.num_rows() == batch_origins.len() {
                     true => origins.extend_from_slice(batch_origins),

@@ -82,6 +82,11 @@ impl StageRun {
         }
     }
 
+    /// What the run does with rows its function fails on.
+    pub(crate) fn on_error(&self) -> OnError {
+        self.on_error
+    }
+
     /// The function failed on the rows from `origins`: an error that ends
     /// the block, or (with [`OnError::Skip`]) a record of the rows left out.
     pub(crate) fn fail(&mut self, origins: &[u32], message: String) -> Result<(), RowFailure> {

@@ -15,11 +15,11 @@ use serde::{Deserialize, Serialize};
 
 use crate::DataError;
 use crate::batching::RowBatcher;
-use crate::execution::Execution;
+use crate::block_output::BlockOutput;
+use crate::execution::{Execution, LocalShuffle};
 use crate::plan::Plan;
 use crate::row::Row;
 use crate::stage::RowError;
-use crate::task::BlockOutput;
 
 /// Blocks a consumer's epoch call makes ahead of what it has read.
 const BLOCKS_AHEAD: u64 = 1;
@@ -164,7 +164,11 @@ impl EpochState {
     fn next_block(&mut self, plan: &Plan) -> Result<Option<BlockOutput>, DataError> {
         let execution = match &mut self.execution {
             Some(execution) => execution,
-            None => self.execution.insert(plan.execute(plan.blocks()?, &[], None)?),
+            None => {
+                let mut plan = plan.clone();
+                plan.epoch = self.epoch;
+                self.execution.insert(plan.execute(plan.blocks()?, &[], None)?)
+            }
         };
         execution
             .next_block()
@@ -179,12 +183,14 @@ pub struct StreamingSplit<T> {
     cluster: Cluster,
     coordinator: ActorHandle,
     consumers: usize,
+    local_shuffle: Option<LocalShuffle>,
     _rows: PhantomData<fn() -> T>,
 }
 
 impl<T: Row> StreamingSplit<T> {
     pub(crate) fn start(plan: Plan, consumers: usize) -> Result<Self, DataError> {
         let cluster = raylet::current()?;
+        let local_shuffle = plan.options.local_shuffle;
         let coordinator = SplitCoordinator::remote(&cluster, plan, consumers)
             .max_concurrency(consumers as u32 + 1)
             .spawn()?;
@@ -192,6 +198,7 @@ impl<T: Row> StreamingSplit<T> {
             cluster,
             coordinator: coordinator.as_ref().clone(),
             consumers,
+            local_shuffle,
             _rows: PhantomData,
         })
     }
@@ -204,6 +211,7 @@ impl<T: Row> StreamingSplit<T> {
                 coordinator: self.coordinator.clone(),
                 consumer,
                 epoch: 0,
+                local_shuffle: self.local_shuffle,
                 _rows: PhantomData,
             })
             .collect()
@@ -226,6 +234,7 @@ pub struct DataShard<T> {
     coordinator: ActorHandle,
     consumer: usize,
     epoch: u64,
+    local_shuffle: Option<LocalShuffle>,
     #[serde(skip)]
     _rows: PhantomData<fn() -> T>,
 }
@@ -236,6 +245,7 @@ impl<T> Clone for DataShard<T> {
             coordinator: self.coordinator.clone(),
             consumer: self.consumer,
             epoch: self.epoch,
+            local_shuffle: self.local_shuffle,
             _rows: PhantomData,
         }
     }
@@ -256,7 +266,7 @@ impl<T: Row> DataShard<T> {
             shard: self,
             epoch,
             blocks: None,
-            batcher: RowBatcher::new(batch_size),
+            batcher: RowBatcher::new(batch_size, self.local_shuffle, epoch),
             ended: false,
         }
     }

@@ -5,13 +5,16 @@
 
 use arrow::array::RecordBatch;
 use bytes::Bytes;
+use raylet::ObjectRef;
 use serde::{Deserialize, Serialize};
 use serde_bytes::ByteBuf;
 
-use crate::DataError;
 use crate::block::{BlockInput, FileBytes, ReadKind, TextLine};
+use crate::block_output::{BlockOutput, RowPayload};
 use crate::columnar;
 use crate::csv_source;
+use crate::encoded_rows::EncodedRows;
+use crate::exchange::{self, Partitioner, Reducer};
 use crate::image_source;
 use crate::model_registry::LoadedModel;
 use crate::parquet_source;
@@ -31,48 +34,6 @@ pub(crate) struct BlockJob {
     pub sink: Option<TaskSink>,
 }
 
-/// How a block's rows are encoded.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
-pub(crate) enum RowEncoding {
-    /// A postcard list of the plan's output type.
-    Postcard,
-    /// An Arrow IPC stream.
-    ArrowIpc,
-}
-
-/// A processed block: its rows (or the files a sink wrote them to) and
-/// the rows left out under [`OnError::Skip`].
-#[derive(Clone, Debug, Serialize, Deserialize)]
-pub(crate) struct BlockOutput {
-    pub rows: ByteBuf,
-    pub encoding: RowEncoding,
-    pub count: u64,
-    pub skipped: Vec<RowError>,
-    /// The files a sink wrote, relative to its location.
-    pub files: Vec<String>,
-}
-
-impl BlockOutput {
-    /// The rows, as the plan's output type.
-    pub fn decode_rows<T: serde::de::DeserializeOwned>(&self) -> Result<Vec<T>, DataError> {
-        let rows = match self.encoding {
-            RowEncoding::Postcard => raylet::proto::codec::decode(&self.rows).map_err(|e| e.to_string()),
-            RowEncoding::ArrowIpc => columnar::decode_ipc(&self.rows).and_then(|b| columnar::batches_to_rows(&b)),
-        };
-        rows.map_err(|e| DataError::InvalidInput(format!("decoding a block's rows: {e}")))
-    }
-
-    /// The rows as Arrow record batches.
-    pub fn decode_batches(&self) -> Result<Vec<RecordBatch>, DataError> {
-        match self.encoding {
-            RowEncoding::ArrowIpc => columnar::decode_ipc(&self.rows).map_err(DataError::InvalidInput),
-            RowEncoding::Postcard => Err(DataError::InvalidInput(
-                "a block of typed rows was read as Arrow batches".into(),
-            )),
-        }
-    }
-}
-
 /// Runs the job's stages over its block in a task. A failure is a JSON
 /// [`RowError`] naming the input, so the driver can say which file failed.
 #[raylet::remote]
@@ -80,15 +41,68 @@ pub(crate) fn process_block(job: BlockJob) -> Result<BlockOutput, String> {
     run_stages(&job, None)
 }
 
+/// Runs the job's stages over its block and splits the rows into one part
+/// per output block of an all-to-all step: the generator's items, in order.
+#[raylet::remote(streaming, generator_backpressure = 65536)]
+pub(crate) fn partition_block(
+    job: BlockJob,
+    partitioner: Partitioner,
+) -> impl Iterator<Item = Result<BlockOutput, String>> {
+    let parts = BlockRun::new(&job).partitions(&partitioner);
+    let items: Vec<Result<BlockOutput, String>> = match parts {
+        Ok(parts) => parts.into_iter().map(Ok).collect(),
+        Err(e) => vec![Err(e)],
+    };
+    items.into_iter()
+}
+
+/// Keys of the sort column sampled from each block.
+const SAMPLED_KEYS: usize = 1024;
+
+/// Runs the job's stages over its block, returning the rows and a sample
+/// of the keys of `column` (an Arrow IPC stream of one column), from which
+/// a sort's ranges are chosen.
+#[raylet::remote(num_returns = 2)]
+pub(crate) fn sample_block(job: BlockJob, column: String) -> Result<(BlockOutput, ByteBuf), String> {
+    let run = BlockRun::new(&job);
+    let (rows, skipped) = run.rows(None)?;
+    let sample = exchange::sample_keys(&rows.data, &column, SAMPLED_KEYS).map_err(|e| run.fatal_message(e))?;
+    let sample = RecordBatch::try_from_iter([("key", sample)]).map_err(|e| e.to_string())?;
+    let sample = columnar::encode_ipc(&[sample])?;
+    Ok((run.output(rows, skipped)?, ByteBuf::from(sample)))
+}
+
 /// Reads the block and runs the job's stages over its rows; a `Model`
 /// stage runs `model` (an actor's).
-pub(crate) fn run_stages(job: &BlockJob, mut model: Option<&mut dyn LoadedModel>) -> Result<BlockOutput, String> {
-    let (input, on_error) = (&job.input, job.on_error);
-    let sources = sources(input);
-    let named = |failure: RowFailure| -> Vec<RowError> {
+pub(crate) fn run_stages(job: &BlockJob, model: Option<&mut dyn LoadedModel>) -> Result<BlockOutput, String> {
+    let run = BlockRun::new(job);
+    let (rows, skipped) = run.rows(model)?;
+    run.output(rows, skipped)
+}
+
+/// One block's job in a task, and what its inputs are called in errors.
+struct BlockRun<'a> {
+    job: &'a BlockJob,
+    sources: Vec<String>,
+}
+
+impl<'a> BlockRun<'a> {
+    fn new(job: &'a BlockJob) -> Self {
+        BlockRun {
+            sources: sources(&job.input),
+            job,
+        }
+    }
+
+    /// The rows a failure was about, as errors naming their inputs.
+    fn named(&self, failure: RowFailure) -> Vec<RowError> {
         let names: Vec<String> = match failure.origins.is_empty() {
-            true => vec![describe_all(&sources)],
-            false => failure.origins.iter().map(|o| sources[*o as usize].clone()).collect(),
+            true => vec![describe_all(&self.sources)],
+            false => failure
+                .origins
+                .iter()
+                .map(|o| self.sources[*o as usize].clone())
+                .collect(),
         };
         names
             .into_iter()
@@ -98,51 +112,88 @@ pub(crate) fn run_stages(job: &BlockJob, mut model: Option<&mut dyn LoadedModel>
                 message: failure.message.clone(),
             })
             .collect()
-    };
-    let fatal = |failure: RowFailure| -> String {
-        let first = named(failure).into_iter().next().expect("a failure names an input");
-        serde_json::to_string(&first).expect("a RowError is JSON")
-    };
-    let mut reading = StageRun::reading(reader(input), on_error);
-    let mut rows = read(input, &mut reading).map_err(fatal)?;
-    let mut skipped: Vec<RowError> = reading.skipped.into_iter().flat_map(named).collect();
-    for stage in &job.stages {
-        let mut run = StageRun::new(stage, on_error);
-        rows = match (stage.kind, model.as_deref_mut()) {
-            (StageKind::Model, Some(model)) => model.apply(&rows, &mut run),
-            (StageKind::Model, None) => return Err(format!("{} needs an actor pool", stage.function)),
-            _ => {
-                let registered = registry::find(&stage.function)
-                    .ok_or_else(|| format!("{} is not registered in this binary", stage.function))?;
-                (registered.apply)(&rows, &mut run)
-            }
-        }
-        .map_err(fatal)?;
-        skipped.extend(run.skipped.into_iter().flat_map(named));
     }
-    let count = rows.origins.len() as u64;
-    let (rows, encoding, files) = match (rows.data, &job.sink) {
-        (RowData::Arrow(batches), Some(sink)) => {
-            let files = sink
-                .write(job.index, &batches)
-                .map_err(|e| fatal(whole_block(&job.stages, e)))?;
-            (Vec::new(), RowEncoding::ArrowIpc, files)
+
+    /// The task's error for a failure that ends the block.
+    fn fatal(&self, failure: RowFailure) -> String {
+        let first = self
+            .named(failure)
+            .into_iter()
+            .next()
+            .expect("a failure names an input");
+        serde_json::to_string(&first).expect("a RowError is JSON")
+    }
+
+    /// The task's error for a failure of the whole block after its stages.
+    fn fatal_message(&self, message: String) -> String {
+        self.fatal(whole_block(&self.job.stages, message))
+    }
+
+    /// The block's rows after every stage, and the rows left out.
+    fn rows(&self, mut model: Option<&mut dyn LoadedModel>) -> Result<(BlockRows, Vec<RowError>), String> {
+        let (input, on_error) = (&self.job.input, self.job.on_error);
+        let mut reading = StageRun::reading(reader(input), on_error);
+        let (mut rows, mut skipped) = read(input, &mut reading).map_err(|f| self.fatal(f))?;
+        skipped.extend(reading.skipped.into_iter().flat_map(|f| self.named(f)));
+        for stage in &self.job.stages {
+            let mut run = StageRun::new(stage, on_error);
+            rows = match (stage.kind, model.as_deref_mut()) {
+                (StageKind::Model, Some(model)) => model.apply(&rows, &mut run),
+                (StageKind::Model, None) => return Err(format!("{} needs an actor pool", stage.function)),
+                _ => {
+                    let registered = registry::find(&stage.function)
+                        .ok_or_else(|| format!("{} is not registered in this binary", stage.function))?;
+                    (registered.apply)(&rows, &mut run)
+                }
+            }
+            .map_err(|f| self.fatal(f))?;
+            skipped.extend(run.skipped.into_iter().flat_map(|f| self.named(f)));
         }
-        (RowData::Encoded(_), Some(_)) => return Err("this sink writes Arrow rows, and the block's are typed".into()),
-        (RowData::Arrow(batches), None) => (
-            columnar::encode_ipc(&batches).map_err(|e| fatal(whole_block(&job.stages, e)))?,
-            RowEncoding::ArrowIpc,
-            Vec::new(),
-        ),
-        (RowData::Encoded(bytes), None) => (bytes, RowEncoding::Postcard, Vec::new()),
-    };
-    Ok(BlockOutput {
-        count,
-        rows: ByteBuf::from(rows),
-        encoding,
-        skipped,
-        files,
-    })
+        Ok((rows, skipped))
+    }
+
+    /// The block's output: its rows, or the files its sink wrote them to.
+    fn output(&self, rows: BlockRows, skipped: Vec<RowError>) -> Result<BlockOutput, String> {
+        let count = rows.origins.len() as u64;
+        let (rows, files) = match (rows.data, &self.job.sink) {
+            (RowData::Arrow(batches), Some(sink)) => {
+                let files = sink
+                    .write(self.job.index, &batches)
+                    .map_err(|e| self.fatal_message(e))?;
+                (RowPayload::Arrow(ByteBuf::new()), files)
+            }
+            (RowData::Encoded(_), Some(_)) => {
+                return Err("this sink writes Arrow rows, and the block's are typed".into());
+            }
+            (data, None) => (RowPayload::of(data).map_err(|e| self.fatal_message(e))?, Vec::new()),
+        };
+        Ok(BlockOutput {
+            count,
+            rows,
+            skipped,
+            files,
+        })
+    }
+
+    /// The block's rows after every stage, split into parts; the first
+    /// part carries the rows left out.
+    fn partitions(&self, partitioner: &Partitioner) -> Result<Vec<BlockOutput>, String> {
+        let (rows, mut skipped) = self.rows(None)?;
+        let parts = partitioner
+            .split(&rows.data, self.job.index)
+            .map_err(|e| self.fatal_message(e))?;
+        parts
+            .into_iter()
+            .map(|data| {
+                Ok(BlockOutput {
+                    count: data.len() as u64,
+                    rows: RowPayload::of(data).map_err(|e| self.fatal_message(e))?,
+                    skipped: std::mem::take(&mut skipped),
+                    files: Vec::new(),
+                })
+            })
+            .collect()
+    }
 }
 
 /// A failure of the whole block after its last stage.
@@ -162,7 +213,10 @@ fn sources(input: &BlockInput) -> Vec<String> {
     match input {
         BlockInput::Files { paths, .. } => paths.clone(),
         BlockInput::Parquet { groups, .. } => vec![groups.describe()],
-        BlockInput::Items { count, first, .. } => (*first..first + count).map(|i| format!("item {i}")).collect(),
+        BlockInput::Items { rows, first } => (*first..first + rows.len() as u64)
+            .map(|i| format!("item {i}"))
+            .collect(),
+        BlockInput::Exchanged { block, .. } => vec![format!("block {block} of an all-to-all step")],
     }
 }
 
@@ -179,6 +233,7 @@ fn reader(input: &BlockInput) -> &'static str {
     match input {
         BlockInput::Items { .. } => "from_items",
         BlockInput::Parquet { .. } => "read_parquet",
+        BlockInput::Exchanged { .. } => "exchange",
         BlockInput::Files {
             read: ReadKind::Binary, ..
         } => "read_binary",
@@ -195,13 +250,45 @@ fn reader(input: &BlockInput) -> &'static str {
     }
 }
 
-/// The block's rows before any stage. Files that cannot be read fail the
-/// block, or with [`OnError::Skip`] are left out and recorded in `run`.
-fn read(input: &BlockInput, run: &mut StageRun) -> Result<BlockRows, RowFailure> {
+/// The block's rows before any stage, and the rows its inputs had left
+/// out. Files that cannot be read fail the block, or with
+/// [`OnError::Skip`] are left out and recorded in `run`.
+fn read(input: &BlockInput, run: &mut StageRun) -> Result<(BlockRows, Vec<RowError>), RowFailure> {
     match input {
-        BlockInput::Items { rows, count, .. } => Ok(BlockRows {
-            data: RowData::Encoded(rows.to_vec()),
-            origins: (0..*count as u32).collect(),
+        BlockInput::Exchanged { parts, reducer, block } => merge_parts(parts, reducer, *block, run),
+        _ => Ok((read_inputs(input, run)?, Vec::new())),
+    }
+}
+
+/// An all-to-all step's output block: its part of every input block, merged.
+fn merge_parts(
+    parts: &[ObjectRef<BlockOutput>],
+    reducer: &Reducer,
+    block: usize,
+    run: &mut StageRun,
+) -> Result<(BlockRows, Vec<RowError>), RowFailure> {
+    let (mut data, mut skipped) = (Vec::with_capacity(parts.len()), Vec::new());
+    for part in parts {
+        let part = part
+            .get()
+            .map_err(|e| run.block_failure(format!("reading a part: {e}")))?;
+        skipped.extend(part.skipped);
+        data.push(part.rows.data().map_err(|e| run.block_failure(e))?);
+    }
+    let merged = reducer.reduce(data, block, run).map_err(|e| run.block_failure(e))?;
+    let rows = BlockRows {
+        origins: vec![0; merged.len()],
+        data: merged,
+    };
+    Ok((rows, skipped))
+}
+
+fn read_inputs(input: &BlockInput, run: &mut StageRun) -> Result<BlockRows, RowFailure> {
+    match input {
+        BlockInput::Exchanged { .. } => unreachable!("merged by read"),
+        BlockInput::Items { rows, .. } => Ok(BlockRows {
+            origins: (0..rows.len() as u32).collect(),
+            data: RowData::Encoded(rows.clone()),
         }),
         BlockInput::Files { paths, read, storage } => match read {
             ReadKind::Binary => typed_rows(read_each(paths, storage, run, read_binary)?, run),
@@ -259,7 +346,7 @@ fn typed_rows<T: Serialize>(files: Vec<(u32, Vec<T>)>, run: &StageRun) -> Result
         origins.extend(std::iter::repeat_n(origin, file_rows.len()));
         rows.extend(file_rows);
     }
-    let rows = raylet::proto::codec::encode(&rows).map_err(|e| run.block_failure(format!("encoding its rows: {e}")))?;
+    let rows = EncodedRows::encode(&rows).map_err(|e| run.block_failure(format!("encoding its rows: {e}")))?;
     Ok(BlockRows {
         data: RowData::Encoded(rows),
         origins,

@@ -80,6 +80,34 @@ fn trainer<L: TrainLoop>(train_loop: L, dir: &std::path::Path) -> Trainer<L> {
         })
 }
 
+/// What each of 2 Train workers read of a streaming split of `dataset` in
+/// each of 2 epochs: `[epoch] -> (rank 0's rows, rank 1's)`, in reading order.
+fn stream_two_epochs(dataset: Dataset<u64>) -> Vec<(Vec<u64>, Vec<u64>)> {
+    let dir = tempfile::tempdir().unwrap();
+    let split = dataset.streaming_split(2).unwrap();
+    let train_loop = StreamShard {
+        shards: split.shards(),
+        epochs: 2,
+        dir: dir.path().to_path_buf(),
+    };
+    trainer(train_loop, dir.path()).fit().unwrap();
+    let read = |rank: usize, epoch: u64| -> Vec<u64> {
+        let path = dir.path().join(format!("rank_{rank}_epoch_{epoch}.json"));
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    };
+    (0..2)
+        .map(|epoch| {
+            let (first, second) = (read(0, epoch), read(1, epoch));
+            println!(
+                "epoch {epoch}: rank 0 read {} rows, rank 1 {}",
+                first.len(),
+                second.len()
+            );
+            (first, second)
+        })
+        .collect()
+}
+
 #[test]
 fn split_gives_each_train_worker_a_disjoint_shard_and_all_of_them_every_item() {
     raylet::init_with(raylet::Config::default().num_cpus(4.0)).expect("an embedded cluster");
@@ -108,29 +136,11 @@ fn split_gives_each_train_worker_a_disjoint_shard_and_all_of_them_every_item() {
 #[test]
 fn a_streaming_split_gives_every_item_once_per_epoch_to_whichever_worker_asks() {
     raylet::init_with(raylet::Config::default().num_cpus(4.0)).expect("an embedded cluster");
-    let dir = tempfile::tempdir().unwrap();
     let dataset = Dataset::from_items((0..1_000u64).collect())
         .items_per_block(20)
         .max_blocks_in_flight(4)
         .map(square);
-    let split = dataset.streaming_split(2).unwrap();
-    let train_loop = StreamShard {
-        shards: split.shards(),
-        epochs: 2,
-        dir: dir.path().to_path_buf(),
-    };
-    trainer(train_loop, dir.path()).fit().unwrap();
-    let read = |rank: usize, epoch: u64| -> Vec<u64> {
-        let path = dir.path().join(format!("rank_{rank}_epoch_{epoch}.json"));
-        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
-    };
-    for epoch in 0..2 {
-        let (first, second) = (read(0, epoch), read(1, epoch));
-        println!(
-            "epoch {epoch}: rank 0 read {} rows, rank 1 {}",
-            first.len(),
-            second.len()
-        );
+    for (epoch, (first, second)) in stream_two_epochs(dataset).into_iter().enumerate() {
         assert_eq!(first.len() % 20 + second.len() % 20, 0, "whole blocks of 20 items");
         let mut all: Vec<u64> = first.into_iter().chain(second).collect();
         all.sort();
@@ -157,4 +167,24 @@ fn a_failing_row_of_a_streaming_split_reaches_its_consumers_naming_the_input() {
     for error in &errors {
         assert!(error.contains("fails_on_13 failed on item 13: thirteen"), "{error}");
     }
+}
+
+#[test]
+fn a_shuffled_streaming_split_gives_every_item_once_per_epoch_in_an_order_of_its_own() {
+    raylet::init_with(raylet::Config::default().num_cpus(4.0)).expect("an embedded cluster");
+    let dataset = Dataset::from_items((0..1_000u64).collect())
+        .items_per_block(50)
+        .max_blocks_in_flight(4)
+        .map(square)
+        .random_shuffle(5)
+        .local_shuffle_buffer(100, 9);
+    let mut orders = Vec::new();
+    for (epoch, (first, second)) in stream_two_epochs(dataset).into_iter().enumerate() {
+        assert!(!first.is_sorted(), "rank 0 reads shuffled rows");
+        let mut all: Vec<u64> = first.into_iter().chain(second).collect();
+        orders.push(all.clone());
+        all.sort();
+        assert_eq!(all, (0..1_000u64).map(|x| x * x).collect::<Vec<_>>(), "epoch {epoch}");
+    }
+    assert_ne!(orders[0], orders[1], "each epoch has an order of its own");
 }

@@ -1,0 +1,96 @@
+//! A block's rows as tasks hold them: typed rows encoded one by one, or
+//! Arrow record batches, each row with the input it came from. Rows of
+//! either kind can be counted, picked out, reordered and joined without
+//! knowing their type, which is what shuffles and repartitions need.
+
+use std::sync::Arc;
+
+use arrow::array::{RecordBatch, UInt32Array};
+use arrow_schema::Schema;
+
+use crate::encoded_rows::EncodedRows;
+
+/// A block's rows between stages. Not a public API.
+#[doc(hidden)]
+pub enum RowData {
+    /// Typed rows, each encoded alone.
+    Encoded(EncodedRows),
+    /// Arrow record batches.
+    Arrow(Vec<RecordBatch>),
+}
+
+/// Rows a stage works on, with the input each came from. Not a public API.
+#[doc(hidden)]
+pub struct BlockRows {
+    pub data: RowData,
+    /// Per row, the index of its input (file or item) within the block.
+    pub origins: Vec<u32>,
+}
+
+impl RowData {
+    pub fn len(&self) -> usize {
+        match self {
+            RowData::Encoded(rows) => rows.len(),
+            RowData::Arrow(batches) => batches.iter().map(RecordBatch::num_rows).sum(),
+        }
+    }
+
+    /// The Arrow rows as one batch (`None` for none at all).
+    pub fn single_batch(batches: &[RecordBatch]) -> Result<Option<RecordBatch>, String> {
+        match batches {
+            [] => Ok(None),
+            [one] => Ok(Some(one.clone())),
+            [first, ..] => arrow::compute::concat_batches(&first.schema(), batches)
+                .map(Some)
+                .map_err(|e| format!("joining record batches: {e}")),
+        }
+    }
+
+    /// The rows at `indices`, in that order.
+    pub fn select(&self, indices: &[u32]) -> Result<RowData, String> {
+        match self {
+            RowData::Encoded(rows) => Ok(RowData::Encoded(rows.select(indices.iter().map(|i| *i as usize)))),
+            RowData::Arrow(batches) => {
+                let Some(batch) = Self::single_batch(batches)? else {
+                    return Ok(RowData::Arrow(Vec::new()));
+                };
+                let picked = arrow::compute::take_record_batch(&batch, &UInt32Array::from(indices.to_vec()))
+                    .map_err(|e| format!("picking rows: {e}"))?;
+                Ok(RowData::Arrow(vec![picked]))
+            }
+        }
+    }
+
+    /// The rows of all `parts`, one after another; they must all be typed
+    /// or all Arrow with one schema.
+    pub fn concat(parts: Vec<RowData>) -> Result<RowData, String> {
+        let mut typed = Vec::new();
+        let mut batches = Vec::new();
+        for part in parts {
+            match part {
+                RowData::Encoded(rows) => typed.push(rows),
+                RowData::Arrow(part) => batches.extend(part.into_iter().filter(|b| b.num_rows() > 0)),
+            }
+        }
+        match (typed.is_empty(), batches.is_empty()) {
+            (false, false) => Err("joining typed rows with Arrow rows".into()),
+            (true, false) => {
+                let schema: Arc<Schema> = batches[0].schema();
+                if let Some(other) = batches.iter().find(|b| b.schema() != schema) {
+                    return Err(format!(
+                        "joining rows of different columns: {:?} and {:?}",
+                        column_names(&schema),
+                        column_names(&other.schema())
+                    ));
+                }
+                Ok(RowData::Arrow(batches))
+            }
+            (false, true) => Ok(RowData::Encoded(EncodedRows::concat(&typed))),
+            (true, true) => Ok(RowData::Arrow(Vec::new())),
+        }
+    }
+}
+
+fn column_names(schema: &Schema) -> Vec<&str> {
+    schema.fields().iter().map(|f| f.name().as_str()).collect()
+}
