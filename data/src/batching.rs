@@ -11,7 +11,7 @@ use rand::{Rng, SeedableRng};
 
 use crate::DataError;
 use crate::block_output::BlockOutput;
-use crate::execution::{Execution, LocalShuffle};
+use crate::execution::{Execution, LocalShuffle, StageMemory};
 use crate::row::Row;
 use crate::stage::RowError;
 
@@ -100,6 +100,11 @@ impl<T: Row> BatchIter<T> {
     /// Rows left out so far under `OnError::Skip`.
     pub fn skipped(&self) -> &[RowError] {
         self.batcher.skipped()
+    }
+
+    /// The most bytes one block's rows took at each step, so far.
+    pub fn memory(&self) -> Vec<StageMemory> {
+        self.execution.memory()
     }
 }
 

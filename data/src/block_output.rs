@@ -30,6 +30,14 @@ impl RowPayload {
         }
     }
 
+    /// The bytes the payload takes.
+    pub fn bytes(&self) -> u64 {
+        match self {
+            RowPayload::Typed(rows) => rows.bytes(),
+            RowPayload::Arrow(ipc) => ipc.len() as u64,
+        }
+    }
+
     /// The rows again, as a stage works on them.
     pub fn data(&self) -> Result<RowData, String> {
         match self {
@@ -48,6 +56,9 @@ pub(crate) struct BlockOutput {
     pub skipped: Vec<RowError>,
     /// The files a sink wrote, relative to its location.
     pub files: Vec<String>,
+    /// The bytes the block's rows took in its task after reading and
+    /// after each stage.
+    pub held: Vec<u64>,
 }
 
 impl BlockOutput {

@@ -35,6 +35,14 @@ impl RowData {
         }
     }
 
+    /// The memory the rows take.
+    pub fn bytes(&self) -> u64 {
+        match self {
+            RowData::Encoded(rows) => rows.bytes(),
+            RowData::Arrow(batches) => batches.iter().map(|b| b.get_array_memory_size() as u64).sum(),
+        }
+    }
+
     /// The Arrow rows as one batch (`None` for none at all).
     pub fn single_batch(batches: &[RecordBatch]) -> Result<Option<RecordBatch>, String> {
         match batches {

@@ -49,6 +49,11 @@ impl EncodedRows {
         self.ends.len()
     }
 
+    /// The memory the rows take: their encodings and where each ends.
+    pub fn bytes(&self) -> u64 {
+        (self.bytes.len() + self.ends.len() * std::mem::size_of::<u64>()) as u64
+    }
+
     /// The encoding of row `index`.
     pub fn row(&self, index: usize) -> &[u8] {
         let start = match index {

@@ -51,6 +51,54 @@ pub(crate) struct Execution {
     progress: Progress,
     /// With the blocks handed over in order: where they are.
     in_order: Option<InOrder>,
+    memory: MemoryPeaks,
+}
+
+/// The most bytes one block's rows took after a step of the run: reading,
+/// each transform, and the output as it crossed to the consumer.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct StageMemory {
+    pub step: String,
+    pub peak_block_bytes: u64,
+}
+
+/// The peaks a run's blocks reported, per step.
+struct MemoryPeaks {
+    steps: Vec<String>,
+    peaks: Vec<u64>,
+}
+
+impl MemoryPeaks {
+    fn new(stages: &[StageSpec]) -> Self {
+        let short = |name: &str| name.rsplit("::").next().unwrap_or(name).to_string();
+        let mut steps = vec!["read".to_string()];
+        steps.extend(stages.iter().map(|stage| short(&stage.function)));
+        steps.push("output".to_string());
+        MemoryPeaks {
+            peaks: vec![0; steps.len()],
+            steps,
+        }
+    }
+
+    /// A block's bytes after each step, then its output's.
+    fn add(&mut self, held: &[u64], output: u64) {
+        let last = self.peaks.len() - 1;
+        for (peak, bytes) in self.peaks[..last].iter_mut().zip(held) {
+            *peak = (*peak).max(*bytes);
+        }
+        self.peaks[last] = self.peaks[last].max(output);
+    }
+
+    fn report(&self) -> Vec<StageMemory> {
+        self.steps
+            .iter()
+            .zip(&self.peaks)
+            .map(|(step, peak)| StageMemory {
+                step: step.clone(),
+                peak_block_bytes: *peak,
+            })
+            .collect()
+    }
 }
 
 /// Blocks handed over in order: the indices still to hand over, in order,
@@ -90,6 +138,7 @@ impl Execution {
             ready: HashMap::new(),
         });
         check_registered(&stages)?;
+        let memory = MemoryPeaks::new(&stages);
         let pool = match model {
             Some(model) => Some(ActorPool::start(cluster.clone(), model)?),
             None => None,
@@ -107,6 +156,7 @@ impl Execution {
             in_flight: Vec::new(),
             progress,
             in_order,
+            memory,
         })
     }
 
@@ -175,6 +225,7 @@ impl Execution {
         let result = match result {
             Ok(output) => {
                 self.progress.block_done(finished.block.inputs(), output.count);
+                self.memory.add(&output.held, output.rows.bytes());
                 Ok((finished.block, output))
             }
             Err(e) => Err(block_error(&finished.block, e)),
@@ -186,6 +237,11 @@ impl Execution {
     /// The most actors the run's pool had at once (0 without a pool).
     pub fn largest_pool(&self) -> usize {
         self.pool.as_ref().map_or(0, ActorPool::largest)
+    }
+
+    /// The most bytes a block's rows took at each step, so far.
+    pub fn memory(&self) -> Vec<StageMemory> {
+        self.memory.report()
     }
 
     fn submit_ready(&mut self) -> Result<(), DataError> {

@@ -70,6 +70,7 @@ pub use csv_source::CsvOptions;
 pub use dataset::{Dataset, GroupedDataset};
 pub use error::DataError;
 pub use exchange::Aggregation;
+pub use execution::StageMemory;
 pub use files::FileSet;
 pub use image_source::{Image, ImageMode, ImageOptions};
 pub use model::{BatchModel, LoadError, ModelError};

@@ -235,7 +235,12 @@ fn configure<T>(
     groups: &RowGroups,
     options: &ParquetOptions,
 ) -> Result<ArrowReaderBuilder<T>, String> {
-    let mut builder = builder.with_batch_size(BATCH_ROWS);
+    // Buffers are sized for a whole batch: no larger than the block's rows.
+    let rows = match groups.rows {
+        0 => BATCH_ROWS,
+        rows => (rows as usize).min(BATCH_ROWS),
+    };
+    let mut builder = builder.with_batch_size(rows);
     if let Some(groups) = &groups.groups {
         builder = builder.with_row_groups(groups.clone());
     }

@@ -19,7 +19,7 @@ use serde::de::DeserializeOwned;
 use crate::DataError;
 use crate::block::{Block, FileBytes};
 use crate::columnar;
-use crate::execution::Execution;
+use crate::execution::{Execution, StageMemory};
 use crate::manifest::{Entry, MANIFEST, Manifest};
 use crate::stage::RowError;
 use crate::storage::Storage;
@@ -91,6 +91,8 @@ pub struct WriteSummary {
     pub files: Vec<PathBuf>,
     /// The most actors the model stage's pool had at once (0 without one).
     pub max_actors: usize,
+    /// The most bytes one block's rows took at each step of this run.
+    pub memory: Vec<StageMemory>,
 }
 
 /// The output names in use and the block that wrote each, so that no two
@@ -156,6 +158,7 @@ pub(crate) fn write_blocks<T: DeserializeOwned>(
     }
     let mut summary = summarize(manifest, storage, blocks_written, skipped_blocks)?;
     summary.max_actors = execution.largest_pool();
+    summary.memory = execution.memory();
     Ok(summary)
 }
 
@@ -253,5 +256,6 @@ fn summarize(
             .flat_map(|entry| entry.files.iter().map(|file| PathBuf::from(storage.location_of(file))))
             .collect(),
         max_actors: 0,
+        memory: Vec::new(),
     })
 }

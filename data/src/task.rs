@@ -65,19 +65,20 @@ const SAMPLED_KEYS: usize = 1024;
 #[raylet::remote(num_returns = 2)]
 pub(crate) fn sample_block(job: BlockJob, column: String) -> Result<(BlockOutput, ByteBuf), String> {
     let run = BlockRun::new(&job);
-    let (rows, skipped) = run.rows(None)?;
-    let sample = exchange::sample_keys(&rows.data, &column, SAMPLED_KEYS).map_err(|e| run.fatal_message(e))?;
+    let processed = run.rows(None)?;
+    let sample =
+        exchange::sample_keys(&processed.rows.data, &column, SAMPLED_KEYS).map_err(|e| run.fatal_message(e))?;
     let sample = RecordBatch::try_from_iter([("key", sample)]).map_err(|e| e.to_string())?;
     let sample = columnar::encode_ipc(&[sample])?;
-    Ok((run.output(rows, skipped)?, ByteBuf::from(sample)))
+    Ok((run.output(processed)?, ByteBuf::from(sample)))
 }
 
 /// Reads the block and runs the job's stages over its rows; a `Model`
 /// stage runs `model` (an actor's).
 pub(crate) fn run_stages(job: &BlockJob, model: Option<&mut dyn LoadedModel>) -> Result<BlockOutput, String> {
     let run = BlockRun::new(job);
-    let (rows, skipped) = run.rows(model)?;
-    run.output(rows, skipped)
+    let processed = run.rows(model)?;
+    run.output(processed)
 }
 
 /// One block's job in a task, and what its inputs are called in errors.
@@ -129,12 +130,14 @@ impl<'a> BlockRun<'a> {
         self.fatal(whole_block(&self.job.stages, message))
     }
 
-    /// The block's rows after every stage, and the rows left out.
-    fn rows(&self, mut model: Option<&mut dyn LoadedModel>) -> Result<(BlockRows, Vec<RowError>), String> {
+    /// The block's rows after every stage, the rows left out, and the
+    /// bytes the rows took after reading and after each stage.
+    fn rows(&self, mut model: Option<&mut dyn LoadedModel>) -> Result<Processed, String> {
         let (input, on_error) = (&self.job.input, self.job.on_error);
         let mut reading = StageRun::reading(reader(input), on_error);
         let (mut rows, mut skipped) = read(input, &mut reading).map_err(|f| self.fatal(f))?;
         skipped.extend(reading.skipped.into_iter().flat_map(|f| self.named(f)));
+        let mut held = vec![rows.data.bytes()];
         for stage in &self.job.stages {
             let mut run = StageRun::new(stage, on_error);
             rows = match (stage.kind, model.as_deref_mut()) {
@@ -148,12 +151,14 @@ impl<'a> BlockRun<'a> {
             }
             .map_err(|f| self.fatal(f))?;
             skipped.extend(run.skipped.into_iter().flat_map(|f| self.named(f)));
+            held.push(rows.data.bytes());
         }
-        Ok((rows, skipped))
+        Ok(Processed { rows, skipped, held })
     }
 
     /// The block's output: its rows, or the files its sink wrote them to.
-    fn output(&self, rows: BlockRows, skipped: Vec<RowError>) -> Result<BlockOutput, String> {
+    fn output(&self, processed: Processed) -> Result<BlockOutput, String> {
+        let Processed { rows, skipped, held } = processed;
         let count = rows.origins.len() as u64;
         let (rows, files) = match (rows.data, &self.job.sink) {
             (RowData::Arrow(batches), Some(sink)) => {
@@ -172,13 +177,18 @@ impl<'a> BlockRun<'a> {
             rows,
             skipped,
             files,
+            held,
         })
     }
 
     /// The block's rows after every stage, split into parts; the first
     /// part carries the rows left out.
     fn partitions(&self, partitioner: &Partitioner) -> Result<Vec<BlockOutput>, String> {
-        let (rows, mut skipped) = self.rows(None)?;
+        let Processed {
+            rows,
+            mut skipped,
+            mut held,
+        } = self.rows(None)?;
         let parts = partitioner
             .split(&rows.data, self.job.index)
             .map_err(|e| self.fatal_message(e))?;
@@ -190,10 +200,19 @@ impl<'a> BlockRun<'a> {
                     rows: RowPayload::of(data).map_err(|e| self.fatal_message(e))?,
                     skipped: std::mem::take(&mut skipped),
                     files: Vec::new(),
+                    held: std::mem::take(&mut held),
                 })
             })
             .collect()
     }
+}
+
+/// A block's rows after its stages, the rows left out, and the bytes the
+/// rows took after reading and after each stage.
+struct Processed {
+    rows: BlockRows,
+    skipped: Vec<RowError>,
+    held: Vec<u64>,
 }
 
 /// A failure of the whole block after its last stage.
