@@ -18,6 +18,7 @@ use crate::exchange::Reducer;
 use crate::files::FileList;
 use crate::image_source::ImageOptions;
 use crate::parquet_source::{ParquetOptions, PlannedGroups, RowGroups};
+use crate::stage::StageSpec;
 use crate::storage::StorageOptions;
 
 /// A whole file, as `read_binary` gives it.
@@ -97,9 +98,22 @@ pub(crate) struct Block {
     pub bytes: u64,
     /// Stable across reruns of the same input: a hash of the paths or items.
     pub fingerprint: u64,
+    /// Transforms the block runs before the plan's own (those of the
+    /// dataset it came from, in a union).
+    pub stages: Vec<StageSpec>,
 }
 
 impl Block {
+    /// The block with `stages` to run before its own, and a fingerprint
+    /// that says so.
+    pub fn after(mut self, stages: &[StageSpec]) -> Block {
+        let mut prefix = stages.to_vec();
+        prefix.extend(self.stages);
+        self.fingerprint = xxh3_64(format!("{} {prefix:?}", self.fingerprint).as_bytes());
+        self.stages = prefix;
+        self
+    }
+
     /// What the block's task is sent.
     pub fn input(&self) -> BlockInput {
         match &self.source {
@@ -233,6 +247,7 @@ fn files_block(
         },
         bytes,
         fingerprint: hasher.digest(),
+        stages: Vec::new(),
     }
 }
 
@@ -251,6 +266,7 @@ pub(crate) fn item_blocks(items: &[ByteBuf], sizing: BlockSizing) -> Vec<Block> 
             index,
             bytes: chunk.iter().map(|item| item.len() as u64).sum(),
             fingerprint: hasher.digest(),
+            stages: Vec::new(),
             source: BlockSource::Input(BlockInput::Items {
                 rows,
                 first: (index * sizing.items_per_block.max(1)) as u64,
@@ -274,16 +290,26 @@ pub(crate) fn exchanged_blocks(
             by_output[j].push(part);
         }
     }
-    by_output
+    merged_blocks(by_output.into_iter().map(|parts| (parts, reducer.clone())), upstream)
+}
+
+/// Blocks each made by merging its parts with its reducer; `upstream`
+/// identifies the inputs.
+pub(crate) fn merged_blocks(
+    merges: impl IntoIterator<Item = (Vec<ObjectRef<BlockOutput>>, Reducer)>,
+    upstream: u64,
+) -> Vec<Block> {
+    merges
         .into_iter()
         .enumerate()
-        .map(|(index, parts)| Block {
+        .map(|(index, (parts, reducer))| Block {
             index,
             bytes: 0,
             fingerprint: xxh3_64(format!("{upstream:016x} {reducer:?} {index}").as_bytes()),
+            stages: Vec::new(),
             source: BlockSource::Input(BlockInput::Exchanged {
                 parts,
-                reducer: reducer.clone(),
+                reducer,
                 block: index,
             }),
         })
@@ -303,6 +329,7 @@ pub(crate) fn parquet_blocks(
             index,
             bytes: planned.bytes,
             fingerprint: xxh3_64(format!("{:?} {:?}", planned.groups, options).as_bytes()),
+            stages: Vec::new(),
             source: BlockSource::Input(BlockInput::Parquet {
                 groups: planned.groups,
                 options: options.clone(),

@@ -99,6 +99,46 @@ impl RowData {
     }
 }
 
+impl RowData {
+    /// Each row of `self` beside the row of `other` at the same place: typed
+    /// rows as pairs (a pair's encoding is its two rows' one after the
+    /// other), Arrow rows as the columns of both (a name both have gets
+    /// `_1` on the right).
+    pub fn zip(self, other: RowData) -> Result<RowData, String> {
+        if self.len() != other.len() {
+            return Err(format!("zipping blocks of {} and {} rows", self.len(), other.len()));
+        }
+        match (self, other) {
+            (RowData::Encoded(left), RowData::Encoded(right)) => {
+                let mut pairs = EncodedRows::default();
+                for row in 0..left.len() {
+                    pairs.push_encoded(&[left.row(row), right.row(row)].concat());
+                }
+                Ok(RowData::Encoded(pairs))
+            }
+            (RowData::Arrow(left), RowData::Arrow(right)) => {
+                let (Some(left), Some(right)) = (Self::single_batch(&left)?, Self::single_batch(&right)?) else {
+                    return Ok(RowData::Arrow(Vec::new()));
+                };
+                let mut columns: Vec<(String, arrow::array::ArrayRef)> = Vec::new();
+                for (field, column) in left.schema().fields().iter().zip(left.columns()) {
+                    columns.push((field.name().clone(), column.clone()));
+                }
+                for (field, column) in right.schema().fields().iter().zip(right.columns()) {
+                    let mut name = field.name().clone();
+                    while columns.iter().any(|(taken, _)| *taken == name) {
+                        name.push_str("_1");
+                    }
+                    columns.push((name, column.clone()));
+                }
+                let batch = RecordBatch::try_from_iter(columns).map_err(|e| format!("zipping columns: {e}"))?;
+                Ok(RowData::Arrow(vec![batch]))
+            }
+            _ => Err("zipping typed rows with Arrow rows".into()),
+        }
+    }
+}
+
 fn column_names(schema: &Schema) -> Vec<&str> {
     schema.fields().iter().map(|f| f.name().as_str()).collect()
 }

@@ -141,6 +141,30 @@ impl<T> Dataset<T> {
         self.exchange(Exchange::Repartition { blocks: blocks.max(1) })
     }
 
+    /// The first `rows` rows, in the blocks' order: blocks run in order
+    /// until those before hold that many, and no more are read.
+    pub fn limit(self, rows: u64) -> Self {
+        self.exchange(Exchange::Limit { rows })
+    }
+
+    /// The rows of this dataset, then those of `other` (each with its own
+    /// source and transforms; the options are this one's).
+    pub fn union(self, other: Dataset<T>) -> Self {
+        let mut plan = Plan::new(Source::Union(vec![self.plan.clone(), other.plan]));
+        plan.options = self.plan.options;
+        plan.storage = self.plan.storage;
+        plan.sizing = self.plan.sizing;
+        Dataset::of(plan)
+    }
+
+    fn zip_with<O>(self, other: Plan) -> Dataset<O> {
+        let mut plan = Plan::new(Source::Zip(Box::new(self.plan.clone()), Box::new(other)));
+        plan.options = self.plan.options;
+        plan.storage = self.plan.storage;
+        plan.sizing = self.plan.sizing;
+        Dataset::of(plan)
+    }
+
     fn exchange(mut self, exchange: Exchange) -> Self {
         self.plan.steps.push(Step::Exchange(exchange));
         self
@@ -266,6 +290,13 @@ impl Dataset<Arrow> {
     /// fields (in the tasks of the stages that follow, or on collection).
     pub fn rows<R: Row>(self) -> Dataset<R> {
         Dataset::of(self.plan)
+    }
+
+    /// This dataset's columns and `other`'s side by side, row by row (the
+    /// two must have as many rows; a column name both have gets `_1` on
+    /// the right).
+    pub fn zip(self, other: Dataset<Arrow>) -> Dataset<Arrow> {
+        self.zip_with(other.plan)
     }
 
     /// Record batches of `batch_size` rows (the last may be shorter), as
@@ -460,6 +491,12 @@ impl<T: Row> Dataset<T> {
             .map_err(|e| format!("encoding {}: {e}", std::any::type_name::<M>()));
         self.plan.models.push(spec);
         self.then::<M::Out, M>(StageKind::Model, batch_size.max(1))
+    }
+
+    /// Each row of this dataset paired with the row of `other` at the same
+    /// position (the two must have as many rows).
+    pub fn zip<U: Row>(self, other: Dataset<U>) -> Dataset<(T, U)> {
+        self.zip_with(other.plan)
     }
 
     /// One run of the dataset shared by `n` consumers (the workers of a

@@ -37,6 +37,8 @@ pub(crate) enum Exchange {
     Sort { column: String, descending: bool },
     /// A row per value of `key`, with the aggregates of its rows.
     GroupBy { key: String, aggregate: GroupAggregate },
+    /// The first `rows` rows, in the blocks' order.
+    Limit { rows: u64 },
 }
 
 /// What `groupby` makes of each group.
@@ -84,16 +86,35 @@ pub(crate) enum Partitioner {
 /// How an output block merges its parts.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub(crate) enum Reducer {
-    Shuffle { seed: u64 },
+    Shuffle {
+        seed: u64,
+    },
     Concat,
-    Sort { column: String, descending: bool },
-    Aggregate { key: String, aggregate: GroupAggregate },
+    Sort {
+        column: String,
+        descending: bool,
+    },
+    Aggregate {
+        key: String,
+        aggregate: GroupAggregate,
+    },
+    /// The first `rows` rows of the one part.
+    Take {
+        rows: usize,
+    },
+    /// The first part's rows beside the rows of the others, of which each
+    /// gives the range `(start, length)`.
+    Zip {
+        ranges: Vec<(usize, usize)>,
+    },
 }
 
 impl Exchange {
-    /// How output blocks merge their parts.
+    /// How output blocks merge their parts (a limit's blocks each take
+    /// their own number of rows).
     pub fn reducer(&self, epoch: u64) -> Reducer {
         match self {
+            Exchange::Limit { rows } => Reducer::Take { rows: *rows as usize },
             Exchange::RandomShuffle { seed } => Reducer::Shuffle {
                 seed: mix(*seed, epoch),
             },
@@ -249,10 +270,23 @@ pub(crate) fn sample_keys(data: &RowData, column: &str, count: usize) -> Result<
 
 impl Reducer {
     /// Output block `block`'s rows, from its parts.
-    pub fn reduce(&self, parts: Vec<RowData>, block: usize, run: &mut StageRun) -> Result<RowData, String> {
+    pub fn reduce(&self, mut parts: Vec<RowData>, block: usize, run: &mut StageRun) -> Result<RowData, String> {
+        if let Reducer::Zip { ranges } = self {
+            let left = parts.remove(0);
+            let right = parts
+                .iter()
+                .zip(ranges)
+                .map(|(part, (start, length))| {
+                    part.select(&(*start as u32..(start + length) as u32).collect::<Vec<_>>())
+                })
+                .collect::<Result<Vec<_>, _>>()?;
+            return left.zip(RowData::concat(right)?);
+        }
         let joined = RowData::concat(parts)?;
         match self {
+            Reducer::Zip { .. } => unreachable!("zipped above"),
             Reducer::Concat => Ok(joined),
+            Reducer::Take { rows } => joined.select(&(0..(*rows).min(joined.len()) as u32).collect::<Vec<_>>()),
             Reducer::Shuffle { seed } => {
                 let mut order: Vec<u32> = (0..joined.len() as u32).collect();
                 order.shuffle(&mut StdRng::seed_from_u64(mix(*seed, block as u64)));

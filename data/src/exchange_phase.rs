@@ -2,13 +2,14 @@
 //! the transforms before it and are split into parts by their tasks (a
 //! bounded number at a time, as any run), and the step's output blocks are
 //! made of the parts, ready for the plan's next transforms. A sort first
-//! runs its inputs with a sample of their keys, from which it chooses the
-//! ranges of its output blocks.
+//! keeps its inputs in the object store with a sample of their keys, from
+//! which it chooses the ranges of its output blocks; a limit keeps its
+//! inputs in order until it has its rows; a zip keeps both sides' blocks
+//! and pairs their rows by position.
 
 use std::collections::VecDeque;
 
 use raylet::{Cluster, ObjectRef, ObjectRefStream};
-use serde_bytes::ByteBuf;
 
 use crate::DataError;
 use crate::block::{self, Block, BlockInput};
@@ -18,7 +19,7 @@ use crate::exchange::{self, Exchange, Partitioner, Reducer};
 use crate::execution::{ExecutionOptions, block_error};
 use crate::progress::Progress;
 use crate::stage::StageSpec;
-use crate::task::{BlockJob, partition_block, sample_block};
+use crate::task::{BlockJob, BlockSummary, materialize_block, partition_block};
 
 /// Runs `blocks` through `stages` into `exchange`, returning its output blocks.
 /// `epoch` is the pass over the data (a streaming split's), and `upstream`
@@ -30,25 +31,17 @@ pub(crate) fn run(
     (options, epoch, upstream): (&ExecutionOptions, u64, u64),
 ) -> Result<Vec<Block>, DataError> {
     let cluster = raylet::current()?;
+    let jobs = jobs_of(blocks, stages, options);
+    if let Exchange::Limit { rows } = exchange {
+        return limited(&cluster, jobs, *rows, options, upstream);
+    }
     let outputs = match exchange {
         Exchange::Repartition { blocks } => *blocks,
-        _ => blocks.len(),
+        _ => jobs.len(),
     }
     .max(1);
-    let jobs: Vec<(Block, BlockJob)> = blocks
-        .into_iter()
-        .map(|block| {
-            let job = BlockJob {
-                index: block.index,
-                input: block.input(),
-                stages: stages.to_vec(),
-                on_error: options.on_error,
-                sink: None,
-            };
-            (block, job)
-        })
-        .collect();
     let (partitioner, jobs) = match exchange {
+        Exchange::Limit { .. } => unreachable!("limited above"),
         Exchange::RandomShuffle { seed } => (
             Partitioner::Random {
                 seed: exchange::mix(*seed, epoch),
@@ -72,8 +65,40 @@ pub(crate) fn run(
     Ok(block::exchanged_blocks(parts, &exchange.reducer(epoch), upstream))
 }
 
+/// Each block's job: its own transforms, then `stages`.
+pub(crate) fn jobs_of(blocks: Vec<Block>, stages: &[StageSpec], options: &ExecutionOptions) -> Vec<(Block, BlockJob)> {
+    blocks
+        .into_iter()
+        .map(|block| {
+            let job = BlockJob {
+                index: block.index,
+                input: block.input(),
+                stages: block.stages.iter().chain(stages).cloned().collect(),
+                on_error: options.on_error,
+                sink: None,
+            };
+            (block, job)
+        })
+        .collect()
+}
+
+/// A job that reads a block kept in the object store, as it is.
+fn kept_job(block: &Block, rows: ObjectRef<BlockOutput>, options: &ExecutionOptions) -> BlockJob {
+    BlockJob {
+        index: block.index,
+        input: BlockInput::Exchanged {
+            parts: vec![rows],
+            reducer: Reducer::Concat,
+            block: block.index,
+        },
+        stages: Vec::new(),
+        on_error: options.on_error,
+        sink: None,
+    }
+}
+
 /// Runs every job with a sample of `column`'s keys, then returns the range
-/// partitioner the samples give and jobs that split the finished blocks.
+/// partitioner the samples give and jobs that split the kept blocks.
 fn sorted_ranges(
     cluster: &Cluster,
     jobs: Vec<(Block, BlockJob)>,
@@ -81,66 +106,134 @@ fn sorted_ranges(
     outputs: usize,
     options: &ExecutionOptions,
 ) -> Result<(Partitioner, Vec<(Block, BlockJob)>), DataError> {
-    let mut progress = Progress::new(jobs.len() as u64, options.show_progress);
-    let mut sampled = Vec::with_capacity(jobs.len());
-    let mut in_flight = VecDeque::new();
-    for (block, job) in jobs {
-        let refs = sample_block::options()
-            .num_cpus(options.num_cpus)
-            .remote(cluster, job, column.to_string())
-            .map_err(|e| block_error(&block, e))?;
-        in_flight.push_back((block, refs));
-        if in_flight.len() >= options.max_blocks_in_flight {
-            sampled.push(finish_sample(
-                in_flight.pop_front().expect("one in flight"),
-                &mut progress,
-            )?);
-        }
-    }
-    while let Some(next) = in_flight.pop_front() {
-        sampled.push(finish_sample(next, &mut progress)?);
-    }
-    progress.finish();
-    let samples = sampled
+    let kept = keep_all(cluster, jobs, Some(column), None, options)?;
+    let samples = kept
         .iter()
-        .map(|(_, _, sample)| columnar::decode_ipc(sample).map(|batches| batches[0].column(0).clone()))
+        .map(|(_, _, summary)| {
+            columnar::decode_ipc(&summary.sample).map(|batches| batches.first().map(|b| b.column(0).clone()))
+        })
         .collect::<Result<Vec<_>, _>>()
         .map_err(DataError::InvalidInput)?;
-    let boundaries = exchange::boundaries(samples, outputs, descending).map_err(DataError::InvalidInput)?;
+    let boundaries = exchange::boundaries(samples.into_iter().flatten().collect(), outputs, descending)
+        .map_err(DataError::InvalidInput)?;
     let partitioner = Partitioner::Range {
         column: column.to_string(),
         descending,
         boundaries,
     };
-    let jobs = sampled
+    let jobs = kept
         .into_iter()
         .map(|(block, rows, _)| {
-            let job = BlockJob {
-                index: block.index,
-                input: BlockInput::Exchanged {
-                    parts: vec![rows],
-                    reducer: Reducer::Concat,
-                    block: block.index,
-                },
-                stages: Vec::new(),
-                on_error: options.on_error,
-                sink: None,
-            };
+            let job = kept_job(&block, rows, options);
             (block, job)
         })
         .collect();
     Ok((partitioner, jobs))
 }
 
-type SampleRefs = (ObjectRef<BlockOutput>, ObjectRef<ByteBuf>);
+/// The first `rows` rows: blocks run in order until they hold them, each
+/// kept block then taking its share.
+fn limited(
+    cluster: &Cluster,
+    jobs: Vec<(Block, BlockJob)>,
+    rows: u64,
+    options: &ExecutionOptions,
+    upstream: u64,
+) -> Result<Vec<Block>, DataError> {
+    let kept = keep_all(cluster, jobs, None, Some(rows), options)?;
+    let mut left = rows;
+    let merges: Vec<(Vec<ObjectRef<BlockOutput>>, Reducer)> = kept
+        .into_iter()
+        .map(|(_, output, summary)| {
+            let take = summary.rows.min(left);
+            left -= take;
+            (vec![output], Reducer::Take { rows: take as usize })
+        })
+        .collect();
+    Ok(block::merged_blocks(merges, upstream))
+}
 
-fn finish_sample(
-    (block, (rows, sample)): (Block, SampleRefs),
-    progress: &mut Progress,
-) -> Result<(Block, ObjectRef<BlockOutput>, ByteBuf), DataError> {
-    let sample = sample.get().map_err(|e| block_error(&block, e))?;
-    progress.block_done(block.inputs(), 0);
-    Ok((block, rows, sample))
+/// Each output block of `left` beside the same rows of `right`, which must
+/// have as many: both sides' blocks are kept in the object store, and
+/// output block `i` reads left block `i` and the ranges of right blocks
+/// that hold the same rows.
+pub(crate) fn zipped(
+    left: Vec<(Block, BlockJob)>,
+    right: Vec<(Block, BlockJob)>,
+    options: &ExecutionOptions,
+    upstream: u64,
+) -> Result<Vec<Block>, DataError> {
+    let cluster = raylet::current()?;
+    let left = keep_all(&cluster, left, None, None, options)?;
+    let right = keep_all(&cluster, right, None, None, options)?;
+    let count = |side: &[Kept]| side.iter().map(|(_, _, summary)| summary.rows).sum::<u64>();
+    if count(&left) != count(&right) {
+        return Err(DataError::InvalidInput(format!(
+            "zip needs datasets of as many rows: {} and {}",
+            count(&left),
+            count(&right)
+        )));
+    }
+    let mut right_starts = Vec::with_capacity(right.len());
+    let mut start = 0;
+    for (_, _, summary) in &right {
+        right_starts.push(start);
+        start += summary.rows;
+    }
+    let (mut merges, mut first_row) = (Vec::with_capacity(left.len()), 0u64);
+    for (_, output, summary) in left {
+        let end = first_row + summary.rows;
+        let (mut parts, mut ranges) = (vec![output], Vec::new());
+        for ((_, rows, part), part_start) in right.iter().zip(&right_starts) {
+            let (from, to) = (first_row.max(*part_start), end.min(part_start + part.rows));
+            if from < to {
+                parts.push(rows.clone());
+                ranges.push(((from - part_start) as usize, (to - from) as usize));
+            }
+        }
+        merges.push((parts, Reducer::Zip { ranges }));
+        first_row = end;
+    }
+    Ok(block::merged_blocks(merges, upstream))
+}
+
+/// A block kept in the object store, with what the driver knows of it.
+type Kept = (Block, ObjectRef<BlockOutput>, BlockSummary);
+
+/// Runs the jobs (a bounded number at a time, in order) keeping each
+/// block's rows in the object store, with a sample of `sample_column`'s
+/// keys; with `enough` rows, stops running blocks once those before hold
+/// that many.
+fn keep_all(
+    cluster: &Cluster,
+    jobs: Vec<(Block, BlockJob)>,
+    sample_column: Option<&str>,
+    enough: Option<u64>,
+    options: &ExecutionOptions,
+) -> Result<Vec<Kept>, DataError> {
+    let mut progress = Progress::new(jobs.len() as u64, options.show_progress);
+    let (mut kept, mut in_flight, mut rows) = (Vec::with_capacity(jobs.len()), VecDeque::new(), 0u64);
+    let mut jobs = jobs.into_iter();
+    while enough.is_none_or(|enough| rows < enough) {
+        while in_flight.len() < options.max_blocks_in_flight.max(1)
+            && let Some((block, job)) = jobs.next()
+        {
+            let refs = materialize_block::options()
+                .num_cpus(options.num_cpus)
+                .remote(cluster, job, sample_column.map(str::to_string))
+                .map_err(|e| block_error(&block, e))?;
+            in_flight.push_back((block, refs));
+        }
+        let Some((block, (output, summary))) = in_flight.pop_front() else {
+            break;
+        };
+        let summary = summary.get().map_err(|e| block_error(&block, e))?;
+        progress.block_done(block.inputs(), summary.rows);
+        rows += summary.rows;
+        kept.push((block, output, summary));
+    }
+    progress.finish();
+    Ok(kept)
 }
 
 /// Splits every job's block into parts, a bounded number of blocks at a

@@ -281,7 +281,7 @@ impl Execution {
         BlockJob {
             index: block.index,
             input: block.input(),
-            stages: self.stages.clone(),
+            stages: block.stages.iter().chain(&self.stages).cloned().collect(),
             on_error: self.options.on_error,
             sink: self.sink.clone(),
         }

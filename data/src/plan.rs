@@ -35,6 +35,10 @@ pub(crate) enum Source {
     },
     /// The items, each encoded alone (or why they could not be).
     Items(Result<Vec<ByteBuf>, String>),
+    /// The blocks of each plan, one plan after another.
+    Union(Vec<Plan>),
+    /// The rows of the first plan beside those of the second, by position.
+    Zip(Box<Plan>, Box<Plan>),
 }
 
 /// One step of a plan: a transform run in each block's task, or an
@@ -158,7 +162,41 @@ impl Plan {
             Source::Parquet { files, options } => self.parquet_blocks(files, options),
             Source::Items(Ok(items)) => Ok(block::item_blocks(items, self.sizing)),
             Source::Items(Err(e)) => Err(DataError::InvalidInput(e.clone())),
+            Source::Union(plans) => {
+                let mut blocks = Vec::new();
+                for plan in plans {
+                    blocks.extend(plan.final_blocks()?);
+                }
+                Ok(blocks
+                    .into_iter()
+                    .enumerate()
+                    .map(|(index, mut block)| {
+                        block.index = index;
+                        block
+                    })
+                    .collect())
+            }
+            Source::Zip(left, right) => {
+                let (left, right) = (left.final_blocks()?, right.final_blocks()?);
+                let fingerprints = |blocks: &[Block]| blocks.iter().map(|b| b.fingerprint).collect::<Vec<_>>();
+                let upstream = xxh3_64(format!("zip {:?} {:?}", fingerprints(&left), fingerprints(&right)).as_bytes());
+                let jobs = |blocks| exchange_phase::jobs_of(blocks, &[], &self.options);
+                exchange_phase::zipped(jobs(left), jobs(right), &self.options, upstream)
+            }
         }
+    }
+
+    /// The plan's blocks, each with the plan's last transforms to run
+    /// first: what a union or zip of it starts from.
+    fn final_blocks(&self) -> Result<Vec<Block>, DataError> {
+        if !self.models.is_empty() {
+            return Err(DataError::InvalidInput(
+                "a dataset with map_batches_with cannot be part of a union or zip".into(),
+            ));
+        }
+        let (_, stages) = self.segments();
+        check_registered(&stages)?;
+        Ok(self.blocks()?.into_iter().map(|block| block.after(&stages)).collect())
     }
 
     fn file_blocks(&self, files: &FileSet, read: &ReadKind) -> Result<Vec<Block>, DataError> {
@@ -210,7 +248,10 @@ impl Plan {
         let cluster = raylet::current()?;
         let (segments, stages) = self.segments();
         let mut options = self.options;
-        options.in_order = matches!(segments.last(), Some((_, Exchange::Sort { .. })));
+        options.in_order = matches!(
+            segments.last(),
+            Some((_, Exchange::Sort { .. } | Exchange::Limit { .. }))
+        );
         Execution::new(cluster, blocks, done, stages, model, sink, options)
     }
 

@@ -59,18 +59,40 @@ pub(crate) fn partition_block(
 /// Keys of the sort column sampled from each block.
 const SAMPLED_KEYS: usize = 1024;
 
-/// Runs the job's stages over its block, returning the rows and a sample
-/// of the keys of `column` (an Arrow IPC stream of one column), from which
-/// a sort's ranges are chosen.
+/// What the driver learns of a block kept in the object store: its rows,
+/// and a sample of a column's keys (an Arrow IPC stream of one column;
+/// empty when none was asked for).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub(crate) struct BlockSummary {
+    pub rows: u64,
+    pub sample: ByteBuf,
+}
+
+/// Runs the job's stages over its block and returns the rows (to stay in
+/// the object store) and their summary (for the driver), with a sample of
+/// the keys of `sample_column` from which a sort's ranges are chosen.
 #[raylet::remote(num_returns = 2)]
-pub(crate) fn sample_block(job: BlockJob, column: String) -> Result<(BlockOutput, ByteBuf), String> {
+pub(crate) fn materialize_block(
+    job: BlockJob,
+    sample_column: Option<String>,
+) -> Result<(BlockOutput, BlockSummary), String> {
     let run = BlockRun::new(&job);
     let processed = run.rows(None)?;
-    let sample =
-        exchange::sample_keys(&processed.rows.data, &column, SAMPLED_KEYS).map_err(|e| run.fatal_message(e))?;
-    let sample = RecordBatch::try_from_iter([("key", sample)]).map_err(|e| e.to_string())?;
-    let sample = columnar::encode_ipc(&[sample])?;
-    Ok((run.output(processed)?, ByteBuf::from(sample)))
+    let sample = match &sample_column {
+        None => Vec::new(),
+        Some(column) => {
+            let keys =
+                exchange::sample_keys(&processed.rows.data, column, SAMPLED_KEYS).map_err(|e| run.fatal_message(e))?;
+            let keys = RecordBatch::try_from_iter([("key", keys)]).map_err(|e| e.to_string())?;
+            columnar::encode_ipc(&[keys])?
+        }
+    };
+    let output = run.output(processed)?;
+    let summary = BlockSummary {
+        rows: output.count,
+        sample: ByteBuf::from(sample),
+    };
+    Ok((output, summary))
 }
 
 /// Reads the block and runs the job's stages over its rows; a `Model`

@@ -199,3 +199,45 @@ fn arrow_rows_shuffle_with_every_row_once() {
     ids.sort();
     assert_eq!(ids, (0..3_000).collect::<Vec<_>>());
 }
+
+#[test]
+fn limit_union_and_zip_keep_rows_in_place() {
+    init();
+    let items = |range: std::ops::Range<u64>, per_block: usize| {
+        Dataset::from_items(range.collect())
+            .items_per_block(per_block)
+            .show_progress(false)
+    };
+    let first = items(0..10_000, 100).map(plus_one).limit(250).take_all().unwrap();
+    assert_eq!(first, (1..=250u64).collect::<Vec<_>>(), "the first rows, in order");
+
+    let mut both = items(0..100, 30)
+        .map(plus_one)
+        .union(items(1_000..1_100, 40))
+        .take_all()
+        .unwrap();
+    both.sort();
+    assert_eq!(both, (1..=100u64).chain(1_000..1_100).collect::<Vec<_>>());
+
+    let tens = Dataset::from_items((0..1_000u64).map(|x| x * 10).collect::<Vec<u64>>()).items_per_block(70);
+    let mut pairs = items(0..1_000, 300).zip(tens).take_all().unwrap();
+    pairs.sort();
+    assert_eq!(pairs, (0..1_000u64).map(|x| (x, x * 10)).collect::<Vec<_>>());
+    let error = items(0..10, 3).zip(items(0..11, 3)).take_all().unwrap_err().to_string();
+    assert!(error.contains("as many rows: 10 and 11"), "{error}");
+
+    let temp = tempfile::tempdir().unwrap();
+    let zipped = sales(&temp.path().join("a"))
+        .zip(sales(&temp.path().join("b")))
+        .take_all()
+        .unwrap();
+    let names: Vec<String> = zipped[0].schema().fields().iter().map(|f| f.name().clone()).collect();
+    assert_eq!(names, ["store", "amount", "store_1", "amount_1"]);
+    for batch in &zipped {
+        assert_eq!(
+            column::<Int64Array>(batch, "store"),
+            column::<Int64Array>(batch, "store_1")
+        );
+    }
+    assert_eq!(zipped.iter().map(RecordBatch::num_rows).sum::<usize>(), 4_000);
+}
