@@ -181,7 +181,7 @@ impl Iterator for ArrowBatchIter {
         while self.rows < self.batch_size {
             match self.execution.next_block() {
                 None => break,
-                Some(Ok((_, output))) => match output.decode_batches() {
+                Some(Ok((_, output))) => match output.into_batches() {
                     Ok(batches) => {
                         self.rows += batches.iter().map(RecordBatch::num_rows).sum::<usize>();
                         self.pending.extend(batches.into_iter().filter(|b| b.num_rows() > 0));

@@ -39,10 +39,10 @@ impl RowPayload {
     }
 
     /// The rows again, as a stage works on them.
-    pub fn data(&self) -> Result<RowData, String> {
+    pub fn into_data(self) -> Result<RowData, String> {
         match self {
-            RowPayload::Typed(rows) => Ok(RowData::Encoded(rows.clone())),
-            RowPayload::Arrow(ipc) => columnar::decode_ipc(ipc).map(RowData::Arrow),
+            RowPayload::Typed(rows) => Ok(RowData::Encoded(rows)),
+            RowPayload::Arrow(ipc) => columnar::decode_ipc(ipc.into_vec()).map(RowData::Arrow),
         }
     }
 }
@@ -66,15 +66,15 @@ impl BlockOutput {
     pub fn decode_rows<T: serde::de::DeserializeOwned>(&self) -> Result<Vec<T>, DataError> {
         let rows = match &self.rows {
             RowPayload::Typed(rows) => rows.decode(),
-            RowPayload::Arrow(ipc) => columnar::decode_ipc(ipc).and_then(|b| columnar::batches_to_rows(&b)),
+            RowPayload::Arrow(ipc) => columnar::decode_ipc(ipc.as_slice()).and_then(|b| columnar::batches_to_rows(&b)),
         };
         rows.map_err(|e| DataError::InvalidInput(format!("decoding a block's rows: {e}")))
     }
 
     /// The rows as Arrow record batches.
-    pub fn decode_batches(&self) -> Result<Vec<RecordBatch>, DataError> {
-        match &self.rows {
-            RowPayload::Arrow(ipc) => columnar::decode_ipc(ipc).map_err(DataError::InvalidInput),
+    pub fn into_batches(self) -> Result<Vec<RecordBatch>, DataError> {
+        match self.rows {
+            RowPayload::Arrow(ipc) => columnar::decode_ipc(ipc.into_vec()).map_err(DataError::InvalidInput),
             RowPayload::Typed(_) => Err(DataError::InvalidInput(
                 "a block of typed rows was read as Arrow batches".into(),
             )),

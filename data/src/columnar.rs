@@ -4,7 +4,8 @@
 //! batches (through `serde_arrow`).
 
 use arrow::array::RecordBatch;
-use arrow::ipc::reader::StreamReader;
+use arrow::buffer::Buffer;
+use arrow::ipc::reader::StreamDecoder;
 use arrow::ipc::writer::StreamWriter;
 use arrow_schema::FieldRef;
 use serde::Serialize;
@@ -30,14 +31,17 @@ pub(crate) fn encode_ipc(batches: &[RecordBatch]) -> Result<Vec<u8>, String> {
     writer.into_inner().map_err(|e| e.to_string())
 }
 
-/// The record batches of an Arrow IPC stream.
-pub(crate) fn decode_ipc(bytes: &[u8]) -> Result<Vec<RecordBatch>, String> {
-    if bytes.is_empty() {
-        return Ok(Vec::new());
+/// The record batches of an Arrow IPC stream. Their columns are the
+/// stream's own bytes where aligned (given a `Vec`, without a copy).
+pub(crate) fn decode_ipc(bytes: impl Into<Vec<u8>>) -> Result<Vec<RecordBatch>, String> {
+    let error = |e: arrow::error::ArrowError| format!("reading an Arrow IPC block: {e}");
+    let mut buffer = Buffer::from_vec(bytes.into());
+    let (mut decoder, mut batches) = (StreamDecoder::new(), Vec::new());
+    while !buffer.is_empty() {
+        batches.extend(decoder.decode(&mut buffer).map_err(error)?);
     }
-    StreamReader::try_new(bytes, None)
-        .and_then(|reader| reader.collect())
-        .map_err(|e| format!("reading an Arrow IPC block: {e}"))
+    decoder.finish().map_err(error)?;
+    Ok(batches)
 }
 
 /// Every row of `batches` as a `T`, its fields taken from the columns of
@@ -88,12 +92,12 @@ mod tests {
         ])
         .unwrap();
         let bytes = encode_ipc(&[batch.clone(), batch.clone()]).unwrap();
-        let decoded = decode_ipc(&bytes).unwrap();
+        let decoded = decode_ipc(bytes.as_slice()).unwrap();
         assert_eq!(decoded, vec![batch.clone(), batch]);
         let rows: Vec<Point> = batches_to_rows(&decoded).unwrap();
         assert_eq!(rows[1], Point { id: 2, x: 1.5 });
-        assert!(decode_ipc(&[]).unwrap().is_empty());
-        let error = decode_ipc(b"garbage!").unwrap_err();
+        assert!(decode_ipc(Vec::new()).unwrap().is_empty());
+        let error = decode_ipc(b"garbage!".as_slice()).unwrap_err();
         assert!(error.contains("Arrow IPC"), "{error}");
     }
 }

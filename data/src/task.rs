@@ -314,7 +314,7 @@ fn merge_parts(
             .get()
             .map_err(|e| run.block_failure(format!("reading a part: {e}")))?;
         skipped.extend(part.skipped);
-        data.push(part.rows.data().map_err(|e| run.block_failure(e))?);
+        data.push(part.rows.into_data().map_err(|e| run.block_failure(e))?);
     }
     let merged = reducer.reduce(data, block, run).map_err(|e| run.block_failure(e))?;
     let rows = BlockRows {
