@@ -146,8 +146,43 @@ where
     encode(&out, origins, run)
 }
 
+/// Cuts a block's record batches into batches of given sizes: a slice of
+/// one batch where it holds them all (no copy), else the pieces joined.
+struct BatchSlicer<'a> {
+    batches: &'a [RecordBatch],
+    /// The batch the next rows start in, and the row within it.
+    at: (usize, usize),
+}
+
+impl<'a> BatchSlicer<'a> {
+    fn new(batches: &'a [RecordBatch]) -> Self {
+        BatchSlicer { batches, at: (0, 0) }
+    }
+
+    /// The next `rows` rows, which the batches must hold.
+    fn next(&mut self, rows: usize) -> Result<RecordBatch, arrow::error::ArrowError> {
+        let mut pieces = Vec::new();
+        let mut wanted = rows;
+        while wanted > 0 {
+            let (batch, row) = self.at;
+            let current = &self.batches[batch];
+            let take = wanted.min(current.num_rows() - row);
+            pieces.push(current.slice(row, take));
+            wanted -= take;
+            self.at = match row + take == current.num_rows() {
+                true => (batch + 1, 0),
+                false => (batch, row + take),
+            };
+        }
+        match pieces.len() {
+            1 => Ok(pieces.remove(0)),
+            _ => arrow::compute::concat_batches(&self.batches[0].schema(), &pieces),
+        }
+    }
+}
+
 /// Calls the function on record batches of up to `run.batch_size` rows
-/// (a block's batches are joined first when it has several). Origins
+/// (slices of the block's batches, joined only across their edges). Origins
 /// follow the rule of [`apply_batches`].
 #[doc(hidden)]
 pub fn apply_arrow_batches<E: Display>(
@@ -158,21 +193,12 @@ pub fn apply_arrow_batches<E: Display>(
     let RowData::Arrow(batches) = &rows.data else {
         return Err(run.block_failure("an Arrow function was given typed rows".into()));
     };
-    let Some(first) = batches.first() else {
-        return Ok(BlockRows {
-            data: RowData::Arrow(Vec::new()),
-            origins: Vec::new(),
-        });
-    };
-    let whole = match batches.len() {
-        1 => first.clone(),
-        _ => arrow::compute::concat_batches(&first.schema(), batches)
-            .map_err(|e| run.block_failure(format!("joining its batches: {e}")))?,
-    };
-    let (mut out, mut origins, mut start) = (Vec::new(), Vec::new(), 0);
+    let mut slicer = BatchSlicer::new(batches);
+    let (mut out, mut origins) = (Vec::new(), Vec::new());
     for batch_origins in rows.origins.chunks(run.batch_size.max(1)) {
-        let input = whole.slice(start, batch_origins.len());
-        start += batch_origins.len();
+        let input = slicer
+            .next(batch_origins.len())
+            .map_err(|e| run.block_failure(format!("joining its batches: {e}")))?;
         match function(input) {
             Ok(batch) => {
                 match batch.num_rows() == batch_origins.len() {
