@@ -243,6 +243,16 @@ impl Dataset<Arrow> {
         })
     }
 
+    /// The current version of a Delta Lake table on a local disk (a path or
+    /// `file://` URL): its files, listed in its transaction log, read as
+    /// Parquet with `options`. Needs the `delta` feature.
+    pub fn read_delta(location: &str, options: ParquetOptions) -> Self {
+        Self::from_source(Source::Delta {
+            location: location.to_string(),
+            options,
+        })
+    }
+
     /// Files of delimited text, with a header line by default: a path, a
     /// directory, a glob, or an object storage prefix. The schema is
     /// inferred from the first file.

@@ -34,6 +34,8 @@ mod block_rows;
 mod columnar;
 mod csv_source;
 mod dataset;
+#[cfg(feature = "delta")]
+mod delta_source;
 #[cfg(feature = "digits")]
 pub mod digits;
 mod encoded_rows;

@@ -33,6 +33,11 @@ pub(crate) enum Source {
         files: FileSet,
         options: ParquetOptions,
     },
+    /// Row groups of the Parquet files of a Delta Lake table's current version.
+    Delta {
+        location: String,
+        options: ParquetOptions,
+    },
     /// The items, each encoded alone (or why they could not be).
     Items(Result<Vec<ByteBuf>, String>),
     /// The blocks of each plan, one plan after another.
@@ -160,6 +165,7 @@ impl Plan {
         match &self.source {
             Source::Files { files, read } => self.file_blocks(files, read),
             Source::Parquet { files, options } => self.parquet_blocks(files, options),
+            Source::Delta { location, options } => self.delta_blocks(location, options),
             Source::Items(Ok(items)) => Ok(block::item_blocks(items, self.sizing)),
             Source::Items(Err(e)) => Err(DataError::InvalidInput(e.clone())),
             Source::Union(plans) => {
@@ -213,6 +219,24 @@ impl Plan {
             ReadKind::Binary | ReadKind::Text => read.clone(),
         };
         Ok(block::file_blocks(list, &read, &self.storage, self.sizing))
+    }
+
+    #[cfg(feature = "delta")]
+    fn delta_blocks(&self, location: &str, options: &ParquetOptions) -> Result<Vec<Block>, DataError> {
+        let files = crate::delta_source::table_files(location)?;
+        if files.is_empty() {
+            return Err(DataError::InvalidInput(format!(
+                "the Delta table {location} has no files"
+            )));
+        }
+        self.parquet_blocks(&FileSet::list(files), options)
+    }
+
+    #[cfg(not(feature = "delta"))]
+    fn delta_blocks(&self, location: &str, _options: &ParquetOptions) -> Result<Vec<Block>, DataError> {
+        Err(DataError::InvalidInput(format!(
+            "reading the Delta table {location} needs raylet-data's `delta` feature"
+        )))
     }
 
     fn parquet_blocks(&self, files: &FileSet, options: &ParquetOptions) -> Result<Vec<Block>, DataError> {
