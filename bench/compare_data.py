@@ -49,6 +49,12 @@ The three alternate within each repetition: Ray first in odd repetitions
 repetitions with their min-max; a ratio is raylet's files/s over Ray's (how
 many times faster raylet is), or Ray's memory over raylet's (how many times
 less raylet holds), with the min-max of the per-repetition ratios.
+
+With --only parquet|images|shuffle (a comma-separated list runs several), it
+runs instead the Parquet, images and shuffle benchmarks of issue 33, which
+live in bench/compare_data_wave2.py (see its docstring; raylet's side is the
+`data_bench` example, whose contract is written there in one place) and
+write bench/data_<mode>.md and target/bench/data-<mode>-results.json.
 """
 
 import argparse
@@ -489,6 +495,11 @@ def write_workload(w, wl, sinks):
 
 
 def write_report(res):
+    if "mode" in res:  # --report-from the results of an --only mode
+        import compare_data_wave2
+        compare_data_wave2.write_report(res)
+        log(f"wrote {compare_data_wave2.report_path(res)}")
+        sys.exit(0)
     L = []
     w = L.append
     vers = res["versions"]
@@ -563,7 +574,32 @@ def main():
                    help=f"bytes per file of the large set (default {WORKLOADS['large'][1]})")
     p.add_argument("--skip-small", action="store_true", help="only the large set")
     p.add_argument("--skip-large", action="store_true", help="only the small set")
+    wave2 = p.add_argument_group("the Parquet, images and shuffle benchmarks (bench/compare_data_wave2.py)")
+    wave2.add_argument("--only", metavar="MODES",
+                       help="parquet, images or shuffle, or several comma-separated: run those instead of the "
+                            "binary-file sets")
+    wave2.add_argument("--ray-only", action="store_true",
+                       help="with --only: measure Ray alone (no raylet example needed; report in target/bench)")
+    wave2.add_argument("--rows", type=int, default=10_000_000,
+                       help="rows of the parquet data set (parquet, shuffle; default 10,000,000)")
+    wave2.add_argument("--parquet-files", type=int, default=10, help="files of the parquet data set (default 10)")
+    wave2.add_argument("--images", type=int, default=20_000, help="images of the images data set (default 20,000)")
+    wave2.add_argument("--seed", type=int, default=0,
+                       help="seed of the data sets, of the shuffle and of the CNN's weights (default 0)")
+    wave2.add_argument("--digits", metavar="CSV",
+                       help="the 8x8 digits (default target/bench/digits.csv, exported by the raylet example)")
+    wave2.add_argument("--checkpoint", metavar="FILE",
+                       help="raylet's CNN checkpoint (default target/bench/data-cnn-s<seed>.ckpt, made by the "
+                            "raylet example)")
+    wave2.add_argument("--ray-backend", choices=("auto", "torch", "numpy"), default="auto",
+                       help="the Ray side's CNN: torch when importable (auto, the default), or numpy")
     args = parse_args(p, REPORT, write_report)
+    if args.only:
+        import compare_data_wave2
+        compare_data_wave2.main(args)
+        return
+    if args.ray_only:
+        sys.exit("--ray-only goes with --only")
 
     counts = {"small": (args.files, WORKLOADS["small"][1]), "large": (args.large_files, args.large_size)}
     skipped = {"small": args.skip_small, "large": args.skip_large}

@@ -85,3 +85,22 @@ ensure_ray() {
         fi
     fi
 }
+
+# ensure_pip LOG CHECK SPEC...: pip-installs SPEC... into $VENV (output
+# appended to LOG) unless the python code CHECK already runs there without
+# error. Returns 1 when pip fails or CHECK still fails after it (the caller
+# decides whether that is fatal).
+ensure_pip() {
+    local log_file=$1 check=$2
+    shift 2
+    if "$VENV/bin/python" -c "$check" >> "$log_file" 2>&1; then
+        log "$1 already installed in $VENV"
+        return 0
+    fi
+    log "installing $* into $VENV (log: $log_file)"
+    if ! "$VENV/bin/pip" install --disable-pip-version-check "$@" >> "$log_file" 2>&1; then
+        log "installing $* failed: $(pip_errors "$log_file")"
+        return 1
+    fi
+    "$VENV/bin/python" -c "$check" >> "$log_file" 2>&1
+}
