@@ -47,6 +47,14 @@ smoke allreduce_bench "^\| 4 \| 1 MiB \| " "$examples/allreduce_bench" --max-mib
 smoke digits_throughput "^\| 1024 \| 256 \| 2 \| $number" "$examples/digits_throughput" --reps 1 --epochs 2
 smoke data_throughput "^files_per_s $number" \
     "$examples/data_throughput" --dir "$scratch/files" --files 300 --size 1024
+"$examples/data_bench" sample --output "$scratch/data" --rows 20000 --images 200 > /dev/null
+smoke "data_bench parquet" "\"rows_per_s\": ?$number" \
+    "$examples/data_bench" parquet --input "$scratch/data/parquet" --output "$scratch/data/parquet-out"
+smoke "data_bench shuffle" "\"rows_per_s\": ?$number" \
+    "$examples/data_bench" shuffle --input "$scratch/data/parquet" --seed 0
+"$examples/data_bench" checkpoint --output "$scratch/data/cnn.ckpt" --seed 0 --epochs 1 > /dev/null
+smoke "data_bench images" "\"rows_per_s\": ?$number" \
+    "$examples/data_bench" images --input "$scratch/data/images" --checkpoint "$scratch/data/cnn.ckpt"
 smoke tune_overhead "\"fit_s\": ?$number" "$examples/tune_overhead" --trials 4 --reports 2
 smoke search_quality "median" \
     "$examples/search_quality" --function branin --budget 12 --seeds 2 --searcher tpe

@@ -122,6 +122,17 @@ enum Command {
         #[command(flatten)]
         run: RunOptions,
     },
+    /// Writes small inputs of the three modes, for a smoke run without
+    /// Python: `OUT/parquet` (ROWS rows of c0..c7 in 2 files) and
+    /// `OUT/images/<label>/img_NNNNN.png` (IMAGES noisy upscaled digits).
+    Sample {
+        #[arg(long)]
+        output: PathBuf,
+        #[arg(long, default_value_t = 20_000)]
+        rows: usize,
+        #[arg(long, default_value_t = 200)]
+        images: usize,
+    },
     /// Writes the 8x8 digits as CSV: 64 pixel values 0..16, then the label, per line.
     Digits {
         #[arg(long)]
@@ -205,6 +216,7 @@ fn main() -> anyhow::Result<()> {
             };
             images_mode(&input, model, actors, batch_size, files_per_block, &run)?
         }
+        Command::Sample { output, rows, images } => write_samples(&output, rows, images)?,
         Command::Digits { output } => export_digits(&output)?,
         Command::Checkpoint {
             output,
@@ -573,6 +585,37 @@ fn export_digits(output: &Path) -> anyhow::Result<serde_json::Value> {
     }
     write_atomically(output, text.as_bytes())?;
     Ok(json!({"mode": "digits", "rows": digits.len(), "output": output}))
+}
+
+fn write_samples(output: &Path, rows: usize, images: usize) -> anyhow::Result<serde_json::Value> {
+    let mut rng = StdRng::seed_from_u64(0);
+    let parquet = output.join("parquet");
+    std::fs::create_dir_all(&parquet)?;
+    for (file, part) in [(0, rows / 2), (1, rows - rows / 2)] {
+        let columns = (0..8).map(|c| {
+            let values: Vec<f64> = (0..part)
+                .map(|_| (normal(&mut rng) * 65536.0).round() / 65536.0)
+                .collect();
+            (format!("c{c}"), Arc::new(Float64Array::from(values)) as ArrayRef)
+        });
+        let batch = RecordBatch::try_from_iter(columns)?;
+        let out = File::create(parquet.join(format!("part-{file:05}.parquet")))?;
+        let mut writer = parquet::arrow::ArrowWriter::try_new(out, batch.schema(), None)?;
+        writer.write(&batch)?;
+        writer.close()?;
+    }
+    let digits = raylet_train::digits::load(0.0, 0).train;
+    for index in 0..images {
+        let digit = &digits[index % digits.len()];
+        let mut pixels = Vec::with_capacity(SIDE * SIDE);
+        upscale(&digit_values(digit)?, NOISE, &mut rng, &mut pixels);
+        let path = output.join(format!("images/{}/img_{index:05}.png", digit.label));
+        std::fs::create_dir_all(path.parent().expect("a folder"))?;
+        image::GrayImage::from_raw(SIDE as u32, SIDE as u32, pixels)
+            .context("a whole image")?
+            .save(&path)?;
+    }
+    Ok(json!({"mode": "sample", "rows": rows, "images": images, "output": output}))
 }
 
 /// Writes `bytes` to `path` through a temporary file beside it, so that
