@@ -19,6 +19,23 @@ fn plus_one(x: u64) -> Result<u64, String> {
 }
 register_map!(plus_one);
 
+/// Where a worker of the test process `driver` marks that it killed itself.
+fn kill_marker(driver: u32) -> std::path::PathBuf {
+    std::env::temp_dir().join(format!("raylet-data-shuffle-kill-{driver}"))
+}
+
+/// The first time a worker (a child of the test's driver) sees 1,500, it
+/// marks it and SIGKILLs itself, in the middle of a shuffle's split.
+fn dies_once_at_1500(x: u64) -> Result<u64, String> {
+    let marker = kill_marker(std::os::unix::process::parent_id());
+    if x == 1_500 && !marker.exists() {
+        std::fs::write(&marker, std::process::id().to_string()).map_err(|e| e.to_string())?;
+        nix::sys::signal::kill(nix::unistd::Pid::this(), nix::sys::signal::Signal::SIGKILL).unwrap();
+    }
+    Ok(x)
+}
+register_map!(dies_once_at_1500);
+
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 struct Sale {
     store: i64,
@@ -83,6 +100,24 @@ fn random_shuffle_moves_rows_across_blocks_and_keeps_each_once() {
     let temp = tempfile::tempdir().unwrap();
     let summary = dataset().repartition(3).write_jsonl(temp.path()).unwrap();
     assert_eq!((summary.rows, summary.files.len()), (10_000, 3));
+}
+
+#[test]
+fn a_worker_killed_while_splitting_a_shuffle_loses_and_repeats_no_row() {
+    init();
+    let marker = kill_marker(std::process::id());
+    let _ = std::fs::remove_file(&marker);
+    let mut rows = Dataset::from_items((0..3_000u64).collect())
+        .items_per_block(100)
+        .show_progress(false)
+        .map(dies_once_at_1500)
+        .random_shuffle(1)
+        .take_all()
+        .unwrap();
+    assert!(marker.exists(), "a worker killed itself");
+    std::fs::remove_file(&marker).unwrap();
+    rows.sort();
+    assert_eq!(rows, (0..3_000u64).collect::<Vec<_>>(), "every row once");
 }
 
 #[test]
