@@ -19,7 +19,7 @@ use crate::files::FileList;
 use crate::image_source::ImageOptions;
 use crate::parquet_source::{ParquetOptions, PlannedGroups, RowGroups};
 use crate::stage::StageSpec;
-use crate::storage::StorageOptions;
+use raylet_storage::StorageOptions;
 
 /// A whole file, as `read_binary` gives it.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

@@ -12,7 +12,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::DataError;
-use crate::storage::{self, StorageOptions};
+use raylet_storage::{self as storage, StorageOptions};
 
 /// How `read_csv` reads its files.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

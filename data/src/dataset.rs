@@ -25,10 +25,10 @@ use crate::plan::{Plan, Shard, Source, Step};
 use crate::row::Row;
 use crate::sink::{self, BlockWriter, Format, Table, WriteSummary};
 use crate::stage::{OnError, StageKind, StageSpec};
-use crate::storage::{Storage, StorageOptions};
 use crate::streaming_split::StreamingSplit;
 use crate::task_sink::{ArrowFormat, TaskSink};
 use crate::{DataError, FileSet};
+use raylet_storage::{Storage, StorageOptions};
 
 /// A dataset of rows of type `T`, built lazily: nothing runs until it is
 /// written, iterated or collected. Each block of inputs (a few files, or

@@ -3,7 +3,7 @@
 //! crate, read as Parquet. Tables on a local disk (paths or `file://`).
 
 use crate::DataError;
-use crate::storage;
+use raylet_storage as storage;
 
 /// The local paths of the Parquet files of the table at `location`.
 pub(crate) fn table_files(location: &str) -> Result<Vec<String>, DataError> {

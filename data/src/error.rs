@@ -64,3 +64,15 @@ impl DataError {
         }
     }
 }
+
+impl From<raylet_storage::StorageError> for DataError {
+    fn from(error: raylet_storage::StorageError) -> Self {
+        use raylet_storage::StorageError;
+        match error {
+            StorageError::Read { path, message } => DataError::Read { path, message },
+            StorageError::Io { context, source } => DataError::Io { context, source },
+            StorageError::Remote { location, message } => DataError::Storage { location, message },
+            StorageError::InvalidLocation(message) => DataError::InvalidInput(message),
+        }
+    }
+}

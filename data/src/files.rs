@@ -7,7 +7,7 @@
 use std::path::{Component, Path, PathBuf};
 
 use crate::DataError;
-use crate::storage::{self, Storage, StorageOptions};
+use raylet_storage::{self as storage, Storage, StorageOptions};
 
 /// Which files a dataset reads.
 #[derive(Clone, Debug, serde::Serialize, serde::Deserialize)]

@@ -26,7 +26,6 @@
 //! ```
 
 mod actor_pool;
-mod atomic_write;
 mod batching;
 mod block;
 mod block_output;
@@ -57,7 +56,6 @@ mod registry;
 mod row;
 mod sink;
 mod stage;
-mod storage;
 mod streaming_split;
 mod task;
 mod task_sink;
@@ -78,10 +76,10 @@ pub use image_source::{Image, ImageMode, ImageOptions};
 pub use model::{BatchModel, LoadError, ModelError};
 pub use parquet_source::ParquetOptions;
 pub use predicate::{Comparison, Predicate, Value};
+pub use raylet_storage::StorageOptions;
 pub use row::Row;
 pub use sink::WriteSummary;
 pub use stage::{OnError, RowError, StageKind};
-pub use storage::StorageOptions;
 pub use streaming_split::{DataShard, ShardBatches, SplitError, StreamingSplit};
 
 #[doc(hidden)]

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::DataError;
 use crate::block::Block;
 use crate::stage::RowError;
-use crate::storage::Storage;
+use raylet_storage::Storage;
 
 /// The manifest's folder under the output location.
 pub(crate) const MANIFEST: &str = "_manifest";

@@ -24,7 +24,7 @@ use serde::{Deserialize, Serialize};
 
 use crate::DataError;
 use crate::predicate::Predicate;
-use crate::storage::{self, StorageOptions};
+use raylet_storage::{self as storage, StorageOptions};
 
 /// What `read_parquet` reads of each file: some columns only (all by
 /// default), and the rows that match a filter (all by default).

@@ -18,8 +18,8 @@ use crate::image_source;
 use crate::parquet_source::{self, ParquetOptions};
 use crate::sink::Format;
 use crate::stage::{StageKind, StageSpec};
-use crate::storage::StorageOptions;
 use crate::task_sink::TaskSink;
+use raylet_storage::StorageOptions;
 
 /// Where a dataset's rows come from.
 #[derive(Clone, Serialize, Deserialize)]

@@ -22,8 +22,8 @@ use crate::columnar;
 use crate::execution::{Execution, StageMemory};
 use crate::manifest::{Entry, MANIFEST, Manifest};
 use crate::stage::RowError;
-use crate::storage::Storage;
 use crate::task_sink::ArrowFormat;
+use raylet_storage::Storage;
 
 pub(crate) const ERRORS: &str = "_errors.jsonl";
 

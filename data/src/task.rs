@@ -20,8 +20,8 @@ use crate::model_registry::LoadedModel;
 use crate::parquet_source;
 use crate::registry::{self, BlockRows, RowData};
 use crate::stage::{OnError, RowError, RowFailure, StageKind, StageRun, StageSpec};
-use crate::storage::{self, StorageOptions};
 use crate::task_sink::TaskSink;
+use raylet_storage::{self as storage, StorageOptions};
 
 /// Everything a block's task (or actor call) is given.
 #[derive(Clone, Debug, Serialize, Deserialize)]

@@ -11,7 +11,7 @@ use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
 use serde::{Deserialize, Serialize};
 
-use crate::storage::{Storage, StorageOptions};
+use raylet_storage::{Storage, StorageOptions};
 
 /// The file formats written from Arrow rows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]

@@ -1,12 +1,10 @@
-//! Where a dataset's inputs and outputs live: a local directory, or a
-//! prefix in object storage (`s3://bucket/prefix`) through the
-//! `object_store` crate. Local files keep the synced, renamed writes of
-//! `atomic_write`; an object is written with one PUT, which a reader sees
-//! whole or not at all. Object storage calls run on a small runtime of the
-//! data crate's own, so that tasks and drivers call them synchronously.
+//! A storage's location: a local directory, or a prefix in object storage
+//! (`s3://bucket/prefix`) through the `object_store` crate. Local files
+//! keep the synced, renamed writes of `atomic_write`; an object is written
+//! with one PUT, which a reader sees whole or not at all.
 
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use futures_util::TryStreamExt;
@@ -14,8 +12,9 @@ use object_store::path::Path as ObjectPath;
 use object_store::{ObjectStore, ObjectStoreExt};
 use serde::{Deserialize, Serialize};
 
-use crate::DataError;
 use crate::atomic_write::write_atomically;
+use crate::error::StorageError;
+use crate::runtime::run;
 
 /// Settings for object storage, such as `aws_endpoint`,
 /// `aws_access_key_id`, `aws_secret_access_key`, `aws_region` or
@@ -41,7 +40,7 @@ impl StorageOptions {
 /// A place files are read from or written to: a local directory or an
 /// object storage prefix.
 #[derive(Clone, Debug)]
-pub(crate) enum Storage {
+pub enum Storage {
     Local(PathBuf),
     Remote {
         store: Arc<dyn ObjectStore>,
@@ -52,13 +51,13 @@ pub(crate) enum Storage {
 }
 
 /// Whether `location` names object storage (`s3://…`) rather than a local path.
-pub(crate) fn is_url(location: &str) -> bool {
+pub fn is_url(location: &str) -> bool {
     location.contains("://")
 }
 
 impl Storage {
     /// The storage at `location`: `s3://bucket/prefix`, `file:///dir`, or a local path.
-    pub fn open(location: &str, options: &StorageOptions) -> Result<Storage, DataError> {
+    pub fn open(location: &str, options: &StorageOptions) -> Result<Storage, StorageError> {
         if let Some(path) = location.strip_prefix("file://") {
             return Ok(Storage::Local(PathBuf::from(path)));
         }
@@ -70,7 +69,7 @@ impl Storage {
         let store = match scheme {
             "s3" | "s3a" => s3_store(bucket, options).map_err(|e| storage_error(location, e))?,
             _ => {
-                return Err(DataError::InvalidInput(format!(
+                return Err(StorageError::InvalidLocation(format!(
                     "{location}: unknown storage scheme {scheme}:// (s3:// and file:// are known)"
                 )));
             }
@@ -104,7 +103,7 @@ impl Storage {
     }
 
     /// Every file under the storage (none where it does not exist), recursively: names relative to it and sizes.
-    pub fn list(&self) -> Result<Vec<(String, u64)>, DataError> {
+    pub fn list(&self) -> Result<Vec<(String, u64)>, StorageError> {
         match self {
             Storage::Local(dir) => {
                 let mut files = Vec::new();
@@ -130,18 +129,18 @@ impl Storage {
     }
 
     /// The whole of file `name`.
-    pub fn read(&self, name: &str) -> Result<Bytes, DataError> {
+    pub fn read(&self, name: &str) -> Result<Bytes, StorageError> {
         match self {
             Storage::Local(dir) => {
                 let path = dir.join(name);
-                std::fs::read(&path).map(Bytes::from).map_err(|e| DataError::Read {
+                std::fs::read(&path).map(Bytes::from).map_err(|e| StorageError::Read {
                     path,
                     message: e.to_string(),
                 })
             }
             Storage::Remote { store, prefix, .. } => {
                 let (store, path) = (store.clone(), child(prefix, name));
-                run(async move { store.get(&path).await?.bytes().await }).map_err(|e| DataError::Read {
+                run(async move { store.get(&path).await?.bytes().await }).map_err(|e| StorageError::Read {
                     path: self.location_of(name).into(),
                     message: e.to_string(),
                 })
@@ -150,8 +149,8 @@ impl Storage {
     }
 
     /// The first `limit` bytes of file `name` (all of a shorter one).
-    pub fn read_head(&self, name: &str, limit: usize) -> Result<Bytes, DataError> {
-        let read_error = |message: String| DataError::Read {
+    pub fn read_head(&self, name: &str, limit: usize) -> Result<Bytes, StorageError> {
+        let read_error = |message: String| StorageError::Read {
             path: self.location_of(name).into(),
             message,
         };
@@ -176,12 +175,12 @@ impl Storage {
     }
 
     /// File `name`, or `None` where there is none.
-    pub fn read_if_present(&self, name: &str) -> Result<Option<Bytes>, DataError> {
+    pub fn read_if_present(&self, name: &str) -> Result<Option<Bytes>, StorageError> {
         match self {
             Storage::Local(dir) => match std::fs::read(dir.join(name)) {
                 Ok(bytes) => Ok(Some(Bytes::from(bytes))),
                 Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
-                Err(e) => Err(DataError::io(format!("reading {}", dir.join(name).display()), e)),
+                Err(e) => Err(StorageError::io(format!("reading {}", dir.join(name).display()), e)),
             },
             Storage::Remote { store, prefix, .. } => {
                 let (store, path) = (store.clone(), child(prefix, name));
@@ -196,13 +195,13 @@ impl Storage {
 
     /// Writes file `name` whole: a reader sees the old file (or none) or
     /// all of the new one.
-    pub fn write(&self, name: &str, bytes: Bytes) -> Result<(), DataError> {
+    pub fn write(&self, name: &str, bytes: Bytes) -> Result<(), StorageError> {
         match self {
             Storage::Local(dir) => {
                 let path = dir.join(name);
                 if let Some(parent) = path.parent() {
                     std::fs::create_dir_all(parent)
-                        .map_err(|e| DataError::io(format!("creating {}", parent.display()), e))?;
+                        .map_err(|e| StorageError::io(format!("creating {}", parent.display()), e))?;
                 }
                 write_atomically(&path, &bytes)
             }
@@ -216,7 +215,7 @@ impl Storage {
     }
 
     /// Whether file `name` exists.
-    pub fn exists(&self, name: &str) -> Result<bool, DataError> {
+    pub fn exists(&self, name: &str) -> Result<bool, StorageError> {
         match self {
             Storage::Local(dir) => Ok(dir.join(name).exists()),
             Storage::Remote { store, prefix, .. } => {
@@ -241,7 +240,7 @@ impl Storage {
 }
 
 /// The storage holding the file at `location` and the file's name in it.
-pub(crate) fn open_file(location: &str, options: &StorageOptions) -> Result<(Storage, String), DataError> {
+pub fn open_file(location: &str, options: &StorageOptions) -> Result<(Storage, String), StorageError> {
     match is_url(location) && !location.starts_with("file://") {
         true => {
             let (parent, name) = location.rsplit_once('/').expect("a URL has a slash");
@@ -266,8 +265,8 @@ fn child(prefix: &ObjectPath, name: &str) -> ObjectPath {
     }
 }
 
-fn list_local(root: &Path, dir: &Path, files: &mut Vec<(String, u64)>) -> Result<(), DataError> {
-    let read_error = |e: std::io::Error| DataError::Read {
+fn list_local(root: &Path, dir: &Path, files: &mut Vec<(String, u64)>) -> Result<(), StorageError> {
+    let read_error = |e: std::io::Error| StorageError::Read {
         path: dir.to_path_buf(),
         message: e.to_string(),
     };
@@ -286,12 +285,12 @@ fn list_local(root: &Path, dir: &Path, files: &mut Vec<(String, u64)>) -> Result
     Ok(())
 }
 
-fn storage_error(location: &str, error: object_store::Error) -> DataError {
+fn storage_error(location: &str, error: object_store::Error) -> StorageError {
     let message = match &error {
         object_store::Error::NotFound { .. } => format!("not found: {error}"),
         _ => error.to_string(),
     };
-    DataError::Storage {
+    StorageError::Remote {
         location: location.to_string(),
         message,
     }
@@ -315,29 +314,6 @@ fn s3_store(_bucket: &str, _options: &StorageOptions) -> Result<Arc<dyn ObjectSt
     Err(object_store::Error::NotSupported {
         source: "s3:// needs raylet-data's `s3` feature".into(),
     })
-}
-
-/// Runs `future` on the data crate's runtime and waits for it; callable
-/// from any thread, inside another runtime or not.
-pub(crate) fn run<F>(future: F) -> F::Output
-where
-    F: Future + Send + 'static,
-    F::Output: Send + 'static,
-{
-    static RUNTIME: OnceLock<tokio::runtime::Runtime> = OnceLock::new();
-    let runtime = RUNTIME.get_or_init(|| {
-        tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("raylet-data-io")
-            .enable_all()
-            .build()
-            .expect("the data crate's I/O runtime starts")
-    });
-    let (sender, receiver) = std::sync::mpsc::sync_channel(1);
-    runtime.spawn(async move {
-        let _ = sender.send(future.await);
-    });
-    receiver.recv().expect("an I/O future runs to its end")
 }
 
 #[cfg(test)]
