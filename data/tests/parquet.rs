@@ -14,9 +14,7 @@ use raylet_data::arrow::compute::kernels::numeric::mul;
 use raylet_data::{Dataset, OnError, ParquetOptions, Predicate, register_arrow_fn};
 use serde::{Deserialize, Serialize};
 
-mod common;
-
-use common::s3::S3Server;
+use raylet_storage::testing::S3Server;
 
 fn init() {
     raylet::init_with(raylet::Config::default().num_cpus(2.0)).expect("an embedded cluster");

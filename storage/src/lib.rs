@@ -9,6 +9,8 @@ mod atomic_write;
 mod error;
 mod location;
 mod runtime;
+#[cfg(feature = "testing")]
+pub mod testing;
 
 pub use atomic_write::write_atomically;
 pub use error::StorageError;

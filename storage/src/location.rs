@@ -229,6 +229,28 @@ impl Storage {
         }
     }
 
+    /// Deletes every file under folder `name` (and the folder, locally);
+    /// nothing there is no error.
+    pub fn delete_folder(&self, name: &str) -> Result<(), StorageError> {
+        match self {
+            Storage::Local(dir) => match std::fs::remove_dir_all(dir.join(name)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    Err(StorageError::io(format!("removing {}", dir.join(name).display()), e))
+                }
+                _ => Ok(()),
+            },
+            Storage::Remote { store, prefix, .. } => {
+                let folder = self.child(name);
+                for (file, _) in folder.list()? {
+                    let (store, path) = (store.clone(), child(&child(prefix, name), &file));
+                    run(async move { store.delete(&path).await })
+                        .map_err(|e| storage_error(&folder.location_of(&file), e))?;
+                }
+                Ok(())
+            }
+        }
+    }
+
     /// The object store and path of file `name`, for readers that fetch
     /// ranges of it (`None` for a local file).
     pub fn object(&self, name: &str) -> Option<(Arc<dyn ObjectStore>, ObjectPath)> {

@@ -3,7 +3,6 @@
 //! calls `poll` for the loop's reports until it finishes or fails.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::Duration;
@@ -28,7 +27,7 @@ pub struct WorkerSetup {
     pub use_gpu: bool,
     pub group_name: String,
     pub collective_timeout: Duration,
-    pub run_directory: PathBuf,
+    pub run_directory: RunDirectory,
     pub resume_from: Option<Checkpoint>,
     pub next_report: u64,
     pub shards: BTreeMap<String, ObjectRef<Vec<u8>>>,
@@ -132,7 +131,7 @@ fn join(setup: WorkerSetup, events: Sender<WorkerEvent>) -> Result<TrainContext,
         resume_from: setup.resume_from,
         next_report: setup.next_report,
         shards: setup.shards,
-        run_directory: RunDirectory::open(setup.run_directory),
+        run_directory: setup.run_directory,
         events,
     })
 }

@@ -8,8 +8,6 @@ use std::path::{Path, PathBuf};
 
 use serde::{Deserialize, Serialize};
 
-pub mod s3;
-
 /// What a numbered input file holds, and what becomes of it.
 #[derive(Debug, PartialEq, Serialize, Deserialize)]
 pub struct Parsed {

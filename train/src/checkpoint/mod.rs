@@ -1,12 +1,17 @@
 //! Checkpoints: a directory of files that a run can restart from. Rank 0
 //! writes the model (burnpack), the optimizer state and its own progress
 //! (epoch, step) into one, and reports it; the run's directory keeps the
-//! reported ones, and the run's retention policy decides which stay.
+//! reported ones, and the run's retention policy decides which stay. A
+//! checkpoint of a run in object storage is also there, and is copied into
+//! its local directory on a node that reads it without having it.
 
 mod retention;
 mod run_directory;
 
 use std::path::{Path, PathBuf};
+
+use bytes::Bytes;
+use raylet_storage::{Storage, StorageOptions};
 
 use burn::module::Module;
 use burn::optim::ModuleOptimizer;
@@ -31,6 +36,29 @@ const METADATA_FILE: &str = ".raylet_checkpoint.json";
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Checkpoint {
     path: PathBuf,
+    /// Where the checkpoint is in object storage, for a mirrored run.
+    #[serde(default)]
+    remote: Option<Remote>,
+}
+
+/// A folder in object storage and how to open it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub(crate) struct Remote {
+    pub location: String,
+    pub options: StorageOptions,
+}
+
+impl Remote {
+    pub(crate) fn storage(&self) -> Result<Storage, TrainError> {
+        Storage::open(&self.location, &self.options).map_err(|e| TrainError::Loop(e.to_string()))
+    }
+
+    pub(crate) fn child(&self, name: &str) -> Remote {
+        Remote {
+            location: format!("{}/{name}", self.location),
+            options: self.options.clone(),
+        }
+    }
 }
 
 /// What the run recorded with a committed checkpoint.
@@ -44,7 +72,72 @@ pub struct CheckpointMetadata {
 impl Checkpoint {
     /// The checkpoint in `path`.
     pub fn from_directory(path: impl Into<PathBuf>) -> Self {
-        Checkpoint { path: path.into() }
+        Checkpoint {
+            path: path.into(),
+            remote: None,
+        }
+    }
+
+    /// Where the checkpoint is in object storage (`s3://…`), for a run
+    /// kept there.
+    pub fn remote_location(&self) -> Option<&str> {
+        self.remote.as_ref().map(|remote| remote.location.as_str())
+    }
+
+    /// Uploads the checkpoint's files to `remote`, its metadata last: the
+    /// mark that the checkpoint there is whole.
+    fn upload(&self, remote: &Remote) -> Result<(), TrainError> {
+        let storage = remote.storage()?;
+        let local = Storage::Local(self.path.clone());
+        let mut files = local.list().map_err(|e| TrainError::checkpoint(&self.path, e))?;
+        files.sort_by_key(|(name, _)| name == METADATA_FILE);
+        for (name, _) in files {
+            let bytes = local.read(&name).map_err(|e| TrainError::checkpoint(&self.path, e))?;
+            storage
+                .write(&name, bytes)
+                .map_err(|e| TrainError::checkpoint(&self.path, e))?;
+        }
+        Ok(())
+    }
+
+    /// Makes sure the checkpoint's files are in its local directory: one of
+    /// a run in object storage is copied there whole (into a folder beside
+    /// it, renamed into place) when missing.
+    fn ensure_local(&self) -> Result<(), TrainError> {
+        let Some(remote) = &self.remote else {
+            return Ok(());
+        };
+        if self.path.join(METADATA_FILE).exists() {
+            return Ok(());
+        }
+        let storage = remote.storage()?;
+        let copy = self.path.with_extension(format!("download-{}", std::process::id()));
+        let local = Storage::Local(copy.clone());
+        for (name, _) in storage.list().map_err(|e| TrainError::checkpoint(&self.path, e))? {
+            let bytes: Bytes = storage.read(&name).map_err(|e| TrainError::checkpoint(&self.path, e))?;
+            local
+                .write(&name, bytes)
+                .map_err(|e| TrainError::checkpoint(&self.path, e))?;
+        }
+        if self.path.exists() {
+            std::fs::remove_dir_all(&self.path).map_err(|e| TrainError::checkpoint(&self.path, e))?;
+        }
+        std::fs::rename(&copy, &self.path).map_err(|e| TrainError::checkpoint(&self.path, e))
+    }
+
+    /// Deletes the checkpoint, here and in object storage.
+    pub(crate) fn remove(&self) -> Result<(), TrainError> {
+        if self.path.exists() {
+            std::fs::remove_dir_all(&self.path).map_err(|e| TrainError::checkpoint(&self.path, e))?;
+        }
+        if let Some(remote) = &self.remote {
+            let (parent, name) = remote.location.rsplit_once('/').expect("a checkpoint's folder");
+            let parent = Storage::open(parent, &remote.options).map_err(|e| TrainError::checkpoint(&self.path, e))?;
+            parent
+                .delete_folder(name)
+                .map_err(|e| TrainError::checkpoint(&self.path, e))?;
+        }
+        Ok(())
     }
 
     pub fn path(&self) -> &Path {
@@ -53,6 +146,7 @@ impl Checkpoint {
 
     /// Which report the checkpoint came with, and its metrics.
     pub fn metadata(&self) -> Result<CheckpointMetadata, TrainError> {
+        self.ensure_local()?;
         self.read_json(METADATA_FILE)
     }
 
@@ -67,6 +161,7 @@ impl Checkpoint {
 
     /// `model` with the parameters of the checkpoint (their ids included).
     pub fn load_model<M: Module>(&self, model: M) -> Result<M, TrainError> {
+        self.ensure_local()?;
         let path = self.path.join(MODEL_FILE);
         model.try_load_file(&path).map_err(|e| TrainError::checkpoint(path, e))
     }
@@ -79,6 +174,7 @@ impl Checkpoint {
 
     /// `optimizer` with the state of the checkpoint.
     pub fn load_optimizer(&self, optimizer: ModuleOptimizer) -> Result<ModuleOptimizer, TrainError> {
+        self.ensure_local()?;
         let path = self.path.join(OPTIMIZER_FILE);
         optimizer.load(&path).map_err(|e| TrainError::checkpoint(path, e))
     }
@@ -89,6 +185,7 @@ impl Checkpoint {
     }
 
     pub fn load_state<S: DeserializeOwned>(&self) -> Result<S, TrainError> {
+        self.ensure_local()?;
         self.read_json(STATE_FILE)
     }
 

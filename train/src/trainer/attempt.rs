@@ -3,9 +3,9 @@
 //! driver polls them for reports until every rank finished or one failed.
 //! However the try ends, its workers are killed and its group removed.
 
+use crate::checkpoint::RunDirectory;
 use std::collections::BTreeMap;
 use std::ops::ControlFlow;
-use std::path::PathBuf;
 use std::time::Duration;
 
 use raylet::{Bundle, Cluster, ObjectRef, PlacementGroup};
@@ -46,7 +46,7 @@ pub(super) struct Plan {
     pub(super) scaling: ScalingConfig,
     pub(super) group_prefix: String,
     pub(super) collective_timeout: Duration,
-    pub(super) run_directory: PathBuf,
+    pub(super) run_directory: RunDirectory,
     /// Each rank's shard of each dataset.
     pub(super) shards: Vec<BTreeMap<String, ObjectRef<Vec<u8>>>>,
 }

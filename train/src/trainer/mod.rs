@@ -16,6 +16,8 @@ use std::time::Instant;
 use raylet::{Cluster, ObjectRef};
 use serde::Serialize;
 
+use raylet_storage::StorageOptions;
+
 use crate::checkpoint::RunDirectory;
 use crate::train_loop::{TrainLoop, registered_name};
 use crate::{RunConfig, ScalingConfig, TrainError};
@@ -34,6 +36,7 @@ pub struct Trainer<L: TrainLoop> {
     train_loop: L,
     scaling: ScalingConfig,
     run: RunConfig,
+    storage_options: StorageOptions,
     datasets: BTreeMap<String, SplitDataset>,
 }
 
@@ -44,6 +47,7 @@ impl<L: TrainLoop> Trainer<L> {
             train_loop,
             scaling: ScalingConfig::default(),
             run: RunConfig::default(),
+            storage_options: StorageOptions::default(),
             datasets: BTreeMap::new(),
         }
     }
@@ -55,6 +59,13 @@ impl<L: TrainLoop> Trainer<L> {
 
     pub fn run_config(mut self, run: RunConfig) -> Self {
         self.run = run;
+        self
+    }
+
+    /// How a `storage_path` in object storage (`s3://bucket/prefix`) is
+    /// opened, over the `AWS_*` variables of each process that opens it.
+    pub fn storage_options(mut self, options: StorageOptions) -> Self {
+        self.storage_options = options;
         self
     }
 
@@ -96,7 +107,7 @@ impl<L: TrainLoop> Trainer<L> {
         let started = Instant::now();
         let train_loop = registered_name::<L>()?;
         self.check()?;
-        let directory = RunDirectory::create(self.run.storage_path.join(&self.run.name))?;
+        let directory = RunDirectory::for_run(&self.run.storage_path, &self.run.name, &self.storage_options)?;
         let mut state = RunState::resume(directory, self.run.checkpoint.clone())?;
         let progress = Progress::new(
             &self.run.name,
@@ -160,7 +171,7 @@ impl<L: TrainLoop> Trainer<L> {
             scaling: self.scaling.clone(),
             group_prefix: format!("raylet-train/{}/{:016x}", self.run.name, rand::random::<u64>()),
             collective_timeout: self.run.failure.collective_timeout,
-            run_directory: state.directory().root().to_path_buf(),
+            run_directory: state.directory().clone(),
             shards,
         })
     }

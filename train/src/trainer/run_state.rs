@@ -85,5 +85,5 @@ impl RunState {
 }
 
 fn remove_checkpoint(checkpoint: &Checkpoint) -> Result<(), TrainError> {
-    std::fs::remove_dir_all(checkpoint.path()).map_err(|e| TrainError::checkpoint(checkpoint.path(), e))
+    checkpoint.remove()
 }

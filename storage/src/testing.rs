@@ -1,13 +1,14 @@
-//! A real S3-compatible server for the tests: `s3s-fs` (installed by
-//! .ci/run with `cargo install s3s-fs`), started on a free loopback port
-//! over a temporary directory, one bucket per folder, and killed on drop.
+//! A real S3-compatible server for tests (feature `testing`): `s3s-fs`
+//! (installed by .ci/run with `cargo install s3s-fs`), started on a free
+//! loopback port over a temporary directory, one bucket per folder, and
+//! killed on drop.
 
 use std::net::{TcpListener, TcpStream};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
-use raylet_data::StorageOptions;
+use crate::StorageOptions;
 
 const ACCESS_KEY: &str = "raylet-test";
 const SECRET_KEY: &str = "raylet-test-secret";
