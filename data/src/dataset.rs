@@ -150,19 +150,13 @@ impl<T> Dataset<T> {
     /// The rows of this dataset, then those of `other` (each with its own
     /// source and transforms; the options are this one's).
     pub fn union(self, other: Dataset<T>) -> Self {
-        let mut plan = Plan::new(Source::Union(vec![self.plan.clone(), other.plan]));
-        plan.options = self.plan.options;
-        plan.storage = self.plan.storage;
-        plan.sizing = self.plan.sizing;
-        Dataset::of(plan)
+        let source = Source::Union(vec![self.plan.clone(), other.plan]);
+        Dataset::of(self.plan.combined(source))
     }
 
     fn zip_with<O>(self, other: Plan) -> Dataset<O> {
-        let mut plan = Plan::new(Source::Zip(Box::new(self.plan.clone()), Box::new(other)));
-        plan.options = self.plan.options;
-        plan.storage = self.plan.storage;
-        plan.sizing = self.plan.sizing;
-        Dataset::of(plan)
+        let source = Source::Zip(Box::new(self.plan.clone()), Box::new(other));
+        Dataset::of(self.plan.combined(source))
     }
 
     fn exchange(mut self, exchange: Exchange) -> Self {

@@ -113,6 +113,17 @@ impl Plan {
         }
     }
 
+    /// A plan over `source` (a union or zip with this one) with this one's
+    /// options, storage settings and block sizes.
+    pub fn combined(self, source: Source) -> Plan {
+        Plan {
+            options: self.options,
+            storage: self.storage,
+            sizing: self.sizing,
+            ..Plan::new(source)
+        }
+    }
+
     /// The blocks the plan's last transforms run over: the source's, as
     /// the plan cuts them, or (after an all-to-all step) that step's output
     /// blocks, whose inputs this runs first.

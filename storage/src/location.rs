@@ -3,8 +3,9 @@
 //! keep the synced, renamed writes of `atomic_write`; an object is written
 //! with one PUT, which a reader sees whole or not at all.
 
+use std::collections::HashMap;
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, OnceLock};
 
 use bytes::Bytes;
 use futures_util::TryStreamExt;
@@ -21,7 +22,7 @@ use crate::runtime::run;
 /// `aws_allow_http` (the `object_store` crate's `AmazonS3ConfigKey` names).
 /// The process's `AWS_*` variables are read first, on whichever node opens
 /// the store; these, carried with the dataset, override them.
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Clone, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct StorageOptions(Vec<(String, String)>);
 
 impl StorageOptions {
@@ -66,14 +67,12 @@ impl Storage {
         }
         let (scheme, rest) = location.split_once("://").expect("a URL has a scheme");
         let (bucket, prefix) = rest.split_once('/').unwrap_or((rest, ""));
-        let store = match scheme {
-            "s3" | "s3a" => s3_store(bucket, options).map_err(|e| storage_error(location, e))?,
-            _ => {
-                return Err(StorageError::InvalidLocation(format!(
-                    "{location}: unknown storage scheme {scheme}:// (s3:// and file:// are known)"
-                )));
-            }
-        };
+        if !matches!(scheme, "s3" | "s3a") {
+            return Err(StorageError::InvalidLocation(format!(
+                "{location}: unknown storage scheme {scheme}:// (s3:// and file:// are known)"
+            )));
+        }
+        let store = s3_store_of(bucket, options).map_err(|e| storage_error(location, e))?;
         Ok(Storage::Remote {
             store,
             prefix: ObjectPath::from(prefix.trim_end_matches('/')),
@@ -316,6 +315,25 @@ fn storage_error(location: &str, error: object_store::Error) -> StorageError {
         location: location.to_string(),
         message,
     }
+}
+
+/// The client of `bucket` with `options`: made once per process and
+/// shared, so that a task reading many files of a bucket opens one client
+/// (and keeps its connections) instead of one per file.
+fn s3_store_of(bucket: &str, options: &StorageOptions) -> Result<Arc<dyn ObjectStore>, object_store::Error> {
+    type Clients = HashMap<(String, StorageOptions), Arc<dyn ObjectStore>>;
+    static CLIENTS: OnceLock<Mutex<Clients>> = OnceLock::new();
+    let key = (bucket.to_string(), options.clone());
+    let clients = CLIENTS.get_or_init(Mutex::default);
+    if let Some(store) = clients.lock().unwrap_or_else(|p| p.into_inner()).get(&key) {
+        return Ok(store.clone());
+    }
+    let store = s3_store(bucket, options)?;
+    clients
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .insert(key, store.clone());
+    Ok(store)
 }
 
 #[cfg(feature = "s3")]

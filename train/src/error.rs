@@ -27,6 +27,9 @@ pub enum TrainError {
     },
     #[error("checkpoint {path}: {message}")]
     Checkpoint { path: PathBuf, message: String },
+    /// The run's object storage refused or failed a call.
+    #[error(transparent)]
+    Storage(#[from] raylet_storage::StorageError),
     #[error("no dataset named `{name}` was given to the trainer (it has: {known})")]
     UnknownDataset { name: String, known: String },
     #[error(

@@ -50,7 +50,7 @@ pub(crate) struct Remote {
 
 impl Remote {
     pub(crate) fn storage(&self) -> Result<Storage, TrainError> {
-        Storage::open(&self.location, &self.options).map_err(|e| TrainError::Loop(e.to_string()))
+        Storage::open(&self.location, &self.options).map_err(TrainError::from)
     }
 
     pub(crate) fn child(&self, name: &str) -> Remote {

@@ -133,7 +133,7 @@ impl RunDirectory {
 
     fn committed_remotely(&self, remote: &Remote) -> Result<Vec<(Checkpoint, CheckpointMetadata)>, TrainError> {
         let mut found = Vec::new();
-        for (name, _) in remote.storage()?.list().map_err(|e| TrainError::Loop(e.to_string()))? {
+        for (name, _) in remote.storage()?.list().map_err(TrainError::from)? {
             let Some((folder, file)) = name.split_once('/') else {
                 continue;
             };
@@ -172,7 +172,7 @@ impl RunDirectory {
             let storage = remote.storage()?;
             storage
                 .write(METRICS_FILE, Bytes::from(text))
-                .map_err(|e| TrainError::Loop(e.to_string()))?;
+                .map_err(TrainError::from)?;
         }
         Ok(())
     }
