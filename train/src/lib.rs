@@ -9,6 +9,8 @@
 //! - [`model_sync`] keeps burn model replicas in step over a group, and
 //!   [`schedule`] has the learning-rate scaling and early stopping that
 //!   data parallelism calls for.
+//! - [`sharding`] trains with ZeRO's stages: each rank keeps only its share
+//!   of the optimizer state, gradients and parameters.
 //! - [`digits`] (feature `digits`) has the digits data set, a model and a
 //!   train loop for it.
 
@@ -22,6 +24,7 @@ mod error;
 mod metrics;
 pub mod model_sync;
 pub mod schedule;
+pub mod sharding;
 mod telemetry;
 mod train_loop;
 mod trainer;

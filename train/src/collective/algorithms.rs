@@ -20,6 +20,12 @@ pub fn segment_range(len: usize, world: usize, index: usize) -> Range<usize> {
     start..start + base + usize::from(index < extra)
 }
 
+/// Every rank's segment of a buffer of `len` elements: [`segment_range`]
+/// of each rank in turn.
+pub fn even_segments(len: usize, world: usize) -> Vec<Range<usize>> {
+    (0..world).map(|index| segment_range(len, world, index)).collect()
+}
+
 /// Payloads up to this many bytes are written without a helper thread:
 /// they fit in a socket's buffer, so writing them first cannot block.
 const INLINE_SEND: usize = 4096;
@@ -49,18 +55,19 @@ impl Call<'_> {
         (self.rank + 2 * self.world - back) % self.world
     }
 
-    /// Ring reduce-scatter: afterwards this rank holds segment `rank`
-    /// reduced over every rank (not yet divided for a mean).
+    /// Ring reduce-scatter over `segments` (one per rank, in order, covering
+    /// `values`): afterwards this rank holds segment `rank` reduced over
+    /// every rank (not yet divided for a mean).
     pub(crate) fn ring_reduce_scatter<T: Element>(
         &mut self,
         values: &mut [T],
+        segments: &[Range<usize>],
         op: ReduceOp,
     ) -> Result<(), CollectiveError> {
-        let len = values.len();
         let chunk = self.chunk_elements.max(1);
         for step in 0..self.world - 1 {
-            let out = segment_range(len, self.world, self.segment_behind(step + 1));
-            let into = segment_range(len, self.world, self.segment_behind(step + 2));
+            let out = segments[self.segment_behind(step + 1)].clone();
+            let into = segments[self.segment_behind(step + 2)].clone();
             let (out, into) = two_segments(values, out, into);
             self.exchange(cast_slice(out), |reader, seq| {
                 let announced = reader.header(seq)?;
@@ -77,12 +84,16 @@ impl Call<'_> {
         Ok(())
     }
 
-    /// Ring allgather: each rank starts with segment `rank` and ends with all.
-    pub(crate) fn ring_allgather<T: Element>(&mut self, values: &mut [T]) -> Result<(), CollectiveError> {
-        let len = values.len();
+    /// Ring allgather over `segments` (one per rank, in order, covering
+    /// `values`): each rank starts with segment `rank` and ends with all.
+    pub(crate) fn ring_allgather<T: Element>(
+        &mut self,
+        values: &mut [T],
+        segments: &[Range<usize>],
+    ) -> Result<(), CollectiveError> {
         for step in 0..self.world - 1 {
-            let out = segment_range(len, self.world, self.segment_behind(step));
-            let into = segment_range(len, self.world, self.segment_behind(step + 1));
+            let out = segments[self.segment_behind(step)].clone();
+            let into = segments[self.segment_behind(step + 1)].clone();
             let (out, into) = two_segments(values, out, into);
             self.exchange(cast_slice(out), |reader, seq| {
                 reader.recv_exact(seq, cast_slice_mut(into))
@@ -176,6 +187,21 @@ impl Call<'_> {
             }
         }
         Ok(())
+    }
+
+    /// Every rank's `payload` at `root`, by rank (empty elsewhere).
+    pub(crate) fn gather_bytes(&mut self, payload: Vec<u8>, root: usize) -> Result<Vec<Vec<u8>>, CollectiveError> {
+        let seq = self.seq;
+        if self.rank != root {
+            self.links.writer(root).send(seq, &payload)?;
+            return Ok(Vec::new());
+        }
+        let mut gathered = vec![Vec::new(); self.world];
+        for peer in (0..self.world).filter(|&peer| peer != root) {
+            gathered[peer] = self.links.reader(peer).recv_vec(seq)?;
+        }
+        gathered[root] = payload;
+        Ok(gathered)
     }
 
     /// The root's `payload` on every rank.

@@ -20,11 +20,12 @@ mod element;
 mod rendezvous;
 mod wire;
 
+use std::ops::Range;
 use std::time::Duration;
 
 use raylet::Cluster;
 
-pub use algorithms::segment_range;
+pub use algorithms::{even_segments, segment_range};
 pub use element::{Element, ReduceOp};
 
 use algorithms::Call;
@@ -160,14 +161,14 @@ impl CollectiveGroup {
                 (1, _) => {}
                 (_, true) => call.mesh_allreduce(values, op)?,
                 (_, false) => {
+                    let segments = even_segments(values.len(), world);
                     {
                         let _phase = raylet::timeline::span("reduce_scatter", "train.allreduce");
-                        call.ring_reduce_scatter(values, op)?;
+                        call.ring_reduce_scatter(values, &segments, op)?;
                     }
-                    let own = segment_range(values.len(), world, call.rank);
-                    finish(&mut values[own], op, world);
+                    finish(&mut values[segments[call.rank].clone()], op, world);
                     let _phase = raylet::timeline::span("allgather", "train.allreduce");
-                    return call.ring_allgather(values);
+                    return call.ring_allgather(values, &segments);
                 }
             }
             finish(values, op, world);
@@ -233,19 +234,67 @@ impl CollectiveGroup {
     pub fn allgather<T: Element>(&mut self, part: &[T]) -> Result<Vec<T>, CollectiveError> {
         let mut gathered = vec![T::zeroed(); part.len() * self.world];
         gathered[self.rank * part.len()..(self.rank + 1) * part.len()].copy_from_slice(part);
-        self.call::<T, _>(|call| call.ring_allgather(&mut gathered))?;
+        let segments: Vec<Range<usize>> = (0..self.world).map(|r| r * part.len()..(r + 1) * part.len()).collect();
+        self.call::<T, _>(|call| call.ring_allgather(&mut gathered, &segments))?;
         Ok(gathered)
+    }
+
+    /// Fills `values` with every rank's segment, in place: on the way in,
+    /// this rank's `segments[rank]` holds its part (`segments` has one range
+    /// per rank, in order, covering `values`; the same on every rank).
+    pub fn allgather_segments<T: Element>(
+        &mut self,
+        values: &mut [T],
+        segments: &[Range<usize>],
+    ) -> Result<(), CollectiveError> {
+        self.check_segments(values.len(), segments)?;
+        let _span = raylet::timeline::span("allgather", "train.allreduce").arg("bytes", std::mem::size_of_val(values));
+        self.call::<T, _>(|call| call.ring_allgather(values, segments))
     }
 
     /// Reduces `values` over every rank and returns this rank's segment of
     /// the result: [`segment_range`]`(values.len(), world, rank)`.
     pub fn reduce_scatter<T: Element>(&mut self, values: &[T], op: ReduceOp) -> Result<Vec<T>, CollectiveError> {
         let mut reduced = values.to_vec();
+        let segments = even_segments(values.len(), self.world);
+        self.reduce_scatter_segments(&mut reduced, &segments, op)?;
+        Ok(reduced[segments[self.rank].clone()].to_vec())
+    }
+
+    /// Reduces `values` over every rank in place, leaving the result in this
+    /// rank's `segments[rank]` only (the rest of `values` is scratch
+    /// afterwards); `segments` as for [`CollectiveGroup::allgather_segments`].
+    pub fn reduce_scatter_segments<T: Element>(
+        &mut self,
+        values: &mut [T],
+        segments: &[Range<usize>],
+        op: ReduceOp,
+    ) -> Result<(), CollectiveError> {
+        self.check_segments(values.len(), segments)?;
+        let _span =
+            raylet::timeline::span("reduce_scatter", "train.allreduce").arg("bytes", std::mem::size_of_val(values));
         let world = self.world;
-        self.call::<T, _>(|call| call.ring_reduce_scatter(&mut reduced, op))?;
-        let mut own = reduced[segment_range(values.len(), world, self.rank)].to_vec();
-        finish(&mut own, op, world);
-        Ok(own)
+        self.call::<T, _>(|call| call.ring_reduce_scatter(values, segments, op))?;
+        finish(&mut values[segments[self.rank].clone()], op, world);
+        Ok(())
+    }
+
+    /// Every rank's `bytes` at rank `root`, by rank; an empty list elsewhere.
+    pub fn gather_bytes(&mut self, bytes: Vec<u8>, root: usize) -> Result<Vec<Vec<u8>>, CollectiveError> {
+        self.check_root(root)?;
+        self.call::<f32, _>(|call| call.gather_bytes(bytes, root))
+    }
+
+    fn check_segments(&self, len: usize, segments: &[Range<usize>]) -> Result<(), CollectiveError> {
+        let contiguous = segments.windows(2).all(|pair| pair[0].end == pair[1].start);
+        let covers = segments.first().is_some_and(|s| s.start == 0) && segments.last().is_some_and(|s| s.end == len);
+        match segments.len() == self.world && contiguous && covers {
+            true => Ok(()),
+            false => Err(CollectiveError::InvalidArgument(format!(
+                "segments must be {} contiguous ranges covering the {len} elements, in rank order",
+                self.world
+            ))),
+        }
     }
 
     fn check_root(&self, root: usize) -> Result<(), CollectiveError> {

@@ -1,0 +1,193 @@
+//! Sharded data parallelism, ZeRO's stages (FSDP's FULL_SHARD being stage
+//! 3): each rank keeps the optimizer state, and with the higher stages the
+//! gradients and the parameters, of its own share of the model only, and
+//! the ranks exchange the rest with reduce-scatter and allgather.
+//!
+//! A rank's share is a run of whole parameters (about 1/n of the model's
+//! elements; the largest parameter bounds how even the shares are), so
+//! that any burn optimizer steps it: burn keeps an optimizer's state per
+//! parameter, and a parameter without a gradient is left alone.
+//!
+//! With [`ShardingStrategy::Parameters`], parameters outside a rank's share
+//! are empty tensors between steps; [`DataParallel::model`] gathers the
+//! whole model for the forward and backward passes, and the step empties
+//! it again. The whole model is one unit (FSDP would gather layer by
+//! layer), so a step still holds every parameter and gradient once.
+
+pub(crate) mod layout;
+mod optimizer_state;
+
+use burn::module::Module;
+use burn::optim::{GradientsParams, ModuleOptimizer};
+use burn::prelude::*;
+use serde::{Deserialize, Serialize};
+
+use crate::collective::{CollectiveError, CollectiveGroup, ReduceOp};
+use crate::model_sync::sync_initial_model;
+use layout::ParamLayout;
+
+/// What each rank keeps of the model's training state.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum ShardingStrategy {
+    /// Plain data parallelism: every rank keeps everything, and gradients
+    /// are allreduced.
+    #[default]
+    None,
+    /// ZeRO stage 1: the optimizer state is sharded. Gradients are
+    /// allreduced; each rank steps its share of the parameters, then the
+    /// ranks allgather them.
+    OptimizerState,
+    /// ZeRO stage 2: optimizer state and gradients are sharded. Gradients
+    /// are reduce-scattered, so a rank keeps only its share's.
+    Gradients,
+    /// ZeRO stage 3 (FSDP's FULL_SHARD): optimizer state, gradients and
+    /// parameters are sharded; the parameters are gathered for each step.
+    Parameters,
+}
+
+/// Bytes one rank holds between steps.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ShardMemory {
+    /// The model's parameter values this rank keeps (f32).
+    pub parameters: u64,
+    /// The optimizer's state this rank keeps (its encoded size).
+    pub optimizer_state: u64,
+}
+
+/// A model and its optimizer trained data-parallel over a group, sharded by
+/// a [`ShardingStrategy`].
+pub struct DataParallel<M: Module> {
+    strategy: ShardingStrategy,
+    layout: ParamLayout,
+    rank: usize,
+    /// The whole model, except with [`ShardingStrategy::Parameters`], where
+    /// it holds this rank's parameters and empty tensors for the others.
+    model: M,
+    optimizer: ModuleOptimizer,
+}
+
+impl<M: Module> DataParallel<M> {
+    /// Starts every rank from rank 0's `model`, with `optimizer` (fresh, or
+    /// loaded from a checkpoint of the whole state: each rank keeps its
+    /// share of it).
+    pub fn new(
+        group: &mut CollectiveGroup,
+        model: M,
+        optimizer: ModuleOptimizer,
+        strategy: ShardingStrategy,
+    ) -> Result<Self, CollectiveError> {
+        let model = sync_initial_model(group, model)?;
+        let rank = group.rank();
+        let layout = ParamLayout::new(&model, group.world_size());
+        let (model, optimizer) = match strategy {
+            ShardingStrategy::None => (model, optimizer),
+            ShardingStrategy::Parameters => (
+                layout.empty_others(model, rank),
+                optimizer_state::keep_owned(optimizer, &layout.owned_ids(rank))?,
+            ),
+            _ => (model, optimizer_state::keep_owned(optimizer, &layout.owned_ids(rank))?),
+        };
+        Ok(DataParallel {
+            strategy,
+            layout,
+            rank,
+            model,
+            optimizer,
+        })
+    }
+
+    pub fn strategy(&self) -> ShardingStrategy {
+        self.strategy
+    }
+
+    /// The whole model, to run forward and backward on (gathered from every
+    /// rank with [`ShardingStrategy::Parameters`]; every rank must call it).
+    pub fn model(&mut self, group: &mut CollectiveGroup) -> Result<M, CollectiveError> {
+        match self.strategy {
+            ShardingStrategy::Parameters => self.with_others(group, self.model.clone()),
+            _ => Ok(self.model.clone()),
+        }
+    }
+
+    /// One optimizer step with learning rate `lr` from `grads`, this rank's
+    /// gradients of `model` (the one [`DataParallel::model`] returned),
+    /// averaged over the ranks as the strategy says; `device` is the
+    /// optimizer's (without autodiff).
+    pub fn step(
+        &mut self,
+        group: &mut CollectiveGroup,
+        lr: f64,
+        model: M,
+        grads: GradientsParams,
+        device: &Device,
+    ) -> Result<(), CollectiveError> {
+        crate::telemetry::step();
+        let mut flat = self.layout.flatten_grads(&model, &grads);
+        let owner = match self.strategy {
+            ShardingStrategy::None => {
+                group.allreduce(&mut flat, ReduceOp::Mean)?;
+                None
+            }
+            ShardingStrategy::OptimizerState => {
+                group.allreduce(&mut flat, ReduceOp::Mean)?;
+                Some(self.rank)
+            }
+            ShardingStrategy::Gradients | ShardingStrategy::Parameters => {
+                group.reduce_scatter_segments(&mut flat, self.layout.segments(), ReduceOp::Mean)?;
+                Some(self.rank)
+            }
+        };
+        let own_grads = self.layout.grads_from_flat(&model, &grads, &flat, owner, device);
+        drop((grads, flat));
+        let stepped = self.optimizer.step(lr, model, own_grads);
+        self.model = match self.strategy {
+            ShardingStrategy::None => stepped,
+            ShardingStrategy::Parameters => self.layout.empty_others(stepped, self.rank),
+            _ => self.with_others(group, stepped)?,
+        };
+        Ok(())
+    }
+
+    /// On rank 0, the whole model and the whole optimizer state, for a
+    /// checkpoint (the same files as plain data parallelism writes, so a run
+    /// may resume with another strategy or world size); `None` elsewhere.
+    /// Every rank must call it.
+    pub fn gathered(&mut self, group: &mut CollectiveGroup) -> Result<Option<(M, ModuleOptimizer)>, CollectiveError> {
+        let model = self.model(group)?;
+        if self.strategy == ShardingStrategy::None {
+            return Ok((self.rank == 0).then(|| (model, self.optimizer.clone())));
+        }
+        let own = self.optimizer.into_bytes().map_err(invalid_state)?.to_vec();
+        let parts = group.gather_bytes(own, 0)?;
+        match self.rank {
+            0 => Ok(Some((
+                model,
+                optimizer_state::join_parts(self.optimizer.clone(), parts)?,
+            ))),
+            _ => Ok(None),
+        }
+    }
+
+    /// What this rank holds between steps.
+    pub fn memory(&self) -> Result<ShardMemory, CollectiveError> {
+        let parameters = self.layout.held_elements(&self.model) * std::mem::size_of::<f32>();
+        let optimizer_state = self.optimizer.into_bytes().map_err(invalid_state)?.len();
+        Ok(ShardMemory {
+            parameters: parameters as u64,
+            optimizer_state: optimizer_state as u64,
+        })
+    }
+
+    /// `model`, whose share of this rank is up to date, with every other
+    /// rank's share allgathered into it.
+    fn with_others(&self, group: &mut CollectiveGroup, model: M) -> Result<M, CollectiveError> {
+        let mut flat = vec![0f32; self.layout.total()];
+        self.layout.write_values(&model, self.rank, &mut flat);
+        group.allgather_segments(&mut flat, self.layout.segments())?;
+        Ok(self.layout.fill_others(model, self.rank, &flat))
+    }
+}
+
+fn invalid_state(error: impl std::fmt::Display) -> CollectiveError {
+    CollectiveError::InvalidArgument(format!("encoding the optimizer's state: {error}"))
+}
