@@ -21,11 +21,9 @@ use raylet::{Job, JobStatus};
 
 mod common;
 
-use common::netns::TestNetwork;
+use common::netns::{TestNetwork, start_daemon};
 use common::{RAYLET, daemon_pids};
 
-/// Heartbeats every 200 ms; a node silent for 3 s is dead.
-const HEARTBEATS: [&str; 4] = ["--heartbeat-interval", "200ms", "--heartbeat-timeout", "3s"];
 const NODES: [&str; 3] = ["n1", "n2", "n3"];
 const HEAD_PORT: &str = "6380";
 const PATIENCE: Duration = Duration::from_secs(120);
@@ -241,25 +239,6 @@ impl ChaosCluster {
 
 fn died_at(node: &raylet::scheduler::status::NodeStatus, died: &mut u64) {
     *died = node.died_unix_ms.expect("a dead node has a time of death") * 1000;
-}
-
-fn start_daemon(network: &TestNetwork, host: &str, args: &[&str]) {
-    let on = network.host(host);
-    let output = network
-        .command(host, RAYLET)
-        .arg("start")
-        .args(args)
-        .args(["--node-ip", &on.ip, "--object-store-memory", "268435456"])
-        .args(HEARTBEATS)
-        .arg("--temp-dir")
-        .arg(&on.temp)
-        .output()
-        .unwrap();
-    assert!(
-        output.status.success(),
-        "raylet start {args:?} on {host}: {}",
-        String::from_utf8_lossy(&output.stderr)
-    );
 }
 
 /// Tasks of `step` whose runs the test reads back from `log`.

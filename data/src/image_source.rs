@@ -103,6 +103,7 @@ pub(crate) fn decode(_path: &str, _bytes: &[u8], _options: &ImageOptions) -> Res
 }
 
 /// The name of the folder the file at `path` is in.
+#[cfg(feature = "images")]
 fn folder_name(path: &str) -> Option<String> {
     let mut parts = path.rsplit('/');
     parts.next();

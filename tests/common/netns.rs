@@ -218,3 +218,24 @@ fn ip(args: &[&str]) {
 fn run(command: &mut Command) -> Output {
     command.output().expect("ip runs")
 }
+
+/// Runs `raylet start ARGS` on `host`, with the host's address, a 256 MiB
+/// object store, heartbeats every 200 ms and death after 3 s of silence.
+pub fn start_daemon(network: &TestNetwork, host: &str, args: &[&str]) {
+    let on = network.host(host);
+    let output = network
+        .command(host, super::RAYLET)
+        .arg("start")
+        .args(args)
+        .args(["--node-ip", &on.ip, "--object-store-memory", "268435456"])
+        .args(["--heartbeat-interval", "200ms", "--heartbeat-timeout", "3s"])
+        .arg("--temp-dir")
+        .arg(&on.temp)
+        .output()
+        .unwrap();
+    assert!(
+        output.status.success(),
+        "raylet start {args:?} on {host}: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}

@@ -6,6 +6,10 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
+use serde::{Deserialize, Serialize};
+
+use crate::schedule::LrScaling;
+
 pub use raylet::PlacementStrategy as Placement;
 
 /// The workers of a run.
@@ -20,6 +24,10 @@ pub struct ScalingConfig {
     pub use_gpu: bool,
     /// How the workers' bundles spread over the nodes.
     pub placement: Placement,
+    /// Run with as many workers as the cluster holds, between a minimum and
+    /// `num_workers` ([`ScalingConfig::elastic`]); `None`: exactly
+    /// `num_workers`, waiting for room.
+    pub elastic: Option<ElasticScaling>,
 }
 
 impl Default for ScalingConfig {
@@ -29,8 +37,62 @@ impl Default for ScalingConfig {
             resources_per_worker: WorkerResources::default(),
             use_gpu: false,
             placement: Placement::Pack,
+            elastic: None,
         }
     }
+}
+
+impl ScalingConfig {
+    /// An elastic group of `min_workers` to `max_workers`: each try starts
+    /// with as many workers as the cluster has room for (waiting for
+    /// `min_workers`), grows at a checkpoint when room for another appears,
+    /// and after a worker's loss goes on with the workers there is room for
+    /// instead of waiting for a replacement. The global batch stays fixed
+    /// unless [`ElasticScaling::batch`] says otherwise.
+    pub fn elastic(min_workers: usize, max_workers: usize) -> Self {
+        ScalingConfig {
+            num_workers: max_workers,
+            elastic: Some(ElasticScaling {
+                min_workers,
+                batch: BatchScaling::FixedGlobalBatch,
+            }),
+            ..ScalingConfig::default()
+        }
+    }
+
+    /// The fewest workers a try may start with.
+    pub fn min_workers(&self) -> usize {
+        self.elastic.as_ref().map_or(self.num_workers, |e| e.min_workers)
+    }
+
+    /// How the batch and learning rate follow the number of workers.
+    pub fn batch_scaling(&self) -> BatchScaling {
+        self.elastic
+            .as_ref()
+            .map_or(BatchScaling::FixedGlobalBatch, |e| e.batch)
+    }
+}
+
+/// The bounds of an elastic group (its maximum is `num_workers`).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ElasticScaling {
+    pub min_workers: usize,
+    pub batch: BatchScaling,
+}
+
+/// How a train loop's batch and learning rate follow the number of workers
+/// (see [`TrainContext::local_batch_size`](crate::TrainContext::local_batch_size)
+/// and [`TrainContext::learning_rate`](crate::TrainContext::learning_rate)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub enum BatchScaling {
+    /// The global batch and the learning rate stay as configured; each
+    /// worker takes its share of the batch.
+    #[default]
+    FixedGlobalBatch,
+    /// Each worker keeps the batch it has with `num_workers` workers, so the
+    /// global batch follows the workers, and the learning rate with it, by
+    /// the rule given.
+    ScaledGlobalBatch(LrScaling),
 }
 
 /// The resources of one worker: its bundle in the run's placement group.

@@ -10,13 +10,16 @@ use serde::de::DeserializeOwned;
 
 use crate::checkpoint::RunDirectory;
 use crate::collective::CollectiveGroup;
+use crate::schedule::scaled_learning_rate;
 use crate::worker_event::WorkerEvent;
-use crate::{Checkpoint, Metrics, TrainError};
+use crate::{BatchScaling, Checkpoint, Metrics, TrainError};
 
 /// One worker's view of its run.
 pub struct TrainContext {
     pub(crate) rank: usize,
     pub(crate) world_size: usize,
+    pub(crate) max_workers: usize,
+    pub(crate) batch_scaling: BatchScaling,
     pub(crate) attempt: u32,
     pub(crate) use_gpu: bool,
     pub(crate) group: CollectiveGroup,
@@ -35,6 +38,37 @@ impl TrainContext {
 
     pub fn world_size(&self) -> usize {
         self.world_size
+    }
+
+    /// The most workers the run may have: `world_size()` unless the group
+    /// is elastic, whose tries may have fewer.
+    pub fn max_workers(&self) -> usize {
+        self.max_workers
+    }
+
+    /// This worker's batch for a run configured with `global_batch_size`
+    /// over [`TrainContext::max_workers`] workers, by the run's
+    /// [`BatchScaling`]: its share of the global batch, or with a scaled
+    /// global batch the share it would have with every worker.
+    pub fn local_batch_size(&self, global_batch_size: usize) -> usize {
+        let workers = match self.batch_scaling {
+            BatchScaling::FixedGlobalBatch => self.world_size,
+            BatchScaling::ScaledGlobalBatch(_) => self.max_workers,
+        };
+        (global_batch_size / workers.max(1)).max(1)
+    }
+
+    /// The learning rate for this try when `base_lr` suits
+    /// `global_batch_size`: unchanged with a fixed global batch, else scaled
+    /// to the global batch this try's workers make.
+    pub fn learning_rate(&self, base_lr: f64, global_batch_size: usize) -> f64 {
+        match self.batch_scaling {
+            BatchScaling::FixedGlobalBatch => base_lr,
+            BatchScaling::ScaledGlobalBatch(rule) => {
+                let global = self.local_batch_size(global_batch_size) * self.world_size;
+                scaled_learning_rate(base_lr, global_batch_size, global, rule)
+            }
+        }
     }
 
     /// Which try of the run this is: 0, then one more after each failure.

@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use crate::collective::CollectiveError;
+use crate::mlflow::MlflowError;
 
 /// Why training, or one step of it, failed.
 #[derive(Debug, thiserror::Error)]
@@ -30,6 +31,9 @@ pub enum TrainError {
     /// The run's object storage refused or failed a call.
     #[error(transparent)]
     Storage(#[from] raylet_storage::StorageError),
+    /// MLflow tracking failed, and its callback is strict.
+    #[error(transparent)]
+    Mlflow(#[from] MlflowError),
     #[error("no dataset named `{name}` was given to the trainer (it has: {known})")]
     UnknownDataset { name: String, known: String },
     #[error(

@@ -11,9 +11,12 @@
 //!   data parallelism calls for.
 //! - [`sharding`] trains with ZeRO's stages: each rank keeps only its share
 //!   of the optimizer state, gradients and parameters.
+//! - [`TrainCallback`]s are told of a run's start, reports, checkpoints
+//!   and end; [`mlflow`] has one that tracks runs on an MLflow server.
 //! - [`digits`] (feature `digits`) has the digits data set, a model and a
 //!   train loop for it.
 
+mod callback;
 mod checkpoint;
 pub mod collective;
 mod config;
@@ -22,19 +25,23 @@ mod context;
 pub mod digits;
 mod error;
 mod metrics;
+pub mod mlflow;
 pub mod model_sync;
 pub mod schedule;
 pub mod sharding;
 mod telemetry;
+#[cfg(feature = "testing")]
+pub mod testing;
 mod train_loop;
 mod trainer;
 mod worker;
 mod worker_event;
 
+pub use callback::{RunStart, TrainCallback};
 pub use checkpoint::{Checkpoint, CheckpointMetadata, RunDirectory};
 pub use config::{
-    CheckpointConfig, FailureConfig, Placement, RunConfig, ScalingConfig, ScoreMode, WorkerResources,
-    default_storage_path,
+    BatchScaling, CheckpointConfig, ElasticScaling, FailureConfig, Placement, RunConfig, ScalingConfig, ScoreMode,
+    WorkerResources, default_storage_path,
 };
 pub use context::TrainContext;
 pub use error::TrainError;

@@ -3,7 +3,7 @@
 //! because the validation metric stopped improving.
 
 /// How the learning rate grows with the global batch.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum LrScaling {
     /// In proportion to the batch (Goyal et al.), for SGD.
     Linear,

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use crate::checkpoint::RunDirectory;
 use crate::collective::{CollectiveGroup, GroupOptions};
 use crate::worker_event::WorkerEvent;
-use crate::{Checkpoint, TrainContext, TrainError, train_loop};
+use crate::{BatchScaling, Checkpoint, TrainContext, TrainError, train_loop};
 
 /// What a worker needs to run its rank of one try of a run.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -23,6 +23,9 @@ pub struct WorkerSetup {
     pub config: Vec<u8>,
     pub rank: usize,
     pub world_size: usize,
+    /// The most workers the run may have (`world_size` unless elastic).
+    pub max_workers: usize,
+    pub batch_scaling: BatchScaling,
     pub attempt: u32,
     pub use_gpu: bool,
     pub group_name: String,
@@ -125,6 +128,8 @@ fn join(setup: WorkerSetup, events: Sender<WorkerEvent>) -> Result<TrainContext,
     Ok(TrainContext {
         rank: setup.rank,
         world_size: setup.world_size,
+        max_workers: setup.max_workers,
+        batch_scaling: setup.batch_scaling,
         attempt: setup.attempt,
         use_gpu: setup.use_gpu,
         group,

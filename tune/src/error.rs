@@ -4,6 +4,7 @@
 use std::path::PathBuf;
 
 use raylet_train::TrainError;
+use raylet_train::mlflow::MlflowError;
 
 /// Why a search, or one trial of it, failed.
 #[derive(Debug, thiserror::Error)]
@@ -44,5 +45,11 @@ impl TuneError {
             context: context.into(),
             source,
         }
+    }
+}
+
+impl From<MlflowError> for TuneError {
+    fn from(error: MlflowError) -> Self {
+        TuneError::Train(error.into())
     }
 }

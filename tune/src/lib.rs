@@ -7,15 +7,20 @@
 //! - [`Tuner`] runs a registered trainable function once per trial, each
 //!   in an actor with its own resources, and returns a [`ResultGrid`].
 //! - [`stopper`]: rules that end trials or the experiment.
+//! - [`Callback`]s are told of the experiment's and its trials' progress;
+//!   [`MlflowCallback`] tracks the experiment on an MLflow server, each
+//!   trial a child run of the experiment's run.
 //! - [`digits`] (feature `digits`): a trainable for raylet-train's digits
 //!   MLP, for examples and benchmarks.
 
+mod callback;
 mod checkpoint_transfer;
 mod config;
 mod context;
 #[cfg(feature = "digits")]
 pub mod digits;
 mod error;
+mod mlflow;
 mod result_grid;
 mod runner;
 pub mod schedulers;
@@ -26,10 +31,12 @@ mod trial;
 mod trial_event;
 mod tuner;
 
+pub use callback::{Callback, ExperimentStart};
 pub use checkpoint_transfer::PackedCheckpoint;
 pub use config::TrialConfig;
 pub use context::TrialContext;
 pub use error::TuneError;
+pub use raylet_train::mlflow::MlflowCallback;
 pub use raylet_train::{Checkpoint, Metrics, ScoreMode as Mode};
 pub use result_grid::{ResultGrid, TrialResult};
 pub use trainable::{TrainableFn, TrainableResult};

@@ -103,7 +103,7 @@ impl Checkpoint {
     /// Makes sure the checkpoint's files are in its local directory: one of
     /// a run in object storage is copied there whole (into a folder beside
     /// it, renamed into place) when missing.
-    fn ensure_local(&self) -> Result<(), TrainError> {
+    pub(crate) fn ensure_local(&self) -> Result<(), TrainError> {
         let Some(remote) = &self.remote else {
             return Ok(());
         };

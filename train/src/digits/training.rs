@@ -70,7 +70,8 @@ impl TrainLoop for DigitsTraining {
             first_epoch = checkpoint.load_state::<Progress>()?.epoch + 1;
         }
         model = sync_initial_model(context.group(), model)?;
-        let local_batch = (self.global_batch_size / context.world_size()).max(1);
+        let local_batch = context.local_batch_size(self.global_batch_size);
+        let learning_rate = context.learning_rate(self.learning_rate, self.global_batch_size);
         for epoch in first_epoch..self.epochs {
             let started = Instant::now();
             let mut order: Vec<usize> = (0..train.len()).collect();
@@ -85,7 +86,7 @@ impl TrainLoop for DigitsTraining {
                 loss_sum += f64::from(loss.clone().into_scalar::<f32>());
                 let grads = GradientsParams::from_grads(loss.backward(), &model);
                 let grads = allreduce_gradients(context.group(), &model, grads, &device)?;
-                model = optimizer.step(self.learning_rate, model, grads);
+                model = optimizer.step(learning_rate, model, grads);
             }
             let correct = model.count_correct(&test, &autodiff);
             let mut totals = [correct as f64, test.len() as f64, loss_sum, steps as f64];

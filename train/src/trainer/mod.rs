@@ -1,12 +1,14 @@
 //! The driver of a data-parallel run: `Trainer::new(train_loop)`, its
-//! workers (`scaling`), where its results go (`run_config`), its datasets,
-//! then `fit()`, which trains, restarts the workers from the latest
-//! checkpoint when one fails, and returns every report and checkpoint.
+//! workers (`scaling`), where its results go (`run_config`), its datasets
+//! and callbacks, then `fit()`, which trains, restarts the workers from the
+//! latest checkpoint when one fails, and returns every report and
+//! checkpoint.
 
 mod attempt;
 mod dashboard;
 mod progress;
 mod result;
+mod room;
 mod run_state;
 
 use std::collections::BTreeMap;
@@ -18,10 +20,11 @@ use serde::Serialize;
 
 use raylet_storage::StorageOptions;
 
+use crate::callback::{Callbacks, RunStart, TrainCallback};
 use crate::checkpoint::RunDirectory;
 use crate::train_loop::{TrainLoop, registered_name};
 use crate::{RunConfig, ScalingConfig, TrainError};
-use attempt::{AttemptError, Plan};
+use attempt::{AttemptError, Plan, RankShards};
 use dashboard::RunBoard;
 use progress::Progress;
 use run_state::RunState;
@@ -38,6 +41,7 @@ pub struct Trainer<L: TrainLoop> {
     run: RunConfig,
     storage_options: StorageOptions,
     datasets: BTreeMap<String, SplitDataset>,
+    callbacks: Callbacks,
 }
 
 impl<L: TrainLoop> Trainer<L> {
@@ -49,6 +53,7 @@ impl<L: TrainLoop> Trainer<L> {
             run: RunConfig::default(),
             storage_options: StorageOptions::default(),
             datasets: BTreeMap::new(),
+            callbacks: Callbacks::default(),
         }
     }
 
@@ -79,6 +84,14 @@ impl<L: TrainLoop> Trainer<L> {
         self
     }
 
+    /// Adds a callback told of the run's start, reports, checkpoints and
+    /// end (such as [`MlflowCallback`](crate::mlflow::MlflowCallback)).
+    /// Callbacks are called in the order they were added.
+    pub fn callback(mut self, callback: impl TrainCallback + 'static) -> Self {
+        self.callbacks.push(Box::new(callback));
+        self
+    }
+
     /// Trains on the current cluster (see [`raylet::init`]).
     pub fn fit(self) -> Result<TrainResult, TrainError> {
         let cluster = raylet::current()?;
@@ -100,7 +113,7 @@ impl<L: TrainLoop> Trainer<L> {
     /// Trains on `cluster`: starts the workers, streams their reports, and
     /// restarts them from the latest checkpoint up to `max_failures` times.
     pub fn fit_on(
-        self,
+        mut self,
         cluster: &Cluster,
         on_report: &mut dyn FnMut(&Report) -> ControlFlow<()>,
     ) -> Result<TrainResult, TrainError> {
@@ -108,6 +121,22 @@ impl<L: TrainLoop> Trainer<L> {
         let train_loop = registered_name::<L>()?;
         self.check()?;
         let directory = RunDirectory::for_run(&self.run.storage_path, &self.run.name, &self.storage_options)?;
+        let mut callbacks = std::mem::take(&mut self.callbacks);
+        callbacks.start(|| self.run_start(&directory))?;
+        let trained = self.train(cluster, train_loop, directory, &mut callbacks, on_report);
+        callbacks.end(trained.map(|(state, failures)| state.into_result(failures, started.elapsed())))
+    }
+
+    /// The run from its directory on: its tries, each report shown, kept
+    /// and given to the callbacks and to `on_report`.
+    fn train(
+        &self,
+        cluster: &Cluster,
+        train_loop: &'static str,
+        directory: RunDirectory,
+        callbacks: &mut Callbacks,
+        on_report: &mut dyn FnMut(&Report) -> ControlFlow<()>,
+    ) -> Result<(RunState, u32), TrainError> {
         let mut state = RunState::resume(directory, self.run.checkpoint.clone())?;
         let progress = Progress::new(
             &self.run.name,
@@ -120,21 +149,41 @@ impl<L: TrainLoop> Trainer<L> {
         }
         let plan = self.plan(cluster, train_loop, &state)?;
         let mut board = RunBoard::start(cluster, &self.run.name, self.scaling.num_workers);
+        let mut callback_error = None;
         let mut on_report = |report: &Report| {
             board.report(report);
+            if let Err(error) = callbacks.report(report) {
+                callback_error = Some(error);
+                return ControlFlow::Break(());
+            }
             on_report(report)
         };
         let failures = self.run_tries(cluster, &plan, &mut state, &progress, &mut on_report);
+        let failures = callback_error.map_or(failures, Err);
         board.finish(failures.is_ok());
         progress.finish();
-        let failures = failures?;
-        Ok(state.into_result(failures, started.elapsed()))
+        Ok((state, failures?))
+    }
+
+    /// What the callbacks are told when the run starts.
+    fn run_start<'a>(&'a self, directory: &'a RunDirectory) -> Result<RunStart<'a>, TrainError> {
+        let config = serde_json::to_value(&self.train_loop)
+            .map_err(|e| TrainError::InvalidConfig(format!("the train loop as JSON, for its callbacks: {e}")))?;
+        Ok(RunStart {
+            name: &self.run.name,
+            config,
+            scaling: &self.scaling,
+            directory: directory.root(),
+        })
     }
 
     fn check(&self) -> Result<(), TrainError> {
         let invalid = |why: &str| Err(TrainError::InvalidConfig(why.to_string()));
         if self.scaling.num_workers == 0 {
             return invalid("num_workers must be at least 1");
+        }
+        if !(1..=self.scaling.num_workers).contains(&self.scaling.min_workers()) {
+            return invalid("an elastic group's min_workers must be at least 1 and at most its max_workers");
         }
         let name = &self.run.name;
         if name.is_empty() || name.contains('/') || name.starts_with('.') {
@@ -153,17 +202,13 @@ impl<L: TrainLoop> Trainer<L> {
     }
 
     /// Encodes the train loop and puts every rank's dataset shards in the
-    /// object store, once for every try.
+    /// object store, for every size the group may have, once for every try.
     fn plan(&self, cluster: &Cluster, train_loop: &'static str, state: &RunState) -> Result<Plan, TrainError> {
         let config = raylet::proto::codec::encode(&self.train_loop)
             .map_err(|e| TrainError::InvalidConfig(format!("encoding the train loop: {e}")))?;
-        let workers = self.scaling.num_workers;
-        let mut shards = vec![BTreeMap::new(); workers];
-        for (name, split) in &self.datasets {
-            for (rank, shard) in split(workers)?.into_iter().enumerate() {
-                let stored: ObjectRef<Vec<u8>> = cluster.put(&shard)?;
-                shards[rank].insert(name.clone(), stored);
-            }
+        let mut shards = BTreeMap::new();
+        for workers in self.scaling.min_workers()..=self.scaling.num_workers {
+            shards.insert(workers, self.put_shards(cluster, workers)?);
         }
         Ok(Plan {
             train_loop,
@@ -174,6 +219,18 @@ impl<L: TrainLoop> Trainer<L> {
             run_directory: state.directory().clone(),
             shards,
         })
+    }
+
+    /// Each of `workers` ranks' shard of each dataset, in the object store.
+    fn put_shards(&self, cluster: &Cluster, workers: usize) -> Result<RankShards, TrainError> {
+        let mut shards = vec![BTreeMap::new(); workers];
+        for (name, split) in &self.datasets {
+            for (rank, shard) in split(workers)?.into_iter().enumerate() {
+                let stored: ObjectRef<Vec<u8>> = cluster.put(&shard)?;
+                shards[rank].insert(name.clone(), stored);
+            }
+        }
+        Ok(shards)
     }
 
     /// Runs tries until one finishes; returns how many failed.
@@ -187,10 +244,18 @@ impl<L: TrainLoop> Trainer<L> {
     ) -> Result<u32, TrainError> {
         let max_failures = self.run.failure.max_failures;
         let mut failures = 0;
+        let (mut next_attempt, mut wanted) = (0, None);
         loop {
-            let why = match attempt::run(cluster, plan, failures, state, progress, on_report) {
+            let attempt = next_attempt;
+            next_attempt += 1;
+            let why = match attempt::run(cluster, plan, attempt, wanted.take(), state, progress, on_report) {
                 Ok(()) | Err(AttemptError::Stopped) => return Ok(failures),
                 Err(AttemptError::Fatal(error)) => return Err(error),
+                Err(AttemptError::Grow { workers, why }) => {
+                    progress.line(&format!("try {attempt} ends at its checkpoint to grow: {why}"));
+                    wanted = Some(workers);
+                    continue;
+                }
                 Err(AttemptError::Failed(why)) => why,
             };
             failures += 1;
@@ -206,8 +271,7 @@ impl<L: TrainLoop> Trainer<L> {
                 .map(|c| c.path().display().to_string())
                 .unwrap_or_else(|| "the start (no checkpoint yet)".into());
             progress.line(&format!(
-                "try {} failed ({failures} of {max_failures} allowed): {why}; restarting from {from}",
-                failures - 1
+                "try {attempt} failed ({failures} of {max_failures} allowed): {why}; restarting from {from}"
             ));
         }
     }

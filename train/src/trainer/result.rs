@@ -14,6 +14,8 @@ pub struct Report {
     pub index: u64,
     /// The try of the run it came from.
     pub attempt: u32,
+    /// How many workers that try had.
+    pub world_size: usize,
     pub metrics: Metrics,
     pub checkpoint: Option<Checkpoint>,
 }

@@ -3,6 +3,7 @@
 //! waits for any trial's next event, and acts on it: a result goes to the
 //! searcher, the scheduler and the stopper, whose decision goes back to
 //! the trial; an ended run finishes, pauses, restarts or fails the trial.
+//! The experiment's callbacks are told of each step.
 
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -15,6 +16,7 @@ use super::dashboard::ExperimentBoard;
 use super::experiment_state::{self, ExperimentState};
 use super::progress::Progress;
 use super::trial_state::{Donor, OnStop, Trial, TrialRecord};
+use crate::callback::{Callbacks, ExperimentStart};
 use crate::checkpoint_transfer::PackedCheckpoint;
 use crate::runner::{StartFrom, TrialSetup};
 use crate::schedulers::{Action, Decision, SchedulerContext, TrialScheduler};
@@ -53,6 +55,7 @@ pub(crate) struct Controller {
     stopping: bool,
     last_saved: Instant,
     board: ExperimentBoard,
+    callbacks: Callbacks,
 }
 
 impl Controller {
@@ -65,6 +68,7 @@ impl Controller {
         cluster: &Cluster,
         pool: ActorPool,
         progress: Progress,
+        callbacks: Callbacks,
     ) -> Self {
         Controller {
             searcher,
@@ -79,6 +83,7 @@ impl Controller {
             last_saved: Instant::now(),
             board: ExperimentBoard::new(&plan.name),
             plan,
+            callbacks,
         }
     }
 
@@ -120,8 +125,26 @@ impl Controller {
         Ok(())
     }
 
-    /// Runs the experiment to its end.
+    /// Runs the experiment to its end, telling the callbacks when it
+    /// starts and ends.
     pub(crate) fn run(&mut self) -> Result<(), TuneError> {
+        let start = ExperimentStart {
+            name: &self.plan.name,
+            directory: &self.plan.directory,
+            metric: self.plan.metric.as_deref(),
+            mode: self.plan.mode,
+        };
+        self.callbacks.each(|callback| callback.on_experiment_start(&start))?;
+        let ran = self.run_trials();
+        let trials: Vec<&TrialView> = self.trials.iter().map(Trial::view).collect();
+        let ended = self
+            .callbacks
+            .each(|callback| callback.on_experiment_end(&trials, ran.as_ref().err()));
+        ran.and(ended)
+    }
+
+    /// Runs trials until none is left to run.
+    fn run_trials(&mut self) -> Result<(), TuneError> {
         loop {
             if !self.stopping && self.stopper.as_mut().is_some_and(|s| s.should_stop_experiment()) {
                 self.stop_experiment();
@@ -228,6 +251,8 @@ impl Controller {
         trial.on_stop = OnStop::Terminate;
         trial.stop_requested = false;
         self.pool.start(slot, index, setup)?;
+        let trial = self.trials[index].view();
+        self.callbacks.each(|callback| callback.on_trial_start(trial))?;
         self.save()
     }
 
@@ -292,7 +317,10 @@ impl Controller {
         metrics: Metrics,
         checkpoint: Option<Checkpoint>,
     ) -> Result<Decision, TuneError> {
+        let reported = checkpoint.clone();
         self.trials[index].record_result(&metrics, checkpoint)?;
+        self.callbacks
+            .result(self.trials[index].view(), &metrics, reported.as_ref())?;
         let id = self.trials[index].id().to_string();
         self.progress.result_line(&id, &metrics);
         self.searcher.on_trial_result(&id, &metrics);
@@ -415,6 +443,9 @@ impl Controller {
     /// Ends a trial for good and tells the scheduler and searcher.
     fn finish(&mut self, index: usize, status: TrialStatus) -> Result<(), TuneError> {
         self.trials[index].set_status(status);
+        let trial = &self.trials[index];
+        let error = (status == TrialStatus::Error).then(|| trial.record.error.as_deref().unwrap_or_default());
+        self.callbacks.trial_end(trial.view(), error)?;
         let last = self.trials[index].view().last_result.clone();
         let outcome = (status == TrialStatus::Terminated).then_some(last.clone()).flatten();
         let id = self.trials[index].id().to_string();

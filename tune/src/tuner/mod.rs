@@ -20,6 +20,7 @@ pub use self::config::{RunConfig, TrialResources, TuneConfig};
 use self::controller::{Controller, Plan};
 use self::progress::Progress;
 use self::trial_state::Trial;
+use crate::callback::{Callback, Callbacks};
 use crate::schedulers::{Fifo, TrialScheduler};
 use crate::search::{BasicVariant, SearchSetup, SearchSpace, Searcher};
 use crate::stopper::Stopper;
@@ -36,6 +37,7 @@ pub struct Tuner {
     searcher: Box<dyn Searcher>,
     scheduler: Box<dyn TrialScheduler>,
     stopper: Option<Box<dyn Stopper>>,
+    callbacks: Callbacks,
     restoring: bool,
 }
 
@@ -56,6 +58,7 @@ impl Tuner {
             searcher: Box::new(BasicVariant::new()),
             scheduler: Box::new(Fifo),
             stopper: None,
+            callbacks: Callbacks::default(),
             restoring: false,
         }
     }
@@ -123,6 +126,15 @@ impl Tuner {
         self
     }
 
+    /// Adds a callback told of the experiment's and each trial's progress
+    /// (such as [`MlflowCallback`](crate::MlflowCallback)), as Ray's
+    /// `RunConfig(callbacks=[...])`; a builder call so that [`RunConfig`]
+    /// stays plain data. Callbacks are called in the order they were added.
+    pub fn callback(mut self, callback: impl Callback + 'static) -> Self {
+        self.callbacks.push(Box::new(callback));
+        self
+    }
+
     /// Runs the search on the current cluster (starting an embedded one if
     /// there is none) and returns every trial's outcome.
     pub fn fit(mut self) -> Result<ResultGrid, TuneError> {
@@ -163,6 +175,7 @@ impl Tuner {
             &cluster,
             pool,
             progress,
+            self.callbacks,
         );
         if let Some(state) = restored {
             controller.restore(state)?;
