@@ -1001,8 +1001,8 @@ def write_report(path, args, res, info, vers, started, finished):
             w(f"| raylet node-to-node transfer | {summary(rates, ' GB/s')}{share} "
               "| `raylet start --head`, a second `raylet start` with the `microbenchmark_peer` resource, then "
               f"`raylet microbenchmark --filter '{TRANSFER_METRIC}'`: a task on the second node maps a fresh "
-              "1 GiB tensor put on the first, which its store pulls in 1 MiB chunks over 4 streams; timed "
-              "inside the task |")
+              "1 GiB tensor put on the first, which its store pulls over plain TCP, splicing the memfds at both "
+              "ends (one kernel copy; gRPC chunks under TLS); timed inside the task |")
         w("")
         for metric in ("single client put gigabytes", "single client put gigabytes from written memory"):
             puts = res["metrics"].get(metric)

@@ -10,7 +10,7 @@ use std::io;
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::{Path, PathBuf};
 use std::sync::OnceLock;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use bytes::Bytes;
 use memmap2::{Mmap, MmapMut, MmapOptions};
@@ -29,6 +29,8 @@ pub struct Segment {
     sealed: bool,
     /// The sealed bytes mapped in this process, made on first use.
     mapped: OnceLock<Bytes>,
+    /// Whether its memfd was handed out to be spliced into sockets.
+    sent: AtomicBool,
 }
 
 impl Segment {
@@ -44,6 +46,7 @@ impl Segment {
             size,
             sealed: false,
             mapped: OnceLock::new(),
+            sent: AtomicBool::new(false),
         })
     }
 
@@ -96,9 +99,22 @@ impl Segment {
     }
 
     /// Whether the store may hand this segment to a new object: it is
-    /// sealed and was never mapped in this process (to serve peers).
+    /// sealed, and was never mapped in this process nor sent to peers.
     pub fn reusable(&self) -> bool {
-        self.sealed && self.mapped.get().is_none()
+        self.sealed && self.mapped.get().is_none() && !self.sent.load(Ordering::Relaxed)
+    }
+
+    /// The memfd of a sealed segment, for splicing its bytes into sockets.
+    /// The kernel sends its pages by reference, so a socket may hold them
+    /// after the send returns: the segment is never reused, as a mapped one
+    /// is not, and its pages are freed once the last reference goes. Fails
+    /// on a segment that is not sealed.
+    pub fn file_to_send(&self) -> io::Result<File> {
+        if !self.sealed {
+            return Err(io::Error::new(io::ErrorKind::InvalidInput, "the segment is not sealed"));
+        }
+        self.sent.store(true, Ordering::Relaxed);
+        self.file.try_clone()
     }
 
     /// The bytes of a sealed segment, mapped read-only once and shared by
@@ -215,6 +231,17 @@ mod tests {
         assert!(segment.reusable());
         assert!(segment.seal_at(100).is_err());
         segment.seal_at(4096).unwrap();
+    }
+
+    #[test]
+    fn a_segment_handed_out_to_be_sent_is_never_reused() {
+        let mut segment = Segment::create("test", 4096).unwrap();
+        assert!(segment.file_to_send().is_err(), "only a sealed segment is sent");
+        segment.seal_at(4096).unwrap();
+        assert!(segment.reusable());
+        let file = segment.file_to_send().unwrap();
+        assert_eq!(file.metadata().unwrap().len(), 4096);
+        assert!(!segment.reusable(), "a socket may still hold its pages");
     }
 
     #[test]

@@ -15,7 +15,7 @@ use raylet_proto::v1::object_store_service_server::ObjectStoreService;
 use raylet_proto::v1::{
     CreateObjectRequest, DeleteObjectsReply, DeleteObjectsRequest, GetStoreStatsRequest, GetStoredObjectRequest,
     ObjectChunk, ObjectLocation, PullObjectReply, PullObjectRequest, ReadChunksRequest, SealObjectReply,
-    SealObjectRequest, StoreSessionEvent, StoreSessionMessage, StoreStats, StoredObject,
+    SealObjectRequest, StoreSessionEvent, StoreSessionMessage, StoreStats, StoredObject, TransferTicket,
 };
 use tokio::sync::Notify;
 use tokio_stream::{Stream, StreamExt};
@@ -260,6 +260,16 @@ impl ObjectStoreService for ObjectStoreServiceImpl {
         let range = ChunkRange::from_proto(request.into_inner())?;
         let chunks = self.store.read(range).await?;
         Ok(Response::new(Box::pin(tokio_stream::iter(chunks).map(Ok))))
+    }
+
+    async fn open_transfer(&self, request: Request<ReadChunksRequest>) -> Result<Response<TransferTicket>, Status> {
+        let range = ChunkRange::from_proto(request.into_inner())?;
+        match self.store.open_transfer(range).await? {
+            Some(ticket) => Ok(Response::new(ticket)),
+            None => Err(Status::unimplemented(
+                "this store serves no transfer port; read through ReadChunks",
+            )),
+        }
     }
 
     async fn pull_object(&self, request: Request<PullObjectRequest>) -> Result<Response<PullObjectReply>, Status> {

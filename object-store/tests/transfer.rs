@@ -1,15 +1,18 @@
-//! Node-to-node object transfer over real gRPC on loopback: several stores
-//! in one process, each serving its own port, with real memfds.
+//! Node-to-node object transfer over real gRPC and plain TCP on loopback:
+//! several stores in one process, each serving its own ports, with real
+//! memfds.
 
 mod common;
 
 use std::time::{Duration, Instant};
 
-use common::{MIB, OWNER, WAIT, cluster};
+use common::{MIB, Node, OWNER, Serving, WAIT, cluster};
 use raylet_object_store::StoreError;
 use raylet_proto::ObjectId;
 use raylet_proto::v1::ReadChunksRequest;
 use raylet_proto::v1::object_store_service_client::ObjectStoreServiceClient;
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
 
 /// An address where nothing listens.
 fn dead_address() -> String {
@@ -180,6 +183,113 @@ async fn garbage_read_requests_are_refused_not_panicked_on() {
         assert!(Instant::now() < deadline, "a finished read must unpin its object");
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_source_that_dies_mid_pull_leaves_the_rest_to_another() {
+    let (_token, mut nodes) = cluster(3, 2 << 30).await;
+    let size = 512 * MIB + 3;
+    let id = nodes[0].put(size, 13).await;
+    nodes[2].pull(id, size, &[&nodes[0]]).await.unwrap();
+    let dying = nodes.remove(0);
+    let [b, c] = &nodes[..] else { unreachable!() };
+    let served_to_c = dying.served();
+    let sources = [dying.address.clone(), c.address.clone()];
+    let pull = tokio::spawn({
+        let client = b.client.clone();
+        async move { client.pull(id, size, OWNER, &sources, WAIT).await }
+    });
+    while b.pulled() == 0 {
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let dead_store = dying.store.clone();
+    drop(dying);
+    pull.await.unwrap().unwrap();
+    b.assert_holds(id, size, 13).await;
+    let served_by_dead = dead_store.usage().served - served_to_c;
+    assert!(
+        served_by_dead < size / 2,
+        "it died after serving its share: {served_by_dead}"
+    );
+    assert!(
+        c.served() + served_by_dead >= size,
+        "the other source served the rest: {} + {served_by_dead} of {size}, pulled {}",
+        c.served(),
+        b.pulled()
+    );
+    assert_eq!(b.pulled(), size, "each byte is written once");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_store_without_a_transfer_port_is_read_through_grpc() {
+    let token = raylet_proto::auth::AuthToken::generate();
+    let a = Node::serving(&token, 1 << 30, Serving::GrpcOnly).await;
+    let b = Node::start(&token, 1 << 30).await;
+    let size = 40 * MIB + 7;
+    let id = a.put(size, 17).await;
+    b.pull(id, size, &[&a]).await.unwrap();
+    b.assert_holds(id, size, 17).await;
+    assert_eq!((a.served(), b.pulled()), (size, size));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn a_transfer_port_serves_a_range_once_and_only_for_its_ticket() {
+    let (token, nodes) = cluster(1, 1 << 30).await;
+    let a = &nodes[0];
+    let size = 3 * MIB;
+    let id = a.put(size, 9).await;
+    let channel = raylet_proto::channel::connect(&a.address, &token, WAIT).await.unwrap();
+    let mut rpc = ObjectStoreServiceClient::new(channel);
+    let read = |object_id: Vec<u8>, offset: u64, length: u64| ReadChunksRequest {
+        object_id,
+        offset,
+        length,
+        chunk_size: 0,
+    };
+    let id_bytes = id.as_bytes().to_vec();
+    let cases = [
+        (read(vec![1, 2, 3], 0, 0), tonic::Code::InvalidArgument),
+        (read(id_bytes.clone(), size, 0), tonic::Code::InvalidArgument),
+        (read(id_bytes.clone(), 1, u64::MAX), tonic::Code::InvalidArgument),
+        (
+            read(ObjectId::random().as_bytes().to_vec(), 0, 0),
+            tonic::Code::NotFound,
+        ),
+    ];
+    for (request, code) in cases {
+        let status = rpc.open_transfer(request).await.err().map(|status| status.code());
+        assert_eq!(status, Some(code));
+    }
+    let ticket = rpc.open_transfer(read(id_bytes, MIB, 0)).await.unwrap().into_inner();
+    assert_eq!((ticket.object_size, ticket.ticket.len()), (size, 16));
+    let port = u16::try_from(ticket.port).unwrap();
+    let wrong: Vec<u8> = ticket.ticket.iter().map(|byte| byte ^ 1).collect();
+    assert!(
+        read_with_ticket(port, &wrong).await.is_empty(),
+        "a wrong ticket reads nothing"
+    );
+    let bytes = read_with_ticket(port, &ticket.ticket).await;
+    let mapped = a.client.get(id).await.unwrap();
+    assert!(bytes[..] == mapped[MIB as usize..], "the ticket reads its range");
+    assert!(
+        read_with_ticket(port, &ticket.ticket).await.is_empty(),
+        "a ticket reads once"
+    );
+    drop(mapped);
+    let deadline = Instant::now() + WAIT;
+    while a.store.usage().objects[0].pins > 0 {
+        assert!(Instant::now() < deadline, "a finished transfer must unpin its object");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// What a connection to the transfer port that sends `ticket` reads.
+async fn read_with_ticket(port: u16, ticket: &[u8]) -> Vec<u8> {
+    let mut stream = TcpStream::connect(("127.0.0.1", port)).await.unwrap();
+    stream.write_all(ticket).await.unwrap();
+    let mut bytes = Vec::new();
+    stream.read_to_end(&mut bytes).await.unwrap();
+    bytes
 }
 
 /// A timing, not a test: `cargo test --release -p raylet-object-store --test

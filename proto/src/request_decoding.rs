@@ -95,6 +95,7 @@ pub const METHODS: &[Method] = methods![
     "/raylet.v1.ObjectStoreService/DeleteObjects" => DeleteObjectsRequest,
     "/raylet.v1.ObjectStoreService/GetStoreStats" => GetStoreStatsRequest,
     "/raylet.v1.ObjectStoreService/ReadChunks" => ReadChunksRequest,
+    "/raylet.v1.ObjectStoreService/OpenTransfer" => ReadChunksRequest,
     "/raylet.v1.ObjectStoreService/PullObject" => PullObjectRequest,
     "/raylet.v1.OwnerService/GetObject" => GetObjectRequest,
     "/raylet.v1.OwnerService/UpdateBorrowers" => UpdateBorrowersRequest,
@@ -591,7 +592,7 @@ mod tests {
     #[test]
     fn every_method_of_every_service_is_decoded_by_its_input_type() {
         let described = described_methods();
-        assert_eq!(described.len(), 49, "{described:#?}");
+        assert_eq!(described.len(), 50, "{described:#?}");
         let listed: BTreeSet<(String, String)> = METHODS
             .iter()
             .map(|method| (method.path.to_string(), method.input.to_string()))

@@ -4,8 +4,9 @@
 //! driver's own memory here and are named so), with object rows whose bytes
 //! cross a process, on an embedded cluster whose workers are this binary,
 //! or on the cluster at `RAYLET_ADDRESS`, where a second node started with
-//! the `microbenchmark_peer` resource adds node-to-node transfer; then the
-//! scheduler's scale simulation (alone with `--filter scheduler`).
+//! the `microbenchmark_peer` resource adds node-to-node transfer, beside one
+//! loopback TCP stream measured between its trials; then the scheduler's
+//! scale simulation (alone with `--filter scheduler`).
 
 use std::time::{Duration, Instant};
 
@@ -17,6 +18,7 @@ use crate::args::MicrobenchmarkArgs;
 
 mod actors;
 mod generators;
+mod loopback;
 mod objects;
 mod scheduler;
 
@@ -129,7 +131,7 @@ pub fn microbenchmark(args: MicrobenchmarkArgs) -> anyhow::Result<()> {
         .is_none_or(|f| TRANSFER_METRIC.contains(f.as_str()))
     {
         match measure_transfer(&cluster, &timing)? {
-            Some((mean, deviation)) => println!("{TRANSFER_METRIC} per second {mean:.2} +- {deviation:.2}"),
+            Some(rates) => print_transfer(&rates),
             None => println!(
                 "{TRANSFER_METRIC}: skipped; it needs RAYLET_ADDRESS of a cluster with a second node \
                  started with --resources '{{\"{PEER_RESOURCE}\": 1}}'"
@@ -172,10 +174,18 @@ fn mean_and_deviation(rates: &[f64]) -> (f64, f64) {
     (mean, variance.sqrt())
 }
 
+/// GB/s of node-to-node transfer and of one loopback TCP stream, trial by
+/// trial.
+struct TransferRates {
+    transfer: Vec<f64>,
+    stream: Vec<f64>,
+}
+
 /// GB/s of pulling a fresh 1 GiB tensor, put on the driver's node, to the
 /// node with [`PEER_RESOURCE`], timed inside the task that maps it there:
-/// one warm-up, then one pull per trial. `None` without such a node.
-fn measure_transfer(cluster: &Cluster, timing: &Timing) -> raylet::Result<Option<(f64, f64)>> {
+/// one warm-up, then one pull per trial, each followed by a trial of one
+/// loopback TCP stream. `None` without such a node.
+fn measure_transfer(cluster: &Cluster, timing: &Timing) -> anyhow::Result<Option<TransferRates>> {
     let status = cluster.status()?;
     if !status
         .alive()
@@ -183,15 +193,31 @@ fn measure_transfer(cluster: &Cluster, timing: &Timing) -> raylet::Result<Option
     {
         return Ok(None);
     }
-    let mut rates = Vec::with_capacity(timing.trials);
+    let mut rates = TransferRates {
+        transfer: Vec::with_capacity(timing.trials),
+        stream: Vec::with_capacity(timing.trials),
+    };
     for trial in 0..=timing.trials {
         let tensor = cluster.put_archived(&Tensor::zeros(DType::U8, &[TRANSFER_BYTES]))?;
         let seconds = time_pull::remote(cluster, &tensor)?.get()?;
         if trial > 0 {
-            rates.push(TRANSFER_BYTES as f64 / seconds / 1e9);
+            rates.transfer.push(TRANSFER_BYTES as f64 / seconds / 1e9);
+            rates.stream.push(loopback::stream_rate(timing.trial)?);
         }
     }
-    Ok(Some(mean_and_deviation(&rates)))
+    Ok(Some(rates))
+}
+
+/// Prints both rates, and the transfer's as a share of the stream's.
+fn print_transfer(rates: &TransferRates) {
+    let (transfer, transfer_deviation) = mean_and_deviation(&rates.transfer);
+    let (stream, stream_deviation) = mean_and_deviation(&rates.stream);
+    println!("{TRANSFER_METRIC} per second {transfer:.2} +- {transfer_deviation:.2}");
+    println!("{} per second {stream:.2} +- {stream_deviation:.2}", loopback::METRIC);
+    println!(
+        "{TRANSFER_METRIC}: {:.0}% of one loopback TCP stream",
+        100.0 * transfer / stream
+    );
 }
 
 fn metrics(cluster: &Cluster) -> raylet::Result<Vec<Metric<'_>>> {

@@ -13,22 +13,36 @@ use raylet_proto::server::{MAX_DATA_MESSAGE, authenticated, incoming};
 use raylet_proto::v1::object_store_service_server::ObjectStoreServiceServer;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
+use tokio::task::JoinSet;
 
 pub const MIB: u64 = 1 << 20;
 pub const OWNER: &str = "driver:1";
 pub const WAIT: Duration = Duration::from_secs(10);
 
-/// One node's store, served on its own port until dropped.
+/// One node's store, served on its own port and, unless it serves objects
+/// through gRPC only, on a transfer port, until dropped.
 pub struct Node {
     pub store: Arc<SharedStore>,
     pub address: String,
     pub client: Arc<StoreClient>,
     _stop: oneshot::Sender<()>,
+    _transfers: JoinSet<()>,
     _dir: tempfile::TempDir,
+}
+
+/// How a node serves its objects to other nodes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Serving {
+    TcpAndGrpc,
+    GrpcOnly,
 }
 
 impl Node {
     pub async fn start(token: &AuthToken, capacity: u64) -> Node {
+        Node::serving(token, capacity, Serving::TcpAndGrpc).await
+    }
+
+    pub async fn serving(token: &AuthToken, capacity: u64, serving: Serving) -> Node {
         let dir = tempfile::tempdir().unwrap();
         let config = StoreConfig {
             capacity,
@@ -49,12 +63,19 @@ impl Node {
                 let _ = stopped.await;
             });
         tokio::spawn(server);
+        let mut transfers = JoinSet::new();
+        if serving == Serving::TcpAndGrpc {
+            let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+            let serving = store.clone().serve_transfers(listener);
+            transfers.spawn(async move { match serving.await {} });
+        }
         let client = connect_client(&address, token).await;
         Node {
             store,
             address,
             client,
             _stop: stop,
+            _transfers: transfers,
             _dir: dir,
         }
     }

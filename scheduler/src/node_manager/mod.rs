@@ -221,6 +221,8 @@ pub struct NodeManager {
     shared: Arc<NodeShared>,
     head: HeadClient,
     listener: TcpListener,
+    /// Where the object store serves objects to peers over plain TCP.
+    transfer_listener: TcpListener,
 }
 
 impl NodeManager {
@@ -264,8 +266,14 @@ impl NodeManager {
             incarnation,
             stats: Mutex::new(NodeStats::default()),
         });
+        let transfer_listener = TcpListener::bind((address.ip(), 0)).await?;
         heartbeat::register(&mut head, &shared).await?;
-        Ok(NodeManager { shared, head, listener })
+        Ok(NodeManager {
+            shared,
+            head,
+            listener,
+            transfer_listener,
+        })
     }
 
     pub fn node_id(&self) -> NodeId {
@@ -287,6 +295,7 @@ impl NodeManager {
             shared,
             mut head,
             listener,
+            transfer_listener,
         } = self;
         let service = NodeManagerServiceServer::new(service::NodeManagerServiceImpl { shared: shared.clone() });
         let store = ObjectStoreServiceServer::new(ObjectStoreServiceImpl {
@@ -308,6 +317,7 @@ impl NodeManager {
             never = heartbeat::run(head.clone(), shared.clone()) => match never {},
             never = memory_monitor::run(shared.leases.clone(), shared.config.memory_monitor) => match never {},
             never = owner_watch::run(shared.store.clone(), shared.config.token.clone()) => match never {},
+            never = shared.store.clone().serve_transfers(transfer_listener) => match never {},
         };
         shared.leases.shut_down();
         remove_spill_dir(&shared.config.spill_dir());
