@@ -9,6 +9,8 @@ use std::time::{Duration, Instant};
 use common::{MIB, Node, OWNER, Serving, WAIT, cluster};
 use raylet_object_store::StoreError;
 use raylet_proto::ObjectId;
+use raylet_proto::auth::AuthToken;
+use raylet_proto::channel::AuthedChannel;
 use raylet_proto::v1::ReadChunksRequest;
 use raylet_proto::v1::object_store_service_client::ObjectStoreServiceClient;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -148,14 +150,7 @@ async fn garbage_read_requests_are_refused_not_panicked_on() {
     let a = &nodes[0];
     let size = 3 * MIB;
     let id = a.put(size, 9).await;
-    let channel = raylet_proto::channel::connect(&a.address, &token, WAIT).await.unwrap();
-    let mut rpc = ObjectStoreServiceClient::new(channel);
-    let read = |object_id: Vec<u8>, offset: u64, length: u64| ReadChunksRequest {
-        object_id,
-        offset,
-        length,
-        chunk_size: 0,
-    };
+    let mut rpc = client(&a.address, &token).await;
     let id_bytes = id.as_bytes().to_vec();
     let cases = [
         (read(vec![1, 2, 3], 0, 0), tonic::Code::InvalidArgument),
@@ -238,14 +233,7 @@ async fn a_transfer_port_serves_a_range_once_and_only_for_its_ticket() {
     let a = &nodes[0];
     let size = 3 * MIB;
     let id = a.put(size, 9).await;
-    let channel = raylet_proto::channel::connect(&a.address, &token, WAIT).await.unwrap();
-    let mut rpc = ObjectStoreServiceClient::new(channel);
-    let read = |object_id: Vec<u8>, offset: u64, length: u64| ReadChunksRequest {
-        object_id,
-        offset,
-        length,
-        chunk_size: 0,
-    };
+    let mut rpc = client(&a.address, &token).await;
     let id_bytes = id.as_bytes().to_vec();
     let cases = [
         (read(vec![1, 2, 3], 0, 0), tonic::Code::InvalidArgument),
@@ -321,4 +309,21 @@ fn cpu_seconds() -> f64 {
     let usage = getrusage(UsageWho::RUSAGE_SELF).unwrap();
     let seconds = |time: nix::sys::time::TimeVal| time.tv_sec() as f64 + time.tv_usec() as f64 / 1e6;
     seconds(usage.user_time()) + seconds(usage.system_time())
+}
+
+/// A gRPC client of the store at `address`, with the cluster's token.
+async fn client(address: &str, token: &AuthToken) -> ObjectStoreServiceClient<AuthedChannel> {
+    let channel = raylet_proto::channel::connect(address, token, WAIT).await.unwrap();
+    ObjectStoreServiceClient::new(channel)
+}
+
+/// A request for `length` bytes of `object_id` from `offset`, in chunks of
+/// the store's choice.
+fn read(object_id: Vec<u8>, offset: u64, length: u64) -> ReadChunksRequest {
+    ReadChunksRequest {
+        object_id,
+        offset,
+        length,
+        chunk_size: 0,
+    }
 }
