@@ -173,11 +173,7 @@ async fn garbage_read_requests_are_refused_not_panicked_on() {
         offsets.push((chunk.offset, chunk.data.len() as u64));
     }
     assert_eq!(offsets, vec![(MIB, 2 * MIB)]);
-    let deadline = Instant::now() + WAIT;
-    while a.store.usage().objects[0].pins > 0 {
-        assert!(Instant::now() < deadline, "a finished read must unpin its object");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_until_unpinned(a, "a finished read must unpin its object").await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
@@ -264,11 +260,7 @@ async fn a_transfer_port_serves_a_range_once_and_only_for_its_ticket() {
         "a ticket reads once"
     );
     drop(mapped);
-    let deadline = Instant::now() + WAIT;
-    while a.store.usage().objects[0].pins > 0 {
-        assert!(Instant::now() < deadline, "a finished transfer must unpin its object");
-        tokio::time::sleep(Duration::from_millis(10)).await;
-    }
+    wait_until_unpinned(a, "a finished transfer must unpin its object").await;
 }
 
 /// What a connection to the transfer port that sends `ticket` reads.
@@ -309,6 +301,16 @@ fn cpu_seconds() -> f64 {
     let usage = getrusage(UsageWho::RUSAGE_SELF).unwrap();
     let seconds = |time: nix::sys::time::TimeVal| time.tv_sec() as f64 + time.tv_usec() as f64 / 1e6;
     seconds(usage.user_time()) + seconds(usage.system_time())
+}
+
+/// Waits until `node`'s only object is pinned no more; panics with `why`
+/// when it stays pinned past the tests' patience.
+async fn wait_until_unpinned(node: &Node, why: &str) {
+    let deadline = Instant::now() + WAIT;
+    while node.store.usage().objects[0].pins > 0 {
+        assert!(Instant::now() < deadline, "{why}");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
 }
 
 /// A gRPC client of the store at `address`, with the cluster's token.

@@ -59,6 +59,12 @@ impl Bundle {
     pub fn resource(self, name: &str, amount: f64) -> Self {
         Bundle(self.0.with(name, amount))
     }
+
+    /// The bundle's amounts, validated as placing it validates them: what
+    /// a node's `available` resources must hold for it.
+    pub fn to_resource_set(&self) -> Result<ResourceSet> {
+        self.0.to_set()
+    }
 }
 
 impl PlacementGroup {

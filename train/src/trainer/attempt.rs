@@ -162,7 +162,8 @@ fn workers_for_try(
     let started = Instant::now();
     let mut waiting = false;
     loop {
-        let room = free_workers(cluster, &worker_resources(scaling), scaling.placement)?.min(scaling.num_workers);
+        let room =
+            free_workers(cluster, &bundle_of(&worker_resources(scaling)), scaling.placement)?.min(scaling.num_workers);
         let patient = wanted.is_some_and(|wanted| room < wanted && started.elapsed() < GROW_PATIENCE);
         if room >= min && !patient {
             return Ok(room);
@@ -184,7 +185,7 @@ fn room_to_grow(cluster: &Cluster, scaling: &ScalingConfig, world: usize) -> Res
     if scaling.elastic.is_none() || world >= scaling.num_workers {
         return Ok(None);
     }
-    let room = free_workers(cluster, &worker_resources(scaling), scaling.placement)?;
+    let room = free_workers(cluster, &bundle_of(&worker_resources(scaling)), scaling.placement)?;
     Ok((room > 0).then(|| (world + room).min(scaling.num_workers)))
 }
 
