@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use crate::collective::CollectiveError;
 use crate::mlflow::MlflowError;
+use crate::sharding::ShardingError;
 
 /// Why training, or one step of it, failed.
 #[derive(Debug, thiserror::Error)]
@@ -20,6 +21,8 @@ pub enum TrainError {
     Cluster(#[from] raylet::Error),
     #[error(transparent)]
     Collective(#[from] CollectiveError),
+    #[error(transparent)]
+    Sharding(#[from] ShardingError),
     #[error("{context}: {source}")]
     Io {
         context: String,

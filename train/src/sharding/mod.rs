@@ -26,6 +26,17 @@ use crate::collective::{CollectiveError, CollectiveGroup, ReduceOp};
 use crate::model_sync::sync_initial_model;
 use layout::ParamLayout;
 
+/// Why a sharded step, gather or checkpoint failed.
+#[derive(Debug, thiserror::Error)]
+pub enum ShardingError {
+    #[error(transparent)]
+    Collective(#[from] CollectiveError),
+    /// An optimizer's state did not encode, or a rank's part of it did not
+    /// decode as a burnpack record (of this optimizer).
+    #[error("an optimizer's state does not {action}: {reason}")]
+    OptimizerState { action: &'static str, reason: String },
+}
+
 /// What each rank keeps of the model's training state.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ShardingStrategy {
@@ -75,7 +86,7 @@ impl<M: Module> DataParallel<M> {
         model: M,
         optimizer: ModuleOptimizer,
         strategy: ShardingStrategy,
-    ) -> Result<Self, CollectiveError> {
+    ) -> Result<Self, ShardingError> {
         let model = sync_initial_model(group, model)?;
         let rank = group.rank();
         let layout = ParamLayout::new(&model, group.world_size());
@@ -102,7 +113,7 @@ impl<M: Module> DataParallel<M> {
 
     /// The whole model, to run forward and backward on (gathered from every
     /// rank with [`ShardingStrategy::Parameters`]; every rank must call it).
-    pub fn model(&mut self, group: &mut CollectiveGroup) -> Result<M, CollectiveError> {
+    pub fn model(&mut self, group: &mut CollectiveGroup) -> Result<M, ShardingError> {
         match self.strategy {
             ShardingStrategy::Parameters => self.with_others(group, self.model.clone()),
             _ => Ok(self.model.clone()),
@@ -120,7 +131,7 @@ impl<M: Module> DataParallel<M> {
         model: M,
         grads: GradientsParams,
         device: &Device,
-    ) -> Result<(), CollectiveError> {
+    ) -> Result<(), ShardingError> {
         crate::telemetry::step();
         let mut flat = self.layout.flatten_grads(&model, &grads);
         let owner = match self.strategy {
@@ -152,12 +163,16 @@ impl<M: Module> DataParallel<M> {
     /// checkpoint (the same files as plain data parallelism writes, so a run
     /// may resume with another strategy or world size); `None` elsewhere.
     /// Every rank must call it.
-    pub fn gathered(&mut self, group: &mut CollectiveGroup) -> Result<Option<(M, ModuleOptimizer)>, CollectiveError> {
+    pub fn gathered(&mut self, group: &mut CollectiveGroup) -> Result<Option<(M, ModuleOptimizer)>, ShardingError> {
         let model = self.model(group)?;
         if self.strategy == ShardingStrategy::None {
             return Ok((self.rank == 0).then(|| (model, self.optimizer.clone())));
         }
-        let own = self.optimizer.into_bytes().map_err(invalid_state)?.to_vec();
+        let own = self
+            .optimizer
+            .into_bytes()
+            .map_err(|e| optimizer_state::unusable("encode", e))?
+            .to_vec();
         let parts = group.gather_bytes(own, 0)?;
         match self.rank {
             0 => Ok(Some((
@@ -169,9 +184,13 @@ impl<M: Module> DataParallel<M> {
     }
 
     /// What this rank holds between steps.
-    pub fn memory(&self) -> Result<ShardMemory, CollectiveError> {
+    pub fn memory(&self) -> Result<ShardMemory, ShardingError> {
         let parameters = self.layout.held_elements(&self.model) * std::mem::size_of::<f32>();
-        let optimizer_state = self.optimizer.into_bytes().map_err(invalid_state)?.len();
+        let optimizer_state = self
+            .optimizer
+            .into_bytes()
+            .map_err(|e| optimizer_state::unusable("encode", e))?
+            .len();
         Ok(ShardMemory {
             parameters: parameters as u64,
             optimizer_state: optimizer_state as u64,
@@ -180,14 +199,10 @@ impl<M: Module> DataParallel<M> {
 
     /// `model`, whose share of this rank is up to date, with every other
     /// rank's share allgathered into it.
-    fn with_others(&self, group: &mut CollectiveGroup, model: M) -> Result<M, CollectiveError> {
+    fn with_others(&self, group: &mut CollectiveGroup, model: M) -> Result<M, ShardingError> {
         let mut flat = vec![0f32; self.layout.total()];
         self.layout.write_values(&model, self.rank, &mut flat);
         group.allgather_segments(&mut flat, self.layout.segments())?;
         Ok(self.layout.fill_others(model, self.rank, &flat))
     }
-}
-
-fn invalid_state(error: impl std::fmt::Display) -> CollectiveError {
-    CollectiveError::InvalidArgument(format!("encoding the optimizer's state: {error}"))
 }

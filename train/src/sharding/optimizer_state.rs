@@ -8,7 +8,7 @@ use burn::module::ParamId;
 use burn::optim::ModuleOptimizer;
 use burn::tensor::Bytes;
 
-use crate::collective::CollectiveError;
+use super::ShardingError;
 
 /// The parts of one or more optimizer records, read back from burnpack.
 #[derive(Default)]
@@ -20,8 +20,8 @@ struct RecordParts {
 
 impl RecordParts {
     /// Adds `bytes`' entries for the parameters `keep` accepts.
-    fn add(&mut self, bytes: Bytes, keep: impl Fn(u64) -> bool) -> Result<(), CollectiveError> {
-        let reader = burn_pack::Reader::from_bytes(bytes).map_err(invalid)?;
+    fn add(&mut self, bytes: Bytes, keep: impl Fn(u64) -> bool) -> Result<(), ShardingError> {
+        let reader = burn_pack::Reader::from_bytes(bytes).map_err(|e| unusable("decode", e))?;
         let id_of = |key: &str| key.split('.').next().and_then(|id| id.parse::<u64>().ok());
         let kept = |key: &str| id_of(key).is_some_and(&keep);
         self.scalars.extend(
@@ -38,13 +38,13 @@ impl RecordParts {
                 .filter(|(key, _)| kept(key))
                 .map(|(k, v)| (k.clone(), v.clone())),
         );
-        let tensors = reader.into_tensors().map_err(invalid)?;
+        let tensors = reader.into_tensors().map_err(|e| unusable("decode", e))?;
         self.tensors
             .extend(tensors.into_iter().filter(|tensor| tensor.param_id.is_some_and(&keep)));
         Ok(())
     }
 
-    fn into_optimizer(self, optimizer: ModuleOptimizer) -> Result<ModuleOptimizer, CollectiveError> {
+    fn into_optimizer(self, optimizer: ModuleOptimizer) -> Result<ModuleOptimizer, ShardingError> {
         let mut writer = burn_pack::Writer::new(self.tensors);
         for (key, value) in &self.scalars {
             writer = writer.with_scalar(key, *value);
@@ -52,8 +52,8 @@ impl RecordParts {
         for (key, value) in &self.paths {
             writer = writer.with_metadata(key, value);
         }
-        let bytes = writer.into_bytes().map_err(invalid)?;
-        optimizer.from_bytes(bytes).map_err(invalid)
+        let bytes = writer.into_bytes().map_err(|e| unusable("encode", e))?;
+        optimizer.from_bytes(bytes).map_err(|e| unusable("load", e))
     }
 }
 
@@ -61,15 +61,15 @@ impl RecordParts {
 pub(crate) fn keep_owned(
     optimizer: ModuleOptimizer,
     owned: &HashSet<ParamId>,
-) -> Result<ModuleOptimizer, CollectiveError> {
-    let bytes = optimizer.into_bytes().map_err(invalid)?;
+) -> Result<ModuleOptimizer, ShardingError> {
+    let bytes = optimizer.into_bytes().map_err(|e| unusable("encode", e))?;
     let mut parts = RecordParts::default();
     parts.add(bytes, |id| owned.contains(&ParamId::from(id)))?;
     parts.into_optimizer(optimizer)
 }
 
 /// `optimizer` holding the state of every part (each rank's encoded state).
-pub(crate) fn join_parts(optimizer: ModuleOptimizer, parts: Vec<Vec<u8>>) -> Result<ModuleOptimizer, CollectiveError> {
+pub(crate) fn join_parts(optimizer: ModuleOptimizer, parts: Vec<Vec<u8>>) -> Result<ModuleOptimizer, ShardingError> {
     let mut joined = RecordParts::default();
     for part in parts {
         joined.add(Bytes::from_bytes_vec(part), |_| true)?;
@@ -77,6 +77,10 @@ pub(crate) fn join_parts(optimizer: ModuleOptimizer, parts: Vec<Vec<u8>>) -> Res
     joined.into_optimizer(optimizer)
 }
 
-fn invalid(error: impl std::fmt::Display) -> CollectiveError {
-    CollectiveError::InvalidArgument(format!("an optimizer's state: {error}"))
+/// The optimizer's state could not `action` (encode, decode, load).
+pub(super) fn unusable(action: &'static str, error: impl std::fmt::Display) -> ShardingError {
+    ShardingError::OptimizerState {
+        action,
+        reason: error.to_string(),
+    }
 }
