@@ -17,6 +17,7 @@ use crate::{Mode, TrialView, TuneError};
 pub struct ExperimentStart<'a> {
     /// The experiment's name.
     pub name: &'a str,
+    /// Its directory (of an experiment in object storage: this node's copy).
     pub directory: &'a Path,
     /// The metric searchers and schedulers optimize, and which way.
     pub metric: Option<&'a str>,

@@ -2,10 +2,11 @@
 //! and `report`, which sends a result (and a checkpoint) to the driver and
 //! waits for the scheduler's decision.
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, Sender};
 use std::time::Instant;
 
+use raylet_storage::StorageOptions;
 use raylet_train::{Checkpoint, Metrics, RunDirectory};
 
 use crate::schedulers::Decision;
@@ -49,9 +50,24 @@ impl TrialContext {
         self.resume_from.as_ref()
     }
 
-    /// The trial's directory (results and checkpoints).
+    /// The trial's directory (results and checkpoints). Of an experiment in
+    /// object storage, this is this node's copy, and only what Tune writes
+    /// (results, committed checkpoints) is mirrored.
     pub fn trial_dir(&self) -> &Path {
         self.directory.root()
+    }
+
+    /// Where the trial is kept: its folder in object storage
+    /// (`s3://bucket/prefix/experiment/trial_00000`) for an experiment
+    /// there, else its directory. A Train run the trial starts can be kept
+    /// under it (with [`TrialContext::storage_options`]).
+    pub fn storage_path(&self) -> PathBuf {
+        self.directory.location()
+    }
+
+    /// The options that open [`TrialContext::storage_path`] in object storage.
+    pub fn storage_options(&self) -> StorageOptions {
+        self.directory.storage_options()
     }
 
     /// An empty checkpoint directory to write into, then pass to

@@ -112,11 +112,12 @@ pub fn train_digits(config: &TrialConfig, ctx: &mut TrialContext) -> TrainableRe
 register_trainable!(train_digits);
 
 /// Runs the trial as a Train run of `workers` ranks (2 by default, each
-/// holding a CPU) of raylet-train's `DigitsTraining`, in the trial's
-/// directory, forwarding rank 0's reports to Tune. A scheduler's stop ends
-/// the Train run; a resumed trial's Train run goes on from its latest
-/// checkpoint. Give such trials no CPU of their own
-/// (`TrialResources { num_cpus: 0.0, .. }`): their workers hold them.
+/// holding a CPU) of raylet-train's `DigitsTraining`, kept under the
+/// trial's storage path (in object storage too, for an experiment there),
+/// forwarding rank 0's reports to Tune. A scheduler's stop ends the Train
+/// run; a resumed trial's Train run goes on from its latest checkpoint.
+/// Give such trials no CPU of their own (`TrialResources { num_cpus: 0.0,
+/// .. }`): their workers hold them.
 pub fn train_digits_on_workers(config: &TrialConfig, ctx: &mut TrialContext) -> TrainableResult {
     let training = DigitsTraining {
         epochs: config.get("epochs")?,
@@ -129,7 +130,7 @@ pub fn train_digits_on_workers(config: &TrialConfig, ctx: &mut TrialContext) -> 
     let data = split();
     let run_config = RunConfig {
         name: "train".into(),
-        storage_path: ctx.trial_dir().to_path_buf(),
+        storage_path: ctx.storage_path(),
         verbose: false,
         ..RunConfig::default()
     };
@@ -139,6 +140,7 @@ pub fn train_digits_on_workers(config: &TrialConfig, ctx: &mut TrialContext) -> 
             ..ScalingConfig::default()
         })
         .run_config(run_config)
+        .storage_options(ctx.storage_options())
         .dataset("train", data.train.clone())
         .dataset("test", data.test.clone())
         .fit_with_reports(|report| match ctx.report(report.metrics.clone(), None) {

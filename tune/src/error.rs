@@ -3,6 +3,7 @@
 
 use std::path::PathBuf;
 
+use raylet_storage::StorageError;
 use raylet_train::TrainError;
 use raylet_train::mlflow::MlflowError;
 
@@ -20,8 +21,13 @@ pub enum TuneError {
     NotRegistered(String),
     #[error(transparent)]
     Cluster(#[from] raylet::Error),
+    /// Training failed (a storage failure of Train's is [`TuneError::Storage`]).
     #[error(transparent)]
-    Train(#[from] TrainError),
+    Train(TrainError),
+    /// The experiment's storage refused or failed a call: an unknown
+    /// scheme, a missing bucket, bad credentials, an unreachable endpoint.
+    #[error(transparent)]
+    Storage(#[from] StorageError),
     #[error("{context}: {source}")]
     Io {
         context: String,
@@ -44,6 +50,15 @@ impl TuneError {
         TuneError::Io {
             context: context.into(),
             source,
+        }
+    }
+}
+
+impl From<TrainError> for TuneError {
+    fn from(error: TrainError) -> Self {
+        match error {
+            TrainError::Storage(error) => TuneError::Storage(error),
+            error => TuneError::Train(error),
         }
     }
 }

@@ -36,6 +36,7 @@ pub use checkpoint_transfer::PackedCheckpoint;
 pub use config::TrialConfig;
 pub use context::TrialContext;
 pub use error::TuneError;
+pub use raylet_storage::StorageOptions;
 pub use raylet_train::mlflow::MlflowCallback;
 pub use raylet_train::{Checkpoint, Metrics, ScoreMode as Mode};
 pub use result_grid::{ResultGrid, TrialResult};

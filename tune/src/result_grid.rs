@@ -3,10 +3,9 @@
 //! exports (`results.csv`, `results.jsonl`) that pandas reads.
 
 use std::collections::BTreeSet;
-use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use raylet_train::{Checkpoint, Metrics};
+use raylet_train::{Checkpoint, Metrics, RunDirectory};
 use serde_json::{Map, Value};
 
 use crate::{Mode, TrialConfig, TrialStatus, TuneError};
@@ -23,7 +22,8 @@ pub struct TrialResult {
     pub metrics_history: Vec<Metrics>,
     /// Its latest checkpoint.
     pub checkpoint: Option<Checkpoint>,
-    /// Its directory.
+    /// Its directory (of an experiment in object storage: this node's copy;
+    /// its checkpoint is read from object storage where the copy lacks it).
     pub path: PathBuf,
     /// Why it failed, if it did.
     pub error: Option<String>,
@@ -33,7 +33,7 @@ pub struct TrialResult {
 #[derive(Clone, Debug)]
 pub struct ResultGrid {
     pub(crate) results: Vec<TrialResult>,
-    pub(crate) path: PathBuf,
+    pub(crate) directory: RunDirectory,
     pub(crate) metric: Option<String>,
     pub(crate) mode: Mode,
 }
@@ -55,9 +55,17 @@ impl ResultGrid {
         self.results.get(index)
     }
 
-    /// The experiment's directory.
+    /// The experiment's directory (of an experiment in object storage:
+    /// this node's copy).
     pub fn path(&self) -> &Path {
-        &self.path
+        self.directory.root()
+    }
+
+    /// Where the experiment is kept: its folder in object storage
+    /// (`s3://bucket/prefix/name`, what [`Tuner::restore`](crate::Tuner::restore)
+    /// takes) for one kept there, else its directory.
+    pub fn location(&self) -> PathBuf {
+        self.directory.location()
     }
 
     /// The trials that failed.
@@ -81,22 +89,21 @@ impl ResultGrid {
     }
 
     /// Writes `results.csv` and `results.jsonl` in the experiment's
-    /// directory: a row per trial with its id, status, iterations, error,
-    /// `config/...` columns and its last result's metrics.
+    /// directory (and its folder in object storage): a row per trial with
+    /// its id, status, iterations, error, `config/...` columns and its last
+    /// result's metrics.
     pub fn export(&self) -> Result<(), TuneError> {
         let rows: Vec<Map<String, Value>> = self.results.iter().map(summary_row).collect();
-        let jsonl = self.path.join("results.jsonl");
-        let mut file =
-            std::fs::File::create(&jsonl).map_err(|e| TuneError::io(format!("creating {}", jsonl.display()), e))?;
-        for row in &rows {
-            writeln!(file, "{}", Value::Object(row.clone()))
-                .map_err(|e| TuneError::io(format!("writing {}", jsonl.display()), e))?;
-        }
+        let jsonl: String = rows
+            .iter()
+            .map(|row| format!("{}\n", Value::Object(row.clone())))
+            .collect();
+        self.directory.write_file("results.jsonl", jsonl)?;
         let cells: Vec<Vec<(String, String)>> = rows
             .iter()
             .map(|row| row.iter().map(|(k, v)| (k.clone(), csv_cell(v))).collect())
             .collect();
-        write_csv(&self.path.join("results.csv"), &cells)
+        write_csv(&self.directory, "results.csv", &cells)
     }
 }
 
@@ -126,9 +133,10 @@ fn csv_cell(value: &Value) -> String {
     }
 }
 
-/// Writes rows of (column, cell) as CSV; the columns are every name seen,
-/// in the order first seen, and a row without one leaves it empty.
-pub(crate) fn write_csv(path: &Path, rows: &[Vec<(String, String)>]) -> Result<(), TuneError> {
+/// Writes rows of (column, cell) as CSV file `name` of `directory`; the
+/// columns are every name seen, in the order first seen, and a row without
+/// one leaves it empty.
+pub(crate) fn write_csv(directory: &RunDirectory, name: &str, rows: &[Vec<(String, String)>]) -> Result<(), TuneError> {
     let mut columns: Vec<&str> = Vec::new();
     let mut seen = BTreeSet::new();
     for (name, _) in rows.iter().flatten() {
@@ -136,21 +144,20 @@ pub(crate) fn write_csv(path: &Path, rows: &[Vec<(String, String)>]) -> Result<(
             columns.push(name);
         }
     }
-    let failed = |e: csv::Error| TuneError::Experiment {
-        path: path.to_path_buf(),
-        message: format!("writing CSV: {e}"),
+    let failed = |message: String| TuneError::Experiment {
+        path: directory.location().join(name),
+        message: format!("writing CSV: {message}"),
     };
-    let mut writer = csv::Writer::from_path(path).map_err(failed)?;
-    writer.write_record(&columns).map_err(failed)?;
+    let mut writer = csv::Writer::from_writer(Vec::new());
+    writer.write_record(&columns).map_err(|e| failed(e.to_string()))?;
     for row in rows {
         let record = columns.iter().map(|column| {
             row.iter()
                 .find(|(name, _)| name == column)
                 .map_or("", |(_, cell)| cell.as_str())
         });
-        writer.write_record(record).map_err(failed)?;
+        writer.write_record(record).map_err(|e| failed(e.to_string()))?;
     }
-    writer
-        .flush()
-        .map_err(|e| TuneError::io(format!("writing {}", path.display()), e))
+    let bytes = writer.into_inner().map_err(|e| failed(e.to_string()))?;
+    Ok(directory.write_file(name, bytes)?)
 }

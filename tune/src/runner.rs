@@ -3,7 +3,6 @@
 //! scheduler's decision on the last report to the trainable and returns
 //! the trial's next events.
 
-use std::path::PathBuf;
 use std::sync::Mutex;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
@@ -42,7 +41,8 @@ pub struct TrialSetup {
     pub trial_id: String,
     /// The config as JSON (the object codec cannot carry free-form values).
     pub config_json: String,
-    pub trial_dir: PathBuf,
+    /// The trial's directory (mirrored to object storage for an experiment kept there).
+    pub directory: RunDirectory,
     pub start_from: StartFrom,
     /// The trial's `time_total_s` before this run.
     pub time_before: f64,
@@ -152,7 +152,8 @@ fn context(
 ) -> Result<TrialContext, TuneError> {
     let config: TrialConfig = serde_json::from_str(&setup.config_json)
         .map_err(|e| TuneError::InvalidConfig(format!("the trial's config does not decode: {e}")))?;
-    let directory = RunDirectory::create(setup.trial_dir)?;
+    let directory = setup.directory;
+    directory.prepare()?;
     let (resume_from, iteration) = match setup.start_from {
         StartFrom::Scratch => (None, 0),
         StartFrom::Checkpoint { checkpoint, iteration } => (Some(checkpoint), iteration),

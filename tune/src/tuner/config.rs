@@ -41,8 +41,13 @@ impl Default for TuneConfig {
 pub struct RunConfig {
     /// The experiment's name: its directory under `storage_path`.
     pub name: String,
-    /// The directory of experiments. Trial actors write checkpoints here,
-    /// so on a cluster of several nodes it must be shared storage.
+    /// Where experiments are kept: a directory, or object storage
+    /// (`"s3://bucket/prefix".into()`, opened with
+    /// [`Tuner::storage_options`](crate::Tuner::storage_options)), where
+    /// the experiment's files, its trials' results and their checkpoints
+    /// are mirrored from a local copy on each node, in the same layout.
+    /// Trial actors write checkpoints here, so on a cluster of several nodes
+    /// a directory must be shared storage.
     pub storage_path: PathBuf,
     /// How many times a trial may fail (its trainable errs or its actor
     /// dies) and restart from its latest checkpoint.

@@ -5,7 +5,6 @@
 //! the trial; an ended run finishes, pauses, restarts or fails the trial.
 //! The experiment's callbacks are told of each step.
 
-use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use raylet::Cluster;
@@ -33,7 +32,8 @@ const SAVE_EVERY: Duration = Duration::from_secs(2);
 /// What the loop is given.
 pub(crate) struct Plan {
     pub(crate) trainable: &'static str,
-    pub(crate) directory: PathBuf,
+    /// The experiment's directory, mirrored to object storage for one kept there.
+    pub(crate) directory: RunDirectory,
     pub(crate) name: String,
     pub(crate) metric: Option<String>,
     pub(crate) mode: Mode,
@@ -93,18 +93,9 @@ impl Controller {
     /// scheduler sees every result each reported up to where it resumes.
     pub(crate) fn restore(&mut self, state: ExperimentState) -> Result<(), TuneError> {
         self.searcher_finished = state.searcher_finished;
-        for mut record in state.trials {
-            let directory = RunDirectory::open(self.plan.directory.join(&record.view.id));
-            let mut history = experiment_state::read_history(&directory.metrics_file());
-            if !record.view.status.is_finished() {
-                let resume_at = record.latest_checkpoint.as_ref().map_or(0, |(_, iteration)| *iteration);
-                experiment_state::truncate_history(&directory.metrics_file(), &mut history, resume_at)?;
-                record.view.status = TrialStatus::Pending;
-                record.view.iteration = resume_at;
-                record.view.last_result = history.last().cloned();
-            }
-            let reported = history.clone();
-            let trial = Trial::new(record, directory, history);
+        for record in state.trials {
+            let trial = self.restored_trial(record)?;
+            let reported = trial.history.clone();
             let outcome = match trial.status() {
                 TrialStatus::Terminated => trial.view().last_result.clone(),
                 _ => None,
@@ -125,12 +116,37 @@ impl Controller {
         Ok(())
     }
 
+    /// A trial of the interrupted run, in this node's copy of its
+    /// directory: an unfinished one waits to resume from its latest
+    /// checkpoint, and its results after that are dropped.
+    fn restored_trial(&self, mut record: TrialRecord) -> Result<Trial, TuneError> {
+        let directory = self.plan.directory.child(&record.view.id);
+        directory.prepare()?;
+        let mut history = experiment_state::read_history(&directory)?;
+        // The state file keeps no storage options: the checkpoint is the
+        // trial directory's, which a trial commits with its training
+        // iteration as the index.
+        record.latest_checkpoint = record
+            .latest_checkpoint
+            .map(|(_, iteration)| (directory.checkpoint(iteration), iteration));
+        if !record.view.status.is_finished() {
+            let resume_at = record.latest_checkpoint.as_ref().map_or(0, |(_, iteration)| *iteration);
+            experiment_state::truncate_history(&directory, &mut history, resume_at)?;
+            record.view.status = TrialStatus::Pending;
+            record.view.iteration = resume_at;
+            record.view.last_result = history.last().cloned();
+        }
+        Ok(Trial::new(record, directory, history))
+    }
+
     /// Runs the experiment to its end, telling the callbacks when it
-    /// starts and ends.
+    /// starts and ends. The state file is written first, so that storage
+    /// which refuses it fails the experiment before any trial runs.
     pub(crate) fn run(&mut self) -> Result<(), TuneError> {
+        self.save()?;
         let start = ExperimentStart {
             name: &self.plan.name,
-            directory: &self.plan.directory,
+            directory: self.plan.directory.root(),
             metric: self.plan.metric.as_deref(),
             mode: self.plan.mode,
         };
@@ -221,7 +237,8 @@ impl Controller {
                 return Ok(None);
             }
         };
-        let directory = RunDirectory::create(self.plan.directory.join(&id))?;
+        let directory = self.plan.directory.child(&id);
+        directory.prepare()?;
         let record = TrialRecord {
             view: TrialView::pending(id, config),
             failures: 0,
@@ -243,7 +260,7 @@ impl Controller {
             trainable: self.plan.trainable.to_string(),
             trial_id: trial.id().to_string(),
             config_json: serde_json::to_string(&trial.view().config).unwrap_or_default(),
-            trial_dir: trial.directory.root().to_path_buf(),
+            directory: trial.directory.clone(),
             start_from,
             time_before: trial.time_total(),
         };
@@ -518,7 +535,7 @@ impl Controller {
             mode: self.plan.mode,
             num_samples: self.plan.num_samples,
             searcher_finished: self.searcher_finished,
-            trials: self.trials.iter().map(|trial| trial.record.clone()).collect(),
+            trials: self.trials.iter().map(Trial::saved_record).collect(),
         };
         experiment_state::save(&self.plan.directory, &state)
     }

@@ -10,14 +10,17 @@ mod experiment_state;
 mod progress;
 mod trial_state;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use raylet::Cluster;
+use raylet_storage::{Storage, StorageOptions};
+use raylet_train::RunDirectory;
 
 use self::actor_pool::ActorPool;
 pub use self::config::{RunConfig, TrialResources, TuneConfig};
 use self::controller::{Controller, Plan};
+use self::experiment_state::ExperimentState;
 use self::progress::Progress;
 use self::trial_state::Trial;
 use crate::callback::{Callback, Callbacks};
@@ -33,6 +36,7 @@ pub struct Tuner {
     space: SearchSpace,
     tune_config: TuneConfig,
     run_config: RunConfig,
+    storage_options: StorageOptions,
     resources: TrialResources,
     searcher: Box<dyn Searcher>,
     scheduler: Box<dyn TrialScheduler>,
@@ -54,6 +58,7 @@ impl Tuner {
             space: SearchSpace::new(),
             tune_config: TuneConfig::default(),
             run_config: RunConfig::default(),
+            storage_options: StorageOptions::default(),
             resources: TrialResources::default(),
             searcher: Box::new(BasicVariant::new()),
             scheduler: Box::new(Fifo),
@@ -63,10 +68,13 @@ impl Tuner {
         }
     }
 
-    /// Finishes the interrupted experiment in `path`: its finished trials
-    /// are kept and not run again; the others resume from their latest
-    /// checkpoints. Give it the same space, configs, searcher and
-    /// scheduler as the first run (they are code, not saved state).
+    /// Finishes the interrupted experiment in `path` (a directory, or a
+    /// folder in object storage: `s3://bucket/prefix/name`, with
+    /// [`Tuner::storage_options`]): its finished trials are kept and not run
+    /// again; the others resume from their latest checkpoints, read from
+    /// object storage where this node has no copy. Give it the same space,
+    /// configs, searcher and scheduler as the first run (they are code, not
+    /// saved state).
     pub fn restore<F>(path: impl AsRef<Path>, trainable: F) -> Self
     where
         F: Fn(&TrialConfig, &mut TrialContext) -> TrainableResult,
@@ -101,6 +109,13 @@ impl Tuner {
             }
             false => self.run_config = config,
         }
+        self
+    }
+
+    /// How a `storage_path` in object storage (`s3://bucket/prefix`) is
+    /// opened: `aws_endpoint`, credentials, ... over the `AWS_*` variables.
+    pub fn storage_options(mut self, options: StorageOptions) -> Self {
+        self.storage_options = options;
         self
     }
 
@@ -140,8 +155,7 @@ impl Tuner {
     pub fn fit(mut self) -> Result<ResultGrid, TuneError> {
         let trainable = std::mem::replace(&mut self.trainable, Ok(""))?;
         let cluster = raylet::init()?;
-        let directory = self.run_config.storage_path.join(&self.run_config.name);
-        let restored = self.prepare_directory(&directory)?;
+        let (directory, restored) = self.prepare_directory()?;
         let metric = self.tune_config.metric.as_deref();
         self.searcher.setup(&SearchSetup {
             space: &self.space,
@@ -182,31 +196,65 @@ impl Tuner {
         }
         let started = Instant::now();
         controller.run()?;
-        tracing::info!("experiment {} ran in {:.1?}", directory.display(), started.elapsed());
+        tracing::info!(
+            "experiment {} ran in {:.1?}",
+            directory.location().display(),
+            started.elapsed()
+        );
         let grid = result_grid(controller.into_trials(), directory, &self.tune_config);
         grid.export()?;
         Ok(grid)
     }
 
-    /// Makes the experiment's directory, or on a restore reads its state.
-    /// A new experiment refuses a directory that already holds one.
-    fn prepare_directory(&self, directory: &Path) -> Result<Option<experiment_state::ExperimentState>, TuneError> {
-        if self.restoring {
-            return experiment_state::load(directory).map(Some);
-        }
-        if experiment_state::path(directory).exists() {
-            return Err(TuneError::Experiment {
-                path: directory.to_path_buf(),
-                message:
+    /// The experiment's directory (mirrored to `storage_path/name` in
+    /// object storage), made here, and on a restore its state. A new
+    /// experiment refuses a place that already holds one; nothing is made
+    /// for a restore that finds none.
+    fn prepare_directory(&self) -> Result<(RunDirectory, Option<ExperimentState>), TuneError> {
+        let run = &self.run_config;
+        let directory = RunDirectory::locate(&run.storage_path, &run.name, &self.storage_options);
+        let state = experiment_state::load(&directory)?;
+        match (self.restoring, &state) {
+            (true, None) => {
+                return Err(refused(
+                    &directory,
+                    "no experiment to restore here (it has no experiment_state.json)",
+                ));
+            }
+            (false, Some(_)) => {
+                return Err(refused(
+                    &directory,
                     "an experiment of this name is already there: finish it with Tuner::restore(path, trainable), \
-                          or give RunConfig another name"
-                        .into(),
-            });
+                     or give RunConfig another name",
+                ));
+            }
+            (false, None) => check_reachable(&directory)?,
+            (true, Some(_)) => {}
         }
-        std::fs::create_dir_all(directory)
-            .map_err(|e| TuneError::io(format!("creating {}", directory.display()), e))?;
-        Ok(None)
+        directory.prepare()?;
+        Ok((directory, state))
     }
+}
+
+/// Why the experiment at `directory` cannot run as asked.
+fn refused(directory: &RunDirectory, message: &str) -> TuneError {
+    TuneError::Experiment {
+        path: directory.location(),
+        message: message.into(),
+    }
+}
+
+/// Lists a new experiment's folder in object storage, so that a missing
+/// bucket, bad credentials or an unreachable endpoint fail it before it
+/// starts (reading its state file, which a new experiment lacks, cannot
+/// tell them apart everywhere: some servers answer a missing bucket's
+/// objects as missing objects).
+fn check_reachable(directory: &RunDirectory) -> Result<(), TuneError> {
+    let location = directory.location().to_string_lossy().into_owned();
+    if raylet_storage::is_url(&location) {
+        Storage::open(&location, &directory.storage_options())?.list()?;
+    }
+    Ok(())
 }
 
 /// How many trials run at once: as many as the alive nodes hold (summed
@@ -239,7 +287,7 @@ fn trial_slots(
     }
 }
 
-fn result_grid(trials: Vec<Trial>, path: PathBuf, config: &TuneConfig) -> ResultGrid {
+fn result_grid(trials: Vec<Trial>, directory: RunDirectory, config: &TuneConfig) -> ResultGrid {
     let results = trials
         .into_iter()
         .map(|trial| TrialResult {
@@ -255,7 +303,7 @@ fn result_grid(trials: Vec<Trial>, path: PathBuf, config: &TuneConfig) -> Result
         .collect();
     ResultGrid {
         results,
-        path,
+        directory,
         metric: config.metric.clone(),
         mode: config.mode,
     }

@@ -93,11 +93,21 @@ impl Trial {
         Ok(self.directory.append_metrics(&line)?)
     }
 
+    /// What the state file keeps of the trial: its checkpoint by path and
+    /// iteration, without the options that open object storage (which may
+    /// hold credentials); a restore finds it in the trial's directory.
+    pub(crate) fn saved_record(&self) -> TrialRecord {
+        let mut record = self.record.clone();
+        record.latest_checkpoint = record
+            .latest_checkpoint
+            .map(|(checkpoint, iteration)| (Checkpoint::from_directory(checkpoint.path()), iteration));
+        record
+    }
+
     /// Writes `params.json`: the trial's current config.
     pub(crate) fn write_params(&self) -> Result<(), TuneError> {
-        let path = self.directory.root().join("params.json");
         let json = serde_json::to_vec_pretty(&self.record.view.config).unwrap_or_default();
-        std::fs::write(&path, json).map_err(|e| TuneError::io(format!("writing {}", path.display()), e))
+        Ok(self.directory.write_file("params.json", json)?)
     }
 
     /// Writes `progress.csv`: a row per result.
@@ -107,6 +117,6 @@ impl Trial {
             .iter()
             .map(|metrics| metrics.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect())
             .collect();
-        crate::result_grid::write_csv(&self.directory.root().join("progress.csv"), &rows)
+        crate::result_grid::write_csv(&self.directory, "progress.csv", &rows)
     }
 }
