@@ -2,15 +2,19 @@
 """Merges the JSON lines of raylet's allreduce benchmark and of its peers
 (bench/allreduce_peers.py: torch.distributed's Gloo, Open MPI through mpi4py)
 into bench/allreduce.md: a header (when, on what machine, the versions, the
-exact commands, what differs between the systems) and one table per rank
-count with raylet's time, algbw and busbw beside each peer's busbw and the
+exact commands, what differs between the systems) and, per rank count, two
+tables: raylet over TCP links (as between hosts) beside the TCP peers, and
+raylet over shared memory (ranks on one host) beside Open MPI's shared
+memory; each with raylet's time, algbw and busbw, its busbw as a share of
+loopback TCP streams measured in the same run, each peer's busbw and the
 ratio of the two.
 
 Run by bench/compare_allreduce.sh, which runs the repetitions and leaves one
 file per system and repetition, <runs>/rep<R>-<system>.jsonl, each line
 
-  {"system": "raylet", "ranks": 2, "bytes": 1024, "median_s": 1.9e-05, "reps": 1234}
+  {"system": "raylet-tcp", "ranks": 2, "bytes": 1024, "median_s": 1.9e-05, "reps": 1234}
 
+(raylet-shm for raylet's shared-memory transport)
 (the peers add "version" and "transport"; raylet also writes its loopback
 TCP reference, {"system": "loopback-tcp", "streams": n, "gbps": ...}). A
 value in the tables is the median over the repetitions of the per-run median
@@ -32,13 +36,12 @@ from pathlib import Path
 from allreduce_peers import SYSTEMS, TRANSPORT_TEXT, mpirun_command, rank_command
 from benchlib import ROOT, log, machine_info, run_line
 
-RAYLET = "raylet"
-# The peers' columns: (system, column title, with a ratio column).
-PEERS = [
-    (SYSTEMS["gloo"], "Gloo", True),
-    (SYSTEMS["mpi"], "MPI (TCP)", True),
-    (SYSTEMS["mpi-shm"], "MPI (shared memory)", False),
+# raylet's transports: (system, table title, the peers' columns: (system, title)).
+TRANSPORTS = [
+    ("raylet-tcp", "TCP links (as between hosts)", [(SYSTEMS["gloo"], "Gloo"), (SYSTEMS["mpi"], "MPI (TCP)")]),
+    ("raylet-shm", "one host, shared memory", [(SYSTEMS["mpi-shm"], "MPI (shared memory)")]),
 ]
+RAYLET = {system for system, _, _ in TRANSPORTS}
 
 
 def load(runs):
@@ -139,9 +142,16 @@ def commands(w, args, peers):
 def differences(w, peers):
     w("What differs:\n")
     w("- raylet: each rank is an actor in a worker process of its own, in the example's embedded cluster; the ranks "
-      "meet through the cluster's key-value store, then exchange over direct TCP links. Up to 64 KiB every rank "
-      "sends its buffer to every other at once; above, a chunked ring (reduce-scatter, then allgather, 1 MiB "
-      "chunks). Written in Rust; a rank blocks in the kernel while it waits.")
+      "meet through the cluster's key-value store and connect over direct TCP links. Up to 64 KiB every rank "
+      "sends its buffer to every other at once; above, a chunked ring (reduce-scatter, then allgather). Written in "
+      "Rust. Two transports, each in its own table:\n"
+      "  - **TCP** (`GroupOptions { shared_memory: false, .. }`, what ranks on different hosts use): the bytes go "
+      "over the TCP links, read into a 1 MiB scratch buffer and reduced from there; a rank blocks in the kernel "
+      "while it waits.\n"
+      "  - **shared memory** (the default for ranks on one host): each direction of a link is a 4 MiB ring in a "
+      "`/dev/shm` file both processes map; a rank copies into the ring, its peer reduces (or copies) straight out "
+      "of it, 256 KiB at a time; a waiting rank spins briefly, yields, then sleeps on a futex. The TCP link stays "
+      "open beside it to tell that the peer is gone.")
     if SYSTEMS["gloo"] in peers:
         w("- Gloo: torch's `ProcessGroupGloo` with its own choice of allreduce algorithm, over TCP between each pair "
           "of ranks; each call goes through Python and torch's dispatcher (a few µs, which shows only at the "
@@ -154,31 +164,39 @@ def differences(w, peers):
           "mpirun sees more ranks than cores (the 4-rank runs), where Open MPI yields the CPU when idle. Each call "
           "goes through Python (mpi4py).")
     if SYSTEMS["mpi-shm"] in peers:
-        w("- **MPI (shared memory)**, for reference only: the same with vader allowed (`--mca btl self,vader,tcp`), "
-          "Open MPI's usual setting on one machine; its bytes do not cross TCP, so it is not comparable with "
-          "raylet's TCP links.")
+        w("- **MPI (shared memory)**, the peer of raylet's shared-memory transport: the same with vader allowed "
+          "(`--mca btl self,vader,tcp`), Open MPI's usual setting on one machine; for large messages vader may copy "
+          "straight from the other process's memory (CMA, one copy), where raylet's rings take two.")
     w("")
 
 
-def tables(w, times, peers):
-    for ranks in sorted({k[1] for k in times if k[0] == RAYLET}):
-        cols = [(s, title, ratio) for s, title, ratio in PEERS if s in peers]
-        w(f"### {ranks} ranks\n")
-        head = ["size", "raylet time", "raylet algbw GB/s", "raylet busbw GB/s"]
-        for _, title, ratio in cols:
-            head += [f"{title} busbw GB/s"] + ([f"raylet / {title}"] if ratio else [])
-        w("| " + " | ".join(head) + " |")
-        w("|---|" + "---:|" * (len(head) - 1))
-        for size in sorted({k[2] for k in times if k[0] == RAYLET and k[1] == ranks}):
-            ours = median_time(times, RAYLET, ranks, size)
-            cells = [human(size), fmt_time(ours), f"{size / ours / 1e9:.3f}", f"{busbw(size, ranks, ours):.3f}"]
-            for system, _, ratio in cols:
-                theirs = median_time(times, system, ranks, size)
-                cells.append(f"{busbw(size, ranks, theirs):.3f}" if theirs else "–")
-                if ratio:
-                    cells.append(f"{theirs / ours:.2f}×" if theirs else "–")
-            w("| " + " | ".join(cells) + " |")
-        w("")
+def tables(w, times, tcp, peers):
+    for ranks in sorted({k[1] for k in times if k[0] in RAYLET}):
+        for system, title, columns in TRANSPORTS:
+            if any(k[0] == system and k[1] == ranks for k in times):
+                table(w, times, tcp, ranks, system, title, [(s, t) for s, t in columns if s in peers])
+
+
+def table(w, times, tcp, ranks, system, title, columns):
+    """One rank count, one transport: raylet's figures, the share of the loopback streams, the peers'."""
+    w(f"### {ranks} ranks, {title}\n")
+    alone, each = (statistics.median(tcp[n]) if tcp.get(n) else None for n in (1, ranks))
+    head = ["size", "raylet time", "raylet algbw GB/s", "raylet busbw GB/s", "/ one stream alone",
+            f"/ each of {ranks} streams at once"]
+    for _, peer in columns:
+        head += [f"{peer} busbw GB/s", f"raylet / {peer}"]
+    w("| " + " | ".join(head) + " |")
+    w("|---|" + "---:|" * (len(head) - 1))
+    for size in sorted({k[2] for k in times if k[0] == system and k[1] == ranks}):
+        ours = median_time(times, system, ranks, size)
+        bus = busbw(size, ranks, ours)
+        cells = [human(size), fmt_time(ours), f"{size / ours / 1e9:.3f}", f"{bus:.3f}",
+                 f"{100 * bus / alone:.0f}%" if alone else "–", f"{100 * bus / each:.0f}%" if each else "–"]
+        for peer, _ in columns:
+            theirs = median_time(times, peer, ranks, size)
+            cells += [f"{busbw(size, ranks, theirs):.3f}", f"{theirs / ours:.2f}×"] if theirs else ["–", "–"]
+        w("| " + " | ".join(cells) + " |")
+    w("")
 
 
 def raw(w, times):
@@ -204,12 +222,12 @@ def main():
     args = p.parse_args()
 
     times, tcp, versions = load(args.runs)
-    if not any(k[0] == RAYLET for k in times):
+    if not any(k[0] in RAYLET for k in times):
         p.error(f"no raylet lines in {args.runs}")
-    peers = {k[0] for k in times} - {RAYLET}
+    peers = {k[0] for k in times} - RAYLET
     lines = []
     header(lines.append, args, times, tcp, versions, peers)
-    tables(lines.append, times, peers)
+    tables(lines.append, times, tcp, peers)
     raw(lines.append, times)
     args.report.write_text("\n".join(lines))
     log(f"wrote {args.report}")

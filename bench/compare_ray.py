@@ -735,9 +735,11 @@ def write_sections(w):
                    "systems and scaled where this machine cannot hold the original; time and peak memory of the "
                    "head, the driver and the workers. Written by `bench/compare_envelope.sh`.\n")
     inline_section(w, "allreduce.md", "## Allreduce (raylet-train collective group)\n",
-                   "Sum allreduce of f32 on 2 and 4 ranks, each a separate process, on loopback, against "
-                   "torch.distributed's Gloo backend and Open MPI (mpi4py); busbw = algbw × 2(n−1)/n as nccl-tests "
-                   "defines it. Written by `bench/compare_allreduce.sh`.\n")
+                   "Sum allreduce of f32 on 2 and 4 ranks, each a separate process on one host, over TCP on "
+                   "loopback (as between hosts) against torch.distributed's Gloo backend and Open MPI over TCP, "
+                   "and over shared memory (raylet's default for ranks on one host) against Open MPI's shared "
+                   "memory (mpi4py); busbw = algbw × 2(n−1)/n as nccl-tests defines it. Written by "
+                   "`bench/compare_allreduce.sh`.\n")
     inline_section(w, "train_digits.md", "## Data-parallel training (raylet-train on the digits)\n",
                    "The digits MLP trained by `raylet_train::Trainer` on the embedded cluster with 1 and 2 worker "
                    "actors (same global batch; gradients averaged over the collective group at every step). "
@@ -745,6 +747,15 @@ def write_sections(w):
                    "2-core machine; the wider one does. Written by "
                    "`cargo run --release -p raylet-train --example digits_throughput -- --reps 3 "
                    "--write bench/train_digits.md`; no Ray counterpart is run.\n")
+    inline_section(w, "sharding.md", "### Sharded data parallelism (ZeRO stages, `raylet_train::sharding`)\n",
+                   "Samples per second and memory per rank of each `ShardingStrategy` on a 52 M-parameter model. "
+                   "Stage 3 shards parameters and optimizer state (1/n of each per rank); stages 1 and 2 shard the "
+                   "optimizer state only (stage 2's gradients are sharded within a step, not kept between steps). "
+                   "The peak still holds the whole model once with every stage: raylet gathers the model as one "
+                   "unit for the forward and backward passes (burn's autodiff gives no per-layer hook to gather "
+                   "and free in, as FSDP does). No DeepSpeed or FSDP counterpart is run (no torch CUDA stack "
+                   "here). Written by `cargo run --release -p raylet-train --example sharding_bench -- --steps 6 "
+                   "--write bench/sharding.md`.\n")
     inline_section(w, "tune.md", "## Tune (raylet-tune)\n",
                    "raylet-tune against Ray Tune 2.60 (trial overhead) and Optuna's TPE (search quality), "
                    "and ASHA against FIFO on the digits; written by `bench/compare_tune.sh`.\n")

@@ -9,7 +9,7 @@
 #   bench/run_all.sh [--reps N] [--skip SECTION]...
 #
 # Sections, in the order they run: tune, data, envelope, allreduce,
-# train-digits, microbenchmarks. --reps N goes to every script (default: each
+# train-digits, sharding, microbenchmarks. --reps N goes to every script (default: each
 # script's own); --skip leaves a section's bench/*.md as it is. A full run
 # takes about three hours on a 2-core machine, most of it Ray's side; run it
 # on a machine with nothing else running, as the figures are ratios of runs
@@ -41,6 +41,10 @@ if wanted allreduce; then log "section allreduce"; bench/compare_allreduce.sh "$
 if wanted train-digits; then
     log "section train-digits"
     target/release/examples/digits_throughput --reps "${reps[1]:-3}" --write bench/train_digits.md
+fi
+if wanted sharding; then
+    log "section sharding"
+    target/release/examples/sharding_bench --steps 6 --write bench/sharding.md
 fi
 if wanted microbenchmarks; then
     log "section microbenchmarks (writes BENCHMARKS.md)"

@@ -43,7 +43,7 @@ smoke() {
 number='[0-9]+(\.[0-9]+)?'
 smoke "raylet microbenchmark --quick" "^generator items \(1 MiB\) per second $number" \
     "$bin/raylet" microbenchmark --quick
-smoke allreduce_bench "^\| 4 \| 1 MiB \| " "$examples/allreduce_bench" --max-mib 1
+smoke allreduce_bench "^\| shm \| 4 \| 1 MiB \| " "$examples/allreduce_bench" --max-mib 1
 smoke sharding_bench "^\| Parameters \| 4 \| " "$examples/sharding_bench" --width 256 --steps 2
 smoke digits_throughput "^\| 1024 \| 256 \| 2 \| $number" "$examples/digits_throughput" --reps 1 --epochs 2
 smoke data_throughput "^files_per_s $number" \

@@ -1,16 +1,18 @@
-//! Allreduce bandwidth of the collective group on loopback, as nccl-tests
+//! Allreduce bandwidth of the collective group on one host, as nccl-tests
 //! reports it: for each size, the median time of a sum allreduce of f32 on
-//! 2 and 4 ranks (each an actor in a worker process of its own, with its
-//! own TCP links), its algorithm bandwidth (bytes / time) and bus bandwidth
-//! (algbw × 2(n-1)/n), beside loopback TCP throughput measured in the same
-//! run: one stream alone, and each of n streams running at once, as the n
-//! links of an n-rank ring do (on a machine with few cores they share its
-//! CPUs).
+//! 2 and 4 ranks (each an actor in a worker process of its own), its
+//! algorithm bandwidth (bytes / time) and bus bandwidth (algbw × 2(n-1)/n),
+//! over each transport: TCP links on loopback (as between hosts) and the
+//! shared-memory pipes ranks on one host use. Beside them, loopback TCP
+//! throughput measured in the same run: one stream alone, and each of n
+//! streams running at once, as the n links of an n-rank ring do (on a
+//! machine with few cores they share its CPUs).
 //!
 //! `cargo run --release -p raylet-train --example allreduce_bench [-- --max-mib 256] [--json FILE]`
 //!
 //! With `--json`, each measurement also goes to FILE as a JSON line
-//! (`{"system": "raylet", "ranks": 2, "bytes": 1024, "median_s": .., "reps": ..}`,
+//! (`{"system": "raylet-tcp", "ranks": 2, "bytes": 1024, "median_s": .., "reps": ..}`,
+//! `raylet-shm` for shared memory,
 //! and `{"system": "loopback-tcp", "streams": n, "gbps": ..}`), which
 //! `bench/compare_allreduce.sh` sets beside torch.distributed's Gloo and
 //! Open MPI.
@@ -28,6 +30,8 @@ use serde_json::json;
 const BUDGET: Duration = Duration::from_millis(600);
 /// The group sizes measured.
 const WORLDS: [usize; 2] = [2, 4];
+/// The transports measured: (name, whether ranks use shared memory).
+const TRANSPORTS: [(&str, bool); 2] = [("tcp", false), ("shm", true)];
 
 /// One rank of a group, in a worker process of its own.
 #[raylet::actor]
@@ -41,10 +45,22 @@ impl Rank {
 
     /// Joins the group `name` and times an allreduce of each size: the
     /// median seconds and how many calls were timed.
-    fn time_allreduces(&self, name: String, rank: usize, world: usize, sizes: Vec<usize>) -> Vec<(f64, usize)> {
+    fn time_allreduces(
+        &self,
+        name: String,
+        rank: usize,
+        world: usize,
+        shared_memory: bool,
+        sizes: Vec<usize>,
+    ) -> Vec<(f64, usize)> {
         let cluster = raylet::current().expect("actors run in a cluster");
-        let mut group =
-            CollectiveGroup::join(&cluster, &name, rank, world, GroupOptions::default()).expect("the ranks meet");
+        let options = GroupOptions {
+            shared_memory,
+            ..GroupOptions::default()
+        };
+        let mut group = CollectiveGroup::join(&cluster, &name, rank, world, options).expect("the ranks meet");
+        let expected_pipes = if shared_memory { world - 1 } else { 0 };
+        assert_eq!(group.shared_memory_links(), expected_pipes, "the transport asked for");
         sizes
             .iter()
             .map(|&bytes| {
@@ -73,29 +89,30 @@ fn main() {
         concurrent[0], concurrent[1]
     );
     println!(
-        "| ranks | size | time (median) | algbw GB/s | busbw GB/s | busbw / one stream alone | busbw / one of n streams at once |"
+        "| transport | ranks | size | time (median) | algbw GB/s | busbw GB/s | busbw / one stream alone | busbw / one of n streams at once |"
     );
-    println!("|---|---|---|---|---|---|---|");
+    println!("|---|---|---|---|---|---|---|---|");
     let mut bytes = 1 << 10;
     let mut sizes = Vec::new();
     while bytes <= max_mib << 20 {
         sizes.push(bytes);
         bytes *= 4;
     }
-    for (&world, &shared) in WORLDS.iter().zip(&concurrent) {
-        let times = time_allreduces(&cluster, world, &sizes);
-        for (&bytes, (seconds, reps)) in sizes.iter().zip(times) {
-            let algbw = bytes as f64 / seconds / 1e9;
-            let busbw = algbw * 2.0 * (world - 1) as f64 / world as f64;
-            println!(
-                "| {world} | {} | {} | {algbw:.3} | {busbw:.3} | {:.0}% | {:.0}% |",
-                human(bytes),
-                format_time(Duration::from_secs_f64(seconds)),
-                100.0 * busbw / tcp,
-                100.0 * busbw / shared
-            );
-            json_lines
-                .push(json!({"system": "raylet", "ranks": world, "bytes": bytes, "median_s": seconds, "reps": reps}));
+    for (transport, shared_memory) in TRANSPORTS {
+        for (&world, &shared) in WORLDS.iter().zip(&concurrent) {
+            let times = time_allreduces(&cluster, world, shared_memory, &sizes);
+            for (&bytes, (seconds, reps)) in sizes.iter().zip(times) {
+                let algbw = bytes as f64 / seconds / 1e9;
+                let busbw = algbw * 2.0 * (world - 1) as f64 / world as f64;
+                println!(
+                    "| {transport} | {world} | {} | {} | {algbw:.3} | {busbw:.3} | {:.0}% | {:.0}% |",
+                    human(bytes),
+                    format_time(Duration::from_secs_f64(seconds)),
+                    100.0 * busbw / tcp,
+                    100.0 * busbw / shared
+                );
+                json_lines.push(json!({"system": format!("raylet-{transport}"), "ranks": world, "bytes": bytes, "median_s": seconds, "reps": reps}));
+            }
         }
     }
     cluster.shutdown().expect("the cluster stops");
@@ -112,8 +129,8 @@ fn flag(name: &str) -> Option<String> {
 
 /// The median time of an allreduce of each size on `world` ranks, and
 /// how many calls it was taken over, as rank 0 saw them.
-fn time_allreduces(cluster: &raylet::Cluster, world: usize, sizes: &[usize]) -> Vec<(f64, usize)> {
-    let name = format!("bench-{world}-{}", std::process::id());
+fn time_allreduces(cluster: &raylet::Cluster, world: usize, shared_memory: bool, sizes: &[usize]) -> Vec<(f64, usize)> {
+    let name = format!("bench-{world}-{shared_memory}-{}", std::process::id());
     let ranks: Vec<RankHandle> = (0..world)
         .map(|_| Rank::remote(cluster).num_cpus(0.0).spawn())
         .collect::<raylet::Result<_>>()
@@ -121,7 +138,7 @@ fn time_allreduces(cluster: &raylet::Cluster, world: usize, sizes: &[usize]) -> 
     let times: Vec<ObjectRef<Vec<(f64, usize)>>> = ranks
         .iter()
         .enumerate()
-        .map(|(rank, actor)| actor.time_allreduces(name.clone(), rank, world, sizes.to_vec()))
+        .map(|(rank, actor)| actor.time_allreduces(name.clone(), rank, world, shared_memory, sizes.to_vec()))
         .collect();
     let mut per_rank = cluster.get_all(&times).expect("every rank times its allreduces");
     for actor in &ranks {

@@ -2,13 +2,18 @@
 //! stages 0-3, `raylet_train::sharding`) on a model of 52.5 M parameters:
 //! eight 2560 x 2560 linear layers with ReLU, Adam, a regression on random
 //! data. Each rank is an actor in a worker process of its own; the ranks
-//! talk over loopback TCP. For each strategy and rank count it prints the
+//! talk through shared memory (the collective group's transport for ranks
+//! on one host). For each strategy and rank count it prints the
 //! median step time, samples per second over every rank, and per rank the
 //! bytes of parameters and optimizer state kept between steps (what the
 //! strategy shards) and the worker process's resident memory between steps
 //! and at its peak.
 //!
-//! `cargo run --release -p raylet-train --example sharding_bench [-- --steps 6] [--ranks 2,4] [--width 2560]`
+//! `cargo run --release -p raylet-train --example sharding_bench [-- --steps 6] [--ranks 2,4] [--width 2560] [--write bench/sharding.md]`
+//!
+//! With `--write`, the report (how it was run, the model, the table) also
+//! goes to that file, which `bench/compare_ray.py` inlines into
+//! BENCHMARKS.md.
 
 use std::time::Instant;
 
@@ -123,23 +128,39 @@ fn main() {
             .collect()
     });
     let parameters = LAYERS * (width * width + width);
-    println!(
-        "Model: {LAYERS} linear layers of {width} x {width}, {:.1} M parameters ({:.0} MiB as f32); Adam; {BATCH_PER_RANK} samples per rank per step; {steps} steps, the first left out of the median.",
-        parameters as f64 / 1e6,
-        mib(parameters as u64 * 4)
-    );
-    println!(
-        "| strategy | ranks | step (median) | samples/s | parameters per rank | optimizer state per rank | parameters + state per rank | resident between steps (max rank) | resident peak (max rank) |"
-    );
-    println!("|---|---:|---:|---:|---:|---:|---:|---:|---:|");
+    let mut report = vec![
+        format!(
+            "Run with `cargo run --release -p raylet-train --example sharding_bench -- {}` at {} (UTC). Model: {LAYERS} linear layers of {width} x {width}, {:.1} M parameters ({:.0} MiB as f32); Adam; {BATCH_PER_RANK} samples per rank per step; {steps} steps, the first left out of the median. Each rank is an actor in a worker process of its own; they talk through shared memory (the collective group's default on one host). *Parameters* and *optimizer state* are the bytes a rank keeps between steps (the optimizer's as its encoded burnpack size); *resident* is the worker process's RSS after the last step and its peak (VmHWM), the largest over the ranks.\n",
+            std::env::args().skip(1).collect::<Vec<_>>().join(" "),
+            utc_now(),
+            parameters as f64 / 1e6,
+            mib(parameters as u64 * 4)
+        ),
+        "| strategy | ranks | step (median) | samples/s | parameters per rank | optimizer state per rank | parameters + state per rank | resident between steps (max rank) | resident peak (max rank) |".to_string(),
+        "|---|---:|---:|---:|---:|---:|---:|---:|---:|".to_string(),
+    ];
+    report.iter().for_each(|line| println!("{line}"));
     let cluster = raylet::init().expect("an embedded cluster");
     for &world in &worlds {
         for strategy in STRATEGIES {
             let figures = run(&cluster, world, strategy, width, steps);
-            print_row(world, strategy, &figures);
+            report.push(row(world, strategy, &figures));
+            println!("{}", report.last().expect("a row"));
         }
     }
     cluster.shutdown().expect("the cluster stops");
+    if let Some(path) = flag("--write") {
+        std::fs::write(&path, report.join("\n") + "\n").expect("the report is written");
+    }
+}
+
+/// Now, as `YYYY-MM-DD HH:MM`, in UTC.
+fn utc_now() -> String {
+    let output = std::process::Command::new("date")
+        .args(["-u", "+%Y-%m-%d %H:%M"])
+        .output()
+        .expect("date runs");
+    String::from_utf8_lossy(&output.stdout).trim().to_string()
 }
 
 fn run(
@@ -166,7 +187,8 @@ fn run(
     figures
 }
 
-fn print_row(world: usize, strategy: ShardingStrategy, figures: &[RankFigures]) {
+/// The table's row for one strategy and rank count.
+fn row(world: usize, strategy: ShardingStrategy, figures: &[RankFigures]) -> String {
     let mut times = figures[0].step_seconds[1..].to_vec();
     times.sort_by(f64::total_cmp);
     let median = times[times.len() / 2];
@@ -174,7 +196,7 @@ fn print_row(world: usize, strategy: ShardingStrategy, figures: &[RankFigures]) 
     let parameters = largest(|f| f.memory.parameters);
     let state = largest(|f| f.memory.optimizer_state);
     let both = largest(|f| f.memory.parameters + f.memory.optimizer_state);
-    println!(
+    format!(
         "| {strategy:?} | {world} | {:.2} s | {:.1} | {:.0} MiB | {:.0} MiB | {:.0} MiB | {:.0} MiB | {:.0} MiB |",
         median,
         (BATCH_PER_RANK * world) as f64 / median,
@@ -183,7 +205,7 @@ fn print_row(world: usize, strategy: ShardingStrategy, figures: &[RankFigures]) 
         mib(both),
         mib(largest(|f| f.rss_between_steps)),
         mib(largest(|f| f.rss_peak)),
-    );
+    )
 }
 
 /// A `/proc/self/status` figure (`VmRSS:`, `VmHWM:`) in bytes.

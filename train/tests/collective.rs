@@ -1,8 +1,9 @@
-//! The collective group over real TCP on loopback, its ranks threads of this
-//! process that meet through an embedded cluster's key-value store:
-//! allreduce against a sequential reduction for 1 to 4 ranks and sizes from
-//! one element to 64 MiB, the other collectives, fusion, and failures (a
-//! rank that dies or goes silent mid-call, ranks out of step).
+//! The collective group over real TCP on loopback and over shared-memory
+//! pipes (both transports, each test), its ranks threads of this process
+//! that meet through an embedded cluster's key-value store: allreduce
+//! against a sequential reduction for 1 to 4 ranks and sizes from one
+//! element to 64 MiB, the other collectives, fusion, and failures (a rank
+//! that dies or goes silent mid-call, ranks out of step).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -12,6 +13,16 @@ use raylet_train::collective::{CollectiveError, CollectiveGroup, GroupOptions, R
 
 fn cluster() -> Cluster {
     raylet::init().unwrap()
+}
+
+/// Both transports: ranks on one host through shared memory, and over TCP.
+const TRANSPORTS: [bool; 2] = [true, false];
+
+fn options(shared_memory: bool) -> GroupOptions {
+    GroupOptions {
+        shared_memory,
+        ..GroupOptions::default()
+    }
 }
 
 /// Runs `work` on `world` ranks of a new group, each on its own thread;
@@ -70,28 +81,114 @@ fn sequential(world: usize, len: usize, op: ReduceOp) -> Vec<f32> {
 fn allreduce_matches_a_sequential_reduction_for_1_to_4_ranks_and_1_element_to_64_mib() {
     let cluster = cluster();
     let sizes = [1, 3, 1_000, 16_385, 1_000_003, 16 << 20];
-    for world in 1..=4 {
-        for len in sizes {
-            let ops: &[ReduceOp] = match len {
-                1_000_003 => &[ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max],
-                _ => &[ReduceOp::Sum],
-            };
-            for &op in ops {
-                let started = Instant::now();
-                let results = on_ranks(&cluster, world, GroupOptions::default(), move |mut group| {
-                    let mut values = input(group.rank(), len);
-                    group.allreduce(&mut values, op).unwrap();
-                    values
-                });
-                let expected = sequential(world, len, op);
-                for (rank, result) in results.iter().enumerate() {
-                    assert!(
-                        result == &expected,
-                        "{world} ranks, {len} elements, {op:?}: rank {rank} differs"
-                    );
+    for shared_memory in TRANSPORTS {
+        for world in 1..=4 {
+            for len in sizes {
+                let ops: &[ReduceOp] = match len {
+                    1_000_003 => &[ReduceOp::Sum, ReduceOp::Mean, ReduceOp::Max],
+                    _ => &[ReduceOp::Sum],
+                };
+                for &op in ops {
+                    check_allreduce(&cluster, shared_memory, world, len, op);
                 }
-                println!("{world} ranks, {len} f32, {op:?}: {:?}", started.elapsed());
             }
+        }
+    }
+}
+
+fn check_allreduce(cluster: &Cluster, shared_memory: bool, world: usize, len: usize, op: ReduceOp) {
+    let started = Instant::now();
+    let results = on_ranks(cluster, world, options(shared_memory), move |mut group| {
+        let pipes = group.shared_memory_links();
+        let mut values = input(group.rank(), len);
+        group.allreduce(&mut values, op).unwrap();
+        (pipes, values)
+    });
+    let expected = sequential(world, len, op);
+    let case = format!("{world} ranks, {len} elements, {op:?}, shared memory {shared_memory}");
+    for (rank, (pipes, result)) in results.iter().enumerate() {
+        let expected_pipes = if shared_memory { world - 1 } else { 0 };
+        assert_eq!(*pipes, expected_pipes, "{case}: rank {rank}'s links to the others");
+        assert!(result == &expected, "{case}: rank {rank} differs");
+    }
+    println!("{case}: {:?}", started.elapsed());
+}
+
+#[test]
+fn no_shared_memory_file_outlives_the_forming_of_a_group() {
+    let cluster = cluster();
+    let prefix = format!("raylet-collective-{}-", std::process::id());
+    let files = on_ranks(&cluster, 4, options(true), move |mut group| {
+        group.barrier().unwrap();
+        let files: Vec<String> = std::fs::read_dir("/dev/shm")
+            .unwrap()
+            .filter_map(|entry| entry.ok()?.file_name().into_string().ok())
+            .filter(|name| name.starts_with(&prefix))
+            .collect();
+        (group.shared_memory_links(), files)
+    });
+    for (pipes, files) in files {
+        assert_eq!(pipes, 3);
+        assert!(files.is_empty(), "pipes' files are unlinked once mapped: {files:?}");
+    }
+}
+
+/// A `/dev/shm` too small for every pipe (a container's is 64 MiB) leaves
+/// the links whose pipes do not fit on TCP, instead of a SIGBUS later:
+/// here room for two of the six pipes of 3 ranks, so at most one link is
+/// shared memory, and the group still reduces right.
+#[test]
+fn a_full_dev_shm_leaves_links_on_tcp_and_the_group_still_reduces() {
+    let cluster = cluster();
+    let ranks = std::thread::spawn(move || {
+        if let Err(why) = mount_small_dev_shm("size=10m") {
+            println!("skipped: {why}");
+            return None;
+        }
+        Some(on_ranks(&cluster, 3, options(true), |mut group| {
+            let pipes = group.shared_memory_links();
+            let mut values = input(group.rank(), 1_000_003);
+            group.allreduce(&mut values, ReduceOp::Sum).unwrap();
+            (pipes, values)
+        }))
+    })
+    .join()
+    .unwrap();
+    let Some(ranks) = ranks else { return };
+    let pipes: Vec<usize> = ranks.iter().map(|(pipes, _)| *pipes).collect();
+    assert!(pipes.iter().sum::<usize>() <= 2, "at most one link fits: {pipes:?}");
+    let expected = sequential(3, 1_000_003, ReduceOp::Sum);
+    assert!(ranks.iter().all(|(_, values)| values == &expected));
+    println!("links through shared memory, by rank: {pipes:?}");
+}
+
+/// Gives this thread (and the threads it starts) a mount namespace of its
+/// own with a small tmpfs on `/dev/shm`; needs root.
+fn mount_small_dev_shm(options: &str) -> Result<(), String> {
+    // SAFETY: plain syscalls on this thread's own namespace, with
+    // NUL-terminated strings that outlive them.
+    unsafe {
+        if libc::geteuid() != 0 || libc::unshare(libc::CLONE_NEWNS) != 0 {
+            return Err("mounting a small /dev/shm needs root and mount namespaces".into());
+        }
+        let private = libc::mount(
+            c"none".as_ptr(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        );
+        let options = std::ffi::CString::new(options).unwrap();
+        let tmpfs = libc::mount(
+            c"tmpfs".as_ptr(),
+            c"/dev/shm".as_ptr(),
+            c"tmpfs".as_ptr(),
+            0,
+            options.as_ptr().cast(),
+        );
+        match (private, tmpfs) {
+            (0, 0) => Ok(()),
+            _ => Err(format!("mount: {}", std::io::Error::last_os_error())),
         }
     }
 }
@@ -99,7 +196,13 @@ fn allreduce_matches_a_sequential_reduction_for_1_to_4_ranks_and_1_element_to_64
 #[test]
 fn f64_means_are_the_same_bits_on_every_rank() {
     let cluster = cluster();
-    let results = on_ranks(&cluster, 3, GroupOptions::default(), |mut group| {
+    for shared_memory in TRANSPORTS {
+        f64_means_on_every_rank(&cluster, shared_memory);
+    }
+}
+
+fn f64_means_on_every_rank(cluster: &Cluster, shared_memory: bool) {
+    let results = on_ranks(cluster, 3, options(shared_memory), |mut group| {
         let mut values: Vec<f64> = (0..300_001)
             .map(|i| (i as f64).sin() * (group.rank() + 1) as f64)
             .collect();
@@ -119,12 +222,18 @@ fn f64_means_are_the_same_bits_on_every_rank() {
 #[test]
 fn broadcast_barrier_allgather_and_reduce_scatter_do_what_they_say() {
     let cluster = cluster();
-    let results = on_ranks(&cluster, 3, GroupOptions::default(), |mut group| {
+    for shared_memory in TRANSPORTS {
+        other_collectives(&cluster, shared_memory);
+    }
+}
+
+fn other_collectives(cluster: &Cluster, shared_memory: bool) {
+    let results = on_ranks(cluster, 3, options(shared_memory), |mut group| {
         let rank = group.rank();
         let mut values = vec![rank as f32; 100_000];
         group.broadcast(&mut values, 1).unwrap();
         let mut record = match rank {
-            2 => b"rank two's model record".to_vec(),
+            2 => b"rank two's model record, 37 bytes".to_vec(),
             _ => Vec::new(),
         };
         group.broadcast_bytes(&mut record, 2).unwrap();
@@ -136,7 +245,7 @@ fn broadcast_barrier_allgather_and_reduce_scatter_do_what_they_say() {
     let summed = sequential(3, 1_000, ReduceOp::Sum);
     for (rank, (values, record, gathered, scattered)) in results.into_iter().enumerate() {
         assert!(values.iter().all(|&v| v == 1.0), "rank {rank} has rank 1's values");
-        assert_eq!(record, b"rank two's model record");
+        assert_eq!(record, b"rank two's model record, 37 bytes");
         assert_eq!(gathered, [0.0, 0.0, 1.0, 10.0, 2.0, 20.0]);
         assert_eq!(scattered, summed[segment_range(1_000, 3, rank)]);
     }
@@ -166,12 +275,19 @@ fn fused_allreduce_reduces_every_buffer_across_fusion_boundaries() {
 #[test]
 fn a_rank_that_dies_mid_allreduce_fails_every_other_rank_at_once() {
     let cluster = cluster();
+    for shared_memory in TRANSPORTS {
+        a_dying_rank_fails_the_others(&cluster, shared_memory);
+    }
+}
+
+fn a_dying_rank_fails_the_others(cluster: &Cluster, shared_memory: bool) {
     let options = GroupOptions {
         timeout: Duration::from_secs(30),
+        shared_memory,
         ..GroupOptions::default()
     };
     let started = Instant::now();
-    let results = on_ranks(&cluster, 3, options, |mut group| {
+    let results = on_ranks(cluster, 3, options, |mut group| {
         if group.rank() == 2 {
             std::thread::sleep(Duration::from_millis(300));
             drop(group);
@@ -198,12 +314,19 @@ fn a_rank_that_dies_mid_allreduce_fails_every_other_rank_at_once() {
 #[test]
 fn a_rank_that_goes_silent_fails_the_others_after_the_timeout_and_nothing_hangs() {
     let cluster = cluster();
+    for shared_memory in TRANSPORTS {
+        a_silent_rank_times_the_others_out(&cluster, shared_memory);
+    }
+}
+
+fn a_silent_rank_times_the_others_out(cluster: &Cluster, shared_memory: bool) {
     let options = GroupOptions {
         timeout: Duration::from_secs(1),
+        shared_memory,
         ..GroupOptions::default()
     };
     let started = Instant::now();
-    let results = on_ranks(&cluster, 3, options, |mut group| {
+    let results = on_ranks(cluster, 3, options, |mut group| {
         if group.rank() == 0 {
             std::thread::sleep(Duration::from_secs(3));
             return group.barrier().unwrap_err();
@@ -222,7 +345,13 @@ fn a_rank_that_goes_silent_fails_the_others_after_the_timeout_and_nothing_hangs(
 #[test]
 fn ranks_that_call_different_collectives_fail_instead_of_mixing_them_up() {
     let cluster = cluster();
-    let results = on_ranks(&cluster, 2, GroupOptions::default(), |mut group| match group.rank() {
+    for shared_memory in TRANSPORTS {
+        ranks_out_of_step_fail(&cluster, shared_memory);
+    }
+}
+
+fn ranks_out_of_step_fail(cluster: &Cluster, shared_memory: bool) {
+    let results = on_ranks(cluster, 2, options(shared_memory), |mut group| match group.rank() {
         0 => group.barrier().and_then(|()| group.barrier()).err(),
         _ => {
             let mut values = vec![0f32; 10];

@@ -26,10 +26,6 @@ pub fn even_segments(len: usize, world: usize) -> Vec<Range<usize>> {
     (0..world).map(|index| segment_range(len, world, index)).collect()
 }
 
-/// Payloads up to this many bytes are written without a helper thread:
-/// they fit in a socket's buffer, so writing them first cannot block.
-const INLINE_SEND: usize = 4096;
-
 /// One call's place in the group: its links, where this rank is, and the
 /// call's sequence number.
 pub(crate) struct Call<'a> {
@@ -72,13 +68,7 @@ impl Call<'_> {
             self.exchange(cast_slice(out), |reader, seq| {
                 let announced = reader.header(seq)?;
                 reader.expect_len(announced, std::mem::size_of_val(into))?;
-                let mut scratch = vec![T::zeroed(); chunk.min(into.len())];
-                for part in into.chunks_mut(chunk) {
-                    let scratch = &mut scratch[..part.len()];
-                    reader.read(cast_slice_mut(scratch))?;
-                    combine(part, scratch, op);
-                }
-                Ok(())
+                reader.reduce_into(into, op, chunk)
             })?;
         }
         Ok(())
@@ -103,23 +93,28 @@ impl Call<'_> {
     }
 
     /// Sends `out` to the right-hand rank while `receive` reads from the
-    /// left-hand one. When either fails, both links are closed, so the
-    /// other side does not wait out its timeout.
+    /// left-hand one (first one, then the other, when the link takes `out`
+    /// without waiting for the peer). When either fails, both links are
+    /// closed, so the other side does not wait out its timeout.
     fn exchange(
         &mut self,
         out: &[u8],
         receive: impl FnOnce(&mut Reader, u64) -> Result<(), CollectiveError>,
     ) -> Result<(), CollectiveError> {
-        let (left, right, seq) = (self.left(), self.right(), self.seq);
+        let (left, right, seq, world) = (self.left(), self.right(), self.seq, self.world);
         let stopper = self.links.stopper(right)?;
         let Links { readers, writers } = &mut *self.links;
         let writer = writers[right].as_mut().expect("a ring neighbour is another rank");
         let reader = readers[left].as_mut().expect("a ring neighbour is another rank");
+        if writer.sends_without_waiting(out.len(), world) {
+            writer.send(seq, out)?;
+            return receive(reader, seq);
+        }
         std::thread::scope(|scope| {
             let sending = scope.spawn(move || writer.send(seq, out));
             let received = receive(reader, seq);
             if received.is_err() {
-                let _ = stopper.shutdown(std::net::Shutdown::Both);
+                stopper.stop();
             }
             let sent = sending
                 .join()
@@ -134,6 +129,12 @@ impl Call<'_> {
         let (rank, world, seq) = (self.rank, self.world, self.seq);
         let peers: Vec<usize> = (0..world).filter(|&peer| peer != rank).collect();
         let Links { readers, writers } = &mut *self.links;
+        let inline = peers.iter().all(|&peer| {
+            writers[peer]
+                .as_ref()
+                .expect("another rank")
+                .sends_without_waiting(payload.len(), world)
+        });
         let mut send_all = || {
             peers
                 .iter()
@@ -146,7 +147,7 @@ impl Call<'_> {
             }
             Ok(received)
         };
-        if payload.len() <= INLINE_SEND {
+        if inline {
             send_all()?;
             return receive_all();
         }

@@ -10,6 +10,10 @@
 //! - Many small buffers (a model's gradients) are fused into few large
 //!   ones, as Horovod does ([`CollectiveGroup::allreduce_fused`]).
 //!
+//! Ranks on the same host move their bytes through shared-memory pipes
+//! instead of TCP (as NCCL's and Open MPI's shared-memory transports do),
+//! unless [`GroupOptions::shared_memory`] is off.
+//!
 //! Every rank gets bit-identical results. A rank whose call fails (a peer
 //! died, or did not answer within the timeout) closes its links, so the
 //! other ranks fail at once too instead of waiting; the group is then
@@ -18,6 +22,7 @@
 mod algorithms;
 mod element;
 mod rendezvous;
+mod shared_memory;
 mod wire;
 
 use std::ops::Range;
@@ -81,6 +86,9 @@ pub struct GroupOptions {
     /// [`CollectiveGroup::allreduce_fused`] packs buffers into one of up to
     /// this many bytes.
     pub fusion_bytes: usize,
+    /// Ranks on the same host exchange through shared memory (TCP then only
+    /// watches that the peer lives); off, every byte goes over TCP.
+    pub shared_memory: bool,
 }
 
 impl Default for GroupOptions {
@@ -91,6 +99,7 @@ impl Default for GroupOptions {
             small_bytes: 64 << 10,
             chunk_bytes: 1 << 20,
             fusion_bytes: 64 << 20,
+            shared_memory: true,
         }
     }
 }
@@ -124,7 +133,7 @@ impl CollectiveGroup {
         }
         let member = Member { name, rank, world };
         let streams = connect_ranks(cluster, &member, options.rendezvous_timeout)?;
-        let links = Links::new(streams, options.timeout)?;
+        let links = Links::new(streams, options.timeout, options.shared_memory)?;
         Ok(CollectiveGroup {
             rank,
             world,
@@ -141,6 +150,12 @@ impl CollectiveGroup {
 
     pub fn world_size(&self) -> usize {
         self.world
+    }
+
+    /// How many of this rank's links to other ranks go through shared
+    /// memory (the others are TCP).
+    pub fn shared_memory_links(&self) -> usize {
+        self.links.shared_memory_links()
     }
 
     /// Reduces `values` over every rank, in place; every rank passes as many.

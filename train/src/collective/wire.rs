@@ -1,17 +1,27 @@
-//! The TCP links between the ranks of a group: one stream per peer, read
-//! and written from different threads at once. Every message is framed
+//! The links between the ranks of a group: one TCP stream per peer, read
+//! and written from different threads at once, and with a peer on the same
+//! host a pair of shared-memory pipes that carry the bytes instead (the
+//! stream then only says whether the peer lives). Every message is framed
 //! with the sequence number of the collective call it belongs to and its
 //! length, so ranks that call different collectives fail instead of
 //! mixing them up.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
+use std::sync::Arc;
 use std::time::Duration;
 
+use bytemuck::cast_slice_mut;
+
 use super::CollectiveError;
+use super::element::{Element, ReduceOp, combine};
+use super::shared_memory::{Mapping, PeerLink, PipePair, PipeReader, PipeWriter, RING_BYTES, connect_pipes};
 
 /// Bytes of a frame header: sequence number and payload length.
 const HEADER: usize = 16;
+/// TCP payloads up to this many bytes fit in a socket's buffer, so a rank
+/// may write them before it reads without waiting for its peer.
+const INLINE_TCP_SEND: usize = 4096;
 
 /// The read and write halves of the streams to every peer; `None` at this
 /// rank's own index.
@@ -23,17 +33,51 @@ pub(crate) struct Links {
 pub(crate) struct Reader {
     peer: usize,
     stream: TcpStream,
+    /// The pipe the peer writes to, when it is on this host.
+    pipe: Option<PipeReader>,
+    timeout: Duration,
 }
 
 pub(crate) struct Writer {
     peer: usize,
     stream: TcpStream,
+    /// The pipe this rank writes to, when the peer is on this host.
+    pipe: Option<PipeWriter>,
+    timeout: Duration,
+}
+
+/// Closes one link while it is in use, so that a side blocked on it fails.
+pub(crate) struct Stopper {
+    stream: TcpStream,
+    pipes: Vec<Arc<Mapping>>,
+}
+
+impl Stopper {
+    pub(crate) fn stop(&self) {
+        let _ = self.stream.shutdown(Shutdown::Both);
+        self.pipes.iter().for_each(|pipe| pipe.close());
+    }
 }
 
 impl Links {
     /// Links over `streams` (one per peer, `None` at this rank), whose reads
-    /// and writes give up after `timeout`.
-    pub(crate) fn new(streams: Vec<Option<TcpStream>>, timeout: Duration) -> Result<Self, CollectiveError> {
+    /// and writes give up after `timeout`; with `shared_memory`, peers on
+    /// this host get pipes as well.
+    pub(crate) fn new(
+        mut streams: Vec<Option<TcpStream>>,
+        timeout: Duration,
+        shared_memory: bool,
+    ) -> Result<Self, CollectiveError> {
+        for (peer, stream) in streams.iter().enumerate() {
+            if let Some(stream) = stream {
+                set_up(stream, timeout)
+                    .map_err(|e| CollectiveError::Rendezvous(format!("setting up the link to rank {peer}: {e}")))?;
+            }
+        }
+        let mut pipes = match shared_memory {
+            true => pipes_on_this_host(&mut streams)?,
+            false => streams.iter().map(|_| None).collect(),
+        };
         let mut readers = Vec::with_capacity(streams.len());
         let mut writers = Vec::with_capacity(streams.len());
         for (peer, stream) in streams.into_iter().enumerate() {
@@ -42,29 +86,82 @@ impl Links {
                 writers.push(None);
                 continue;
             };
-            let setup =
-                |e: std::io::Error| CollectiveError::Rendezvous(format!("setting up the link to rank {peer}: {e}"));
-            stream.set_nodelay(true).map_err(setup)?;
-            stream.set_read_timeout(Some(timeout)).map_err(setup)?;
-            stream.set_write_timeout(Some(timeout)).map_err(setup)?;
-            let writer = stream.try_clone().map_err(setup)?;
-            readers.push(Some(Reader { peer, stream }));
-            writers.push(Some(Writer { peer, stream: writer }));
+            let writer = stream
+                .try_clone()
+                .map_err(|e| CollectiveError::Rendezvous(format!("setting up the link to rank {peer}: {e}")))?;
+            let (incoming, outgoing) = match pipes[peer].take() {
+                Some(PipePair { outgoing, incoming }) => (
+                    Some(PipeReader { mapping: incoming }),
+                    Some(PipeWriter { mapping: outgoing }),
+                ),
+                None => (None, None),
+            };
+            readers.push(Some(Reader {
+                peer,
+                stream,
+                pipe: incoming,
+                timeout,
+            }));
+            writers.push(Some(Writer {
+                peer,
+                stream: writer,
+                pipe: outgoing,
+                timeout,
+            }));
         }
         Ok(Links { readers, writers })
     }
 
-    /// Closes every stream, so that peers blocked on this rank fail at once.
+    /// How many links carry their bytes through shared memory.
+    pub(crate) fn shared_memory_links(&self) -> usize {
+        self.readers
+            .iter()
+            .flatten()
+            .filter(|reader| reader.pipe.is_some())
+            .count()
+    }
+
+    /// Closes every link, so that peers blocked on this rank fail at once.
     pub(crate) fn shut_down(&self) {
-        for reader in self.readers.iter().flatten() {
-            let _ = reader.stream.shutdown(Shutdown::Both);
+        for peer in 0..self.readers.len() {
+            if let Some(stopper) = self.stopper_of(peer) {
+                stopper.stop();
+            }
         }
     }
 
-    /// A handle on the stream to `peer` that can close it while it is in use.
-    pub(crate) fn stopper(&self, peer: usize) -> Result<TcpStream, CollectiveError> {
+    /// A handle that can close the link to `peer` while it is in use.
+    pub(crate) fn stopper(&self, peer: usize) -> Result<Stopper, CollectiveError> {
         let writer = self.writers[peer].as_ref().expect("a rank has no link to itself");
-        writer.stream.try_clone().map_err(|e| CollectiveError::from_io(peer, e))
+        let stream = writer
+            .stream
+            .try_clone()
+            .map_err(|e| CollectiveError::from_io(peer, e))?;
+        Ok(Stopper {
+            stream,
+            pipes: self.pipes_of(peer),
+        })
+    }
+
+    fn stopper_of(&self, peer: usize) -> Option<Stopper> {
+        let reader = self.readers[peer].as_ref()?;
+        let stream = reader.stream.try_clone().ok()?;
+        Some(Stopper {
+            stream,
+            pipes: self.pipes_of(peer),
+        })
+    }
+
+    fn pipes_of(&self, peer: usize) -> Vec<Arc<Mapping>> {
+        let incoming = self.readers[peer]
+            .as_ref()
+            .and_then(|r| r.pipe.as_ref())
+            .map(|p| p.mapping.clone());
+        let outgoing = self.writers[peer]
+            .as_ref()
+            .and_then(|w| w.pipe.as_ref())
+            .map(|p| p.mapping.clone());
+        incoming.into_iter().chain(outgoing).collect()
     }
 
     pub(crate) fn reader(&mut self, peer: usize) -> &mut Reader {
@@ -77,12 +174,32 @@ impl Links {
 }
 
 impl Writer {
+    /// Whether a message of `len` bytes can be written before this rank
+    /// reads, in a group of `world`, without waiting for the peer: it fits a
+    /// socket's buffer, or a pipe's ring holds it even with a whole lap of
+    /// the ring's messages unread (a peer is never further behind).
+    pub(crate) fn sends_without_waiting(&self, len: usize, world: usize) -> bool {
+        match self.pipe {
+            Some(_) => 2 * world * (len + HEADER) <= RING_BYTES,
+            None => len <= INLINE_TCP_SEND,
+        }
+    }
+
     /// Sends one message of collective call `seq`.
     pub(crate) fn send(&mut self, seq: u64, payload: &[u8]) -> Result<(), CollectiveError> {
         let mut header = [0u8; HEADER];
         header[..8].copy_from_slice(&seq.to_le_bytes());
         header[8..].copy_from_slice(&(payload.len() as u64).to_le_bytes());
         let peer = self.peer;
+        if let Some(pipe) = &mut self.pipe {
+            let link = PeerLink {
+                peer,
+                stream: &self.stream,
+                timeout: self.timeout,
+            };
+            pipe.write_all(&header, &link)?;
+            return pipe.write_all(payload, &link);
+        }
         self.stream
             .write_all(&header)
             .and_then(|()| self.stream.write_all(payload))
@@ -132,11 +249,68 @@ impl Reader {
         }
     }
 
-    /// Fills `into` from the stream.
+    /// Fills `into` from the link.
     pub(crate) fn read(&mut self, into: &mut [u8]) -> Result<(), CollectiveError> {
         let peer = self.peer;
+        if let Some(pipe) = &mut self.pipe {
+            let link = PeerLink {
+                peer,
+                stream: &self.stream,
+                timeout: self.timeout,
+            };
+            return pipe.read_exact(into, &link);
+        }
         self.stream
             .read_exact(into)
             .map_err(|e| CollectiveError::from_io(peer, e))
+    }
+
+    /// Combines the next `part.len()` elements of the link into `part`:
+    /// from a pipe straight out of shared memory, from TCP through a
+    /// scratch buffer of `chunk` elements at a time.
+    pub(crate) fn reduce_into<T: Element>(
+        &mut self,
+        part: &mut [T],
+        op: ReduceOp,
+        chunk: usize,
+    ) -> Result<(), CollectiveError> {
+        if let Some(pipe) = &mut self.pipe {
+            let link = PeerLink {
+                peer: self.peer,
+                stream: &self.stream,
+                timeout: self.timeout,
+            };
+            return pipe.reduce_into(part, op, &link);
+        }
+        let mut scratch = vec![T::zeroed(); chunk.max(1).min(part.len())];
+        for part in part.chunks_mut(chunk.max(1)) {
+            let scratch = &mut scratch[..part.len()];
+            self.read(cast_slice_mut(scratch))?;
+            combine(part, scratch, op);
+        }
+        Ok(())
+    }
+}
+
+fn set_up(stream: &TcpStream, timeout: Duration) -> std::io::Result<()> {
+    stream.set_nodelay(true)?;
+    stream.set_read_timeout(Some(timeout))?;
+    stream.set_write_timeout(Some(timeout))
+}
+
+/// Pipes with the peers whose streams join this host to itself (both ends
+/// on one address); `None` for the others.
+fn pipes_on_this_host(streams: &mut [Option<TcpStream>]) -> Result<Vec<Option<PipePair>>, CollectiveError> {
+    let mut local: Vec<Option<&mut TcpStream>> = streams
+        .iter_mut()
+        .map(|stream| stream.as_mut().filter(|stream| same_host(stream)))
+        .collect();
+    connect_pipes(&mut local).map_err(|e| CollectiveError::Rendezvous(format!("setting up shared memory: {e}")))
+}
+
+fn same_host(stream: &TcpStream) -> bool {
+    match (stream.local_addr(), stream.peer_addr()) {
+        (Ok(local), Ok(peer)) => local.ip() == peer.ip(),
+        _ => false,
     }
 }
