@@ -92,12 +92,19 @@ impl TrainContext {
         self.use_gpu
     }
 
-    /// The device to train on: this worker's GPU (the first it may see)
-    /// when the run uses GPUs and the `cuda` feature is on, else the CPU.
+    /// The device to train on: this worker's GPU when the run uses GPUs and
+    /// the `cuda` feature (the first GPU `CUDA_VISIBLE_DEVICES` shows it)
+    /// or the `vulkan` feature (the discrete GPU whose index is its first
+    /// GPU id: Vulkan ignores `CUDA_VISIBLE_DEVICES`) is on, else the CPU.
     pub fn device(&self) -> burn::prelude::Device {
         #[cfg(feature = "cuda")]
         if self.use_gpu() {
             return burn::prelude::Device::cuda(0);
+        }
+        #[cfg(feature = "vulkan")]
+        if self.use_gpu() {
+            let gpu = raylet::gpu_ids().first().map_or(0, |&id| id as usize);
+            return burn::prelude::Device::vulkan(burn::tensor::DeviceKind::DiscreteGpu(gpu));
         }
         burn::prelude::Device::flex()
     }
