@@ -118,7 +118,7 @@ fn strict_spread_bundles_hold_one_node_each_run_their_work_and_free_it_all_on_re
         std::thread::sleep(Duration::from_millis(20));
     };
     assert!(
-        matches!(&after, Error::Task(task) if task.kind == TaskErrorKind::ActorDied),
+        matches!(&after, Error::Task(task) if task.is_actor_death()),
         "{after}"
     );
     let task = node_manager::options()

@@ -30,9 +30,13 @@ pub enum TaskErrorKind {
     Argument,
     /// The process that owned an object is gone.
     OwnerDied,
-    /// The actor's process died and the call was not retried, or the actor
-    /// is dead; the message says why.
+    /// The actor's process died while the call was sent to it and the call
+    /// was not retried; the message says why. Part of it may have run.
     ActorDied,
+    /// The actor died (or its state could no longer be known) before the
+    /// call was sent to it: nothing of the call ran, so sending it to
+    /// another actor runs it once.
+    ActorDiedBeforeSend,
     /// The actor's constructor failed; the message is its error.
     ActorCreationFailed,
 }
@@ -74,6 +78,7 @@ impl TaskError {
             FailureKind::BinaryMismatch => TaskErrorKind::BinaryMismatch,
             FailureKind::OwnerDied => TaskErrorKind::OwnerDied,
             FailureKind::ActorDied => TaskErrorKind::ActorDied,
+            FailureKind::ActorDiedBeforeSend => TaskErrorKind::ActorDiedBeforeSend,
             FailureKind::ActorCreationFailed => TaskErrorKind::ActorCreationFailed,
             FailureKind::Argument | FailureKind::Unspecified => TaskErrorKind::Argument,
         };
@@ -101,6 +106,7 @@ impl TaskError {
             TaskErrorKind::Argument => FailureKind::Argument,
             TaskErrorKind::OwnerDied => FailureKind::OwnerDied,
             TaskErrorKind::ActorDied => FailureKind::ActorDied,
+            TaskErrorKind::ActorDiedBeforeSend => FailureKind::ActorDiedBeforeSend,
             TaskErrorKind::ActorCreationFailed => FailureKind::ActorCreationFailed,
         };
         v1::TaskFailure {
@@ -111,6 +117,11 @@ impl TaskError {
             pid: self.pid,
             attempt: self.attempt,
         }
+    }
+
+    /// Whether the call failed because its actor died, sent to it or not.
+    pub fn is_actor_death(&self) -> bool {
+        matches!(self.kind, TaskErrorKind::ActorDied | TaskErrorKind::ActorDiedBeforeSend)
     }
 
     /// Whether retrying on another worker may help.
@@ -133,7 +144,8 @@ impl fmt::Display for TaskError {
             TaskErrorKind::BinaryMismatch => "was sent to another build of the binary",
             TaskErrorKind::Argument => "could not get its arguments",
             TaskErrorKind::OwnerDied => "lost the owner of an object",
-            TaskErrorKind::ActorDied => "was not run: its actor died",
+            TaskErrorKind::ActorDied => "lost its actor, which died while it was sent",
+            TaskErrorKind::ActorDiedBeforeSend => "was not sent: its actor died first",
             TaskErrorKind::ActorCreationFailed => "was not run: its actor's constructor failed",
         };
         write!(f, "task {} {what}", self.function)?;

@@ -311,7 +311,7 @@ pub(crate) fn check_registered(stages: &[StageSpec]) -> Result<(), DataError> {
 
 /// Whether a call failed because its actor's worker died.
 fn actor_died(result: &Result<BlockOutput, raylet::Error>) -> bool {
-    matches!(result, Err(raylet::Error::Task(task)) if task.kind == TaskErrorKind::ActorDied)
+    matches!(result, Err(raylet::Error::Task(task)) if task.is_actor_death())
 }
 
 /// The error of a block's task: the input a function failed on, when it

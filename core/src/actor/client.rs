@@ -7,7 +7,9 @@
 //! together. When the actor's process dies, calls in flight are sent again
 //! to its next incarnation if their retries allow, and fail with
 //! `ActorDied` otherwise; once the actor is dead every call fails, saying
-//! why.
+//! why: those in flight with `ActorDied`, those never sent (queued, or made
+//! after the death) with `ActorDiedBeforeSend`, so a caller knows which it
+//! may send to another actor without running anything twice.
 
 use std::collections::VecDeque;
 use std::future::Future;
@@ -471,11 +473,21 @@ impl ActorClient {
         }
     }
 
-    /// The actor is dead for good: every call fails with `kind` and `cause`.
+    /// The actor is dead for good: every call fails with `kind` and
+    /// `cause`; a call never sent with `ActorDiedBeforeSend` instead (unless
+    /// the constructor failed, which every call reports).
     fn die(&self, state: &mut ClientState, kind: TaskErrorKind, cause: String) {
         state.connection = None;
-        let error = TaskError::new(kind, "", cause);
-        for call in state.in_flight.drain(..).chain(state.queue.drain(..)) {
+        let sent = TaskError::new(kind, "", cause);
+        let unsent = match kind {
+            TaskErrorKind::ActorCreationFailed => sent.clone(),
+            _ => TaskError {
+                kind: TaskErrorKind::ActorDiedBeforeSend,
+                ..sent.clone()
+            },
+        };
+        let in_flight = state.in_flight.drain(..).map(|call| (call, &sent));
+        for (call, error) in in_flight.chain(state.queue.drain(..).map(|call| (call, &unsent))) {
             let error = TaskError {
                 function: call.function.clone(),
                 ..error.clone()
@@ -483,7 +495,7 @@ impl ActorClient {
             call.record_failure(&self.core, &error.to_string());
             self.core.owner.fail_all(call.return_ids(), error);
         }
-        state.dead = Some(error);
+        state.dead = Some(unsent);
         state.creation_pins.clear();
     }
 

@@ -138,7 +138,7 @@ async fn a_call_in_flight_past_its_retries_fails_with_the_cause_of_death() {
 }
 
 #[tokio::test(start_paused = true)]
-async fn once_the_actor_is_dead_every_call_fails_saying_why() {
+async fn once_the_actor_is_dead_every_call_fails_saying_why_and_whether_it_was_sent() {
     let mut test = ActorTest::start();
     let queued = test.call(3);
     test.cluster.settle().await;
@@ -149,7 +149,40 @@ async fn once_the_actor_is_dead_every_call_fails_saying_why() {
         let Some(Err(error)) = test.outcome(call) else {
             panic!("the call fails");
         };
-        assert_eq!(error.kind, TaskErrorKind::ActorDied);
+        assert_eq!(error.kind, TaskErrorKind::ActorDiedBeforeSend, "never sent");
+        assert!(error.is_actor_death());
         assert!(error.message.contains("its restarts ran out"), "{}", error.message);
     }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_death_fails_calls_in_flight_as_actor_died_and_calls_never_sent_as_died_before_send() {
+    let mut test = ActorTest::start();
+    let in_flight = test.call(0);
+    test.cluster.settle().await;
+    test.report(ActorState::Alive, FIRST, "").await;
+    assert_eq!(
+        test.cluster.tasks(FIRST).len(),
+        1,
+        "the first call is sent once the actor is alive"
+    );
+    let behind = test.call(0);
+    test.report(ActorState::Dead, "", "killed by signal 9").await;
+    let kinds: Vec<TaskErrorKind> = [in_flight, behind]
+        .into_iter()
+        .map(|call| match test.outcome(call) {
+            Some(Err(error)) => error.kind,
+            other => panic!("the call fails: {other:?}"),
+        })
+        .collect();
+    let behind_was_sent = !test.cluster.tasks(FIRST).is_empty();
+    let expected_behind = match behind_was_sent {
+        true => TaskErrorKind::ActorDied,
+        false => TaskErrorKind::ActorDiedBeforeSend,
+    };
+    assert_eq!(
+        kinds,
+        [TaskErrorKind::ActorDied, expected_behind],
+        "second call sent: {behind_was_sent}"
+    );
 }
