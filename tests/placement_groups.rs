@@ -117,10 +117,7 @@ fn strict_spread_bundles_hold_one_node_each_run_their_work_and_free_it_all_on_re
         }
         std::thread::sleep(Duration::from_millis(20));
     };
-    assert!(
-        matches!(&after, Error::Task(task) if task.is_actor_death()),
-        "{after}"
-    );
+    assert!(matches!(&after, Error::Task(task) if task.is_actor_death()), "{after}");
     let task = node_manager::options()
         .placement_group(&group, Some(0))
         .remote(&cluster)
