@@ -1,0 +1,115 @@
+//! What a user writes: the [`Deployment`] trait, the request and response
+//! bodies it takes ([`Json`] or raw [`bytes::Bytes`]), and the
+//! [`ReplicaContext`] a replica is built with.
+
+use std::future::Future;
+
+use bytes::Bytes;
+use serde::de::DeserializeOwned;
+use serde::{Deserialize, Serialize};
+
+/// The error user code returns; its message reaches the HTTP client.
+pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// A model or service whose replicas answer requests. Each replica builds
+/// one value with [`Deployment::new`] and calls it concurrently, up to
+/// `max_ongoing_requests` at once. Register the type with
+/// [`register_deployment!`](crate::register_deployment).
+pub trait Deployment: Send + Sync + Sized + 'static {
+    /// What every replica is built from (a checkpoint's path, sizes).
+    type Init: Serialize + DeserializeOwned;
+    /// Settings that [`Deployment::reconfigure`] applies after `new`.
+    type UserConfig: Serialize + DeserializeOwned + Send;
+    /// A request's body, decoded in the replica: a bad one is a 400.
+    type Request: Body;
+    /// A response's body.
+    type Response: Body;
+
+    /// Builds the replica's value; it runs once per replica.
+    fn new(init: Self::Init, context: &ReplicaContext) -> Result<Self, BoxError>;
+
+    /// Answers one request; an `Err` is a 500 that names the replica.
+    fn call(&self, request: Self::Request) -> impl Future<Output = Result<Self::Response, BoxError>> + Send;
+
+    /// Applies the deployment's user config, when it has one; runs right
+    /// after `new`.
+    fn reconfigure(&self, _config: Self::UserConfig) -> Result<(), BoxError> {
+        Ok(())
+    }
+
+    /// Whether the replica can take traffic; checked before it gets any.
+    fn check_health(&self) -> Result<(), BoxError> {
+        Ok(())
+    }
+}
+
+/// How a body is encoded on HTTP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum Encoding {
+    /// `application/json`.
+    Json,
+    /// `application/octet-stream`.
+    Bytes,
+}
+
+impl Encoding {
+    /// The `Content-Type` of a response in this encoding.
+    pub fn content_type(self) -> &'static str {
+        match self {
+            Encoding::Json => "application/json",
+            Encoding::Bytes => "application/octet-stream",
+        }
+    }
+}
+
+/// A request or response body: JSON ([`Json`]) or raw bytes ([`Bytes`]).
+pub trait Body: Sized + Send + 'static {
+    /// How this body is encoded.
+    const ENCODING: Encoding;
+
+    /// The body's bytes.
+    fn encode(self) -> Result<Bytes, BoxError>;
+
+    /// The body from its bytes; the message says what is wrong.
+    fn decode(bytes: Bytes) -> Result<Self, String>;
+}
+
+/// A JSON body of type `T`: malformed JSON, or JSON that is not a `T`,
+/// is a 400 with serde's message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Json<T>(pub T);
+
+impl<T: Serialize + DeserializeOwned + Send + 'static> Body for Json<T> {
+    const ENCODING: Encoding = Encoding::Json;
+
+    fn encode(self) -> Result<Bytes, BoxError> {
+        Ok(serde_json::to_vec(&self.0)?.into())
+    }
+
+    fn decode(bytes: Bytes) -> Result<Self, String> {
+        serde_json::from_slice(&bytes).map(Json).map_err(|e| e.to_string())
+    }
+}
+
+impl Body for Bytes {
+    const ENCODING: Encoding = Encoding::Bytes;
+
+    fn encode(self) -> Result<Bytes, BoxError> {
+        Ok(self)
+    }
+
+    fn decode(bytes: Bytes) -> Result<Self, String> {
+        Ok(bytes)
+    }
+}
+
+/// Who a replica is: its application, deployment and name. A deployment
+/// calls another of its application through
+/// `DeploymentHandle::new(&context.app, "other")`.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ReplicaContext {
+    pub app: String,
+    pub deployment: String,
+    /// The replica's actor name, `replica:<app>:<deployment>:<index>`.
+    pub replica: String,
+}

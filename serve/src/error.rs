@@ -1,0 +1,54 @@
+//! The one error type of raylet-serve. The proxy maps each variant to an
+//! HTTP status (`proxy::errors`), so callers match variants, never text.
+
+use std::time::Duration;
+
+/// What went wrong in deploying or in answering a request.
+#[derive(Debug, thiserror::Error)]
+pub enum ServeError {
+    #[error("the deployment class `{0}` is not registered in this binary: add register_deployment!({0})")]
+    NotRegistered(String),
+    #[error("invalid serve configuration: {0}")]
+    InvalidConfig(String),
+    #[error("encoding {what}: {message}")]
+    Encode { what: String, message: String },
+    #[error("no deployment `{deployment}` in application `{app}` of this process's routing table")]
+    UnknownDeployment { app: String, deployment: String },
+    #[error("deployment `{deployment}` runs `{actual}`, not `{expected}`")]
+    WrongDeploymentType {
+        deployment: String,
+        expected: String,
+        actual: String,
+    },
+    #[error("replica {replica} failed to start: {message}")]
+    ReplicaFailed { replica: String, message: String },
+    #[error("deployment `{deployment}` has no replica left")]
+    NoReplicas { deployment: String },
+    #[error("every replica of `{deployment}` is at max_ongoing_requests and its queue is full")]
+    BackPressure { deployment: String },
+    #[error("bad request for `{deployment}`: {message}")]
+    BadRequest { deployment: String, message: String },
+    #[error("deployment `{deployment}` failed on replica {replica}: {message}")]
+    User {
+        deployment: String,
+        replica: String,
+        message: String,
+    },
+    #[error("replica {replica} of `{deployment}` died while answering: {message}")]
+    ReplicaDied {
+        deployment: String,
+        replica: String,
+        message: String,
+    },
+    #[error("the response of `{deployment}` does not decode: {message}")]
+    BadResponse { deployment: String, message: String },
+    #[error("no answer within {0:?}")]
+    Timeout(Duration),
+    #[error("the HTTP proxy cannot serve: {0}")]
+    Http(#[from] std::io::Error),
+    #[error(transparent)]
+    Cluster(#[from] raylet::Error),
+}
+
+/// `Result` with a [`ServeError`].
+pub type Result<T, E = ServeError> = std::result::Result<T, E>;

@@ -1,0 +1,87 @@
+//! raylet-serve: online inference on a raylet cluster.
+//!
+//! A [`Deployment`] is a type whose replicas are actors. Each replica
+//! (the non-generic [`Replica`](replica::Replica) actor) finds the type by
+//! name in a registry that [`register_deployment!`] fills, builds it once
+//! from its `Init`, and answers requests with it. An [`HttpProxy`] actor on
+//! every alive node serves HTTP and routes each request, by the longest
+//! matching path prefix, to an application's ingress deployment.
+//!
+//! **Protocol.** A request travels as a [`wire::ServeRequest`] (the raw
+//! body) on an ordinary actor call; the replica decodes it into the
+//! deployment's request type, so a malformed body costs one actor round
+//! trip and comes back as a 400. Every [`wire::ServeReply`] carries the
+//! replica's number of ongoing requests.
+//!
+//! **Routing and back-pressure.** Proxies and [`DeploymentHandle`]s route
+//! through one router per deployment and process: the power of
+//! two choices on this router's in-flight calls plus what the replica last
+//! reported. A replica admits at most `max_ongoing_requests` and rejects
+//! the rest at once; a router holds at most `max_queued_requests` waiting
+//! requests and refuses more with [`ServeError::BackPressure`] (HTTP 503
+//! with `Retry-After`). Nothing queues without bound.
+//!
+//! **Costs.** One actor call per request (tens of microseconds on one
+//! node) plus HTTP handling in the proxy; user code runs on a runtime the
+//! replica owns, so slow requests never delay admission or rejection.
+//!
+//! **Failure.** A replica that dies is dropped from its routers. A request
+//! it never got goes to another replica; one it may have run fails with
+//! [`ServeError::ReplicaDied`] (503). Nothing replaces the replica yet. A
+//! replica that cannot be built fails [`run`], which then stops everything
+//! it started.
+//!
+//! **This slice.** [`run`] makes the driver play controller: it creates the
+//! replicas and proxies, pushes the routing table and waits until they are
+//! ready; they live as long as the driver (or until
+//! [`ServeInstance::shutdown`]). A detached controller actor, autoscaling,
+//! request batching, rolling updates, streaming responses, a `raylet serve`
+//! CLI, metrics and the dashboard page come next.
+//!
+//! ```no_run
+//! use raylet_serve::{Application, BoxError, Deployment, DeploymentConfig, Json, ReplicaContext};
+//!
+//! struct Doubler;
+//! raylet_serve::register_deployment!(Doubler);
+//!
+//! impl Deployment for Doubler {
+//!     type Init = ();
+//!     type UserConfig = ();
+//!     type Request = Json<i64>;
+//!     type Response = Json<i64>;
+//!     fn new(_: (), _: &ReplicaContext) -> Result<Self, BoxError> {
+//!         Ok(Doubler)
+//!     }
+//!     async fn call(&self, Json(x): Json<i64>) -> Result<Json<i64>, BoxError> {
+//!         Ok(Json(2 * x))
+//!     }
+//! }
+//!
+//! let cluster = raylet::init()?;
+//! let app = Application::new("doubler", "/double").deployment(DeploymentConfig::new::<Doubler>("doubler", ())?);
+//! let serve = raylet_serve::run(&cluster, app)?;
+//! println!("POST http://{}/double", serve.address());
+//! # Ok::<(), Box<dyn std::error::Error>>(())
+//! ```
+
+mod config;
+mod deployment;
+mod error;
+mod handle;
+mod instance;
+mod proxy;
+mod registry;
+pub mod replica;
+mod router;
+mod routes;
+pub mod wire;
+
+pub use config::{Application, DeploymentConfig, HttpOptions};
+pub use deployment::{Body, BoxError, Deployment, Encoding, Json, ReplicaContext};
+pub use error::{Result, ServeError};
+pub use handle::DeploymentHandle;
+pub use instance::{ServeInstance, run, run_with};
+pub use proxy::HttpProxy;
+
+#[doc(hidden)]
+pub use registry::__private;

@@ -1,0 +1,83 @@
+//! The proxy's axum server: every path goes to one handler that finds the
+//! application by the longest route prefix and sends the body to its
+//! ingress deployment's router, within the request timeout. A token check
+//! runs first, before the body is read; public applications skip it.
+
+use std::future::Future;
+use std::sync::Arc;
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::extract::{DefaultBodyLimit, Request, State};
+use axum::http::{StatusCode, Uri, header};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
+use raylet::proto::auth::AuthToken;
+use tokio::net::TcpListener;
+
+use super::errors;
+use crate::config::HttpOptions;
+use crate::error::ServeError;
+use crate::routes;
+
+/// What the handlers share.
+#[derive(Clone)]
+pub(super) struct Proxy(Arc<ProxyState>);
+
+struct ProxyState {
+    token: AuthToken,
+    options: HttpOptions,
+}
+
+impl Proxy {
+    pub(super) fn new(token: AuthToken, options: HttpOptions) -> Self {
+        Proxy(Arc::new(ProxyState { token, options }))
+    }
+}
+
+/// Serves `listener` until `shutdown` completes, then drains.
+pub(super) async fn run(
+    listener: TcpListener,
+    proxy: Proxy,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> std::io::Result<()> {
+    let app = Router::new()
+        .fallback(serve_request)
+        .layer(DefaultBodyLimit::max(proxy.0.options.max_body_bytes))
+        .layer(middleware::from_fn_with_state(proxy.clone(), require_token))
+        .with_state(proxy);
+    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+}
+
+/// Lets through requests for public applications and requests that carry
+/// the cluster token as `Authorization: Bearer`.
+async fn require_token(State(proxy): State<Proxy>, request: Request, next: Next) -> Response {
+    let public = routes::app_for(request.uri().path()).is_some_and(|route| route.public);
+    let bearer = request.headers().get(header::AUTHORIZATION);
+    if public || bearer.is_some_and(|value| proxy.0.token.admits_bearer(value.as_bytes())) {
+        return next.run(request).await;
+    }
+    errors::unauthorized()
+}
+
+/// Sends the body to the ingress of the application at the path.
+async fn serve_request(State(proxy): State<Proxy>, uri: Uri, body: Bytes) -> Response {
+    let Some(route) = routes::app_for(uri.path()) else {
+        return errors::no_route(uri.path());
+    };
+    let router = match routes::ingress_router(&route) {
+        Ok(router) => router,
+        Err(e) => return errors::response(&e),
+    };
+    let timeout = proxy.0.options.request_timeout;
+    let answer = match tokio::time::timeout(timeout, router.call(&body)).await {
+        Ok(answer) => answer,
+        Err(_) => Err(ServeError::Timeout(timeout)),
+    };
+    match answer {
+        Ok((body, encoding)) => {
+            (StatusCode::OK, [(header::CONTENT_TYPE, encoding.content_type())], body).into_response()
+        }
+        Err(e) => errors::response(&e),
+    }
+}

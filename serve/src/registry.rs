@@ -1,0 +1,131 @@
+//! The deployments linked into this binary, by name: a replica (this same
+//! binary, started again as a worker) finds its class here, since actors
+//! cannot be generic. [`register_deployment!`](crate::register_deployment)
+//! adds one.
+
+use std::collections::HashMap;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, OnceLock};
+
+use bytes::Bytes;
+
+use crate::deployment::{Body, Deployment, ReplicaContext};
+use crate::error::ServeError;
+use crate::wire::Outcome;
+
+/// A future a replica runs on its own runtime.
+pub(crate) type OutcomeFuture = Pin<Box<dyn Future<Output = Outcome> + Send>>;
+
+/// A built deployment, its type erased. Not a public API.
+#[doc(hidden)]
+pub trait ErasedDeployment: Send + Sync {
+    /// Decodes the body, runs the call and encodes its response.
+    fn call(self: Arc<Self>, body: Bytes) -> OutcomeFuture;
+
+    /// The deployment's health check, its error as text.
+    fn check_health(&self) -> Result<(), String>;
+}
+
+/// How a replica builds a deployment from its encoded `Init` and user
+/// config.
+type Construct = fn(&[u8], Option<&[u8]>, &ReplicaContext) -> Result<Arc<dyn ErasedDeployment>, ServeError>;
+
+/// One registered deployment class. Not a public API.
+#[doc(hidden)]
+pub struct RegisteredDeployment {
+    pub name: fn() -> &'static str,
+    pub construct: Construct,
+}
+
+impl RegisteredDeployment {
+    pub const fn of<D: Deployment>() -> Self {
+        RegisteredDeployment {
+            name: std::any::type_name::<D>,
+            construct: construct::<D>,
+        }
+    }
+}
+
+/// Every deployment class linked into this binary.
+#[linkme::distributed_slice]
+pub static DEPLOYMENTS: [RegisteredDeployment];
+
+/// What [`register_deployment!`](crate::register_deployment) expands to
+/// refers to. Not a public API.
+#[doc(hidden)]
+pub mod __private {
+    pub use linkme;
+
+    pub use super::{DEPLOYMENTS, RegisteredDeployment};
+}
+
+/// Registers a [`Deployment`] type so that replicas can build it.
+#[macro_export]
+macro_rules! register_deployment {
+    ($deployment:ty) => {
+        const _: () = {
+            #[$crate::__private::linkme::distributed_slice($crate::__private::DEPLOYMENTS)]
+            #[linkme(crate = $crate::__private::linkme)]
+            static REGISTRATION: $crate::__private::RegisteredDeployment =
+                $crate::__private::RegisteredDeployment::of::<$deployment>();
+        };
+    };
+}
+
+/// The registered class called `name`.
+pub(crate) fn find(name: &str) -> Option<&'static RegisteredDeployment> {
+    static BY_NAME: OnceLock<HashMap<&'static str, &'static RegisteredDeployment>> = OnceLock::new();
+    let table = BY_NAME.get_or_init(|| DEPLOYMENTS.iter().map(|entry| ((entry.name)(), entry)).collect());
+    table.get(name).copied()
+}
+
+/// A deployment behind [`ErasedDeployment`].
+struct Erased<D>(D);
+
+impl<D: Deployment> ErasedDeployment for Erased<D> {
+    fn call(self: Arc<Self>, body: Bytes) -> OutcomeFuture {
+        Box::pin(async move {
+            let request = match D::Request::decode(body) {
+                Ok(request) => request,
+                Err(message) => return Outcome::BadRequest(message),
+            };
+            let response = match self.0.call(request).await {
+                Ok(response) => response,
+                Err(e) => return Outcome::UserError(e.to_string()),
+            };
+            match response.encode() {
+                Ok(body) => Outcome::Ok {
+                    body: body.into(),
+                    encoding: D::Response::ENCODING,
+                },
+                Err(e) => Outcome::UserError(format!("encoding the response: {e}")),
+            }
+        })
+    }
+
+    fn check_health(&self) -> Result<(), String> {
+        self.0.check_health().map_err(|e| e.to_string())
+    }
+}
+
+fn construct<D: Deployment>(
+    init: &[u8],
+    user_config: Option<&[u8]>,
+    context: &ReplicaContext,
+) -> Result<Arc<dyn ErasedDeployment>, ServeError> {
+    let failed = |message: String| ServeError::ReplicaFailed {
+        replica: context.replica.clone(),
+        message,
+    };
+    let init: D::Init = raylet::proto::codec::decode(init).map_err(|e| failed(format!("decoding its Init: {e}")))?;
+    let deployment = D::new(init, context).map_err(|e| failed(e.to_string()))?;
+    if let Some(config) = user_config {
+        let config: D::UserConfig =
+            raylet::proto::codec::decode(config).map_err(|e| failed(format!("decoding its user config: {e}")))?;
+        deployment
+            .reconfigure(config)
+            .map_err(|e| failed(format!("reconfigure: {e}")))?;
+    }
+    Ok(Arc::new(Erased(deployment)))
+}

@@ -1,0 +1,145 @@
+//! The replica actor: one built deployment, answering requests.
+//!
+//! Admission is a semaphore of `max_ongoing_requests` permits: a request
+//! that finds none is answered [`Outcome::Rejected`] at once, without
+//! running user code, and its router tries elsewhere or queues. User code
+//! runs on a runtime the replica owns, because the actor's async methods
+//! share the worker's single task thread: a slow or CPU-heavy call then
+//! never delays admission, rejections or health checks. Every reply
+//! carries the count of ongoing requests.
+
+use std::sync::Arc;
+
+use bytes::Bytes;
+use serde::{Deserialize, Serialize};
+use tokio::runtime::{Handle, Runtime};
+use tokio::sync::Semaphore;
+
+use crate::deployment::ReplicaContext;
+use crate::error::ServeError;
+use crate::registry::{self, ErasedDeployment};
+use crate::routes::{self, RoutingTable};
+use crate::wire::{Outcome, ServeReply, ServeRequest};
+
+/// What a replica is built from.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ReplicaSpec {
+    pub context: ReplicaContext,
+    /// The registered class name.
+    pub class: String,
+    #[serde(with = "serde_bytes")]
+    pub init: Vec<u8>,
+    pub user_config: Option<serde_bytes::ByteBuf>,
+    pub max_ongoing_requests: u32,
+    /// Threads of the runtime user code runs on.
+    pub threads: usize,
+}
+
+/// One replica of a deployment.
+#[raylet::actor]
+pub struct Replica {
+    deployment: Arc<dyn ErasedDeployment>,
+    admission: Arc<Semaphore>,
+    max_ongoing: u32,
+    name: String,
+    runtime: UserRuntime,
+}
+
+#[raylet::actor]
+impl Replica {
+    pub fn new(spec: ReplicaSpec) -> Result<Self, ServeError> {
+        let registered = registry::find(&spec.class).ok_or_else(|| ServeError::NotRegistered(spec.class.clone()))?;
+        let user_config = spec.user_config.as_deref().map(Vec::as_slice);
+        let deployment = (registered.construct)(&spec.init, user_config, &spec.context)?;
+        let runtime = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(spec.threads.max(1))
+            .thread_name(format!("serve-{}", spec.context.deployment))
+            .enable_all()
+            .build()
+            .map_err(|e| ServeError::ReplicaFailed {
+                replica: spec.context.replica.clone(),
+                message: format!("starting the runtime for user code: {e}"),
+            })?;
+        Ok(Replica {
+            deployment,
+            admission: Arc::new(Semaphore::new(spec.max_ongoing_requests as usize)),
+            max_ongoing: spec.max_ongoing_requests,
+            name: spec.context.replica,
+            runtime: UserRuntime {
+                handle: runtime.handle().clone(),
+                runtime: Some(runtime),
+            },
+        })
+    }
+
+    /// Answers one request, or rejects it at once when full.
+    pub async fn handle(&self, request: ServeRequest) -> ServeReply {
+        let Ok(permit) = self.admission.clone().try_acquire_owned() else {
+            return self.reply(Outcome::Rejected);
+        };
+        let outcome = self.deployment.clone().call(Bytes::from(request.body));
+        let outcome = match self.runtime.handle.spawn(outcome).await {
+            Ok(outcome) => outcome,
+            Err(e) => Outcome::UserError(panic_message(e)),
+        };
+        drop(permit);
+        self.reply(outcome)
+    }
+
+    /// The deployment's health check.
+    pub fn check_health(&self) -> Result<(), ServeError> {
+        self.deployment
+            .check_health()
+            .map_err(|message| ServeError::ReplicaFailed {
+                replica: self.name.clone(),
+                message: format!("health check: {message}"),
+            })
+    }
+
+    /// Installs the routing table, through which this replica's
+    /// [`DeploymentHandle`](crate::DeploymentHandle)s route.
+    pub fn install_routes(&self, table: RoutingTable) {
+        routes::install(table);
+    }
+}
+
+impl Replica {
+    fn ongoing(&self) -> u32 {
+        self.max_ongoing - self.admission.available_permits() as u32
+    }
+
+    fn reply(&self, outcome: Outcome) -> ServeReply {
+        ServeReply {
+            ongoing: self.ongoing(),
+            outcome,
+        }
+    }
+}
+
+/// The runtime user code runs on. A runtime must not be dropped inside
+/// another one's async context, where the actor may be dropped: it is shut
+/// down in the background instead.
+struct UserRuntime {
+    handle: Handle,
+    runtime: Option<Runtime>,
+}
+
+impl Drop for UserRuntime {
+    fn drop(&mut self) {
+        if let Some(runtime) = self.runtime.take() {
+            runtime.shutdown_background();
+        }
+    }
+}
+
+/// What a panic in user code said.
+fn panic_message(error: tokio::task::JoinError) -> String {
+    let Ok(payload) = error.try_into_panic() else {
+        return "the call was cancelled".to_string();
+    };
+    let text = payload
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| payload.downcast_ref::<String>().cloned());
+    format!("panicked: {}", text.unwrap_or_else(|| "(no message)".to_string()))
+}

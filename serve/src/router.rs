@@ -1,0 +1,325 @@
+//! Routing one deployment's requests to its replicas: the power of two
+//! choices, as Ray Serve does.
+//!
+//! **Load estimate.** For each replica, the calls this router has in
+//! flight there plus the others the replica last reported (its reply's
+//! `ongoing` minus ours), the latter forgotten after [`REPORT_TTL`].
+//!
+//! **Choosing.** Sample two replicas and take the less loaded one that has
+//! room below `max_ongoing_requests`; if neither has, take the least
+//! loaded with room of all. If none has room, the request waits in a
+//! bounded queue (`max_queued_requests`) until a call of this router ends
+//! or [`RECHECK`] passes; a full queue refuses it at once with
+//! [`ServeError::BackPressure`].
+//!
+//! **Stale estimates.** A replica that rejects (it was full through other
+//! routers) counts as full for [`REJECTED_PAUSE`]; the request is routed
+//! again.
+//!
+//! **Failure.** A call that fails because the replica is gone drops the
+//! replica from this router. If the replica never got the call
+//! (`TaskErrorKind::ActorDiedBeforeSend`), the request is routed again to
+//! another replica; if it may have run, it fails with
+//! [`ServeError::ReplicaDied`] and is not resent.
+
+use std::sync::Mutex;
+use std::time::{Duration, Instant};
+
+use rand::seq::index::sample;
+use raylet::{TaskError, TaskErrorKind};
+use tokio::sync::Notify;
+
+use crate::deployment::Encoding;
+use crate::error::{Result, ServeError};
+use crate::replica::ReplicaHandle;
+use crate::routes::DeploymentRoutes;
+use crate::wire::{Outcome, ServeReply, ServeRequest};
+
+/// How long a replica's reported load counts.
+const REPORT_TTL: Duration = Duration::from_secs(1);
+/// How long a replica that rejected a request counts as full.
+const REJECTED_PAUSE: Duration = Duration::from_millis(100);
+/// How often a waiting request looks again without being woken (a wake-up
+/// can be missed between looking and waiting, or go to a waiter that left).
+const RECHECK: Duration = Duration::from_millis(50);
+
+/// The router of one deployment in this process.
+pub(crate) struct Router {
+    deployment: String,
+    class: String,
+    state: Mutex<State>,
+    freed: Notify,
+}
+
+struct State {
+    replicas: Vec<Slot>,
+    max_ongoing: u32,
+    max_queued: u32,
+    waiting: u32,
+}
+
+struct Slot {
+    name: String,
+    handle: ReplicaHandle,
+    in_flight: u32,
+    others: u32,
+    reported_at: Option<Instant>,
+    full_until: Option<Instant>,
+}
+
+impl Slot {
+    fn new(name: &str, handle: &ReplicaHandle) -> Self {
+        Slot {
+            name: name.to_string(),
+            handle: handle.clone(),
+            in_flight: 0,
+            others: 0,
+            reported_at: None,
+            full_until: None,
+        }
+    }
+
+    fn load(&self, now: Instant) -> u32 {
+        let fresh = self.reported_at.is_some_and(|at| now - at < REPORT_TTL);
+        self.in_flight + if fresh { self.others } else { 0 }
+    }
+
+    fn has_room(&self, now: Instant, max_ongoing: u32) -> bool {
+        self.load(now) < max_ongoing && self.full_until.is_none_or(|until| now >= until)
+    }
+}
+
+/// What choosing a replica gave.
+enum Choice<'a> {
+    Replica(InFlight<'a>),
+    Full,
+    NoReplicas,
+}
+
+impl Router {
+    pub(crate) fn new(routes: &DeploymentRoutes) -> Self {
+        let state = State {
+            replicas: routes
+                .replicas
+                .iter()
+                .map(|(name, handle)| Slot::new(name, handle))
+                .collect(),
+            max_ongoing: routes.max_ongoing_requests,
+            max_queued: routes.max_queued_requests,
+            waiting: 0,
+        };
+        Router {
+            deployment: routes.deployment.clone(),
+            class: routes.class.clone(),
+            state: Mutex::new(state),
+            freed: Notify::new(),
+        }
+    }
+
+    /// The registered class of the deployment.
+    pub(crate) fn class(&self) -> &str {
+        &self.class
+    }
+
+    /// Routes to the replicas of `routes` from now on, keeping the
+    /// estimates of those it already knew.
+    pub(crate) fn set_replicas(&self, routes: &DeploymentRoutes) {
+        let mut state = self.lock();
+        let mut old = std::mem::take(&mut state.replicas);
+        state.replicas = routes
+            .replicas
+            .iter()
+            .map(|(name, handle)| match old.iter().position(|slot| &slot.name == name) {
+                Some(index) => old.swap_remove(index),
+                None => Slot::new(name, handle),
+            })
+            .collect();
+        state.max_ongoing = routes.max_ongoing_requests;
+        state.max_queued = routes.max_queued_requests;
+        drop(state);
+        self.freed.notify_waiters();
+    }
+
+    /// Sends one request body to a replica and returns the response body.
+    pub(crate) async fn call(&self, body: &[u8]) -> Result<(Vec<u8>, Encoding)> {
+        let mut queued: Option<Queued<'_>> = None;
+        loop {
+            match self.choose() {
+                Choice::Replica(call) => match self.send(call, body).await? {
+                    Some(response) => return Ok(response),
+                    None => continue,
+                },
+                Choice::Full if queued.is_none() => queued = Some(self.enqueue()?),
+                Choice::Full => {
+                    let _ = tokio::time::timeout(RECHECK, self.freed.notified()).await;
+                }
+                Choice::NoReplicas => {
+                    return Err(ServeError::NoReplicas {
+                        deployment: self.deployment.clone(),
+                    });
+                }
+            }
+        }
+    }
+
+    /// Picks a replica by the power of two choices and counts the call.
+    fn choose(&self) -> Choice<'_> {
+        let mut state = self.lock();
+        let count = state.replicas.len();
+        if count == 0 {
+            return Choice::NoReplicas;
+        }
+        let now = Instant::now();
+        let max_ongoing = state.max_ongoing;
+        let open = |slot: &&Slot| slot.has_room(now, max_ongoing);
+        let sampled = sample(&mut rand::rng(), count, count.min(2));
+        let pick = sampled
+            .iter()
+            .map(|index| &state.replicas[index])
+            .filter(open)
+            .min_by_key(|slot| slot.load(now))
+            .or_else(|| state.replicas.iter().filter(open).min_by_key(|slot| slot.load(now)));
+        let Some(slot) = pick else {
+            return Choice::Full;
+        };
+        let (name, handle) = (slot.name.clone(), slot.handle.clone());
+        if let Some(slot) = state.replicas.iter_mut().find(|slot| slot.name == name) {
+            slot.in_flight += 1;
+        }
+        Choice::Replica(InFlight {
+            router: self,
+            name,
+            handle,
+            counted: true,
+        })
+    }
+
+    /// Takes a place in the bounded queue, or refuses with back-pressure.
+    fn enqueue(&self) -> Result<Queued<'_>> {
+        let mut state = self.lock();
+        if state.waiting >= state.max_queued {
+            return Err(ServeError::BackPressure {
+                deployment: self.deployment.clone(),
+            });
+        }
+        state.waiting += 1;
+        Ok(Queued { router: self })
+    }
+
+    /// Makes the call; `None` when the replica rejected it or never got
+    /// it.
+    async fn send(&self, mut call: InFlight<'_>, body: &[u8]) -> Result<Option<(Vec<u8>, Encoding)>> {
+        let request = ServeRequest { body: body.to_vec() };
+        let reply = match call.handle.handle(request).get_async().await {
+            Ok(reply) => reply,
+            Err(error) => return self.failed(&call.name, error),
+        };
+        self.finish(&mut call, &reply);
+        match reply.outcome {
+            Outcome::Ok { body, encoding } => Ok(Some((body, encoding))),
+            Outcome::Rejected => Ok(None),
+            Outcome::BadRequest(message) => Err(ServeError::BadRequest {
+                deployment: self.deployment.clone(),
+                message,
+            }),
+            Outcome::UserError(message) => Err(ServeError::User {
+                deployment: self.deployment.clone(),
+                replica: call.name.clone(),
+                message,
+            }),
+        }
+    }
+
+    /// Ends the count of a call that got `reply`, and takes in the
+    /// replica's reported load.
+    fn finish(&self, call: &mut InFlight<'_>, reply: &ServeReply) {
+        call.counted = false;
+        let now = Instant::now();
+        let mut state = self.lock();
+        if let Some(slot) = state.replicas.iter_mut().find(|slot| slot.name == call.name) {
+            slot.in_flight = slot.in_flight.saturating_sub(1);
+            slot.others = reply.ongoing.saturating_sub(slot.in_flight);
+            slot.reported_at = Some(now);
+            if matches!(reply.outcome, Outcome::Rejected) {
+                slot.full_until = Some(now + REJECTED_PAUSE);
+            }
+        }
+        drop(state);
+        self.freed.notify_one();
+    }
+
+    /// What a call that failed in the cluster gives: `None` (route again)
+    /// when the replica is gone and never got it, an error otherwise. A
+    /// replica that is gone is dropped.
+    fn failed(&self, replica: &str, error: raylet::Error) -> Result<Option<(Vec<u8>, Encoding)>> {
+        let raylet::Error::Task(task) = &error else {
+            return Err(ServeError::Cluster(error));
+        };
+        if !replica_is_gone(task) {
+            return Err(ServeError::Cluster(error));
+        }
+        tracing::warn!(deployment = %self.deployment, replica, "replica is gone: {}", task.message);
+        self.lock().replicas.retain(|slot| slot.name != replica);
+        self.freed.notify_waiters();
+        if task.kind == TaskErrorKind::ActorDiedBeforeSend {
+            return Ok(None);
+        }
+        Err(ServeError::ReplicaDied {
+            deployment: self.deployment.clone(),
+            replica: replica.to_string(),
+            message: task.message.clone(),
+        })
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, State> {
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// Whether a failed call means the replica's actor is gone for good.
+fn replica_is_gone(error: &TaskError) -> bool {
+    matches!(
+        error.kind,
+        TaskErrorKind::ActorDied
+            | TaskErrorKind::ActorDiedBeforeSend
+            | TaskErrorKind::ActorCreationFailed
+            | TaskErrorKind::WorkerCrashed
+            | TaskErrorKind::OutOfMemory
+    )
+}
+
+/// A call counted in its replica's `in_flight`, until it is finished or
+/// dropped (a timed-out request).
+struct InFlight<'a> {
+    router: &'a Router,
+    name: String,
+    handle: ReplicaHandle,
+    counted: bool,
+}
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        if !self.counted {
+            return;
+        }
+        let mut state = self.router.lock();
+        if let Some(slot) = state.replicas.iter_mut().find(|slot| slot.name == self.name) {
+            slot.in_flight = slot.in_flight.saturating_sub(1);
+        }
+        drop(state);
+        self.router.freed.notify_one();
+    }
+}
+
+/// A place in the router's bounded queue, given back when dropped.
+struct Queued<'a> {
+    router: &'a Router,
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        let mut state = self.router.lock();
+        debug_assert!(state.waiting > 0, "queue places are given back once");
+        state.waiting -= 1;
+    }
+}

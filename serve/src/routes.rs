@@ -1,0 +1,167 @@
+//! This process's routing table: the applications a proxy serves (by path
+//! prefix) and one [`Router`] per deployment, shared by the proxy and by
+//! every [`DeploymentHandle`](crate::DeploymentHandle) in the process. The
+//! controller (for now the driver in [`run`](crate::run)) pushes the table
+//! to every replica and proxy.
+
+use std::collections::HashMap;
+use std::sync::{Arc, LazyLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
+
+use serde::{Deserialize, Serialize};
+
+use crate::error::{Result, ServeError};
+use crate::replica::ReplicaHandle;
+use crate::router::Router;
+
+/// Every application and deployment, with the replicas to route to.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+pub struct RoutingTable {
+    pub apps: Vec<AppRoute>,
+    pub deployments: Vec<DeploymentRoutes>,
+}
+
+/// Where an application is served.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct AppRoute {
+    pub app: String,
+    pub route_prefix: String,
+    /// Served without the cluster token.
+    pub public: bool,
+    /// The deployment HTTP requests go to.
+    pub ingress: String,
+}
+
+/// One deployment's replicas and limits.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct DeploymentRoutes {
+    pub app: String,
+    pub deployment: String,
+    pub class: String,
+    pub max_ongoing_requests: u32,
+    pub max_queued_requests: u32,
+    /// Each replica's actor name and handle.
+    pub replicas: Vec<(String, ReplicaHandle)>,
+}
+
+#[derive(Default)]
+struct Installed {
+    /// Longest prefix first.
+    apps: Vec<AppRoute>,
+    routers: HashMap<(String, String), Arc<Router>>,
+}
+
+static TABLE: LazyLock<RwLock<Installed>> = LazyLock::new(RwLock::default);
+
+/// Installs `table`: it replaces what this process knew of the
+/// applications it names, and leaves other applications alone. Routers of
+/// deployments already known keep their load estimates.
+pub(crate) fn install(table: RoutingTable) {
+    let mut installed = write();
+    let named = |app: &str| table.apps.iter().any(|route| route.app == app);
+    installed.apps.retain(|route| !named(&route.app));
+    installed.apps.extend(table.apps.iter().cloned());
+    installed
+        .apps
+        .sort_by_key(|route| std::cmp::Reverse(route.route_prefix.len()));
+    let mut known = std::mem::take(&mut installed.routers);
+    let mut routers = HashMap::with_capacity(known.len() + table.deployments.len());
+    for routes in &table.deployments {
+        let key = (routes.app.clone(), routes.deployment.clone());
+        let router = match known.remove(&key) {
+            Some(router) => {
+                router.set_replicas(routes);
+                router
+            }
+            None => Arc::new(Router::new(routes)),
+        };
+        routers.insert(key, router);
+    }
+    known.retain(|(app, _), _| !named(app));
+    routers.extend(known);
+    installed.routers = routers;
+}
+
+/// Forgets the deployments and applications of `app`.
+pub(crate) fn remove_app(app: &str) {
+    let mut installed = write();
+    installed.apps.retain(|route| route.app != app);
+    installed.routers.retain(|(owner, _), _| owner != app);
+}
+
+/// The application whose prefix is the longest that `path` falls under.
+pub(crate) fn app_for(path: &str) -> Option<AppRoute> {
+    read()
+        .apps
+        .iter()
+        .find(|app| under_prefix(path, &app.route_prefix))
+        .cloned()
+}
+
+/// The router of deployment `deployment` of `app`, whose class must be
+/// `class`.
+pub(crate) fn router(app: &str, deployment: &str, class: &str) -> Result<Arc<Router>> {
+    let key = (app.to_string(), deployment.to_string());
+    let installed = read();
+    let router = installed
+        .routers
+        .get(&key)
+        .ok_or_else(|| ServeError::UnknownDeployment {
+            app: app.to_string(),
+            deployment: deployment.to_string(),
+        })?;
+    if router.class() != class {
+        return Err(ServeError::WrongDeploymentType {
+            deployment: deployment.to_string(),
+            expected: class.to_string(),
+            actual: router.class().to_string(),
+        });
+    }
+    Ok(router.clone())
+}
+
+/// The router of an application's ingress, whatever its class.
+pub(crate) fn ingress_router(route: &AppRoute) -> Result<Arc<Router>> {
+    let key = (route.app.clone(), route.ingress.clone());
+    read()
+        .routers
+        .get(&key)
+        .cloned()
+        .ok_or_else(|| ServeError::UnknownDeployment {
+            app: route.app.clone(),
+            deployment: route.ingress.clone(),
+        })
+}
+
+fn read() -> RwLockReadGuard<'static, Installed> {
+    TABLE.read().unwrap_or_else(|p| p.into_inner())
+}
+
+fn write() -> RwLockWriteGuard<'static, Installed> {
+    TABLE.write().unwrap_or_else(|p| p.into_inner())
+}
+
+/// Whether `path` is `prefix` or lies below it (`/a` covers `/a/b`, not
+/// `/ab`).
+fn under_prefix(path: &str, prefix: &str) -> bool {
+    let prefix = prefix.trim_end_matches('/');
+    match path.strip_prefix(prefix) {
+        Some(rest) => rest.is_empty() || rest.starts_with('/'),
+        None => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::under_prefix;
+
+    #[test]
+    fn prefixes_match_whole_segments() {
+        assert!(under_prefix("/", "/"));
+        assert!(under_prefix("/anything", "/"));
+        assert!(under_prefix("/a", "/a"));
+        assert!(under_prefix("/a/b", "/a"));
+        assert!(under_prefix("/a/b", "/a/"));
+        assert!(!under_prefix("/ab", "/a"));
+        assert!(!under_prefix("/b", "/a"));
+    }
+}

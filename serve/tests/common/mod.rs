@@ -1,0 +1,290 @@
+//! Deployments the serve tests deploy, and a small HTTP client over
+//! reqwest. The test binary is the workers' binary, so the deployments are
+//! registered here.
+
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use bytes::Bytes;
+use raylet_serve::{
+    Application, BoxError, Deployment, DeploymentConfig, DeploymentHandle, HttpOptions, Json, ReplicaContext,
+    ServeInstance, register_deployment,
+};
+use serde::{Deserialize, Serialize};
+
+pub fn init() -> raylet::Cluster {
+    raylet::init_with(raylet::Config::default().num_cpus(4.0)).expect("an embedded cluster")
+}
+
+/// A deployment of `D` whose replicas reserve half a CPU (CI has 2).
+pub fn small<D: Deployment>(name: &str, init: D::Init) -> DeploymentConfig {
+    DeploymentConfig::new::<D>(name, init).expect("a config").num_cpus(0.5)
+}
+
+/// Runs `app` behind proxies on free ports.
+pub fn deploy(cluster: &raylet::Cluster, app: Application) -> ServeInstance {
+    raylet_serve::run_with(cluster, app, HttpOptions::default().port(0)).expect("a running application")
+}
+
+/// Two numbers to add.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct Pair {
+    pub a: i64,
+    pub b: i64,
+}
+
+/// Adds the two numbers of a JSON request.
+pub struct Adder;
+register_deployment!(Adder);
+
+impl Deployment for Adder {
+    type Init = ();
+    type UserConfig = ();
+    type Request = Json<Pair>;
+    type Response = Json<i64>;
+
+    fn new(_: (), _: &ReplicaContext) -> Result<Self, BoxError> {
+        Ok(Adder)
+    }
+
+    async fn call(&self, Json(pair): Json<Pair>) -> Result<Json<i64>, BoxError> {
+        Ok(Json(pair.a + pair.b))
+    }
+}
+
+/// Reverses a raw body.
+pub struct Reverser;
+register_deployment!(Reverser);
+
+impl Deployment for Reverser {
+    type Init = ();
+    type UserConfig = ();
+    type Request = Bytes;
+    type Response = Bytes;
+
+    fn new(_: (), _: &ReplicaContext) -> Result<Self, BoxError> {
+        Ok(Reverser)
+    }
+
+    async fn call(&self, body: Bytes) -> Result<Bytes, BoxError> {
+        Ok(body.iter().rev().copied().collect::<Vec<u8>>().into())
+    }
+}
+
+/// Fails every request with its configured message.
+pub struct Broken {
+    message: String,
+}
+register_deployment!(Broken);
+
+impl Deployment for Broken {
+    type Init = String;
+    type UserConfig = ();
+    type Request = Bytes;
+    type Response = Bytes;
+
+    fn new(message: String, _: &ReplicaContext) -> Result<Self, BoxError> {
+        Ok(Broken { message })
+    }
+
+    async fn call(&self, _: Bytes) -> Result<Bytes, BoxError> {
+        Err(self.message.clone().into())
+    }
+}
+
+/// Cannot be built: its checkpoint is missing.
+pub struct Unbuildable;
+register_deployment!(Unbuildable);
+
+impl Deployment for Unbuildable {
+    type Init = ();
+    type UserConfig = ();
+    type Request = Bytes;
+    type Response = Bytes;
+
+    fn new(_: (), _: &ReplicaContext) -> Result<Self, BoxError> {
+        Err("no checkpoint at /models/missing".into())
+    }
+
+    async fn call(&self, body: Bytes) -> Result<Bytes, BoxError> {
+        Ok(body)
+    }
+}
+
+/// Like [`Reverser`], but never registered.
+pub struct Unregistered;
+
+impl Deployment for Unregistered {
+    type Init = ();
+    type UserConfig = ();
+    type Request = Bytes;
+    type Response = Bytes;
+
+    fn new(_: (), _: &ReplicaContext) -> Result<Self, BoxError> {
+        Ok(Unregistered)
+    }
+
+    async fn call(&self, body: Bytes) -> Result<Bytes, BoxError> {
+        Ok(body)
+    }
+}
+
+/// Sleeps, then answers with its replica's name: load and spreading.
+pub struct Sleeper {
+    replica: String,
+    delay: Duration,
+}
+register_deployment!(Sleeper);
+
+impl Deployment for Sleeper {
+    type Init = u64;
+    type UserConfig = ();
+    type Request = Bytes;
+    type Response = Json<String>;
+
+    fn new(delay_ms: u64, context: &ReplicaContext) -> Result<Self, BoxError> {
+        Ok(Sleeper {
+            replica: context.replica.clone(),
+            delay: Duration::from_millis(delay_ms),
+        })
+    }
+
+    async fn call(&self, _: Bytes) -> Result<Json<String>, BoxError> {
+        tokio::time::sleep(self.delay).await;
+        Ok(Json(self.replica.clone()))
+    }
+}
+
+/// Classifies a number as "even" or "odd".
+pub struct Classifier;
+register_deployment!(Classifier);
+
+impl Deployment for Classifier {
+    type Init = ();
+    type UserConfig = ();
+    type Request = Json<i64>;
+    type Response = Json<String>;
+
+    fn new(_: (), _: &ReplicaContext) -> Result<Self, BoxError> {
+        Ok(Classifier)
+    }
+
+    async fn call(&self, Json(n): Json<i64>) -> Result<Json<String>, BoxError> {
+        Ok(Json(if n % 2 == 0 { "even" } else { "odd" }.to_string()))
+    }
+}
+
+/// Parses a number out of free text (user config: a prefix to strip) and
+/// asks the classifier about it.
+pub struct Preprocess {
+    classifier: DeploymentHandle<Classifier>,
+    strip: std::sync::Mutex<String>,
+}
+register_deployment!(Preprocess);
+
+impl Deployment for Preprocess {
+    type Init = ();
+    type UserConfig = String;
+    type Request = Json<String>;
+    type Response = Json<String>;
+
+    fn new(_: (), context: &ReplicaContext) -> Result<Self, BoxError> {
+        Ok(Preprocess {
+            classifier: DeploymentHandle::new(&context.app, "classifier"),
+            strip: std::sync::Mutex::new(String::new()),
+        })
+    }
+
+    async fn call(&self, Json(text): Json<String>) -> Result<Json<String>, BoxError> {
+        let strip = self.strip.lock().map_err(|e| e.to_string())?.clone();
+        let number: i64 = text.trim().trim_start_matches(strip.as_str()).trim().parse()?;
+        let Json(class) = self.classifier.call(Json(number)).await?;
+        Ok(Json(format!("{number} is {class}")))
+    }
+
+    fn reconfigure(&self, strip: String) -> Result<(), BoxError> {
+        *self.strip.lock().map_err(|e| e.to_string())? = strip;
+        Ok(())
+    }
+}
+
+/// A tokio runtime for the HTTP side of a test.
+pub fn runtime() -> tokio::runtime::Runtime {
+    tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .expect("a runtime")
+}
+
+/// An HTTP client of one proxy, with or without the cluster token.
+#[derive(Clone)]
+pub struct Client {
+    http: reqwest::Client,
+    base: String,
+    token: Option<String>,
+}
+
+/// A response's status, `Retry-After` and body.
+#[derive(Debug)]
+pub struct Answer {
+    pub status: u16,
+    pub retry_after: Option<String>,
+    pub content_type: Option<String>,
+    pub body: Vec<u8>,
+}
+
+impl Answer {
+    pub fn text(&self) -> String {
+        String::from_utf8_lossy(&self.body).into_owned()
+    }
+
+    pub fn json(&self) -> serde_json::Value {
+        serde_json::from_slice(&self.body).unwrap_or_else(|e| panic!("{e}: {}", self.text()))
+    }
+}
+
+impl Client {
+    pub fn new(address: SocketAddr, token: Option<String>) -> Self {
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(30))
+            .build()
+            .expect("an HTTP client");
+        Client {
+            http,
+            base: format!("http://{address}"),
+            token,
+        }
+    }
+
+    pub async fn post(&self, path: &str, content_type: &str, body: impl Into<Vec<u8>>) -> Answer {
+        let mut request = self
+            .http
+            .post(format!("{}{path}", self.base))
+            .header("content-type", content_type)
+            .body(body.into());
+        if let Some(token) = &self.token {
+            request = request.bearer_auth(token);
+        }
+        let response = request.send().await.expect("an HTTP response");
+        let header = |name: &str| {
+            let value = response.headers().get(name);
+            value.and_then(|v| v.to_str().ok()).map(str::to_string)
+        };
+        let (retry_after, content_type) = (header("retry-after"), header("content-type"));
+        let status = response.status().as_u16();
+        let body = response.bytes().await.expect("a body").to_vec();
+        Answer {
+            status,
+            retry_after,
+            content_type,
+            body,
+        }
+    }
+
+    pub async fn post_json(&self, path: &str, body: &str) -> Answer {
+        self.post(path, "application/json", body.as_bytes().to_vec()).await
+    }
+}
