@@ -1,0 +1,153 @@
+//! raylet-serve's side of `bench/compare_serve.sh`: two applications on the
+//! embedded cluster, served over HTTP until stdin closes.
+//!
+//! - `noop` (POST /noop): the body is taken and ignored, the answer is
+//!   `{"ok": true}`; 2 replicas, `max_ongoing_requests` 64.
+//! - `digits` (POST /digits): `{"pixels": [64 floats]}` -> `{"digit": k}`
+//!   through an MLP of the digits model's shape (64 -> hidden -> 10, ReLU)
+//!   with the weights in a JSON file; 2 replicas, `max_ongoing_requests`
+//!   64, one request per call (raylet-serve has no batching yet).
+//!
+//! `serve_bench --write-weights W.json [--hidden 64]` writes fixed
+//! pseudo-random weights (the same file feeds Ray Serve's side);
+//! `serve_bench --weights W.json [--port P]` serves and prints
+//! `READY noop=<port> digits=<port> token=<token>`.
+
+use std::io::Read;
+
+use raylet_serve::{Application, BoxError, Deployment, DeploymentConfig, HttpOptions, Json, ReplicaContext};
+use serde::{Deserialize, Serialize};
+
+/// Takes any body and answers `{"ok": true}`.
+struct Noop;
+raylet_serve::register_deployment!(Noop);
+
+#[derive(Serialize, Deserialize)]
+struct Answer {
+    ok: bool,
+}
+
+impl Deployment for Noop {
+    type Init = ();
+    type UserConfig = ();
+    type Request = bytes::Bytes;
+    type Response = Json<Answer>;
+
+    fn new(_: (), _: &ReplicaContext) -> Result<Self, BoxError> {
+        Ok(Noop)
+    }
+
+    async fn call(&self, _: bytes::Bytes) -> Result<Json<Answer>, BoxError> {
+        Ok(Json(Answer { ok: true }))
+    }
+}
+
+/// The MLP's weights, as Ray Serve's side reads them too.
+#[derive(Serialize, Deserialize)]
+struct Weights {
+    w1: Vec<Vec<f32>>,
+    b1: Vec<f32>,
+    w2: Vec<Vec<f32>>,
+    b2: Vec<f32>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Pixels {
+    pixels: Vec<f32>,
+}
+
+#[derive(Serialize, Deserialize)]
+struct Digit {
+    digit: usize,
+}
+
+/// Classifies 64 pixels with the MLP.
+struct Digits(Weights);
+raylet_serve::register_deployment!(Digits);
+
+impl Deployment for Digits {
+    type Init = String;
+    type UserConfig = ();
+    type Request = Json<Pixels>;
+    type Response = Json<Digit>;
+
+    fn new(path: String, _: &ReplicaContext) -> Result<Self, BoxError> {
+        Ok(Digits(serde_json::from_slice(&std::fs::read(path)?)?))
+    }
+
+    async fn call(&self, Json(input): Json<Pixels>) -> Result<Json<Digit>, BoxError> {
+        if input.pixels.len() != self.0.w1.len() {
+            return Err(format!("expected {} pixels, got {}", self.0.w1.len(), input.pixels.len()).into());
+        }
+        let hidden = layer(&input.pixels, &self.0.w1, &self.0.b1, true);
+        let scores = layer(&hidden, &self.0.w2, &self.0.b2, false);
+        let digit = (0..scores.len())
+            .max_by(|&a, &b| scores[a].total_cmp(&scores[b]))
+            .unwrap_or(0);
+        Ok(Json(Digit { digit }))
+    }
+}
+
+/// `x @ w + b`, with ReLU when asked.
+fn layer(x: &[f32], w: &[Vec<f32>], b: &[f32], relu: bool) -> Vec<f32> {
+    let mut out = b.to_vec();
+    for (value, row) in x.iter().zip(w) {
+        out.iter_mut().zip(row).for_each(|(o, weight)| *o += value * weight);
+    }
+    if relu {
+        out.iter_mut().for_each(|o| *o = o.max(0.0));
+    }
+    out
+}
+
+/// Fixed pseudo-random weights of the digits model's shape.
+fn made_weights(hidden: usize) -> Weights {
+    let mut state = 0x9e37_79b9_7f4a_7c15u64;
+    let mut next = move || {
+        state ^= state << 13;
+        state ^= state >> 7;
+        state ^= state << 17;
+        (state % 2000) as f32 / 10_000.0 - 0.1
+    };
+    let mut matrix = |rows: usize, cols: usize| (0..rows).map(|_| (0..cols).map(|_| next()).collect()).collect();
+    Weights {
+        w1: matrix(64, hidden),
+        b1: vec![0.0; hidden],
+        w2: matrix(hidden, 10),
+        b2: vec![0.0; 10],
+    }
+}
+
+fn main() -> Result<(), BoxError> {
+    if let Some(path) = flag("--write-weights") {
+        let hidden = flag("--hidden").map_or(Ok(64), |h| h.parse())?;
+        std::fs::write(path, serde_json::to_vec(&made_weights(hidden))?)?;
+        return Ok(());
+    }
+    let weights = flag("--weights").ok_or("--weights W.json (or --write-weights W.json) is needed")?;
+    let port: u16 = flag("--port").map_or(Ok(8000), |p| p.parse())?;
+    let cluster = raylet::init()?;
+    let http = |offset: u16| HttpOptions::default().host([127, 0, 0, 1].into()).port(port + offset);
+    let config = |deployment: DeploymentConfig| deployment.num_replicas(2).max_ongoing_requests(64).num_cpus(0.0);
+    let noop = Application::new("noop", "/noop").deployment(config(DeploymentConfig::new::<Noop>("noop", ())?));
+    let digits =
+        Application::new("digits", "/digits").deployment(config(DeploymentConfig::new::<Digits>("digits", weights)?));
+    let noop = raylet_serve::run_with(&cluster, noop, http(0))?;
+    let digits = raylet_serve::run_with(&cluster, digits, http(1))?;
+    println!(
+        "READY noop={} digits={} token={}",
+        noop.address().port(),
+        digits.address().port(),
+        cluster.token()
+    );
+    std::io::stdin().read_to_end(&mut Vec::new())?;
+    noop.shutdown()?;
+    digits.shutdown()?;
+    cluster.shutdown()?;
+    Ok(())
+}
+
+/// The value after `name` on the command line.
+fn flag(name: &str) -> Option<String> {
+    std::env::args().skip_while(|arg| arg != name).nth(1)
+}
