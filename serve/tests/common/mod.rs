@@ -248,6 +248,10 @@ impl Answer {
 
 impl Client {
     pub fn new(address: SocketAddr, token: Option<String>) -> Self {
+        // In a workspace build reqwest is unified with raylet-train's
+        // `rustls-no-provider` feature, which needs a provider installed
+        // before any client is built, TLS or not.
+        let _ = tokio_rustls::rustls::crypto::ring::default_provider().install_default();
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(30))
             .build()
