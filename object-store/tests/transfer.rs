@@ -152,17 +152,8 @@ async fn garbage_read_requests_are_refused_not_panicked_on() {
     let id = a.put(size, 9).await;
     let mut rpc = client(&a.address, &token).await;
     let id_bytes = id.as_bytes().to_vec();
-    let cases = [
-        (read(vec![1, 2, 3], 0, 0), tonic::Code::InvalidArgument),
-        (read(id_bytes.clone(), size, 0), tonic::Code::InvalidArgument),
-        (read(id_bytes.clone(), 0, size + 1), tonic::Code::InvalidArgument),
-        (read(id_bytes.clone(), 1, u64::MAX), tonic::Code::InvalidArgument),
-        (
-            read(ObjectId::random().as_bytes().to_vec(), 0, 0),
-            tonic::Code::NotFound,
-        ),
-    ];
-    for (request, code) in cases {
+    let past_the_end = (read(id_bytes.clone(), 0, size + 1), tonic::Code::InvalidArgument);
+    for (request, code) in bad_ranges(&id_bytes, size).into_iter().chain([past_the_end]) {
         let status = rpc.read_chunks(request).await.err().map(|status| status.code());
         assert_eq!(status, Some(code));
     }
@@ -231,16 +222,7 @@ async fn a_transfer_port_serves_a_range_once_and_only_for_its_ticket() {
     let id = a.put(size, 9).await;
     let mut rpc = client(&a.address, &token).await;
     let id_bytes = id.as_bytes().to_vec();
-    let cases = [
-        (read(vec![1, 2, 3], 0, 0), tonic::Code::InvalidArgument),
-        (read(id_bytes.clone(), size, 0), tonic::Code::InvalidArgument),
-        (read(id_bytes.clone(), 1, u64::MAX), tonic::Code::InvalidArgument),
-        (
-            read(ObjectId::random().as_bytes().to_vec(), 0, 0),
-            tonic::Code::NotFound,
-        ),
-    ];
-    for (request, code) in cases {
+    for (request, code) in bad_ranges(&id_bytes, size) {
         let status = rpc.open_transfer(request).await.err().map(|status| status.code());
         assert_eq!(status, Some(code));
     }
@@ -261,6 +243,21 @@ async fn a_transfer_port_serves_a_range_once_and_only_for_its_ticket() {
     );
     drop(mapped);
     wait_until_unpinned(a, "a finished transfer must unpin its object").await;
+}
+
+/// Ranges a read (of chunks, or through a ticket) must refuse, with the
+/// status each gets: a malformed id, a range starting at the end, an
+/// overflowing length, an unknown object.
+fn bad_ranges(id_bytes: &[u8], size: u64) -> [(ReadChunksRequest, tonic::Code); 4] {
+    [
+        (read(vec![1, 2, 3], 0, 0), tonic::Code::InvalidArgument),
+        (read(id_bytes.to_vec(), size, 0), tonic::Code::InvalidArgument),
+        (read(id_bytes.to_vec(), 1, u64::MAX), tonic::Code::InvalidArgument),
+        (
+            read(ObjectId::random().as_bytes().to_vec(), 0, 0),
+            tonic::Code::NotFound,
+        ),
+    ]
 }
 
 /// What a connection to the transfer port that sends `ticket` reads.

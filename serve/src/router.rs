@@ -278,14 +278,11 @@ impl Router {
 
 /// Whether a failed call means the replica's actor is gone for good.
 fn replica_is_gone(error: &TaskError) -> bool {
-    matches!(
-        error.kind,
-        TaskErrorKind::ActorDied
-            | TaskErrorKind::ActorDiedBeforeSend
-            | TaskErrorKind::ActorCreationFailed
-            | TaskErrorKind::WorkerCrashed
-            | TaskErrorKind::OutOfMemory
-    )
+    error.is_actor_death()
+        || matches!(
+            error.kind,
+            TaskErrorKind::ActorCreationFailed | TaskErrorKind::WorkerCrashed | TaskErrorKind::OutOfMemory
+        )
 }
 
 /// A call counted in its replica's `in_flight`, until it is finished or

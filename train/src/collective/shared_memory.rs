@@ -90,7 +90,7 @@ impl Mapping {
         &self,
         sleeps: &AtomicU32,
         ready: impl Fn(&Control) -> bool,
-        link: &PeerLink<'_>,
+        link: &PeerLink,
     ) -> Result<(), CollectiveError> {
         let control = self.control();
         for spin in 0..SPINS + YIELDS {
@@ -127,13 +127,13 @@ impl Mapping {
 
 /// What a waiting side knows of the link: the peer, its TCP stream (whose
 /// end says it is gone) and the group's timeout.
-pub(crate) struct PeerLink<'a> {
+pub(crate) struct PeerLink {
     pub(crate) peer: usize,
-    pub(crate) stream: &'a TcpStream,
+    pub(crate) stream: TcpStream,
     pub(crate) timeout: Duration,
 }
 
-impl PeerLink<'_> {
+impl PeerLink {
     fn lost(&self, reason: &str) -> CollectiveError {
         CollectiveError::PeerLost {
             peer: self.peer,
@@ -175,12 +175,13 @@ fn padded(len: usize) -> usize {
 /// The writing end of a pipe.
 pub(crate) struct PipeWriter {
     pub(crate) mapping: Arc<Mapping>,
+    pub(crate) link: PeerLink,
 }
 
 impl PipeWriter {
     /// Puts all of `bytes` in the ring (then padding), as room frees up.
-    pub(crate) fn write_all(&mut self, bytes: &[u8], link: &PeerLink<'_>) -> Result<(), CollectiveError> {
-        let mapping = &self.mapping;
+    pub(crate) fn write_all(&mut self, bytes: &[u8]) -> Result<(), CollectiveError> {
+        let (mapping, link) = (&self.mapping, &self.link);
         let control = mapping.control();
         let (total, mut sent) = (padded(bytes.len()), 0);
         while sent < total {
@@ -207,14 +208,15 @@ impl PipeWriter {
 /// The reading end of a pipe.
 pub(crate) struct PipeReader {
     pub(crate) mapping: Arc<Mapping>,
+    pub(crate) link: PeerLink,
 }
 
 impl PipeReader {
     /// The filled part of the ring that starts where reading is, up to
     /// `limit` bytes, once there is one: where reading is, the part's
     /// address and its length (a multiple of 8, 8-aligned).
-    fn filled(&self, limit: usize, link: &PeerLink<'_>) -> Result<(u64, *const u8, usize), CollectiveError> {
-        let mapping = &self.mapping;
+    fn filled(&self, limit: usize) -> Result<(u64, *const u8, usize), CollectiveError> {
+        let (mapping, link) = (&self.mapping, &self.link);
         let control = mapping.control();
         let read = control.read.0.load(Ordering::Relaxed);
         let has_bytes = |control: &Control| control.written.0.load(Ordering::SeqCst) > read;
@@ -236,10 +238,10 @@ impl PipeReader {
     }
 
     /// Fills `into` from the ring (a message the writer wrote whole).
-    pub(crate) fn read_exact(&mut self, into: &mut [u8], link: &PeerLink<'_>) -> Result<(), CollectiveError> {
+    pub(crate) fn read_exact(&mut self, into: &mut [u8]) -> Result<(), CollectiveError> {
         let (total, mut consumed) = (padded(into.len()), 0);
         while consumed < total {
-            let (read, from, count) = self.filled(total - consumed, link)?;
+            let (read, from, count) = self.filled(total - consumed)?;
             let useful = count.min(into.len().saturating_sub(consumed));
             // SAFETY: [from, from + count) is filled and the writer leaves
             // it alone until it is consumed.
@@ -252,16 +254,11 @@ impl PipeReader {
 
     /// Combines the next message, `part.len()` elements, into `part`
     /// straight out of the ring.
-    pub(crate) fn reduce_into<T: Element>(
-        &mut self,
-        part: &mut [T],
-        op: ReduceOp,
-        link: &PeerLink<'_>,
-    ) -> Result<(), CollectiveError> {
+    pub(crate) fn reduce_into<T: Element>(&mut self, part: &mut [T], op: ReduceOp) -> Result<(), CollectiveError> {
         let size = std::mem::size_of::<T>();
         let (total, mut consumed) = (padded(std::mem::size_of_val(part)), 0);
         while consumed < total {
-            let (read, from, count) = self.filled(total - consumed, link)?;
+            let (read, from, count) = self.filled(total - consumed)?;
             let first = consumed / size;
             let whole = (count / size).min(part.len() - first);
             debug_assert!((from as usize).is_multiple_of(std::mem::align_of::<T>()));

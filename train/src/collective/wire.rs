@@ -35,7 +35,6 @@ pub(crate) struct Reader {
     stream: TcpStream,
     /// The pipe the peer writes to, when it is on this host.
     pipe: Option<PipeReader>,
-    timeout: Duration,
 }
 
 pub(crate) struct Writer {
@@ -43,7 +42,6 @@ pub(crate) struct Writer {
     stream: TcpStream,
     /// The pipe this rank writes to, when the peer is on this host.
     pipe: Option<PipeWriter>,
-    timeout: Duration,
 }
 
 /// Closes one link while it is in use, so that a side blocked on it fails.
@@ -86,27 +84,40 @@ impl Links {
                 writers.push(None);
                 continue;
             };
-            let writer = stream
-                .try_clone()
-                .map_err(|e| CollectiveError::Rendezvous(format!("setting up the link to rank {peer}: {e}")))?;
+            let clone = || {
+                stream
+                    .try_clone()
+                    .map_err(|e| CollectiveError::Rendezvous(format!("setting up the link to rank {peer}: {e}")))
+            };
+            let link = || -> Result<PeerLink, CollectiveError> {
+                Ok(PeerLink {
+                    peer,
+                    stream: clone()?,
+                    timeout,
+                })
+            };
             let (incoming, outgoing) = match pipes[peer].take() {
                 Some(PipePair { outgoing, incoming }) => (
-                    Some(PipeReader { mapping: incoming }),
-                    Some(PipeWriter { mapping: outgoing }),
+                    Some(PipeReader {
+                        mapping: incoming,
+                        link: link()?,
+                    }),
+                    Some(PipeWriter {
+                        mapping: outgoing,
+                        link: link()?,
+                    }),
                 ),
                 None => (None, None),
             };
+            writers.push(Some(Writer {
+                peer,
+                stream: clone()?,
+                pipe: outgoing,
+            }));
             readers.push(Some(Reader {
                 peer,
                 stream,
                 pipe: incoming,
-                timeout,
-            }));
-            writers.push(Some(Writer {
-                peer,
-                stream: writer,
-                pipe: outgoing,
-                timeout,
             }));
         }
         Ok(Links { readers, writers })
@@ -123,10 +134,11 @@ impl Links {
 
     /// Closes every link, so that peers blocked on this rank fail at once.
     pub(crate) fn shut_down(&self) {
+        for reader in self.readers.iter().flatten() {
+            let _ = reader.stream.shutdown(Shutdown::Both);
+        }
         for peer in 0..self.readers.len() {
-            if let Some(stopper) = self.stopper_of(peer) {
-                stopper.stop();
-            }
+            self.pipes_of(peer).iter().for_each(|pipe| pipe.close());
         }
     }
 
@@ -138,15 +150,6 @@ impl Links {
             .try_clone()
             .map_err(|e| CollectiveError::from_io(peer, e))?;
         Ok(Stopper {
-            stream,
-            pipes: self.pipes_of(peer),
-        })
-    }
-
-    fn stopper_of(&self, peer: usize) -> Option<Stopper> {
-        let reader = self.readers[peer].as_ref()?;
-        let stream = reader.stream.try_clone().ok()?;
-        Some(Stopper {
             stream,
             pipes: self.pipes_of(peer),
         })
@@ -192,13 +195,8 @@ impl Writer {
         header[8..].copy_from_slice(&(payload.len() as u64).to_le_bytes());
         let peer = self.peer;
         if let Some(pipe) = &mut self.pipe {
-            let link = PeerLink {
-                peer,
-                stream: &self.stream,
-                timeout: self.timeout,
-            };
-            pipe.write_all(&header, &link)?;
-            return pipe.write_all(payload, &link);
+            pipe.write_all(&header)?;
+            return pipe.write_all(payload);
         }
         self.stream
             .write_all(&header)
@@ -253,12 +251,7 @@ impl Reader {
     pub(crate) fn read(&mut self, into: &mut [u8]) -> Result<(), CollectiveError> {
         let peer = self.peer;
         if let Some(pipe) = &mut self.pipe {
-            let link = PeerLink {
-                peer,
-                stream: &self.stream,
-                timeout: self.timeout,
-            };
-            return pipe.read_exact(into, &link);
+            return pipe.read_exact(into);
         }
         self.stream
             .read_exact(into)
@@ -275,12 +268,7 @@ impl Reader {
         chunk: usize,
     ) -> Result<(), CollectiveError> {
         if let Some(pipe) = &mut self.pipe {
-            let link = PeerLink {
-                peer: self.peer,
-                stream: &self.stream,
-                timeout: self.timeout,
-            };
-            return pipe.reduce_into(part, op, &link);
+            return pipe.reduce_into(part, op);
         }
         let mut scratch = vec![T::zeroed(); chunk.max(1).min(part.len())];
         for part in part.chunks_mut(chunk.max(1)) {
