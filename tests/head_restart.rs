@@ -225,6 +225,13 @@ fn actor_and_kv_calls_wait_while_the_head_restarts_and_the_kv_store_survives_it(
     );
     cluster.kv_put("scratch", "x").unwrap();
     assert!(cluster.kv_delete("scratch").unwrap());
+    let library = cluster.kv_namespace("_library");
+    library.put("rendezvous/leader", "elsewhere").unwrap();
+    assert_eq!(
+        library.keys("").unwrap(),
+        [&b"rendezvous/leader"[..]],
+        "namespaces are apart"
+    );
 
     kill_head(temp.path());
     let reading = {
@@ -256,6 +263,10 @@ fn actor_and_kv_calls_wait_while_the_head_restarts_and_the_kv_store_survives_it(
     assert_eq!(keys, [&b"rendezvous/epoch"[..], &b"rendezvous/leader"[..]]);
     assert_eq!(cluster.kv_get("rendezvous/epoch").unwrap().as_deref(), Some(&b"1"[..]));
     assert_eq!(cluster.kv_get("scratch").unwrap(), None, "a deleted key stays deleted");
+    assert_eq!(
+        library.get("rendezvous/leader").unwrap().as_deref(),
+        Some(&b"elsewhere"[..])
+    );
     let greeted = creating.join().unwrap();
     assert_eq!(
         greeted.expect("the actor is created once the head is back"),

@@ -23,49 +23,42 @@ const DASHBOARD_PATIENCE: std::time::Duration = std::time::Duration::from_secs(2
 impl Cluster {
     /// Sets `key` to `value` (at most 16 MiB).
     pub fn kv_put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
-        self.put_entry(key.as_ref(), value.as_ref(), true).map(|_| ())
+        self.own_kv().put(key, value)
     }
 
     /// Sets `key` to `value` unless the key has a value already; returns
     /// whether it was set. Of several callers racing, exactly one wins.
     pub fn kv_put_if_absent(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<bool> {
-        self.put_entry(key.as_ref(), value.as_ref(), false)
+        self.own_kv().put_if_absent(key, value)
     }
 
     /// The value of `key`, if it has one.
     pub fn kv_get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
-        let request = KvGetRequest {
-            namespace: self.core().ctx().binary.namespace.clone(),
-            key: key.as_ref().to_vec(),
-        };
-        self.with_kv(move |mut kv| {
-            let request = request.clone();
-            async move { Ok(kv.kv_get(request).await?.into_inner().value) }
-        })
+        self.own_kv().get(key)
     }
 
     /// Removes `key`; returns whether it had a value.
     pub fn kv_delete(&self, key: impl AsRef<[u8]>) -> Result<bool> {
-        let request = KvDeleteRequest {
-            namespace: self.core().ctx().binary.namespace.clone(),
-            key: key.as_ref().to_vec(),
-        };
-        self.with_kv(move |mut kv| {
-            let request = request.clone();
-            async move { Ok(kv.kv_delete(request).await?.into_inner().deleted) }
-        })
+        self.own_kv().delete(key)
     }
 
     /// The keys that start with `prefix`, in byte order.
     pub fn kv_keys(&self, prefix: impl AsRef<[u8]>) -> Result<Vec<Vec<u8>>> {
-        let request = KvKeysRequest {
-            namespace: self.core().ctx().binary.namespace.clone(),
-            prefix: prefix.as_ref().to_vec(),
-        };
-        self.with_kv(move |mut kv| {
-            let request = request.clone();
-            async move { Ok(kv.kv_keys(request).await?.into_inner().keys) }
-        })
+        self.own_kv().keys(prefix)
+    }
+
+    /// The key-value store of `namespace` rather than this program's: a
+    /// library keeps state there that every program (and the CLI) finds
+    /// under one name, whatever namespace the program runs in.
+    pub fn kv_namespace(&self, namespace: &str) -> KvNamespace<'_> {
+        KvNamespace {
+            cluster: self,
+            namespace: namespace.to_string(),
+        }
+    }
+
+    fn own_kv(&self) -> KvNamespace<'_> {
+        self.kv_namespace(&self.core().ctx().binary.namespace)
     }
 
     /// Publishes `entry` as what the dashboard shows in `section` ("train"
@@ -99,10 +92,66 @@ impl Cluster {
                 .map_err(|_| Error::Cluster(late()))?
         })
     }
+}
+
+/// One namespace of the head's key-value store, from
+/// [`Cluster::kv_namespace`]. Calls wait out a restart of the head.
+pub struct KvNamespace<'a> {
+    cluster: &'a Cluster,
+    namespace: String,
+}
+
+impl KvNamespace<'_> {
+    /// Sets `key` to `value` (at most 16 MiB).
+    pub fn put(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<()> {
+        self.put_entry(key.as_ref(), value.as_ref(), true).map(|_| ())
+    }
+
+    /// Sets `key` to `value` unless the key has a value already; returns
+    /// whether it was set.
+    pub fn put_if_absent(&self, key: impl AsRef<[u8]>, value: impl AsRef<[u8]>) -> Result<bool> {
+        self.put_entry(key.as_ref(), value.as_ref(), false)
+    }
+
+    /// The value of `key`, if it has one.
+    pub fn get(&self, key: impl AsRef<[u8]>) -> Result<Option<Vec<u8>>> {
+        let request = KvGetRequest {
+            namespace: self.namespace.clone(),
+            key: key.as_ref().to_vec(),
+        };
+        self.with_kv(move |mut kv| {
+            let request = request.clone();
+            async move { Ok(kv.kv_get(request).await?.into_inner().value) }
+        })
+    }
+
+    /// Removes `key`; returns whether it had a value.
+    pub fn delete(&self, key: impl AsRef<[u8]>) -> Result<bool> {
+        let request = KvDeleteRequest {
+            namespace: self.namespace.clone(),
+            key: key.as_ref().to_vec(),
+        };
+        self.with_kv(move |mut kv| {
+            let request = request.clone();
+            async move { Ok(kv.kv_delete(request).await?.into_inner().deleted) }
+        })
+    }
+
+    /// The keys that start with `prefix`, in byte order.
+    pub fn keys(&self, prefix: impl AsRef<[u8]>) -> Result<Vec<Vec<u8>>> {
+        let request = KvKeysRequest {
+            namespace: self.namespace.clone(),
+            prefix: prefix.as_ref().to_vec(),
+        };
+        self.with_kv(move |mut kv| {
+            let request = request.clone();
+            async move { Ok(kv.kv_keys(request).await?.into_inner().keys) }
+        })
+    }
 
     fn put_entry(&self, key: &[u8], value: &[u8], overwrite: bool) -> Result<bool> {
         let request = KvPutRequest {
-            namespace: self.core().ctx().binary.namespace.clone(),
+            namespace: self.namespace.clone(),
             key: key.to_vec(),
             value: value.to_vec(),
             overwrite,
@@ -121,7 +170,7 @@ impl Cluster {
         F: Fn(KvServiceClient<AuthedChannel>) -> Fut + Send + Sync + 'static,
         Fut: Future<Output = Result<T, tonic::Status>> + Send,
     {
-        let core = self.core().clone();
+        let core = self.cluster.core().clone();
         core.clone().block_on(async move {
             let attempt = || async {
                 let kv = kv_client(&core).await?;

@@ -72,7 +72,7 @@ pub use config::Config;
 pub use error::{Error, Result};
 pub use generator::{DEFAULT_BACKPRESSURE, ObjectRefStream};
 pub use job::{DEFAULT_STOP_GRACE, Job, JobClient, JobHandle, JobInfo, JobOutput, JobStatus, Submitted};
-pub use kv::dashboard_entries;
+pub use kv::{KvNamespace, dashboard_entries};
 pub use memory::{NodeMemory, ObjectHolders, StoredObject, collect_memory};
 pub use net::local_ip_towards;
 pub use object_ref::handle::{AnyObjectRef, ObjectRef};
