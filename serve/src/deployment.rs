@@ -31,13 +31,15 @@ pub trait Deployment: Send + Sync + Sized + 'static {
     /// Answers one request; an `Err` is a 500 that names the replica.
     fn call(&self, request: Self::Request) -> impl Future<Output = Result<Self::Response, BoxError>> + Send;
 
-    /// Applies the deployment's user config, when it has one; runs right
-    /// after `new`.
+    /// Applies the deployment's user config, when it has one: right after
+    /// `new`, and again in place, without a restart, whenever a deploy
+    /// changes only the user config.
     fn reconfigure(&self, _config: Self::UserConfig) -> Result<(), BoxError> {
         Ok(())
     }
 
-    /// Whether the replica can take traffic; checked before it gets any.
+    /// Whether the replica can take traffic; checked before it gets any,
+    /// then every health check period. A failure replaces the replica.
     fn check_health(&self) -> Result<(), BoxError> {
         Ok(())
     }

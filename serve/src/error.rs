@@ -44,6 +44,14 @@ pub enum ServeError {
     BadResponse { deployment: String, message: String },
     #[error("no answer within {0:?}")]
     Timeout(Duration),
+    #[error("application `{app}` failed to deploy: {message}")]
+    DeployFailed { app: String, message: String },
+    #[error("no Serve application `{0}`")]
+    NoSuchApp(String),
+    #[error("the Serve controller is not reachable: {0}")]
+    ControllerGone(String),
+    #[error("{waiting_for} did not happen within {after:?}")]
+    WaitTimedOut { waiting_for: String, after: Duration },
     #[error("the HTTP proxy cannot serve: {0}")]
     Http(#[from] std::io::Error),
     #[error(transparent)]

@@ -1,53 +1,37 @@
-//! [`run`]: deploying an application from the driver, which plays the
-//! controller for now. It creates every replica, waits until each is built
-//! and healthy, starts one proxy per alive node, and pushes the routing
-//! table to all of them and to itself. Anything it started is killed again
-//! when a step fails. Replicas and proxies are owned by the driver, so they
-//! end with it; a detached controller actor that outlives it comes next.
+//! Deploying from Rust: [`run`] hands an application to the cluster's
+//! Serve controller (started on first use) and waits until it runs
+//! behind every proxy; [`status`], [`delete`] and [`shutdown`] are the
+//! rest of the API, as `serve.run`, `serve.status`, `serve.delete` and
+//! `serve.shutdown` are in Ray. The controller and everything it starts
+//! are detached: on a started cluster an application keeps serving after
+//! the program that deployed it exits.
 
 use std::net::SocketAddr;
+use std::sync::Once;
 use std::time::Duration;
 
-use raylet::{Cluster, SchedulingStrategy};
+use raylet::Cluster;
 
-use crate::config::{Application, DeploymentConfig, HttpOptions};
-use crate::deployment::{Deployment, ReplicaContext};
+use crate::config::{Application, HttpOptions};
+use crate::controller::{self, ServeControllerHandle};
+use crate::deployment::Deployment;
 use crate::error::{Result, ServeError};
 use crate::handle::DeploymentHandle;
-use crate::proxy::{HttpProxy, HttpProxyHandle};
-use crate::replica::{Replica, ReplicaHandle, ReplicaSpec};
-use crate::routes::{self, AppRoute, DeploymentRoutes, RoutingTable};
+use crate::proxy::HttpProxy;
+use crate::routes;
+use crate::status::{AppState, ServeStatus};
 
-/// The namespace of replica and proxy actors.
-const NAMESPACE: &str = "serve";
-/// How long a replica or proxy may take to start.
-const READY_TIMEOUT: Duration = Duration::from_secs(120);
+/// How long a deploy may take to run (replicas loading models included).
+const READY_TIMEOUT: Duration = Duration::from_secs(600);
+/// How long a deleted application may take to stop.
+const DELETE_TIMEOUT: Duration = Duration::from_secs(120);
 
 /// A running application: its proxies' addresses, handles to its
 /// deployments, and [`ServeInstance::shutdown`].
 pub struct ServeInstance {
-    cluster: Cluster,
+    controller: ServeControllerHandle,
     app: String,
-    started: Started,
     addresses: Vec<SocketAddr>,
-}
-
-/// What [`run`] started, to stop.
-#[derive(Debug, Default)]
-struct Started {
-    proxies: Vec<HttpProxyHandle>,
-    replicas: Vec<ReplicaHandle>,
-}
-
-impl Started {
-    /// Kills every one, the proxies first so that nothing routes to a
-    /// replica going away; returns the first error.
-    fn kill(&self, cluster: &Cluster) -> Result<()> {
-        let proxies = self.proxies.iter().map(|proxy| cluster.kill(proxy, true));
-        let replicas = self.replicas.iter().map(|replica| cluster.kill(replica, true));
-        let results: Vec<raylet::Result<()>> = proxies.chain(replicas).collect();
-        Ok(results.into_iter().collect::<raylet::Result<()>>()?)
-    }
 }
 
 /// Deploys `app` behind proxies on port 8000 of every alive node.
@@ -55,141 +39,122 @@ pub fn run(cluster: &Cluster, app: Application) -> Result<ServeInstance> {
     run_with(cluster, app, HttpOptions::default())
 }
 
-/// Deploys `app` behind proxies with the given HTTP options (port 0 for
-/// any free port).
+/// Deploys `app`, starting Serve with the given HTTP options (port 0 for
+/// any free port) if it is not running yet; a running Serve keeps its
+/// own. Deploying an application of the same name again updates it: new
+/// replicas start, take over the traffic, and the old ones drain, with no
+/// request dropped. A deploy that fails (a replica that cannot be built,
+/// three times in a row) is deleted again, and the error says why.
 pub fn run_with(cluster: &Cluster, app: Application, http: HttpOptions) -> Result<ServeInstance> {
     app.validate()?;
-    let mut started = Started::default();
-    match start(cluster, &app, http, &mut started) {
-        Ok(addresses) => Ok(ServeInstance {
-            cluster: cluster.clone(),
-            app: app.name,
-            started,
-            addresses,
-        }),
-        Err(e) => {
-            if let Err(kill) = started.kill(cluster) {
-                tracing::warn!(app = %app.name, "stopping what a failed deploy started: {kill}");
-            }
-            Err(e)
-        }
+    let controller = controller::get_or_start(cluster, &http)?;
+    let name = app.name.clone();
+    controller.deploy(app).get_timeout(READY_TIMEOUT)?;
+    let status = controller::wait_for_status(&controller, READY_TIMEOUT, "the deploy", |status| {
+        settled(status, &name)
+    })?;
+    let app_status = status.app(&name).ok_or_else(|| ServeError::NoSuchApp(name.clone()))?;
+    if app_status.state == AppState::DeployFailed {
+        let message = app_status.message.clone();
+        delete_app(&controller, &name)?;
+        return Err(ServeError::DeployFailed { app: name, message });
     }
-}
-
-/// Starts the replicas and proxies of `app`; returns the proxies'
-/// addresses.
-fn start(cluster: &Cluster, app: &Application, http: HttpOptions, started: &mut Started) -> Result<Vec<SocketAddr>> {
-    let mut deployments = Vec::with_capacity(app.deployments.len());
-    for config in &app.deployments {
-        deployments.push(start_replicas(cluster, &app.name, config, started)?);
-    }
-    for routes in &deployments {
-        routes
-            .replicas
-            .iter()
-            .try_for_each(|(name, replica)| wait_healthy(name, replica))?;
-    }
-    let table = RoutingTable {
-        apps: vec![AppRoute {
-            app: app.name.clone(),
-            route_prefix: app.route_prefix.clone(),
-            public: app.public,
-            ingress: app.deployments[0].name.clone(),
-        }],
-        deployments,
-    };
-    for replica in &started.replicas {
-        replica.install_routes(table.clone()).get_timeout(READY_TIMEOUT)?;
-    }
-    let addresses = start_proxies(cluster, &app.name, http, &table, started)?;
-    routes::install(table);
-    Ok(addresses)
-}
-
-/// Creates the replicas of one deployment.
-fn start_replicas(
-    cluster: &Cluster,
-    app: &str,
-    config: &DeploymentConfig,
-    started: &mut Started,
-) -> Result<DeploymentRoutes> {
-    let mut replicas = Vec::with_capacity(config.num_replicas as usize);
-    for index in 0..config.num_replicas {
-        let name = format!("replica:{app}:{}:{index}", config.name);
-        let spec = ReplicaSpec {
-            context: ReplicaContext {
-                app: app.to_string(),
-                deployment: config.name.clone(),
-                replica: name.clone(),
-            },
-            class: config.class.clone(),
-            init: config.init.clone(),
-            user_config: config.user_config.clone().map(serde_bytes::ByteBuf::from),
-            max_ongoing_requests: config.max_ongoing_requests,
-            threads: config.num_cpus.ceil() as usize,
-        };
-        let replica = Replica::remote(cluster, spec)
-            .num_cpus(config.num_cpus)
-            .num_gpus(config.num_gpus)
-            // Rejections and health checks must never queue behind work.
-            .max_concurrency(config.max_ongoing_requests + 16)
-            .name(&name)
-            .namespace(NAMESPACE)
-            .spawn()?;
-        started.replicas.push(replica.clone());
-        replicas.push((name, replica));
-    }
-    Ok(DeploymentRoutes {
-        app: app.to_string(),
-        deployment: config.name.clone(),
-        class: config.class.clone(),
-        max_ongoing_requests: config.max_ongoing_requests,
-        max_queued_requests: config.queue_limit(),
-        replicas,
+    follow_routes(cluster, &controller)?;
+    let addresses = status
+        .proxies
+        .iter()
+        .filter_map(|proxy| proxy.address.parse().ok())
+        .collect();
+    Ok(ServeInstance {
+        controller,
+        app: name,
+        addresses,
     })
 }
 
-/// Waits until a replica is built and passes its health check.
-fn wait_healthy(name: &str, replica: &ReplicaHandle) -> Result<()> {
-    match replica.check_health().get_timeout(READY_TIMEOUT) {
-        Ok(()) => Ok(()),
-        Err(raylet::Error::Task(failure)) => Err(ServeError::ReplicaFailed {
-            replica: name.to_string(),
-            message: failure.message,
-        }),
-        Err(e) => Err(e.into()),
+/// Whether application `name` runs behind installed routes, or failed.
+fn settled(status: &ServeStatus, name: &str) -> bool {
+    match status.app(name).map(|app| app.state) {
+        Some(AppState::DeployFailed) => true,
+        Some(AppState::Running) => status.routes_installed && !status.proxies.is_empty(),
+        _ => false,
     }
 }
 
-/// Starts one proxy on every alive node and gives each the table.
-fn start_proxies(
-    cluster: &Cluster,
-    app: &str,
-    http: HttpOptions,
-    table: &RoutingTable,
-    started: &mut Started,
-) -> Result<Vec<SocketAddr>> {
-    let status = cluster.status()?;
-    let mut addresses = Vec::new();
-    for node in status.alive() {
-        let proxy = HttpProxy::remote(cluster, http.clone())
-            .num_cpus(0.0)
-            .scheduling_strategy(SchedulingStrategy::NodeAffinity {
-                node_id: node.node_id,
-                soft: false,
-            })
-            .name(&format!("proxy:{app}:{}", node.node_id))
-            .namespace(NAMESPACE)
-            .spawn()?;
-        started.proxies.push(proxy.clone());
-        proxy.install_routes(table.clone()).get_timeout(READY_TIMEOUT)?;
-        addresses.push(proxy.address().get_timeout(READY_TIMEOUT)?);
+/// What Serve runs on the cluster.
+pub fn status(cluster: &Cluster) -> Result<ServeStatus> {
+    let controller = controller::find(cluster)?;
+    Ok(controller.status().get_timeout(READY_TIMEOUT)?)
+}
+
+/// Deletes application `app` and waits until its replicas have stopped.
+pub fn delete(cluster: &Cluster, app: &str) -> Result<()> {
+    delete_app(&controller::find(cluster)?, app)
+}
+
+fn delete_app(controller: &ServeControllerHandle, app: &str) -> Result<()> {
+    if !controller.delete(app.to_string()).get_timeout(DELETE_TIMEOUT)? {
+        return Err(ServeError::NoSuchApp(app.to_string()));
     }
-    match addresses.is_empty() {
-        true => Err(ServeError::InvalidConfig(
-            "the cluster has no alive node for a proxy".into(),
-        )),
-        false => Ok(addresses),
+    let what = format!("stopping application `{app}`");
+    controller::wait_for_status(controller, DELETE_TIMEOUT, &what, |status| status.app(app).is_none())?;
+    Ok(())
+}
+
+/// Deletes every application, then stops the proxies and the controller.
+pub fn shutdown(cluster: &Cluster) -> Result<()> {
+    let Ok(controller) = controller::find(cluster) else {
+        return Ok(());
+    };
+    let status = controller.status().get_timeout(DELETE_TIMEOUT)?;
+    for app in &status.apps {
+        delete_app(&controller, &app.name)?;
+    }
+    for proxy in &status.proxies {
+        let name = format!("proxy:{}", proxy.node_id);
+        if let Ok(proxy) = cluster.get_actor_in::<HttpProxy>(controller::NAMESPACE, &name) {
+            cluster.kill(&proxy, true)?;
+        }
+    }
+    cluster.kill(&controller, true)?;
+    Ok(())
+}
+
+/// Installs the controller's routing table in this process and keeps it
+/// current from a thread (one per process), so that handles made here
+/// route like the proxies.
+fn follow_routes(cluster: &Cluster, controller: &ServeControllerHandle) -> Result<()> {
+    let (version, table) = controller.routes(0).get_timeout(READY_TIMEOUT)?;
+    routes::install(table);
+    static FOLLOWING: Once = Once::new();
+    let cluster = cluster.clone();
+    FOLLOWING.call_once(move || {
+        let follow = move || follow(&cluster, version);
+        if let Err(e) = std::thread::Builder::new().name("serve-routes".into()).spawn(follow) {
+            tracing::warn!("following Serve's routing table: {e}");
+        }
+    });
+    Ok(())
+}
+
+/// Long-polls the controller for new tables, finding it again after a
+/// restart, for the rest of the process's life.
+fn follow(cluster: &Cluster, mut version: u64) {
+    loop {
+        let polled = controller::find(cluster)
+            .and_then(|controller| Ok(controller.routes(version).get_timeout(Duration::from_secs(30))?));
+        match polled {
+            Ok((newer, table)) => {
+                if newer != version {
+                    routes::install(table);
+                    version = newer;
+                }
+            }
+            Err(e) => {
+                tracing::debug!("polling Serve's routing table: {e}");
+                std::thread::sleep(Duration::from_secs(1));
+            }
+        }
     }
 }
 
@@ -205,15 +170,24 @@ impl ServeInstance {
         &self.addresses
     }
 
+    /// The application's name.
+    pub fn name(&self) -> &str {
+        &self.app
+    }
+
     /// A handle to deployment `name` of this application, which must be a
     /// `D`; it routes like the proxies.
     pub fn handle<D: Deployment>(&self, name: &str) -> Result<DeploymentHandle<D>> {
         DeploymentHandle::new(&self.app, name).resolve()
     }
 
-    /// Stops the proxies, then the replicas.
+    /// What Serve runs now.
+    pub fn status(&self) -> Result<ServeStatus> {
+        Ok(self.controller.status().get_timeout(READY_TIMEOUT)?)
+    }
+
+    /// Deletes the application and waits until its replicas have stopped.
     pub fn shutdown(self) -> Result<()> {
-        routes::remove_app(&self.app);
-        self.started.kill(&self.cluster)
+        delete_app(&self.controller, &self.app)
     }
 }

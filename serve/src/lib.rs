@@ -25,18 +25,23 @@
 //! node) plus HTTP handling in the proxy; user code runs on a runtime the
 //! replica owns, so slow requests never delay admission or rejection.
 //!
-//! **Failure.** A replica that dies is dropped from its routers. A request
-//! it never got goes to another replica; one it may have run fails with
-//! [`ServeError::ReplicaDied`] (503). Nothing replaces the replica yet. A
-//! replica that cannot be built fails [`run`], which then stops everything
-//! it started.
+//! **Controller.** One detached [`controller::ServeController`] actor per
+//! cluster owns every replica and proxy: it keeps what should run in the
+//! head's key-value store, converges on it (starting, health-checking,
+//! draining and replacing replicas, rolling out new versions in batches,
+//! autoscaling on ongoing plus queued requests), and pushes the routing
+//! table to proxies and replicas. [`run`] deploys or updates an
+//! application through it; [`status`], [`delete`] and [`shutdown`] do the
+//! rest, as do `raylet serve status|deploy|delete` (see [`deploy_file`]).
 //!
-//! **This slice.** [`run`] makes the driver play controller: it creates the
-//! replicas and proxies, pushes the routing table and waits until they are
-//! ready; they live as long as the driver (or until
-//! [`ServeInstance::shutdown`]). A detached controller actor, autoscaling,
-//! request batching, rolling updates, streaming responses, a `raylet serve`
-//! CLI, metrics and the dashboard page come next.
+//! **Failure.** A replica that dies or fails its health check is replaced.
+//! A request it never got goes to another replica; one it was running
+//! fails with [`ServeError::ReplicaDied`] (503). A rolling update drains
+//! an old replica only after every proxy and replica has stopped routing
+//! to it and it has been idle, so no request is dropped. A version whose
+//! replicas cannot be built three times in a row fails its deploy and
+//! leaves the old version serving. A restarted controller takes its
+//! replicas and proxies back by name.
 //!
 //! ```no_run
 //! use raylet_serve::{Application, BoxError, Deployment, DeploymentConfig, Json, ReplicaContext};
@@ -65,23 +70,28 @@
 //! ```
 
 mod config;
+pub mod controller;
+pub mod deploy_file;
 mod deployment;
 mod error;
 mod handle;
 mod instance;
+mod metrics;
 mod proxy;
 mod registry;
 pub mod replica;
 mod router;
 mod routes;
+pub mod status;
 pub mod wire;
 
-pub use config::{Application, DeploymentConfig, HttpOptions};
+pub use config::{Application, AutoscalingConfig, DeploymentConfig, HttpOptions};
 pub use deployment::{Body, BoxError, Deployment, Encoding, Json, ReplicaContext};
 pub use error::{Result, ServeError};
 pub use handle::DeploymentHandle;
-pub use instance::{ServeInstance, run, run_with};
+pub use instance::{ServeInstance, delete, run, run_with, shutdown, status};
 pub use proxy::HttpProxy;
+pub use status::ServeStatus;
 
 #[doc(hidden)]
 pub use registry::__private;

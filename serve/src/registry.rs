@@ -25,17 +25,26 @@ pub trait ErasedDeployment: Send + Sync {
 
     /// The deployment's health check, its error as text.
     fn check_health(&self) -> Result<(), String>;
+
+    /// Decodes and applies a user config, its error as text.
+    fn reconfigure(&self, user_config: &[u8]) -> Result<(), String>;
 }
 
 /// How a replica builds a deployment from its encoded `Init` and user
 /// config.
 type Construct = fn(&[u8], Option<&[u8]>, &ReplicaContext) -> Result<Arc<dyn ErasedDeployment>, ServeError>;
 
+/// How a deploy file's `init` or `user_config` (JSON or YAML, as a JSON
+/// value) becomes what a replica decodes.
+type EncodeFromJson = fn(serde_json::Value) -> Result<Vec<u8>, String>;
+
 /// One registered deployment class. Not a public API.
 #[doc(hidden)]
 pub struct RegisteredDeployment {
     pub name: fn() -> &'static str,
     pub construct: Construct,
+    pub encode_init: EncodeFromJson,
+    pub encode_user_config: EncodeFromJson,
 }
 
 impl RegisteredDeployment {
@@ -43,8 +52,26 @@ impl RegisteredDeployment {
         RegisteredDeployment {
             name: std::any::type_name::<D>,
             construct: construct::<D>,
+            encode_init: encode_from_json::<D::Init>,
+            encode_user_config: encode_from_json::<D::UserConfig>,
         }
     }
+}
+
+/// `value` as a `T`, encoded as the cluster encodes arguments.
+fn encode_from_json<T: serde::Serialize + serde::de::DeserializeOwned>(
+    value: serde_json::Value,
+) -> Result<Vec<u8>, String> {
+    let typed: T = serde_json::from_value(value).map_err(|e| e.to_string())?;
+    raylet::proto::codec::encode(&typed).map_err(|e| e.to_string())
+}
+
+/// Every registered class name, sorted: what an error about a missing one
+/// lists.
+pub(crate) fn names() -> Vec<&'static str> {
+    let mut names: Vec<&'static str> = DEPLOYMENTS.iter().map(|entry| (entry.name)()).collect();
+    names.sort_unstable();
+    names
 }
 
 /// Every deployment class linked into this binary.
@@ -106,6 +133,12 @@ impl<D: Deployment> ErasedDeployment for Erased<D> {
 
     fn check_health(&self) -> Result<(), String> {
         self.0.check_health().map_err(|e| e.to_string())
+    }
+
+    fn reconfigure(&self, user_config: &[u8]) -> Result<(), String> {
+        let config: D::UserConfig =
+            raylet::proto::codec::decode(user_config).map_err(|e| format!("decoding the user config: {e}"))?;
+        self.0.reconfigure(config).map_err(|e| e.to_string())
     }
 }
 

@@ -6,9 +6,14 @@
 //! runs on a runtime the replica owns, because the actor's async methods
 //! share the worker's single task thread: a slow or CPU-heavy call then
 //! never delays admission, rejections or health checks. Every reply
-//! carries the count of ongoing requests.
+//! carries the count of ongoing requests; [`Replica::load`] tells the
+//! controller the same, with how long the replica has been idle (it stops a
+//! draining replica only once that is long enough that no routed request
+//! can still be on its way).
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::Instant;
 
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
@@ -33,6 +38,23 @@ pub struct ReplicaSpec {
     pub max_ongoing_requests: u32,
     /// Threads of the runtime user code runs on.
     pub threads: usize,
+    /// The deployment's version, which the controller reads back after it
+    /// restarts.
+    pub version: String,
+}
+
+/// What a replica reports to the controller.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct ReplicaLoad {
+    pub version: String,
+    /// Requests running now.
+    pub ongoing: u32,
+    /// Milliseconds since a request last arrived or ended.
+    pub idle_ms: u64,
+    /// Requests answered since the replica started, and how many of them
+    /// with an error.
+    pub answered: u64,
+    pub errors: u64,
 }
 
 /// One replica of a deployment.
@@ -42,7 +64,37 @@ pub struct Replica {
     admission: Arc<Semaphore>,
     max_ongoing: u32,
     name: String,
+    version: String,
     runtime: UserRuntime,
+    counts: Counts,
+}
+
+/// What a replica has answered, and when it last saw a request.
+struct Counts {
+    started: Instant,
+    /// Milliseconds after `started`.
+    last_activity_ms: AtomicU64,
+    answered: AtomicU64,
+    errors: AtomicU64,
+}
+
+impl Counts {
+    fn touch(&self) {
+        let now = self.started.elapsed().as_millis() as u64;
+        self.last_activity_ms.fetch_max(now, Ordering::Relaxed);
+    }
+
+    fn idle_ms(&self) -> u64 {
+        let now = self.started.elapsed().as_millis() as u64;
+        now.saturating_sub(self.last_activity_ms.load(Ordering::Relaxed))
+    }
+
+    fn count(&self, outcome: &Outcome) {
+        self.answered.fetch_add(1, Ordering::Relaxed);
+        if matches!(outcome, Outcome::UserError(_)) {
+            self.errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
 }
 
 #[raylet::actor]
@@ -65,15 +117,23 @@ impl Replica {
             admission: Arc::new(Semaphore::new(spec.max_ongoing_requests as usize)),
             max_ongoing: spec.max_ongoing_requests,
             name: spec.context.replica,
+            version: spec.version,
             runtime: UserRuntime {
                 handle: runtime.handle().clone(),
                 runtime: Some(runtime),
+            },
+            counts: Counts {
+                started: Instant::now(),
+                last_activity_ms: AtomicU64::new(0),
+                answered: AtomicU64::new(0),
+                errors: AtomicU64::new(0),
             },
         })
     }
 
     /// Answers one request, or rejects it at once when full.
     pub async fn handle(&self, request: ServeRequest) -> ServeReply {
+        self.counts.touch();
         let Ok(permit) = self.admission.clone().try_acquire_owned() else {
             return self.reply(Outcome::Rejected);
         };
@@ -83,7 +143,31 @@ impl Replica {
             Err(e) => Outcome::UserError(panic_message(e)),
         };
         drop(permit);
+        self.counts.touch();
+        self.counts.count(&outcome);
         self.reply(outcome)
+    }
+
+    /// How busy the replica is; runs no user code.
+    pub async fn load(&self) -> ReplicaLoad {
+        ReplicaLoad {
+            version: self.version.clone(),
+            ongoing: self.ongoing(),
+            idle_ms: self.counts.idle_ms(),
+            answered: self.counts.answered.load(Ordering::Relaxed),
+            errors: self.counts.errors.load(Ordering::Relaxed),
+        }
+    }
+
+    /// Applies a new user config (the deployment's `UserConfig`, encoded)
+    /// without restarting.
+    pub fn reconfigure(&self, user_config: serde_bytes::ByteBuf) -> Result<(), ServeError> {
+        self.deployment
+            .reconfigure(&user_config)
+            .map_err(|message| ServeError::ReplicaFailed {
+                replica: self.name.clone(),
+                message: format!("reconfigure: {message}"),
+            })
     }
 
     /// The deployment's health check.

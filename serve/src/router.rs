@@ -45,6 +45,7 @@ const RECHECK: Duration = Duration::from_millis(50);
 
 /// The router of one deployment in this process.
 pub(crate) struct Router {
+    app: String,
     deployment: String,
     class: String,
     state: Mutex<State>,
@@ -109,6 +110,7 @@ impl Router {
             waiting: 0,
         };
         Router {
+            app: routes.app.clone(),
             deployment: routes.deployment.clone(),
             class: routes.class.clone(),
             state: Mutex::new(state),
@@ -119,6 +121,16 @@ impl Router {
     /// The registered class of the deployment.
     pub(crate) fn class(&self) -> &str {
         &self.class
+    }
+
+    /// The application and deployment it routes for.
+    pub(crate) fn names(&self) -> (&str, &str) {
+        (&self.app, &self.deployment)
+    }
+
+    /// Requests waiting for a replica with room.
+    pub(crate) fn waiting(&self) -> u32 {
+        self.lock().waiting
     }
 
     /// Routes to the replicas of `routes` from now on, keeping the
@@ -264,6 +276,7 @@ impl Router {
         if task.kind == TaskErrorKind::ActorDiedBeforeSend {
             return Ok(None);
         }
+        crate::metrics::record_lost(&self.app, &self.deployment);
         Err(ServeError::ReplicaDied {
             deployment: self.deployment.clone(),
             replica: replica.to_string(),

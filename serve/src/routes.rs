@@ -1,8 +1,8 @@
 //! This process's routing table: the applications a proxy serves (by path
 //! prefix) and one [`Router`] per deployment, shared by the proxy and by
 //! every [`DeploymentHandle`](crate::DeploymentHandle) in the process. The
-//! controller (for now the driver in [`run`](crate::run)) pushes the table
-//! to every replica and proxy.
+//! controller pushes the whole table to every proxy and replica on each
+//! change; a driver follows it with a long poll.
 
 use std::collections::HashMap;
 use std::sync::{Arc, LazyLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
@@ -43,6 +43,14 @@ pub struct DeploymentRoutes {
     pub replicas: Vec<(String, ReplicaHandle)>,
 }
 
+/// Requests of one deployment waiting in this process's router.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct QueueReport {
+    pub app: String,
+    pub deployment: String,
+    pub waiting: u32,
+}
+
 #[derive(Default)]
 struct Installed {
     /// Longest prefix first.
@@ -52,40 +60,42 @@ struct Installed {
 
 static TABLE: LazyLock<RwLock<Installed>> = LazyLock::new(RwLock::default);
 
-/// Installs `table`: it replaces what this process knew of the
-/// applications it names, and leaves other applications alone. Routers of
+/// Installs `table` in place of what this process knew. Routers of
 /// deployments already known keep their load estimates.
 pub(crate) fn install(table: RoutingTable) {
     let mut installed = write();
-    let named = |app: &str| table.apps.iter().any(|route| route.app == app);
-    installed.apps.retain(|route| !named(&route.app));
-    installed.apps.extend(table.apps.iter().cloned());
-    installed
-        .apps
-        .sort_by_key(|route| std::cmp::Reverse(route.route_prefix.len()));
+    let mut apps = table.apps;
+    apps.sort_by_key(|route| std::cmp::Reverse(route.route_prefix.len()));
+    installed.apps = apps;
     let mut known = std::mem::take(&mut installed.routers);
-    let mut routers = HashMap::with_capacity(known.len() + table.deployments.len());
-    for routes in &table.deployments {
-        let key = (routes.app.clone(), routes.deployment.clone());
-        let router = match known.remove(&key) {
-            Some(router) => {
-                router.set_replicas(routes);
-                router
-            }
-            None => Arc::new(Router::new(routes)),
-        };
-        routers.insert(key, router);
-    }
-    known.retain(|(app, _), _| !named(app));
-    routers.extend(known);
-    installed.routers = routers;
+    installed.routers = table
+        .deployments
+        .iter()
+        .map(|routes| {
+            let key = (routes.app.clone(), routes.deployment.clone());
+            let router = match known.remove(&key) {
+                Some(router) => {
+                    router.set_replicas(routes);
+                    router
+                }
+                None => Arc::new(Router::new(routes)),
+            };
+            (key, router)
+        })
+        .collect();
 }
 
-/// Forgets the deployments and applications of `app`.
-pub(crate) fn remove_app(app: &str) {
-    let mut installed = write();
-    installed.apps.retain(|route| route.app != app);
-    installed.routers.retain(|(owner, _), _| owner != app);
+/// The requests waiting in each of this process's routers.
+pub(crate) fn queued() -> Vec<QueueReport> {
+    read()
+        .routers
+        .iter()
+        .map(|((app, deployment), router)| QueueReport {
+            app: app.clone(),
+            deployment: deployment.clone(),
+            waiting: router.waiting(),
+        })
+        .collect()
 }
 
 /// The application whose prefix is the longest that `path` falls under.

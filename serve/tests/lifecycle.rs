@@ -17,17 +17,26 @@ fn a_replica_that_cannot_be_built_fails_the_deploy_and_nothing_stays() {
     let broken = small::<Unbuildable>("model", ());
     let app = Application::new("broken", "/").deployment(front).deployment(broken);
     let failed = raylet_serve::run_with(&cluster, app, HttpOptions::default().port(0));
-    let Err(ServeError::ReplicaFailed { replica, message }) = failed else {
-        panic!("expected ReplicaFailed, got {:?}", failed.err());
+    let Err(ServeError::DeployFailed { app, message }) = failed else {
+        panic!("expected DeployFailed, got {:?}", failed.err());
     };
-    assert_eq!(replica, "replica:broken:model:0");
+    assert_eq!(app, "broken");
+    assert!(
+        message.contains("replica:broken:model:"),
+        "names the replica: {message}"
+    );
     assert!(message.contains("no checkpoint at /models/missing"), "{message}");
     let actors = cluster.list_actors().expect("the actors");
-    let alive: Vec<_> = actors.iter().filter(|a| a.state != ActorState::Dead).collect();
+    let replicas: Vec<_> = actors
+        .iter()
+        .filter(|a| a.state != ActorState::Dead && a.name.starts_with("replica:"))
+        .collect();
     assert!(
-        alive.is_empty(),
-        "nothing of the failed deploy runs, not even the good replica: {alive:?}"
+        replicas.is_empty(),
+        "no replica of the failed deploy runs, not even the good one: {replicas:?}"
     );
+    let status = raylet_serve::status(&cluster).expect("the status");
+    assert!(status.app("broken").is_none(), "the failed application was deleted");
 
     let unregistered = DeploymentConfig::new::<Unregistered>("echo", ()).expect("a config");
     let app = Application::new("unregistered", "/").deployment(unregistered);

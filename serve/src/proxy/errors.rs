@@ -34,6 +34,10 @@ pub(super) fn status(error: &ServeError) -> StatusCode {
         | ServeError::ReplicaFailed { .. }
         | ServeError::User { .. }
         | ServeError::BadResponse { .. }
+        | ServeError::DeployFailed { .. }
+        | ServeError::NoSuchApp(_)
+        | ServeError::ControllerGone(_)
+        | ServeError::WaitTimedOut { .. }
         | ServeError::Http(_)
         | ServeError::Cluster(_) => StatusCode::INTERNAL_SERVER_ERROR,
     }

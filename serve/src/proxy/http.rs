@@ -1,10 +1,13 @@
 //! The proxy's axum server: every path goes to one handler that finds the
 //! application by the longest route prefix and sends the body to its
 //! ingress deployment's router, within the request timeout. A token check
-//! runs first, before the body is read; public applications skip it.
+//! runs first, before the body is read; public applications and
+//! `/-/healthz` (for load balancers) skip it. Each answer is counted in the
+//! deployment's metrics.
 
 use std::future::Future;
 use std::sync::Arc;
+use std::time::Instant;
 
 use axum::Router;
 use axum::body::Bytes;
@@ -42,6 +45,7 @@ pub(super) async fn run(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let app = Router::new()
+        .route(HEALTHZ, axum::routing::get(|| async { "ok\n" }))
         .fallback(serve_request)
         .layer(DefaultBodyLimit::max(proxy.0.options.max_body_bytes))
         .layer(middleware::from_fn_with_state(proxy.clone(), require_token))
@@ -49,10 +53,14 @@ pub(super) async fn run(
     axum::serve(listener, app).with_graceful_shutdown(shutdown).await
 }
 
-/// Lets through requests for public applications and requests that carry
-/// the cluster token as `Authorization: Bearer`.
+/// The proxy's own health check, open to all.
+const HEALTHZ: &str = "/-/healthz";
+
+/// Lets through requests for public applications and the health check,
+/// and requests that carry the cluster token as `Authorization: Bearer`.
 async fn require_token(State(proxy): State<Proxy>, request: Request, next: Next) -> Response {
-    let public = routes::app_for(request.uri().path()).is_some_and(|route| route.public);
+    let path = request.uri().path();
+    let public = path == HEALTHZ || routes::app_for(path).is_some_and(|route| route.public);
     let bearer = request.headers().get(header::AUTHORIZATION);
     if public || bearer.is_some_and(|value| proxy.0.token.admits_bearer(value.as_bytes())) {
         return next.run(request).await;
@@ -69,15 +77,20 @@ async fn serve_request(State(proxy): State<Proxy>, uri: Uri, body: Bytes) -> Res
         Ok(router) => router,
         Err(e) => return errors::response(&e),
     };
+    let started = Instant::now();
     let timeout = proxy.0.options.request_timeout;
     let answer = match tokio::time::timeout(timeout, router.call(&body)).await {
         Ok(answer) => answer,
         Err(_) => Err(ServeError::Timeout(timeout)),
     };
-    match answer {
+    let response = match answer {
         Ok((body, encoding)) => {
             (StatusCode::OK, [(header::CONTENT_TYPE, encoding.content_type())], body).into_response()
         }
         Err(e) => errors::response(&e),
-    }
+    };
+    let (app, deployment) = router.names();
+    let seconds = started.elapsed().as_secs_f64();
+    crate::metrics::record_request(app, deployment, response.status().as_u16(), seconds);
+    response
 }

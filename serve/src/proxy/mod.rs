@@ -19,7 +19,7 @@ use tokio::sync::oneshot;
 
 use crate::config::HttpOptions;
 use crate::error::ServeError;
-use crate::routes::{self, RoutingTable};
+use crate::routes::{self, QueueReport, RoutingTable};
 
 /// An HTTP proxy on one node; dropping it stops the server.
 #[raylet::actor]
@@ -75,6 +75,12 @@ impl HttpProxy {
     /// replicas of their deployments.
     pub fn install_routes(&self, table: RoutingTable) {
         routes::install(table);
+    }
+
+    /// The requests waiting in this proxy's routers: the autoscaler's
+    /// input besides the replicas' own.
+    pub async fn queued(&self) -> Vec<QueueReport> {
+        routes::queued()
     }
 }
 

@@ -292,3 +292,112 @@ impl Client {
         self.post(path, "application/json", body.as_bytes().to_vec()).await
     }
 }
+
+/// How a [`Versioned`] replica is built.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct VersionedInit {
+    /// What every answer carries: which version of the code answered.
+    pub label: String,
+    pub delay_ms: u64,
+    /// Its health check fails while a file named after the replica exists
+    /// in this directory.
+    pub sick_dir: Option<String>,
+}
+
+/// What a [`Versioned`] replica answers.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct VersionedAnswer {
+    pub label: String,
+    pub suffix: String,
+    pub replica: String,
+    pub pid: u32,
+}
+
+/// Answers with its version label, user config and replica after a delay:
+/// rollouts, reconfiguration, health and failure.
+pub struct Versioned {
+    init: VersionedInit,
+    replica: String,
+    suffix: std::sync::Mutex<String>,
+}
+register_deployment!(Versioned);
+
+impl Deployment for Versioned {
+    type Init = VersionedInit;
+    type UserConfig = String;
+    type Request = Bytes;
+    type Response = Json<VersionedAnswer>;
+
+    fn new(init: VersionedInit, context: &ReplicaContext) -> Result<Self, BoxError> {
+        Ok(Versioned {
+            init,
+            replica: context.replica.clone(),
+            suffix: std::sync::Mutex::new(String::new()),
+        })
+    }
+
+    async fn call(&self, _: Bytes) -> Result<Json<VersionedAnswer>, BoxError> {
+        tokio::time::sleep(Duration::from_millis(self.init.delay_ms)).await;
+        let suffix = self.suffix.lock().map_err(|e| e.to_string())?.clone();
+        Ok(Json(VersionedAnswer {
+            label: self.init.label.clone(),
+            suffix,
+            replica: self.replica.clone(),
+            pid: std::process::id(),
+        }))
+    }
+
+    fn reconfigure(&self, suffix: String) -> Result<(), BoxError> {
+        *self.suffix.lock().map_err(|e| e.to_string())? = suffix;
+        Ok(())
+    }
+
+    fn check_health(&self) -> Result<(), BoxError> {
+        let sick = self
+            .init
+            .sick_dir
+            .as_ref()
+            .map(|dir| std::path::Path::new(dir).join(&self.replica));
+        match sick {
+            Some(flag) if flag.exists() => Err(format!("{} says so", flag.display()).into()),
+            _ => Ok(()),
+        }
+    }
+}
+
+/// What a steady load got back.
+#[derive(Debug, Default)]
+pub struct Tally {
+    pub answers: Vec<Answer>,
+}
+
+impl Tally {
+    pub fn count(&self, status: u16) -> usize {
+        self.answers.iter().filter(|answer| answer.status == status).count()
+    }
+
+    pub fn failures(&self) -> Vec<&Answer> {
+        self.answers.iter().filter(|answer| answer.status != 200).collect()
+    }
+}
+
+/// Sends `rate` requests a second to `path` for `duration`, each on its
+/// own task, and gathers every answer.
+pub async fn steady_load(client: &Client, path: &str, rate: u32, duration: Duration) -> Tally {
+    let mut ticks = tokio::time::interval(Duration::from_secs(1) / rate);
+    let end = tokio::time::Instant::now() + duration;
+    let mut requests = Vec::new();
+    while tokio::time::Instant::now() < end {
+        ticks.tick().await;
+        let client = client.clone();
+        let path = path.to_string();
+        requests.push(tokio::spawn(async move {
+            client.post(&path, "application/octet-stream", Vec::new()).await
+        }));
+    }
+    let mut tally = Tally::default();
+    for request in requests {
+        tally.answers.push(request.await.expect("a request task"));
+    }
+    tally
+}

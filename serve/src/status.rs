@@ -1,0 +1,150 @@
+//! What the controller reports: [`ServeStatus`], returned by
+//! [`status`](crate::status) and published about once a second to the
+//! dashboard's `serve` section (entry `status`), where `raylet serve
+//! status` and the dashboard's Serve page read it as JSON.
+
+use serde::{Deserialize, Serialize};
+
+/// Every application, its deployments and replicas, and the proxies.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ServeStatus {
+    /// When the controller wrote this, in milliseconds since the epoch.
+    pub updated_at_ms: u64,
+    /// The version of the routing table, and whether every proxy and
+    /// running replica has installed it.
+    pub routes_version: u64,
+    pub routes_installed: bool,
+    pub controller: ControllerStatus,
+    pub proxies: Vec<ProxyStatus>,
+    pub apps: Vec<AppStatus>,
+}
+
+/// Where the controller runs.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct ControllerStatus {
+    pub node_id: String,
+    pub pid: u32,
+}
+
+/// One node's HTTP proxy.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProxyStatus {
+    pub node_id: String,
+    pub address: String,
+}
+
+/// One application.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AppStatus {
+    pub name: String,
+    pub route_prefix: String,
+    pub public: bool,
+    pub state: AppState,
+    /// Why the deploy failed; empty otherwise.
+    pub message: String,
+    pub deployments: Vec<DeploymentStatus>,
+}
+
+/// Where an application is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum AppState {
+    /// Replicas of its current version are starting, or old ones stopping.
+    Deploying,
+    /// Every deployment has its target count of current replicas.
+    Running,
+    /// Replicas of a deployment failed to start again and again; see the
+    /// message. Nothing more is started until the next deploy.
+    DeployFailed,
+    /// Deleted; its replicas are stopping.
+    Deleting,
+}
+
+/// One deployment.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct DeploymentStatus {
+    pub name: String,
+    pub class: String,
+    /// A hash of what the replicas run (class, `Init`, resources).
+    pub version: String,
+    pub target_replicas: u32,
+    pub max_ongoing_requests: u32,
+    pub replicas: Vec<ReplicaStatus>,
+    pub requests: RequestCounts,
+    pub autoscaling: Option<AutoscalingStatus>,
+}
+
+/// One replica.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ReplicaStatus {
+    pub name: String,
+    pub state: ReplicaState,
+    pub version: String,
+    pub node_id: String,
+    /// 0 while unknown.
+    pub pid: u32,
+    /// Requests it ran at its last check.
+    pub ongoing: u32,
+}
+
+/// Where a replica is in its life.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "SCREAMING_SNAKE_CASE")]
+pub enum ReplicaState {
+    /// Created; being built, not yet healthy. It gets no traffic.
+    Starting,
+    /// Healthy and in every router.
+    Running,
+    /// Out of every router, finishing its requests.
+    Draining,
+    /// Being killed.
+    Stopping,
+}
+
+/// Requests answered by a deployment's replicas since the controller
+/// started, as they reported them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct RequestCounts {
+    pub total: u64,
+    pub errors: u64,
+}
+
+/// The autoscaler's inputs and decision for one deployment.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct AutoscalingStatus {
+    pub min_replicas: u32,
+    pub max_replicas: u32,
+    pub target_ongoing_requests: f64,
+    /// The replicas it aims at now.
+    pub current: u32,
+    /// What the load asks for.
+    pub desired: u32,
+    /// Requests at replicas plus in router queues, averaged over the look
+    /// back period.
+    pub average_ongoing: f64,
+    /// Requests waiting in routers at the last sample.
+    pub queued: u32,
+    /// The decision in words.
+    pub decision: String,
+}
+
+impl ServeStatus {
+    /// The application called `name`.
+    pub fn app(&self, name: &str) -> Option<&AppStatus> {
+        self.apps.iter().find(|app| app.name == name)
+    }
+}
+
+impl AppStatus {
+    /// The deployment called `name`.
+    pub fn deployment(&self, name: &str) -> Option<&DeploymentStatus> {
+        self.deployments.iter().find(|deployment| deployment.name == name)
+    }
+}
+
+impl DeploymentStatus {
+    /// Its replicas in `state`.
+    pub fn replicas_in(&self, state: ReplicaState) -> impl Iterator<Item = &ReplicaStatus> {
+        self.replicas.iter().filter(move |replica| replica.state == state)
+    }
+}
