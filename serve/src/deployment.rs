@@ -5,6 +5,7 @@
 use std::future::Future;
 
 use bytes::Bytes;
+use futures_util::Stream;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
@@ -28,8 +29,20 @@ pub trait Deployment: Send + Sync + Sized + 'static {
     /// Builds the replica's value; it runs once per replica.
     fn new(init: Self::Init, context: &ReplicaContext) -> Result<Self, BoxError>;
 
+    /// Whether HTTP requests are answered with [`Deployment::stream`]'s
+    /// chunks, as they come (chunked transfer encoding), rather than with
+    /// `call`'s one response.
+    const STREAMING: bool = false;
+
     /// Answers one request; an `Err` is a 500 that names the replica.
     fn call(&self, request: Self::Request) -> impl Future<Output = Result<Self::Response, BoxError>> + Send;
+
+    /// Answers one request as a stream of chunks (when `STREAMING`). An
+    /// error before the first chunk is a 500; after it, the response ends
+    /// early. A client that goes away drops the stream.
+    fn stream(&self, _request: Self::Request) -> impl Stream<Item = Result<Bytes, BoxError>> + Send + 'static {
+        futures_util::stream::once(async { Err::<Bytes, BoxError>("this deployment does not stream".into()) })
+    }
 
     /// Applies the deployment's user config, when it has one: right after
     /// `new`, and again in place, without a restart, whenever a deploy

@@ -21,6 +21,11 @@
 //! requests and refuses more with [`ServeError::BackPressure`] (HTTP 503
 //! with `Retry-After`). Nothing queues without bound.
 //!
+//! **Streaming.** A deployment with `STREAMING = true` answers HTTP with
+//! [`Deployment::stream`]'s chunks as they come (chunked transfer
+//! encoding), over a streaming actor call; a client that goes away cancels
+//! the stream and frees its place at the replica.
+//!
 //! **Costs.** One actor call per request (tens of microseconds on one
 //! node) plus HTTP handling in the proxy; user code runs on a runtime the
 //! replica owns, so slow requests never delay admission or rejection.

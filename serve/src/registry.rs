@@ -10,18 +10,26 @@ use std::sync::{Arc, OnceLock};
 
 use bytes::Bytes;
 
+use futures_util::{Stream, StreamExt};
+
 use crate::deployment::{Body, Deployment, ReplicaContext};
 use crate::error::ServeError;
-use crate::wire::Outcome;
+use crate::wire::{Outcome, StreamChunk};
 
 /// A future a replica runs on its own runtime.
 pub(crate) type OutcomeFuture = Pin<Box<dyn Future<Output = Outcome> + Send>>;
+/// The chunks of a streamed answer, which a replica drives on its own
+/// runtime.
+pub(crate) type ChunkStream = Pin<Box<dyn Stream<Item = StreamChunk> + Send>>;
 
 /// A built deployment, its type erased. Not a public API.
 #[doc(hidden)]
 pub trait ErasedDeployment: Send + Sync {
     /// Decodes the body, runs the call and encodes its response.
     fn call(self: Arc<Self>, body: Bytes) -> OutcomeFuture;
+
+    /// Decodes the body and streams the answer's chunks.
+    fn stream(self: Arc<Self>, body: Bytes) -> ChunkStream;
 
     /// The deployment's health check, its error as text.
     fn check_health(&self) -> Result<(), String>;
@@ -42,6 +50,8 @@ type EncodeFromJson = fn(serde_json::Value) -> Result<Vec<u8>, String>;
 #[doc(hidden)]
 pub struct RegisteredDeployment {
     pub name: fn() -> &'static str,
+    /// Whether HTTP requests are streamed ([`Deployment::STREAMING`]).
+    pub streaming: bool,
     pub construct: Construct,
     pub encode_init: EncodeFromJson,
     pub encode_user_config: EncodeFromJson,
@@ -51,6 +61,7 @@ impl RegisteredDeployment {
     pub const fn of<D: Deployment>() -> Self {
         RegisteredDeployment {
             name: std::any::type_name::<D>,
+            streaming: D::STREAMING,
             construct: construct::<D>,
             encode_init: encode_from_json::<D::Init>,
             encode_user_config: encode_from_json::<D::UserConfig>,
@@ -129,6 +140,18 @@ impl<D: Deployment> ErasedDeployment for Erased<D> {
                 Err(e) => Outcome::UserError(format!("encoding the response: {e}")),
             }
         })
+    }
+
+    fn stream(self: Arc<Self>, body: Bytes) -> ChunkStream {
+        let request = match D::Request::decode(body) {
+            Ok(request) => request,
+            Err(message) => return Box::pin(futures_util::stream::iter([StreamChunk::BadRequest(message)])),
+        };
+        let chunks = self.0.stream(request).map(|chunk| match chunk {
+            Ok(bytes) => StreamChunk::Data(bytes.into()),
+            Err(e) => StreamChunk::UserError(e.to_string()),
+        });
+        Box::pin(chunks)
     }
 
     fn check_health(&self) -> Result<(), String> {

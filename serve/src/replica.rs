@@ -16,15 +16,16 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use tokio::runtime::{Handle, Runtime};
-use tokio::sync::Semaphore;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::deployment::ReplicaContext;
 use crate::error::ServeError;
-use crate::registry::{self, ErasedDeployment};
+use crate::registry::{self, ChunkStream, ErasedDeployment};
 use crate::routes::{self, RoutingTable};
-use crate::wire::{Outcome, ServeReply, ServeRequest};
+use crate::wire::{Outcome, ServeReply, ServeRequest, StreamChunk};
 
 /// What a replica is built from.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -66,7 +67,36 @@ pub struct Replica {
     name: String,
     version: String,
     runtime: UserRuntime,
-    counts: Counts,
+    counts: Arc<Counts>,
+}
+
+/// Chunks of a streamed answer buffered between the deployment and the
+/// caller.
+const STREAM_BUFFER: usize = 4;
+
+/// Hands a deployment's chunks to the caller until either side ends, then
+/// gives the admission permit back.
+async fn forward(
+    mut stream: ChunkStream,
+    chunks: tokio::sync::mpsc::Sender<StreamChunk>,
+    permit: OwnedSemaphorePermit,
+    counts: Arc<Counts>,
+) {
+    let mut outcome = Outcome::Ok {
+        body: Vec::new(),
+        encoding: crate::deployment::Encoding::Bytes,
+    };
+    while let Some(chunk) = stream.next().await {
+        if let StreamChunk::UserError(message) | StreamChunk::BadRequest(message) = &chunk {
+            outcome = Outcome::UserError(message.clone());
+        }
+        if chunks.send(chunk).await.is_err() {
+            break;
+        }
+    }
+    drop(permit);
+    counts.touch();
+    counts.count(&outcome);
 }
 
 /// What a replica has answered, and when it last saw a request.
@@ -122,12 +152,12 @@ impl Replica {
                 handle: runtime.handle().clone(),
                 runtime: Some(runtime),
             },
-            counts: Counts {
+            counts: Arc::new(Counts {
                 started: Instant::now(),
                 last_activity_ms: AtomicU64::new(0),
                 answered: AtomicU64::new(0),
                 errors: AtomicU64::new(0),
-            },
+            }),
         })
     }
 
@@ -146,6 +176,31 @@ impl Replica {
         self.counts.touch();
         self.counts.count(&outcome);
         self.reply(outcome)
+    }
+
+    /// Streams the answer to one request, or rejects it at once when full.
+    /// The deployment's stream runs on the user runtime and is handed over
+    /// a small channel, so a slow client holds back the deployment, not
+    /// the worker; dropping the caller's end (a client gone) stops it and
+    /// frees its place.
+    #[raylet::method(streaming)]
+    pub async fn handle_stream(&self, request: ServeRequest) -> impl Stream<Item = StreamChunk> + use<> {
+        self.counts.touch();
+        let (chunks, received) = tokio::sync::mpsc::channel(STREAM_BUFFER);
+        match self.admission.clone().try_acquire_owned() {
+            Err(_) => {
+                let _ = chunks.try_send(StreamChunk::Rejected);
+            }
+            Ok(permit) => {
+                let stream = self.deployment.clone().stream(Bytes::from(request.body));
+                self.runtime
+                    .handle
+                    .spawn(forward(stream, chunks, permit, self.counts.clone()));
+            }
+        }
+        futures_util::stream::unfold(received, |mut received| async move {
+            received.recv().await.map(|chunk| (chunk, received))
+        })
     }
 
     /// How busy the replica is; runs no user code.

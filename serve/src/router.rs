@@ -22,18 +22,26 @@
 //! another replica; if it may have run, it fails with
 //! [`ServeError::ReplicaDied`] and is not resent.
 
-use std::sync::Mutex;
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use bytes::Bytes;
+use futures_util::{Stream, StreamExt};
+
 use rand::seq::index::sample;
-use raylet::{TaskError, TaskErrorKind};
+use raylet::{ObjectRefStream, TaskError, TaskErrorKind};
 use tokio::sync::Notify;
 
 use crate::deployment::Encoding;
 use crate::error::{Result, ServeError};
 use crate::replica::ReplicaHandle;
 use crate::routes::DeploymentRoutes;
-use crate::wire::{Outcome, ServeReply, ServeRequest};
+use crate::wire::{Outcome, ServeReply, ServeRequest, StreamChunk};
+
+/// A streamed answer's body, chunk by chunk.
+pub(crate) type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes>> + Send>>;
 
 /// How long a replica's reported load counts.
 const REPORT_TTL: Duration = Duration::from_secs(1);
@@ -91,8 +99,8 @@ impl Slot {
 }
 
 /// What choosing a replica gave.
-enum Choice<'a> {
-    Replica(InFlight<'a>),
+enum Choice {
+    Replica(InFlight),
     Full,
     NoReplicas,
 }
@@ -153,12 +161,28 @@ impl Router {
     }
 
     /// Sends one request body to a replica and returns the response body.
-    pub(crate) async fn call(&self, body: &[u8]) -> Result<(Vec<u8>, Encoding)> {
+    pub(crate) async fn call(self: &Arc<Self>, body: &[u8]) -> Result<(Vec<u8>, Encoding)> {
+        self.route(|call| self.send(call, body)).await
+    }
+
+    /// Sends one request body to a replica that streams its answer; returns
+    /// the chunks as they come, from the first one on.
+    pub(crate) async fn call_stream(self: &Arc<Self>, body: &[u8]) -> Result<BodyStream> {
+        self.route(|call| self.open_stream(call, body)).await
+    }
+
+    /// Finds a replica with room for each attempt of `send` (which gives
+    /// `None` when the replica rejected or never got the request), waiting
+    /// in the bounded queue while every replica is full.
+    async fn route<T, Attempt>(self: &Arc<Self>, send: impl Fn(InFlight) -> Attempt) -> Result<T>
+    where
+        Attempt: Future<Output = Result<Option<T>>>,
+    {
         let mut queued: Option<Queued<'_>> = None;
         loop {
             match self.choose() {
-                Choice::Replica(call) => match self.send(call, body).await? {
-                    Some(response) => return Ok(response),
+                Choice::Replica(call) => match send(call).await? {
+                    Some(answer) => return Ok(answer),
                     None => continue,
                 },
                 Choice::Full if queued.is_none() => queued = Some(self.enqueue()?),
@@ -175,7 +199,7 @@ impl Router {
     }
 
     /// Picks a replica by the power of two choices and counts the call.
-    fn choose(&self) -> Choice<'_> {
+    fn choose(self: &Arc<Self>) -> Choice {
         let mut state = self.lock();
         let count = state.replicas.len();
         if count == 0 {
@@ -199,7 +223,7 @@ impl Router {
             slot.in_flight += 1;
         }
         Choice::Replica(InFlight {
-            router: self,
+            router: self.clone(),
             name,
             handle,
             counted: true,
@@ -220,7 +244,7 @@ impl Router {
 
     /// Makes the call; `None` when the replica rejected it or never got
     /// it.
-    async fn send(&self, mut call: InFlight<'_>, body: &[u8]) -> Result<Option<(Vec<u8>, Encoding)>> {
+    async fn send(&self, mut call: InFlight, body: &[u8]) -> Result<Option<(Vec<u8>, Encoding)>> {
         let request = ServeRequest { body: body.to_vec() };
         let reply = match call.handle.handle(request).get_async().await {
             Ok(reply) => reply,
@@ -234,17 +258,13 @@ impl Router {
                 deployment: self.deployment.clone(),
                 message,
             }),
-            Outcome::UserError(message) => Err(ServeError::User {
-                deployment: self.deployment.clone(),
-                replica: call.name.clone(),
-                message,
-            }),
+            Outcome::UserError(message) => Err(self.user_error(&call.name, message)),
         }
     }
 
     /// Ends the count of a call that got `reply`, and takes in the
     /// replica's reported load.
-    fn finish(&self, call: &mut InFlight<'_>, reply: &ServeReply) {
+    fn finish(&self, call: &mut InFlight, reply: &ServeReply) {
         call.counted = false;
         let now = Instant::now();
         let mut state = self.lock();
@@ -260,10 +280,77 @@ impl Router {
         self.freed.notify_one();
     }
 
+    /// Opens a streamed call and waits for its first chunk; `None` when the
+    /// replica rejected it or never got it. The call counts as in flight
+    /// until the returned stream ends or is dropped.
+    async fn open_stream(&self, mut call: InFlight, body: &[u8]) -> Result<Option<BodyStream>> {
+        let request = ServeRequest { body: body.to_vec() };
+        let mut chunks = match call.handle.handle_stream(request) {
+            Ok(chunks) => chunks,
+            Err(error) => return self.failed(&call.name, error),
+        };
+        let first = match next_chunk(&mut chunks).await {
+            Some(Ok(chunk)) => chunk,
+            Some(Err(error)) => return self.failed(&call.name, error),
+            None => StreamChunk::Data(Vec::new()),
+        };
+        match first {
+            StreamChunk::Rejected => {
+                // A rejecting replica is full, whatever else it reports.
+                let rejected = ServeReply {
+                    ongoing: u32::MAX,
+                    outcome: Outcome::Rejected,
+                };
+                self.finish(&mut call, &rejected);
+                Ok(None)
+            }
+            StreamChunk::BadRequest(message) => Err(ServeError::BadRequest {
+                deployment: self.deployment.clone(),
+                message,
+            }),
+            StreamChunk::UserError(message) => Err(self.user_error(&call.name, message)),
+            StreamChunk::Data(bytes) => Ok(Some(self.rest_of_stream(call, Bytes::from(bytes), chunks))),
+        }
+    }
+
+    /// The first chunk, then the others as they come; an error ends it.
+    fn rest_of_stream(&self, call: InFlight, first: Bytes, chunks: ObjectRefStream<StreamChunk>) -> BodyStream {
+        let deployment = self.deployment.clone();
+        let rest = futures_util::stream::unfold(Some((chunks, call)), move |open| {
+            let deployment = deployment.clone();
+            async move {
+                let (mut chunks, call) = open?;
+                let item = match next_chunk(&mut chunks).await? {
+                    Ok(StreamChunk::Data(bytes)) => return Some((Ok(Bytes::from(bytes)), Some((chunks, call)))),
+                    Ok(StreamChunk::UserError(message)) => call.router.user_error(&call.name, message),
+                    Ok(StreamChunk::Rejected | StreamChunk::BadRequest(_)) => ServeError::BadResponse {
+                        deployment,
+                        message: "a stream's later chunk was a rejection".into(),
+                    },
+                    Err(error) => ServeError::ReplicaDied {
+                        deployment,
+                        replica: call.name.clone(),
+                        message: error.to_string(),
+                    },
+                };
+                Some((Err(item), None))
+            }
+        });
+        Box::pin(futures_util::stream::once(async move { Ok(first) }).chain(rest))
+    }
+
+    fn user_error(&self, replica: &str, message: String) -> ServeError {
+        ServeError::User {
+            deployment: self.deployment.clone(),
+            replica: replica.to_string(),
+            message,
+        }
+    }
+
     /// What a call that failed in the cluster gives: `None` (route again)
     /// when the replica is gone and never got it, an error otherwise. A
     /// replica that is gone is dropped.
-    fn failed(&self, replica: &str, error: raylet::Error) -> Result<Option<(Vec<u8>, Encoding)>> {
+    fn failed<T>(&self, replica: &str, error: raylet::Error) -> Result<Option<T>> {
         let raylet::Error::Task(task) = &error else {
             return Err(ServeError::Cluster(error));
         };
@@ -300,14 +387,14 @@ fn replica_is_gone(error: &TaskError) -> bool {
 
 /// A call counted in its replica's `in_flight`, until it is finished or
 /// dropped (a timed-out request).
-struct InFlight<'a> {
-    router: &'a Router,
+struct InFlight {
+    router: Arc<Router>,
     name: String,
     handle: ReplicaHandle,
     counted: bool,
 }
 
-impl Drop for InFlight<'_> {
+impl Drop for InFlight {
     fn drop(&mut self) {
         if !self.counted {
             return;
@@ -331,5 +418,13 @@ impl Drop for Queued<'_> {
         let mut state = self.router.lock();
         debug_assert!(state.waiting > 0, "queue places are given back once");
         state.waiting -= 1;
+    }
+}
+
+/// The next chunk of a streamed call, fetched; `None` at its end.
+async fn next_chunk(chunks: &mut ObjectRefStream<StreamChunk>) -> Option<raylet::Result<StreamChunk>> {
+    match chunks.next_async().await? {
+        Ok(chunk) => Some(chunk.get_async().await),
+        Err(error) => Some(Err(error)),
     }
 }

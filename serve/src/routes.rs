@@ -29,6 +29,8 @@ pub struct AppRoute {
     pub public: bool,
     /// The deployment HTTP requests go to.
     pub ingress: String,
+    /// Whether the ingress streams its answers.
+    pub streaming: bool,
 }
 
 /// One deployment's replicas and limits.

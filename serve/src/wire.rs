@@ -38,3 +38,16 @@ pub enum Outcome {
     /// User code returned an error or panicked.
     UserError(String),
 }
+
+/// One item of a streamed answer.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub enum StreamChunk {
+    /// The next piece of the response body.
+    Data(#[serde(with = "serde_bytes")] Vec<u8>),
+    /// The replica was at `max_ongoing_requests` (only ever first).
+    Rejected,
+    /// The body did not decode (only ever first).
+    BadRequest(String),
+    /// User code failed; the stream ends here.
+    UserError(String),
+}

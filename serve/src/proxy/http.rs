@@ -7,7 +7,7 @@
 
 use std::future::Future;
 use std::sync::Arc;
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use axum::Router;
 use axum::body::Bytes;
@@ -15,11 +15,13 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{StatusCode, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
+use futures_util::StreamExt;
 use raylet::proto::auth::AuthToken;
 use tokio::net::TcpListener;
 
 use super::errors;
 use crate::config::HttpOptions;
+use crate::deployment::Encoding;
 use crate::error::ServeError;
 use crate::routes;
 
@@ -79,6 +81,9 @@ async fn serve_request(State(proxy): State<Proxy>, uri: Uri, body: Bytes) -> Res
     };
     let started = Instant::now();
     let timeout = proxy.0.options.request_timeout;
+    if route.streaming {
+        return stream_request(&router, &body, timeout, started).await;
+    }
     let answer = match tokio::time::timeout(timeout, router.call(&body)).await {
         Ok(answer) => answer,
         Err(_) => Err(ServeError::Timeout(timeout)),
@@ -92,5 +97,40 @@ async fn serve_request(State(proxy): State<Proxy>, uri: Uri, body: Bytes) -> Res
     let (app, deployment) = router.names();
     let seconds = started.elapsed().as_secs_f64();
     crate::metrics::record_request(app, deployment, response.status().as_u16(), seconds);
+    response
+}
+
+/// Answers with a streaming deployment's chunks as they come (chunked
+/// transfer encoding); the timeout bounds the wait for the first one.
+async fn stream_request(
+    router: &Arc<crate::router::Router>,
+    body: &[u8],
+    timeout: Duration,
+    started: Instant,
+) -> Response {
+    let opened = match tokio::time::timeout(timeout, router.call_stream(body)).await {
+        Ok(opened) => opened,
+        Err(_) => Err(ServeError::Timeout(timeout)),
+    };
+    let response = match opened {
+        Ok(chunks) => {
+            let chunks = chunks.map(|chunk| chunk.map_err(std::io::Error::other));
+            let body = axum::body::Body::from_stream(chunks);
+            (
+                StatusCode::OK,
+                [(header::CONTENT_TYPE, Encoding::Bytes.content_type())],
+                body,
+            )
+                .into_response()
+        }
+        Err(e) => errors::response(&e),
+    };
+    let (app, deployment) = router.names();
+    crate::metrics::record_request(
+        app,
+        deployment,
+        response.status().as_u16(),
+        started.elapsed().as_secs_f64(),
+    );
     response
 }
