@@ -1,7 +1,7 @@
 //! Deploying and losing replicas: a constructor's error or an unregistered
 //! class fails `run` clearly and leaves nothing running, and a replica that
 //! dies is dropped from routing while the other one keeps serving, and a
-//! request it never got is sent to the other.
+//! request it never got is sent to the other; shutdown stops everything.
 
 mod common;
 
@@ -66,4 +66,22 @@ fn a_dead_replica_leaves_routing_and_the_other_serves() {
     // that was routed there went to replica 1 instead.
     assert!(answers.iter().all(|a| a.status == 200), "{answers:?}");
     assert!(answers.iter().all(|a| a.json() == "replica:pair:pair:1"), "{answers:?}");
+}
+
+#[test]
+fn shutdown_stops_every_application_proxy_and_the_controller() {
+    let cluster = init();
+    deploy(&cluster, Application::new("one", "/one").deployment(small::<Reverser>("front", ())));
+    deploy(&cluster, Application::new("two", "/two").deployment(small::<Reverser>("front", ())));
+    let status = raylet_serve::status(&cluster).expect("the status");
+    assert_eq!(status.apps.len(), 2);
+    assert_eq!(status.proxies.len(), 1, "one proxy per node serves both");
+    raylet_serve::shutdown(&cluster).expect("a shutdown");
+    let actors = cluster.list_actors().expect("the actors");
+    let left: Vec<_> = actors
+        .iter()
+        .filter(|a| a.namespace == "serve" && a.state != ActorState::Dead)
+        .collect();
+    assert!(left.is_empty(), "nothing of Serve runs: {left:?}");
+    assert!(raylet_serve::status(&cluster).is_err(), "no controller answers");
 }
