@@ -4,10 +4,11 @@ application (a no-op deployment with 2 replicas; the digits MLP with 2
 replicas and request batching) and each concurrency (1, 16, 64), `oha`
 sends POST requests over keep-alive connections for a fixed time, and the
 report gives requests/s, p50 and p99 latency and the share of 200 answers.
-What differs: Ray Serve batches the digits requests (@serve.batch, up to 32
-within 5 ms) and computes with numpy; raylet-serve has no batching yet and
-computes each request in plain Rust. Both MLPs have the digits model's shape
-with the same fixed pseudo-random weights.
+Both sides batch the digits requests alike (Ray's @serve.batch and
+raylet-serve's Batcher: up to 32 within 5 ms, one batch at a time per
+replica); what differs is that Ray computes a batch with numpy and raylet
+with plain Rust loops over its rows. Both MLPs have the digits model's
+shape with the same fixed pseudo-random weights.
 
 Each repetition starts one system's server, waits for its `READY
 noop=<port> digits=<port> [token=<token>]` line, loads every (application, concurrency) in turn, then closes
@@ -134,6 +135,9 @@ def report(args, results, started):
                 f"| {get('ray', 'p50_ms'):.2f} ms | {get('raylet', 'p99_ms'):.2f} ms | {get('ray', 'p99_ms'):.2f} ms "
                 f"| {get('ray', 'p99_ms') / get('raylet', 'p99_ms'):.1f}× | {get('raylet', 'ok_share'):.1%}, "
                 f"{get('ray', 'ok_share'):.1%} |")
+    lines.append("\nBoth sides batch the digits requests alike (Ray's `@serve.batch`, raylet-serve's `Batcher`: up "
+                 "to 32 within 5 ms, one batch at a time per replica); Ray computes a batch with numpy, raylet with "
+                 "plain Rust loops over its rows.")
     (ROOT / "bench" / "serve.md").write_text("\n".join(lines) + "\n")
     log("wrote bench/serve.md")
 

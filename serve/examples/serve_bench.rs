@@ -6,7 +6,10 @@
 //! - `digits` (POST /digits): `{"pixels": [64 floats]}` -> `{"digit": k}`
 //!   through an MLP of the digits model's shape (64 -> hidden -> 10, ReLU)
 //!   with the weights in a JSON file; 2 replicas, `max_ongoing_requests`
-//!   64, one request per call (raylet-serve has no batching yet).
+//!   64, requests batched as Ray Serve's side batches them (a [`Batcher`]
+//!   with up to 32 within 5 ms, one batch at a time per replica). The only
+//!   difference: Ray computes a batch with numpy, this side with plain
+//!   Rust loops over its rows.
 //!
 //! `serve_bench --write-weights W.json [--hidden 64]` writes fixed
 //! pseudo-random weights (the same file feeds Ray Serve's side);
@@ -14,8 +17,12 @@
 //! `READY noop=<port> digits=<port> token=<token>`.
 
 use std::io::Read;
+use std::sync::Arc;
+use std::time::Duration;
 
-use raylet_serve::{Application, BoxError, Deployment, DeploymentConfig, HttpOptions, Json, ReplicaContext};
+use raylet_serve::{
+    Application, BatchOptions, Batcher, BoxError, Deployment, DeploymentConfig, HttpOptions, Json, ReplicaContext,
+};
 use serde::{Deserialize, Serialize};
 
 /// Takes any body and answers `{"ok": true}`.
@@ -61,8 +68,18 @@ struct Digit {
     digit: usize,
 }
 
-/// Classifies 64 pixels with the MLP.
-struct Digits(Weights);
+/// bench/serve_ray.py's `@serve.batch(max_batch_size=32, batch_wait_timeout_s=0.005)`.
+const BATCHING: BatchOptions = BatchOptions {
+    max_batch_size: 32,
+    wait_timeout: Duration::from_millis(5),
+    max_concurrent_batches: 1,
+};
+
+/// Classifies 64 pixels with the MLP, in batches.
+struct Digits {
+    batcher: Batcher<Vec<f32>, Digit>,
+    pixels: usize,
+}
 raylet_serve::register_deployment!(Digits);
 
 impl Deployment for Digits {
@@ -72,20 +89,31 @@ impl Deployment for Digits {
     type Response = Json<Digit>;
 
     fn new(path: String, _: &ReplicaContext) -> Result<Self, BoxError> {
-        Ok(Digits(serde_json::from_slice(&std::fs::read(path)?)?))
+        let weights: Arc<Weights> = Arc::new(serde_json::from_slice(&std::fs::read(path)?)?);
+        let pixels = weights.w1.len();
+        let batcher = Batcher::new(BATCHING, move |batch: Vec<Vec<f32>>| {
+            let weights = weights.clone();
+            async move { Ok(batch.iter().map(|pixels| classify(&weights, pixels)).collect()) }
+        })?;
+        Ok(Digits { batcher, pixels })
     }
 
     async fn call(&self, Json(input): Json<Pixels>) -> Result<Json<Digit>, BoxError> {
-        if input.pixels.len() != self.0.w1.len() {
-            return Err(format!("expected {} pixels, got {}", self.0.w1.len(), input.pixels.len()).into());
+        if input.pixels.len() != self.pixels {
+            return Err(format!("expected {} pixels, got {}", self.pixels, input.pixels.len()).into());
         }
-        let hidden = layer(&input.pixels, &self.0.w1, &self.0.b1, true);
-        let scores = layer(&hidden, &self.0.w2, &self.0.b2, false);
-        let digit = (0..scores.len())
-            .max_by(|&a, &b| scores[a].total_cmp(&scores[b]))
-            .unwrap_or(0);
-        Ok(Json(Digit { digit }))
+        Ok(Json(self.batcher.submit(input.pixels).await?))
     }
+}
+
+/// The likeliest digit of one image.
+fn classify(weights: &Weights, pixels: &[f32]) -> Digit {
+    let hidden = layer(pixels, &weights.w1, &weights.b1, true);
+    let scores = layer(&hidden, &weights.w2, &weights.b2, false);
+    let digit = (0..scores.len())
+        .max_by(|&a, &b| scores[a].total_cmp(&scores[b]))
+        .unwrap_or(0);
+    Digit { digit }
 }
 
 /// `x @ w + b`, with ReLU when asked.

@@ -48,6 +48,9 @@
 //! leaves the old version serving. A restarted controller takes its
 //! replicas and proxies back by name.
 //!
+//! **Batching.** A [`Batcher`] gathers the requests of concurrent calls
+//! into batches for one async handler, like Ray Serve's `@serve.batch`.
+//!
 //! ```no_run
 //! use raylet_serve::{Application, BoxError, Deployment, DeploymentConfig, Json, ReplicaContext};
 //!
@@ -74,6 +77,7 @@
 //! # Ok::<(), Box<dyn std::error::Error>>(())
 //! ```
 
+mod batch;
 mod config;
 pub mod controller;
 pub mod deploy_file;
@@ -90,6 +94,7 @@ mod routes;
 pub mod status;
 pub mod wire;
 
+pub use batch::{BatchError, BatchOptions, Batcher};
 pub use config::{Application, AutoscalingConfig, DeploymentConfig, HttpOptions};
 pub use deployment::{Body, BoxError, Deployment, Encoding, Json, ReplicaContext};
 pub use error::{Result, ServeError};

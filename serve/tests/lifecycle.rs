@@ -71,8 +71,14 @@ fn a_dead_replica_leaves_routing_and_the_other_serves() {
 #[test]
 fn shutdown_stops_every_application_proxy_and_the_controller() {
     let cluster = init();
-    deploy(&cluster, Application::new("one", "/one").deployment(small::<Reverser>("front", ())));
-    deploy(&cluster, Application::new("two", "/two").deployment(small::<Reverser>("front", ())));
+    deploy(
+        &cluster,
+        Application::new("one", "/one").deployment(small::<Reverser>("front", ())),
+    );
+    deploy(
+        &cluster,
+        Application::new("two", "/two").deployment(small::<Reverser>("front", ())),
+    );
     let status = raylet_serve::status(&cluster).expect("the status");
     assert_eq!(status.apps.len(), 2);
     assert_eq!(status.proxies.len(), 1, "one proxy per node serves both");
