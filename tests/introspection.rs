@@ -1,8 +1,9 @@
 //! The head's record of tasks on a CLI cluster: `raylet list tasks` (with
 //! filters), `raylet summary tasks`, `raylet timeline` and the task metrics
 //! of `/metrics` follow a small job's tasks, actor calls, a failure and a
-//! long run, with the timeline on and off; `raylet logs` shows what a task,
-//! an actor and a worker printed.
+//! long run, with the timeline on and off; every observation of a histogram
+//! a task records reaches `/metrics`; `raylet logs` shows what a task, an
+//! actor and a worker printed.
 
 mod common;
 
@@ -10,8 +11,9 @@ use std::collections::BTreeMap;
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use common::http::{get, metrics, session_file, total};
+use common::http::{get, metrics, metrics_when, session_file, total};
 use common::{Daemons, head_address, raylet};
+use raylet::metrics::Histogram;
 use raylet::{Cluster, Config};
 use serde_json::Value;
 
@@ -82,6 +84,24 @@ impl Tally {
     }
 }
 
+/// More observations than a report held when histograms sent raw ones.
+const OBSERVATIONS: u32 = 50_000;
+
+/// Records `count` observations of 0 to 19 ms, evenly.
+#[raylet::remote]
+fn observe(count: u32) -> u32 {
+    let latency = Histogram::new(
+        "test_introspection_work_seconds",
+        "Time per unit of work",
+        &[0.001, 0.01],
+        &["phase"],
+    );
+    for i in 0..count {
+        latency.observe(&["work"], f64::from(i % 20) / 1000.0);
+    }
+    count
+}
+
 /// Squares 1..=10, fails one task, makes 3 actor calls; returns the job.
 fn small_job(head: &str, temp: &Path, timeline: bool) -> String {
     let config = Config::new().address(head).temp_dir(temp).timeline(timeline);
@@ -97,6 +117,16 @@ fn small_job(head: &str, temp: &Path, timeline: bool) -> String {
     let job = cluster.job_id().to_string();
     cluster.shutdown().unwrap();
     job
+}
+
+/// Runs `observe` in a job of its own.
+fn observing_job(head: &str, temp: &Path) {
+    let cluster = raylet::init_with(Config::new().address(head).temp_dir(temp)).unwrap();
+    assert_eq!(
+        observe::remote(&cluster, OBSERVATIONS).unwrap().get().unwrap(),
+        OBSERVATIONS
+    );
+    cluster.shutdown().unwrap();
 }
 
 fn list_tasks(temp: &Path, extra: &[&str]) -> Vec<Value> {
@@ -226,6 +256,18 @@ fn list_summary_timeline_and_metrics_follow_a_small_jobs_tasks() {
             .any(|f| f["states"]["FINISHED"] == 10),
         "{summary}"
     );
+
+    observing_job(&head, temp.path());
+    let count = r#"test_introspection_work_seconds_count{phase="work"}"#;
+    let all = |s: &BTreeMap<String, f64>| s.get(count).is_some_and(|c| *c >= f64::from(OBSERVATIONS));
+    let samples = metrics_when(&dashboard, &token, all);
+    assert_eq!(samples[count], f64::from(OBSERVATIONS), "every observation arrives");
+    let bucket = |le: &str| samples[&format!(r#"test_introspection_work_seconds_bucket{{phase="work",le="{le}"}}"#)];
+    assert_eq!(bucket("0.001"), 5_000.0, "0 and 1 ms, le being inclusive");
+    assert_eq!(bucket("0.01"), 27_500.0, "0 to 10 ms");
+    assert_eq!(bucket("+Inf"), 50_000.0);
+    let sum = samples[r#"test_introspection_work_seconds_sum{phase="work"}"#];
+    assert!((sum - 475.0).abs() < 1e-6, "2,500 times 0 + 1 + ... + 19 ms: {sum}");
 }
 
 #[test]

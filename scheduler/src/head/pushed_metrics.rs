@@ -1,22 +1,46 @@
 //! The metrics that processes record with `raylet::metrics` and report to
 //! the head: each is registered in the head process's Prometheus registry
-//! on first sight, so the head's `/metrics` exports it. A report that does
-//! not fit the metric as first seen (another kind or other labels, or not
-//! one value per label), whose histogram buckets do not increase, or whose
-//! name is taken, is dropped with a warning.
+//! on first sight, so the head's `/metrics` exports it. Counters and gauges
+//! are the prometheus crate's; a histogram arrives counted into buckets and
+//! is added up by [`histogram::PushedHistogram`]. A report that does not fit
+//! the metric as first seen (another kind, other labels or other buckets,
+//! or not one value per label or one count per bucket), whose histogram
+//! buckets do not increase, or whose name is taken, is dropped with a
+//! warning.
+
+mod histogram;
 
 use std::collections::HashMap;
 
 use prometheus::core::Collector;
-use prometheus::{CounterVec, GaugeVec, Histogram, HistogramOpts, HistogramVec, Opts};
+use prometheus::{CounterVec, GaugeVec, Opts};
 use raylet_proto::metrics::registry;
 use raylet_proto::v1::{MetricKind, MetricUpdate};
+
+use histogram::PushedHistogram;
+
+/// Why a reported metric, or a report of one, was refused.
+#[derive(Debug, thiserror::Error)]
+enum Refused {
+    #[error(transparent)]
+    Prometheus(#[from] prometheus::Error),
+    #[error("histogram buckets must be finite and increase: {0:?}")]
+    Bounds(Vec<f64>),
+    #[error("`le` is the label of a histogram's buckets, not one of its own")]
+    BucketLabel,
+    #[error("{got} label values for {expected} labels")]
+    LabelValues { expected: usize, got: usize },
+    #[error("the buckets {got:?} are not the histogram's {expected:?}")]
+    OtherBuckets { expected: Vec<f64>, got: Vec<f64> },
+    #[error("{got} bucket counts for {expected} buckets")]
+    BucketCounts { expected: usize, got: usize },
+}
 
 /// A reported metric as registered here.
 enum Family {
     Counter(CounterVec),
     Gauge(GaugeVec),
-    Histogram(HistogramVec),
+    Histogram(PushedHistogram),
 }
 
 /// The reported metrics the head exports, by name.
@@ -27,7 +51,6 @@ pub struct PushedMetrics {
 
 impl PushedMetrics {
     pub fn apply(&mut self, update: MetricUpdate) {
-        let labels: Vec<&str> = update.label_values.iter().map(String::as_str).collect();
         let Some((family, names)) = self.family(&update) else {
             return;
         };
@@ -35,21 +58,8 @@ impl PushedMetrics {
             tracing::warn!(metric = update.name, "a reported metric changed its labels; dropped");
             return;
         }
-        let applied = match family {
-            Family::Counter(counter) => counter
-                .get_metric_with_label_values(&labels)
-                .map(|series| series.inc_by(update.value.max(0.0))),
-            Family::Gauge(gauge) => gauge
-                .get_metric_with_label_values(&labels)
-                .map(|series| series.set(update.value)),
-            Family::Histogram(histogram) => histogram.get_metric_with_label_values(&labels).map(|series| {
-                for value in update.observations {
-                    series.observe(value);
-                }
-            }),
-        };
-        if let Err(error) = applied {
-            tracing::warn!(metric = update.name, %error, "a reported metric does not fit its labels; dropped");
+        if let Err(error) = add(family, &update) {
+            tracing::warn!(metric = update.name, %error, "a report does not fit its metric; dropped");
         }
     }
 
@@ -73,7 +83,20 @@ impl PushedMetrics {
     }
 }
 
-fn register(update: &MetricUpdate) -> prometheus::Result<Family> {
+/// Adds `update` to its series of `family`.
+fn add(family: &Family, update: &MetricUpdate) -> Result<(), Refused> {
+    let labels: Vec<&str> = update.label_values.iter().map(String::as_str).collect();
+    match family {
+        Family::Counter(counter) => counter
+            .get_metric_with_label_values(&labels)?
+            .inc_by(update.value.max(0.0)),
+        Family::Gauge(gauge) => gauge.get_metric_with_label_values(&labels)?.set(update.value),
+        Family::Histogram(histogram) => histogram.add(update)?,
+    }
+    Ok(())
+}
+
+fn register(update: &MetricUpdate) -> Result<Family, Refused> {
     let labels: Vec<&str> = update.label_names.iter().map(String::as_str).collect();
     let help = match update.help.is_empty() {
         true => update.name.clone(),
@@ -89,11 +112,7 @@ fn register(update: &MetricUpdate) -> prometheus::Result<Family> {
             (Family::Gauge(gauge.clone()), Box::new(gauge))
         }
         MetricKind::Histogram => {
-            let opts = HistogramOpts::new(&update.name, help).buckets(update.buckets.clone());
-            // The buckets are checked only when a series is made: check
-            // them now, so that bad ones never take the name.
-            Histogram::with_opts(opts.clone())?;
-            let histogram = HistogramVec::new(opts, &labels)?;
+            let histogram = PushedHistogram::new(&update.name, &help, &update.label_names, &update.buckets)?;
             (Family::Histogram(histogram.clone()), Box::new(histogram))
         }
     };
@@ -105,6 +124,15 @@ fn register(update: &MetricUpdate) -> prometheus::Result<Family> {
 mod tests {
     use super::*;
 
+    const BOUNDS: &[f64] = &[0.1, 1.0];
+
+    /// The bucket counts of one observation of `value`.
+    fn counted(value: f64) -> Vec<u64> {
+        let mut counts = vec![0; BOUNDS.len() + 1];
+        counts[BOUNDS.partition_point(|bound| *bound < value)] = 1;
+        counts
+    }
+
     fn update(name: &str, kind: MetricKind, labels: &[&str], value: f64) -> MetricUpdate {
         MetricUpdate {
             name: name.into(),
@@ -112,8 +140,9 @@ mod tests {
             label_names: vec!["run".into()],
             label_values: labels.iter().map(|l| l.to_string()).collect(),
             value,
-            observations: vec![value],
-            buckets: vec![0.1, 1.0],
+            buckets: BOUNDS.to_vec(),
+            bucket_counts: counted(value),
+            sum: value,
             ..MetricUpdate::default()
         }
     }
@@ -133,6 +162,32 @@ mod tests {
             text.contains("test_pushed_seconds_bucket{run=\"a\",le=\"0.1\"} 1"),
             "{text}"
         );
+    }
+
+    /// A report carries counts, not observations: however many a process
+    /// recorded between two reports, all of them are exported.
+    #[test]
+    fn a_histograms_reported_counts_are_exported_exactly() {
+        let mut metrics = PushedMetrics::default();
+        let mut first = update("test_pushed_many_seconds", MetricKind::Histogram, &["a"], 0.0);
+        first.bucket_counts = vec![10_000, 15_000, 5_000];
+        first.sum = 9_000.5;
+        let mut second = first.clone();
+        second.bucket_counts = vec![0, 5_000, 15_000];
+        second.sum = 30_000.25;
+        metrics.apply(first);
+        metrics.apply(second);
+        let text = raylet_proto::metrics::encode_text();
+        let expected = [
+            r#"test_pushed_many_seconds_bucket{run="a",le="0.1"} 10000"#,
+            r#"test_pushed_many_seconds_bucket{run="a",le="1"} 30000"#,
+            r#"test_pushed_many_seconds_bucket{run="a",le="+Inf"} 50000"#,
+            r#"test_pushed_many_seconds_sum{run="a"} 39000.75"#,
+            r#"test_pushed_many_seconds_count{run="a"} 50000"#,
+        ];
+        for line in expected {
+            assert!(text.lines().any(|exported| exported == line), "{line} in {text}");
+        }
     }
 
     /// Found by the `decode_requests` fuzz target: a report with fewer
