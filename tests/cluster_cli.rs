@@ -415,13 +415,29 @@ fn a_missing_or_corrupt_session_directory_is_a_clear_error() {
 fn help_explains_every_command() {
     let output = Command::new(RAYLET).arg("--help").output().unwrap();
     let help = String::from_utf8_lossy(&output.stdout);
-    for command in ["start", "status", "stop"] {
+    for command in ["start", "status", "stop", "serve"] {
         assert!(help.contains(command), "{help}");
     }
-    let output = Command::new(RAYLET).args(["start", "--help"]).output().unwrap();
-    let help = String::from_utf8_lossy(&output.stdout);
-    for flag in ["--head", "--address", "--num-gpus", "--resources", "--block", "--token"] {
-        assert!(help.contains(flag), "{help}");
+    let commands: [(&[&str], &[&str]); 5] = [
+        (
+            &["start"],
+            &["--head", "--address", "--num-gpus", "--resources", "--block", "--token"],
+        ),
+        (&["serve"], &["deploy", "status", "delete"]),
+        (
+            &["serve", "deploy"],
+            &["FILE.yaml", "RAYLET_SERVE_DEPLOY", "--timeout", "--address"],
+        ),
+        (&["serve", "status"], &["--format", "--address"]),
+        (&["serve", "delete"], &["<APP>", "--timeout", "--address"]),
+    ];
+    for (command, flags) in commands {
+        let output = Command::new(RAYLET).args(command).arg("--help").output().unwrap();
+        assert!(output.status.success(), "raylet {command:?} --help");
+        let help = String::from_utf8_lossy(&output.stdout);
+        for flag in flags {
+            assert!(help.contains(flag), "raylet {command:?} --help lacks {flag}:\n{help}");
+        }
     }
 }
 

@@ -1,7 +1,8 @@
 //! The head's HTTP server on a CLI cluster: every route refuses a missing
 //! or wrong token, `/metrics` parses as Prometheus text and its gauges move
 //! as nodes join, actors and objects come and lease requests wait or are
-//! refused, and the JSON API lists what `raylet list` does.
+//! refused, the JSON API lists what `raylet list` does, and `/api/serve`
+//! and the Serve page show the status the Serve controller publishes.
 
 mod common;
 
@@ -84,7 +85,7 @@ fn the_heads_http_routes_need_the_token_and_metrics_follow_the_cluster() {
             "{path}"
         );
     }
-    assert_eq!(routes.len(), 19, "every route of the head's HTTP server: {routes:?}");
+    assert_eq!(routes.len(), 20, "every route of the head's HTTP server: {routes:?}");
     println!(
         "{} HTTP routes refuse requests without the cluster's token",
         routes.len()
@@ -169,6 +170,74 @@ fn the_heads_http_routes_need_the_token_and_metrics_follow_the_cluster() {
     });
     assert_eq!(cluster.get_all(&naps).unwrap(), vec![3_000; 3]);
     every_node_serves_its_metrics(&dashboard, &token);
+}
+
+#[test]
+fn the_serve_api_returns_the_controllers_status_only_with_the_token() {
+    let temp = tempfile::tempdir().unwrap();
+    let _daemons = Daemons(temp.path());
+    raylet(
+        temp.path(),
+        &[
+            "start",
+            "--head",
+            "--port",
+            "0",
+            "--dashboard-port",
+            "0",
+            "--num-cpus",
+            "1",
+        ],
+    );
+    let dashboard = session_file(temp.path(), "dashboard_address");
+    let token = session_file(temp.path(), "token");
+    assert_eq!(
+        get(&dashboard, "/api/serve", Some(&token)),
+        (200, "null".to_string()),
+        "no Serve controller published a status"
+    );
+
+    let head = head_address(temp.path());
+    let cluster = raylet::init_with(Config::new().address(&head).temp_dir(temp.path())).unwrap();
+    let published = serde_json::json!({
+        "updated_at_ms": 1_764_180_000_000u64,
+        "controller": {"node_id": "ab12cd34", "pid": 4242},
+        "proxies": [{"node_id": "ab12cd34", "address": "127.0.0.1:8000"}],
+        "apps": [{
+            "name": "digits", "route_prefix": "/classify", "public": false, "state": "RUNNING", "message": "",
+            "deployments": [{
+                "name": "classifier", "class": "serve_digits::Classifier", "version": "3f9a1c22",
+                "target_replicas": 1, "max_ongoing_requests": 32,
+                "replicas": [{"name": "replica:digits:classifier:3f9a1c22:1", "state": "RUNNING",
+                              "version": "3f9a1c22", "node_id": "ab12cd34", "pid": 5151, "ongoing": 0}],
+                "requests": {"total": 10, "errors": 0},
+                "autoscaling": {"min_replicas": 1, "max_replicas": 3, "target_ongoing_requests": 2.0,
+                    "current": 1, "desired": 1, "average_ongoing": 0.0, "queued": 0, "decision": "hold at 1"}
+            }]
+        }]
+    });
+    cluster.publish_to_dashboard("serve", "status", &published).unwrap();
+    let (status, body) = get(&dashboard, "/api/serve", Some(&token));
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(serde_json::from_str::<Value>(&body).unwrap(), published);
+    for presented in [None, Some("wrong")] {
+        let (status, body) = get(&dashboard, "/api/serve", presented);
+        assert_eq!(status, 401, "{presented:?}");
+        assert!(
+            !body.contains("digits"),
+            "a refusal shows nothing of the status: {body}"
+        );
+    }
+    let (status, page) = get(&dashboard, "/ui/serve", Some(&token));
+    assert_eq!(status, 200);
+    assert!(page.contains("/ui/assets/app.js"), "{page}");
+    let (_, script) = get(&dashboard, "/ui/assets/app.js", Some(&token));
+    assert!(
+        script.contains(r#"["serve", "Serve", servePage]"#),
+        "the Serve page is in the nav"
+    );
+    assert!(script.contains(r#"api("/api/serve")"#));
+    cluster.shutdown().unwrap();
 }
 
 /// The head lists both nodes' `/metrics` for Prometheus; the joined node's

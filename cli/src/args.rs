@@ -108,6 +108,13 @@ pub enum Command {
     /// (content-addressed by sha256: what the head has is not sent again).
     #[command(subcommand)]
     Job(JobCommand),
+    /// Deploy, inspect and delete Serve applications (online inference).
+    ///
+    /// The Serve controller keeps each application's desired state in the
+    /// head's key-value store and publishes its status; these commands work
+    /// through both.
+    #[command(subcommand)]
+    Serve(ServeCommand),
     /// Stop every raylet process that this machine's sessions started.
     Stop(StopArgs),
     /// Measure task, object and wait throughput the way `ray microbenchmark` does.
@@ -540,6 +547,51 @@ fn parse_key_value(text: &str) -> Result<(String, String), String> {
         Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
         _ => Err(format!("'{text}' is not KEY=VALUE")),
     }
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ServeCommand {
+    /// Deploy (or update) an application described by a YAML file, then
+    /// print the deploy job's output and exit with its status.
+    ///
+    /// The file names `binary` (a build of your crate that registers the
+    /// deployments and links raylet-serve; relative to the file's
+    /// directory), the application's `name`, `route_prefix` and
+    /// `deployments`. The binary runs as a job with the file's text in
+    /// RAYLET_SERVE_DEPLOY; it deploys the application through the Serve
+    /// controller and exits once it is RUNNING, or fails with the reason.
+    Deploy(ServeDeployArgs),
+    /// Show each application with its route and state, each deployment's
+    /// replicas by state, load, requests and autoscaling decision, and the
+    /// HTTP proxies.
+    Status(StatusArgs),
+    /// Delete an application: the controller stops its replicas and drops
+    /// its routes; this waits until the application is gone.
+    Delete(ServeDeleteArgs),
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeDeployArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// The application's YAML file.
+    #[arg(value_name = "FILE.yaml")]
+    pub file: PathBuf,
+    /// How long to wait for the application to be RUNNING, in seconds;
+    /// past it the deploy job is left running and this fails.
+    #[arg(long, value_name = "SECS", default_value_t = 300, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub timeout: u64,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct ServeDeleteArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// The application's name, as `raylet serve status` shows it.
+    pub app: String,
+    /// How long to wait for the controller to tear the application down, in seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 60, value_parser = clap::value_parser!(u64).range(1..=86_400))]
+    pub timeout: u64,
 }
 
 /// Which cluster a command talks to.

@@ -26,7 +26,7 @@ pub fn job(command: JobCommand) -> anyhow::Result<ExitCode> {
     })
 }
 
-async fn connect(args: &ClusterArgs) -> anyhow::Result<JobClient> {
+pub(crate) async fn connect(args: &ClusterArgs) -> anyhow::Result<JobClient> {
     let (address, token) = args.head()?;
     JobClient::connect(&address, &token)
         .await
@@ -63,15 +63,20 @@ async fn submit(args: JobSubmitArgs) -> anyhow::Result<ExitCode> {
         eprintln!("follow it with: raylet job logs --follow {}", submitted.id);
         return Ok(ExitCode::SUCCESS);
     }
-    print_output(&client, submitted.id, true).await?;
-    let info = client.wait(submitted.id).await?;
+    let info = follow_to_end(&client, submitted.id).await?;
     eprintln!("job {} {}: {}", info.id, info.status, info.message);
     Ok(exit_code_of(&info))
 }
 
+/// Prints the job's output as it comes until the job ends; returns how it ended.
+pub(crate) async fn follow_to_end(client: &JobClient, id: JobId) -> anyhow::Result<JobInfo> {
+    print_output(client, id, true).await?;
+    Ok(client.wait(id).await?)
+}
+
 /// 0 for a success; the driver's exit code, or 128 + its signal, for a
 /// failure; 1 otherwise.
-fn exit_code_of(info: &JobInfo) -> ExitCode {
+pub(crate) fn exit_code_of(info: &JobInfo) -> ExitCode {
     match (info.status, info.exit_code, info.signal) {
         (JobStatus::Succeeded, _, _) => ExitCode::SUCCESS,
         (JobStatus::Failed, Some(code), _) if (1..=255).contains(&code) => ExitCode::from(code as u8),

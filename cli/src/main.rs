@@ -7,6 +7,7 @@ mod list;
 mod memory;
 mod microbenchmark;
 mod row_filter;
+mod serve;
 mod start;
 mod status;
 mod stop;
@@ -42,6 +43,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Timeline(args) => done(tasks::timeline(args)),
         Command::Logs(args) => done(tasks::logs(args)),
         Command::Job(command) => job::job(command),
+        Command::Serve(command) => serve::serve(command),
         Command::Stop(args) => done(stop::stop(args)),
         Command::Microbenchmark(args) => done(microbenchmark::microbenchmark(args)),
     }

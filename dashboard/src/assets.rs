@@ -12,7 +12,16 @@ const SCRIPT: &str = include_str!("assets/app.js");
 const STYLE: &str = include_str!("assets/app.css");
 
 /// The pages under `/ui/`; the empty one is the overview.
-const PAGES: [&str; 7] = ["", "jobs", "actors", "tasks", "placement-groups", "objects", "train"];
+const PAGES: [&str; 8] = [
+    "",
+    "jobs",
+    "actors",
+    "tasks",
+    "placement-groups",
+    "objects",
+    "train",
+    "serve",
+];
 
 /// A page: the shell, whose script draws the page its path names.
 pub(super) async fn page(page: Option<Path<String>>) -> Response {

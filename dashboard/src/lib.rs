@@ -9,7 +9,7 @@
 //! |---|---|
 //! | `GET /healthz` | `ok`: the only route without the token, for load balancers; it tells nothing else |
 //! | `GET /login`, `POST /login` | the login form; a right token sets the cookie |
-//! | `GET /ui/`, `/ui/{jobs,actors,tasks,placement-groups,objects,train}` | the pages |
+//! | `GET /ui/`, `/ui/{jobs,actors,tasks,placement-groups,objects,train,serve}` | the pages |
 //! | `GET /metrics` | gauges of nodes, resources, actors, placement groups, jobs and object stores |
 //! | `GET /api/cluster_history` | each alive node's CPU, memory and GPU use every 2 s over 10 min |
 //! | `GET /api/nodes` | every node incarnation, as `raylet list nodes --format json` |
@@ -23,6 +23,7 @@
 //! | `GET /api/timeline?job=ID` | the Chrome trace that `raylet timeline` writes |
 //! | `GET /api/train` | Train runs as they publish themselves: status, workers and each report's metrics |
 //! | `GET /api/tune` | Tune experiments: status, metric and each trial's config, status and results |
+//! | `GET /api/serve` | the Serve controller's status (applications, deployments, replicas, autoscaling, proxies), or `null` without Serve |
 //! | `GET /api/prometheus_targets` | every alive node's `/metrics`, in Prometheus's HTTP service discovery format |
 //!
 //! A joining node serves only `/metrics`, its own process's metrics, from
@@ -97,6 +98,7 @@ fn guarded_routes() -> Vec<(&'static str, MethodRouter<Head>)> {
         ("/api/timeline", get(timeline)),
         ("/api/train", get(train_runs)),
         ("/api/tune", get(tune_experiments)),
+        ("/api/serve", get(serve_status)),
         ("/api/prometheus_targets", get(prometheus_targets)),
     ]
 }
@@ -254,6 +256,13 @@ async fn tune_experiments(State(head): State<Head>) -> Response {
         &head,
         raylet::dashboard_entries(&head.address, &head.token, "tune").await,
     )
+}
+
+/// The status the Serve controller published last, as `raylet serve
+/// status --format json` prints it; `null` when Serve never ran.
+async fn serve_status(State(head): State<Head>) -> Response {
+    let entries = raylet::dashboard_entries(&head.address, &head.token, "serve").await;
+    json(&head, entries.map(|entries| entries.into_iter().next()))
 }
 
 /// Every alive node's `/metrics` as Prometheus's `http_sd_configs` reads it

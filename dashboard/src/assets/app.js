@@ -10,6 +10,7 @@ const PAGES = [
   ["placement-groups", "Placement groups", groupsPage],
   ["objects", "Object store", objectsPage],
   ["train", "Train & Tune", trainPage],
+  ["serve", "Serve", servePage],
 ];
 const COLORS = ["#1f6feb", "#d1242f", "#1a7f37", "#9a6700", "#8250df", "#0a7ea4", "#bf3989", "#57606a"];
 const REFRESH_MS = 4000;
@@ -318,6 +319,82 @@ async function trainPage() {
   }
   if (!experiments.length) parts.push(el("p", { class: "empty" }, "No Tune experiment has reported yet."));
   return parts;
+}
+
+// How many replicas are in each state, e.g. "2 RUNNING, 1 STARTING".
+function replicaCounts(replicas) {
+  const counts = {};
+  for (const r of replicas) counts[r.state] = (counts[r.state] || 0) + 1;
+  const text = Object.keys(counts).sort().map((s) => `${counts[s]} ${s}`).join(", ");
+  return text || "0";
+}
+
+async function servePage() {
+  const status = await api("/api/serve");
+  if (!status) return [el("h2", {}, "Serve"), el("p", { class: "empty", id: "serve-absent" }, "Serve is not running on this cluster.")];
+  const deployments = status.apps.flatMap((a) => a.deployments.map((d) => ({ ...d, app: a.name })));
+  const replicas = deployments.flatMap((d) => d.replicas.map((r) => ({ ...r, app: d.app, deployment: d.name })));
+  const scaling = deployments.filter((d) => d.autoscaling);
+  const sum = (rows, value) => rows.reduce((total, row) => total + value(row), 0);
+  return [
+    el("div", { class: "cards" },
+      card("applications", status.apps.length),
+      card("replicas running", replicas.filter((r) => r.state === "RUNNING").length),
+      card("requests ongoing", sum(replicas, (r) => r.ongoing)),
+      card("requests", sum(deployments, (d) => d.requests.total)),
+      card("errors", sum(deployments, (d) => d.requests.errors))),
+    el("p", { id: "serve-controller" },
+      `Controller: pid ${status.controller.pid} on node ${short(status.controller.node_id)}; status of ${when(status.updated_at_ms)}`),
+    el("h2", {}, `Applications (${status.apps.length})`),
+    table([
+      ["Application", (a) => a.name],
+      ["Route", (a) => a.route_prefix],
+      ["Public", (a) => (a.public ? "yes" : "no")],
+      ["State", (a) => state(a.state)],
+      ["Message", (a) => a.message],
+    ], status.apps, { id: "serve-apps", empty: "No application is deployed." }),
+    el("h2", {}, `Deployments (${deployments.length})`),
+    table([
+      ["Application", (d) => d.app],
+      ["Deployment", (d) => d.name],
+      ["Class", (d) => d.class],
+      ["Version", (d) => el("span", { class: "mono" }, d.version)],
+      ["Target", (d) => d.target_replicas],
+      ["Replicas", (d) => replicaCounts(d.replicas)],
+      ["Ongoing", (d) => `${sum(d.replicas, (r) => r.ongoing)} (max ${d.max_ongoing_requests} each)`],
+      ["Requests", (d) => d.requests.total],
+      ["Errors", (d) => d.requests.errors],
+      ["Autoscaling", (d) => (d.autoscaling ? d.autoscaling.decision : "-")],
+    ], deployments, { id: "serve-deployments" }),
+    el("h2", {}, `Autoscaling (${scaling.length})`),
+    table([
+      ["Deployment", (d) => `${d.app}/${d.name}`],
+      ["Min", (d) => d.autoscaling.min_replicas],
+      ["Max", (d) => d.autoscaling.max_replicas],
+      ["Target ongoing", (d) => d.autoscaling.target_ongoing_requests],
+      ["Current", (d) => d.autoscaling.current],
+      ["Desired", (d) => d.autoscaling.desired],
+      ["Average ongoing", (d) => d.autoscaling.average_ongoing.toFixed(1)],
+      ["Queued", (d) => d.autoscaling.queued],
+      ["Decision", (d) => d.autoscaling.decision],
+    ], scaling, { id: "serve-autoscaling", empty: "No deployment autoscales." }),
+    el("h2", {}, `Replicas (${replicas.length})`),
+    table([
+      ["Replica", (r) => el("span", { class: "mono" }, r.name)],
+      ["Application", (r) => r.app],
+      ["Deployment", (r) => r.deployment],
+      ["State", (r) => state(r.state)],
+      ["Version", (r) => el("span", { class: "mono" }, r.version)],
+      ["Node", (r) => short(r.node_id)],
+      ["Pid", (r) => r.pid || ""],
+      ["Ongoing", (r) => r.ongoing],
+    ], replicas, { id: "serve-replicas" }),
+    el("h2", {}, `Proxies (${status.proxies.length})`),
+    table([
+      ["Address", (p) => p.address],
+      ["Node", (p) => el("span", { class: "mono" }, p.node_id)],
+    ], status.proxies, { id: "serve-proxies" }),
+  ];
 }
 
 const current = PAGES.find(([path]) => window.location.pathname.replace(/^\/ui\/?/, "").replace(/\/$/, "") === path)
