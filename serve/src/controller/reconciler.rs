@@ -137,6 +137,9 @@ impl Reconciler {
             .thread_name("serve-controller-probes")
             .enable_all()
             .build()?;
+        // Unbounded, yet bounded: each probe sends one event, a replica or
+        // proxy has at most one health or load probe out, and a table push
+        // one install per proxy and replica.
         let (events, received) = channel();
         let long_ago = Instant::now() - POLL_PERIOD;
         Ok(Reconciler {
@@ -591,7 +594,6 @@ impl Reconciler {
     /// replicas, and stops draining replicas that are idle.
     fn probe_replicas(&mut self, app: &str, deployment: &str, now: Instant) {
         let table_version = self.table_version;
-        let all_acked = |version: u64, reconciler: &Reconciler| reconciler.everyone_installed(version);
         let Some(state) = self.deployment(app, deployment) else {
             return;
         };
@@ -616,7 +618,7 @@ impl Reconciler {
                 ReplicaState::Draining => {
                     let patience_over = now.duration_since(slot.since) >= ACK_PATIENCE;
                     let out_of_routing =
-                        slot.left_in <= table_version && (all_acked(slot.left_in, self) || patience_over);
+                        slot.left_in <= table_version && (self.everyone_installed(slot.left_in) || patience_over);
                     let quiet = slot.ongoing == 0 && slot.idle_ms >= DRAIN_IDLE.as_millis() as u64;
                     let overdue = now.duration_since(slot.since) >= config.graceful_shutdown_timeout;
                     if (out_of_routing && quiet && slot.last_load > slot.since) || overdue {
