@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """raylet-serve against Ray Serve 2.60, side by side in one run: for each
 application (a no-op deployment with 2 replicas; the digits MLP with 2
-replicas and request batching) and each concurrency (1, 16, 64), `oha`
+replicas and request batching, once with a 5 ms batch wait and once with
+none) and each concurrency (1, 16, 64), `oha`
 sends POST requests over keep-alive connections for a fixed time, and the
 report gives requests/s, p50 and p99 latency and the share of 200 answers.
 Both sides batch the digits requests alike (Ray's @serve.batch and
@@ -11,7 +12,7 @@ with plain Rust loops over its rows. Both MLPs have the digits model's
 shape with the same fixed pseudo-random weights.
 
 Each repetition starts one system's server, waits for its `READY
-noop=<port> digits=<port> [token=<token>]` line, loads every (application, concurrency) in turn, then closes
+noop=<port> digits=<port> digits_nowait=<port> [token=<token>]` line, loads every (application, concurrency) in turn, then closes
 the server's stdin and ends what it left by pid; the systems take turns,
 the order rotated by one each repetition. Both servers load the same MLP
 weights from one JSON file that raylet's example writes first.
@@ -38,6 +39,7 @@ WEIGHTS = RUNS / "digits_weights.json"
 APPS = {
     "noop": ("/noop", "{}"),
     "digits": ("/digits", json.dumps({"pixels": [0.5 * (i % 17) for i in range(64)]})),
+    "digits_nowait": ("/digits_nowait", json.dumps({"pixels": [0.5 * (i % 17) for i in range(64)]})),
 }
 
 
@@ -49,7 +51,7 @@ def server_command(system, args, port):
 
 def start_server(system, args, port):
     """Starts the server in its own session; returns (process, {app: port}, token): its line
-    `READY noop=<port> digits=<port> [token=<token>]`."""
+    `READY noop=<port> digits=<port> digits_nowait=<port> [token=<token>]`."""
     proc = subprocess.Popen(server_command(system, args, port), env=ENV, cwd=WORK, stdin=subprocess.PIPE,
                             stdout=subprocess.PIPE, stderr=open(RUNS / f"{system}-server.log", "a"), text=True,
                             start_new_session=True)
@@ -137,7 +139,10 @@ def report(args, results, started):
                 f"{get('ray', 'ok_share'):.1%} |")
     lines.append("\nBoth sides batch the digits requests alike (Ray's `@serve.batch`, raylet-serve's `Batcher`: up "
                  "to 32 within 5 ms, one batch at a time per replica); Ray computes a batch with numpy, raylet with "
-                 "plain Rust loops over its rows.")
+                 "plain Rust loops over its rows. `digits_nowait` is the same model with a wait timeout of 0 on both "
+                 "sides (`batch_wait_timeout_s=0`): a batch takes what queued while the replica's previous batch ran, "
+                 "so a request waits for no timer; a closed-loop load of c clients then gets c / (timeout + compute) "
+                 "requests/s at most with the 5 ms wait, and is bounded by the compute without it.")
     (ROOT / "bench" / "serve.md").write_text("\n".join(lines) + "\n")
     log("wrote bench/serve.md")
 

@@ -10,8 +10,11 @@ served over HTTP on 127.0.0.1 until stdin closes.
                        b2), as serve_bench wrote them, computed with numpy; @serve.batch with
                        max_batch_size 32 and batch_wait_timeout_s 0.005;
                        2 replicas.
+  digits_nowait        the same with batch_wait_timeout_s 0: a batch takes
+  POST /digits_nowait  the requests that queued while the replica's
+                       previous batch ran.
 
-Prints `READY noop=<port> digits=<port>` once both answer, then waits for stdin to close and
+Prints `READY noop=<port> digits=<port> digits_nowait=<port>` once all answer, then waits for stdin to close and
 shuts Ray down.
 
   target/bench-venv/bin/python bench/serve_ray.py --port 8000 --weights W.json
@@ -37,8 +40,9 @@ class Noop:
         return JSONResponse({"ok": True})
 
 
-@serve.deployment(num_replicas=2, max_ongoing_requests=64, ray_actor_options={"num_cpus": 0})
-class Digits:
+class MLP:
+    """The digits MLP, computed with numpy."""
+
     def __init__(self, weights_path: str):
         with open(weights_path) as f:
             weights = json.load(f)
@@ -47,8 +51,7 @@ class Digits:
         self.w2 = np.asarray(weights["w2"], dtype=np.float32)
         self.b2 = np.asarray(weights["b2"], dtype=np.float32)
 
-    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.005)
-    async def classify(self, pixels: list):
+    def forward(self, pixels: list):
         x = np.asarray(pixels, dtype=np.float32)
         hidden = np.maximum(x @ self.w1 + self.b1, 0.0)
         return [int(k) for k in np.argmax(hidden @ self.w2 + self.b2, axis=1)]
@@ -56,6 +59,20 @@ class Digits:
     async def __call__(self, request: Request):
         body = await request.json()
         return JSONResponse({"digit": await self.classify(body["pixels"])})
+
+
+@serve.deployment(num_replicas=2, max_ongoing_requests=64, ray_actor_options={"num_cpus": 0})
+class Digits(MLP):
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.005)
+    async def classify(self, pixels: list):
+        return self.forward(pixels)
+
+
+@serve.deployment(num_replicas=2, max_ongoing_requests=64, ray_actor_options={"num_cpus": 0})
+class DigitsNoWait(MLP):
+    @serve.batch(max_batch_size=32, batch_wait_timeout_s=0.0)
+    async def classify(self, pixels: list):
+        return self.forward(pixels)
 
 
 def wait_until_answering(port: int, path: str, body: bytes, timeout: float = 120.0):
@@ -82,9 +99,11 @@ def main():
     serve.start(http_options={"host": "127.0.0.1", "port": args.port})
     serve.run(Noop.bind(), name="noop", route_prefix="/noop")
     serve.run(Digits.bind(args.weights), name="digits", route_prefix="/digits")
+    serve.run(DigitsNoWait.bind(args.weights), name="digits_nowait", route_prefix="/digits_nowait")
     wait_until_answering(args.port, "/noop", b"{}")
-    wait_until_answering(args.port, "/digits", json.dumps({"pixels": [0.0] * 64}).encode())
-    print(f"READY noop={args.port} digits={args.port}", flush=True)
+    for path in ("/digits", "/digits_nowait"):
+        wait_until_answering(args.port, path, json.dumps({"pixels": [0.0] * 64}).encode())
+    print(f"READY noop={args.port} digits={args.port} digits_nowait={args.port}", flush=True)
     sys.stdin.read()
     serve.shutdown()
     ray.shutdown()

@@ -3,7 +3,7 @@
 //! without the token, with a wrong one and with another cluster's, on a
 //! CLI cluster; with the right token each reaches its service.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -19,7 +19,7 @@ use raylet::prelude::*;
 use raylet::scheduler::status::NodeState;
 use raylet::{Job, JobStatus};
 
-mod common;
+use crate::common;
 
 use common::netns::{TestNetwork, start_daemon};
 use common::{RAYLET, daemon_pids};
@@ -555,7 +555,7 @@ fn chaos_kill_9_of_the_head_mid_job_then_a_restart_completes_the_job() {
     let stop = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
     let workload = Workload::new(temp.path(), 2_000, Duration::from_millis(20));
     let job = Job::new(std::env::current_exe().unwrap())
-        .args(["driver_chaos_tasks", "--exact", "--ignored", "--nocapture"])
+        .args(["chaos::driver_chaos_tasks", "--exact", "--ignored", "--nocapture"])
         .env("CHAOS_LOG", workload.log.to_string_lossy())
         .env("CHAOS_TASKS", workload.tasks.to_string())
         .num_cpus(1.0);

@@ -11,7 +11,7 @@ use std::process::Command;
 use raylet::prelude::*;
 use serde_json::Value;
 
-mod common;
+use crate::common;
 
 use common::{Daemons, Tally, daemon_pids, raylet};
 
@@ -341,7 +341,7 @@ fn a_detached_actor_outlives_its_creator_and_an_owned_one_dies_with_it() {
     let second_driver = Command::new(std::env::current_exe().unwrap())
         .args([
             "--exact",
-            "second_driver_makes_a_detached_and_an_owned_actor",
+            "connect::second_driver_makes_a_detached_and_an_owned_actor",
             "--ignored",
         ])
         .env("RAYLET_ADDRESS", &head)

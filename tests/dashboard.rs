@@ -4,7 +4,7 @@
 //! refused, the JSON API lists what `raylet list` does, and `/api/serve`
 //! and the Serve page show the status the Serve controller publishes.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -25,7 +25,7 @@ use raylet_train::{
 };
 use serde::{Deserialize, Serialize};
 
-mod common;
+use crate::common;
 
 use common::netns::{TestNetwork, start_daemon};
 

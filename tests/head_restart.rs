@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use raylet::prelude::*;
 use raylet::{ActorState, Job, JobStatus, PlacementGroupState};
 
-mod common;
+use crate::common;
 
 use common::{Daemons, daemon_pids, raylet};
 
@@ -102,7 +102,7 @@ fn a_head_killed_mid_job_recovers_its_nodes_and_jobs_and_the_job_completes() {
     let workers = alive_workers(temp.path());
     let cluster = raylet::init_with(Config::new().address(&head).temp_dir(temp.path())).unwrap();
     let job = Job::new(std::env::current_exe().unwrap())
-        .args(["driver_ticks", "--exact", "--ignored", "--nocapture"])
+        .args(["head_restart::driver_ticks", "--exact", "--ignored", "--nocapture"])
         .num_cpus(1.0);
     let handle = cluster.submit(job).unwrap();
     let id = handle.id();
@@ -435,7 +435,7 @@ fn the_actors_of_an_owner_that_died_while_the_head_was_down_die_once_it_is_back(
     let _daemons = Daemons(temp.path());
     let head = start_cluster(temp.path());
     let mut owner = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["owner_of_a_tally", "--exact", "--ignored", "--nocapture"])
+        .args(["head_restart::owner_of_a_tally", "--exact", "--ignored", "--nocapture"])
         .env("RAYLET_ADDRESS", &head)
         .env("RAYLET_TEMP_DIR", temp.path())
         .stdout(std::process::Stdio::piped())

@@ -5,7 +5,7 @@
 //! a task records reaches `/metrics`; `raylet logs` shows what a task, an
 //! actor and a worker printed.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 use std::path::Path;
@@ -219,7 +219,12 @@ fn list_summary_timeline_and_metrics_follow_a_small_jobs_tasks() {
     assert_eq!(runs["actor_task"].len(), 3, "{runs:#?}");
 
     let samples = metrics(&dashboard, &token);
-    let series = |state: &str| format!(r#"raylet_tasks{{function="introspection::square",state="{state}"}}"#);
+    let series = |state: &str| {
+        format!(
+            r#"raylet_tasks{{function="{}::square",state="{state}"}}"#,
+            module_path!()
+        )
+    };
     assert_eq!(samples.get(&series("FINISHED")), Some(&10.0), "{samples:#?}");
     let scheduled = samples["raylet_task_scheduling_latency_seconds_count"];
     assert!(scheduled >= 14.0, "{scheduled}");

@@ -21,7 +21,7 @@ use raylet::proto::resources::CPU;
 use raylet::{Error, Job, JobClient, JobHandle, JobId, JobInfo, JobStatus, NodeId};
 use serde_bytes::ByteBuf;
 
-mod common;
+use crate::common;
 
 use common::ZonedCluster;
 
@@ -253,7 +253,7 @@ fn a_job_runs_tasks_on_every_node_succeeds_and_its_logs_hold_their_output() {
 
     let handle = cluster
         .submit(
-            job("driver_spread_over_nodes")
+            job("jobs::driver_spread_over_nodes")
                 .name("spread")
                 .metadata("owner", "tests"),
         )
@@ -277,7 +277,7 @@ fn a_job_runs_tasks_on_every_node_succeeds_and_its_logs_hold_their_output() {
     assert_eq!((entry.name.as_str(), entry.status), ("spread", JobStatus::Succeeded));
     assert_eq!(entry.metadata.get("owner").map(String::as_str), Some("tests"));
 
-    let again = cluster.submit(job("driver_spread_over_nodes")).unwrap();
+    let again = cluster.submit(job("jobs::driver_spread_over_nodes")).unwrap();
     assert_eq!(again.uploaded_bytes(), 0, "the head has the binary already");
     assert_eq!(again.wait().unwrap().status, JobStatus::Succeeded);
     cluster.shutdown().unwrap();
@@ -290,7 +290,9 @@ fn a_stopped_job_is_stopped_and_its_resources_come_back() {
     let cluster = nodes.driver();
     let total = free_cpus(&cluster);
 
-    let handle = cluster.submit(job("driver_runs_until_stopped").num_cpus(1.0)).unwrap();
+    let handle = cluster
+        .submit(job("jobs::driver_runs_until_stopped").num_cpus(1.0))
+        .unwrap();
     wait_for_status(&handle, JobStatus::Running);
     let deadline = Instant::now() + PATIENCE;
     while free_cpus(&cluster) > total - 2.0 {
@@ -319,7 +321,7 @@ fn a_panicking_job_fails_with_its_exit_status_and_stderr_tail() {
     let temp = tempfile::tempdir().unwrap();
     let nodes = ZonedCluster::start(temp.path(), &["a"]);
     let cluster = nodes.driver();
-    let failed = cluster.submit(job("driver_panics")).unwrap().wait().unwrap();
+    let failed = cluster.submit(job("jobs::driver_panics")).unwrap().wait().unwrap();
     assert_eq!(failed.status, JobStatus::Failed, "{failed:?}");
     assert_eq!(failed.exit_code, Some(101), "a failed test binary exits with 101");
     assert!(failed.message.contains("exit code 101"), "{}", failed.message);
@@ -352,7 +354,7 @@ fn shipped_files_and_directories_land_in_the_drivers_working_directory() {
     std::fs::write(inputs.join("nested/data.txt"), "1,2,3").unwrap();
     let notes = temp.path().join("notes.md");
     std::fs::write(&notes, "read me").unwrap();
-    let job = job("driver_reads_shipped_files")
+    let job = job("jobs::driver_reads_shipped_files")
         .files([inputs, notes])
         .env("GREETING", "hello");
     let handle = cluster.submit(job).unwrap();
@@ -385,7 +387,7 @@ fn two_jobs_at_once_name_an_actor_alike_without_colliding() {
     let temp = tempfile::tempdir().unwrap();
     let nodes = ZonedCluster::start(temp.path(), &["a", "b"]);
     let cluster = nodes.driver();
-    for (id, logs) in run_twice_at_once(&cluster, "driver_names_an_actor") {
+    for (id, logs) in run_twice_at_once(&cluster, "jobs::driver_names_an_actor") {
         let own = format!("the actor named tag holds job {id}");
         assert!(logs.contains(&own), "{own} is missing:\n{logs}");
     }
@@ -426,7 +428,7 @@ fn two_jobs_at_once_keep_their_objects_and_workers_apart_and_free_them_at_the_en
     let cluster = nodes.driver();
     let mut workers = Vec::new();
     let mut blocks = Vec::new();
-    for (_, logs) in run_twice_at_once(&cluster, "driver_keeps_its_objects") {
+    for (_, logs) in run_twice_at_once(&cluster, "jobs::driver_keeps_its_objects") {
         workers.push(logged::<Vec<u32>>(&logs, "workers"));
         blocks.push(logged::<ObjectRef<ByteBuf>>(&logs, "block"));
     }
@@ -476,7 +478,7 @@ fn a_killed_drivers_objects_are_freed_on_every_node_that_stored_a_copy() {
     let temp = tempfile::tempdir().unwrap();
     let nodes = ZonedCluster::start(temp.path(), &["a", "b"]);
     let cluster = nodes.driver();
-    let handle = cluster.submit(job("driver_holds_a_block_until_killed")).unwrap();
+    let handle = cluster.submit(job("jobs::driver_holds_a_block_until_killed")).unwrap();
     let mut streamed = String::new();
     let mut output = handle.follow_logs();
     while !streamed.lines().any(|line| line.starts_with("block ")) {
@@ -501,7 +503,7 @@ fn a_driver_that_ignores_sigterm_is_killed_after_the_grace_period_while_its_logs
     let temp = tempfile::tempdir().unwrap();
     let nodes = ZonedCluster::start(temp.path(), &["a"]);
     let cluster = nodes.driver();
-    let handle = cluster.submit(job("driver_ignores_sigterm")).unwrap();
+    let handle = cluster.submit(job("jobs::driver_ignores_sigterm")).unwrap();
     let mut streamed = String::new();
     let mut output = handle.follow_logs();
     while !streamed.contains("tick 3") {
@@ -522,7 +524,7 @@ fn a_driver_that_ignores_sigterm_is_killed_after_the_grace_period_while_its_logs
     assert!(!rest.is_empty(), "the stream went on until the job ended");
 
     let too_big = cluster
-        .submit(job("driver_panics").num_cpus(64.0))
+        .submit(job("jobs::driver_panics").num_cpus(64.0))
         .unwrap()
         .wait()
         .unwrap();
@@ -536,7 +538,7 @@ fn a_jobs_owned_actors_end_with_it_and_detached_ones_live_on() {
     let temp = tempfile::tempdir().unwrap();
     let nodes = ZonedCluster::start(temp.path(), &["a", "b"]);
     let cluster = nodes.driver();
-    let handle = cluster.submit(job("driver_leaves_actors_behind")).unwrap();
+    let handle = cluster.submit(job("jobs::driver_leaves_actors_behind")).unwrap();
     let done = handle.wait().unwrap();
     assert_eq!(
         done.status,
@@ -610,13 +612,13 @@ fn the_cli_submits_and_follows_a_job_exits_with_its_status_and_lists_it() {
     let (code, stdout, stderr) = raylet_job(
         temp.path(),
         &["submit", "--name", "cli"],
-        &driver("driver_spread_over_nodes"),
+        &driver("jobs::driver_spread_over_nodes"),
     );
     assert_eq!(code, 0, "{stdout}\n{stderr}");
     assert_eq!(stdout.matches("task ran under node manager").count(), 3, "{stdout}");
     assert!(stderr.contains("SUCCEEDED"), "{stderr}");
 
-    let (code, stdout, stderr) = raylet_job(temp.path(), &["submit"], &driver("driver_panics"));
+    let (code, stdout, stderr) = raylet_job(temp.path(), &["submit"], &driver("jobs::driver_panics"));
     assert_eq!(code, 101, "the driver's exit code: {stdout}\n{stderr}");
     let failed_id = stderr
         .split_whitespace()
@@ -648,7 +650,7 @@ fn the_cli_submits_and_follows_a_job_exits_with_its_status_and_lists_it() {
     let (code, id, stderr) = raylet_job(
         temp.path(),
         &["submit", "--no-wait"],
-        &driver("driver_runs_until_stopped"),
+        &driver("jobs::driver_runs_until_stopped"),
     );
     assert_eq!(code, 0, "{stderr}");
     let id = id.trim().to_string();
@@ -707,9 +709,13 @@ fn a_job_waits_for_room_for_its_driver_and_uploads_over_the_limit_are_refused() 
         "{error}"
     );
 
-    let first = cluster.submit(job("driver_runs_until_stopped").num_cpus(1.5)).unwrap();
+    let first = cluster
+        .submit(job("jobs::driver_runs_until_stopped").num_cpus(1.5))
+        .unwrap();
     wait_for_status(&first, JobStatus::Running);
-    let second = cluster.submit(job("driver_runs_until_stopped").num_cpus(1.5)).unwrap();
+    let second = cluster
+        .submit(job("jobs::driver_runs_until_stopped").num_cpus(1.5))
+        .unwrap();
     std::thread::sleep(Duration::from_secs(2));
     let waiting = second.status().unwrap();
     assert_eq!(

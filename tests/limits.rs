@@ -7,7 +7,7 @@
 //! connection may open streams follows them all over one. The bounds are lowered through their variables so
 //! that the test reaches them quickly.
 
-mod common;
+use crate::common;
 
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream};

@@ -10,7 +10,7 @@ use raylet::prelude::*;
 use raylet::{Error, NodeId, PlacementGroupInfo, PlacementGroupState};
 use serde_json::Value;
 
-mod common;
+use crate::common;
 
 use common::{ZonedCluster, daemon_records, raylet};
 

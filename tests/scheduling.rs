@@ -15,7 +15,7 @@ use raylet::proto::Amount;
 use raylet::proto::resources::{CPU, GPU};
 use raylet::scheduler::status::ResourceDemand;
 
-mod common;
+use crate::common;
 
 use common::ZonedCluster;
 

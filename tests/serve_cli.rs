@@ -6,7 +6,7 @@
 //! drops the application; deploy checks the application's YAML and runs its
 //! binary as a job with the YAML in RAYLET_SERVE_DEPLOY.
 
-mod common;
+use crate::common;
 
 use std::path::Path;
 use std::process::{Child, Command, Output, Stdio};

@@ -4,7 +4,7 @@
 //! real HTTP with the token, outlives that job, shows in `raylet serve
 //! status` and on the head's `/metrics`, and `raylet serve delete` stops it.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

@@ -356,7 +356,7 @@ fn an_infeasible_task_fails_fast_and_says_why() {
 /// Runs a child driver whose task prints three lines; returns its stdout.
 fn output_of_printing_driver(log_to_driver: &str) -> String {
     let output = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_printing_driver", "--ignored", "--nocapture"])
+        .args(["--exact", "tasks::child_printing_driver", "--ignored", "--nocapture"])
         .env("RAYLET_TEST_PRINT", "1")
         .env("RAYLET_LOG_TO_DRIVER", log_to_driver)
         .output()
@@ -427,7 +427,7 @@ fn child_driver() {
 fn workers_end_with_their_driver(end: &str) {
     let dir = temp_dir();
     let driver = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "child_driver", "--ignored", "--nocapture"])
+        .args(["--exact", "tasks::child_driver", "--ignored", "--nocapture"])
         .env("RAYLET_TEST_PID_DIR", dir.path())
         .env("RAYLET_TEST_DRIVER_END", end)
         .spawn()

@@ -1,10 +1,10 @@
 //! A cluster of real `raylet` processes with TLS on: a head and a node
 //! started with `--tls-cert/--tls-key/--tls-ca`, a driver (this test) that
 //! runs tasks on the node and moves objects both ways, the CLI and the
-//! dashboard over HTTPS. Plaintext clients, clients without a certificate
+//! dashboard and a Serve application's proxy over HTTPS. Plaintext clients, clients without a certificate
 //! and clients whose certificate another CA signed are all refused.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -16,6 +16,7 @@ use raylet_proto::auth::AuthToken;
 use raylet_proto::tls::TlsFiles;
 use raylet_proto::v1::GetClusterStatusRequest;
 use raylet_proto::v1::head_service_client::HeadServiceClient;
+use raylet_serve::{Application, BoxError, Bytes, Deployment, DeploymentConfig, ReplicaContext, register_deployment};
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
@@ -100,6 +101,25 @@ fn sum_and_echo(block: ByteBuf) -> (u64, ByteBuf) {
     (sum, ByteBuf::from(vec![3u8; block.len()]))
 }
 
+/// Answers a request's bytes in upper case.
+struct Shout;
+register_deployment!(Shout);
+
+impl Deployment for Shout {
+    type Init = ();
+    type UserConfig = ();
+    type Request = Bytes;
+    type Response = Bytes;
+
+    fn new(_: (), _: &ReplicaContext) -> Result<Self, BoxError> {
+        Ok(Shout)
+    }
+
+    async fn call(&self, request: Bytes) -> Result<Bytes, BoxError> {
+        Ok(request.to_ascii_uppercase().into())
+    }
+}
+
 #[test]
 fn a_cluster_with_tls_runs_tasks_moves_objects_and_serves_https_and_refuses_plaintext() {
     let temp = tempfile::tempdir().unwrap();
@@ -158,12 +178,13 @@ fn a_cluster_with_tls_runs_tasks_moves_objects_and_serves_https_and_refuses_plai
         assert_eq!(echoed.len(), 4 << 20);
         assert!(echoed.iter().all(|&b| b == 3));
     }
-    driver.shutdown().unwrap();
-
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let dashboard = std::fs::read_to_string(temp.path().join("session_latest/dashboard_address")).unwrap();
     let token = std::fs::read_to_string(temp.path().join("session_latest/token")).unwrap();
     let token = AuthToken::parse(token.trim()).unwrap();
+    runtime.block_on(serve_answers_over_https_only(&driver, token.expose(), &authority));
+    driver.shutdown().unwrap();
+
+    let dashboard = std::fs::read_to_string(temp.path().join("session_latest/dashboard_address")).unwrap();
     runtime.block_on(refuses_clients_without_the_clusters_certificate(
         &head, &token, &authority, &other,
     ));
@@ -230,6 +251,11 @@ async fn assert_refused(channel: Result<Channel, tonic::transport::Error>, token
 
 /// One HTTPS GET with the cluster's CA; the status line and body.
 async fn https_get(address: &str, path: &str, token: &str, ca: &Path) -> String {
+    https_request(address, "GET", path, token, "", ca).await
+}
+
+/// One HTTPS request with the cluster's CA; the status line and body.
+async fn https_request(address: &str, method: &str, path: &str, token: &str, body: &str, ca: &Path) -> String {
     let mut roots = RootCertStore::empty();
     for certificate in CertificateDer::pem_file_iter(ca).unwrap() {
         roots.add(certificate.unwrap()).unwrap();
@@ -246,12 +272,53 @@ async fn https_get(address: &str, path: &str, token: &str, ca: &Path) -> String 
         .connect(name, socket)
         .await
         .unwrap();
-    let request =
-        format!("GET {path} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {token}\r\nConnection: close\r\n\r\n");
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {token}\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut reply = String::new();
     stream.read_to_string(&mut reply).await.unwrap();
     reply
+}
+
+/// A Serve application on the TLS cluster: its proxy answers HTTPS with the
+/// token, refuses a wrong token, and serves no plain HTTP.
+async fn serve_answers_over_https_only(driver: &raylet::Cluster, token: &str, authority: &Authority) {
+    let shout = DeploymentConfig::new::<Shout>("shout", ()).unwrap().num_cpus(0.5);
+    let app = raylet_serve::run(driver, Application::new("shout", "/shout").deployment(shout)).unwrap();
+    let proxy = app.address().to_string();
+    let ca = &authority.files.ca;
+    let answer = https_request(&proxy, "POST", "/shout", token, "quiet please", ca).await;
+    assert!(
+        answer.starts_with("HTTP/1.1 200") && answer.ends_with("QUIET PLEASE"),
+        "{answer}"
+    );
+    let refused = https_request(&proxy, "POST", "/shout", "wrong", "quiet", ca).await;
+    assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+    assert!(
+        !plain_http_answers(&proxy, "/-/healthz").await,
+        "the proxy serves no plain HTTP"
+    );
+    app.shutdown().unwrap();
+}
+
+/// Whether a plain-HTTP GET of `path` at `address` gets a 200.
+async fn plain_http_answers(address: &str, path: &str) -> bool {
+    let reply = tokio::time::timeout(Duration::from_secs(5), async {
+        let mut socket = tokio::net::TcpStream::connect(address).await.unwrap();
+        socket
+            .write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let mut reply = Vec::new();
+        let _ = socket.read_to_end(&mut reply).await;
+        reply
+    })
+    .await
+    .unwrap();
+    reply.starts_with(b"HTTP/1.1 200")
 }
 
 async fn serves_https_only(dashboard: &str, token: &str, authority: &Authority) {
@@ -277,17 +344,8 @@ async fn serves_https_only(dashboard: &str, token: &str, authority: &Authority) 
         metrics.starts_with("HTTP/1.1 200") && metrics.contains("raylet_"),
         "{metrics}"
     );
-    let plain = tokio::time::timeout(Duration::from_secs(5), async {
-        let mut socket = tokio::net::TcpStream::connect(dashboard).await.unwrap();
-        socket
-            .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
-            .await
-            .unwrap();
-        let mut reply = Vec::new();
-        let _ = socket.read_to_end(&mut reply).await;
-        reply
-    })
-    .await
-    .unwrap();
-    assert!(!plain.starts_with(b"HTTP/1.1 200"), "plain HTTP is not served");
+    assert!(
+        !plain_http_answers(dashboard, "/healthz").await,
+        "plain HTTP is not served"
+    );
 }

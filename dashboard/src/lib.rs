@@ -36,7 +36,6 @@
 mod assets;
 mod auth;
 mod history;
-mod listener;
 mod local;
 mod metrics;
 
@@ -53,6 +52,7 @@ use axum::response::{IntoResponse, Json, Redirect, Response};
 use axum::routing::{MethodRouter, get};
 use raylet_proto::JobId;
 use raylet_proto::auth::AuthToken;
+use raylet_proto::http_listener;
 use raylet_scheduler::status::ClusterStatus;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
@@ -143,7 +143,7 @@ pub async fn run(
         .route(PUBLIC_PATHS[1], get(auth::login_page).post(auth::log_in))
         .layer(middleware::from_fn_with_state(head.clone(), auth::require_token))
         .with_state(head);
-    let served = listener::serve(listener, app, shutdown).await;
+    let served = http_listener::serve(listener, app, shutdown).await;
     sampler.abort();
     served
 }
@@ -304,5 +304,5 @@ pub async fn serve_node_metrics(
     let app = Router::new()
         .route(NODE_ROUTES[0], get(text))
         .layer(middleware::from_fn_with_state(token, auth::require_bearer));
-    listener::serve(listener, app, shutdown).await
+    http_listener::serve(listener, app, shutdown).await
 }

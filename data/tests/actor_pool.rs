@@ -3,7 +3,7 @@
 //! SIGKILLed mid-run), pools grow with the backlog, and bad models or pools
 //! are refused clearly.
 
-mod common;
+use crate::common;
 
 use std::collections::{BTreeMap, BTreeSet};
 use std::io::Write;

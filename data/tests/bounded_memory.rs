@@ -5,7 +5,7 @@
 //! counted at every step. Each run is a child process (this test binary,
 //! running an ignored driver) that prints its figures.
 
-mod common;
+use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -140,7 +140,7 @@ fn memory_driver() {
 
 /// Rows written and peak RSS of a driver over `inputs`.
 fn run_driver(inputs: &Path) -> (u64, u64) {
-    let report = driver_report("memory_driver", inputs);
+    let report = driver_report("bounded_memory::memory_driver", inputs);
     (report("rows"), report("peak_rss_kib"))
 }
 
@@ -195,11 +195,11 @@ fn a_parquet_pipeline_holds_as_much_at_40_times_its_in_flight_budget_as_at_10_ti
     let budget_groups = BLOCKS_IN_FLIGHT;
     let (small, large) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
     let small_report = driver_report(
-        "parquet_memory_driver",
+        "bounded_memory::parquet_memory_driver",
         &parquet_inputs(small.path(), 10 * budget_groups),
     );
     let large_report = driver_report(
-        "parquet_memory_driver",
+        "bounded_memory::parquet_memory_driver",
         &parquet_inputs(large.path(), 40 * budget_groups),
     );
     for key in ["peak_rss_kib", "workers_peak_rss_kib"] {

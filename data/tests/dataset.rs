@@ -10,9 +10,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use crate::common;
 use nix::sys::signal::{Signal, kill, killpg};
 use nix::unistd::Pid;
-mod common;
 
 use common::{Parsed, assert_each_once, assert_retried_elsewhere, numbered_files, output_rows};
 use raylet_data::{
@@ -184,7 +184,7 @@ fn a_killed_driver_rerun_skips_written_blocks_and_completes_the_output() {
     numbered_files(root.path(), 400);
     let out = root.path().join("out");
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["interrupted_driver", "--exact", "--ignored", "--nocapture"])
+        .args(["dataset::interrupted_driver", "--exact", "--ignored", "--nocapture"])
         .env(DRIVER_DIR, root.path())
         .process_group(0)
         .stdout(Stdio::null())

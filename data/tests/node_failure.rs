@@ -12,7 +12,7 @@ use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use raylet_data::{Dataset, FileBytes, FileSet, register_map};
 
-mod common;
+use crate::common;
 
 use common::{Parsed, assert_each_once, numbered_files, output_rows};
 

@@ -8,6 +8,7 @@ pub mod blob;
 pub mod channel;
 pub mod codec;
 pub mod error;
+pub mod http_listener;
 pub mod ids;
 pub mod limits;
 pub mod metrics;

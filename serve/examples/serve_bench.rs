@@ -10,11 +10,14 @@
 //!   with up to 32 within 5 ms, one batch at a time per replica). The only
 //!   difference: Ray computes a batch with numpy, this side with plain
 //!   Rust loops over its rows.
+//! - `digits_nowait` (POST /digits_nowait): the same with a wait timeout of
+//!   0, as Ray's side sets `batch_wait_timeout_s=0`: a batch takes the
+//!   requests that queued while the replica's previous batch ran.
 //!
 //! `serve_bench --write-weights W.json [--hidden 64]` writes fixed
 //! pseudo-random weights (the same file feeds Ray Serve's side);
 //! `serve_bench --weights W.json [--port P]` serves and prints
-//! `READY noop=<port> digits=<port> token=<token>`.
+//! `READY noop=<port> digits=<port> digits_nowait=<port> token=<token>`.
 
 use std::io::Read;
 use std::sync::Arc;
@@ -68,12 +71,21 @@ struct Digit {
     digit: usize,
 }
 
-/// bench/serve_ray.py's `@serve.batch(max_batch_size=32, batch_wait_timeout_s=0.005)`.
-const BATCHING: BatchOptions = BatchOptions {
-    max_batch_size: 32,
-    wait_timeout: Duration::from_millis(5),
-    max_concurrent_batches: 1,
-};
+/// bench/serve_ray.py's `@serve.batch(max_batch_size=32, batch_wait_timeout_s=...)`.
+fn batching(wait_timeout: Duration) -> BatchOptions {
+    BatchOptions {
+        max_batch_size: 32,
+        wait_timeout,
+        max_concurrent_batches: 1,
+    }
+}
+
+/// Where the weights are and how long a batch waits.
+#[derive(Serialize, Deserialize)]
+struct DigitsInit {
+    weights: String,
+    wait_timeout_ms: u64,
+}
 
 /// Classifies 64 pixels with the MLP, in batches.
 struct Digits {
@@ -83,15 +95,16 @@ struct Digits {
 raylet_serve::register_deployment!(Digits);
 
 impl Deployment for Digits {
-    type Init = String;
+    type Init = DigitsInit;
     type UserConfig = ();
     type Request = Json<Pixels>;
     type Response = Json<Digit>;
 
-    fn new(path: String, _: &ReplicaContext) -> Result<Self, BoxError> {
-        let weights: Arc<Weights> = Arc::new(serde_json::from_slice(&std::fs::read(path)?)?);
+    fn new(init: DigitsInit, _: &ReplicaContext) -> Result<Self, BoxError> {
+        let weights: Arc<Weights> = Arc::new(serde_json::from_slice(&std::fs::read(init.weights)?)?);
         let pixels = weights.w1.len();
-        let batcher = Batcher::new(BATCHING, move |batch: Vec<Vec<f32>>| {
+        let options = batching(Duration::from_millis(init.wait_timeout_ms));
+        let batcher = Batcher::new(options, move |batch: Vec<Vec<f32>>| {
             let weights = weights.clone();
             async move { Ok(batch.iter().map(|pixels| classify(&weights, pixels)).collect()) }
         })?;
@@ -158,19 +171,28 @@ fn main() -> Result<(), BoxError> {
     let http = |offset: u16| HttpOptions::default().host([127, 0, 0, 1].into()).port(port + offset);
     let config = |deployment: DeploymentConfig| deployment.num_replicas(2).max_ongoing_requests(64).num_cpus(0.0);
     let noop = Application::new("noop", "/noop").deployment(config(DeploymentConfig::new::<Noop>("noop", ())?));
-    let digits =
-        Application::new("digits", "/digits").deployment(config(DeploymentConfig::new::<Digits>("digits", weights)?));
+    let digits_app = |name: &str, wait_timeout_ms: u64| -> Result<Application, BoxError> {
+        let init = DigitsInit {
+            weights: weights.clone(),
+            wait_timeout_ms,
+        };
+        let deployment = config(DeploymentConfig::new::<Digits>("digits", init)?);
+        Ok(Application::new(name, &format!("/{name}")).deployment(deployment))
+    };
     let noop = raylet_serve::run_with(&cluster, noop, http(0))?;
-    let digits = raylet_serve::run_with(&cluster, digits, http(1))?;
+    let digits = raylet_serve::run_with(&cluster, digits_app("digits", 5)?, http(1))?;
+    let nowait = raylet_serve::run_with(&cluster, digits_app("digits_nowait", 0)?, http(2))?;
     println!(
-        "READY noop={} digits={} token={}",
+        "READY noop={} digits={} digits_nowait={} token={}",
         noop.address().port(),
         digits.address().port(),
+        nowait.address().port(),
         cluster.token()
     );
     std::io::stdin().read_to_end(&mut Vec::new())?;
-    noop.shutdown()?;
-    digits.shutdown()?;
+    for app in [noop, digits, nowait] {
+        app.shutdown()?;
+    }
     cluster.shutdown()?;
     Ok(())
 }

@@ -95,6 +95,8 @@ pub mod status;
 pub mod wire;
 
 pub use batch::{BatchError, BatchOptions, Batcher};
+/// The raw-bytes request and response body.
+pub use bytes::Bytes;
 pub use config::{Application, AutoscalingConfig, DeploymentConfig, HttpOptions};
 pub use deployment::{Body, BoxError, Deployment, Encoding, Json, ReplicaContext};
 pub use error::{Result, ServeError};

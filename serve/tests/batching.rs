@@ -5,7 +5,7 @@
 //! of the batch, and a deployment calling a batched one through a
 //! `DeploymentHandle` gets the right answers.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -4,7 +4,7 @@
 //! replaced; autoscaling goes 1 -> 3 -> 1; a restarted controller takes
 //! its replicas back; deleting an application's key tears it down.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeSet;
 use std::time::{Duration, Instant};

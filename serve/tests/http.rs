@@ -2,7 +2,7 @@
 //! 400 for bad input, 404, token auth and public applications, a 500 that
 //! names the replica, and 503 with Retry-After under overload.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

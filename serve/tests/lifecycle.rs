@@ -3,7 +3,7 @@
 //! dies is dropped from routing while the other one keeps serving, and a
 //! request it never got is sent to the other; shutdown stops everything.
 
-mod common;
+use crate::common;
 
 use common::{Client, Reverser, Sleeper, Unbuildable, Unregistered, deploy, init, runtime, small};
 use raylet::ActorState;

@@ -2,7 +2,7 @@
 //! (model composition), over HTTP and from the driver, and the power of two
 //! choices spreading requests over two replicas.
 
-mod common;
+use crate::common;
 
 use std::collections::BTreeMap;
 

@@ -2,7 +2,7 @@
 //! deployment makes them, errors before and after the first chunk, and a
 //! client that goes away frees the replica's place.
 
-mod common;
+use crate::common;
 
 use std::time::{Duration, Instant};
 

@@ -5,7 +5,7 @@
 //! script or console error. Screenshots of every page go to the test's
 //! output directory.
 
-mod browser;
+use crate::browser;
 
 use std::io::Write;
 use std::path::PathBuf;
@@ -91,7 +91,12 @@ fn dashboard_pages_render_in_chromium() {
     group.ready_timeout(Duration::from_secs(10)).unwrap();
     let block = cluster.put(&vec![3u8; 1 << 20]).unwrap();
     let job = Job::new(std::env::current_exe().unwrap())
-        .args(["dashboard_job_driver", "--exact", "--ignored", "--nocapture"])
+        .args([
+            "dashboard_browser::dashboard_job_driver",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+        ])
         .name("dashboard-job");
     let job = cluster.submit(job).unwrap();
     job.wait().unwrap();

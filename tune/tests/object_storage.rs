@@ -229,7 +229,12 @@ fn worth_restoring(trials: &BTreeMap<String, (String, Option<u64>)>) -> bool {
 fn run_and_kill(server: &S3Server, experiment: &Storage, starts: &Path) -> BTreeMap<String, (String, Option<u64>)> {
     let child_temp = tempfile::tempdir().unwrap();
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["interrupted_driver", "--exact", "--ignored", "--nocapture"])
+        .args([
+            "object_storage::interrupted_driver",
+            "--exact",
+            "--ignored",
+            "--nocapture",
+        ])
         .env(OPTIONS_ENV, serde_json::to_string(&server.options()).unwrap())
         .env(STARTS_ENV, starts)
         .env("TMPDIR", child_temp.path())

@@ -124,7 +124,7 @@ fn restore_finishes_an_interrupted_experiment_without_rerunning_finished_trials(
     let storage = tempfile::tempdir().unwrap();
     let directory = storage.path().join("interrupted");
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["interrupted_driver", "--exact", "--ignored", "--nocapture"])
+        .args(["restore::interrupted_driver", "--exact", "--ignored", "--nocapture"])
         .env(EXPERIMENT_DIR, &directory)
         .process_group(0)
         .stdout(Stdio::null())

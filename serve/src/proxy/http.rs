@@ -1,4 +1,5 @@
-//! The proxy's axum server: every path goes to one handler that finds the
+//! The proxy's axum server, on the cluster's HTTP listener (TLS when the
+//! cluster has it, a bound on open connections): every path goes to one handler that finds the
 //! application by the longest route prefix and sends the body to its
 //! ingress deployment's router, within the request timeout. A token check
 //! runs first, before the body is read; public applications and
@@ -17,6 +18,7 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use raylet::proto::auth::AuthToken;
+use raylet::proto::http_listener;
 use tokio::net::TcpListener;
 
 use super::errors;
@@ -40,7 +42,8 @@ impl Proxy {
     }
 }
 
-/// Serves `listener` until `shutdown` completes, then drains.
+/// Serves `listener` until `shutdown` completes, then drains; over TLS
+/// when the cluster has it, within the process's connection limit.
 pub(super) async fn run(
     listener: TcpListener,
     proxy: Proxy,
@@ -52,7 +55,7 @@ pub(super) async fn run(
         .layer(DefaultBodyLimit::max(proxy.0.options.max_body_bytes))
         .layer(middleware::from_fn_with_state(proxy.clone(), require_token))
         .with_state(proxy);
-    axum::serve(listener, app).with_graceful_shutdown(shutdown).await
+    http_listener::serve(listener, app, shutdown).await
 }
 
 /// The proxy's own health check, open to all.

@@ -1,15 +1,16 @@
-//! The HTTP servers' connections: within this process's connection bounds,
-//! and over TLS when the process has it. HTTPS asks for no client
-//! certificate (browsers and scrapers have none): the token guards every
-//! route but `/healthz` and `/login`.
+//! Connections for the cluster's HTTP servers (the dashboard, the metrics
+//! endpoint, Serve's proxies): within this process's connection bounds, and
+//! over TLS when the process has it. HTTPS asks for no client certificate
+//! (browsers, scrapers and HTTP clients have none): each server checks the
+//! cluster token on the routes it guards.
 
 use std::io;
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use crate::limits::{CountedStream, LimitedIncoming, ServerLimits};
+use crate::tls::{self, ClusterTls};
 use axum::Router;
-use raylet_proto::limits::{CountedStream, LimitedIncoming, ServerLimits};
-use raylet_proto::tls::{self, ClusterTls};
 use tokio::io::{AsyncRead, AsyncWrite};
 use tokio::net::TcpListener;
 use tokio::sync::mpsc;

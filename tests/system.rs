@@ -1,0 +1,23 @@
+//! The process-level system tests, one binary (each test still runs in a
+//! process of its own under nextest): each starts `raylet` daemons, so they
+//! are built by the package of the `raylet` binary. The CLI, the dashboard,
+//! auth, TLS and limits, jobs, scheduling, placement groups, head restarts,
+//! chaos on network-namespace hosts, elastic Train and Serve.
+
+mod common;
+
+mod auth;
+mod chaos;
+mod cluster_cli;
+mod connect;
+mod dashboard;
+mod elastic_train;
+mod head_restart;
+mod introspection;
+mod jobs;
+mod limits;
+mod placement_groups;
+mod scheduling;
+mod serve_cli;
+mod serve_deploy;
+mod tls;

@@ -1,0 +1,11 @@
+//! raylet-train's integration tests, one binary (each test still runs in a
+//! process of its own under nextest): collectives, data-parallel training,
+//! sharding, the Trainer, MLflow and object storage.
+
+mod collective;
+mod collective_actors;
+mod data_parallel;
+mod mlflow;
+mod object_storage;
+mod sharding;
+mod trainer;
