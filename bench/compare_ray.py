@@ -766,9 +766,10 @@ def write_sections(w):
     inline_section(w, "serve.md", "## Serve (raylet-serve)\n",
                    "raylet-serve against Ray Serve 2.60: requests/s and latency of a no-op application and an MLP "
                    "of the digits model's shape, each with 2 replicas, under oha at fixed concurrencies; written by "
-                   "`bench/compare_serve.sh`. What differs: Ray Serve batches the MLP's requests (`@serve.batch`, "
-                   "up to 32 within 5 ms) and computes with numpy; raylet-serve has no batching yet and computes each "
-                   "request in plain Rust. Both read the same weights; both proxies on 127.0.0.1, one node.\n")
+                   "`bench/compare_serve.sh`. Both sides batch the MLP's requests alike (Ray's `@serve.batch`, "
+                   "raylet-serve's `Batcher`), once with a 5 ms batch wait and once with none; what differs is that "
+                   "Ray computes a batch with numpy and raylet-serve with plain Rust. Both read the same weights; "
+                   "both proxies on 127.0.0.1, one node.\n")
     w("## Reproducing\n")
     w("```sh\nbench/run_all.sh                  # every table: the sections' scripts, then this file\n"
       "bench/compare_ray.sh              # the microbenchmark, lifecycle and physical tables (about 60 min),\n"

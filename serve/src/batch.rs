@@ -57,7 +57,9 @@ pub struct BatchOptions {
     /// the deployment's `max_ongoing_requests` is at least this.
     pub max_batch_size: usize,
     /// How long a batch waits for more requests after its first one
-    /// (default 10 ms).
+    /// (default 10 ms). Zero waits for none: a batch takes the requests
+    /// that queued while the previous batch ran, so under load batches
+    /// still fill and a lone request goes at once.
     pub wait_timeout: Duration,
     /// How many batches may run at once (default 1).
     pub max_concurrent_batches: usize,
@@ -498,6 +500,30 @@ mod tests {
             started.elapsed() >= Duration::from_millis(10),
             "{:?}",
             started.elapsed()
+        );
+    }
+
+    #[tokio::test(start_paused = true)]
+    async fn with_no_wait_a_lone_request_goes_at_once_and_what_queues_meanwhile_is_the_next_batch() {
+        let batcher = Batcher::new(options(32, Duration::ZERO), |batch: Vec<u32>| async move {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+            let size = batch.len();
+            Ok(batch.into_iter().map(|x| (x, size)).collect())
+        })
+        .expect("valid options");
+        let started = Instant::now();
+        let first = tokio::spawn({
+            let batcher = batcher.clone();
+            async move { batcher.submit(0).await }
+        });
+        tokio::time::sleep(Duration::from_millis(1)).await;
+        let rest = submit_all(&batcher, 1..7).await;
+        assert_eq!(first.await.expect("the first caller"), Ok((0, 1)));
+        assert_eq!(rest, (1..7).map(|x| Ok((x, 6))).collect::<Vec<_>>());
+        let elapsed = started.elapsed();
+        assert!(
+            elapsed >= Duration::from_millis(10) && elapsed < Duration::from_millis(11),
+            "two 5 ms batches back to back, no wait between: {elapsed:?}"
         );
     }
 
