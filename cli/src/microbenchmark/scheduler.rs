@@ -1,7 +1,9 @@
-//! `raylet microbenchmark --filter scheduler`: the scale simulation of the
-//! scheduler crate, a thousand virtual nodes fed to the real placement code
-//! on one thread, printed as figures.
+//! `raylet microbenchmark --filter scheduler`: the scale simulations of the
+//! scheduler crate, printed as figures: a thousand virtual nodes fed to the
+//! real placement code, and the autoscaler's decision over a thousand node
+//! types for a hundred thousand pending tasks; each on one thread.
 
+use raylet::scheduler::autoscaler::simulation as autoscaler;
 use raylet::scheduler::simulation::{self, SimulationSize};
 
 /// The prefix of every figure this prints; a filter that starts with it
@@ -47,4 +49,40 @@ pub fn run(quick: bool) {
         size.placement_groups,
         report.head_memory as f64 / (1 << 20) as f64
     );
+    run_autoscaler(quick);
+}
+
+/// The autoscaler's decision time a round, for each demand pattern.
+fn run_autoscaler(quick: bool) {
+    let size = match quick {
+        true => autoscaler::SimulationSize {
+            pending: 20_000,
+            distinct_shapes: 2_000,
+            distinct_groups: 500,
+            rounds: 5,
+            ..Default::default()
+        },
+        false => autoscaler::SimulationSize::default(),
+    };
+    println!(
+        "{PREFIX} autoscaler simulation: {} node types over {} running nodes, {} rounds a pattern, one thread",
+        size.node_types, size.nodes, size.rounds
+    );
+    let report = autoscaler::run(&size);
+    let ms = |time: std::time::Duration| time.as_secs_f64() * 1e3;
+    for pattern in &report.patterns {
+        println!(
+            "{PREFIX} autoscaler decision time for {} pending shapes over {} node types: median {:.2} ms, max {:.2} ms \
+             ({}; {} distinct, launch batch {}, {} nodes launched, {} left waiting)",
+            pattern.pending,
+            report.node_types,
+            ms(pattern.median),
+            ms(pattern.max),
+            pattern.pattern,
+            pattern.distinct,
+            pattern.max_launch_batch,
+            pattern.launched,
+            pattern.unmet_at_end
+        );
+    }
 }
