@@ -3,9 +3,12 @@
 //! as a job that deploys the file and exits; the application then serves
 //! real HTTP with the token, outlives that job, shows in `raylet serve
 //! status` and on the head's `/metrics`, and `raylet serve delete` stops it.
+//! Another binary's deploy is refused while this one's application runs,
+//! and serves once it is deleted.
 
 use crate::common;
 
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use common::http::{metrics_when, request, session_file, total};
@@ -145,7 +148,63 @@ fn deploy_serve_and_delete_an_application_from_the_cli() {
     let running = r#"serve_replicas{app="greet",deployment="greeter",state="RUNNING"}"#;
     assert_eq!(samples.get(running), Some(&2.0), "{samples:#?}");
 
-    let deleted = raylet(temp.path(), &["serve", "delete", "greet"]);
+    another_build_waits_for_the_applications_of_the_running_one(temp.path(), &token);
+}
+
+/// Deploys serve_bench's no-op application, from another binary: refused
+/// while `greet` (this binary's) runs, served once it is deleted.
+fn another_build_waits_for_the_applications_of_the_running_one(temp: &Path, token: &str) {
+    let file = other_build_file(temp);
+    let refused = Command::new(RAYLET)
+        .args(["serve", "deploy", file.to_str().unwrap(), "--temp-dir"])
+        .arg(temp)
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&refused.stdout),
+        String::from_utf8_lossy(&refused.stderr)
+    );
+    assert!(!refused.status.success(), "{said}");
+    assert!(
+        said.contains("another build") && said.contains("greet") && said.contains("raylet serve delete"),
+        "says why and what to do: {said}"
+    );
+    let greeting = &serve_status(temp)["apps"][0];
+    assert_eq!(greeting["state"], "RUNNING", "the running build went on serving");
+
+    let deleted = raylet(temp, &["serve", "delete", "greet"]);
     assert!(deleted.contains("deleted greet"), "{deleted}");
-    assert!(serve_status(temp.path())["apps"].as_array().unwrap().is_empty());
+    assert!(serve_status(temp)["apps"].as_array().unwrap().is_empty());
+
+    let deployed = raylet(temp, &["serve", "deploy", file.to_str().unwrap()]);
+    let url = deployed
+        .split_whitespace()
+        .find_map(|word| word.strip_prefix("http://"))
+        .unwrap_or_else(|| panic!("the deploy prints the address: {deployed}"));
+    let auth = format!("Authorization: Bearer {token}\r\n");
+    let answered = request(url.trim_end_matches("/noop"), "POST", "/noop", &auth, "{}");
+    assert_eq!((answered.status, answered.body.as_str()), (200, r#"{"ok":true}"#));
+    let deleted = raylet(temp, &["serve", "delete", "noop"]);
+    assert!(deleted.contains("deleted noop"), "{deleted}");
+}
+
+/// A deploy file for raylet-serve's `serve_bench` example, another binary
+/// with deployments registered.
+fn other_build_file(dir: &Path) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let binary = exe.parent().unwrap().parent().unwrap().join("examples/serve_bench");
+    assert!(
+        binary.exists(),
+        "{} is missing: build it with `cargo build -p raylet-serve --example serve_bench` (the workspace's test run does)",
+        binary.display()
+    );
+    let text = format!(
+        "binary: {}\nname: noop\nroute_prefix: /noop\nhttp: {{port: 0}}\ndeployments:\n  - name: noop\n    \
+         class: serve_bench::Noop\n    num_replicas: 1\n    num_cpus: 0.5\n    init: null\n",
+        binary.display()
+    );
+    let path = dir.join("noop.yaml");
+    std::fs::write(&path, text).unwrap();
+    path
 }

@@ -48,6 +48,12 @@ pub enum ServeError {
     DeployFailed { app: String, message: String },
     #[error("no Serve application `{0}`")]
     NoSuchApp(String),
+    #[error(
+        "Serve on this cluster runs another build of this binary ({detail}); one build serves at a \
+         time, and applications {apps} still run on it: delete them first (`raylet serve delete APP`; \
+         they stop serving), then deploy this build"
+    )]
+    OtherBuild { detail: String, apps: String },
     #[error("the Serve controller is not reachable: {0}")]
     ControllerGone(String),
     #[error("{waiting_for} did not happen within {after:?}")]

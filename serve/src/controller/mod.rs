@@ -21,6 +21,7 @@
 //! `list_actors` a second, and one push of the table per change.
 
 mod autoscaler;
+mod builds;
 mod deployment_state;
 mod proxies;
 mod reconciler;
@@ -135,7 +136,10 @@ fn stopped() -> ServeError {
 pub(crate) fn get_or_start(cluster: &Cluster, http: &HttpOptions) -> Result<ServeControllerHandle> {
     for _ in 0..3 {
         if let Ok(controller) = find(cluster) {
-            return Ok(controller);
+            match builds::check(cluster, controller)? {
+                builds::Controller::Ours(controller) => return Ok(controller),
+                builds::Controller::Retired => {}
+            }
         }
         let started = ServeController::remote(cluster, http.clone())
             .num_cpus(0.0)

@@ -9,9 +9,12 @@ use crate::proxy::HttpProxyHandle;
 use crate::routes::QueueReport;
 use crate::status::ProxyStatus;
 
+/// What every proxy's actor name starts with.
+pub(super) const PROXY_PREFIX: &str = "proxy:";
+
 /// The actor name of the proxy on `node_id`.
 pub(super) fn proxy_name(node_id: &str) -> String {
-    format!("proxy:{node_id}")
+    format!("{PROXY_PREFIX}{node_id}")
 }
 
 /// One node's proxy.

@@ -37,6 +37,7 @@ pub(super) fn status(error: &ServeError) -> StatusCode {
         | ServeError::DeployFailed { .. }
         | ServeError::NoSuchApp(_)
         | ServeError::ControllerGone(_)
+        | ServeError::OtherBuild { .. }
         | ServeError::WaitTimedOut { .. }
         | ServeError::Http(_)
         | ServeError::Cluster(_) => StatusCode::INTERNAL_SERVER_ERROR,
