@@ -2,11 +2,13 @@
 //! process of its own under nextest): each starts `raylet` daemons, so they
 //! are built by the package of the `raylet` binary. The CLI, the dashboard,
 //! auth, TLS and limits, jobs, scheduling, placement groups, head restarts,
-//! chaos on network-namespace hosts, elastic Train and Serve.
+//! chaos on network-namespace hosts, elastic Train, Serve and the
+//! autoscaler's node providers.
 
 mod common;
 
 mod auth;
+mod autoscaler_local;
 mod chaos;
 mod cluster_cli;
 mod connect;
