@@ -7,7 +7,7 @@
 use std::path::Path;
 use std::time::{Duration, Instant};
 
-use raylet_autoscaler::{INSTANCE_LABEL, InstanceState, LaunchRequest, LocalProvider, NodeProvider};
+use raylet_autoscaler::{INSTANCE_LABEL, Instance, InstanceState, LaunchRequest, LocalProvider, NodeProvider};
 use raylet_proto::{Amount, Labels, ResourceSet};
 use raylet_scheduler::autoscaler::NodeType;
 use serde_json::Value;
@@ -55,13 +55,14 @@ fn a_local_node_joins_with_its_types_resources_and_leaves_when_terminated() {
     let head = head_address(temp.path());
     let token = session_file(temp.path(), "token");
     let provider = LocalProvider::new(RAYLET, temp.path());
+    let runtime = tokio::runtime::Runtime::new().unwrap();
     let request = LaunchRequest {
         node_type: cpu2(),
         head_address: head.clone(),
         token: token.clone(),
     };
 
-    let instance = provider.launch(&request).unwrap();
+    let instance = runtime.block_on(provider.launch(&request)).unwrap();
     let node = wait_for("the launched node to join", || {
         alive_nodes(temp.path())
             .into_iter()
@@ -73,13 +74,15 @@ fn a_local_node_joins_with_its_types_resources_and_leaves_when_terminated() {
         total.contains("\"CPU\":2") && total.contains("\"disk_ssd\":1"),
         "{node:#}"
     );
-    assert_eq!(
-        provider.instances(),
-        vec![(instance.clone(), "cpu2".to_string(), InstanceState::Running)]
-    );
+    let running = Instance {
+        id: instance.clone(),
+        node_type: "cpu2".into(),
+        state: InstanceState::Running,
+    };
+    assert_eq!(runtime.block_on(provider.instances()).unwrap(), vec![running]);
 
-    provider.terminate(&instance).unwrap();
-    assert!(provider.instances().is_empty());
+    runtime.block_on(provider.terminate(&instance)).unwrap();
+    assert!(runtime.block_on(provider.instances()).unwrap().is_empty());
     wait_for("the terminated node to leave", || {
         let gone = alive_nodes(temp.path())
             .iter()
@@ -91,10 +94,11 @@ fn a_local_node_joins_with_its_types_resources_and_leaves_when_terminated() {
         token: "not-the-token".into(),
         ..request.clone()
     };
-    let stranger = provider.launch(&refused).unwrap();
+    let stranger = runtime.block_on(provider.launch(&refused)).unwrap();
     let reason = wait_for("the node with a wrong token to fail", || {
-        provider.instances().into_iter().find_map(|(id, _, state)| match state {
-            InstanceState::Failed(reason) if id == stranger => Some(reason),
+        let instances = runtime.block_on(provider.instances()).unwrap();
+        instances.into_iter().find_map(|instance| match instance.state {
+            InstanceState::Failed(reason) if instance.id == stranger => Some(reason),
             _ => None,
         })
     });
@@ -103,10 +107,10 @@ fn a_local_node_joins_with_its_types_resources_and_leaves_when_terminated() {
         reason.to_lowercase().contains("token"),
         "says why from its log: {reason}"
     );
-    provider.terminate(&stranger).unwrap();
+    runtime.block_on(provider.terminate(&stranger)).unwrap();
 
     let missing = LocalProvider::new("/nonexistent/raylet", temp.path());
-    let failed = missing.launch(&request).unwrap_err().to_string();
+    let failed = runtime.block_on(missing.launch(&request)).unwrap_err().to_string();
     assert!(
         failed.contains("cpu2") && failed.contains("/nonexistent/raylet"),
         "{failed}"

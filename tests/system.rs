@@ -8,7 +8,10 @@
 mod common;
 
 mod auth;
+mod autoscaler_cluster;
 mod autoscaler_local;
+mod autoscaler_netns;
+mod autoscaler_slurm;
 mod chaos;
 mod cluster_cli;
 mod connect;

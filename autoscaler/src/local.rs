@@ -15,7 +15,10 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 
-use crate::provider::{InstanceId, InstanceState, LaunchRequest, NodeProvider, ProviderError, start_flags};
+use crate::provider::{
+    Instance, InstanceId, InstanceState, LaunchRequest, NodeProvider, ProviderCall, ProviderError, TOKEN_ENV,
+    start_flags,
+};
 
 /// How long a terminated node may take to stop before SIGKILL.
 const STOP_GRACE: Duration = Duration::from_secs(10);
@@ -71,6 +74,7 @@ impl LocalProvider {
         let output = File::create(log)?;
         Command::new(&self.binary)
             .args(start_flags(request, instance))
+            .env(TOKEN_ENV, &request.token)
             .arg("--temp-dir")
             .arg(&self.temp_dir)
             .stdin(Stdio::null())
@@ -79,13 +83,7 @@ impl LocalProvider {
             .spawn()
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<InstanceId, LocalNode>> {
-        self.instances.lock().unwrap_or_else(PoisonError::into_inner)
-    }
-}
-
-impl NodeProvider for LocalProvider {
-    fn launch(&self, request: &LaunchRequest) -> Result<InstanceId, ProviderError> {
+    fn start(&self, request: &LaunchRequest) -> Result<InstanceId, ProviderError> {
         let instance = self.next_instance();
         let log = self.log_path(&instance);
         let child = self
@@ -104,22 +102,38 @@ impl NodeProvider for LocalProvider {
         Ok(instance)
     }
 
-    fn instances(&self) -> Vec<(InstanceId, String, InstanceState)> {
-        let mut instances = self.lock();
-        instances
-            .iter_mut()
-            .map(|(id, node)| (id.clone(), node.node_type.clone(), node.state()))
-            .collect()
+    fn lock(&self) -> std::sync::MutexGuard<'_, BTreeMap<InstanceId, LocalNode>> {
+        self.instances.lock().unwrap_or_else(PoisonError::into_inner)
+    }
+}
+
+impl NodeProvider for LocalProvider {
+    fn launch<'a>(&'a self, request: &'a LaunchRequest) -> ProviderCall<'a, InstanceId> {
+        Box::pin(async move { self.start(request) })
     }
 
-    fn terminate(&self, instance: &InstanceId) -> Result<(), ProviderError> {
-        let node = self
-            .lock()
-            .remove(instance)
-            .ok_or_else(|| ProviderError::NoSuchInstance(instance.clone()))?;
-        node.stop().map_err(|message| ProviderError::Terminate {
-            instance: instance.clone(),
-            message,
+    fn instances(&self) -> ProviderCall<'_, Vec<Instance>> {
+        Box::pin(async move {
+            let mut instances = self.lock();
+            let listed = instances.iter_mut().map(|(id, node)| Instance {
+                id: id.clone(),
+                node_type: node.node_type.clone(),
+                state: node.state(),
+            });
+            Ok(listed.collect())
+        })
+    }
+
+    fn terminate<'a>(&'a self, instance: &'a InstanceId) -> ProviderCall<'a, ()> {
+        Box::pin(async move {
+            let node = self
+                .lock()
+                .remove(instance)
+                .ok_or_else(|| ProviderError::NoSuchInstance(instance.clone()))?;
+            node.stop().await.map_err(|message| ProviderError::Terminate {
+                instance: instance.clone(),
+                message,
+            })
         })
     }
 }
@@ -141,7 +155,7 @@ impl LocalNode {
     }
 
     /// SIGTERM, then SIGKILL once the grace has passed; reaps the process.
-    fn stop(mut self) -> Result<(), String> {
+    async fn stop(mut self) -> Result<(), String> {
         if self.child.try_wait().map_err(|e| e.to_string())?.is_some() {
             return Ok(());
         }
@@ -152,7 +166,7 @@ impl LocalNode {
             if self.child.try_wait().map_err(|e| e.to_string())?.is_some() {
                 return Ok(());
             }
-            std::thread::sleep(Duration::from_millis(50));
+            tokio::time::sleep(Duration::from_millis(50)).await;
         }
         tracing::warn!(%pid, "a local node outlived its grace period: SIGKILL");
         self.child.kill().map_err(|e| format!("SIGKILL to pid {pid}: {e}"))?;

@@ -6,6 +6,8 @@
 //! provider's instances are matched.
 
 use std::fmt;
+use std::future::Future;
+use std::pin::Pin;
 
 use raylet_proto::resources::{CPU, GPU, MEMORY, OBJECT_STORE_MEMORY};
 use raylet_proto::{Labels, ResourceSet};
@@ -13,6 +15,9 @@ use raylet_scheduler::autoscaler::NodeType;
 
 /// The label every launched node carries: its provider's instance id.
 pub const INSTANCE_LABEL: &str = "raylet.io/instance";
+/// The environment variable that hands a launched node the cluster token:
+/// never a flag, which any user of the machine could read in `ps`.
+pub const TOKEN_ENV: &str = "RAYLET_TOKEN";
 
 /// A provider's name for one launched node (a pid, a Slurm job id, a pod
 /// name), unique among its instances.
@@ -42,8 +47,18 @@ pub struct LaunchRequest {
     pub node_type: NodeType,
     /// The head's gRPC address, `HOST:PORT`.
     pub head_address: String,
-    /// The cluster token the node presents.
+    /// The cluster token the node presents; providers pass it in
+    /// [`TOKEN_ENV`], never on a command line.
     pub token: String,
+}
+
+/// One launched node as its provider lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Instance {
+    pub id: InstanceId,
+    /// The name of its node type.
+    pub node_type: String,
+    pub state: InstanceState,
 }
 
 /// Why a provider call failed.
@@ -51,37 +66,52 @@ pub struct LaunchRequest {
 pub enum ProviderError {
     #[error("launching a node of type `{node_type}` failed: {message}")]
     Launch { node_type: String, message: String },
+    #[error("listing the instances failed: {0}")]
+    List(String),
     #[error("no instance `{0}`")]
     NoSuchInstance(InstanceId),
+    #[error("tearing down what the provider set up failed: {0}")]
+    TearDown(String),
     #[error("terminating instance `{instance}` failed: {message}")]
     Terminate { instance: InstanceId, message: String },
 }
 
-/// Launches, lists and terminates the nodes of a cluster.
+/// A provider call in flight.
+pub type ProviderCall<'a, T> = Pin<Box<dyn Future<Output = Result<T, ProviderError>> + Send + 'a>>;
+
+/// Launches, lists and terminates the nodes of a cluster. Calls may take
+/// seconds (a scheduler's command, an API server): they are futures.
 pub trait NodeProvider: Send + Sync {
     /// Starts one node of `request.node_type` that joins the head, labelled
     /// with its instance id under [`INSTANCE_LABEL`].
-    fn launch(&self, request: &LaunchRequest) -> Result<InstanceId, ProviderError>;
+    fn launch<'a>(&'a self, request: &'a LaunchRequest) -> ProviderCall<'a, InstanceId>;
 
-    /// The instances this provider launched and has not terminated, with
-    /// their types' names and states.
-    fn instances(&self) -> Vec<(InstanceId, String, InstanceState)>;
+    /// The instances of this cluster the provider launched and has not
+    /// terminated, with their types' names and states; from the system
+    /// that runs them where it can say, so that a restarted head finds
+    /// the nodes its predecessor launched.
+    fn instances(&self) -> ProviderCall<'_, Vec<Instance>>;
 
     /// Stops `instance` and forgets it; its node leaves the cluster.
-    fn terminate(&self, instance: &InstanceId) -> Result<(), ProviderError>;
+    fn terminate<'a>(&'a self, instance: &'a InstanceId) -> ProviderCall<'a, ()>;
+
+    /// Removes what the provider set up for all its nodes (the `netns`
+    /// provider's bridge), once every instance is terminated.
+    fn tear_down(&self) -> ProviderCall<'_, ()> {
+        Box::pin(async { Ok(()) })
+    }
 }
 
 /// The `raylet start --address` flags that give a node `node_type`'s
 /// resources and labels, plus the instance label; for providers that run
-/// `raylet start` (local processes, Slurm jobs, pods).
+/// `raylet start` (local processes, Slurm jobs, pods). The token is not
+/// among them: it goes in [`TOKEN_ENV`].
 pub fn start_flags(request: &LaunchRequest, instance: &InstanceId) -> Vec<String> {
     let resources = &request.node_type.resources;
     let mut flags = vec![
         "start".to_string(),
         "--address".to_string(),
         request.head_address.clone(),
-        "--token".to_string(),
-        request.token.clone(),
         "--block".to_string(),
         "--labels".to_string(),
         labels_flag(&request.node_type.labels, instance),

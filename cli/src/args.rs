@@ -12,6 +12,7 @@ use raylet_proto::tls::TlsFiles;
 use raylet_proto::{ActorId, JobId, Labels, NodeId, ResourceSet, TaskId, WorkerId};
 use raylet_scheduler::head::HeadConfig;
 use raylet_scheduler::node_manager::{MemoryMonitorConfig, NodeConfig, ResourceOverrides};
+use raylet_scheduler::placement::LaunchableNodes;
 
 use crate::row_filter::RowFilter;
 
@@ -117,6 +118,28 @@ pub enum Command {
     Serve(ServeCommand),
     /// Stop every raylet process that this machine's sessions started.
     Stop(StopArgs),
+    /// Start a cluster from a cluster config: its head, with the autoscaler
+    /// that launches the config's node types through its provider (local
+    /// processes, network namespaces, Slurm jobs or Kubernetes pods).
+    ///
+    /// The config (YAML) names the cluster, the provider and its settings,
+    /// extra `raylet start --head` flags, and the node types with their
+    /// resources, labels, min/max counts and idle timeouts:
+    ///
+    ///   cluster_name: demo
+    ///   provider: {type: local}
+    ///   head: {args: ["--num-cpus", "0"]}
+    ///   autoscaler:
+    ///     max_nodes: 4
+    ///     node_types:
+    ///       - {name: cpu2, resources: {CPU: 2}, max_count: 4, idle_timeout_s: 60}
+    ///
+    /// `raylet status` shows what the autoscaler does and why.
+    Up(UpArgs),
+    /// Stop a cluster started with `raylet up`: its head first (which
+    /// terminates every node it launched), then this machine's other
+    /// raylet processes, then whatever the provider still lists.
+    Down(DownArgs),
     /// Measure task, object and wait throughput the way `ray microbenchmark` does.
     ///
     /// Runs an embedded cluster (or joins RAYLET_ADDRESS) and prints each
@@ -302,6 +325,27 @@ fn parse_duration(text: &str) -> Result<Duration, String> {
 }
 
 #[derive(Debug, Clone, Args)]
+pub struct UpArgs {
+    /// The cluster config (YAML).
+    pub config: PathBuf,
+    /// Directory that holds the session directories.
+    #[arg(long, env = "RAYLET_TEMP_DIR", default_value = DEFAULT_TEMP_DIR, value_name = "DIR")]
+    pub temp_dir: PathBuf,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct DownArgs {
+    /// The cluster config (YAML) the cluster was started with.
+    pub config: PathBuf,
+    /// Directory that holds the session directories.
+    #[arg(long, env = "RAYLET_TEMP_DIR", default_value = DEFAULT_TEMP_DIR, value_name = "DIR")]
+    pub temp_dir: PathBuf,
+    /// How long the head gets to terminate its nodes and exit before SIGKILL.
+    #[arg(long, value_parser = parse_duration, default_value = "120s")]
+    pub grace_period: Duration,
+}
+
+#[derive(Debug, Clone, Args)]
 #[command(group(ArgGroup::new("role").required(true).args(["head", "address"])))]
 pub struct StartArgs {
     /// Start the head of a new cluster on this machine.
@@ -316,6 +360,12 @@ pub struct StartArgs {
     /// Join the cluster whose head listens at HOST:PORT.
     #[arg(long, value_name = "HOST:PORT")]
     pub address: Option<String>,
+    /// (head) Run the autoscaler of this cluster config (YAML; see
+    /// `raylet up --help`): it launches nodes of the config's types when
+    /// work waits and removes idle ones. Work that only a configured node
+    /// type fits waits for a launch instead of failing as infeasible.
+    #[arg(long, requires = "head", value_name = "CLUSTER_YAML")]
+    pub autoscaler: Option<PathBuf>,
     /// Port of the head's gRPC service; 0 picks a free one.
     #[arg(long, default_value_t = 6380)]
     pub port: u16,
@@ -417,8 +467,9 @@ impl StartArgs {
         Ok(raylet_scheduler::node_manager::resolve_resources(&overrides)?)
     }
 
-    pub fn head_config(&self, token: AuthToken, session_dir: &Path) -> HeadConfig {
+    pub fn head_config(&self, token: AuthToken, session_dir: &Path, launchable: LaunchableNodes) -> HeadConfig {
         HeadConfig::new(token)
+            .launchable(launchable)
             .heartbeat_timeout(self.heartbeat_timeout)
             .state_dir(session_dir.join("head"))
             .max_blob_bytes(self.max_upload_bytes)

@@ -1,6 +1,7 @@
 //! The `raylet` command line: start, inspect and stop raylet clusters.
 
 mod args;
+mod cluster;
 mod daemon;
 mod job;
 mod list;
@@ -45,6 +46,8 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Job(command) => job::job(command),
         Command::Serve(command) => serve::serve(command),
         Command::Stop(args) => done(stop::stop(args)),
+        Command::Up(args) => cluster::up(args),
+        Command::Down(args) => done(cluster::down(args)),
         Command::Microbenchmark(args) => done(microbenchmark::microbenchmark(args)),
     }
 }

@@ -5,9 +5,11 @@ use std::future::Future;
 use std::io::ErrorKind;
 use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::pin::Pin;
+use std::sync::Arc;
 
 use anyhow::{Context, bail};
 use raylet::session::{ProcessRecord, ProcessRole, Session};
+use raylet_autoscaler::{ClusterConfig, Monitor, MonitorConfig, NodeProvider};
 use raylet_proto::auth::AuthToken;
 use raylet_proto::{NodeId, ResourceSet};
 use raylet_scheduler::head;
@@ -125,18 +127,33 @@ async fn run_head(args: &StartArgs, resources: ResourceSet, session: &Session) -
         true => take_over_dead_head(session)?,
         false => None,
     };
+    let cluster = match &args.autoscaler {
+        Some(path) => Some(ClusterConfig::load(path)?),
+        None => None,
+    };
+    let provider = match &cluster {
+        Some(cluster) => Some(
+            cluster
+                .provider(&args.session.temp_dir)
+                .await
+                .map_err(anyhow::Error::msg)
+                .context("making the autoscaler's node provider")?,
+        ),
+        None => None,
+    };
     let listener = bind(head_bind_address(args, session)?).await?;
     let ip = listener.local_addr()?.ip();
     let head_address = listener.local_addr()?.to_string();
     session.write_head_address(&head_address)?;
     let (stop_head, head_stopped) = tokio::sync::oneshot::channel::<()>();
-    let head_config = args.head_config(token.clone(), session.dir());
+    let launchable = cluster.as_ref().map(ClusterConfig::launchable).unwrap_or_default();
+    let head_config = args.head_config(token.clone(), session.dir(), launchable);
     let head_task = tokio::spawn(head::run(head_config, listener, async {
         let _ = head_stopped.await;
     }));
     let (stop_dashboard, dashboard) = start_dashboard(args, session, ip, &head_address, &token).await?;
     let node_listener = bind(SocketAddr::new(ip, 0)).await?;
-    let mut node_config = args.node_config(&head_address, token, resources, session.dir());
+    let mut node_config = args.node_config(&head_address, token.clone(), resources, session.dir());
     if let Some(dashboard) = dashboard {
         node_config = node_config.metrics_address(dashboard);
     }
@@ -144,11 +161,42 @@ async fn run_head(args: &StartArgs, resources: ResourceSet, session: &Session) -
         node_config = node_config.node_id(node_id);
     }
     let node = NodeManager::start(node_config, node_listener).await?;
+    let autoscaler = match (cluster, provider) {
+        (Some(cluster), Some(provider)) => Some(start_autoscaler(cluster, provider, &head_address, &token)?),
+        _ => None,
+    };
     serve_until_signal(args, session, ProcessRole::Head, &head_address, node).await?;
+    if let Some((stop_autoscaler, autoscaler)) = autoscaler {
+        let _ = stop_autoscaler.send(());
+        let _ = autoscaler.await;
+    }
     let _ = stop_head.send(());
     let _ = stop_dashboard.send(());
     head_task.await??;
     Ok(())
+}
+
+/// Runs the cluster config's autoscaler beside the head until the returned
+/// sender fires; it then terminates the nodes it launched.
+fn start_autoscaler(
+    cluster: ClusterConfig,
+    provider: Arc<dyn NodeProvider>,
+    head_address: &str,
+    token: &AuthToken,
+) -> anyhow::Result<(tokio::sync::oneshot::Sender<()>, tokio::task::JoinHandle<()>)> {
+    let config = MonitorConfig {
+        head_address: head_address.to_string(),
+        token: token.clone(),
+        interval: cluster.interval().map_err(anyhow::Error::msg)?,
+        provider_kind: cluster.provider_kind().to_string(),
+    };
+    tracing::info!(cluster = %cluster.cluster_name, provider = cluster.provider_kind(), "starting the autoscaler");
+    let monitor = Monitor::new(cluster.autoscaler(), provider, config);
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(monitor.run(async {
+        let _ = stopped.await;
+    }));
+    Ok((stop, task))
 }
 
 /// An HTTP server of this process: what stops it, and its address (none

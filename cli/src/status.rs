@@ -4,6 +4,7 @@ use std::fmt::Write;
 use std::time::{Duration, UNIX_EPOCH};
 
 use anyhow::Context;
+use raylet_autoscaler::AutoscalerReport;
 use raylet_proto::ResourceSet;
 use raylet_proto::resources::is_bytes;
 use raylet_scheduler::status::{ClusterStatus, NodeStatus, ResourceDemand};
@@ -16,10 +17,22 @@ const PATIENCE: Duration = Duration::from_secs(2);
 
 pub fn status(args: StatusArgs) -> anyhow::Result<()> {
     let (address, token) = args.cluster.head()?;
-    let status = crate::runtime()?.block_on(fetch(&address, &token))?;
+    let (status, autoscaler) = crate::runtime()?.block_on(async {
+        let status = fetch(&address, &token).await?;
+        let autoscaler = AutoscalerReport::fetch(&address, &token)
+            .await
+            .with_context(|| format!("reading the autoscaler's report from the head at {address}"))?;
+        anyhow::Ok((status, autoscaler))
+    })?;
     let output = match args.format {
-        OutputFormat::Json => serde_json::to_string_pretty(&StatusReport::new(&address, &status))?,
-        OutputFormat::Text => render_text(&address, &status),
+        OutputFormat::Json => serde_json::to_string_pretty(&StatusReport::new(&address, &status, autoscaler.as_ref()))?,
+        OutputFormat::Text => {
+            let mut text = render_text(&address, &status);
+            if let Some(report) = &autoscaler {
+                text.push_str(&autoscaler_lines(report, status.now_unix_ms));
+            }
+            text
+        }
     };
     println!("{output}");
     Ok(())
@@ -42,12 +55,14 @@ struct StatusReport<'a> {
     /// Every node's waiting and infeasible work added up, and the
     /// placement groups that wait.
     demands: Vec<ResourceDemand>,
+    /// What the cluster's autoscaler last reported, if it runs one.
+    autoscaler: Option<&'a AutoscalerReport>,
     #[serde(flatten)]
     status: &'a ClusterStatus,
 }
 
 impl<'a> StatusReport<'a> {
-    fn new(head_address: &'a str, status: &'a ClusterStatus) -> Self {
+    fn new(head_address: &'a str, status: &'a ClusterStatus, autoscaler: Option<&'a AutoscalerReport>) -> Self {
         StatusReport {
             head_address,
             alive_nodes: status.alive().count(),
@@ -55,6 +70,7 @@ impl<'a> StatusReport<'a> {
             total: status.total(),
             available: status.available(),
             demands: status.demands(),
+            autoscaler,
             status,
         }
     }
@@ -133,6 +149,54 @@ fn demand_lines(demands: &[ResourceDemand]) -> String {
     out
 }
 
+/// "Autoscaler": its nodes and what becomes of them, what it launched and
+/// what waits, backoffs, and its latest decisions.
+fn autoscaler_lines(report: &AutoscalerReport, now_unix_ms: u64) -> String {
+    let mut out = String::new();
+    let age = now_unix_ms.saturating_sub(report.updated_unix_ms) as f64 / 1000.0;
+    let _ = writeln!(out);
+    let _ = writeln!(out);
+    let _ = writeln!(out, "Autoscaler ({} provider, reported {age:.0}s ago)", report.provider);
+    let _ = writeln!(out, "{}", "-".repeat(64));
+    let _ = writeln!(out, "Managed nodes: {}", report.nodes.len());
+    for node in &report.nodes {
+        let joined = node
+            .node_id
+            .as_deref()
+            .map_or(String::new(), |id| format!(" node {id}"));
+        let removal = node
+            .removed_in_s
+            .map_or(String::new(), |s| format!(", removed in {s:.0}s"));
+        let _ = writeln!(
+            out,
+            " {} ({}): {} for {:.0}s{removal}{joined}",
+            node.instance, node.node_type, node.state, node.for_s
+        );
+    }
+    for (title, lines) in [
+        ("Launched last round", &report.launched),
+        ("Waiting", &report.waiting),
+        ("Backing off", &report.backing_off),
+    ] {
+        if !lines.is_empty() {
+            let _ = writeln!(out, "{title}:");
+            for line in lines.iter() {
+                let _ = writeln!(out, " {line}");
+            }
+        }
+    }
+    let recent = report.events.iter().rev().take(RECENT_DECISIONS).collect::<Vec<_>>();
+    let _ = writeln!(out, "Recent decisions:");
+    for event in recent.into_iter().rev() {
+        let ago = now_unix_ms.saturating_sub(event.unix_ms) as f64 / 1000.0;
+        let _ = writeln!(out, " {ago:>5.0}s ago  {}", event.message);
+    }
+    out.trim_end().to_string()
+}
+
+/// How many of the autoscaler's decisions the text form lists.
+const RECENT_DECISIONS: usize = 10;
+
 pub(crate) fn node_line(node: &NodeStatus) -> String {
     let role = if node.is_head_node { "  (head)" } else { "" };
     let labels: Vec<String> = node
@@ -144,8 +208,12 @@ pub(crate) fn node_line(node: &NodeStatus) -> String {
         true => String::new(),
         false => format!("  labels {}", labels.join(",")),
     };
+    let draining = node
+        .draining
+        .as_deref()
+        .map_or(String::new(), |reason| format!("  DRAINING ({reason})"));
     format!(
-        "node {}  {}  incarnation {}  host {}{role}{labels}",
+        "node {}  {}  incarnation {}  host {}{role}{labels}{draining}",
         node.node_id, node.address, node.incarnation, node.hostname
     )
 }

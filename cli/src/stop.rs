@@ -50,6 +50,17 @@ pub fn stop(args: StopArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
+/// Ends this machine's raylet heads under `root`, waiting up to the grace
+/// period for each to finish its shutdown; returns those still running.
+pub(crate) fn end_heads(root: &TempRoot, args: &StopArgs) -> Vec<u32> {
+    let heads: Vec<u32> = find_daemons(root)
+        .into_iter()
+        .filter(|(_, role)| *role == ProcessRole::Head)
+        .map(|(pid, _)| pid)
+        .collect();
+    end_processes(&heads, args)
+}
+
 /// Daemons from the sessions' process records, and from a scan of /proc for
 /// raylet daemons whose session directory is under this temp root (in case
 /// a record was lost or corrupted).

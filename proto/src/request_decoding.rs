@@ -62,6 +62,7 @@ pub const METHODS: &[Method] = methods![
     "/raylet.v1.HeadService/UnregisterNode" => UnregisterNodeRequest,
     "/raylet.v1.HeadService/GetClusterStatus" => GetClusterStatusRequest,
     "/raylet.v1.HeadService/WatchNodeDeaths" => WatchNodeDeathsRequest,
+    "/raylet.v1.HeadService/DrainNode" => DrainNodeRequest,
     "/raylet.v1.ActorService/CreateActor" => CreateActorRequest,
     "/raylet.v1.ActorService/WatchActors" => WatchActorRequest,
     "/raylet.v1.ActorService/GetNamedActor" => GetNamedActorRequest,
@@ -240,6 +241,12 @@ impl Convert for v1::UnregisterNodeRequest {
     }
 }
 
+impl Convert for v1::DrainNodeRequest {
+    fn convert(&self) -> Result<()> {
+        NodeId::from_wire(&self.node_id).map(drop)
+    }
+}
+
 /// The head keeps the constructor's arguments as they are: the worker that
 /// hosts the actor reads them, and fails the creation on a malformed one.
 impl Convert for v1::CreateActorRequest {
@@ -299,7 +306,8 @@ impl Convert for v1::ReadJobLogsRequest {
 }
 
 /// A node manager refuses a lease request whose resources or strategy do
-/// not decode, and ignores returns, adoptions and resizes of malformed ids.
+/// not decode, and ignores returns, adoptions and resizes of malformed ids
+/// and malformed backlog reports.
 impl Convert for v1::LeaseSessionRequest {
     fn convert(&self) -> Result<()> {
         use v1::lease_session_request::Kind;
@@ -317,6 +325,10 @@ impl Convert for v1::LeaseSessionRequest {
             Some(Kind::Resize(resize)) => {
                 let _ = WorkerId::from_wire(&resize.worker_id);
                 let _ = resources(resize.resources.as_ref());
+            }
+            Some(Kind::Backlog(report)) => {
+                let _ = resources(report.resources.as_ref());
+                let _ = Scheduling::from_proto(report.strategy.as_ref());
             }
             Some(Kind::Open(_) | Kind::Cancel(_)) | None => {}
         }
@@ -592,7 +604,7 @@ mod tests {
     #[test]
     fn every_method_of_every_service_is_decoded_by_its_input_type() {
         let described = described_methods();
-        assert_eq!(described.len(), 50, "{described:#?}");
+        assert_eq!(described.len(), 51, "{described:#?}");
         let listed: BTreeSet<(String, String)> = METHODS
             .iter()
             .map(|method| (method.path.to_string(), method.input.to_string()))

@@ -2,6 +2,7 @@
 //! checks the protocol version, times the call and bounds what each client
 //! may hold (see [`crate::limits`]); with TLS configured it serves TLS only.
 
+use std::future::Future;
 use std::time::Duration;
 
 use tokio::net::TcpListener;
@@ -57,4 +58,28 @@ pub fn authenticated(token: AuthToken) -> Result<AuthenticatedServer> {
 /// connection bounds.
 pub fn incoming(listener: TcpListener) -> LimitedIncoming {
     LimitedIncoming::new(listener, ServerLimits::process())
+}
+
+/// How long a stopping server waits for its clients to close their calls
+/// and streams before it ends them.
+pub const SHUTDOWN_GRACE: Duration = Duration::from_secs(5);
+
+/// Splits `shutdown` for a server: the first future, given to tonic,
+/// resolves with it and starts a graceful shutdown; the second resolves
+/// [`SHUTDOWN_GRACE`] later, for the caller to stop waiting on clients
+/// that keep long-lived streams open.
+pub fn bounded_shutdown(shutdown: impl Future<Output = ()>) -> (impl Future<Output = ()>, impl Future<Output = ()>) {
+    let (started, grace_begins) = tokio::sync::oneshot::channel::<()>();
+    let graceful = async move {
+        shutdown.await;
+        let _ = started.send(());
+    };
+    let deadline = async move {
+        if grace_begins.await.is_ok() {
+            tokio::time::sleep(SHUTDOWN_GRACE).await;
+        } else {
+            std::future::pending::<()>().await;
+        }
+    };
+    (graceful, deadline)
 }

@@ -6,7 +6,7 @@ use std::time::{Duration, SystemTime, UNIX_EPOCH};
 use raylet_proto::auth::AuthToken;
 use raylet_proto::scheduling::{labels_from_proto, labels_to_proto};
 use raylet_proto::v1;
-use raylet_proto::{Labels, NodeId, ResourceSet, Result};
+use raylet_proto::{Labels, NodeId, PlacementStrategy, ResourceSet, Result, Scheduling};
 use serde::Serialize;
 
 /// Whether a node is part of the cluster.
@@ -45,26 +45,62 @@ pub struct ResourceDemand {
     pub infeasible: bool,
     /// Why it is infeasible.
     pub reason: String,
+    /// The work's strategy and label selector, as the autoscaler reads it.
+    #[serde(skip)]
+    pub scheduling: Scheduling,
+    /// A waiting placement group's bundles and strategy.
+    #[serde(skip)]
+    pub group: Option<GroupShape>,
+}
+
+/// The bundles a placement group still needs, and its strategy.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GroupShape {
+    pub bundles: Vec<ResourceSet>,
+    pub strategy: PlacementStrategy,
 }
 
 impl ResourceDemand {
     pub fn from_proto(demand: &v1::ResourceDemand) -> Result<Self> {
+        let group = match demand.bundles.is_empty() {
+            true => None,
+            false => Some(GroupShape {
+                bundles: demand
+                    .bundles
+                    .iter()
+                    .map(ResourceSet::from_proto)
+                    .collect::<Result<_>>()?,
+                strategy: PlacementStrategy::from_proto(demand.group_strategy()),
+            }),
+        };
         Ok(ResourceDemand {
             shape: ResourceSet::from_proto(&demand.shape.clone().unwrap_or_default())?,
             constraint: demand.constraint.clone(),
             count: demand.count,
             infeasible: demand.infeasible,
             reason: demand.reason.clone(),
+            scheduling: Scheduling::from_proto(demand.scheduling.as_ref())?,
+            group,
         })
     }
 
     pub fn to_proto(&self) -> v1::ResourceDemand {
+        let (bundles, strategy) = match &self.group {
+            Some(group) => (
+                group.bundles.iter().map(ResourceSet::to_proto).collect(),
+                group.strategy.to_proto(),
+            ),
+            None => (Vec::new(), v1::PlacementStrategy::default()),
+        };
         v1::ResourceDemand {
             shape: Some(self.shape.to_proto()),
             constraint: self.constraint.clone(),
             count: self.count,
             infeasible: self.infeasible,
             reason: self.reason.clone(),
+            scheduling: Some(self.scheduling.to_proto()),
+            bundles,
+            group_strategy: strategy as i32,
         }
     }
 }
@@ -92,6 +128,8 @@ pub struct NodeStatus {
     pub last_heartbeat_unix_ms: u64,
     pub died_unix_ms: Option<u64>,
     pub death_reason: Option<String>,
+    /// Why the node is being drained: no work is placed there any more.
+    pub draining: Option<String>,
 }
 
 /// Every node the head knows, alive and dead.
@@ -221,6 +259,7 @@ impl NodeStatus {
             last_heartbeat_unix_ms: node.last_heartbeat_unix_ms,
             died_unix_ms: (node.died_unix_ms > 0).then_some(node.died_unix_ms),
             death_reason: (!node.death_reason.is_empty()).then_some(node.death_reason),
+            draining: (!node.draining.is_empty()).then_some(node.draining),
         })
     }
 
@@ -246,6 +285,7 @@ impl NodeStatus {
             labels: labels_to_proto(&self.labels),
             demands: self.demands.iter().map(ResourceDemand::to_proto).collect(),
             metrics_address: self.metrics_address.clone().unwrap_or_default(),
+            draining: self.draining.clone().unwrap_or_default(),
         }
     }
 }

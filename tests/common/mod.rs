@@ -5,6 +5,7 @@
 
 pub mod http;
 pub mod netns;
+pub mod providers;
 
 use std::path::Path;
 use std::process::Command;

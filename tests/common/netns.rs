@@ -239,3 +239,56 @@ pub fn start_daemon(network: &TestNetwork, host: &str, args: &[&str]) {
         String::from_utf8_lossy(&output.stderr)
     );
 }
+
+/// Whether this process may make network namespaces; says why not and
+/// returns `false` if it cannot, but under CI, where `suite` must run,
+/// panics instead.
+pub fn can_make_namespaces(suite: &str) -> bool {
+    match namespaces_available() {
+        Ok(()) => true,
+        Err(reason) => {
+            assert!(std::env::var("CI").is_err(), "CI must run {suite}, but {reason}");
+            eprintln!("skipped: network namespaces cannot be made here: {reason}");
+            false
+        }
+    }
+}
+
+/// Removes, with their processes, the namespaces whose names begin with
+/// `prefix`.
+pub fn remove_namespaces_named(prefix: &str) {
+    let namespaces = run(Command::new("ip").args(["netns", "list"]));
+    for line in String::from_utf8_lossy(&namespaces.stdout).lines() {
+        let name = line.split_whitespace().next().unwrap_or_default();
+        if name.starts_with(prefix) {
+            remove_namespace(name);
+        }
+    }
+}
+
+/// Removes the bridges `<bridge_prefix><pid>` and the namespaces
+/// `<namespace_prefix><pid>-...` of test processes that died before they
+/// could.
+pub fn remove_stale_of_dead_tests(bridge_prefix: &str, namespace_prefix: &str) {
+    let dead = |pid: &str| !pid.is_empty() && !Path::new(&format!("/proc/{pid}")).exists();
+    let namespaces = run(Command::new("ip").args(["netns", "list"]));
+    for line in String::from_utf8_lossy(&namespaces.stdout).lines() {
+        let name = line.split_whitespace().next().unwrap_or_default();
+        if let Some(pid) = name
+            .strip_prefix(namespace_prefix)
+            .and_then(|rest| rest.split('-').next())
+            && dead(pid)
+        {
+            remove_namespace(name);
+        }
+    }
+    let bridges = run(Command::new("ip").args(["-o", "link", "show", "type", "bridge"]));
+    for line in String::from_utf8_lossy(&bridges.stdout).lines() {
+        let name = line.split(": ").nth(1).unwrap_or_default();
+        if let Some(pid) = name.strip_prefix(bridge_prefix)
+            && dead(pid)
+        {
+            let _ = Command::new("ip").args(["link", "del", name]).output();
+        }
+    }
+}

@@ -12,8 +12,8 @@ use futures_util::StreamExt;
 use raylet_proto::v1::lease_session_event::Kind as LeaseEvent;
 use raylet_proto::v1::lease_session_request::Kind as LeaseRequest;
 use raylet_proto::v1::{
-    self, CancelLeaseRequest, CancelTask, LeaseRefusalKind, LeaseSessionEvent, LeaseSessionRequest, RequestLease,
-    ReturnLease, TaskArg, TaskBatch, TaskKind, WorkerExit, WorkerExitKind, task_arg,
+    self, CancelLeaseRequest, CancelTask, LeaseRefusalKind, LeaseSessionEvent, LeaseSessionRequest, ReportBacklog,
+    RequestLease, ReturnLease, TaskArg, TaskBatch, TaskKind, WorkerExit, WorkerExitKind, task_arg,
 };
 use raylet_proto::{
     Backoff, NodeId, ObjectId, PlacementGroupId, ResourceSet, Scheduling, SchedulingStrategy, TaskId, WorkerId,
@@ -38,6 +38,7 @@ use crate::value::{Body, EncodedValue, Outcome, StoredAt};
 
 mod lineage;
 mod queued_task;
+
 #[cfg(test)]
 mod tests;
 
@@ -154,6 +155,8 @@ struct Shape {
     queue: VecDeque<QueuedTask>,
     pending_leases: usize,
     workers: Vec<WorkerId>,
+    /// The backlog last reported to the local node manager.
+    reported_backlog: usize,
 }
 
 struct LeasedWorker {
@@ -421,8 +424,19 @@ impl Submitter {
         }
         let wanted = shape.queue.len().min(MAX_PENDING_LEASES);
         let missing = wanted.saturating_sub(shape.pending_leases);
-        if wanted == 0 && shape.pending_leases > 0 {
+        let backlog = shape.queue.len().saturating_sub(shape.pending_leases.max(wanted));
+        let report = shape_key.group().is_none() && backlog_changed(shape.reported_backlog, backlog);
+        if report {
+            shape.reported_backlog = backlog;
+        }
+        let cancel = wanted == 0 && shape.pending_leases > 0;
+        if cancel {
             shape.pending_leases = 0;
+        }
+        if report {
+            self.report_backlog(shape_key, backlog);
+        }
+        if cancel {
             self.cancel_requests_of(shape_key);
         }
         for _ in 0..missing {
@@ -481,6 +495,18 @@ impl Submitter {
                 cancelled: false,
             },
         );
+    }
+
+    /// Tells the local node manager how many tasks of `shape` wait beyond
+    /// the lease requests out, for the autoscaler.
+    fn report_backlog(&mut self, shape: &SchedulingClass, backlog: usize) {
+        let report = ReportBacklog {
+            resources: Some(shape.demand.to_proto()),
+            strategy: Some(shape.scheduling.to_proto()),
+            backlog: backlog as u64,
+        };
+        let local: Arc<str> = self.owner.ctx.node_manager.as_str().into();
+        self.session(&local).send_request(LeaseRequest::Backlog(report));
     }
 
     fn cancel_requests_of(&mut self, shape: &SchedulingClass) {
@@ -1235,5 +1261,16 @@ pub(crate) fn print_log_lines(pid: u32, node_id: Option<NodeId>, logs: &[v1::Log
         } else {
             println!("{line}");
         }
+    }
+}
+
+/// Whether a shape's backlog moved enough to report: to or from zero, or
+/// by an eighth of what was last reported, so that a queue growing or
+/// draining by one task at a time sends a few reports, not one per task.
+fn backlog_changed(reported: usize, backlog: usize) -> bool {
+    match (reported, backlog) {
+        (a, b) if a == b => false,
+        (0, _) | (_, 0) => true,
+        (a, b) => a.abs_diff(b) * 8 >= a,
     }
 }

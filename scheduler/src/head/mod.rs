@@ -20,7 +20,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use raylet_proto::auth::AuthToken;
-use raylet_proto::server::{MAX_DATA_MESSAGE, authenticated, incoming};
+use raylet_proto::server::{MAX_DATA_MESSAGE, authenticated, bounded_shutdown, incoming};
 use raylet_proto::v1::actor_service_server::ActorServiceServer;
 use raylet_proto::v1::head_service_server::HeadServiceServer;
 use raylet_proto::v1::job_service_server::JobServiceServer;
@@ -32,7 +32,7 @@ use tokio::net::TcpListener;
 pub use node_table::{Heartbeat, HeartbeatOutcome, NodeResourcesView, NodeTable, Registration};
 
 use crate::Result;
-use crate::placement::Placer;
+use crate::placement::{LaunchableNodes, Placer};
 use actors::{ActorRuntime, ActorServiceImpl, ActorTable, HeadLeases, resume_actors};
 use jobs::{JobManager, JobServiceImpl};
 use kv::{KvServiceImpl, KvTable};
@@ -63,6 +63,9 @@ pub struct HeadConfig {
     /// it on start; a head that cannot be restarted (the embedded one)
     /// keeps them in memory only.
     pub persistent: bool,
+    /// The node types the cluster's autoscaler may launch; work that only
+    /// they fit waits for a launch instead of failing as infeasible.
+    pub launchable: LaunchableNodes,
 }
 
 impl HeadConfig {
@@ -79,6 +82,7 @@ impl HeadConfig {
             state_dir: std::env::temp_dir().join(format!("raylet-head-{unique:016x}")),
             max_blob_bytes: Self::DEFAULT_MAX_BLOB_BYTES,
             persistent: false,
+            launchable: LaunchableNodes::default(),
         }
     }
 
@@ -97,6 +101,11 @@ impl HeadConfig {
         self
     }
 
+    pub fn launchable(mut self, launchable: LaunchableNodes) -> Self {
+        self.launchable = launchable;
+        self
+    }
+
     pub fn heartbeat_timeout(mut self, timeout: Duration) -> Self {
         self.heartbeat_timeout = timeout;
         self
@@ -109,7 +118,8 @@ pub async fn run(config: HeadConfig, listener: TcpListener, shutdown: impl Futur
         true => StateStore::open(&config.state_dir)?,
         false => StateStore::in_memory_only(),
     };
-    let nodes = NodeTable::recover(config.heartbeat_timeout, store.clone(), Instant::now())?;
+    let mut nodes = NodeTable::recover(config.heartbeat_timeout, store.clone(), Instant::now())?;
+    nodes.set_launchable(config.launchable.clone());
     let table = Arc::new(Mutex::new(nodes));
     let groups = Arc::new(GroupManager::recover(
         table.clone(),
@@ -136,10 +146,10 @@ pub async fn run(config: HeadConfig, listener: TcpListener, shutdown: impl Futur
     });
     resume_actors(&runtime, recovered_actors);
     let stopping = runtime.clone();
-    let shutdown = async move {
+    let (shutdown, clients_waited_for) = bounded_shutdown(async move {
         shutdown.await;
         stopping.stop_streams();
-    };
+    });
     let placement_groups = PlacementGroupServiceServer::new(PlacementGroupServiceImpl {
         groups: groups.clone(),
         stopping: runtime.stopping.subscribe(),
@@ -179,6 +189,10 @@ pub async fn run(config: HeadConfig, listener: TcpListener, shutdown: impl Futur
         .serve_with_incoming_shutdown(incoming(listener), shutdown);
     let result = tokio::select! {
         result = server => result,
+        () = clients_waited_for => {
+            tracing::info!("clients still hold calls open after the shutdown grace; ending them");
+            Ok(())
+        }
         never = detect_failures(table, config.heartbeat_timeout) => match never {},
         never = keep_placing(groups) => match never {},
     };

@@ -15,7 +15,7 @@ use prost::Message;
 use raylet_proto::v1;
 
 use super::state_store::{StateStore, Table};
-use crate::placement::{Choice, ClusterResources, Placer, Request};
+use crate::placement::{Choice, ClusterResources, LaunchableNodes, Placer, Request};
 use crate::status::{ClusterStatus, NodeState, NodeStats, NodeStatus, ResourceDemand, unix_ms};
 
 /// How many dead incarnations are kept for `raylet status`.
@@ -77,6 +77,9 @@ pub struct NodeTable {
     store: StateStore,
     /// Counts deaths: watchers wake on each and read [`NodeTable::latest_deaths`].
     deaths: watch::Sender<u64>,
+    /// The node types an autoscaler may launch: work that fits one of them
+    /// waits instead of failing as infeasible.
+    launchable: LaunchableNodes,
 }
 
 impl NodeTable {
@@ -88,7 +91,16 @@ impl NodeTable {
             alive: ClusterResources::new(),
             store: StateStore::in_memory_only(),
             deaths: watch::channel(0).0,
+            launchable: LaunchableNodes::default(),
         }
+    }
+
+    pub fn set_launchable(&mut self, launchable: LaunchableNodes) {
+        self.launchable = launchable;
+    }
+
+    pub fn launchable(&self) -> &LaunchableNodes {
+        &self.launchable
     }
 
     /// The table as `store` last saw it: the nodes that were alive count as
@@ -101,7 +113,7 @@ impl NodeTable {
                 .map_err(|e| raylet_proto::Error::Internal(format!("a stored node record is corrupt: {e}")))?;
             let status = NodeStatus::from_proto(record)?;
             table.latest_incarnation.insert(status.node_id, status.incarnation);
-            if status.state == NodeState::Alive {
+            if status.state == NodeState::Alive && status.draining.is_none() {
                 let index = table
                     .alive
                     .upsert(status.node_id, &status.address, &status.labels, &status.total);
@@ -153,6 +165,7 @@ impl NodeTable {
             last_heartbeat_unix_ms: wall,
             died_unix_ms: None,
             death_reason: None,
+            draining: None,
         };
         tracing::info!(%node_id, incarnation, address = %status.address, "node registered");
         self.save(&status);
@@ -176,11 +189,33 @@ impl NodeTable {
         entry.status.stats = heartbeat.stats;
         entry.status.demands = heartbeat.demands;
         let status = &entry.status;
-        let index = self
-            .alive
-            .upsert(status.node_id, &status.address, &status.labels, &status.total);
-        self.alive.set_available(index, &status.available);
+        if status.draining.is_none() {
+            let index = self
+                .alive
+                .upsert(status.node_id, &status.address, &status.labels, &status.total);
+            self.alive.set_available(index, &status.available);
+        }
         HeartbeatOutcome::Accepted
+    }
+
+    /// Takes the node's alive incarnation out of placement: nothing is
+    /// placed or spilled there from now on. False when it is not alive.
+    pub fn drain(&mut self, node_id: NodeId, reason: &str) -> bool {
+        let Some(entry) = self
+            .entries
+            .iter_mut()
+            .find(|e| e.status.node_id == node_id && e.status.state == NodeState::Alive)
+        else {
+            return false;
+        };
+        if entry.status.draining.is_none() {
+            tracing::info!(%node_id, reason, "draining node");
+        }
+        entry.status.draining = Some(reason.to_string());
+        self.alive.remove(node_id);
+        let status = entry.status.clone();
+        self.save(&status);
+        true
     }
 
     /// Marks an incarnation dead because it said it is leaving.
@@ -257,7 +292,7 @@ impl NodeTable {
     /// preferred. A node chosen to run it now or later counts the demand
     /// until its next heartbeat.
     pub fn choose(&mut self, placer: &mut Placer, resources: &ResourceSet, scheduling: &Scheduling) -> Choice {
-        let cluster = self.placement_view();
+        let cluster = &mut self.alive;
         let demand = cluster.demand(resources);
         let request = Request {
             demand: &demand,
@@ -265,17 +300,20 @@ impl NodeTable {
             preferred: None,
         };
         let choice = placer.choose(cluster, &request);
+        let choice = self
+            .launchable
+            .await_launch(choice, resources, &scheduling.label_selector);
         if let Choice::Run(index) | Choice::Queue(index) = choice {
             cluster.subtract(index, &demand);
         }
         choice
     }
 
-    /// The resources of every alive node.
+    /// The resources of every alive node not being drained.
     pub fn alive_resources(&self) -> Vec<NodeResourcesView> {
         self.entries
             .iter()
-            .filter(|e| e.status.state == NodeState::Alive)
+            .filter(|e| e.status.state == NodeState::Alive && e.status.draining.is_none())
             .map(|e| NodeResourcesView {
                 node_id: e.status.node_id,
                 address: e.status.address.clone(),
@@ -420,6 +458,25 @@ mod tests {
             2,
             "silent recovered nodes die"
         );
+    }
+
+    #[test]
+    fn a_drained_node_stays_out_of_placement_while_it_heartbeats() {
+        let mut table = NodeTable::new(TIMEOUT);
+        let (kept, drained) = (NodeId::random(), NodeId::random());
+        let now = Instant::now();
+        table.register(registration(kept), now);
+        table.register(registration(drained), now);
+        assert!(table.drain(drained, "idle for 60s"));
+        assert_eq!(table.heartbeat(heartbeat(drained, 1), now), HeartbeatOutcome::Accepted);
+        let placed: Vec<NodeId> = table.alive_resources().iter().map(|n| n.node_id).collect();
+        assert_eq!(placed, [kept]);
+        assert_eq!(table.placement_view().len(), 1);
+        let status = table.snapshot();
+        let drained_status = status.nodes.iter().find(|n| n.node_id == drained).unwrap();
+        assert_eq!(drained_status.draining.as_deref(), Some("idle for 60s"));
+        assert_eq!(drained_status.state, NodeState::Alive);
+        assert!(!table.drain(NodeId::random(), "unknown"));
     }
 
     #[test]

@@ -6,8 +6,9 @@ use std::time::Instant;
 use raylet_proto::scheduling::{labels_from_proto, labels_to_proto};
 use raylet_proto::v1::head_service_server::HeadService;
 use raylet_proto::v1::{
-    ClusterStatus, GetClusterStatusRequest, HeartbeatReply, HeartbeatRequest, NodeDeath, NodeResources,
-    RegisterNodeReply, RegisterNodeRequest, UnregisterNodeReply, UnregisterNodeRequest, WatchNodeDeathsRequest,
+    ClusterStatus, DrainNodeReply, DrainNodeRequest, GetClusterStatusRequest, HeartbeatReply, HeartbeatRequest,
+    NodeDeath, NodeResources, RegisterNodeReply, RegisterNodeRequest, UnregisterNodeReply, UnregisterNodeRequest,
+    WatchNodeDeathsRequest,
 };
 use raylet_proto::{Error, NodeId, ResourceSet, Result};
 use tokio::sync::{mpsc, watch};
@@ -54,6 +55,7 @@ impl HeadService for HeadServiceImpl {
         Ok(Response::new(HeartbeatReply {
             must_reregister,
             cluster_view,
+            launchable: table.launchable().to_proto(),
         }))
     }
 
@@ -75,6 +77,16 @@ impl HeadService for HeadServiceImpl {
         let mut status = self.table().snapshot();
         status.placement_groups = self.groups.demands();
         Ok(Response::new(status.to_proto()))
+    }
+
+    async fn drain_node(&self, request: Request<DrainNodeRequest>) -> Result<Response<DrainNodeReply>, Status> {
+        let request = request.into_inner();
+        let node_id = NodeId::from_wire(&request.node_id)?;
+        let reason = bounded_text("reason", request.reason)?;
+        match self.table().drain(node_id, &reason) {
+            true => Ok(Response::new(DrainNodeReply {})),
+            false => Err(Error::NotFound(format!("node {node_id} is not alive")).into()),
+        }
     }
 
     async fn watch_node_deaths(

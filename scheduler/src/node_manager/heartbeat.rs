@@ -16,6 +16,7 @@ use tonic::Request;
 use super::stats::StatsSampler;
 use super::{NodeShared, NodeView, lock};
 use crate::Result;
+use crate::placement::LaunchableNodes;
 use crate::status::ResourceDemand;
 
 const UNREGISTER_TIMEOUT: Duration = Duration::from_secs(1);
@@ -52,7 +53,13 @@ pub(crate) async fn run(mut head: HeadClient, shared: std::sync::Arc<NodeShared>
         match send_heartbeat(&mut head, &shared, interval * 2).await {
             Ok(reply) => {
                 let must_reregister = reply.must_reregister;
-                shared.leases.set_cluster_view(other_nodes(&shared, reply.cluster_view));
+                let launchable = LaunchableNodes::from_proto(&reply.launchable).unwrap_or_else(|error| {
+                    tracing::warn!(%error, "the head's launchable node types are malformed; ignored");
+                    LaunchableNodes::default()
+                });
+                shared
+                    .leases
+                    .set_cluster_view(other_nodes(&shared, reply.cluster_view), launchable);
                 if !head_reachable {
                     tracing::info!("the head is reachable again");
                     head_reachable = true;

@@ -24,7 +24,7 @@ use super::bundle_ops::{BundleError, BundleOperation};
 use super::ledger::ResourceLedger;
 use super::worker_launcher::{LaunchedWorker, WorkerExited, WorkerLauncher};
 use super::worker_process::WorkerEnd;
-use crate::placement::{Choice, ClusterResources, NodeIndex, Placer, Request};
+use crate::placement::{Choice, ClusterResources, LaunchableNodes, NodeIndex, Placer, Request};
 use crate::status::ResourceDemand;
 
 /// Where a session's lease events go.
@@ -127,6 +127,12 @@ struct LeaseState {
     infeasible: Vec<RefusedDemand>,
     /// How many cluster views the head has sent.
     view: u64,
+    /// The node types the cluster's autoscaler may launch, as the head
+    /// last sent them.
+    launchable: LaunchableNodes,
+    /// Tasks queued at owners beyond their lease requests, by session and
+    /// shape, as they last reported.
+    backlogs: HashMap<(u64, ResourceSet, Scheduling), u64>,
 }
 
 /// Requests of one shape refused as infeasible, for `raylet status`.
@@ -208,6 +214,8 @@ impl LeaseManager {
                 exits: HashMap::new(),
                 infeasible: Vec::new(),
                 view: 0,
+                launchable: LaunchableNodes::default(),
+                backlogs: HashMap::new(),
             }),
         })
     }
@@ -216,29 +224,24 @@ impl LeaseManager {
         self.state.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
-    /// The requests waiting here, by shape, and those refused lately
-    /// because no node could ever fit them.
+    /// The requests waiting here and the backlogs owners reported, by
+    /// shape, and those refused lately because no node could ever fit them.
     pub(crate) fn demands(&self) -> Vec<ResourceDemand> {
         let mut state = self.state();
         state
             .infeasible
             .retain(|refused| refused.last.elapsed() < INFEASIBLE_MEMORY);
         let mut demands: Vec<ResourceDemand> = Vec::new();
-        for pending in &state.queue {
-            let constraint = pending.scheduling.to_string();
-            let same = demands
-                .iter_mut()
-                .find(|d| d.shape == pending.demand && d.constraint == constraint);
-            match same {
-                Some(demand) => demand.count += 1,
-                None => demands.push(ResourceDemand {
-                    shape: pending.demand.clone(),
-                    constraint,
-                    count: 1,
-                    infeasible: false,
-                    reason: String::new(),
-                }),
-            }
+        let queued = state
+            .queue
+            .iter()
+            .map(|pending| (&pending.demand, &pending.scheduling, 1));
+        let backlogged = state
+            .backlogs
+            .iter()
+            .map(|((_, demand, scheduling), count)| (demand, scheduling, *count));
+        for (shape, scheduling, count) in queued.chain(backlogged) {
+            add_waiting(&mut demands, shape, scheduling, count);
         }
         demands.extend(state.infeasible.iter().map(|refused| ResourceDemand {
             shape: refused.demand.clone(),
@@ -246,8 +249,20 @@ impl LeaseManager {
             count: refused.count,
             infeasible: true,
             reason: refused.reason.clone(),
+            scheduling: refused.scheduling.clone(),
+            group: None,
         }));
         demands
+    }
+
+    /// Records the tasks `session`'s owner has queued beyond its requests.
+    pub(crate) fn set_backlog(&self, session: u64, demand: ResourceSet, scheduling: Scheduling, backlog: u64) {
+        let mut state = self.state();
+        let key = (session, demand, scheduling);
+        match backlog {
+            0 => state.backlogs.remove(&key),
+            count => state.backlogs.insert(key, count),
+        };
     }
 
     /// The machine's resources and what of them is free, as the head is told.
@@ -295,9 +310,10 @@ impl LeaseManager {
         self.pump();
     }
 
-    pub(crate) fn set_cluster_view(self: &Arc<Self>, view: Vec<NodeView>) {
+    pub(crate) fn set_cluster_view(self: &Arc<Self>, view: Vec<NodeView>, launchable: LaunchableNodes) {
         {
             let mut state = self.state();
+            state.launchable = launchable;
             let (cluster, local) = cluster_of(&self.context, state.ledger.total(), view);
             state.cluster = cluster;
             state.local = local;
@@ -353,6 +369,7 @@ impl LeaseManager {
             let mut state = self.state();
             state.sessions.remove(&session);
             state.queue.retain(|p| p.session != session);
+            state.backlogs.retain(|(owner, _, _), _| *owner != session);
             let orphaned = self.orphan_outliving_leases(&mut state, session);
             let ids: Vec<WorkerId> = state
                 .workers
@@ -952,8 +969,9 @@ fn apply_bundle_op(state: &mut LeaseState, op: BundleOperation, ended: &mut Vec<
 }
 
 /// What to do with a request now. A request spilled here (no further
-/// spillback) runs here when it ever can; any other asks the policy, with
-/// this node preferred. A request no node fits waits for the head's next
+/// spillback) runs here when it ever can, unless, while it waits, another
+/// node has room first (one that joined, or whose work ended); any other
+/// asks the policy, with this node preferred. A request no node fits waits for the head's next
 /// view of the cluster before it is refused: nodes may have joined since
 /// the last one.
 fn decide(state: &mut LeaseState, pending: &PendingLease) -> Decision {
@@ -968,19 +986,29 @@ fn decide(state: &mut LeaseState, pending: &PendingLease) -> Decision {
         .scheduling
         .label_selector
         .matches(&state.cluster.node(local).labels);
-    if !pending.allow_spillback && labels_match && state.ledger.feasible(&pending.demand) {
-        return match state.ledger.fits_now(&pending.demand) {
-            true => Decision::Grant,
-            false => Decision::Wait,
-        };
-    }
     let demand = state.cluster.demand(&pending.demand);
     let request = Request {
         demand: &demand,
         scheduling: &pending.scheduling,
         preferred: Some(local),
     };
-    match state.placer.choose(&state.cluster, &request) {
+    if !pending.allow_spillback && labels_match && state.ledger.feasible(&pending.demand) {
+        if state.ledger.fits_now(&pending.demand) {
+            return Decision::Grant;
+        }
+        return match state.placer.choose(&state.cluster, &request) {
+            Choice::Run(index) if index != local => {
+                state.cluster.subtract(index, &demand);
+                Decision::Spill(state.cluster.node(index).address.clone())
+            }
+            _ => Decision::Wait,
+        };
+    }
+    let choice = state.placer.choose(&state.cluster, &request);
+    let choice = state
+        .launchable
+        .await_launch(choice, &pending.demand, &pending.scheduling.label_selector);
+    match choice {
         Choice::Run(index) | Choice::Queue(index) if index == local => match state.ledger.fits_now(&pending.demand) {
             true => Decision::Grant,
             false => Decision::Wait,
@@ -989,9 +1017,30 @@ fn decide(state: &mut LeaseState, pending: &PendingLease) -> Decision {
             state.cluster.subtract(index, &demand);
             Decision::Spill(state.cluster.node(index).address.clone())
         }
+        Choice::AwaitLaunch(_) => Decision::Wait,
         Choice::Infeasible(_) if pending.view == state.view => Decision::Wait,
         Choice::Infeasible(reason) => Decision::Refuse(LeaseRefusalKind::Infeasible, reason),
         Choice::Unschedulable(reason) => Decision::Refuse(LeaseRefusalKind::Unschedulable, reason),
+    }
+}
+
+/// Counts `count` waiting tasks of a shape with the others of that shape.
+fn add_waiting(demands: &mut Vec<ResourceDemand>, shape: &ResourceSet, scheduling: &Scheduling, count: u64) {
+    let constraint = scheduling.to_string();
+    match demands
+        .iter_mut()
+        .find(|d| d.shape == *shape && d.constraint == constraint)
+    {
+        Some(demand) => demand.count += count,
+        None => demands.push(ResourceDemand {
+            shape: shape.clone(),
+            constraint,
+            count,
+            infeasible: false,
+            reason: String::new(),
+            scheduling: scheduling.clone(),
+            group: None,
+        }),
     }
 }
 
@@ -1119,6 +1168,8 @@ mod tests {
             exits: HashMap::new(),
             infeasible: Vec::new(),
             view: 1,
+            launchable: LaunchableNodes::default(),
+            backlogs: HashMap::new(),
         }
     }
 
@@ -1133,6 +1184,39 @@ mod tests {
             outlives_session: false,
             view: 0,
         }
+    }
+
+    #[tokio::test]
+    async fn reported_backlogs_count_as_demand_with_the_queued_requests_until_the_session_ends() {
+        let manager = LeaseManager::new(
+            WorkerContext::for_tests(),
+            cpus(1),
+            Duration::ZERO,
+            Arc::new(crate::node_manager::worker_process::ProcessLauncher),
+        );
+        manager.state().queue.push_back(request(1, true));
+        manager.set_backlog(1, cpus(1), Scheduling::default(), 40);
+        manager.set_backlog(2, cpus(1), Scheduling::default(), 9);
+        manager.set_backlog(2, cpus(4), Scheduling::default(), 3);
+        let counts = |manager: &LeaseManager| {
+            let mut counts: Vec<(String, u64)> = manager
+                .demands()
+                .iter()
+                .map(|d| (format!("{:?}", d.shape), d.count))
+                .collect();
+            counts.sort();
+            counts
+        };
+        let (one, four) = (format!("{:?}", cpus(1)), format!("{:?}", cpus(4)));
+        assert_eq!(counts(&manager), [(one.clone(), 50), (four.clone(), 3)]);
+        manager.set_backlog(1, cpus(1), Scheduling::default(), 0);
+        assert_eq!(counts(&manager), [(one, 10), (four, 3)], "a zero backlog clears it");
+        manager.close_session(2);
+        assert!(
+            counts(&manager).iter().all(|(_, count)| *count <= 1),
+            "the session's backlogs end with it: {:?}",
+            counts(&manager)
+        );
     }
 
     #[test]
@@ -1161,9 +1245,11 @@ mod tests {
     }
 
     #[test]
-    fn a_spilled_request_waits_instead_of_spilling_again() {
-        let mut state = state(2, 2, vec![node("b:1", 8, 8)]);
+    fn a_spilled_request_waits_here_unless_another_node_has_room_now() {
+        let mut state = state(2, 2, vec![node("b:1", 8, 0)]);
         assert!(matches!(decide(&mut state, &request(1, false)), Decision::Wait));
+        let mut state = self::state(2, 2, vec![node("b:1", 8, 8)]);
+        assert!(matches!(decide(&mut state, &request(1, false)), Decision::Spill(a) if a == "b:1"));
     }
 
     #[test]
@@ -1182,6 +1268,23 @@ mod tests {
             reason.contains("CPU: 64.0") && reason.contains("the most CPU any node has is 4.0"),
             "{reason}"
         );
+    }
+
+    #[test]
+    fn a_request_only_a_launchable_node_type_fits_waits_for_the_launch_then_goes_there() {
+        let mut state = state(2, 0, vec![node("b:1", 4, 4)]);
+        state.launchable = LaunchableNodes::new(vec![crate::placement::LaunchableNode {
+            name: "cpu8".into(),
+            total: cpus(8),
+            labels: Labels::new(),
+        }]);
+        assert!(matches!(decide(&mut state, &request(8, true)), Decision::Wait));
+        assert!(matches!(decide(&mut state, &request(64, true)), Decision::Refuse(..)));
+
+        let joined = vec![node("b:1", 4, 4), node("c:1", 8, 8)];
+        let (cluster, local) = cluster_of(&WorkerContext::for_tests(), &cpus(2), joined);
+        (state.cluster, state.local) = (cluster, local);
+        assert!(matches!(decide(&mut state, &request(8, true)), Decision::Spill(a) if a == "c:1"));
     }
 
     #[test]

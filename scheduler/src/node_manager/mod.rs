@@ -34,7 +34,7 @@ use raylet_object_store::{ObjectStoreServiceImpl, SharedStore, StoreConfig, owne
 use raylet_proto::auth::AuthToken;
 use raylet_proto::channel::HeadClient;
 use raylet_proto::resources::OBJECT_STORE_MEMORY;
-use raylet_proto::server::{MAX_DATA_MESSAGE, authenticated, incoming};
+use raylet_proto::server::{MAX_DATA_MESSAGE, authenticated, bounded_shutdown, incoming};
 use raylet_proto::v1::node_manager_service_server::NodeManagerServiceServer;
 use raylet_proto::v1::object_store_service_server::ObjectStoreServiceServer;
 use raylet_proto::{Labels, NodeId, ResourceSet};
@@ -304,16 +304,20 @@ impl NodeManager {
         .max_decoding_message_size(MAX_DATA_MESSAGE)
         .max_encoding_message_size(MAX_DATA_MESSAGE);
         let stopping = shared.clone();
-        let shutdown = async move {
+        let (shutdown, clients_waited_for) = bounded_shutdown(async move {
             shutdown.await;
             stopping.leases.shut_down();
-        };
+        });
         let server = authenticated(shared.config.token.clone())?
             .add_service(service)
             .add_service(store)
             .serve_with_incoming_shutdown(incoming(listener), shutdown);
         let result = tokio::select! {
             result = server => result.map_err(crate::Error::from),
+            () = clients_waited_for => {
+                tracing::info!("clients still hold calls open after the shutdown grace; ending them");
+                Ok(())
+            }
             never = heartbeat::run(head.clone(), shared.clone()) => match never {},
             never = memory_monitor::run(shared.leases.clone(), shared.config.memory_monitor) => match never {},
             never = owner_watch::run(shared.store.clone(), shared.config.token.clone()) => match never {},

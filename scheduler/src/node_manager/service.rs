@@ -214,6 +214,14 @@ fn handle_lease_message(leases: &Arc<LeaseManager>, session: u64, kind: LeaseKin
             Err(error) => leases.refuse_malformed(session, adopt.request_id, &error),
         },
         LeaseKind::Cancel(cancel) => leases.cancel_request(session, cancel.request_id),
+        LeaseKind::Backlog(report) => {
+            let demand = ResourceSet::from_proto(&report.resources.unwrap_or_default());
+            let scheduling = Scheduling::from_proto(report.strategy.as_ref());
+            match (demand, scheduling) {
+                (Ok(demand), Ok(scheduling)) => leases.set_backlog(session, demand, scheduling, report.backlog),
+                _ => tracing::warn!(session, "ignoring a malformed backlog report"),
+            }
+        }
         LeaseKind::Resize(resize) => {
             let worker_id = WorkerId::from_wire(&resize.worker_id);
             let resources = ResourceSet::from_proto(&resize.resources.unwrap_or_default());

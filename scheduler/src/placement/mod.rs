@@ -5,8 +5,10 @@
 
 mod bundles;
 mod cluster;
+mod launchable;
 mod policy;
 
 pub use bundles::{BundlePlan, plan_bundles};
 pub use cluster::{ClusterResources, Demand, NodeIndex, NodeResources};
+pub use launchable::{LaunchableNode, LaunchableNodes, await_reason};
 pub use policy::{Choice, Placer, Request, SPREAD_THRESHOLD, TOP_K_FRACTION};

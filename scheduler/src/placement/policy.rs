@@ -27,6 +27,10 @@ pub enum Choice {
     Queue(NodeIndex),
     /// No node can ever fit the request; the message says what is missing.
     Infeasible(String),
+    /// No alive node can ever fit the request, but a node type the
+    /// autoscaler may launch can: it waits for that launch. Made from
+    /// `Infeasible` by [`LaunchableNodes::await_launch`](super::LaunchableNodes::await_launch).
+    AwaitLaunch(String),
     /// A hard constraint names something that is not there, such as a dead node.
     Unschedulable(String),
 }

@@ -375,3 +375,30 @@ async fn tasks_on_a_node_the_head_counts_dead_run_again_elsewhere() {
     test.settle().await;
     assert_eq!(number(test.outcome(object)), 8);
 }
+
+/// The backlogs the submitter reported to `node` since last asked.
+fn backlogs(test: &mut SubmitterTest, node: &str) -> Vec<u64> {
+    let requests = test.requests(node);
+    let reports = requests.iter().filter_map(|request| match request {
+        LeaseRequest::Backlog(report) => Some(report.backlog),
+        _ => None,
+    });
+    reports.collect()
+}
+
+#[tokio::test(start_paused = true)]
+async fn tasks_queued_beyond_the_lease_requests_are_reported_as_backlog_in_few_messages() {
+    let mut test = SubmitterTest::start();
+    for _ in 0..110 {
+        test.submit(options());
+        test.settle().await;
+    }
+    let reported = backlogs(&mut test, LOCAL_NODE);
+    let last = *reported.last().unwrap();
+    assert!(
+        (88..=100).contains(&last),
+        "110 queued, 10 requests out: within an eighth of 100: {reported:?}"
+    );
+    assert!(reported.len() < 30, "growing by one task at a time: {reported:?}");
+    assert!(reported.windows(2).all(|pair| pair[0] < pair[1]), "{reported:?}");
+}

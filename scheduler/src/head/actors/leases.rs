@@ -17,7 +17,7 @@ use raylet_proto::v1::{
     AdoptLease, GetWorkerExitRequest, LeaseRefusalKind, LeaseSessionRequest, RequestLease, ResizeLease, ReturnLease,
     WorkerBinary,
 };
-use raylet_proto::{Error, NodeId, ResourceSet, Result, Scheduling, WorkerId};
+use raylet_proto::{Error, NodeId, ResourceSet, Result, Scheduling, SchedulingStrategy, WorkerId};
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
@@ -97,7 +97,9 @@ impl HeadLeases {
 
     /// Asks the node manager at `node`, chosen by the head's placement, for
     /// a worker of `binary` holding `resources`; waits until it is granted,
-    /// refused or spilled back (when the node can never fit it).
+    /// refused or spilled back: when the node can never fit it, or when
+    /// another node has room first (one that joined while it waited). An
+    /// actor in a placement group stays on its bundle's node.
     pub async fn request(
         &self,
         node: &str,
@@ -109,7 +111,7 @@ impl HeadLeases {
             LeaseRequest::Request(RequestLease {
                 request_id,
                 resources: Some(resources.to_proto()),
-                allow_spillback: false,
+                allow_spillback: !matches!(scheduling.strategy, SchedulingStrategy::PlacementGroup { .. }),
                 strategy: Some(scheduling.to_proto()),
                 retriable: false,
                 outlives_session: self.outlive_sessions,

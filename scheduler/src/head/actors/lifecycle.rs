@@ -301,12 +301,21 @@ async fn bundle_node(runtime: &ActorRuntime, group: PlacementGroupId, bundle: Op
 }
 
 /// The node the head's placement policy chooses for the actor; its demand
-/// counts against that node until the node's next heartbeat.
+/// counts against that node until the node's next heartbeat. An actor
+/// that waits for the autoscaler to launch a node is queued on any alive
+/// node, which lists it as demand and passes it on once the node joins.
 fn choose_node(runtime: &ActorRuntime, spec: &ActorSpec) -> Result<String, Ended> {
     let mut nodes = runtime.nodes.lock().unwrap_or_else(|p| p.into_inner());
     let mut placer = runtime.placer.lock().unwrap_or_else(|p| p.into_inner());
     match nodes.choose(&mut placer, &spec.placement, &spec.scheduling) {
         Choice::Run(index) | Choice::Queue(index) => Ok(nodes.placement_view().node(index).address.clone()),
+        Choice::AwaitLaunch(reason) => match nodes.alive_resources().first() {
+            Some(node) => Ok(node.address.clone()),
+            None => Err(Ended::Dead(
+                ActorDeathKind::Infeasible,
+                format!("{reason}, but no node is alive to queue it on"),
+            )),
+        },
         Choice::Infeasible(reason) | Choice::Unschedulable(reason) => {
             Err(Ended::Dead(ActorDeathKind::Infeasible, reason))
         }

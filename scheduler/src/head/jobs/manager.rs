@@ -220,7 +220,8 @@ impl JobManager {
         self.drivers().get(&id).and_then(|driver| driver.stop_grace)
     }
 
-    /// The node for the driver: `None` while no node has room.
+    /// The node for the driver: `None` while no node has room, or while
+    /// only a node type the autoscaler may launch fits it.
     fn choose_node(&self, demand: &ResourceSet) -> Result<Option<(NodeId, String)>, String> {
         let mut nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
         let mut placer = self.placer.lock().unwrap_or_else(|p| p.into_inner());
@@ -229,7 +230,7 @@ impl JobManager {
                 let node = nodes.placement_view().node(index);
                 Ok(Some((node.node_id, node.address.clone())))
             }
-            Choice::Queue(_) => Ok(None),
+            Choice::Queue(_) | Choice::AwaitLaunch(_) => Ok(None),
             Choice::Infeasible(reason) | Choice::Unschedulable(reason) => {
                 Err(format!("the driver can never be placed: {reason}"))
             }

@@ -12,14 +12,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures_util::future::join_all;
-use raylet_proto::{PlacementGroupId, ResourceSet, Result};
+use raylet_proto::{PlacementGroupId, ResourceSet, Result, Scheduling};
 
 use crate::head::state_store::StateStore;
 
 use super::table::{BundleLocation, GroupRecord, GroupSpec, GroupState, GroupTable};
 use crate::head::NodeTable;
 use crate::placement::{BundlePlan, plan_bundles};
-use crate::status::ResourceDemand;
+use crate::status::{GroupShape, ResourceDemand};
 
 /// The node managers that hold bundles, as the group manager calls them.
 pub trait BundleNodes: Send + Sync + 'static {
@@ -184,8 +184,12 @@ impl<N: BundleNodes> GroupManager<N> {
         let waiting = table.unplaced().into_iter().filter_map(|id| table.record(id).ok());
         waiting
             .map(|record| {
+                let unplaced: Vec<ResourceSet> = (record.spec.bundles.iter().zip(&record.locations))
+                    .filter(|(_, location)| location.is_none())
+                    .map(|(bundle, _)| bundle.clone())
+                    .collect();
                 let mut shape = ResourceSet::new();
-                record.spec.bundles.iter().for_each(|bundle| shape.add(bundle));
+                unplaced.iter().for_each(|bundle| shape.add(bundle));
                 ResourceDemand {
                     shape,
                     constraint: format!(
@@ -197,6 +201,11 @@ impl<N: BundleNodes> GroupManager<N> {
                     count: 1,
                     infeasible: record.state == GroupState::Infeasible,
                     reason: record.reason.clone(),
+                    scheduling: Scheduling::default(),
+                    group: Some(GroupShape {
+                        bundles: unplaced,
+                        strategy: record.spec.strategy,
+                    }),
                 }
             })
             .collect()
@@ -432,7 +441,18 @@ impl<N: BundleNodes> GroupManager<N> {
                 Planned::New(new)
             }
             BundlePlan::Wait(reason) => Planned::Wait(reason),
-            BundlePlan::Infeasible(reason) => Planned::Infeasible(reason),
+            BundlePlan::Infeasible(reason) => {
+                let unplaced: Vec<ResourceSet> = (record.spec.bundles.iter().zip(&placed))
+                    .filter(|(_, node)| node.is_none())
+                    .map(|(bundle, _)| bundle.clone())
+                    .collect();
+                match nodes.launchable().fits_group(&unplaced, record.spec.strategy) {
+                    true => Planned::Wait(format!(
+                        "waiting for the autoscaler to launch nodes for its bundles (no alive node fits: {reason})"
+                    )),
+                    false => Planned::Infeasible(reason),
+                }
+            }
         }
     }
 

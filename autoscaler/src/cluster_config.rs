@@ -1,0 +1,173 @@
+//! The cluster config `raylet up` reads: the cluster's name, the provider
+//! that makes its nodes (with that provider's settings), the flags of its
+//! head, and the autoscaler's node types and limits.
+//!
+//! ```yaml
+//! cluster_name: demo
+//! provider:
+//!   type: local
+//! head:
+//!   args: ["--num-cpus", "0"]
+//! autoscaler:
+//!   max_nodes: 4
+//!   node_types:
+//!     - {name: cpu2, resources: {CPU: 2}, max_count: 4, idle_timeout_s: 60}
+//! ```
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use raylet_scheduler::autoscaler::{Autoscaler, AutoscalerConfig};
+use raylet_scheduler::placement::{LaunchableNode, LaunchableNodes};
+use serde::{Deserialize, Serialize};
+
+use crate::cluster_name::check_cluster_name;
+use crate::provider::NodeProvider;
+use crate::{LocalProvider, NetnsConfig, NetnsProvider, SlurmConfig, SlurmProvider};
+
+/// How often the autoscaler runs a round, unless the config says.
+const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
+
+/// A cluster as its YAML file describes it.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterConfig {
+    /// Scopes the provider's instances: two clusters never see each
+    /// other's nodes. ASCII letters, digits, `-`, `_` and `.`.
+    pub cluster_name: String,
+    pub provider: ProviderConfig,
+    #[serde(default)]
+    pub head: HeadSettings,
+    pub autoscaler: AutoscalerConfig,
+}
+
+/// Which provider makes the nodes, with its settings.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "lowercase")]
+pub enum ProviderConfig {
+    /// `raylet start` processes on this machine.
+    Local(LocalConfig),
+    /// Hosts in network namespaces on this machine.
+    Netns(NetnsConfig),
+    /// Slurm batch jobs.
+    Slurm(SlurmConfig),
+    /// Pods made through the Kubernetes API.
+    #[cfg(feature = "kubernetes")]
+    Kubernetes(crate::KubernetesConfig),
+}
+
+/// The `local` provider's settings.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LocalConfig {
+    /// The `raylet` binary the nodes run; by default this process's own.
+    pub binary: Option<PathBuf>,
+}
+
+/// How the head runs.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct HeadSettings {
+    /// More `raylet start --head` flags, e.g. `["--port", "6380", "--num-cpus", "0"]`.
+    pub args: Vec<String>,
+    /// Seconds between the autoscaler's rounds (5 by default).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub interval_s: Option<f64>,
+}
+
+/// Why a cluster config cannot be used.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterConfigError {
+    #[error("reading {path}: {source}")]
+    Read { path: PathBuf, source: std::io::Error },
+    #[error("{path} is not a valid cluster config: {message}")]
+    Parse { path: PathBuf, message: String },
+    #[error("{path}: {message}")]
+    Invalid { path: PathBuf, message: String },
+}
+
+impl ClusterConfig {
+    /// Reads and checks the config at `path`.
+    pub fn load(path: &Path) -> Result<Self, ClusterConfigError> {
+        let text = std::fs::read_to_string(path).map_err(|source| ClusterConfigError::Read {
+            path: path.to_path_buf(),
+            source,
+        })?;
+        let config: ClusterConfig = serde_yaml_ng::from_str(&text).map_err(|e| ClusterConfigError::Parse {
+            path: path.to_path_buf(),
+            message: e.to_string(),
+        })?;
+        let invalid = |message: String| ClusterConfigError::Invalid {
+            path: path.to_path_buf(),
+            message,
+        };
+        check_cluster_name(&config.cluster_name).map_err(invalid)?;
+        config.autoscaler.validate().map_err(|e| invalid(e.to_string()))?;
+        config.interval().map_err(invalid)?;
+        Ok(config)
+    }
+
+    /// The autoscaler's decision over the config's node types.
+    pub fn autoscaler(&self) -> Autoscaler {
+        Autoscaler::new(self.autoscaler.clone()).expect("the config was checked when loaded")
+    }
+
+    /// The node types as placement sees them: work only they fit waits.
+    pub fn launchable(&self) -> LaunchableNodes {
+        let types = self.autoscaler.node_types.iter().map(|node_type| LaunchableNode {
+            name: node_type.name.clone(),
+            total: node_type.resources.clone(),
+            labels: node_type.labels.clone(),
+        });
+        LaunchableNodes::new(types.collect())
+    }
+
+    /// Seconds between rounds.
+    pub fn interval(&self) -> Result<Duration, String> {
+        let seconds = self.head.interval_s.unwrap_or(DEFAULT_INTERVAL.as_secs_f64());
+        match Duration::try_from_secs_f64(seconds) {
+            Ok(interval) if !interval.is_zero() => Ok(interval),
+            _ => Err(format!(
+                "head.interval_s must be a number of seconds above 0, not {seconds}"
+            )),
+        }
+    }
+
+    /// The provider's kind, as the config names it.
+    pub fn provider_kind(&self) -> &'static str {
+        match &self.provider {
+            ProviderConfig::Local(_) => "local",
+            ProviderConfig::Netns(_) => "netns",
+            ProviderConfig::Slurm(_) => "slurm",
+            #[cfg(feature = "kubernetes")]
+            ProviderConfig::Kubernetes(_) => "kubernetes",
+        }
+    }
+
+    /// Makes the provider; local nodes keep their sessions under `temp_dir`.
+    pub async fn provider(&self, temp_dir: &Path) -> Result<Arc<dyn NodeProvider>, String> {
+        let name = &self.cluster_name;
+        Ok(match &self.provider {
+            ProviderConfig::Local(local) => {
+                let binary = match &local.binary {
+                    Some(binary) => binary.clone(),
+                    None => std::env::current_exe().map_err(|e| format!("finding this executable: {e}"))?,
+                };
+                Arc::new(LocalProvider::new(binary, temp_dir))
+            }
+            ProviderConfig::Netns(netns) => {
+                Arc::new(NetnsProvider::new(name, netns.clone()).map_err(|e| e.to_string())?)
+            }
+            ProviderConfig::Slurm(slurm) => {
+                Arc::new(SlurmProvider::new(name, slurm.clone()).map_err(|e| e.to_string())?)
+            }
+            #[cfg(feature = "kubernetes")]
+            ProviderConfig::Kubernetes(kubernetes) => Arc::new(
+                crate::KubernetesProvider::connect(name, kubernetes.clone())
+                    .await
+                    .map_err(|e| e.to_string())?,
+            ),
+        })
+    }
+}
