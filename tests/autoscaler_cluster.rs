@@ -209,12 +209,19 @@ fn an_actor_no_node_fits_launches_its_type_and_a_strict_spread_group_launches_on
     let _daemons = Daemons(cluster.path());
     let driver = cluster.driver();
 
-    let big = Placed::remote(&driver).num_cpus(6.0).spawn().unwrap();
+    let big = Placed::remote(&driver).num_cpus(8.0).spawn().unwrap();
     let pid = big.node_manager_pid();
     let pid = driver.get_timeout(&pid, Duration::from_secs(60)).unwrap();
     assert_eq!(cluster.node_type_of_pid(pid).as_deref(), Some("cpu8"));
     assert_eq!(cluster.managed_types(), ["cpu8"], "one node, of the type that fits");
 
+    wait_for(Duration::from_secs(10), "the head to see the cpu8 node full", || {
+        let status = cluster.status();
+        let nodes = status["nodes"].as_array().cloned().unwrap_or_default();
+        let cpus = |node: &Value, of: &str| node[of]["CPU"].as_f64().unwrap_or(0.0);
+        let full = |node: &Value| cpus(node, "total") == 8.0 && cpus(node, "available") == 0.0;
+        nodes.iter().any(full).then_some(())
+    });
     let bundles: Vec<Bundle> = (0..4).map(|_| Bundle::new().num_cpus(1.0)).collect();
     let group = driver
         .placement_group(bundles, PlacementStrategy::StrictSpread)
@@ -222,19 +229,19 @@ fn an_actor_no_node_fits_launches_its_type_and_a_strict_spread_group_launches_on
     group.ready_timeout(Duration::from_secs(60)).unwrap();
     assert_eq!(
         cluster.managed_types(),
-        ["cpu2", "cpu2", "cpu8"],
-        "the head and the cpu8 node (2 CPUs free) hold two bundles; two cpu2 nodes hold the rest"
+        ["cpu2", "cpu2", "cpu2", "cpu8"],
+        "the head holds one bundle, the full cpu8 node none: three cpu2 nodes hold the rest"
     );
     let events = cluster.report()["events"].to_string();
-    assert!(events.contains("launching 2 node(s) of type 'cpu2'"), "{events}");
+    assert!(events.contains("launching 3 node(s) of type 'cpu2'"), "{events}");
     let dashboard = session_file(cluster.path(), "dashboard_address");
     let token = session_file(cluster.path(), "token");
     let counted = metrics_when(&dashboard, &token, |samples| {
-        total(samples, "raylet_autoscaler_launches_total") == 3.0
+        total(samples, "raylet_autoscaler_launches_total") == 4.0
     });
     assert_eq!(
         total(&counted, "raylet_autoscaler_nodes"),
-        3.0,
+        4.0,
         "the head's /metrics counts the launches and the nodes: {counted:#?}"
     );
 
