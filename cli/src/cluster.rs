@@ -6,7 +6,7 @@
 use std::process::{Command, ExitCode};
 
 use anyhow::Context;
-use raylet::session::TempRoot;
+use raylet::session::{ProcessRole, TempRoot};
 use raylet_autoscaler::ClusterConfig;
 
 use crate::args::{DownArgs, StopArgs, UpArgs};
@@ -47,11 +47,21 @@ pub fn down(args: DownArgs) -> anyhow::Result<()> {
         force: false,
         grace_period: args.grace_period,
     };
+    let heads = stop::find_daemons(&root)
+        .values()
+        .filter(|role| **role == ProcessRole::Head)
+        .count();
     let survivors = stop::end_heads(&root, &stop_args);
     if !survivors.is_empty() {
         anyhow::bail!("the head did not stop: pids {survivors:?} still run");
     }
-    stop::stop(stop_args)?;
+    match heads {
+        0 => println!("No head of cluster '{}' was running.", config.cluster_name),
+        _ => println!("Stopped the head of cluster '{}'.", config.cluster_name),
+    }
+    if !stop::find_daemons(&root).is_empty() {
+        stop::stop(stop_args)?;
+    }
     let left = crate::runtime()?.block_on(terminate_leftovers(&config, &root))?;
     println!(
         "Cluster '{}' is down{}.",

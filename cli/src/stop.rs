@@ -64,7 +64,7 @@ pub(crate) fn end_heads(root: &TempRoot, args: &StopArgs) -> Vec<u32> {
 /// Daemons from the sessions' process records, and from a scan of /proc for
 /// raylet daemons whose session directory is under this temp root (in case
 /// a record was lost or corrupted).
-fn find_daemons(root: &TempRoot) -> BTreeMap<u32, ProcessRole> {
+pub(crate) fn find_daemons(root: &TempRoot) -> BTreeMap<u32, ProcessRole> {
     let mut daemons = BTreeMap::new();
     for session in root.sessions() {
         let (records, corrupt) = session.processes();
