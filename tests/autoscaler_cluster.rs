@@ -11,6 +11,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use raylet::prelude::*;
+use raylet::{Job, JobStatus};
 use serde_json::Value;
 
 use crate::common::http::{metrics_when, session_file, total};
@@ -380,6 +381,26 @@ fn a_node_type_whose_nodes_cannot_start_is_reported_and_backs_off_without_a_laun
     );
     let text = raylet(cluster.path(), &["status"]);
     assert!(text.contains("Backing off:"), "{text}");
+    drop(driver);
+    cluster.down();
+}
+
+#[test]
+fn a_job_whose_driver_only_a_node_type_fits_launches_that_node_and_runs_there() {
+    let cluster = UpCluster::up(0, &UpCluster::cpu2_types(1, 600), None);
+    let _daemons = Daemons(cluster.path());
+    let driver = cluster.driver();
+    let job = Job::new("/bin/echo").args(["the driver ran"]).num_cpus(2.0);
+    let handle = driver.submit(job).unwrap();
+    let info = handle.wait().unwrap();
+    assert_eq!(info.status, JobStatus::Succeeded, "{info:?}");
+    assert!(handle.logs().unwrap().contains("the driver ran"));
+    assert_eq!(cluster.managed_types(), ["cpu2"]);
+    let events = cluster.report()["events"].to_string();
+    assert!(
+        events.contains("launching 1 node(s) of type 'cpu2': 1 x {CPU: 2} wait"),
+        "{events}"
+    );
     drop(driver);
     cluster.down();
 }

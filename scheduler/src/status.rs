@@ -139,6 +139,8 @@ pub struct ClusterStatus {
     pub nodes: Vec<NodeStatus>,
     /// Placement groups that wait for room or can never be placed.
     pub placement_groups: Vec<ResourceDemand>,
+    /// Jobs' drivers that wait for a node with room.
+    pub waiting_drivers: Vec<ResourceDemand>,
 }
 
 impl ClusterStatus {
@@ -179,7 +181,7 @@ impl ClusterStatus {
     }
 
     /// The demands of every alive node, those of one shape and constraint
-    /// added up, then the placement groups'.
+    /// added up, then the placement groups' and the waiting drivers'.
     pub fn demands(&self) -> Vec<ResourceDemand> {
         let mut merged: Vec<ResourceDemand> = Vec::new();
         for demand in self.alive().flat_map(|node| &node.demands) {
@@ -192,6 +194,7 @@ impl ClusterStatus {
             }
         }
         merged.extend(self.placement_groups.iter().cloned());
+        merged.extend(self.waiting_drivers.iter().cloned());
         merged
     }
 
@@ -213,6 +216,11 @@ impl ClusterStatus {
                 .iter()
                 .map(ResourceDemand::from_proto)
                 .collect::<Result<_>>()?,
+            waiting_drivers: status
+                .waiting_drivers
+                .iter()
+                .map(ResourceDemand::from_proto)
+                .collect::<Result<_>>()?,
         })
     }
 
@@ -222,6 +230,7 @@ impl ClusterStatus {
             now_unix_ms: self.now_unix_ms,
             protocol_version: raylet_proto::PROTOCOL_VERSION,
             placement_groups: self.placement_groups.iter().map(ResourceDemand::to_proto).collect(),
+            waiting_drivers: self.waiting_drivers.iter().map(ResourceDemand::to_proto).collect(),
         }
     }
 }

@@ -222,13 +222,14 @@ pub(crate) fn is_idle(node: &NodeStatus) -> bool {
     all_free && node.demands.iter().all(|demand| demand.infeasible)
 }
 
-/// The work waiting for room: tasks and actors by shape and label
-/// selector, and placement groups. Work refused as infeasible has failed
+/// The work waiting for room: tasks, actors and jobs' drivers by shape and
+/// label selector, and placement groups. Work refused as infeasible has failed
 /// already, and work inside a placement group or pinned to one node waits
 /// for its group or node, not for a launch.
 pub(crate) fn demand_of(status: &ClusterStatus) -> Demand {
     let mut shapes: Vec<ShapeDemand> = Vec::new();
-    let waiting = status.alive().flat_map(|node| &node.demands).filter(|d| !d.infeasible);
+    let queued = status.alive().flat_map(|node| &node.demands);
+    let waiting = queued.chain(&status.waiting_drivers).filter(|d| !d.infeasible);
     for demand in waiting {
         let Some(selector) = launchable_selector(&demand.scheduling.strategy, &demand.scheduling.label_selector) else {
             continue;

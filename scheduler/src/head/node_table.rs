@@ -5,10 +5,10 @@
 //! restarted head gives the recovered alive ones a heartbeat timeout to
 //! show up again.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant, SystemTime};
 
-use raylet_proto::{Labels, NodeId, ResourceSet, Scheduling};
+use raylet_proto::{JobId, Labels, NodeId, ResourceSet, Scheduling};
 use tokio::sync::watch;
 
 use prost::Message;
@@ -80,6 +80,9 @@ pub struct NodeTable {
     /// The node types an autoscaler may launch: work that fits one of them
     /// waits instead of failing as infeasible.
     launchable: LaunchableNodes,
+    /// Jobs' drivers that wait for a node with room, with what they need:
+    /// demand for the autoscaler, as `raylet status` lists it.
+    waiting_drivers: BTreeMap<JobId, ResourceSet>,
 }
 
 impl NodeTable {
@@ -92,6 +95,7 @@ impl NodeTable {
             store: StateStore::in_memory_only(),
             deaths: watch::channel(0).0,
             launchable: LaunchableNodes::default(),
+            waiting_drivers: BTreeMap::new(),
         }
     }
 
@@ -101,6 +105,15 @@ impl NodeTable {
 
     pub fn launchable(&self) -> &LaunchableNodes {
         &self.launchable
+    }
+
+    /// Records that `job`'s driver waits for room for `demand`, or, with
+    /// `None`, that it no longer waits.
+    pub fn set_waiting_driver(&mut self, job: JobId, demand: Option<&ResourceSet>) {
+        match demand {
+            Some(demand) => self.waiting_drivers.insert(job, demand.clone()),
+            None => self.waiting_drivers.remove(&job),
+        };
     }
 
     /// The table as `store` last saw it: the nodes that were alive count as
@@ -328,10 +341,20 @@ impl NodeTable {
     pub fn snapshot(&self) -> ClusterStatus {
         let mut nodes: Vec<NodeStatus> = self.entries.iter().map(|e| e.status.clone()).collect();
         nodes.sort_by_key(|n| (n.state != NodeState::Alive, n.registered_unix_ms));
+        let waiting_drivers = self.waiting_drivers.iter().map(|(job, demand)| ResourceDemand {
+            shape: demand.clone(),
+            constraint: format!("driver of job {job}"),
+            count: 1,
+            infeasible: false,
+            reason: String::new(),
+            scheduling: Scheduling::default(),
+            group: None,
+        });
         ClusterStatus {
             now_unix_ms: unix_ms(SystemTime::now()),
             nodes,
             placement_groups: Vec::new(),
+            waiting_drivers: waiting_drivers.collect(),
         }
     }
 

@@ -201,9 +201,13 @@ impl JobManager {
         let mut pending = Backoff::constant(PENDING_RETRY);
         loop {
             if self.stop_grace(id).is_some() {
+                self.nodes().set_waiting_driver(id, None);
                 return ended(JobStatus::Stopped, "stopped before its driver started".into(), None);
             }
-            match self.choose_node(demand) {
+            let chosen = self.choose_node(demand);
+            self.nodes()
+                .set_waiting_driver(id, matches!(chosen, Ok(None)).then_some(demand));
+            match chosen {
                 Err(reason) => return ended(JobStatus::Failed, reason, None),
                 Ok(None) => {}
                 Ok(Some((node_id, address))) => {
@@ -214,6 +218,10 @@ impl JobManager {
             }
             pending.wait().await;
         }
+    }
+
+    fn nodes(&self) -> MutexGuard<'_, NodeTable> {
+        self.nodes.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn stop_grace(&self, id: JobId) -> Option<Duration> {
