@@ -87,6 +87,20 @@ pub enum ClusterConfigError {
     Invalid { path: PathBuf, message: String },
 }
 
+/// Why the config's provider cannot be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ProviderSetupError {
+    #[error("finding this executable, the local nodes' default binary: {0}")]
+    CurrentExe(std::io::Error),
+    #[error(transparent)]
+    Netns(#[from] crate::NetnsError),
+    #[error(transparent)]
+    Slurm(#[from] crate::SlurmError),
+    #[cfg(feature = "kubernetes")]
+    #[error(transparent)]
+    Kubernetes(#[from] crate::ConnectError),
+}
+
 impl ClusterConfig {
     /// Reads and checks the config at `path`.
     pub fn load(path: &Path) -> Result<Self, ClusterConfigError> {
@@ -146,28 +160,22 @@ impl ClusterConfig {
     }
 
     /// Makes the provider; local nodes keep their sessions under `temp_dir`.
-    pub async fn provider(&self, temp_dir: &Path) -> Result<Arc<dyn NodeProvider>, String> {
+    pub async fn provider(&self, temp_dir: &Path) -> Result<Arc<dyn NodeProvider>, ProviderSetupError> {
         let name = &self.cluster_name;
         Ok(match &self.provider {
             ProviderConfig::Local(local) => {
                 let binary = match &local.binary {
                     Some(binary) => binary.clone(),
-                    None => std::env::current_exe().map_err(|e| format!("finding this executable: {e}"))?,
+                    None => std::env::current_exe().map_err(ProviderSetupError::CurrentExe)?,
                 };
                 Arc::new(LocalProvider::new(binary, temp_dir))
             }
-            ProviderConfig::Netns(netns) => {
-                Arc::new(NetnsProvider::new(name, netns.clone()).map_err(|e| e.to_string())?)
-            }
-            ProviderConfig::Slurm(slurm) => {
-                Arc::new(SlurmProvider::new(name, slurm.clone()).map_err(|e| e.to_string())?)
-            }
+            ProviderConfig::Netns(netns) => Arc::new(NetnsProvider::new(name, netns.clone())?),
+            ProviderConfig::Slurm(slurm) => Arc::new(SlurmProvider::new(name, slurm.clone())?),
             #[cfg(feature = "kubernetes")]
-            ProviderConfig::Kubernetes(kubernetes) => Arc::new(
-                crate::KubernetesProvider::connect(name, kubernetes.clone())
-                    .await
-                    .map_err(|e| e.to_string())?,
-            ),
+            ProviderConfig::Kubernetes(kubernetes) => {
+                Arc::new(crate::KubernetesProvider::connect(name, kubernetes.clone()).await?)
+            }
         })
     }
 }

@@ -19,7 +19,9 @@ mod output_tail;
 mod provider;
 mod slurm;
 
-pub use cluster_config::{ClusterConfig, ClusterConfigError, HeadSettings, LocalConfig, ProviderConfig};
+pub use cluster_config::{
+    ClusterConfig, ClusterConfigError, HeadSettings, LocalConfig, ProviderConfig, ProviderSetupError,
+};
 #[cfg(feature = "kubernetes")]
 pub use kubernetes::{
     CLUSTER_LABEL, CONTAINER_NAME, ConnectError, KubernetesConfig, KubernetesProvider, NODE_TYPE_LABEL, PullPolicy,

@@ -76,7 +76,7 @@ pub fn down(args: DownArgs) -> anyhow::Result<()> {
 
 /// Terminates every instance the provider still lists; returns how many.
 async fn terminate_leftovers(config: &ClusterConfig, root: &TempRoot) -> anyhow::Result<usize> {
-    let provider = config.provider(root.path()).await.map_err(anyhow::Error::msg)?;
+    let provider = config.provider(root.path()).await?;
     let instances = provider.instances().await?;
     for instance in &instances {
         provider.terminate(&instance.id).await?;

@@ -136,7 +136,6 @@ async fn run_head(args: &StartArgs, resources: ResourceSet, session: &Session) -
             cluster
                 .provider(&args.session.temp_dir)
                 .await
-                .map_err(anyhow::Error::msg)
                 .context("making the autoscaler's node provider")?,
         ),
         None => None,

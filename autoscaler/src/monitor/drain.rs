@@ -12,7 +12,7 @@ use raylet_proto::v1::owner_service_client::OwnerServiceClient;
 use raylet_proto::v1::{
     AddCopiesRequest, DrainNodeRequest, GetStoreStatsRequest, ObjectCopy, PullObjectRequest, StoredObject,
 };
-use raylet_proto::{NodeId, Result};
+use raylet_proto::{NodeId, ObjectId, Result};
 use raylet_scheduler::status::{ClusterStatus, NodeStatus};
 
 use crate::provider::INSTANCE_LABEL;
@@ -70,7 +70,9 @@ pub(crate) async fn move_objects(
                 moved.objects += 1;
                 moved.bytes += object.size;
             }
-            Err(error) => moved.failed.push(format!("{}: {error}", hex(&object.object_id))),
+            Err(error) => moved
+                .failed
+                .push(format!("{}: {error}", object_name(&object.object_id))),
         }
     }
     Ok(moved)
@@ -122,6 +124,7 @@ async fn copy_object(object: &StoredObject, source: &str, target: &str, token: &
     Ok(())
 }
 
-fn hex(bytes: &[u8]) -> String {
-    bytes.iter().map(|b| format!("{b:02x}")).collect()
+/// The object's id as raylet prints ids, or what is wrong with it.
+fn object_name(wire: &[u8]) -> String {
+    ObjectId::from_wire(wire).map_or_else(|e| format!("a malformed id ({e})"), |id| id.to_string())
 }

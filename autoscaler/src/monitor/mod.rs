@@ -107,19 +107,23 @@ impl Monitor {
             let InstanceState::Failed(reason) = &instance.state else {
                 continue;
             };
-            let delay = self
-                .tracker
-                .launch_failed(&instance.node_type, reason.clone(), Instant::now());
-            LAUNCH_FAILURES.with_label_values(&[&instance.node_type]).inc();
             REMOVALS.with_label_values(&[&instance.node_type, "failed"]).inc();
-            self.report.event(format!(
-                "instance {} of type '{}' failed: {reason}; the type's launches wait {}s",
-                instance.id,
-                instance.node_type,
-                delay.as_secs()
-            ));
+            let what = format!(
+                "instance {} of type '{}' failed: {reason}",
+                instance.id, instance.node_type
+            );
+            self.back_off(&instance.node_type, reason.clone(), what);
             self.terminate(&instance.id).await;
         }
+    }
+
+    /// Holds `node_type`'s launches back after a failure, counts it, and
+    /// reports `what` happened with how long the type waits.
+    fn back_off(&mut self, node_type: &str, error: String, what: String) {
+        let delay = self.tracker.launch_failed(node_type, error, Instant::now());
+        LAUNCH_FAILURES.with_label_values(&[node_type]).inc();
+        self.report
+            .event(format!("{what}; the type's launches wait {}s", delay.as_secs()));
     }
 
     /// Clears the backoff of every type a node of which has joined.
@@ -164,12 +168,7 @@ impl Monitor {
                         });
                     }
                     Err(error) => {
-                        let delay = self
-                            .tracker
-                            .launch_failed(&launch.node_type, error.to_string(), Instant::now());
-                        LAUNCH_FAILURES.with_label_values(&[&launch.node_type]).inc();
-                        self.report
-                            .event(format!("{error}; the type's launches wait {}s", delay.as_secs()));
+                        self.back_off(&launch.node_type, error.to_string(), error.to_string());
                         break;
                     }
                 }
@@ -186,17 +185,9 @@ impl Monitor {
             };
             match removal.cause {
                 RemovalCause::DidNotJoin => {
-                    let delay = self
-                        .tracker
-                        .launch_failed(&managed.node_type, removal.reason.clone(), Instant::now());
-                    LAUNCH_FAILURES.with_label_values(&[&managed.node_type]).inc();
                     REMOVALS.with_label_values(&[&managed.node_type, "did_not_join"]).inc();
-                    self.report.event(format!(
-                        "terminating instance {}: {}; the type's launches wait {}s",
-                        managed.instance,
-                        removal.reason,
-                        delay.as_secs()
-                    ));
+                    let what = format!("terminating instance {}: {}", managed.instance, removal.reason);
+                    self.back_off(&managed.node_type, removal.reason.clone(), what);
                     self.terminate(&managed.instance).await;
                 }
                 RemovalCause::Idle => self.start_drain(managed, &removal.reason).await,

@@ -5,13 +5,14 @@
 
 use std::collections::VecDeque;
 use std::sync::LazyLock;
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, SystemTime};
 
 use prometheus::{IntCounterVec, IntGaugeVec};
 use raylet_proto::auth::AuthToken;
 use raylet_proto::v1::kv_service_client::KvServiceClient;
 use raylet_proto::v1::{KvGetRequest, KvPutRequest};
 use raylet_proto::{Error, Result};
+use raylet_scheduler::status::unix_ms;
 use serde::{Deserialize, Serialize};
 
 /// The key-value namespace and key the report is kept under.
@@ -69,14 +70,14 @@ impl AutoscalerReport {
             self.events.pop_front();
         }
         self.events.push_back(Event {
-            unix_ms: unix_ms(),
+            unix_ms: unix_ms(SystemTime::now()),
             message,
         });
     }
 
     /// Writes the report to the head's key-value store.
     pub(crate) async fn publish(&mut self, head: &str, token: &AuthToken) -> Result<()> {
-        self.updated_unix_ms = unix_ms();
+        self.updated_unix_ms = unix_ms(SystemTime::now());
         let value = serde_json::to_vec(self).map_err(|e| Error::Internal(format!("encoding the report: {e}")))?;
         let channel = raylet_proto::channel::connect(head, token, PATIENCE).await?;
         KvServiceClient::new(channel)
@@ -107,12 +108,6 @@ impl AutoscalerReport {
             None => Ok(None),
         }
     }
-}
-
-fn unix_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |t| t.as_millis() as u64)
 }
 
 /// Nodes launched, by type.
