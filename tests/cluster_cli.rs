@@ -290,6 +290,42 @@ fn a_node_with_a_wrong_token_is_refused() {
     assert_eq!(cluster.status()["alive_nodes"], 1);
 }
 
+/// The pids of every process whose command line holds `needle`.
+fn processes_whose_command_line_holds(needle: &str) -> Vec<(u32, String)> {
+    std::fs::read_dir("/proc")
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str()?.parse::<u32>().ok())
+        .filter_map(|pid| {
+            let cmdline = std::fs::read(format!("/proc/{pid}/cmdline")).ok()?;
+            let cmdline = String::from_utf8_lossy(&cmdline).replace('\0', " ");
+            cmdline.contains(needle).then_some((pid, cmdline))
+        })
+        .collect()
+}
+
+#[test]
+fn a_token_given_on_the_command_line_stays_out_of_every_daemons_command_line() {
+    let cluster = TestCluster::new();
+    let address = cluster.start_head(&[]);
+    let token = std::fs::read_to_string(cluster.root().join("session_latest/token")).unwrap();
+    let token = token.trim();
+    cluster.ok(&["start", "--address", &address, "--token", token, "--num-cpus", "1"]);
+    cluster.ok(&[
+        "start",
+        "--address",
+        &address,
+        &format!("--token={token}"),
+        "--num-cpus",
+        "1",
+    ]);
+    cluster.wait_for_status(Duration::from_secs(15), |status| alive_nodes(status).len() == 3);
+    let daemons = cluster.live_processes();
+    assert!(daemons.len() >= 3, "the daemons run: {daemons:?}");
+    let leaks = processes_whose_command_line_holds(token);
+    assert!(leaks.is_empty(), "the token is on these command lines: {leaks:?}");
+}
+
 #[test]
 fn stop_ends_every_daemon_and_leaves_no_raylet_process_behind() {
     let cluster = TestCluster::new();

@@ -317,3 +317,165 @@ fn a_driver_follows_more_actors_than_a_connection_may_open_streams() {
     assert!(error.is_actor_death(), "{error}");
     driver.shutdown().unwrap();
 }
+
+/// Starts a head with one CPU, its dashboard and `limits` as its
+/// environment; its gRPC and dashboard addresses.
+fn start_head_with_dashboard(temp: &Path, limits: &[(&str, &str)]) -> (String, String) {
+    let output = Command::new(RAYLET)
+        .args([
+            "start",
+            "--head",
+            "--port",
+            "0",
+            "--dashboard-port",
+            "0",
+            "--num-cpus",
+            "1",
+        ])
+        .arg("--temp-dir")
+        .arg(temp)
+        .envs(limits.iter().copied())
+        .output()
+        .unwrap();
+    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    (
+        head_address(temp),
+        common::http::session_file(temp, "dashboard_address"),
+    )
+}
+
+/// The body each stalled login announces or sends: about what axum
+/// buffered per request before the login's bound.
+const LOGIN_FLOOD_BODY: usize = 1900 << 10;
+
+/// `count` HTTP/1 logins that announce a body of [`LOGIN_FLOOD_BODY`] bytes,
+/// send it, and then hold their connections open.
+async fn stalled_http1_logins(dashboard: &str, count: usize) -> Vec<tokio::net::TcpStream> {
+    use tokio::io::AsyncWriteExt;
+    let logins = (0..count).map(|_| async {
+        let mut stream = tokio::net::TcpStream::connect(dashboard).await.unwrap();
+        let head = format!(
+            "POST /login HTTP/1.1\r\nHost: {dashboard}\r\nContent-Type: application/x-www-form-urlencoded\r\n\
+             Content-Length: {}\r\n\r\ntoken=",
+            LOGIN_FLOOD_BODY + 6
+        );
+        let body = vec![b'a'; LOGIN_FLOOD_BODY];
+        let sent = async {
+            stream.write_all(head.as_bytes()).await?;
+            stream.write_all(&body).await
+        };
+        let _ = tokio::time::timeout(Duration::from_secs(10), sent).await;
+        stream
+    });
+    futures_util::future::join_all(logins).await
+}
+
+/// One HTTP/2 connection opening up to `count` login streams without a
+/// length, each sending [`LOGIN_FLOOD_BODY`] bytes and never ending; the
+/// streams it opened and the server's bound on streams at once.
+async fn stalled_http2_logins(dashboard: &str, count: usize) -> (h2::client::SendRequest<bytes::Bytes>, usize, usize) {
+    let tcp = tokio::net::TcpStream::connect(dashboard).await.unwrap();
+    let (mut client, mut connection) = h2::client::handshake(tcp).await.unwrap();
+    // Driving the connection a moment reads the server's SETTINGS.
+    let _ = tokio::time::timeout(Duration::from_millis(300), &mut connection).await;
+    let stream_bound = connection.max_concurrent_send_streams();
+    tokio::spawn(connection);
+    let mut opened = 0;
+    for _ in 0..count {
+        let Ok(Ok(ready)) = tokio::time::timeout(Duration::from_millis(500), client.clone().ready()).await else {
+            break;
+        };
+        client = ready;
+        let request = http::Request::post(format!("http://{dashboard}/login"))
+            .header("content-type", "application/x-www-form-urlencoded")
+            .body(())
+            .unwrap();
+        let Ok((_, mut body)) = client.send_request(request, false) else {
+            break;
+        };
+        let _ = body.send_data(bytes::Bytes::from(vec![b'a'; LOGIN_FLOOD_BODY]), false);
+        std::mem::forget(body);
+        opened += 1;
+    }
+    (client, opened, stream_bound)
+}
+
+#[test]
+fn stalled_logins_over_http1_and_http2_leave_the_heads_memory_within_its_bound() {
+    let temp = tempfile::tempdir().unwrap();
+    let _daemons = Daemons(temp.path());
+    let (_, dashboard) = start_head_with_dashboard(temp.path(), &[]);
+    let head_pid = daemon_pids(temp.path(), "head")[0];
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let before = resident_bytes(head_pid);
+
+    let (http1, (http2, streams, stream_bound)) = runtime.block_on(async {
+        let http1 = stalled_http1_logins(&dashboard, 150).await;
+        (http1, stalled_http2_logins(&dashboard, 150).await)
+    });
+    std::thread::sleep(Duration::from_secs(2));
+    let during = resident_bytes(head_pid);
+    eprintln!(
+        "head RSS {} MiB before, {} MiB with 150 stalled HTTP/1 logins and {streams} stalled HTTP/2 streams",
+        before >> 20,
+        during >> 20
+    );
+    assert_eq!(stream_bound, 64, "the streams one connection may have open at once");
+    let grown = during.saturating_sub(before);
+    assert!(grown < 48 << 20, "the head grew by {} MiB", grown >> 20);
+    let (status, body) = common::http::get(&dashboard, "/healthz", None);
+    assert_eq!((status, body.as_str()), (200, "ok\n"), "the dashboard serves others");
+    drop((http1, http2));
+}
+
+/// A connection from the CLI's own address that sends `opening` and then
+/// nothing.
+fn idle_connection(address: &str, opening: &[u8]) -> TcpStream {
+    let mut stream = TcpStream::connect(address).unwrap();
+    stream.write_all(opening).unwrap();
+    stream
+}
+
+#[test]
+fn idle_and_half_open_connections_from_the_clis_address_neither_lock_it_out_nor_stay() {
+    let temp = tempfile::tempdir().unwrap();
+    let _daemons = Daemons(temp.path());
+    let limits = [("RAYLET_MAX_CONNECTIONS_PER_CLIENT", "300")];
+    let (head, dashboard) = start_head_with_dashboard(temp.path(), &limits);
+    let half_preface = &b"PRI * HTTP/2.0\r\n"[..];
+    let mut idle = Vec::new();
+    for index in 0..400 {
+        let opening = if index % 2 == 0 { &b""[..] } else { half_preface };
+        idle.push(idle_connection(&head, opening));
+        let request = if index % 2 == 0 {
+            &b""[..]
+        } else {
+            &b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"[..]
+        };
+        idle.push(idle_connection(&dashboard, request));
+    }
+    let opened = Instant::now();
+    let status = Command::new(RAYLET)
+        .args(["status", "--temp-dir"])
+        .arg(temp.path())
+        .output()
+        .unwrap();
+    assert!(
+        status.status.success(),
+        "raylet status gets in beside 400 idle connections from its address: {}",
+        String::from_utf8_lossy(&status.stderr)
+    );
+    let (code, body) = common::http::get(&dashboard, "/healthz", None);
+    assert_eq!(
+        (code, body.as_str()),
+        (200, "ok\n"),
+        "so does the dashboard's health check"
+    );
+
+    std::thread::sleep(Duration::from_secs(13).saturating_sub(opened.elapsed()));
+    let staying = idle.iter().filter(|stream| !closed_by_the_head(stream)).count();
+    assert_eq!(
+        staying, 0,
+        "{staying} of 800 idle or half-open connections are still open after 13 s"
+    );
+}

@@ -1,8 +1,12 @@
 //! Starting a daemon: the CLI re-executes itself with `--block` in the
 //! background, its output going to the session's log, and waits for the
 //! daemon to report through a ready file that it serves, or why it failed.
+//! A token given as `--token` reaches the daemon in its environment, never
+//! on its command line, which every local user can read in `ps`.
 
+use std::ffi::{OsStr, OsString};
 use std::fs;
+use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
@@ -14,6 +18,10 @@ use serde::{Deserialize, Serialize};
 
 const POLL_INTERVAL: Duration = Duration::from_millis(2);
 const LOG_TAIL_LINES: usize = 15;
+/// The flag that carries the token on the starting command's line.
+const TOKEN_FLAG: &str = "--token";
+/// Where the daemon finds the token instead.
+const TOKEN_VARIABLE: &str = "RAYLET_TOKEN";
 
 /// What a daemon reports once it serves, or why it could not start.
 #[derive(Debug, Serialize, Deserialize)]
@@ -55,8 +63,13 @@ pub fn spawn_and_wait(session: &Session, log_name: &str, patience: Duration) -> 
         .append(true)
         .open(&log)
         .with_context(|| format!("opening {}", log.display()))?;
-    let mut child = Command::new(std::env::current_exe()?)
-        .args(std::env::args_os().skip(1))
+    let (args, token) = without_token(std::env::args_os().skip(1));
+    let mut daemon = Command::new(std::env::current_exe()?);
+    if let Some(token) = token {
+        daemon.env(TOKEN_VARIABLE, token);
+    }
+    let mut child = daemon
+        .args(args)
         .arg("--block")
         .arg("--session-dir")
         .arg(session.dir())
@@ -100,8 +113,54 @@ pub fn spawn_and_wait(session: &Session, log_name: &str, patience: Duration) -> 
     }
 }
 
+/// The arguments without `--token T` or `--token=T`, and the token they held.
+fn without_token(mut args: impl Iterator<Item = OsString>) -> (Vec<OsString>, Option<OsString>) {
+    let mut kept = Vec::new();
+    let mut token = None;
+    while let Some(arg) = args.next() {
+        let bytes = arg.as_bytes();
+        if bytes == TOKEN_FLAG.as_bytes() {
+            token = args.next();
+        } else if let Some(value) = bytes.strip_prefix(format!("{TOKEN_FLAG}=").as_bytes()) {
+            token = Some(OsStr::from_bytes(value).to_os_string());
+        } else if bytes == b"--" {
+            kept.push(arg);
+            kept.extend(args.by_ref());
+        } else {
+            kept.push(arg);
+        }
+    }
+    (kept, token)
+}
+
 fn log_tail(log: &Path) -> String {
     let text = fs::read_to_string(log).unwrap_or_default();
     let lines: Vec<&str> = text.lines().collect();
     lines[lines.len().saturating_sub(LOG_TAIL_LINES)..].join("\n")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn split(args: &[&str]) -> (Vec<OsString>, Option<OsString>) {
+        without_token(args.iter().map(OsString::from))
+    }
+
+    #[test]
+    fn the_token_leaves_the_command_line_in_either_spelling() {
+        let (kept, token) = split(&["start", "--address", "h:1", "--token", "abc", "--num-cpus", "1"]);
+        assert_eq!(kept, ["start", "--address", "h:1", "--num-cpus", "1"]);
+        assert_eq!(token.as_deref(), Some(OsStr::new("abc")));
+        let (kept, token) = split(&["start", "--token=def", "--head"]);
+        assert_eq!(kept, ["start", "--head"]);
+        assert_eq!(token.as_deref(), Some(OsStr::new("def")));
+    }
+
+    #[test]
+    fn other_arguments_are_kept_as_they_are() {
+        let (kept, token) = split(&["start", "--head", "--labels", "a=--token"]);
+        assert_eq!(kept, ["start", "--head", "--labels", "a=--token"]);
+        assert_eq!(token, None);
+    }
 }

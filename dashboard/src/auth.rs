@@ -9,6 +9,7 @@ use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use raylet_proto::auth::AuthToken;
+use raylet_proto::connection_admission::prove_connection;
 use serde::Deserialize;
 
 use super::assets::LOGIN_PAGE;
@@ -44,7 +45,11 @@ fn cookie_token(headers: &HeaderMap) -> Option<String> {
 /// It wraps the whole server, so it runs before routing.
 pub(super) async fn require_token(State(head): State<Head>, request: Request, next: Next) -> Response {
     let path = request.uri().path();
-    if PUBLIC_PATHS.contains(&path) || authenticated(&head, request.headers()) {
+    if authenticated(&head, request.headers()) {
+        prove_connection(request.extensions());
+        return next.run(request).await;
+    }
+    if PUBLIC_PATHS.contains(&path) {
         return next.run(request).await;
     }
     if path == "/" || (path.starts_with("/ui") && !path.starts_with("/ui/assets/")) {
@@ -97,7 +102,10 @@ pub(super) async fn log_in(State(head): State<Head>, Form(form): Form<LoginForm>
 pub(super) async fn require_bearer(State(token): State<AuthToken>, request: Request, next: Next) -> Response {
     let bearer = request.headers().get(header::AUTHORIZATION);
     match bearer.is_some_and(|value| token.admits_bearer(value.as_bytes())) {
-        true => next.run(request).await,
+        true => {
+            prove_connection(request.extensions());
+            next.run(request).await
+        }
         false => refusal(""),
     }
 }

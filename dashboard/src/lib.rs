@@ -45,7 +45,7 @@ use std::future::Future;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{Path, Query, State};
+use axum::extract::{DefaultBodyLimit, Path, Query, State};
 use axum::http::{StatusCode, header};
 use axum::middleware;
 use axum::response::{IntoResponse, Json, Redirect, Response};
@@ -61,6 +61,8 @@ use raylet::JobClient;
 
 /// How long a request waits for the head.
 const PATIENCE: Duration = Duration::from_secs(2);
+/// The largest login form: a token is at most 256 characters.
+const LOGIN_BODY_BYTES: usize = 4 << 10;
 /// The most of a job's output the jobs page shows: its end.
 const LOG_TAIL_BYTES: usize = 64 << 10;
 
@@ -140,7 +142,10 @@ pub async fn run(
         .into_iter()
         .fold(Router::new(), |router, (path, route)| router.route(path, route))
         .route(PUBLIC_PATHS[0], get(|| async { "ok\n" }))
-        .route(PUBLIC_PATHS[1], get(auth::login_page).post(auth::log_in))
+        .route(
+            PUBLIC_PATHS[1],
+            get(auth::login_page).post(auth::log_in).layer(DefaultBodyLimit::max(LOGIN_BODY_BYTES)),
+        )
         .layer(middleware::from_fn_with_state(head.clone(), auth::require_token))
         .with_state(head);
     let served = http_listener::serve(listener, app, shutdown).await;

@@ -245,6 +245,37 @@ async fn a_transfer_port_serves_a_range_once_and_only_for_its_ticket() {
     wait_until_unpinned(a, "a finished transfer must unpin its object").await;
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 4)]
+async fn connections_without_tickets_from_one_address_cannot_keep_its_pullers_out() {
+    let (token, nodes) = cluster(1, 1 << 30).await;
+    let a = &nodes[0];
+    let size = MIB;
+    let id = a.put(size, 5).await;
+    let mut rpc = client(&a.address, &token).await;
+    let ticket = rpc
+        .open_transfer(read(id.as_bytes().to_vec(), 0, 0))
+        .await
+        .unwrap()
+        .into_inner();
+    let port = u16::try_from(ticket.port).unwrap();
+    let mut idle = Vec::new();
+    for _ in 0..300 {
+        idle.push(TcpStream::connect(("127.0.0.1", port)).await.unwrap());
+    }
+    let bytes = read_with_ticket(port, &ticket.ticket).await;
+    assert_eq!(
+        bytes.len() as u64,
+        size,
+        "the ticketed connection is served beside 300 idle ones"
+    );
+    let mut closed = 0;
+    for stream in &mut idle {
+        let read = tokio::time::timeout(Duration::from_millis(100), stream.read(&mut [0; 1])).await;
+        closed += usize::from(matches!(read, Ok(Ok(0)) | Ok(Err(_))));
+    }
+    assert!(closed >= 290, "the idle ones were closed to make room: {closed} of 300");
+}
+
 /// Ranges a read (of chunks, or through a ticket) must refuse, with the
 /// status each gets: a malformed id, a range starting at the end, an
 /// overflowing length, an unknown object.

@@ -165,6 +165,7 @@ fn check_protocol_version(peer: Option<&str>) -> Result<()> {
 impl Interceptor for ServerAuth {
     fn call(&mut self, request: Request<()>) -> Result<Request<()>, Status> {
         self.check(request.metadata())?;
+        crate::connection_admission::prove_connection(request.extensions());
         Ok(request)
     }
 }

@@ -7,6 +7,7 @@ pub mod binary_hash;
 pub mod blob;
 pub mod channel;
 pub mod codec;
+pub mod connection_admission;
 pub mod error;
 pub mod http_listener;
 pub mod ids;

@@ -1,23 +1,24 @@
 //! Bounds on what clients can make a server hold, so that a slow, buggy or
 //! hostile client cannot exhaust its memory: open connections per client
-//! (by IP address) and in all, streams per HTTP/2 connection, and requests
-//! in flight per client. A connection over a bound is closed at once; a
-//! request over one is refused with RESOURCE_EXHAUSTED, saying which.
-//! Each bound can be changed for a process by an environment variable.
+//! (by IP address) and in all, with room kept for clients with the token
+//! (see [`crate::connection_admission`]), streams per HTTP/2 connection,
+//! and requests in flight per client. A connection over a bound is closed
+//! at once; a request over one is refused with RESOURCE_EXHAUSTED, saying
+//! which. Each bound can be changed for a process by an environment
+//! variable.
 
 use std::collections::HashMap;
-use std::net::{IpAddr, SocketAddr};
+use std::net::IpAddr;
 use std::pin::Pin;
-use std::sync::{Arc, LazyLock, Mutex, OnceLock};
+use std::sync::{Arc, Mutex, OnceLock};
 use std::task::{Context, Poll};
 
-use prometheus::IntCounterVec;
-use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
 use tonic::Status;
-use tonic::transport::server::{Connected, TcpConnectInfo, TlsConnectInfo};
 use tower_layer::Layer;
 use tower_service::Service;
+
+use crate::connection_admission::{ConnectionBounds, connection_of};
+pub use crate::connection_admission::{CountedStream, LimitedIncoming};
 
 /// The bounds of a server process.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,6 +27,10 @@ pub struct ServerLimits {
     pub connections_per_client: usize,
     /// Open connections in all (`RAYLET_MAX_CONNECTIONS`).
     pub connections: usize,
+    /// Open connections from one IP address that have not yet presented the
+    /// token; the oldest is closed to make room for a newer one
+    /// (`RAYLET_MAX_UNPROVEN_CONNECTIONS_PER_CLIENT`).
+    pub unproven_connections_per_client: usize,
     /// gRPC requests from one IP address being served at once
     /// (`RAYLET_MAX_REQUESTS_PER_CLIENT`).
     pub requests_per_client: usize,
@@ -40,6 +45,7 @@ impl Default for ServerLimits {
         ServerLimits {
             connections_per_client: 2048,
             connections: 16384,
+            unproven_connections_per_client: 256,
             requests_per_client: 8192,
             streams_per_connection: 1024,
         }
@@ -51,6 +57,15 @@ impl ServerLimits {
     pub fn process() -> ServerLimits {
         static LIMITS: OnceLock<ServerLimits> = OnceLock::new();
         *LIMITS.get_or_init(|| Self::from_lookup(|name| std::env::var(name).ok()))
+    }
+
+    /// The bounds a listener admits connections within.
+    pub fn connection_bounds(&self) -> ConnectionBounds {
+        ConnectionBounds {
+            per_client: self.connections_per_client,
+            in_all: self.connections,
+            unproven_per_client: self.unproven_connections_per_client,
+        }
     }
 
     fn from_lookup(lookup: impl Fn(&str) -> Option<String>) -> ServerLimits {
@@ -66,6 +81,10 @@ impl ServerLimits {
         ServerLimits {
             connections_per_client: bound("RAYLET_MAX_CONNECTIONS_PER_CLIENT", defaults.connections_per_client),
             connections: bound("RAYLET_MAX_CONNECTIONS", defaults.connections),
+            unproven_connections_per_client: bound(
+                "RAYLET_MAX_UNPROVEN_CONNECTIONS_PER_CLIENT",
+                defaults.unproven_connections_per_client,
+            ),
             requests_per_client: bound("RAYLET_MAX_REQUESTS_PER_CLIENT", defaults.requests_per_client),
             streams_per_connection: bound(
                 "RAYLET_MAX_STREAMS_PER_CONNECTION",
@@ -76,8 +95,8 @@ impl ServerLimits {
     }
 }
 
-/// How many of something each client holds, under a bound per client and
-/// (optionally) one in all.
+/// How many requests each client has in flight, under a bound per client
+/// and (optionally) one in all.
 struct ClientCounts {
     counts: Mutex<(usize, HashMap<IpAddr, usize>)>,
     per_client: usize,
@@ -110,7 +129,7 @@ impl ClientCounts {
     }
 }
 
-/// One connection or request counted against its client until dropped.
+/// One request counted against its client until dropped.
 struct Held {
     counts: Arc<ClientCounts>,
     client: IpAddr,
@@ -127,105 +146,6 @@ impl Drop for Held {
                 by_client.remove(&self.client);
             }
         }
-    }
-}
-
-/// Connections closed at once because a bound was reached.
-static CONNECTIONS_REFUSED: LazyLock<IntCounterVec> = LazyLock::new(|| {
-    crate::metrics::counter(
-        "raylet_connections_refused_total",
-        "Connections closed at once because their client or the server had too many open",
-        &[],
-    )
-});
-
-/// Accepted connections, with Nagle's algorithm off (small replies must not
-/// wait for a delayed ACK), within the connection bounds.
-pub struct LimitedIncoming {
-    listener: TcpListener,
-    connections: Arc<ClientCounts>,
-}
-
-impl LimitedIncoming {
-    pub fn new(listener: TcpListener, limits: ServerLimits) -> Self {
-        LimitedIncoming {
-            listener,
-            connections: ClientCounts::new(limits.connections_per_client, limits.connections),
-        }
-    }
-
-    fn admit(&self, stream: TcpStream, peer: SocketAddr) -> Option<CountedStream> {
-        let Some(slot) = self.connections.admit(peer.ip()) else {
-            CONNECTIONS_REFUSED.with_label_values(&[] as &[&str]).inc();
-            tracing::debug!(%peer, "refused a connection over the connection bounds");
-            return None;
-        };
-        let _ = stream.set_nodelay(true);
-        Some(CountedStream { stream, _slot: slot })
-    }
-}
-
-impl tokio_stream::Stream for LimitedIncoming {
-    type Item = std::io::Result<CountedStream>;
-
-    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<Self::Item>> {
-        loop {
-            match self.listener.poll_accept(cx) {
-                Poll::Ready(Ok((stream, peer))) => {
-                    if let Some(counted) = self.admit(stream, peer) {
-                        return Poll::Ready(Some(Ok(counted)));
-                    }
-                }
-                Poll::Ready(Err(error)) => return Poll::Ready(Some(Err(error))),
-                Poll::Pending => return Poll::Pending,
-            }
-        }
-    }
-}
-
-/// A connection that counts against its client while it is open.
-pub struct CountedStream {
-    stream: TcpStream,
-    _slot: Held,
-}
-
-impl Connected for CountedStream {
-    type ConnectInfo = TcpConnectInfo;
-
-    fn connect_info(&self) -> TcpConnectInfo {
-        self.stream.connect_info()
-    }
-}
-
-impl AsyncRead for CountedStream {
-    fn poll_read(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &mut ReadBuf<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_read(cx, buf)
-    }
-}
-
-impl AsyncWrite for CountedStream {
-    fn poll_write(mut self: Pin<&mut Self>, cx: &mut Context<'_>, buf: &[u8]) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write(cx, buf)
-    }
-
-    fn poll_write_vectored(
-        mut self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-        bufs: &[std::io::IoSlice<'_>],
-    ) -> Poll<std::io::Result<usize>> {
-        Pin::new(&mut self.stream).poll_write_vectored(cx, bufs)
-    }
-
-    fn is_write_vectored(&self) -> bool {
-        self.stream.is_write_vectored()
-    }
-
-    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_flush(cx)
-    }
-
-    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<std::io::Result<()>> {
-        Pin::new(&mut self.stream).poll_shutdown(cx)
     }
 }
 
@@ -301,14 +221,8 @@ where
 
 /// The IP address a request came from, over plain TCP or TLS.
 fn client_ip<B>(request: &http::Request<B>) -> Option<IpAddr> {
-    let extensions = request.extensions();
-    let plain = extensions.get::<TcpConnectInfo>().and_then(|info| info.remote_addr());
-    plain
-        .or_else(|| {
-            extensions
-                .get::<TlsConnectInfo<TcpConnectInfo>>()
-                .and_then(|info| info.get_ref().remote_addr())
-        })
+    connection_of(request.extensions())?
+        .remote_addr()
         .map(|address| address.ip())
 }
 

@@ -57,7 +57,7 @@ pub fn authenticated(token: AuthToken) -> Result<AuthenticatedServer> {
 /// Accepted connections, with Nagle's algorithm off and this process's
 /// connection bounds.
 pub fn incoming(listener: TcpListener) -> LimitedIncoming {
-    LimitedIncoming::new(listener, ServerLimits::process())
+    LimitedIncoming::new(listener, ServerLimits::process().connection_bounds())
 }
 
 /// How long a stopping server waits for its clients to close their calls

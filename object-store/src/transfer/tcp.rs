@@ -13,7 +13,8 @@
 //! source's transfer port and a ticket of 128 random bits, good for one
 //! connection within [`TICKET_LIFETIME`]. The puller sends the ticket first;
 //! a connection that sends none within [`TICKET_WAIT`], or another one, is
-//! closed unanswered. Then the source sends the range's bytes and closes.
+//! closed unanswered, and the connections without a ticket yet are bounded
+//! per client address ([`TRANSFER_CONNECTIONS`]). Then the source sends the range's bytes and closes.
 //! Under TLS a plain connection would carry the bytes in clear, so a store
 //! with TLS serves no transfer port, and pullers read through `ReadChunks`,
 //! as they do from a source that answers `OpenTransfer` with Unimplemented.
@@ -32,6 +33,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use nix::fcntl::{FcntlArg, OFlag, SpliceFFlags, fcntl, splice};
+use raylet_proto::connection_admission::{Admission, ConnectionBounds, CountedStream};
 use raylet_proto::v1::TransferTicket;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::{TcpListener, TcpStream};
@@ -51,8 +53,15 @@ const TICKET_WAIT: Duration = Duration::from_secs(5);
 const CONNECT_WAIT: Duration = Duration::from_secs(2);
 /// How long either side waits for the other to take or send bytes.
 const STALL: Duration = Duration::from_secs(20);
-/// Connections a store serves at once; it closes more at once.
-const MAX_CONNECTIONS: usize = 256;
+/// Connections a store serves at once: in all, from one address, and from
+/// one address without a ticket yet. A new connection over a bound closes
+/// its address's oldest one without a ticket, or is closed at once when
+/// there is none, so a client without tickets cannot keep pullers out.
+const TRANSFER_CONNECTIONS: ConnectionBounds = ConnectionBounds {
+    in_all: 256,
+    per_client: 128,
+    unproven_per_client: 8,
+};
 /// How long accepting waits after it failed, e.g. out of descriptors.
 const ACCEPT_BACKOFF: Duration = Duration::from_millis(100);
 /// How many bytes a puller's socket gathers before it wakes the puller.
@@ -107,15 +116,18 @@ impl SharedStore {
     }
 
     async fn accept_transfers(self: Arc<Self>, listener: TcpListener) -> Infallible {
+        let admission = Admission::new(TRANSFER_CONNECTIONS);
         let mut connections = JoinSet::new();
         loop {
             let accepted = listener.accept().await;
             while connections.try_join_next().is_some() {}
             match accepted {
-                Ok((stream, _)) if connections.len() < MAX_CONNECTIONS => {
-                    connections.spawn(self.clone().serve_connection(stream));
-                }
-                Ok((_, peer)) => tracing::warn!(%peer, "too many transfer connections: closing one"),
+                Ok((stream, peer)) => match admission.admit(peer.ip()) {
+                    Some(slot) => {
+                        connections.spawn(self.clone().serve_connection(CountedStream::new(stream, slot)));
+                    }
+                    None => tracing::warn!(%peer, "too many transfer connections from {}: closing one", peer.ip()),
+                },
                 Err(error) => {
                     tracing::warn!(%error, "accepting a transfer connection failed");
                     tokio::time::sleep(ACCEPT_BACKOFF).await;
@@ -154,14 +166,16 @@ impl SharedStore {
         self.transfers.tickets.redeem(&ticket);
     }
 
-    async fn serve_connection(self: Arc<Self>, mut stream: TcpStream) {
+    async fn serve_connection(self: Arc<Self>, mut stream: CountedStream) {
         if let Err(error) = self.send_ticketed(&mut stream).await {
             let peer = stream.peer_addr().ok();
             tracing::debug!(?peer, %error, "a transfer connection ended early");
         }
     }
 
-    async fn send_ticketed(&self, stream: &mut TcpStream) -> io::Result<()> {
+    /// Reads the connection's ticket (failing when it is closed to make room
+    /// for a newer one of its client), then sends the ticket's range.
+    async fn send_ticketed(&self, stream: &mut CountedStream) -> io::Result<()> {
         let mut ticket = Ticket::default();
         within(TICKET_WAIT, stream.read_exact(&mut ticket)).await?;
         let ticketed = self
@@ -169,7 +183,8 @@ impl SharedStore {
             .tickets
             .redeem(&ticket)
             .ok_or_else(|| io::Error::new(io::ErrorKind::PermissionDenied, "an unknown or used ticket"))?;
-        send_range(stream, &ticketed, &self.served).await
+        stream.slot().prove();
+        send_range(stream.get_ref(), &ticketed, &self.served).await
     }
 }
 

@@ -18,7 +18,8 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use raylet::proto::auth::AuthToken;
-use raylet::proto::http_listener;
+use raylet::proto::connection_admission::prove_connection;
+use raylet::proto::http_listener::{self, HttpBounds};
 use tokio::net::TcpListener;
 
 use super::errors;
@@ -49,13 +50,16 @@ pub(super) async fn run(
     proxy: Proxy,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
+    let bounds = HttpBounds {
+        max_body_bytes: proxy.0.options.max_body_bytes as u64,
+    };
     let app = Router::new()
         .route(HEALTHZ, axum::routing::get(|| async { "ok\n" }))
         .fallback(serve_request)
         .layer(DefaultBodyLimit::max(proxy.0.options.max_body_bytes))
         .layer(middleware::from_fn_with_state(proxy.clone(), require_token))
         .with_state(proxy);
-    http_listener::serve(listener, app, shutdown).await
+    http_listener::serve_with(listener, app, bounds, shutdown).await
 }
 
 /// The proxy's own health check, open to all.
@@ -67,7 +71,11 @@ async fn require_token(State(proxy): State<Proxy>, request: Request, next: Next)
     let path = request.uri().path();
     let public = path == HEALTHZ || routes::app_for(path).is_some_and(|route| route.public);
     let bearer = request.headers().get(header::AUTHORIZATION);
-    if public || bearer.is_some_and(|value| proxy.0.token.admits_bearer(value.as_bytes())) {
+    if bearer.is_some_and(|value| proxy.0.token.admits_bearer(value.as_bytes())) {
+        prove_connection(request.extensions());
+        return next.run(request).await;
+    }
+    if public {
         return next.run(request).await;
     }
     errors::unauthorized()
