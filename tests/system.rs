@@ -25,4 +25,5 @@ mod placement_groups;
 mod scheduling;
 mod serve_cli;
 mod serve_deploy;
+mod session_dir;
 mod tls;

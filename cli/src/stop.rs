@@ -89,7 +89,6 @@ fn scan_proc_for_daemons(root: &Path) -> Vec<(u32, ProcessRole)> {
     let Ok(entries) = fs::read_dir("/proc") else {
         return Vec::new();
     };
-    let root = root.to_string_lossy();
     entries
         .flatten()
         .filter_map(|entry| entry.file_name().to_str()?.parse::<u32>().ok())
@@ -100,7 +99,7 @@ fn scan_proc_for_daemons(root: &Path) -> Vec<(u32, ProcessRole)> {
                 .iter()
                 .position(|a| a == "--session-dir")
                 .and_then(|i| args.get(i + 1))?;
-            let ours = is_raylet(&args) && session_dir.starts_with(root.as_ref());
+            let ours = is_raylet(&args) && is_under(Path::new(session_dir), root);
             let role = if args.iter().any(|a| a == "--head") {
                 ProcessRole::Head
             } else {
@@ -109,6 +108,13 @@ fn scan_proc_for_daemons(root: &Path) -> Vec<(u32, ProcessRole)> {
             ours.then_some((pid, role))
         })
         .collect()
+}
+
+/// Whether `session_dir` lies inside the temp root `root`, compared by
+/// whole path components: `/tmp/raylet-other/session_x` is not under
+/// `/tmp/raylet`, though its text starts with it.
+fn is_under(session_dir: &Path, root: &Path) -> bool {
+    session_dir.starts_with(root) && session_dir != root
 }
 
 /// Whether `pid` is a raylet daemon (and not a process that took its pid).
@@ -178,5 +184,29 @@ fn wait_until_gone(pids: &[u32], patience: Duration) -> bool {
             return false;
         }
         std::thread::sleep(POLL_INTERVAL);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_session_directories_inside_the_temp_root_are_ours() {
+        let root = Path::new("/tmp/raylet");
+        assert!(is_under(Path::new("/tmp/raylet/session_1"), root));
+        assert!(is_under(Path::new("/tmp/raylet/session_1/"), Path::new("/tmp/raylet/")));
+        for other in [
+            "/tmp/raylet-other/session_1",
+            "/tmp/raylet2/session_1",
+            "/tmp/raylet",
+            "/tmp/rayle/session_1",
+        ] {
+            assert!(
+                !is_under(Path::new(other), root),
+                "{other} is not under {}",
+                root.display()
+            );
+        }
     }
 }

@@ -7,10 +7,19 @@
 //!   session_2026-11-22_02-50-01_123456_4242/
 //!     token  head_address  processes/<pid>.json  logs/head.log  logs/node-<pid>.log
 //! ```
+//!
+//! Whoever can write in the temp root can point `session_latest` at a
+//! session of their own, whose `head_address` then sends this user's CLI and
+//! drivers (with the token) to their listener. So the temp root, the
+//! `session_latest` link and the session it names must belong to this user
+//! (or to root) and be writable by no one else; otherwise reading or making
+//! a session fails with an error that says what is wrong and how to fix it.
+//! Only the temp root and what is below it are checked: its parent may be a
+//! shared, sticky directory such as `/tmp`.
 
 use std::fs::{self, OpenOptions};
 use std::io::Write;
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
@@ -48,6 +57,8 @@ impl TempRoot {
     /// Creates a new session directory. It becomes `session_latest` only
     /// once [`TempRoot::make_latest`] is called, after its daemon is ready.
     pub fn create_session(&self) -> Result<Session> {
+        create_private_dir(&self.path)?;
+        self.check_trusted()?;
         let name = format!("{SESSION_PREFIX}{}_{}", timestamp_for_name(), std::process::id());
         let dir = self.path.join(name);
         for sub in [PROCESSES_DIR, LOGS_DIR] {
@@ -59,12 +70,28 @@ impl TempRoot {
     /// The session `session_latest` points to; `None` when there is no link.
     /// A link to a directory that is gone is an error that says so.
     pub fn latest(&self) -> Result<Option<Session>> {
+        self.check_trusted()?;
         let link = self.path.join(LATEST_LINK);
-        if fs::symlink_metadata(&link).is_err() {
+        let Ok(link_metadata) = fs::symlink_metadata(&link) else {
             return Ok(None);
-        }
+        };
+        check_owner(&link, &link_metadata, &format!("remove it (rm {})", link.display()))?;
         let target = fs::read_link(&link).map_err(|e| Error::session(&link, format!("is not a readable link: {e}")))?;
+        let is_session_name = target.to_str().is_some_and(|name| name.starts_with(SESSION_PREFIX));
+        if target.components().count() != 1 || !is_session_name {
+            return Err(Error::session(
+                &link,
+                format!(
+                    "points to {}, not to a session directory beside it; remove it (rm {})",
+                    target.display(),
+                    link.display()
+                ),
+            ));
+        }
         let dir = self.path.join(target);
+        if let Ok(metadata) = fs::metadata(&dir) {
+            check_private(&dir, &metadata)?;
+        }
         if !dir.is_dir() {
             return Err(Error::session(
                 &link,
@@ -90,7 +117,8 @@ impl TempRoot {
         })
     }
 
-    /// Every session directory in the temp root.
+    /// Every session directory in the temp root that this user owns and
+    /// no one else can write to.
     pub fn sessions(&self) -> Vec<Session> {
         let Ok(entries) = fs::read_dir(&self.path) else {
             return Vec::new();
@@ -99,8 +127,28 @@ impl TempRoot {
             .flatten()
             .filter(|e| e.file_name().to_string_lossy().starts_with(SESSION_PREFIX))
             .filter(|e| e.file_name() != LATEST_LINK && e.path().is_dir())
+            .filter(|e| fs::metadata(e.path()).is_ok_and(|m| check_private(&e.path(), &m).is_ok()))
             .map(|e| Session { dir: e.path() })
             .collect()
+    }
+
+    /// Checks that the temp root, if it exists, belongs to this user (or to
+    /// root) and that no other user can write in it: whoever can would
+    /// control which head this user's commands connect to.
+    pub fn check_trusted(&self) -> Result<()> {
+        if let Ok(link) = fs::symlink_metadata(&self.path)
+            && link.file_type().is_symlink()
+        {
+            check_owner(
+                &self.path,
+                &link,
+                "remove the link, or pass --temp-dir (RAYLET_TEMP_DIR) with a directory of your own",
+            )?;
+        }
+        match fs::metadata(&self.path) {
+            Ok(metadata) => check_private(&self.path, &metadata),
+            Err(_) => Ok(()),
+        }
     }
 
     /// Removes a session directory whose daemon never became ready.
@@ -263,6 +311,51 @@ impl Session {
     }
 }
 
+/// The user this process acts as.
+fn effective_uid() -> u32 {
+    // SAFETY: geteuid has no preconditions, touches no memory and cannot fail.
+    unsafe { libc::geteuid() }
+}
+
+/// Checks that `path` belongs to this user or to root; `fix` says what to do otherwise.
+fn check_owner(path: &Path, metadata: &fs::Metadata, fix: &str) -> Result<()> {
+    let me = effective_uid();
+    let owner = metadata.uid();
+    if owner == me || owner == 0 {
+        return Ok(());
+    }
+    Err(Error::session(
+        path,
+        format!(
+            "belongs to another user (uid {owner}, not your uid {me}), who could point raylet \
+             at a head of theirs; {fix}"
+        ),
+    ))
+}
+
+/// Checks that the directory `path` belongs to this user (or root) and
+/// that neither its group nor other users can write in it.
+fn check_private(path: &Path, metadata: &fs::Metadata) -> Result<()> {
+    let elsewhere = "pass --temp-dir (or set RAYLET_TEMP_DIR) to a directory of your own";
+    check_owner(
+        path,
+        metadata,
+        &format!("remove it if it is not in use, or {elsewhere}"),
+    )?;
+    let mode = metadata.mode() & 0o7777;
+    if mode & 0o022 != 0 {
+        return Err(Error::session(
+            path,
+            format!(
+                "is writable by other users (mode {mode:04o}), who could point raylet at a head \
+                 of theirs; run `chmod go-w {}`, or {elsewhere}",
+                path.display()
+            ),
+        ));
+    }
+    Ok(())
+}
+
 fn create_private_dir(path: &Path) -> Result<()> {
     fs::DirBuilder::new()
         .recursive(true)
@@ -364,5 +457,93 @@ mod tests {
         assert!(error.contains("missing"), "{error}");
         root.clear_latest().unwrap();
         assert!(root.latest().unwrap().is_none());
+    }
+
+    /// A user that is not this one (nobody), or `None` when this process may
+    /// not give files away (it does not run as root).
+    fn another_user() -> Option<u32> {
+        (effective_uid() == 0).then_some(65534)
+    }
+
+    #[test]
+    fn a_temp_root_writable_by_others_is_refused_with_the_fix() {
+        let temp = tempfile::tempdir().unwrap();
+        let path = temp.path().join("raylet");
+        let root = TempRoot::new(&path);
+        let session = root.create_session().unwrap();
+        root.make_latest(&session).unwrap();
+        let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700, "a new temp root is private");
+
+        for open in [0o777, 0o770, 0o1777] {
+            fs::set_permissions(&path, fs::Permissions::from_mode(open)).unwrap();
+            for error in [
+                root.latest().unwrap_err().to_string(),
+                root.create_session().unwrap_err().to_string(),
+            ] {
+                assert!(error.contains("writable by other users"), "{error}");
+                assert!(error.contains(&format!("chmod go-w {}", path.display())), "{error}");
+                assert!(error.contains("--temp-dir"), "{error}");
+            }
+        }
+        fs::set_permissions(&path, fs::Permissions::from_mode(0o755)).unwrap();
+        assert_eq!(root.require_latest().unwrap().dir(), session.dir(), "0755 is fine");
+
+        fs::set_permissions(session.dir(), fs::Permissions::from_mode(0o777)).unwrap();
+        let error = root.latest().unwrap_err().to_string();
+        assert!(error.contains("writable by other users"), "{error}");
+        assert!(root.sessions().is_empty(), "an open session is not listed");
+    }
+
+    #[test]
+    fn a_temp_root_or_latest_link_of_another_user_is_refused_with_the_fix() {
+        let Some(other) = another_user() else {
+            println!("skipped: only root can give a directory to another user");
+            return;
+        };
+        let temp = tempfile::tempdir().unwrap();
+        let path = temp.path().join("raylet");
+        let root = TempRoot::new(&path);
+        let session = root.create_session().unwrap();
+        root.make_latest(&session).unwrap();
+
+        std::os::unix::fs::chown(&path, Some(other), None).unwrap();
+        for error in [
+            root.latest().unwrap_err().to_string(),
+            root.create_session().unwrap_err().to_string(),
+        ] {
+            assert!(error.contains("belongs to another user (uid 65534"), "{error}");
+            assert!(error.contains("--temp-dir"), "{error}");
+            println!("refused: {error}");
+        }
+        std::os::unix::fs::chown(&path, Some(effective_uid()), None).unwrap();
+        assert!(root.latest().unwrap().is_some());
+
+        // Another user's link to a session of theirs, beside a real one.
+        let theirs = path.join("session_theirs");
+        fs::create_dir_all(theirs.join(PROCESSES_DIR)).unwrap();
+        fs::write(theirs.join(HEAD_ADDRESS_FILE), "127.0.0.1:1").unwrap();
+        let link = path.join(LATEST_LINK);
+        fs::remove_file(&link).unwrap();
+        std::os::unix::fs::symlink("session_theirs", &link).unwrap();
+        std::os::unix::fs::lchown(&link, Some(other), None).unwrap();
+        let error = root.latest().unwrap_err().to_string();
+        assert!(error.contains("session_latest belongs to another user"), "{error}");
+        assert!(error.contains(&format!("rm {}", link.display())), "{error}");
+        println!("refused: {error}");
+
+        // Their session, behind a link of ours.
+        fs::remove_file(&link).unwrap();
+        std::os::unix::fs::symlink("session_theirs", &link).unwrap();
+        std::os::unix::fs::chown(&theirs, Some(other), None).unwrap();
+        let error = root.latest().unwrap_err().to_string();
+        assert!(error.contains("session_theirs belongs to another user"), "{error}");
+        assert_eq!(root.sessions().len(), 1, "only our own session is listed");
+
+        // A link that leaves the temp root.
+        fs::remove_file(&link).unwrap();
+        std::os::unix::fs::symlink(temp.path(), &link).unwrap();
+        let error = root.latest().unwrap_err().to_string();
+        assert!(error.contains("not to a session directory beside it"), "{error}");
     }
 }
