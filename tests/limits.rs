@@ -31,9 +31,16 @@ const FLOODER: &str = "127.0.0.2";
 
 /// Starts a head with one CPU and `limits` as its environment.
 fn start_head(temp: &Path, limits: &[(&str, &str)]) -> String {
+    start_head_with(temp, &[], limits)
+}
+
+/// Starts a head with one CPU, `extra` flags and `limits` as its
+/// environment; its address.
+fn start_head_with(temp: &Path, extra: &[&str], limits: &[(&str, &str)]) -> String {
     let output = Command::new(RAYLET)
         .args(["start", "--head", "--port", "0", "--num-cpus", "1", "--temp-dir"])
         .arg(temp)
+        .args(extra)
         .envs(limits.iter().copied())
         .output()
         .unwrap();
@@ -321,27 +328,8 @@ fn a_driver_follows_more_actors_than_a_connection_may_open_streams() {
 /// Starts a head with one CPU, its dashboard and `limits` as its
 /// environment; its gRPC and dashboard addresses.
 fn start_head_with_dashboard(temp: &Path, limits: &[(&str, &str)]) -> (String, String) {
-    let output = Command::new(RAYLET)
-        .args([
-            "start",
-            "--head",
-            "--port",
-            "0",
-            "--dashboard-port",
-            "0",
-            "--num-cpus",
-            "1",
-        ])
-        .arg("--temp-dir")
-        .arg(temp)
-        .envs(limits.iter().copied())
-        .output()
-        .unwrap();
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
-    (
-        head_address(temp),
-        common::http::session_file(temp, "dashboard_address"),
-    )
+    let head = start_head_with(temp, &["--dashboard-port", "0"], limits);
+    (head, common::http::session_file(temp, "dashboard_address"))
 }
 
 /// The body each stalled login announces or sends: about what axum
