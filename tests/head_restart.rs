@@ -15,12 +15,19 @@
 //! dies, finds it by name, and places new actors in a group made before. A
 //! worker no restarted head adopts in time is killed by its node, and the
 //! actors of an owner that died while the head was down die too.
+//! Every write the head acknowledges is on disk before the answer: under a
+//! load of large key-value writes that keeps the head's state writer busy,
+//! a head killed right after each kind of acknowledged write (a key-value
+//! put and delete, a binary's upload, a job's submission, an actor's and a
+//! placement group's creation) and started again has it.
 
 use std::path::Path;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use raylet::prelude::*;
-use raylet::{ActorState, Job, JobStatus, PlacementGroupState};
+use raylet::{ActorState, Cluster, Job, JobStatus, PlacementGroupState};
 
 use crate::common;
 
@@ -473,6 +480,232 @@ fn the_actors_of_an_owner_that_died_while_the_head_was_down_die_once_it_is_back(
         info.death_cause
     );
     assert!(cluster.get_actor::<Tally>("orphan").is_err(), "its name is free again");
+    cluster.shutdown().unwrap();
+}
+
+/// The size of each value [`WriteLoad`] writes: large enough that the
+/// head's state writer spends a while on every commit.
+const LOAD_VALUE_BYTES: usize = 12 << 20;
+
+/// Threads that write large key-value entries over and over, each waiting
+/// for its answer, so that the head's state writer is busy whenever another
+/// write comes; they stop when dropped.
+struct WriteLoad {
+    stop: Arc<AtomicBool>,
+    written: Arc<AtomicU64>,
+    threads: Vec<std::thread::JoinHandle<()>>,
+}
+
+impl WriteLoad {
+    fn start(cluster: &Cluster, threads: usize) -> Self {
+        let stop = Arc::new(AtomicBool::new(false));
+        let written = Arc::new(AtomicU64::new(0));
+        let threads = (0..threads)
+            .map(|thread| {
+                let (cluster, stop, written) = (cluster.clone(), stop.clone(), written.clone());
+                std::thread::spawn(move || {
+                    let value = vec![thread as u8; LOAD_VALUE_BYTES];
+                    let key = format!("load/{thread}");
+                    while !stop.load(Ordering::Relaxed) {
+                        match cluster.kv_put(&key, &value) {
+                            Ok(()) => {
+                                written.fetch_add(1, Ordering::Relaxed);
+                            }
+                            Err(_) => std::thread::sleep(Duration::from_millis(50)),
+                        }
+                    }
+                })
+            })
+            .collect();
+        WriteLoad { stop, written, threads }
+    }
+
+    /// Waits until the head acknowledged a few more large writes: the load
+    /// runs against the head as it is now.
+    fn wait_running(&self) {
+        let deadline = Instant::now() + PATIENCE;
+        let from = self.written.load(Ordering::Relaxed);
+        while self.written.load(Ordering::Relaxed) < from + 3 {
+            assert!(Instant::now() < deadline, "the write load runs");
+            std::thread::sleep(Duration::from_millis(10));
+        }
+    }
+}
+
+impl Drop for WriteLoad {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Relaxed);
+        for thread in self.threads.drain(..) {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// Does `write`, kills the head with SIGKILL as soon as it returns (its
+/// pid is read before), waits until the head is gone and starts it again
+/// with `--recover`; returns what `write` returned.
+fn kill_head_right_after<T>(temp: &Path, write: impl FnOnce() -> T) -> T {
+    let [head_pid] = daemon_pids(temp, "head")[..] else {
+        panic!("one head runs");
+    };
+    let head = nix::unistd::Pid::from_raw(head_pid as i32);
+    let written = write();
+    nix::sys::signal::kill(head, nix::sys::signal::Signal::SIGKILL).unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    while nix::sys::signal::kill(head, None).is_ok() {
+        assert!(Instant::now() < deadline, "the killed head goes");
+        std::thread::sleep(Duration::from_millis(10));
+    }
+    raylet(
+        temp,
+        &[&["start", "--head", "--recover", "--num-cpus", "0"][..], &FAST].concat(),
+    );
+    written
+}
+
+/// A gRPC channel to the head, with the session's token.
+async fn head_channel(temp: &Path) -> raylet_proto::channel::AuthedChannel {
+    let text = std::fs::read_to_string(temp.join("session_latest/token")).unwrap();
+    let token = raylet_proto::auth::AuthToken::parse(text.trim()).unwrap();
+    raylet_proto::channel::connect(&common::head_address(temp), &token, PATIENCE)
+        .await
+        .unwrap()
+}
+
+/// Uploads `data` as a blob; returns its build hash once the head answered.
+async fn upload_blob(temp: &Path, data: &[u8]) -> String {
+    use raylet_proto::v1::BlobChunk;
+    use raylet_proto::v1::job_service_client::JobServiceClient;
+    let file = temp.join("uploaded.bin");
+    std::fs::write(&file, data).unwrap();
+    let chunk = BlobChunk {
+        blob: Some(raylet_proto::blob::blob_of_file(&file).unwrap()),
+        data: data.to_vec().into(),
+    };
+    let mut jobs = JobServiceClient::new(head_channel(temp).await);
+    let reply = jobs.upload_blob(tokio_stream::iter([chunk])).await.unwrap();
+    assert_eq!(reply.into_inner().bytes_stored, data.len() as u64, "a new blob");
+    format!("{:032x}", xxhash_rust::xxh3::xxh3_128(data))
+}
+
+/// The binary whose build hash is `build_hash`, as the head serves it to
+/// the nodes that start workers from it.
+async fn fetch_by_build_hash(temp: &Path, build_hash: &str) -> Result<Vec<u8>, tonic::Status> {
+    use raylet_proto::v1::fetch_blob_request::By;
+    use raylet_proto::v1::job_service_client::JobServiceClient;
+    let mut jobs = JobServiceClient::new(head_channel(temp).await);
+    let request = raylet_proto::v1::FetchBlobRequest {
+        by: Some(By::BuildHash(build_hash.to_string())),
+    };
+    let mut chunks = jobs.fetch_blob(request).await?.into_inner();
+    let mut data = Vec::new();
+    while let Some(chunk) = chunks.message().await? {
+        data.extend_from_slice(&chunk.data);
+    }
+    Ok(data)
+}
+
+/// Creates a placement group of one bundle; returns its id once the head
+/// answered the creation.
+async fn create_group(temp: &Path) -> raylet_proto::PlacementGroupId {
+    use raylet_proto::v1::placement_group_answer::Kind as AnswerKind;
+    use raylet_proto::v1::placement_group_call::Kind as CallKind;
+    use raylet_proto::v1::placement_group_service_client::PlacementGroupServiceClient;
+    use raylet_proto::v1::{CreatePlacementGroupRequest, PlacementGroupCall, PlacementStrategy};
+    let id = raylet_proto::PlacementGroupId::random();
+    let bundle = raylet_proto::ResourceSet::new().with("acked", raylet_proto::Amount::whole(1));
+    let call = PlacementGroupCall {
+        call_id: 1,
+        kind: Some(CallKind::Create(CreatePlacementGroupRequest {
+            placement_group_id: id.as_bytes().to_vec(),
+            name: String::new(),
+            bundles: vec![bundle.to_proto()],
+            strategy: PlacementStrategy::Pack as i32,
+        })),
+    };
+    let (calls, queued) = tokio::sync::mpsc::channel(1);
+    calls.send(call).await.unwrap();
+    let mut groups = PlacementGroupServiceClient::new(head_channel(temp).await);
+    let mut answers = groups
+        .placement_group_session(tokio_stream::wrappers::ReceiverStream::new(queued))
+        .await
+        .unwrap()
+        .into_inner();
+    let answer = answers.message().await.unwrap().expect("an answer");
+    assert!(matches!(answer.kind, Some(AnswerKind::Record(_))), "{answer:?}");
+    drop(calls);
+    id
+}
+
+#[test]
+fn every_acknowledged_write_survives_a_head_killed_right_after_it_under_write_load() {
+    let temp = tempfile::tempdir().unwrap();
+    let _daemons = Daemons(temp.path());
+    raylet(
+        temp.path(),
+        &[&["start", "--head", "--port", "0", "--num-cpus", "0"][..], &FAST].concat(),
+    );
+    let head = common::head_address(temp.path());
+    let cluster = raylet::init_with(Config::new().address(&head).temp_dir(temp.path())).unwrap();
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    cluster.kv_put("acked/deleted", "soon gone").unwrap();
+    let load = WriteLoad::start(&cluster, 6);
+    let mut lost = Vec::new();
+
+    load.wait_running();
+    kill_head_right_after(temp.path(), || cluster.kv_put("acked/put", "kept").unwrap());
+    if cluster.kv_get("acked/put").unwrap().as_deref() != Some(&b"kept"[..]) {
+        lost.push("a key-value put");
+    }
+
+    load.wait_running();
+    let deleted = kill_head_right_after(temp.path(), || cluster.kv_delete("acked/deleted").unwrap());
+    assert!(deleted);
+    if cluster.kv_get("acked/deleted").unwrap().is_some() {
+        lost.push("a key-value delete");
+    }
+
+    load.wait_running();
+    let binary: Vec<u8> = (0..64 << 10).map(|_| rand::random::<u8>()).collect();
+    let build_hash = kill_head_right_after(temp.path(), || runtime.block_on(upload_blob(temp.path(), &binary)));
+    match runtime.block_on(fetch_by_build_hash(temp.path(), &build_hash)) {
+        Ok(fetched) => assert!(fetched == binary, "the binary comes back whole"),
+        Err(status) => {
+            eprintln!("the uploaded binary after the restart: {status}");
+            lost.push("a binary's upload (its build hash index)");
+        }
+    }
+
+    load.wait_running();
+    let job = kill_head_right_after(temp.path(), || cluster.submit(Job::new("/bin/true")).unwrap().id());
+    if !cluster.jobs().unwrap().iter().any(|info| info.id == job) {
+        lost.push("a job's submission");
+    }
+
+    load.wait_running();
+    let actor = kill_head_right_after(temp.path(), || {
+        Greeter::remote(&cluster).name("acked").detached().spawn().unwrap()
+    });
+    if !cluster.list_actors().unwrap().iter().any(|info| info.id == actor.id()) {
+        lost.push("an actor's creation");
+    }
+
+    load.wait_running();
+    let group = kill_head_right_after(temp.path(), || runtime.block_on(create_group(temp.path())));
+    if !cluster
+        .list_placement_groups()
+        .unwrap()
+        .iter()
+        .any(|info| info.id == group)
+    {
+        lost.push("a placement group's creation");
+    }
+
+    drop(load);
+    assert!(
+        lost.is_empty(),
+        "acknowledged, then lost when the head was killed right after: {lost:?}"
+    );
     cluster.shutdown().unwrap();
 }
 

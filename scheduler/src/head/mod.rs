@@ -196,7 +196,9 @@ pub async fn run(config: HeadConfig, listener: TcpListener, shutdown: impl Futur
         never = detect_failures(table, config.heartbeat_timeout) => match never {},
         never = keep_placing(groups) => match never {},
     };
-    store.flush().await;
+    if let Err(error) = store.flush().await {
+        tracing::error!(%error, "the head's last changes are not on disk");
+    }
     Ok(result?)
 }
 

@@ -14,7 +14,7 @@ use tokio::sync::watch;
 use prost::Message;
 use raylet_proto::v1;
 
-use super::state_store::{StateStore, Table};
+use super::state_store::{Committed, StateStore, Table};
 use crate::placement::{Choice, ClusterResources, LaunchableNodes, Placer, Request};
 use crate::status::{ClusterStatus, NodeState, NodeStats, NodeStatus, ResourceDemand, unix_ms};
 
@@ -139,6 +139,12 @@ impl NodeTable {
         }
         table.store = store;
         Ok(table)
+    }
+
+    /// Resolves once every change so far is on disk, or with the error
+    /// that kept one off it.
+    pub fn flushed(&self) -> Committed {
+        self.store.flush()
     }
 
     /// How long a node may be silent before it is marked dead.
@@ -464,7 +470,7 @@ mod tests {
             table.register(registration(alive), Instant::now());
             let incarnation = table.register(registration(left), Instant::now());
             table.unregister(left, incarnation, "done");
-            store.flush().await;
+            store.flush().await.unwrap();
         }
         let store = crate::head::state_store::tests::reopen(dir.path()).await;
         let now = Instant::now();

@@ -1,4 +1,5 @@
 //! The gRPC face of the head: decode, validate, call the node table, encode.
+//! A call that changes the table is answered once the change is on disk.
 
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -42,7 +43,11 @@ impl HeadService for HeadServiceImpl {
         request: Request<RegisterNodeRequest>,
     ) -> Result<Response<RegisterNodeReply>, Status> {
         let registration = decode_registration(request.into_inner())?;
-        let incarnation = self.table().register(registration, Instant::now());
+        let (incarnation, stored) = {
+            let mut table = self.table();
+            (table.register(registration, Instant::now()), table.flushed())
+        };
+        stored.await?;
         Ok(Response::new(RegisterNodeReply { incarnation }))
     }
 
@@ -66,7 +71,12 @@ impl HeadService for HeadServiceImpl {
         let request = request.into_inner();
         let node_id = NodeId::from_wire(&request.node_id)?;
         let reason = bounded_text("reason", request.reason)?;
-        self.table().unregister(node_id, request.incarnation, &reason);
+        let stored = {
+            let mut table = self.table();
+            table.unregister(node_id, request.incarnation, &reason);
+            table.flushed()
+        };
+        stored.await?;
         Ok(Response::new(UnregisterNodeReply {}))
     }
 
@@ -83,10 +93,15 @@ impl HeadService for HeadServiceImpl {
         let request = request.into_inner();
         let node_id = NodeId::from_wire(&request.node_id)?;
         let reason = bounded_text("reason", request.reason)?;
-        match self.table().drain(node_id, &reason) {
-            true => Ok(Response::new(DrainNodeReply {})),
-            false => Err(Error::NotFound(format!("node {node_id} is not alive")).into()),
+        let (drained, stored) = {
+            let mut table = self.table();
+            (table.drain(node_id, &reason), table.flushed())
+        };
+        if !drained {
+            return Err(Error::NotFound(format!("node {node_id} is not alive")).into());
         }
+        stored.await?;
+        Ok(Response::new(DrainNodeReply {}))
     }
 
     async fn watch_node_deaths(

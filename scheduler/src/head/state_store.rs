@@ -1,11 +1,31 @@
 //! The head's tables on disk: an embedded redb database in the head's state
 //! directory, so that a head started again on the same session recovers the
-//! cluster. Changes are written behind the in-memory tables by one thread
-//! that commits whatever has queued up in one durable transaction; `flush`
-//! waits until every change made so far is on disk.
+//! cluster.
+//!
+//! One thread writes, with group commit. Every change is queued with a
+//! oneshot; the writer takes every change that has queued up, commits them
+//! in one durable transaction (one fsync for all the writers that came
+//! meanwhile), then completes each change's oneshot with that commit's
+//! result. A change's [`Committed`] is that answer: a handler awaits it
+//! before it answers its client, so every acknowledged write is on disk, and
+//! a write that could not be made is answered with the error.
+//!
+//! A failed commit stops the writer for good (fail-stop): that batch's
+//! changes and every later one are answered with the error, and nothing
+//! more is written until the head is restarted, which then comes back from
+//! the last commit that succeeded. After a failed write or fsync, what the
+//! disk holds is not known (redb itself refuses every later operation with
+//! `PreviousIo`), and the in-memory tables hold changes that never reached
+//! the disk: committing later changes on top would store a state that never
+//! was. It is also what makes [`StateStore::flush`] mean something: it
+//! succeeds only when every change queued before it is on disk.
 
+use std::future::Future;
 use std::path::{Path, PathBuf};
+use std::pin::Pin;
 use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::task::{Context, Poll};
 
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use tokio::sync::{mpsc, oneshot};
@@ -55,9 +75,41 @@ impl Table {
 }
 
 enum Change {
-    Put { table: Table, key: Vec<u8>, value: Vec<u8> },
-    Delete { table: Table, key: Vec<u8> },
-    Flush(oneshot::Sender<()>),
+    Put {
+        table: Table,
+        key: Vec<u8>,
+        value: Vec<u8>,
+    },
+    Delete {
+        table: Table,
+        key: Vec<u8>,
+    },
+    /// Changes nothing: answered once every change queued before it is.
+    Barrier,
+}
+
+/// A change on its way to the writer, and where its commit is answered.
+struct Queued {
+    change: Change,
+    committed: oneshot::Sender<Result<()>>,
+}
+
+/// Resolves once the transaction that holds a change is committed, with
+/// that commit's result. Dropping it leaves the change to be written all
+/// the same.
+pub struct Committed(Option<oneshot::Receiver<Result<()>>>);
+
+impl Future for Committed {
+    type Output = Result<()>;
+
+    fn poll(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Result<()>> {
+        let Some(answer) = self.0.as_mut() else {
+            return Poll::Ready(Ok(()));
+        };
+        Pin::new(answer)
+            .poll(cx)
+            .map(|answer| answer.unwrap_or_else(|_| Err(Error::Internal("the head's state writer stopped".into()))))
+    }
 }
 
 /// Where the head writes its tables; a store made with
@@ -70,7 +122,14 @@ pub struct StateStore {
 struct Persisted {
     path: PathBuf,
     database: Arc<Database>,
-    changes: mpsc::UnboundedSender<Change>,
+    /// Unbounded, since changes are queued by callers that hold a table's
+    /// lock and cannot wait for room. What bounds it: each acknowledged
+    /// change's caller waits for its commit, and the others (node deaths,
+    /// actor and job states) come as fast as the cluster changes.
+    changes: mpsc::UnboundedSender<Queued>,
+    /// How many transactions the writer committed.
+    #[cfg(test)]
+    commits: Arc<AtomicU64>,
 }
 
 impl StateStore {
@@ -79,13 +138,29 @@ impl StateStore {
         std::fs::create_dir_all(dir).map_err(|e| Error::Internal(format!("creating {}: {e}", dir.display())))?;
         let path = dir.join(STATE_FILE);
         let database = Database::create(&path).map_err(|e| storage_error(&path, e))?;
+        Self::start(database, path)
+    }
+
+    /// A store on `backend` instead of a file, as tests make their disks
+    /// fail or stall.
+    #[cfg(test)]
+    pub(crate) fn on_backend(backend: impl redb::StorageBackend) -> Result<Self> {
+        let path = PathBuf::from("(test backend)");
+        let database = redb::Builder::new()
+            .create_with_backend(backend)
+            .map_err(|e| storage_error(&path, e))?;
+        Self::start(database, path)
+    }
+
+    fn start(database: Database, path: PathBuf) -> Result<Self> {
         let database = Arc::new(database);
         let (changes, queued) = mpsc::unbounded_channel();
+        let commits = Arc::new(AtomicU64::new(0));
         {
-            let (database, path) = (database.clone(), path.clone());
+            let (database, path, commits) = (database.clone(), path.clone(), commits.clone());
             std::thread::Builder::new()
                 .name("raylet-head-state".into())
-                .spawn(move || write_changes(&database, &path, queued))
+                .spawn(move || write_changes(&database, &path, queued, &commits))
                 .map_err(|e| Error::Internal(format!("starting the state writer: {e}")))?;
         }
         Ok(StateStore {
@@ -93,6 +168,8 @@ impl StateStore {
                 path,
                 database,
                 changes,
+                #[cfg(test)]
+                commits,
             })),
         })
     }
@@ -123,61 +200,95 @@ impl StateStore {
         .collect()
     }
 
-    /// Writes `value` under `key`, behind the caller.
-    pub fn put(&self, table: Table, key: &[u8], value: &impl prost::Message) {
+    /// Writes `value` under `key`, behind the caller; the answer says when
+    /// it is on disk.
+    pub fn put(&self, table: Table, key: &[u8], value: &impl prost::Message) -> Committed {
         self.send(Change::Put {
             table,
             key: key.to_vec(),
             value: value.encode_to_vec(),
-        });
+        })
     }
 
-    /// Removes `key`, behind the caller.
-    pub fn delete(&self, table: Table, key: &[u8]) {
+    /// Removes `key`, behind the caller; the answer says when that is on
+    /// disk.
+    pub fn delete(&self, table: Table, key: &[u8]) -> Committed {
         self.send(Change::Delete {
             table,
             key: key.to_vec(),
-        });
+        })
     }
 
-    /// Waits until every change made so far is on disk.
-    pub async fn flush(&self) {
-        let (done, flushed) = oneshot::channel();
-        self.send(Change::Flush(done));
-        let _ = flushed.await;
+    /// Resolves once every change queued so far is on disk, or with the
+    /// error that kept one of them (or an earlier one) off it.
+    pub fn flush(&self) -> Committed {
+        self.send(Change::Barrier)
     }
 
-    fn send(&self, change: Change) {
-        if let Some(inner) = &self.inner {
-            let _ = inner.changes.send(change);
-        }
+    fn send(&self, change: Change) -> Committed {
+        let Some(inner) = &self.inner else {
+            return Committed(None);
+        };
+        let (committed, answer) = oneshot::channel();
+        // A writer that is gone drops the change and its sender: the answer
+        // says so.
+        let _ = inner.changes.send(Queued { change, committed });
+        Committed(Some(answer))
+    }
+
+    /// How many transactions the writer committed so far.
+    #[cfg(test)]
+    pub(crate) fn commits(&self) -> u64 {
+        self.inner
+            .as_ref()
+            .map_or(0, |inner| inner.commits.load(Ordering::SeqCst))
     }
 }
 
-/// Commits the queued changes in batches until every sender is gone.
-fn write_changes(database: &Database, path: &Path, mut queued: mpsc::UnboundedReceiver<Change>) {
+/// Commits the queued changes in batches until every sender is gone; after
+/// a failed commit, answers every change with its error and writes nothing.
+fn write_changes(database: &Database, path: &Path, mut queued: mpsc::UnboundedReceiver<Queued>, commits: &AtomicU64) {
+    let mut stopped: Option<Error> = None;
     while let Some(first) = queued.blocking_recv() {
         let mut batch = vec![first];
         while let Ok(more) = queued.try_recv() {
             batch.push(more);
         }
-        if let Err(error) = commit(database, &mut batch) {
-            tracing::error!(path = %path.display(), %error, "cannot write the head's state");
-        }
-        for change in batch {
-            if let Change::Flush(done) = change {
-                let _ = done.send(());
+        let only_barriers = batch.iter().all(|queued| matches!(queued.change, Change::Barrier));
+        let result = match (&stopped, only_barriers) {
+            (Some(error), _) => Err(error.clone()),
+            (None, true) => Ok(()),
+            (None, false) => commit(database, &batch).map_err(|error| {
+                Error::Internal(format!(
+                    "the head's state in {} could not be written ({error}); the head takes no more \
+                     changes until it is restarted, and a restart with --recover comes back from \
+                     the last change written",
+                    path.display()
+                ))
+            }),
+        };
+        match &result {
+            Ok(()) if !only_barriers => {
+                commits.fetch_add(1, Ordering::SeqCst);
             }
+            Err(error) if stopped.is_none() => {
+                tracing::error!(%error, "cannot write the head's state");
+                stopped = Some(error.clone());
+            }
+            _ => {}
+        }
+        for queued in batch {
+            let _ = queued.committed.send(result.clone());
         }
     }
 }
 
-fn commit(database: &Database, batch: &mut [Change]) -> std::result::Result<(), redb::Error> {
+fn commit(database: &Database, batch: &[Queued]) -> std::result::Result<(), redb::Error> {
     let transaction = database.begin_write()?;
     for table in Table::ALL {
         let mut records = transaction.open_table(table.definition())?;
-        for change in batch.iter() {
-            match change {
+        for queued in batch {
+            match &queued.change {
                 Change::Put { table: t, key, value } if *t == table => {
                     records.insert(key.as_slice(), value.as_slice())?;
                 }
@@ -198,6 +309,11 @@ fn storage_error(path: &Path, error: impl std::fmt::Display) -> Error {
 
 #[cfg(test)]
 pub(crate) mod tests {
+    use std::sync::atomic::AtomicBool;
+    use std::sync::{Condvar, Mutex};
+
+    use redb::backends::InMemoryBackend;
+
     use super::*;
 
     #[tokio::test]
@@ -206,11 +322,11 @@ pub(crate) mod tests {
         {
             let store = StateStore::open(dir.path()).unwrap();
             for i in 0..100u32 {
-                store.put(Table::Jobs, &i.to_be_bytes(), &format!("job {i}"));
+                drop(store.put(Table::Jobs, &i.to_be_bytes(), &format!("job {i}")));
             }
-            store.put(Table::Nodes, b"node", &"alive".to_string());
-            store.delete(Table::Jobs, &7u32.to_be_bytes());
-            store.flush().await;
+            drop(store.put(Table::Nodes, b"node", &"alive".to_string()));
+            store.delete(Table::Jobs, &7u32.to_be_bytes()).await.unwrap();
+            store.flush().await.unwrap();
         }
         let store = reopen(dir.path()).await;
         let jobs = store.load(Table::Jobs).unwrap();
@@ -234,10 +350,135 @@ pub(crate) mod tests {
         }
     }
 
-    #[test]
-    fn a_store_in_memory_only_keeps_nothing() {
+    #[tokio::test]
+    async fn a_store_in_memory_only_keeps_nothing_and_answers_at_once() {
         let store = StateStore::in_memory_only();
-        store.put(Table::Jobs, b"job", &"x".to_string());
+        store.put(Table::Jobs, b"job", &"x".to_string()).await.unwrap();
+        store.flush().await.unwrap();
         assert!(store.load(Table::Jobs).unwrap().is_empty());
+    }
+
+    /// A disk in memory that a test makes fail or stall.
+    #[derive(Debug, Default)]
+    pub(crate) struct TestDisk {
+        data: InMemoryBackend,
+        control: Arc<DiskControl>,
+    }
+
+    /// What a [`TestDisk`] does.
+    #[derive(Debug, Default)]
+    pub(crate) struct DiskControl {
+        /// Every write and sync fails with an I/O error.
+        failing: AtomicBool,
+        /// Syncs wait while this is true.
+        stalled: Mutex<bool>,
+        unstalled: Condvar,
+        /// How many syncs wait now.
+        waiting: AtomicU64,
+    }
+
+    impl DiskControl {
+        pub(crate) fn fail(&self) {
+            self.failing.store(true, Ordering::SeqCst);
+        }
+
+        pub(crate) fn stall(&self) {
+            *self.stalled.lock().unwrap() = true;
+        }
+
+        pub(crate) fn resume(&self) {
+            *self.stalled.lock().unwrap() = false;
+            self.unstalled.notify_all();
+        }
+
+        /// Waits until a commit is held at its sync.
+        pub(crate) async fn until_a_sync_waits(&self) {
+            while self.waiting.load(Ordering::SeqCst) == 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        }
+
+        fn check(&self) -> std::io::Result<()> {
+            match self.failing.load(Ordering::SeqCst) {
+                true => Err(std::io::Error::other("the test disk fails")),
+                false => Ok(()),
+            }
+        }
+    }
+
+    impl TestDisk {
+        /// A store on a new test disk, and the disk's control.
+        pub(crate) fn store() -> (StateStore, Arc<DiskControl>) {
+            let disk = TestDisk::default();
+            let control = disk.control.clone();
+            (StateStore::on_backend(disk).unwrap(), control)
+        }
+    }
+
+    impl redb::StorageBackend for TestDisk {
+        fn len(&self) -> std::io::Result<u64> {
+            self.data.len()
+        }
+
+        fn read(&self, offset: u64, out: &mut [u8]) -> std::io::Result<()> {
+            self.data.read(offset, out)
+        }
+
+        fn set_len(&self, len: u64) -> std::io::Result<()> {
+            self.control.check()?;
+            self.data.set_len(len)
+        }
+
+        fn sync_data(&self) -> std::io::Result<()> {
+            let control = &self.control;
+            control.waiting.fetch_add(1, Ordering::SeqCst);
+            let mut stalled = control.stalled.lock().unwrap();
+            while *stalled {
+                stalled = control.unstalled.wait(stalled).unwrap();
+            }
+            drop(stalled);
+            control.waiting.fetch_sub(1, Ordering::SeqCst);
+            control.check()?;
+            self.data.sync_data()
+        }
+
+        fn write(&self, offset: u64, data: &[u8]) -> std::io::Result<()> {
+            self.control.check()?;
+            self.data.write(offset, data)
+        }
+    }
+
+    #[tokio::test]
+    async fn changes_that_queue_up_while_a_commit_runs_share_the_next_one() {
+        let (store, disk) = TestDisk::store();
+        disk.stall();
+        let first = store.put(Table::Kv, b"first", &"1".to_string());
+        disk.until_a_sync_waits().await;
+        let queued: Vec<Committed> = (0..50u32)
+            .map(|i| store.put(Table::Kv, &i.to_be_bytes(), &format!("value {i}")))
+            .collect();
+        disk.resume();
+        first.await.unwrap();
+        for committed in queued {
+            committed.await.unwrap();
+        }
+        assert_eq!(store.commits(), 2, "the 50 changes that queued up went in one commit");
+        assert_eq!(store.load(Table::Kv).unwrap().len(), 51);
+    }
+
+    #[tokio::test]
+    async fn a_failed_commit_is_the_answer_of_its_changes_and_of_every_later_one() {
+        let (store, disk) = TestDisk::store();
+        store.put(Table::Jobs, b"before", &"kept".to_string()).await.unwrap();
+        disk.fail();
+        let failed = store.put(Table::Jobs, b"lost", &"x".to_string()).await.unwrap_err();
+        assert!(matches!(failed, Error::Internal(_)), "{failed:?}");
+        assert!(
+            failed.to_string().contains("could not be written") && failed.to_string().contains("the test disk fails"),
+            "{failed}"
+        );
+        assert_eq!(store.flush().await.unwrap_err(), failed, "a flush after it fails too");
+        let after = store.delete(Table::Jobs, b"before").await.unwrap_err();
+        assert_eq!(after, failed, "the store stopped at the first failure");
     }
 }

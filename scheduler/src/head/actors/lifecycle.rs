@@ -122,7 +122,9 @@ pub(crate) async fn run_actor(
             Ok(hosted) => {
                 let grant = hosted.grant.clone();
                 let stored = runtime.table().store_alive(spec.id, &grant);
-                stored.await;
+                if let Err(error) = stored.await {
+                    tracing::error!(actor = %spec.id, %error, "where the actor runs is not on disk");
+                }
                 runtime.table().alive(spec.id, &grant);
                 let cause = until_gone(&runtime, &spec, hosted, &mut kill).await;
                 runtime.leases.forget(&grant, &spec.binary);

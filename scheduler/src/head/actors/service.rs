@@ -42,14 +42,30 @@ impl ActorService for ActorServiceImpl {
     type WatchActorsStream = WatchStream;
     type OwnerSessionStream = OwnerStream;
 
+    /// Answers once the actor's record is on disk, and starts its life only
+    /// then: a head restarted at any time after the answer knows the actor,
+    /// and no worker runs an actor the head does not know. A creation asked
+    /// for again is answered once the first one is on disk.
     async fn create_actor(&self, request: Request<CreateActorRequest>) -> Result<Response<CreateActorReply>, Status> {
         let spec = ActorSpec::from_request(request.into_inner())?;
-        if !self.runtime.table().contains(spec.id) {
-            let (spec, kill) = self.runtime.table().create(spec)?;
-            tokio::spawn(run_actor(self.runtime.clone(), spec, kill, None));
+        if self.runtime.table().contains(spec.id) {
+            let flushed = self.runtime.table().flushed();
+            flushed.await?;
+            return Ok(Response::new(CreateActorReply {}));
         }
-        let flushed = self.runtime.table().flushed();
-        flushed.await;
+        let (spec, kill, stored) = {
+            let mut table = self.runtime.table();
+            let (spec, kill) = table.create(spec)?;
+            (spec, kill, table.flushed())
+        };
+        if let Err(error) = stored.await {
+            let cause = format!("its record could not be written: {error}");
+            self.runtime
+                .table()
+                .dead(spec.id, ActorDeathKind::CreationFailed, &cause);
+            return Err(error.into());
+        }
+        tokio::spawn(run_actor(self.runtime.clone(), spec, kill, None));
         Ok(Response::new(CreateActorReply {}))
     }
 
@@ -86,7 +102,7 @@ impl ActorService for ActorServiceImpl {
         });
         let _ = tokio::time::timeout(KILL_PATIENCE, gone).await;
         let flushed = self.runtime.table().flushed();
-        flushed.await;
+        flushed.await?;
         Ok(Response::new(KillActorReply {}))
     }
 

@@ -15,7 +15,7 @@ use tokio::sync::watch;
 
 use super::leases::Grant;
 use crate::head::service::bounded_text;
-use crate::head::state_store::{StateStore, Table};
+use crate::head::state_store::{Committed, StateStore, Table};
 
 /// How many dead actors are kept for `raylet list actors` and late watchers;
 /// older ones are forgotten, on disk too.
@@ -317,7 +317,7 @@ impl ActorTable {
     /// [`ActorTable::alive`] after that, so that a head restarted at any
     /// time knows every worker its callers may reach, and adopts it instead
     /// of starting a second one.
-    pub fn store_alive(&mut self, id: ActorId, host: &Grant) -> impl std::future::Future<Output = ()> + Send + 'static {
+    pub fn store_alive(&mut self, id: ActorId, host: &Grant) -> Committed {
         if let Some(entry) = self.actors.get_mut(&id) {
             entry.host = Some(host.clone());
             let mut record = entry.record.borrow().clone();
@@ -470,10 +470,10 @@ impl ActorTable {
         self.store.put(Table::Actors, id.as_bytes(), &stored);
     }
 
-    /// Waits until every change so far is on disk.
-    pub fn flushed(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let store = self.store.clone();
-        async move { store.flush().await }
+    /// Resolves once every change so far is on disk, or with the error
+    /// that kept one off it.
+    pub fn flushed(&self) -> Committed {
+        self.store.flush()
     }
 }
 
@@ -600,7 +600,7 @@ mod tests {
             let (waiting, _) = table.create(spec("", 0, false)).unwrap();
             let (gone, _) = table.create(spec("gone", 0, false)).unwrap();
             table.dead(gone.id, ActorDeathKind::Killed, "killed");
-            table.flushed().await;
+            table.flushed().await.unwrap();
             (kept.id, waiting.id, gone.id)
         };
         let store = crate::head::state_store::tests::reopen(dir.path()).await;

@@ -32,6 +32,8 @@ const NODE_PATIENCE: Duration = Duration::from_secs(5);
 const PENDING_RETRY: Duration = Duration::from_millis(500);
 /// The most files one job may ship.
 const MAX_FILES: usize = 100_000;
+/// How a job stopped before its driver started ended.
+const STOPPED_BEFORE_START: &str = "stopped before its driver started";
 
 /// Where a job's driver runs, and whether it was asked to stop.
 #[derive(Clone, Default)]
@@ -112,17 +114,25 @@ impl JobManager {
         self.drivers.lock().unwrap_or_else(|p| p.into_inner())
     }
 
-    /// Registers the job and starts placing its driver.
-    pub fn submit(self: &Arc<Self>, id: JobId, spec: JobSpec) -> Result<JobRecord> {
+    /// Registers the job and, once its record is on disk, starts placing
+    /// its driver: a head restarted at any time after the answer knows the
+    /// job, and no driver runs for a job it does not know.
+    pub async fn submit(self: &Arc<Self>, id: JobId, spec: JobSpec) -> Result<JobRecord> {
         let demand = self.check_spec(&spec)?;
-        let record = self.table.create(id, spec.clone(), now_ms())?;
+        let (record, committed) = self.table.create(id, spec.clone(), now_ms())?;
         self.drivers().insert(id, Driver::default());
+        if let Err(error) = committed.await {
+            self.drivers().remove(&id);
+            self.table.forget(id);
+            return Err(error);
+        }
         tokio::spawn(self.clone().drive(id, spec, demand, None));
         Ok(record)
     }
 
-    /// Stops the job: a pending one at once, a running one by signalling
-    /// its driver (SIGTERM, then SIGKILL after `grace`).
+    /// Stops the job: a pending one at once (on disk before the answer, so
+    /// that a restarted head does not start it), a running one by
+    /// signalling its driver (SIGTERM, then SIGKILL after `grace`).
     pub async fn stop(&self, id: JobId, grace: Duration) -> Result<JobRecord> {
         let record = self.table.record(id)?;
         if is_ended(record.status()) {
@@ -134,8 +144,16 @@ impl JobManager {
             driver.stop_grace = Some(grace);
             driver.address.clone()
         };
-        if let Some(address) = address {
-            self.signal_driver(&address, id, grace).await?;
+        match address {
+            Some(address) => self.signal_driver(&address, id, grace).await?,
+            None => {
+                self.table.update(id, |record| {
+                    record.set_status(JobStatus::Stopped);
+                    record.message = STOPPED_BEFORE_START.into();
+                    record.ended_unix_ms = now_ms();
+                })?;
+                self.table.flushed().await?;
+            }
         }
         self.table.record(id)
     }
@@ -202,7 +220,7 @@ impl JobManager {
         loop {
             if self.stop_grace(id).is_some() {
                 self.nodes().set_waiting_driver(id, None);
-                return ended(JobStatus::Stopped, "stopped before its driver started".into(), None);
+                return ended(JobStatus::Stopped, STOPPED_BEFORE_START.into(), None);
             }
             let chosen = self.choose_node(demand);
             self.nodes()
@@ -426,7 +444,122 @@ fn now_ms() -> u64 {
 
 #[cfg(test)]
 mod tests {
+    use prost::Message;
+    use raylet_proto::blob::blob_of_file;
+    use raylet_proto::resources::CPU;
+    use raylet_proto::v1::BlobRef;
+    use raylet_proto::{Amount, Labels};
+
     use super::*;
+    use crate::head::state_store::tests::TestDisk;
+    use crate::head::state_store::{StateStore, Table};
+    use crate::head::{Heartbeat, Registration};
+    use crate::status::NodeStats;
+
+    /// A manager with its blobs and output under `dir`, and its nodes.
+    fn manager(dir: &Path, store: StateStore) -> (Arc<JobManager>, Arc<Mutex<NodeTable>>) {
+        let nodes = Arc::new(Mutex::new(NodeTable::new(Duration::from_secs(5))));
+        let manager = JobManager::recover(dir, 1 << 20, nodes.clone(), AuthToken::generate(), store).unwrap();
+        (manager, nodes)
+    }
+
+    /// Uploads a binary as the upload service does.
+    async fn binary(manager: &JobManager, dir: &Path) -> BlobRef {
+        let source = dir.join("driver");
+        std::fs::write(&source, b"a driver").unwrap();
+        let blob = blob_of_file(&source).unwrap();
+        let mut writer = manager.blobs.receive(blob.clone()).unwrap().unwrap();
+        writer.write(b"a driver").unwrap();
+        manager.blobs.keep(writer, &blob.sha256).await.unwrap();
+        blob
+    }
+
+    fn spec(binary: BlobRef, cpus: u64) -> JobSpec {
+        JobSpec {
+            binary: Some(binary),
+            binary_name: "driver".into(),
+            resources: Some(ResourceSet::new().with(CPU, Amount::whole(cpus)).to_proto()),
+            ..JobSpec::default()
+        }
+    }
+
+    /// The job's record as the disk has it.
+    fn on_disk(store: &StateStore, id: JobId) -> Option<JobRecord> {
+        let records = store.load(Table::Jobs).unwrap();
+        let (_, bytes) = records.into_iter().find(|(key, _)| key.as_slice() == id.as_bytes())?;
+        Some(JobRecord::decode(bytes.as_slice()).unwrap())
+    }
+
+    #[tokio::test]
+    async fn a_submission_is_answered_once_its_record_is_on_disk_and_refused_when_the_disk_fails() {
+        let dir = tempfile::tempdir().unwrap();
+        let (store, disk) = TestDisk::store();
+        let (manager, _nodes) = manager(dir.path(), store.clone());
+        let binary = binary(&manager, dir.path()).await;
+        disk.stall();
+        let id = JobId::random();
+        let submitting = {
+            let (manager, spec) = (manager.clone(), spec(binary.clone(), 0));
+            tokio::spawn(async move { manager.submit(id, spec).await })
+        };
+        disk.until_a_sync_waits().await;
+        tokio::time::sleep(Duration::from_millis(20)).await;
+        assert!(!submitting.is_finished(), "not answered before the record is on disk");
+        disk.resume();
+        submitting.await.unwrap().unwrap();
+        assert!(on_disk(&store, id).is_some());
+
+        disk.fail();
+        let refused_id = JobId::random();
+        let refused = manager.submit(refused_id, spec(binary, 0)).await.unwrap_err();
+        assert!(
+            matches!(&refused, Error::Internal(message) if message.contains("could not be written")),
+            "{refused:?}"
+        );
+        assert!(manager.table.record(refused_id).is_err(), "a refused job is not known");
+        assert!(
+            manager.drivers().get(&refused_id).is_none(),
+            "and no driver is started for it"
+        );
+    }
+
+    #[tokio::test]
+    async fn a_pending_job_that_is_stopped_is_stopped_on_disk_before_the_answer() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(&dir.path().join("state")).unwrap();
+        let (manager, nodes) = manager(dir.path(), store.clone());
+        {
+            let mut nodes = nodes.lock().unwrap();
+            let node_id = NodeId::random();
+            let total = ResourceSet::new().with(CPU, Amount::whole(1));
+            let registration = Registration {
+                node_id,
+                address: "127.0.0.1:1".into(),
+                hostname: "busy".into(),
+                is_head_node: false,
+                total: total.clone(),
+                labels: Labels::new(),
+                metrics_address: None,
+            };
+            let incarnation = nodes.register(registration, std::time::Instant::now());
+            let heartbeat = Heartbeat {
+                node_id,
+                incarnation,
+                total,
+                available: ResourceSet::new(),
+                stats: NodeStats::default(),
+                demands: Vec::new(),
+            };
+            nodes.heartbeat(heartbeat, std::time::Instant::now());
+        }
+        let binary = binary(&manager, dir.path()).await;
+        let id = JobId::random();
+        manager.submit(id, spec(binary, 1)).await.unwrap();
+        let stopped = manager.stop(id, Duration::from_secs(1)).await.unwrap();
+        assert_eq!(stopped.status(), JobStatus::Stopped, "{stopped:?}");
+        let stored = on_disk(&store, id).expect("the job is on disk");
+        assert_eq!(stored.status(), JobStatus::Stopped, "{stored:?}");
+    }
 
     #[test]
     fn shipped_paths_must_stay_inside_the_job_directory() {

@@ -63,7 +63,7 @@ impl JobService for JobServiceImpl {
         let Some(writer) = writer else {
             return Ok(Response::new(UploadBlobReply { bytes_stored: 0 }));
         };
-        blobs.keep(writer, &blob.sha256)?;
+        blobs.keep(writer, &blob.sha256).await?;
         Ok(Response::new(UploadBlobReply {
             bytes_stored: blob.size,
         }))
@@ -102,7 +102,7 @@ impl JobService for JobServiceImpl {
         let spec = request
             .spec
             .ok_or_else(|| Error::InvalidArgument("a job needs a spec".into()))?;
-        Ok(Response::new(self.jobs.submit(id, spec)?))
+        Ok(Response::new(self.jobs.submit(id, spec).await?))
     }
 
     async fn watch_job(&self, request: Request<WatchJobRequest>) -> Result<Response<Self::WatchJobStream>, Status> {

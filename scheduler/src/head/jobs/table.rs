@@ -13,7 +13,7 @@ use raylet_proto::v1::{JobRecord, JobSpec, JobStatus};
 use raylet_proto::{Error, JobId, Result};
 use tokio::sync::watch;
 
-use crate::head::state_store::{StateStore, Table};
+use crate::head::state_store::{Committed, StateStore, Table};
 
 /// One job: its record and how much output it has.
 struct JobEntry {
@@ -61,8 +61,9 @@ impl JobTable {
         self.dir.join(id.to_string())
     }
 
-    /// Registers a pending job.
-    pub fn create(&self, id: JobId, spec: JobSpec, now_ms: u64) -> Result<JobRecord> {
+    /// Registers a pending job; its record is on disk once the returned
+    /// commit resolves.
+    pub fn create(&self, id: JobId, spec: JobSpec, now_ms: u64) -> Result<(JobRecord, Committed)> {
         let mut jobs = self.jobs();
         if jobs.contains_key(&id) {
             return Err(Error::AlreadyExists(format!("job {id} was submitted before")));
@@ -77,14 +78,25 @@ impl JobTable {
             submitted_unix_ms: now_ms,
             ..JobRecord::default()
         };
-        self.store.put(Table::Jobs, id.as_bytes(), &record);
+        let committed = self.store.put(Table::Jobs, id.as_bytes(), &record);
         let entry = JobEntry {
             record: watch::channel(record.clone()).0,
             output_bytes: watch::channel(0).0,
             output: None,
         };
         jobs.insert(id, entry);
-        Ok(record)
+        Ok((record, committed))
+    }
+
+    /// Forgets a job whose record could not be written: it was never
+    /// accepted.
+    pub fn forget(&self, id: JobId) {
+        self.jobs().remove(&id);
+    }
+
+    /// Resolves once every change so far is on disk.
+    pub fn flushed(&self) -> Committed {
+        self.store.flush()
     }
 
     pub fn record(&self, id: JobId) -> Result<JobRecord> {

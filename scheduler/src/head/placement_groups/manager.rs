@@ -136,7 +136,7 @@ impl<N: BundleNodes> GroupManager<N> {
             self.place_waiting().await;
         }
         let flushed = self.table().flushed();
-        flushed.await;
+        flushed.await?;
         self.table().record(id)
     }
 
@@ -252,7 +252,7 @@ impl<N: BundleNodes> GroupManager<N> {
             table.lock().unwrap_or_else(|p| p.into_inner()).released(id);
         };
         let flushed = self.table().flushed();
-        flushed.await;
+        flushed.await?;
         Ok((self.table().record(id)?, release))
     }
 

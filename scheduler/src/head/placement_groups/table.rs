@@ -11,7 +11,7 @@ use prost::Message;
 use raylet_proto::{Error, IdMap, NodeId, PlacementGroupId, PlacementStrategy, ResourceSet, Result, v1};
 use tokio::sync::watch;
 
-use crate::head::state_store::{StateStore, Table};
+use crate::head::state_store::{Committed, StateStore, Table};
 use crate::status::unix_ms;
 
 /// How many removed groups are kept for `raylet list placement-groups`.
@@ -213,10 +213,10 @@ impl GroupTable {
         }
     }
 
-    /// Waits until every change so far is on disk.
-    pub fn flushed(&self) -> impl std::future::Future<Output = ()> + Send + 'static {
-        let store = self.store.clone();
-        async move { store.flush().await }
+    /// Resolves once every change so far is on disk, or with the error
+    /// that kept one off it.
+    pub fn flushed(&self) -> Committed {
+        self.store.flush()
     }
 
     /// Adds a pending group; its id must be new.
@@ -365,7 +365,7 @@ mod tests {
             });
             table.update(removed.id, |record| record.locations = vec![Some(third.clone())]);
             table.remove(removed.id, "removed by its owner").unwrap();
-            table.flushed().await;
+            table.flushed().await.unwrap();
         }
         let mut table = GroupTable::recover(reopen(dir.path()).await).unwrap();
         let states: Vec<(PlacementGroupId, GroupState)> =
