@@ -158,6 +158,10 @@ fn a_cluster_with_tls_runs_tasks_moves_objects_and_serves_https_and_refuses_plai
     assert_eq!(status["alive_nodes"], 2, "{status}");
     let (ok, plaintext) = raylet(temp.path(), &["status"], &[]);
     assert!(!ok, "a CLI without TLS cannot read a TLS cluster: {plaintext}");
+    assert!(
+        plaintext.contains("seems to speak TLS") && plaintext.contains("--tls-cert"),
+        "a CLI without TLS is told that the head speaks TLS: {plaintext}"
+    );
     let (ok, foreign) = raylet(temp.path(), &["status"], &other.flags());
     assert!(!ok, "a CLI whose certificate another CA signed is refused: {foreign}");
     let (ok, half) = raylet(temp.path(), &["status", "--tls-cert", "/nonexistent.pem"], &[]);
@@ -256,6 +260,16 @@ async fn https_get(address: &str, path: &str, token: &str, ca: &Path) -> String 
 
 /// One HTTPS request with the cluster's CA; the status line and body.
 async fn https_request(address: &str, method: &str, path: &str, token: &str, body: &str, ca: &Path) -> String {
+    let request = format!(
+        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {token}\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    https_exchange(address, &request, ca).await
+}
+
+/// Sends `request` as it is over HTTPS with the cluster's CA; the reply.
+async fn https_exchange(address: &str, request: &str, ca: &Path) -> String {
     let mut roots = RootCertStore::empty();
     for certificate in CertificateDer::pem_file_iter(ca).unwrap() {
         roots.add(certificate.unwrap()).unwrap();
@@ -272,11 +286,6 @@ async fn https_request(address: &str, method: &str, path: &str, token: &str, bod
         .connect(name, socket)
         .await
         .unwrap();
-    let request = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {address}\r\nAuthorization: Bearer {token}\r\n\
-         Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
-        body.len()
-    );
     stream.write_all(request.as_bytes()).await.unwrap();
     let mut reply = String::new();
     stream.read_to_string(&mut reply).await.unwrap();
@@ -328,6 +337,22 @@ async fn serves_https_only(dashboard: &str, token: &str, authority: &Authority) 
     assert!(nodes.starts_with("HTTP/1.1 200") && nodes.contains("ALIVE"), "{nodes}");
     let refused = https_get(dashboard, "/api/nodes", "wrong", &authority.files.ca).await;
     assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+    let form = format!("token={token}");
+    let login = format!(
+        "POST /login HTTP/1.1\r\nHost: {dashboard}\r\nContent-Type: application/x-www-form-urlencoded\r\n\
+         Content-Length: {}\r\nConnection: close\r\n\r\n{form}",
+        form.len()
+    );
+    let login = https_exchange(dashboard, &login, &authority.files.ca).await;
+    let cookie = login
+        .lines()
+        .find(|line| line.starts_with("set-cookie: raylet_token="))
+        .unwrap_or_else(|| panic!("the login sets no cookie: {login}"));
+    assert!(
+        cookie.contains("; Secure") && cookie.contains("HttpOnly") && !cookie.contains(token),
+        "over HTTPS the login cookie is Secure and holds no token: {cookie}"
+    );
+    println!("the login cookie over HTTPS: {cookie}");
     let targets = https_get(dashboard, "/api/prometheus_targets", token, &authority.files.ca).await;
     let body = targets.split_once("\r\n\r\n").unwrap().1;
     let targets: serde_json::Value = serde_json::from_str(body).unwrap();

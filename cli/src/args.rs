@@ -316,10 +316,29 @@ fn parse_token(text: &str) -> anyhow::Result<AuthToken> {
     AuthToken::parse(text).context("--token / RAYLET_TOKEN")
 }
 
+/// The longest duration a flag takes: 10 years of 365.25 days. Far beyond
+/// any useful grace period, timeout or interval, and far below what
+/// overflows a deadline (an `Instant` plus 300 billion years panics).
+const MAX_DURATION: Duration = Duration::from_secs(10 * 31_557_600);
+
+/// A duration above zero and at most [`MAX_DURATION`].
 fn parse_duration(text: &str) -> Result<Duration, String> {
-    let duration = humantime::parse_duration(text).map_err(|e| format!("{e} (examples: 5s, 500ms, 1m)"))?;
+    let duration = parse_duration_or_zero(text)?;
     if duration.is_zero() {
         return Err("must be longer than zero".into());
+    }
+    Ok(duration)
+}
+
+/// A duration of at most [`MAX_DURATION`], zero included (for a setting
+/// that zero turns off).
+fn parse_duration_or_zero(text: &str) -> Result<Duration, String> {
+    let duration = humantime::parse_duration(text).map_err(|e| format!("{e} (examples: 5s, 500ms, 1m)"))?;
+    if duration > MAX_DURATION {
+        return Err(format!(
+            "{text} is too long: at most {}",
+            humantime::format_duration(MAX_DURATION)
+        ));
     }
     Ok(duration)
 }
@@ -421,7 +440,7 @@ pub struct StartArgs {
     #[arg(long, value_name = "SHARE", default_value_t = 0.95)]
     pub memory_usage_threshold: f64,
     /// How often the out-of-memory monitor reads memory use; 0s turns it off.
-    #[arg(long, value_parser = parse_duration, default_value = "250ms")]
+    #[arg(long, value_parser = parse_duration_or_zero, default_value = "250ms")]
     pub memory_monitor_interval: Duration,
     /// Stay in the foreground instead of starting a daemon.
     #[arg(long)]
@@ -692,4 +711,67 @@ pub struct StopArgs {
     /// How long processes get to exit after SIGTERM before SIGKILL.
     #[arg(long, value_parser = parse_duration, default_value = "10s")]
     pub grace_period: Duration,
+}
+
+#[cfg(test)]
+mod tests {
+    use clap::Parser;
+
+    use super::*;
+
+    fn parse(args: &[&str]) -> Result<Cli, String> {
+        Cli::try_parse_from([&["raylet"][..], args].concat()).map_err(|e| e.to_string())
+    }
+
+    #[test]
+    fn durations_that_would_overflow_are_refused_not_panicked_on() {
+        for (args, flag) in [
+            (&["stop", "--grace-period", "300000000000y"][..], "--grace-period"),
+            (
+                &["start", "--head", "--heartbeat-interval", "300000000000y"],
+                "--heartbeat-interval",
+            ),
+            (
+                &["start", "--head", "--heartbeat-timeout", "11years"],
+                "--heartbeat-timeout",
+            ),
+            (
+                &["start", "--head", "--memory-monitor-interval", "300000000000y"],
+                "--memory-monitor-interval",
+            ),
+            (
+                &[
+                    "job",
+                    "stop",
+                    "00000000000000000000000000000000",
+                    "--grace-period",
+                    "18446744073709551615s",
+                ],
+                "--grace-period",
+            ),
+        ] {
+            let error = parse(args).err().unwrap_or_else(|| panic!("{args:?} was accepted"));
+            assert!(error.contains(flag), "{error}");
+            assert!(error.contains("too long") || error.contains("overflow"), "{error}");
+            println!("{args:?}: {}", error.lines().next().unwrap_or_default());
+        }
+        assert!(
+            parse(&["stop", "--grace-period", "10years"]).is_ok(),
+            "the longest allowed"
+        );
+    }
+
+    #[test]
+    fn a_zero_memory_monitor_interval_turns_it_off_and_other_zeros_are_refused() {
+        let Ok(Cli {
+            command: Command::Start(start),
+            ..
+        }) = parse(&["start", "--head", "--memory-monitor-interval", "0s"])
+        else {
+            panic!("--memory-monitor-interval 0s is refused");
+        };
+        assert!(start.memory_monitor_interval.is_zero());
+        let error = parse(&["start", "--head", "--heartbeat-interval", "0s"]).err().unwrap();
+        assert!(error.contains("longer than zero"), "{error}");
+    }
 }

@@ -1,6 +1,9 @@
 //! The dashboard's token check and login: API clients send the cluster
 //! token as `Authorization: Bearer TOKEN`; a browser posts it once to
-//! `/login` and then carries it in an HttpOnly, same-site cookie. Pages
+//! `/login` and then carries an HttpOnly, same-site cookie (`Secure` when
+//! the server speaks HTTPS). The cookie holds not the token but a value
+//! derived from it ([`AuthToken::derive`]), so a stolen cookie opens the
+//! dashboard and nothing else: it is no credential for gRPC. Pages
 //! without the token redirect to the login page; everything else is a 401.
 
 use axum::Form;
@@ -15,8 +18,10 @@ use serde::Deserialize;
 use super::assets::LOGIN_PAGE;
 use super::{Head, PUBLIC_PATHS};
 
-/// The cookie that carries the token in a browser.
+/// The cookie that carries the proof of login in a browser.
 const COOKIE: &str = "raylet_token";
+/// What the cookie's value is derived for.
+const COOKIE_LABEL: &str = "raylet dashboard login cookie v1";
 
 /// Whether the request carries the cluster token, as a bearer token or in
 /// the login cookie.
@@ -24,7 +29,7 @@ fn authenticated(head: &Head, headers: &HeaderMap) -> bool {
     let bearer = headers
         .get(header::AUTHORIZATION)
         .is_some_and(|value| head.token.admits_bearer(value.as_bytes()));
-    bearer || cookie_token(headers).is_some_and(|token| head.token.matches(token.as_bytes()))
+    bearer || cookie_token(headers).is_some_and(|value| head.token.admits_derived(COOKIE_LABEL, value.as_bytes()))
 }
 
 /// The value of the login cookie, if the request has one.
@@ -93,8 +98,17 @@ pub(super) async fn log_in(State(head): State<Head>, Form(form): Form<LoginForm>
         );
         return (StatusCode::UNAUTHORIZED, Html(page)).into_response();
     }
-    let cookie = format!("{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/");
+    let https = matches!(raylet_proto::tls::current(), Ok(Some(_)));
+    let cookie = login_cookie(&head.token, https);
     ([(header::SET_COOKIE, cookie)], Redirect::to("/ui/")).into_response()
+}
+
+/// The `Set-Cookie` value of a login: the value derived from the token,
+/// never the token, and `Secure` over HTTPS.
+fn login_cookie(token: &AuthToken, https: bool) -> String {
+    let value = token.derive(COOKIE_LABEL);
+    let secure = if https { "; Secure" } else { "" };
+    format!("{COOKIE}={value}; HttpOnly; SameSite=Strict; Path=/{secure}")
 }
 
 /// Lets a request with `Authorization: Bearer <token>` through (a node's
@@ -107,5 +121,24 @@ pub(super) async fn require_bearer(State(token): State<AuthToken>, request: Requ
             next.run(request).await
         }
         false => refusal(""),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_login_cookie_holds_no_token_and_is_secure_over_https() {
+        let token = AuthToken::generate();
+        for https in [false, true] {
+            let cookie = login_cookie(&token, https);
+            assert!(!cookie.contains(token.expose()), "{cookie}");
+            assert!(cookie.contains("HttpOnly; SameSite=Strict"), "{cookie}");
+            assert_eq!(cookie.contains("; Secure"), https, "{cookie}");
+            let value = cookie.split(';').next().unwrap().strip_prefix("raylet_token=").unwrap();
+            assert!(token.admits_derived(COOKIE_LABEL, value.as_bytes()));
+            assert!(!token.matches(value.as_bytes()), "the cookie is no gRPC credential");
+        }
     }
 }

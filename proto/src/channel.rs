@@ -1,10 +1,25 @@
 //! Authenticated gRPC channels (over TLS when the process has it), with
 //! bounded retry and backoff while the peer is not reachable yet.
+//!
+//! A process without TLS that calls a TLS peer sees its calls fail with
+//! an HTTP/2 error or "operation was canceled", which names neither cause
+//! nor cure. So when a call on a plaintext channel fails, the channel asks
+//! the peer once, on a new connection, whether it answers a TLS hello; if
+//! it does, the call fails with an error that says so and names the TLS
+//! flags. Calls that succeed cost nothing more; a refused connection is
+//! not asked about.
 
+use std::future::Future;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio_rustls::rustls;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
+use tower_service::Service;
 
 use crate::Backoff;
 use crate::auth::{AuthToken, ClientAuth};
@@ -14,7 +29,7 @@ use crate::v1::head_service_client::HeadServiceClient;
 use crate::{Error, Result};
 
 /// A channel whose every call carries the token and protocol version.
-pub type AuthedChannel = InterceptedService<Channel, ClientAuth>;
+pub type AuthedChannel = InterceptedService<PeerChannel, ClientAuth>;
 /// Client of the head's cluster state service.
 pub type HeadClient = HeadServiceClient<AuthedChannel>;
 
@@ -95,7 +110,123 @@ async fn connect_endpoint(
     patience: Duration,
 ) -> Result<AuthedChannel> {
     let channel = with_backoff(address, patience, || endpoint.connect()).await?;
+    let channel = PeerChannel {
+        inner: channel,
+        address: address.into(),
+    };
     Ok(InterceptedService::new(channel, ClientAuth::new(token)))
+}
+
+type BoxError = Box<dyn std::error::Error + Send + Sync>;
+
+/// How long asking a peer whether it speaks TLS may take.
+const TLS_PROBE_PATIENCE: Duration = Duration::from_secs(1);
+
+/// A gRPC channel to one peer that, in a process without TLS, explains a
+/// failed call to a peer that speaks TLS (see the module's doc).
+#[derive(Clone, Debug)]
+pub struct PeerChannel {
+    inner: Channel,
+    address: Arc<str>,
+}
+
+impl Service<http::Request<tonic::body::Body>> for PeerChannel {
+    type Response = http::Response<tonic::body::Body>;
+    type Error = BoxError;
+    type Future = Pin<Box<dyn Future<Output = std::result::Result<Self::Response, BoxError>> + Send>>;
+
+    fn poll_ready(&mut self, cx: &mut Context<'_>) -> Poll<std::result::Result<(), BoxError>> {
+        self.inner.poll_ready(cx).map_err(Into::into)
+    }
+
+    fn call(&mut self, request: http::Request<tonic::body::Body>) -> Self::Future {
+        let call = self.inner.call(request);
+        let address = self.address.clone();
+        Box::pin(async move {
+            match call.await {
+                Ok(response) => Ok(response),
+                Err(error) => Err(explain_failure(&address, error).await),
+            }
+        })
+    }
+}
+
+/// The error of a failed call to `address`: when this process has no TLS,
+/// the connection was not refused, and the peer answers a TLS hello, an
+/// error that says the peer speaks TLS and how to give this process TLS.
+async fn explain_failure(address: &str, error: tonic::transport::Error) -> BoxError {
+    let plaintext = matches!(tls::current(), Ok(None));
+    if !plaintext || was_refused(&error) || !speaks_tls(address).await {
+        return error.into();
+    }
+    Box::new(tonic::Status::unavailable(speaks_tls_message(
+        address,
+        &error_chain(&error),
+    )))
+}
+
+/// What a plaintext caller of a TLS peer is told.
+fn speaks_tls_message(address: &str, failure: &str) -> String {
+    format!(
+        "{address} seems to speak TLS and this process does not: pass --tls-cert, --tls-key and --tls-ca \
+         (or set {}, {} and {}) with the cluster's certificate, key and CA ({failure})",
+        tls::CERT_ENV,
+        tls::KEY_ENV,
+        tls::CA_ENV
+    )
+}
+
+/// Whether the connection itself was refused (nothing listens there).
+fn was_refused(error: &(dyn std::error::Error + 'static)) -> bool {
+    let mut source = Some(error);
+    while let Some(error) = source {
+        if let Some(io) = error.downcast_ref::<std::io::Error>()
+            && io.kind() == std::io::ErrorKind::ConnectionRefused
+        {
+            return true;
+        }
+        source = error.source();
+    }
+    false
+}
+
+/// Whether the peer at `address` answers a TLS ClientHello with a TLS
+/// record (a ServerHello or an alert), within [`TLS_PROBE_PATIENCE`].
+pub async fn speaks_tls(address: &str) -> bool {
+    let Ok(bare) = host_and_port(address) else {
+        return false;
+    };
+    let Some(hello) = client_hello(host_of(bare)) else {
+        return false;
+    };
+    let probe = async {
+        let mut socket = tokio::net::TcpStream::connect(bare).await?;
+        socket.write_all(&hello).await?;
+        let mut header = [0u8; 3];
+        socket.read_exact(&mut header).await?;
+        std::io::Result::Ok(header)
+    };
+    match tokio::time::timeout(TLS_PROBE_PATIENCE, probe).await {
+        // A handshake (22) or alert (21) record of TLS 1.x (3, 1..=4).
+        Ok(Ok([kind, 3, minor])) => matches!(kind, 21 | 22) && (1..=4).contains(&minor),
+        _ => false,
+    }
+}
+
+/// The bytes of a TLS ClientHello for `host`.
+fn client_hello(host: &str) -> Option<Vec<u8>> {
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .ok()?
+        .with_root_certificates(rustls::RootCertStore::empty())
+        .with_no_client_auth();
+    let name = rustls_pki_types::ServerName::try_from(host.to_string())
+        .unwrap_or_else(|_| rustls_pki_types::ServerName::try_from("localhost").expect("a valid name"));
+    let mut connection = rustls::ClientConnection::new(Arc::new(config), name).ok()?;
+    let mut hello = Vec::new();
+    connection.write_tls(&mut hello).ok()?;
+    Some(hello)
 }
 
 /// Tries `connect` with exponential backoff until it succeeds or `patience`
