@@ -61,7 +61,19 @@ fn the_heads_http_routes_need_the_token_and_metrics_follow_the_cluster() {
     let token = session_file(temp.path(), "token");
 
     let other_cluster = "f".repeat(64);
-    let with_cookie = format!("Cookie: raylet_token={token}\r\n");
+    let form = "Content-Type: application/x-www-form-urlencoded\r\n";
+    let right = request(&dashboard, "POST", "/login", form, &format!("token={token}"));
+    assert_eq!(right.status, 303, "{}", right.head);
+    let cookie = login_cookie(&right.head);
+    assert!(
+        right.head.contains("; HttpOnly; SameSite=Strict; Path=/") && !right.head.contains("Secure"),
+        "{}",
+        right.head
+    );
+    assert_ne!(cookie, token, "the cookie is not the token");
+    assert!(!right.head.contains(&token), "the login reply shows no token");
+    let with_cookie = format!("Cookie: raylet_token={cookie}\r\n");
+    let lower_case_bearer = format!("Authorization: bearer {token}\r\n");
     let routes = raylet_dashboard::route_paths();
     for route in &routes {
         let path = concrete(route);
@@ -71,20 +83,39 @@ fn the_heads_http_routes_need_the_token_and_metrics_follow_the_cluster() {
             assert_eq!(status, refusal, "{path} with {presented:?}: {body}");
             assert!(!body.contains(&token), "a refusal shows the token");
         }
-        let refused = request(&dashboard, "GET", &path, "Cookie: raylet_token=wrong\r\n", "");
-        assert!(matches!(refused.status, 303 | 401), "{path} with a wrong cookie");
+        for wrong_cookie in ["wrong", token.as_str()] {
+            let refused = request(
+                &dashboard,
+                "GET",
+                &path,
+                &format!("Cookie: raylet_token={wrong_cookie}\r\n"),
+                "",
+            );
+            assert!(matches!(refused.status, 303 | 401), "{path} with a wrong cookie");
+        }
         let expected = match path.as_str() {
             "/" => 303,
-            "/api/jobs/00000000000000000000000000000000/logs" => 502,
+            "/api/jobs/00000000000000000000000000000000/logs" => 404,
             _ => 200,
         };
         assert_eq!(get(&dashboard, &path, Some(&token)).0, expected, "{path}");
-        assert_eq!(
-            request(&dashboard, "GET", &path, &with_cookie, "").status,
-            expected,
-            "{path}"
-        );
+        for presented in [&with_cookie, &lower_case_bearer] {
+            assert_eq!(
+                request(&dashboard, "GET", &path, presented, "").status,
+                expected,
+                "{path} with {}",
+                presented.split(':').next().unwrap_or_default()
+            );
+        }
     }
+    let unknown = get(
+        &dashboard,
+        "/api/jobs/00000000000000000000000000000000/logs",
+        Some(&token),
+    );
+    println!("an unknown job's logs: {} {}", unknown.0, unknown.1.trim());
+    assert!(unknown.1.contains("00000000000000000000000000000000"), "{}", unknown.1);
+    assert_cookie_is_no_grpc_credential(&head_address(temp.path()), &cookie);
     assert_eq!(routes.len(), 20, "every route of the head's HTTP server: {routes:?}");
     println!(
         "{} HTTP routes refuse requests without the cluster's token",
@@ -104,17 +135,9 @@ fn the_heads_http_routes_need_the_token_and_metrics_follow_the_cluster() {
         assert_eq!(get(&dashboard, path, Some(&token)).0, 404, "{path} with the token");
     }
     assert_eq!(raylet_dashboard::PUBLIC_PATHS, ["/healthz", "/login"]);
-    let form = "Content-Type: application/x-www-form-urlencoded\r\n";
     let wrong = request(&dashboard, "POST", "/login", form, "token=wrong");
     assert_eq!(wrong.status, 401);
     assert!(wrong.body.contains("not this cluster's token") && !wrong.head.contains("set-cookie"));
-    let right = request(&dashboard, "POST", "/login", form, &format!("token={token}"));
-    assert_eq!(right.status, 303, "{}", right.head);
-    assert!(
-        right
-            .head
-            .contains(&format!("set-cookie: raylet_token={token}; HttpOnly; SameSite=Strict"))
-    );
     assert_eq!(get(&dashboard, "/login", None).0, 200, "the login page needs no token");
     assert_eq!(
         get(&dashboard, "/healthz", None),
@@ -240,6 +263,32 @@ fn the_serve_api_returns_the_controllers_status_only_with_the_token() {
     cluster.shutdown().unwrap();
 }
 
+/// The value of the `raylet_token` cookie that a login reply sets.
+pub fn login_cookie(head: &str) -> String {
+    let line = head
+        .lines()
+        .find_map(|line| line.strip_prefix("set-cookie: raylet_token="))
+        .unwrap_or_else(|| panic!("the login sets no cookie: {head}"));
+    line.split(';').next().unwrap_or_default().to_string()
+}
+
+/// The login cookie's value, presented as the token over gRPC, is refused.
+fn assert_cookie_is_no_grpc_credential(head: &str, cookie: &str) {
+    let runtime = tokio::runtime::Runtime::new().unwrap();
+    let token = raylet_proto::auth::AuthToken::parse(cookie).unwrap();
+    let refused = runtime.block_on(async {
+        let mut client = raylet_proto::channel::connect_head(head, &token, Duration::from_secs(5)).await?;
+        let status = client.get_cluster_status(raylet_proto::v1::GetClusterStatusRequest::default());
+        status.await.map_err(raylet_proto::Error::from)
+    });
+    match refused {
+        Err(raylet_proto::Error::Unauthenticated(message)) => {
+            println!("the login cookie as a gRPC token: unauthenticated: {message}")
+        }
+        other => panic!("the login cookie opened the head's gRPC: {other:?}"),
+    }
+}
+
 /// The head lists both nodes' `/metrics` for Prometheus; the joined node's
 /// needs the token and has its lease replies and gRPC latencies, and with
 /// the head's they count every lease the naps took.
@@ -274,4 +323,129 @@ fn every_node_serves_its_metrics(dashboard: &str, token: &str) {
     let on_head = metrics(dashboard, token);
     let both = on_node.get(granted).unwrap_or(&0.0) + on_head.get(granted).unwrap_or(&0.0);
     assert!(both >= 3.0, "the three naps' leases at least: {both}");
+}
+
+/// The lines of the large job's output: `seq 1 LINES` prints about 47 MB.
+const LARGE_OUTPUT_LINES: u32 = 6_000_000;
+/// Views of the large job's logs at once, and rounds of them.
+const CONCURRENT_VIEWS: usize = 8;
+const VIEW_ROUNDS: usize = 3;
+/// How much the head's resident memory may grow while the views run. Before
+/// the head read only the tail, each view held the whole output (47 MB, in a
+/// vector that grows by doubling) and 8 at once took the head past 400 MiB.
+const VIEW_MEMORY_BOUND: u64 = 64 << 20;
+
+/// A field of `/proc/PID/status` in bytes (`VmRSS`, `VmHWM`).
+fn process_memory(pid: u32, field: &str) -> u64 {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+    let line = status
+        .lines()
+        .find_map(|line| line.strip_prefix(field)?.strip_prefix(':'))
+        .unwrap_or_else(|| panic!("no {field} in /proc/{pid}/status"));
+    line.trim().trim_end_matches(" kB").parse::<u64>().unwrap() << 10
+}
+
+#[test]
+fn a_large_jobs_logs_view_reads_only_the_end_and_the_heads_memory_stays_flat() {
+    let temp = tempfile::tempdir().unwrap();
+    let _daemons = Daemons(temp.path());
+    raylet(
+        temp.path(),
+        &[
+            "start",
+            "--head",
+            "--port",
+            "0",
+            "--dashboard-port",
+            "0",
+            "--num-cpus",
+            "1",
+        ],
+    );
+    let dashboard = session_file(temp.path(), "dashboard_address");
+    let token = session_file(temp.path(), "token");
+    let head_pid = common::daemon_pids(temp.path(), "head")[0];
+    let seq = format!("seq 1 {LARGE_OUTPUT_LINES}");
+    let submitted = std::process::Command::new(common::RAYLET)
+        .args(["job", "submit", "--no-wait", "--temp-dir"])
+        .arg(temp.path())
+        .args(["--", "/bin/sh", "-c", &seq])
+        .output()
+        .unwrap();
+    assert!(submitted.status.success(), "{submitted:?}");
+    let id = String::from_utf8(submitted.stdout).unwrap().trim().to_string();
+    let deadline = std::time::Instant::now() + Duration::from_secs(120);
+    loop {
+        let status = raylet(temp.path(), &["job", "status", &id]);
+        if status.contains("SUCCEEDED") {
+            break;
+        }
+        assert!(
+            !status.contains("FAILED") && std::time::Instant::now() < deadline,
+            "{status}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    let output = std::process::Command::new("seq")
+        .args(["1", &LARGE_OUTPUT_LINES.to_string()])
+        .output()
+        .unwrap()
+        .stdout;
+    let expected = String::from_utf8(output[output.len() - (64 << 10)..].to_vec()).unwrap();
+    let path = format!("/api/jobs/{id}/logs");
+
+    let before = process_memory(head_pid, "VmRSS");
+    let peak = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(before));
+    let done = std::sync::Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let sampler = {
+        let (peak, done) = (peak.clone(), done.clone());
+        std::thread::spawn(move || {
+            while !done.load(std::sync::atomic::Ordering::Relaxed) {
+                peak.fetch_max(process_memory(head_pid, "VmRSS"), std::sync::atomic::Ordering::Relaxed);
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        })
+    };
+    let started = std::time::Instant::now();
+    let views: Vec<_> = (0..CONCURRENT_VIEWS)
+        .map(|_| {
+            let (dashboard, token, path) = (dashboard.clone(), token.clone(), path.clone());
+            std::thread::spawn(move || {
+                (0..VIEW_ROUNDS)
+                    .map(|_| {
+                        let asked = std::time::Instant::now();
+                        let (status, body) = get(&dashboard, &path, Some(&token));
+                        (status, body, asked.elapsed())
+                    })
+                    .collect::<Vec<_>>()
+            })
+        })
+        .collect();
+    let mut slowest = Duration::ZERO;
+    for view in views {
+        for (status, body, took) in view.join().unwrap() {
+            assert_eq!(status, 200, "{body}");
+            assert_eq!(body.len(), 64 << 10, "exactly the last 64 KiB");
+            assert!(body == expected, "the view is the output's last 64 KiB");
+            slowest = slowest.max(took);
+        }
+    }
+    let elapsed = started.elapsed();
+    done.store(true, std::sync::atomic::Ordering::Relaxed);
+    sampler.join().unwrap();
+    let grew = peak.load(std::sync::atomic::Ordering::Relaxed).saturating_sub(before);
+    println!(
+        "{} views ({CONCURRENT_VIEWS} at once) of a {} MB output's last 64 KiB in {elapsed:.2?}, \
+         the slowest {slowest:.2?}; the head's RSS {} MiB before, grew by at most {} KiB (bound {} MiB)",
+        CONCURRENT_VIEWS * VIEW_ROUNDS,
+        output.len() >> 20,
+        before >> 20,
+        grew >> 10,
+        VIEW_MEMORY_BOUND >> 20
+    );
+    assert!(
+        grew < VIEW_MEMORY_BOUND,
+        "the head grew by {} MiB while the views ran",
+        grew >> 20
+    );
 }

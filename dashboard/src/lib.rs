@@ -14,7 +14,7 @@
 //! | `GET /api/cluster_history` | each alive node's CPU, memory and GPU use every 2 s over 10 min |
 //! | `GET /api/nodes` | every node incarnation, as `raylet list nodes --format json` |
 //! | `GET /api/jobs` | every job |
-//! | `GET /api/jobs/{id}/logs` | the end (64 KiB) of a job's output, as text |
+//! | `GET /api/jobs/{id}/logs` | the end (64 KiB) of a job's output, as text (the head reads only that end); 404 for a job it does not know |
 //! | `GET /api/actors` | every actor |
 //! | `GET /api/placement_groups` | every placement group |
 //! | `GET /api/objects` | each node's object store and its objects |
@@ -199,12 +199,18 @@ async fn job_logs(State(head): State<Head>, Path(id): Path<String>) -> Response 
     let Ok(id) = id.parse::<JobId>() else {
         return (StatusCode::BAD_REQUEST, format!("{id:?} is not a job id\n")).into_response();
     };
-    let logs = async { JobClient::connect(&head.address, &head.token).await?.logs(id).await };
+    let logs = async {
+        let client = JobClient::connect(&head.address, &head.token).await?;
+        client.tail_logs(id, LOG_TAIL_BYTES as u64).await
+    };
     match logs.await {
         Ok(bytes) => {
             let tail = &bytes[bytes.len().saturating_sub(LOG_TAIL_BYTES)..];
             let text = String::from_utf8_lossy(tail).into_owned();
             ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response()
+        }
+        Err(raylet::Error::Cluster(raylet_proto::Error::NotFound(message))) => {
+            (StatusCode::NOT_FOUND, format!("{message}\n")).into_response()
         }
         Err(e) => unreachable(&head, e),
     }

@@ -185,9 +185,32 @@ impl JobClient {
             job_id: id.as_bytes().to_vec(),
             offset,
             follow,
+            tail_bytes: 0,
         };
         let chunks = self.client.clone().read_job_logs(request).await?.into_inner();
         Ok(JobOutput { chunks })
+    }
+
+    /// The last `bytes` bytes (at most) of the job's output so far. The
+    /// head reads only those from its disk, however long the output is.
+    pub async fn tail_logs(&self, id: JobId, bytes: u64) -> Result<Vec<u8>> {
+        if bytes == 0 {
+            return Ok(Vec::new());
+        }
+        let request = ReadJobLogsRequest {
+            job_id: id.as_bytes().to_vec(),
+            offset: 0,
+            follow: false,
+            tail_bytes: bytes,
+        };
+        let mut chunks = JobOutput {
+            chunks: self.client.clone().read_job_logs(request).await?.into_inner(),
+        };
+        let mut output = Vec::new();
+        while let Some(chunk) = chunks.next().await? {
+            output.extend_from_slice(&chunk);
+        }
+        Ok(output)
     }
 
     /// Sends the job's output from the start until it ends to `sender`,

@@ -150,8 +150,11 @@ impl JobService for JobServiceImpl {
         let mut record = jobs.table.watch(id)?;
         let mut stopping = self.stopping.clone();
         let (chunks, receiver) = mpsc::channel(4);
+        let mut offset = request.offset;
+        if request.tail_bytes > 0 {
+            offset = offset.max(written.borrow().saturating_sub(request.tail_bytes));
+        }
         tokio::spawn(async move {
-            let mut offset = request.offset;
             loop {
                 let ended = is_ended(record.borrow_and_update().status());
                 let available = *written.borrow_and_update();
