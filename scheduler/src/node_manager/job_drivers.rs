@@ -3,7 +3,9 @@
 //! of its own) and supervised on its own: its output goes to a file beside
 //! the directory and its end is kept for a while, so that a head that lost
 //! the stream (it restarted) attaches again and reads on from where it was.
-//! The directory is removed once the driver ended (the blobs stay cached).
+//! The directory is removed once the driver ended (the blobs stay cached,
+//! and lease sessions opened on the job's binary start workers from its
+//! cached blob: detached actors the job leaves behind outlive it).
 //! Stops: SIGTERM, then SIGKILL.
 
 use std::collections::{HashMap, VecDeque};
@@ -17,7 +19,7 @@ use std::time::Duration;
 use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use raylet_proto::v1::job_driver_event::Kind as Event;
-use raylet_proto::v1::{JobDriverEvent, JobDriverExit, JobSpec};
+use raylet_proto::v1::{JobDriverEvent, JobDriverExit, JobSpec, WorkerBinary};
 use raylet_proto::{Error, JobId, ResourceSet, Result};
 use tokio::io::{AsyncRead, AsyncReadExt};
 use tokio::sync::{mpsc, watch};
@@ -62,6 +64,11 @@ pub(crate) struct JobDrivers {
     blobs: BlobFetch,
     jobs_dir: PathBuf,
     drivers: Mutex<HashMap<JobId, Arc<Driver>>>,
+    /// The binaries of the jobs laid out here, by their path in the job's
+    /// directory, to the cached blob each was placed from. One entry per
+    /// job this node ran, kept for the node's life: a job's directory goes
+    /// when its driver ends, the detached actors it started do not.
+    lasting: Mutex<HashMap<PathBuf, PathBuf>>,
 }
 
 impl JobDrivers {
@@ -70,7 +77,34 @@ impl JobDrivers {
             blobs: BlobFetch::new(work_dir.join("blobs"), head_address, token),
             jobs_dir: work_dir.join("jobs"),
             drivers: Mutex::new(HashMap::new()),
+            lasting: Mutex::new(HashMap::new()),
         }
+    }
+
+    /// `binary` as lease sessions start workers from it: a job's binary
+    /// laid out on this node becomes its cached blob (the same file, linked
+    /// into the job's directory), which outlives that directory.
+    pub(crate) fn lasting_binary(&self, binary: WorkerBinary) -> WorkerBinary {
+        let named = Path::new(&binary.path);
+        let lasting = self.lasting.lock().unwrap_or_else(|p| p.into_inner());
+        let cached = lasting.get(named).or_else(|| {
+            let canonical = named.canonicalize().ok()?;
+            lasting.get(&canonical)
+        });
+        match cached {
+            Some(cached) => WorkerBinary {
+                path: cached.to_string_lossy().into_owned(),
+                ..binary
+            },
+            None => binary,
+        }
+    }
+
+    /// Notes that the job binary at `binary` was placed from `cached`.
+    fn laid_out(&self, binary: &Path, cached: PathBuf) {
+        let binary = binary.canonicalize().unwrap_or_else(|_| binary.to_path_buf());
+        let mut lasting = self.lasting.lock().unwrap_or_else(|p| p.into_inner());
+        lasting.insert(binary, cached);
     }
 
     /// A worker binary that is not on this node, from the head, which has
@@ -186,8 +220,9 @@ fn forget(drivers: &JobDrivers, job: JobId, driver: &Arc<Driver>) {
 async fn supervise(shared: &Arc<NodeShared>, job: JobId, spec: &JobSpec, driver: &Driver) -> Result<JobDriverExit> {
     let drivers = &shared.job_drivers;
     let dir = drivers.jobs_dir.join(job.to_string());
-    let binary = lay_out(&drivers.blobs, &dir, spec).await?;
+    let (binary, cached) = lay_out(&drivers.blobs, &dir, spec).await?;
     check_runnable(&binary)?;
+    drivers.laid_out(&binary, cached);
     let mut output = std::fs::File::create(&driver.output)
         .map_err(|e| Error::Internal(format!("creating {}: {e}", driver.output.display())))?;
     let mut child = tokio::process::Command::new(&binary)

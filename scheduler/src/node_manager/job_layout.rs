@@ -11,8 +11,9 @@ use raylet_proto::{Error, Result};
 use super::blob_fetch::BlobFetch;
 
 /// Fetches the binary and files and places them in `dir`; returns the
-/// binary's path there.
-pub(crate) async fn lay_out(blobs: &BlobFetch, dir: &Path, spec: &JobSpec) -> Result<PathBuf> {
+/// binary's path there and the cached blob it was placed from, which
+/// outlives `dir`.
+pub(crate) async fn lay_out(blobs: &BlobFetch, dir: &Path, spec: &JobSpec) -> Result<(PathBuf, PathBuf)> {
     let binary = spec
         .binary
         .as_ref()
@@ -28,7 +29,7 @@ pub(crate) async fn lay_out(blobs: &BlobFetch, dir: &Path, spec: &JobSpec) -> Re
         let cached = blobs.get(blob).await?;
         place(&cached, &dir.join(&file.path), file.executable)?;
     }
-    Ok(target)
+    Ok((target, cached))
 }
 
 /// Links the cached binary (executable, and never written) into the job's

@@ -54,6 +54,7 @@ impl NodeManagerService for NodeManagerServiceImpl {
                 return Err(Error::InvalidArgument("a lease session must start with `open`".into()).into());
             }
         };
+        let binary = self.shared.job_drivers.lasting_binary(binary);
         let leases = self.shared.leases.clone();
         let session = match leases.open_session(binary.clone(), events.clone()) {
             Ok(session) => session,
