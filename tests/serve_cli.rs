@@ -4,7 +4,8 @@
 //! `_raylet_serve` namespace. Status prints the table and the JSON as
 //! published; delete removes the desired state and waits until the status
 //! drops the application; deploy checks the application's YAML and runs its
-//! binary as a job with the YAML in RAYLET_SERVE_DEPLOY.
+//! binary as a job with the YAML in RAYLET_SERVE_DEPLOY, and fails when the
+//! job ends without recording that it deployed.
 
 use crate::common;
 
@@ -261,10 +262,27 @@ fn serve_deploy_checks_the_file_then_runs_its_binary_as_a_job_with_the_yaml() {
         stderr(&failed)
     );
 
-    let succeeding = app_file(&app, APP_YAML, "echo the application is RUNNING");
-    let deployed = raylet_output(temp, &["serve", "deploy", &succeeding]);
-    assert!(deployed.status.success(), "{}", stderr(&deployed));
-    assert_eq!(stdout(&deployed), "the application is RUNNING\ndeployed demo\n");
+    // Issue 47, item 9: a binary that exits 0 without deploying anything
+    // (one that does not link raylet-serve, or /bin/true) is no success.
+    let pretending = app_file(&app, APP_YAML, "echo the application is RUNNING");
+    let pretended = raylet_output(temp, &["serve", "deploy", &pretending]);
+    assert_eq!(pretended.status.code(), Some(1), "{}", stdout(&pretended));
+    assert_eq!(stdout(&pretended), "the application is RUNNING\n");
+    let error = stderr(&pretended);
+    assert!(
+        error.contains("exited 0 without deploying Serve application `demo`") && error.contains("raylet-serve"),
+        "{error}"
+    );
+    assert!(!error.contains("deployed demo"), "{error}");
+    let true_yaml = APP_YAML.replace("binary: bin/deploy", "binary: /bin/true");
+    std::fs::write(app.join("true.yaml"), true_yaml).unwrap();
+    let nothing = raylet_output(temp, &["serve", "deploy", &app.join("true.yaml").to_string_lossy()]);
+    assert_eq!(nothing.status.code(), Some(1), "{}", stdout(&nothing));
+    assert!(
+        stderr(&nothing).contains("/bin/true exited 0 without deploying Serve application `demo`"),
+        "{}",
+        stderr(&nothing)
+    );
     let jobs = cluster.jobs().unwrap();
     assert!(jobs.iter().any(|job| job.name == "serve deploy demo"), "{jobs:?}");
     cluster.shutdown().unwrap();

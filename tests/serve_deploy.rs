@@ -5,11 +5,20 @@
 //! status` and on the head's `/metrics`, and `raylet serve delete` stops it.
 //! Another binary's deploy is refused while this one's application runs,
 //! and serves once it is deleted.
+//!
+//! Issue 47: an application deployed from the CLI heals after each of its
+//! replicas and its proxy is SIGKILLed under load (the deploy job, and the
+//! directory that held its binary, are long gone by then); a replica that
+//! cannot fit is named with what it waits for; a proxy whose port is taken
+//! is started again with back-off and reported.
 
 use crate::common;
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
 
 use common::http::{metrics_when, request, session_file, total};
 use common::{Daemons, RAYLET, head_address, raylet};
@@ -47,13 +56,19 @@ impl Deployment for Greeter {
 
 /// A deploy file for this binary, with `class` as the deployment's class.
 fn deploy_file(dir: &std::path::Path, class: &str) -> std::path::PathBuf {
+    deploy_file_with(dir, class, 2, 0.5, 0)
+}
+
+/// A deploy file of `greet` for this binary: `replicas` of `class`, each
+/// holding `cpus`, behind proxies on `port`.
+fn deploy_file_with(dir: &Path, class: &str, replicas: u32, cpus: f64, port: u16) -> PathBuf {
     let binary = std::env::current_exe().unwrap();
     let text = format!(
-        "binary: {}\nname: greet\nroute_prefix: /greet\nhttp: {{port: 0}}\ndeployments:\n  - name: greeter\n    \
-         class: {class}\n    num_replicas: 2\n    num_cpus: 0.5\n    init: {{greeting: hello}}\n",
+        "binary: {}\nname: greet\nroute_prefix: /greet\nhttp: {{port: {port}}}\ndeployments:\n  - name: greeter\n    \
+         class: {class}\n    num_replicas: {replicas}\n    num_cpus: {cpus}\n    init: {{greeting: hello}}\n",
         binary.display()
     );
-    let path = dir.join(format!("{}.yaml", class.replace(':', "_")));
+    let path = dir.join(format!("{}-{replicas}-{port}.yaml", class.replace(':', "_")));
     std::fs::write(&path, text).unwrap();
     path
 }
@@ -207,4 +222,370 @@ fn other_build_file(dir: &Path) -> PathBuf {
     let path = dir.join("noop.yaml");
     std::fs::write(&path, text).unwrap();
     path
+}
+
+/// A load of `threads` clients, each sending one request after another to
+/// `POST /greet` at `address` (which may change: a proxy restarted on
+/// port 0 listens elsewhere), tallying the answers by status (0 for no
+/// answer at all) until it is stopped.
+struct Load {
+    stop: Arc<AtomicBool>,
+    threads: Vec<std::thread::JoinHandle<Vec<u16>>>,
+}
+
+impl Load {
+    fn start(address: Arc<Mutex<String>>, token: &str, threads: usize) -> Load {
+        let stop = Arc::new(AtomicBool::new(false));
+        let auth = format!("Authorization: Bearer {token}\r\nContent-Type: application/json\r\n");
+        let threads = (0..threads)
+            .map(|_| {
+                let (stop, address, auth) = (stop.clone(), address.clone(), auth.clone());
+                std::thread::spawn(move || {
+                    let mut statuses = Vec::new();
+                    while !stop.load(Ordering::Relaxed) {
+                        let to = address.lock().unwrap().clone();
+                        statuses.push(greet(&to, &auth));
+                        std::thread::sleep(Duration::from_millis(10));
+                    }
+                    statuses
+                })
+            })
+            .collect();
+        Load { stop, threads }
+    }
+
+    /// Stops the clients; returns every status they got.
+    fn stop(self) -> Vec<u16> {
+        self.stop.store(true, Ordering::Relaxed);
+        self.threads
+            .into_iter()
+            .flat_map(|thread| thread.join().unwrap())
+            .collect()
+    }
+}
+
+/// One `POST /greet "world"`: its status, 0 when no answer came; any 200
+/// must greet the world.
+fn greet(address: &str, auth: &str) -> u16 {
+    use std::io::{Read, Write};
+    let Ok(mut stream) = std::net::TcpStream::connect(address) else {
+        return 0;
+    };
+    let _ = stream.set_read_timeout(Some(Duration::from_secs(10)));
+    let body = "\"world\"";
+    let sent = write!(
+        stream,
+        "POST /greet HTTP/1.1\r\nHost: {address}\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    let mut response = String::new();
+    if sent.is_err() || stream.read_to_string(&mut response).is_err() {
+        return 0;
+    }
+    let status = response
+        .split_whitespace()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(0);
+    if status == 200 {
+        assert!(response.ends_with("\"hello world\""), "{response}");
+    }
+    status
+}
+
+/// The running replicas of `greet` as (name, pid), once its state is
+/// `RUNNING` with 2 replicas that all run, none of them named in `gone`;
+/// panics after `seconds`.
+fn healed(temp: &Path, gone: &[String], seconds: u64) -> Vec<(String, u32)> {
+    let deadline = Instant::now() + Duration::from_secs(seconds);
+    loop {
+        let status = serve_status(temp);
+        let app = &status["apps"][0];
+        let replicas: Vec<(String, String, u32)> = app["deployments"][0]["replicas"]
+            .as_array()
+            .map(|replicas| {
+                replicas
+                    .iter()
+                    .map(|r| {
+                        let name = r["name"].as_str().unwrap_or_default().to_string();
+                        let state = r["state"].as_str().unwrap_or_default().to_string();
+                        (name, state, r["pid"].as_u64().unwrap_or(0) as u32)
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        let all_running = replicas.len() == 2
+            && replicas
+                .iter()
+                .all(|(name, state, pid)| state == "RUNNING" && *pid != 0 && !gone.contains(name));
+        if app["state"] == "RUNNING" && all_running {
+            return replicas.into_iter().map(|(name, _, pid)| (name, pid)).collect();
+        }
+        assert!(
+            Instant::now() < deadline,
+            "`greet` did not heal within {seconds} s (replicas {gone:?} killed): {status:#}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+}
+
+/// The pid of the alive actor named `name` in namespace `serve`, if any.
+fn serve_actor_pid(temp: &Path, name: &str) -> Option<u32> {
+    let actors: Value = serde_json::from_str(&raylet(temp, &["list", "actors", "--format", "json"])).unwrap();
+    let alive = actors
+        .as_array()?
+        .iter()
+        .find(|a| a["namespace"] == "serve" && a["name"] == name && a["state"] == "ALIVE")?;
+    alive["pid"].as_u64().map(|pid| pid as u32)
+}
+
+fn sigkill(pid: u32) {
+    let killed = Command::new("kill").args(["-9", &pid.to_string()]).status().unwrap();
+    assert!(killed.success(), "kill -9 {pid}");
+}
+
+/// Issue 47, item 3: the deploy job's directory, which held the binary, is
+/// removed when the job ends; the application it deployed must still start
+/// new replicas and proxies from a binary that outlives it. Under a steady
+/// load each replica is SIGKILLed in turn, then the proxy; the application
+/// comes back to RUNNING with 2 replicas each time, every request after it
+/// healed is answered, and deploying the file again succeeds.
+#[test]
+fn a_deployed_application_heals_after_each_replica_and_its_proxy_are_killed_under_load() {
+    let temp = tempfile::tempdir().unwrap();
+    let _daemons = Daemons(temp.path());
+    start_head(temp.path(), "2");
+    let token = session_file(temp.path(), "token");
+    let file = deploy_file(temp.path(), std::any::type_name::<Greeter>());
+    let deployed = raylet(temp.path(), &["serve", "deploy", file.to_str().unwrap()]);
+    let address = proxy_address(&deployed);
+    let original = healed(temp.path(), &[], 30);
+
+    let shared = Arc::new(Mutex::new(address.clone()));
+    let load = Load::start(shared.clone(), &token, 4);
+    std::thread::sleep(Duration::from_secs(1));
+    let mut killed = Vec::new();
+    for (name, pid) in &original {
+        let began = Instant::now();
+        sigkill(*pid);
+        killed.push(name.clone());
+        let replicas = healed(temp.path(), &killed, 60);
+        println!(
+            "replica {name} (pid {pid}) SIGKILLed: healed in {:.1} s, now {replicas:?}",
+            began.elapsed().as_secs_f64()
+        );
+        std::thread::sleep(Duration::from_secs(1));
+    }
+    let during = load.stop();
+
+    let node = serve_status(temp.path())["proxies"][0]["node_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let proxy_name = format!("proxy:{node}");
+    let proxy_pid = serve_actor_pid(temp.path(), &proxy_name).expect("the proxy runs");
+    sigkill(proxy_pid);
+    let began = Instant::now();
+    let restarted = loop {
+        let proxies = serve_status(temp.path())["proxies"].clone();
+        let pid = serve_actor_pid(temp.path(), &proxy_name);
+        let listed = proxies[0]["address"].as_str().map(str::to_string);
+        if let (Some(pid), Some(address)) = (pid, listed)
+            && pid != proxy_pid
+        {
+            break address;
+        }
+        assert!(
+            began.elapsed() < Duration::from_secs(60),
+            "no proxy came back within 60 s: {proxies:#}"
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    };
+    println!(
+        "proxy (pid {proxy_pid}) SIGKILLed: a new one listens at {restarted} after {:.1} s",
+        began.elapsed().as_secs_f64()
+    );
+    *shared.lock().unwrap() = restarted.clone();
+
+    let failed: Vec<u16> = during.iter().copied().filter(|status| *status != 200).collect();
+    println!(
+        "{} requests while 2 replicas were SIGKILLed in turn: {} failed {failed:?}",
+        during.len(),
+        failed.len()
+    );
+    assert!(during.len() >= 100, "the load ran: {} requests", during.len());
+    assert!(
+        failed.len() <= 8,
+        "at most the requests in flight at a killed replica fail (4 clients, 2 kills): {failed:?}"
+    );
+    assert!(failed.iter().all(|status| *status == 503), "{failed:?}");
+
+    let auth = format!("Authorization: Bearer {token}\r\nContent-Type: application/json\r\n");
+    let after: Vec<u16> = (0..50).map(|_| greet(&restarted, &auth)).collect();
+    assert!(after.iter().all(|status| *status == 200), "after healing: {after:?}");
+
+    let again = raylet(temp.path(), &["serve", "deploy", file.to_str().unwrap()]);
+    assert!(again.contains("deployed greet"), "{again}");
+    assert_eq!(greet(&proxy_address(&again), &auth), 200);
+    let deleted = raylet(temp.path(), &["serve", "delete", "greet"]);
+    assert!(deleted.contains("deleted greet"), "{deleted}");
+}
+
+/// The proxy's address that a deploy printed (`... RUNNING at http://ADDRESS/greet`).
+fn proxy_address(deployed: &str) -> String {
+    let url = deployed
+        .split_whitespace()
+        .find_map(|word| word.strip_prefix("http://"))
+        .unwrap_or_else(|| panic!("the deploy prints the address: {deployed}"));
+    url.trim_end_matches("/greet").to_string()
+}
+
+/// Starts a head with `cpus` CPUs under `temp`.
+fn start_head(temp: &Path, cpus: &str) {
+    let start = [
+        "start",
+        "--head",
+        "--port",
+        "0",
+        "--dashboard-port",
+        "0",
+        "--num-cpus",
+        cpus,
+    ];
+    raylet(temp, &start);
+}
+
+/// Runs `raylet serve deploy FILE ARGS`; returns whether it succeeded and
+/// everything it printed.
+fn try_deploy(temp: &Path, file: &Path, args: &[&str]) -> (bool, String) {
+    let output = Command::new(RAYLET)
+        .args(["serve", "deploy"])
+        .arg(file)
+        .args(args)
+        .arg("--temp-dir")
+        .arg(temp)
+        .output()
+        .unwrap();
+    let said = format!(
+        "{}{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    (output.status.success(), said)
+}
+
+/// Issue 47, item 11: 3 one-CPU replicas on a 2-CPU cluster. The one that
+/// cannot fit is named with what it waits for, as the deploy goes on (the
+/// deploy job's output), in `raylet serve status` (text and JSON), and in
+/// the error when the wait ends.
+#[test]
+fn a_deploy_whose_replicas_cannot_fit_says_which_wait_and_for_what() {
+    let temp = tempfile::tempdir().unwrap();
+    let _daemons = Daemons(temp.path());
+    start_head(temp.path(), "2");
+    let file = deploy_file_with(temp.path(), std::any::type_name::<Greeter>(), 3, 1.0, 0);
+    let began = Instant::now();
+    let (deployed, said) = try_deploy(temp.path(), &file, &["--timeout", "15"]);
+    println!("after {:.1} s the deploy said:\n{said}", began.elapsed().as_secs_f64());
+    assert!(!deployed, "{said}");
+    let waits = said
+        .lines()
+        .filter(|line| line.contains("replica:greet:greeter:") && line.contains("waits for {CPU: 1}"))
+        .count();
+    assert!(
+        waits >= 2,
+        "the deploy's log says which replica waits, and the error repeats it: {said}"
+    );
+    assert!(said.contains("not deployed within 15 s"), "{said}");
+
+    let status = serve_status(temp.path());
+    let replicas = status["apps"][0]["deployments"][0]["replicas"]
+        .as_array()
+        .unwrap()
+        .clone();
+    let waiting: Vec<&Value> = replicas.iter().filter(|r| r["waiting"] != "").collect();
+    assert_eq!(waiting.len(), 1, "one replica waits: {status:#}");
+    let why = waiting[0]["waiting"].as_str().unwrap();
+    assert!(why.contains("{CPU: 1}") && why.contains("of 2"), "{why}");
+    let table = raylet(temp.path(), &["serve", "status"]);
+    println!("{table}");
+    assert!(table.contains("Waiting:\n"), "{table}");
+    let name = waiting[0]["name"].as_str().unwrap();
+    assert!(
+        table
+            .lines()
+            .any(|line| line.contains(name) && line.contains("waits for {CPU: 1}")),
+        "{table}"
+    );
+    raylet(temp.path(), &["serve", "delete", "greet"]);
+}
+
+/// Issue 47, item 8: the proxy's port is taken. The deploy fails soon,
+/// saying why; the controller tries again with growing delays (a few proxy
+/// actors in 20 s, not one a second), `raylet serve status` says the proxy
+/// is failing, and once the port is free the proxy starts and serves.
+#[test]
+fn a_proxy_that_cannot_bind_backs_off_is_reported_and_starts_once_the_port_is_free() {
+    let temp = tempfile::tempdir().unwrap();
+    let _daemons = Daemons(temp.path());
+    start_head(temp.path(), "2");
+    let taken = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = taken.local_addr().unwrap().port();
+    let file = deploy_file_with(temp.path(), std::any::type_name::<Greeter>(), 1, 0.5, port);
+    let began = Instant::now();
+    let (deployed, said) = try_deploy(temp.path(), &file, &["--timeout", "60"]);
+    let took = began.elapsed();
+    println!("after {:.1} s the deploy said:\n{said}", took.as_secs_f64());
+    assert!(!deployed, "{said}");
+    assert!(said.contains("proxy") && said.contains("in use"), "says why: {said}");
+    assert!(
+        took < Duration::from_secs(45),
+        "fails soon, not at the timeout: {took:?}"
+    );
+
+    std::thread::sleep(Duration::from_secs(20));
+    let table = raylet(temp.path(), &["serve", "status"]);
+    println!("{table}");
+    assert!(
+        table.contains("failed starts") && table.contains("next try in") && table.contains("in use"),
+        "{table}"
+    );
+    let actors: Value = serde_json::from_str(&raylet(temp.path(), &["list", "actors", "--format", "json"])).unwrap();
+    let proxies = actors
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|a| a["namespace"] == "serve" && a["name"].as_str().unwrap_or("").starts_with("proxy:"))
+        .count();
+    println!(
+        "{proxies} proxy actors created in {:.0} s",
+        began.elapsed().as_secs_f64()
+    );
+    assert!(proxies <= 8, "backed off: {proxies} proxy actors");
+
+    drop(taken);
+    let freed = Instant::now();
+    let auth = format!(
+        "Authorization: Bearer {}\r\nContent-Type: application/json\r\n",
+        session_file(temp.path(), "token")
+    );
+    let address = format!("127.0.0.1:{port}");
+    while greet(&address, &auth) != 200 {
+        assert!(
+            freed.elapsed() < Duration::from_secs(60),
+            "the proxy did not start within 60 s of the port's release: {:#}",
+            serve_status(temp.path())
+        );
+        std::thread::sleep(Duration::from_millis(500));
+    }
+    println!(
+        "the proxy serves {:.1} s after the port was freed",
+        freed.elapsed().as_secs_f64()
+    );
+    let status = serve_status(temp.path());
+    assert!(
+        status["proxy_failures"].as_array().is_none_or(Vec::is_empty),
+        "{status:#}"
+    );
+    raylet(temp.path(), &["serve", "delete", "greet"]);
 }

@@ -3,7 +3,10 @@
 //! each application's desired state under `apps/<name>` in the key-value
 //! namespace `_raylet_serve`, and the status it publishes for the dashboard
 //! as the `serve` section's `status` entry. A deploy runs the user's binary
-//! as a job with the application's YAML in `RAYLET_SERVE_DEPLOY`.
+//! as a job with the application's YAML in `RAYLET_SERVE_DEPLOY`, and
+//! succeeds only when the job, having exited 0, recorded that it deployed
+//! (under `deploys/<job id>` in the same namespace): a binary that does
+//! not link raylet-serve exits 0 having deployed nothing.
 
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
@@ -29,6 +32,8 @@ const SERVE_NAMESPACE: &str = "_raylet_serve";
 const STATUS_SECTION: &str = "serve";
 /// The variable that carries the application's YAML to the deploy job.
 const DEPLOY_VARIABLE: &str = "RAYLET_SERVE_DEPLOY";
+/// Where a deploy job records, under its job id, that it deployed.
+const DEPLOYED_PREFIX: &str = "deploys/";
 /// What `raylet serve status` says when no controller published a status.
 const NOT_RUNNING: &str = "Serve is not running on this cluster";
 /// How long a call waits to reach the head.
@@ -87,6 +92,8 @@ struct ServeStatus {
     updated_at_ms: u64,
     controller: ControllerStatus,
     proxies: Vec<ProxyStatus>,
+    #[serde(default)]
+    proxy_failures: Vec<ProxyFailureStatus>,
     apps: Vec<AppStatus>,
 }
 
@@ -100,6 +107,14 @@ struct ControllerStatus {
 struct ProxyStatus {
     node_id: String,
     address: String,
+}
+
+#[derive(Debug, Deserialize)]
+struct ProxyFailureStatus {
+    node_id: String,
+    failures: u32,
+    last_error: String,
+    retry_in_ms: u64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -125,8 +140,13 @@ struct DeploymentStatus {
 
 #[derive(Debug, Deserialize)]
 struct ReplicaStatus {
+    #[serde(default)]
+    name: String,
     state: String,
     ongoing: u32,
+    /// What it waits for before it can be placed; empty when it does not.
+    #[serde(default)]
+    waiting: String,
 }
 
 #[derive(Debug, Deserialize)]
@@ -147,8 +167,9 @@ struct AutoscalingStatus {
 }
 
 /// The status as text: the controller, then tables of the applications,
-/// the deployments (each with its autoscaling decision under it) and the
-/// proxies. `now_ms` dates the status.
+/// the deployments (each with its autoscaling decision under it, then the
+/// replicas that wait for resources) and the proxies (then those that fail
+/// to start). `now_ms` dates the status.
 fn render(status: &ServeStatus, now_ms: u64) -> String {
     let mut out = String::new();
     let published = humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(status.updated_at_ms));
@@ -171,8 +192,12 @@ fn render(status: &ServeStatus, now_ms: u64) -> String {
         .iter()
         .flat_map(|app| app.deployments.iter().map(move |deployment| (app, deployment)))
         .collect();
-    section(&mut out, "Deployments", deployment_lines(&deployments));
-    section(&mut out, "Proxies", proxy_lines(&status.proxies));
+    let mut lines = deployment_lines(&deployments);
+    lines.extend(titled("Waiting", waiting_lines(&status.apps)));
+    section(&mut out, "Deployments", lines);
+    let mut lines = proxy_lines(&status.proxies);
+    lines.extend(titled("Failing to start", proxy_failure_lines(&status.proxy_failures)));
+    section(&mut out, "Proxies", lines);
     out.trim_end().to_string()
 }
 
@@ -297,6 +322,45 @@ fn autoscaling_line(autoscaling: &AutoscalingStatus) -> String {
     )
 }
 
+/// `title:` and the lines, each indented by a space, as the autoscaler's
+/// `Waiting:` lines are; nothing when there are no lines.
+fn titled(title: &str, lines: Vec<String>) -> Vec<String> {
+    if lines.is_empty() {
+        return lines;
+    }
+    let body = lines.into_iter().map(|line| format!(" {line}"));
+    std::iter::once(format!("{title}:")).chain(body).collect()
+}
+
+/// A line per replica that waits for resources: its name and what for.
+fn waiting_lines(apps: &[AppStatus]) -> Vec<String> {
+    let replicas = apps
+        .iter()
+        .flat_map(|app| &app.deployments)
+        .flat_map(|deployment| &deployment.replicas);
+    replicas
+        .filter(|replica| !replica.waiting.is_empty())
+        .map(|replica| format!("{} {}", replica.name, replica.waiting))
+        .collect()
+}
+
+/// A line per node whose proxy fails to start, e.g. `node ab12cd34: 3
+/// failed starts, next try in 4 s; last: Address already in use`.
+fn proxy_failure_lines(failures: &[ProxyFailureStatus]) -> Vec<String> {
+    failures
+        .iter()
+        .map(|failure| {
+            format!(
+                "node {}: {} failed starts, next try in {} s; last: {}",
+                short(&failure.node_id),
+                failure.failures,
+                failure.retry_in_ms.div_ceil(1000),
+                failure.last_error.lines().collect::<Vec<_>>().join(" ")
+            )
+        })
+        .collect()
+}
+
 fn proxy_lines(proxies: &[ProxyStatus]) -> Vec<String> {
     if proxies.is_empty() {
         return Vec::new();
@@ -385,6 +449,36 @@ async fn wait_until_gone(address: &str, token: &AuthToken, app: &str, timeout: D
     Ok(())
 }
 
+/// Deletes the record deploy job `job` leaves once it deployed; returns
+/// whether there was one.
+async fn take_deploy_record(address: &str, token: &AuthToken, job: &str) -> anyhow::Result<bool> {
+    let channel = raylet_proto::channel::connect(address, token, PATIENCE)
+        .await
+        .with_context(|| format!("connecting to the head at {address}"))?;
+    let request = KvDeleteRequest {
+        namespace: SERVE_NAMESPACE.to_string(),
+        key: format!("{DEPLOYED_PREFIX}{job}").into_bytes(),
+    };
+    let reply = KvServiceClient::new(channel)
+        .kv_delete(request)
+        .await
+        .map_err(raylet_proto::Error::from)
+        .with_context(|| format!("reading whether job {job} deployed, at the head at {address}"))?;
+    Ok(reply.into_inner().deleted)
+}
+
+/// What keeps `app` from running in a published status, a line each: its
+/// replicas that wait and what for, and the proxies that fail to start.
+fn problems(status: &Value, app: &str) -> Vec<String> {
+    let Ok(status) = serde_json::from_value::<ServeStatus>(status.clone()) else {
+        return Vec::new();
+    };
+    let apps: Vec<AppStatus> = status.apps.into_iter().filter(|listed| listed.name == app).collect();
+    let mut lines = waiting_lines(&apps);
+    lines.extend(proxy_failure_lines(&status.proxy_failures));
+    lines
+}
+
 fn lists_app(status: Option<&Value>, app: &str) -> bool {
     let apps = status.and_then(|status| status["apps"].as_array());
     apps.is_some_and(|apps| apps.iter().any(|listed| listed["name"] == app))
@@ -470,15 +564,35 @@ async fn run_deploy_job(cluster: &ClusterArgs, app: &AppFile, timeout: Duration)
     let id = submitted.id;
     eprintln!("job {id} deploys Serve application `{}`", app.name);
     let Ok(ended) = tokio::time::timeout(timeout, crate::job::follow_to_end(&client, id)).await else {
+        let (address, token) = cluster.head()?;
+        let waiting = match published_status(&address, &token).await {
+            Ok(Some(status)) => problems(&status, &app.name),
+            _ => Vec::new(),
+        };
+        let waiting: String = titled("Waiting", waiting)
+            .iter()
+            .map(|line| format!("\n{line}"))
+            .collect();
         bail!(
             "Serve application `{}` was not deployed within {} s; its deploy job {id} goes on \
-             (raylet job logs --follow {id}; raylet serve status)",
+             (raylet job logs --follow {id}; raylet serve status){waiting}",
             app.name,
-            timeout.as_secs()
+            timeout.as_secs(),
         );
     };
     let info = ended?;
     if info.status == JobStatus::Succeeded {
+        let (address, token) = cluster.head()?;
+        if !take_deploy_record(&address, &token, &id.to_string()).await? {
+            eprintln!(
+                "error: {} exited 0 without deploying Serve application `{}`: a binary that deploys links \
+                 raylet-serve and registers the file's deployment classes (raylet_serve::register_deployment!); \
+                 raylet-serve then deploys the file before main and records that it did (raylet job logs {id})",
+                app.binary.display(),
+                app.name
+            );
+            return Ok(ExitCode::FAILURE);
+        }
         println!("deployed {}", app.name);
         return Ok(ExitCode::SUCCESS);
     }
@@ -575,6 +689,41 @@ mod tests {
             text.ends_with("ADDRESS         NODE\n127.0.0.1:8000  ab12cd34"),
             "{text}"
         );
+    }
+
+    #[test]
+    fn replicas_that_wait_and_proxies_that_fail_to_start_are_listed_under_their_sections() {
+        let mut status = demo_status();
+        status["apps"][0]["deployments"][0]["replicas"][2]["name"] = "replica:digits:classifier:2".into();
+        status["apps"][0]["deployments"][0]["replicas"][2]["waiting"] =
+            "waits for {CPU: 1}: no node has it free (CPU: 0 of 2 free in the cluster)".into();
+        status["proxy_failures"] = serde_json::json!([{
+            "node_id": "cd34ef56ab12", "failures": 4, "retry_in_ms": 7200,
+            "last_error": "Address already in use (os error 98)"
+        }]);
+        let text = render(&serde_json::from_value(status.clone()).unwrap(), 1_764_180_000_000);
+        assert!(
+            text.contains(
+                "\nWaiting:\n replica:digits:classifier:2 waits for {CPU: 1}: no node has it free \
+                 (CPU: 0 of 2 free in the cluster)\n\nProxies"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.ends_with(
+                "127.0.0.1:8000  ab12cd34\nFailing to start:\n node cd34ef56: 4 failed starts, next try in 8 s; \
+                 last: Address already in use (os error 98)"
+            ),
+            "{text}"
+        );
+        assert_eq!(
+            problems(&status, "digits"),
+            [
+                "replica:digits:classifier:2 waits for {CPU: 1}: no node has it free (CPU: 0 of 2 free in the cluster)",
+                "node cd34ef56: 4 failed starts, next try in 8 s; last: Address already in use (os error 98)"
+            ]
+        );
+        assert_eq!(problems(&status, "other").len(), 1, "only the proxies");
     }
 
     #[test]

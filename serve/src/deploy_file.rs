@@ -5,7 +5,10 @@
 //! (each `init` and `user_config`, given as YAML, decoded into the class's
 //! own types through the registry), deploys it through the controller,
 //! prints the outcome and exits without running `main`: the job's log is
-//! the deploy's log and its exit code the outcome.
+//! the deploy's log (with a `waiting:` line whenever what keeps the
+//! application from running changes) and its exit code the outcome. A
+//! deploy that succeeded also records so under [`DEPLOYED_PREFIX`]: a
+//! binary without this hook exits 0 having deployed nothing.
 //!
 //! ```yaml
 //! binary: ./target/release/examples/serve_digits
@@ -26,12 +29,21 @@ use std::time::Duration;
 use serde::Deserialize;
 
 use crate::config::{Application, AutoscalingConfig, DeploymentConfig, HttpOptions};
+use crate::controller::KV_NAMESPACE;
 use crate::error::{Result, ServeError};
 use crate::registry;
 use crate::status::AppState;
 
 /// The variable that carries a deploy file's text to the user's binary.
 pub const DEPLOY_ENV: &str = "RAYLET_SERVE_DEPLOY";
+/// A deploy job that deployed its application records so under this
+/// prefix and its job id, in the key-value namespace `_raylet_serve`, with
+/// the application's name: `raylet serve deploy` takes the record away and
+/// counts a job that exited 0 without one (a binary that does not link
+/// raylet-serve, `/bin/true`) as a failure.
+pub const DEPLOYED_PREFIX: &str = "deploys/";
+/// The variable a node manager gives a submitted job's driver its id in.
+const JOB_ID_ENV: &str = "RAYLET_JOB_ID";
 
 /// A deploy file.
 #[derive(Debug, Deserialize)]
@@ -196,7 +208,9 @@ fn deploy_from_environment() {
 }
 
 /// Deploys a file's application on the cluster this process belongs to
-/// and waits until it runs.
+/// and waits until it runs, printing what keeps it as it changes; a
+/// submitted job's deploy then records that it deployed (see
+/// [`DEPLOYED_PREFIX`]).
 fn deploy(text: &str) -> Result<()> {
     let (app, http) = parse(text)?;
     println!(
@@ -205,7 +219,7 @@ fn deploy(text: &str) -> Result<()> {
         app.deployments.len()
     );
     let cluster = raylet::init()?;
-    let instance = crate::run_with(&cluster, app, http)?;
+    let instance = crate::instance::run_reporting(&cluster, app, http, &mut |line| println!("waiting: {line}"))?;
     let status = instance.status()?;
     let Some(app) = status.app(instance.name()).filter(|app| app.state == AppState::Running) else {
         return Err(ServeError::NoSuchApp(instance.name().to_string()));
@@ -223,6 +237,10 @@ fn deploy(text: &str) -> Result<()> {
             "application `{}` is RUNNING at http://{}{}",
             app.name, proxy.address, app.route_prefix
         );
+    }
+    if std::env::var_os(JOB_ID_ENV).is_some() {
+        let key = format!("{DEPLOYED_PREFIX}{}", cluster.job_id());
+        cluster.kv_namespace(KV_NAMESPACE).put(key, app.name.as_bytes())?;
     }
     Ok(())
 }

@@ -58,6 +58,18 @@ pub enum ServeError {
     ControllerGone(String),
     #[error("{waiting_for} did not happen within {after:?}")]
     WaitTimedOut { waiting_for: String, after: Duration },
+    #[error("application `{app}` is not running after {after:?}: {}", why.join("; "))]
+    NotRunning {
+        app: String,
+        after: Duration,
+        /// What kept it, a line each, or where to look.
+        why: Vec<String>,
+    },
+    #[error(
+        "application `{app}` runs, but no HTTP proxy does: {problem}; it is started again after a back-off \
+         (`raylet serve status` shows when)"
+    )]
+    NoProxy { app: String, problem: String },
     #[error("the HTTP proxy cannot serve: {0}")]
     Http(#[from] std::io::Error),
     #[error(transparent)]

@@ -8,7 +8,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Once;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use raylet::Cluster;
 
@@ -45,14 +45,43 @@ pub fn run(cluster: &Cluster, app: Application) -> Result<ServeInstance> {
 /// replicas start, take over the traffic, and the old ones drain, with no
 /// request dropped. A deploy that fails (a replica that cannot be built,
 /// three times in a row) is deleted again, and the error says why.
+///
+/// While it waits, what keeps the application from running (replicas that
+/// wait for resources and what for, proxies that fail to start) is logged
+/// as a warning each time it changes (on stderr when the program installs
+/// no `tracing` subscriber), and named in the error if the wait times out.
+/// When no proxy can start (its port is taken), it fails with
+/// [`ServeError::NoProxy`] once one has failed twice in a row; the
+/// application stays deployed and the proxy is tried again with back-off.
 pub fn run_with(cluster: &Cluster, app: Application, http: HttpOptions) -> Result<ServeInstance> {
+    run_reporting(cluster, app, http, &mut warn)
+}
+
+/// How many times in a row a proxy fails to start before a deploy with no
+/// proxy running fails.
+const PROXY_ATTEMPTS: u32 = 2;
+
+/// Logs `line` as a warning, on stderr when no subscriber would show it.
+fn warn(line: &str) {
+    match tracing::dispatcher::has_been_set() {
+        true => tracing::warn!("{line}"),
+        false => eprintln!("raylet serve: {line}"),
+    }
+}
+
+/// [`run_with`], handing each new line of what keeps the application from
+/// running to `report`.
+pub(crate) fn run_reporting(
+    cluster: &Cluster,
+    app: Application,
+    http: HttpOptions,
+    report: &mut dyn FnMut(&str),
+) -> Result<ServeInstance> {
     app.validate()?;
     let controller = controller::get_or_start(cluster, &http)?;
     let name = app.name.clone();
     controller.deploy(app).get_timeout(READY_TIMEOUT)?;
-    let status = controller::wait_for_status(&controller, READY_TIMEOUT, "the deploy", |status| {
-        settled(status, &name)
-    })?;
+    let status = wait_until_settled(&controller, &name, report)?;
     let app_status = status.app(&name).ok_or_else(|| ServeError::NoSuchApp(name.clone()))?;
     if app_status.state == AppState::DeployFailed {
         let message = app_status.message.clone();
@@ -72,12 +101,69 @@ pub fn run_with(cluster: &Cluster, app: Application, http: HttpOptions) -> Resul
     })
 }
 
-/// Whether application `name` runs behind installed routes, or failed.
-fn settled(status: &ServeStatus, name: &str) -> bool {
+/// Polls the status until application `name` runs behind installed
+/// routes, or failed; reports each new line of what keeps it; fails when
+/// no proxy can start, or after [`READY_TIMEOUT`].
+fn wait_until_settled(
+    controller: &ServeControllerHandle,
+    name: &str,
+    report: &mut dyn FnMut(&str),
+) -> Result<ServeStatus> {
+    let deadline = Instant::now() + READY_TIMEOUT;
+    let mut reported = Vec::new();
+    loop {
+        let status = controller.status().get_timeout(READY_TIMEOUT)?;
+        let problems = status.problems(name);
+        for line in problems.iter().filter(|line| !reported.contains(*line)) {
+            report(line);
+        }
+        reported = problems;
+        match settled(&status, name) {
+            Settled::Yes => return Ok(status),
+            Settled::NoProxy(problem) => {
+                return Err(ServeError::NoProxy {
+                    app: name.to_string(),
+                    problem,
+                });
+            }
+            Settled::No => {}
+        }
+        if Instant::now() >= deadline {
+            let why = match reported.is_empty() {
+                true => vec!["`raylet serve status` shows where it is".to_string()],
+                false => reported,
+            };
+            return Err(ServeError::NotRunning {
+                app: name.to_string(),
+                after: READY_TIMEOUT,
+                why,
+            });
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Where a deploy of application `name` is.
+enum Settled {
+    /// It runs behind installed routes, or failed.
+    Yes,
+    No,
+    /// It runs, but no proxy does and one keeps failing to start.
+    NoProxy(String),
+}
+
+fn settled(status: &ServeStatus, name: &str) -> Settled {
     match status.app(name).map(|app| app.state) {
-        Some(AppState::DeployFailed) => true,
-        Some(AppState::Running) => status.routes_installed && !status.proxies.is_empty(),
-        _ => false,
+        Some(AppState::DeployFailed) => Settled::Yes,
+        Some(AppState::Running) if !status.proxies.is_empty() => match status.routes_installed {
+            true => Settled::Yes,
+            false => Settled::No,
+        },
+        Some(AppState::Running) => {
+            let failing = status.proxy_failures.iter().find(|p| p.failures >= PROXY_ATTEMPTS);
+            failing.map_or(Settled::No, |failure| Settled::NoProxy(failure.describe()))
+        }
+        _ => Settled::No,
     }
 }
 

@@ -45,8 +45,13 @@
 //! an old replica only after every proxy and replica has stopped routing
 //! to it and it has been idle, so no request is dropped. A version whose
 //! replicas cannot be built three times in a row fails its deploy and
-//! leaves the old version serving. A restarted controller takes its
-//! replicas and proxies back by name.
+//! leaves the old version serving; a version that has run never gives up
+//! replacing replicas, waiting longer after each failed start
+//! ([`status::AppState::Unhealthy`]). A proxy that cannot start (its port
+//! is taken) is started again after a back-off, not at once, and is
+//! reported in the status. A restarted controller takes its replicas and
+//! proxies back by name. A replica that waits for resources is named in
+//! the status with what it waits for.
 //!
 //! **Batching.** A [`Batcher`] gathers the requests of concurrent calls
 //! into batches for one async handler, like Ray Serve's `@serve.batch`.

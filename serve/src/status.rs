@@ -15,7 +15,12 @@ pub struct ServeStatus {
     pub routes_version: u64,
     pub routes_installed: bool,
     pub controller: ControllerStatus,
+    /// The proxies that run.
     pub proxies: Vec<ProxyStatus>,
+    /// The nodes whose proxy failed to start, in a row, and when it is
+    /// tried again.
+    #[serde(default)]
+    pub proxy_failures: Vec<ProxyFailureStatus>,
     pub apps: Vec<AppStatus>,
 }
 
@@ -33,6 +38,17 @@ pub struct ProxyStatus {
     pub address: String,
 }
 
+/// A node whose proxy fails to start.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ProxyFailureStatus {
+    pub node_id: String,
+    /// Failed starts in a row.
+    pub failures: u32,
+    pub last_error: String,
+    /// Milliseconds until the next start.
+    pub retry_in_ms: u64,
+}
+
 /// One application.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AppStatus {
@@ -40,7 +56,7 @@ pub struct AppStatus {
     pub route_prefix: String,
     pub public: bool,
     pub state: AppState,
-    /// Why the deploy failed; empty otherwise.
+    /// Why the deploy failed, or why it is unhealthy; empty otherwise.
     pub message: String,
     pub deployments: Vec<DeploymentStatus>,
 }
@@ -56,6 +72,9 @@ pub enum AppState {
     /// Replicas of a deployment failed to start again and again; see the
     /// message. Nothing more is started until the next deploy.
     DeployFailed,
+    /// A deployment that has run lacks replicas that fail to start (see
+    /// the message); they are started again after a back-off.
+    Unhealthy,
     /// Deleted; its replicas are stopping.
     Deleting,
 }
@@ -85,6 +104,11 @@ pub struct ReplicaStatus {
     pub pid: u32,
     /// Requests it ran at its last check.
     pub ongoing: u32,
+    /// What it waits for before it can be placed, e.g. `waits for {CPU:
+    /// 1}: no node has it free (CPU: 0 of 2 free in the cluster)`; empty
+    /// when it does not wait.
+    #[serde(default)]
+    pub waiting: String,
 }
 
 /// Where a replica is in its life.
@@ -132,6 +156,41 @@ impl ServeStatus {
     /// The application called `name`.
     pub fn app(&self, name: &str) -> Option<&AppStatus> {
         self.apps.iter().find(|app| app.name == name)
+    }
+
+    /// What keeps application `name` from running as it should, a line
+    /// each: its replicas that wait and what for, why it is unhealthy, and
+    /// the nodes whose proxy fails to start.
+    pub fn problems(&self, name: &str) -> Vec<String> {
+        let mut lines = Vec::new();
+        if let Some(app) = self.app(name) {
+            if app.state == AppState::Unhealthy {
+                lines.push(format!("application `{name}` is unhealthy: {}", app.message));
+            }
+            let replicas = app.deployments.iter().flat_map(|deployment| &deployment.replicas);
+            for replica in replicas.filter(|replica| !replica.waiting.is_empty()) {
+                lines.push(format!("{} {}", replica.name, replica.waiting));
+            }
+        }
+        lines.extend(self.proxy_failures.iter().map(ProxyFailureStatus::describe));
+        lines
+    }
+}
+
+impl ProxyFailureStatus {
+    /// E.g. `the HTTP proxy on node ab12cd34 failed to start 3 times in a
+    /// row: Address already in use (os error 98)`; the same until another
+    /// start fails.
+    pub fn describe(&self) -> String {
+        let node: String = self.node_id.chars().take(8).collect();
+        let times = match self.failures {
+            1 => "once".to_string(),
+            failures => format!("{failures} times in a row"),
+        };
+        format!(
+            "the HTTP proxy on node {node} failed to start {times}: {}",
+            self.last_error
+        )
     }
 }
 

@@ -9,8 +9,17 @@
 //!   rollout;
 //! - too many: stop replicas that are still starting first, then drain
 //!   running ones.
+//!
+//! **Failed starts.** A version none of whose replicas ever ran fails its
+//! deploy after [`START_ATTEMPTS`] failed starts in a row, and nothing
+//! more is started. A version that has run (replacing a replica that died,
+//! scaling up) never gives up: each failed start delays the next by a
+//! back-off (1 s doubling to [`MAX_RESTART_DELAY`]), and the deployment
+//! reports why until a replica runs again.
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use raylet::proto::backoff::Backoff;
 
 use crate::config::DeploymentConfig;
 use crate::replica::ReplicaHandle;
@@ -21,6 +30,11 @@ use super::autoscaler::Autoscaler;
 /// How many replica starts in a row may fail before the deployment counts
 /// as failed.
 const START_ATTEMPTS: u32 = 3;
+/// The first delay before starting again after a version that has run
+/// failed to start a replica.
+const FIRST_RESTART_DELAY: Duration = Duration::from_secs(1);
+/// The longest such delay.
+const MAX_RESTART_DELAY: Duration = Duration::from_secs(30);
 
 /// One replica.
 pub(super) struct ReplicaSlot {
@@ -42,6 +56,10 @@ pub(super) struct ReplicaSlot {
     pub left_in: u64,
     /// The newest routing table version it has installed.
     pub acked: u64,
+    /// Its actor is not placed yet (or again).
+    pub pending: bool,
+    /// What it waits for before it can be placed.
+    pub waiting: Option<String>,
 }
 
 impl ReplicaSlot {
@@ -63,6 +81,8 @@ impl ReplicaSlot {
             last_load: now,
             left_in: 0,
             acked: 0,
+            pending: true,
+            waiting: None,
         }
     }
 
@@ -79,6 +99,7 @@ impl ReplicaSlot {
             node_id: self.node_id.clone(),
             pid: self.pid,
             ongoing: self.ongoing,
+            waiting: self.waiting.clone().unwrap_or_default(),
         }
     }
 }
@@ -104,6 +125,12 @@ pub(super) struct DeploymentState {
     pub start_failures: u32,
     /// Why the current version cannot start; nothing more is started.
     pub failed: Option<String>,
+    /// A replica of the current version has run: failed starts are retried
+    /// after a back-off instead of failing the deploy.
+    pub ran: bool,
+    /// Why the last start of a version that has run failed, and when the
+    /// next may begin; cleared once a replica runs.
+    pub unhealthy: Option<(String, Instant)>,
     /// No longer in its application: converging to none.
     pub removed: bool,
     /// What stopped replicas had answered.
@@ -121,6 +148,8 @@ impl DeploymentState {
             replicas: Vec::new(),
             start_failures: 0,
             failed: None,
+            ran: false,
+            unhealthy: None,
             removed: false,
             retired: RequestCounts::default(),
             next_index: 0,
@@ -137,6 +166,8 @@ impl DeploymentState {
             self.version = version;
             self.start_failures = 0;
             self.failed = None;
+            self.ran = false;
+            self.unhealthy = None;
         }
         match (&mut self.autoscaler, &config.autoscaling) {
             (Some(scaler), Some(autoscaling)) => scaler.reconfigure(autoscaling.clone()),
@@ -168,13 +199,33 @@ impl DeploymentState {
         self.replicas.iter_mut().find(|slot| slot.name == name)
     }
 
-    /// Counts a failed start; past [`START_ATTEMPTS`] in a row the
-    /// deployment fails with `message`.
-    pub(super) fn start_failed(&mut self, message: String) {
+    /// Counts a failed start: past [`START_ATTEMPTS`] in a row a version
+    /// that never ran fails with `message`; one that has run starts again
+    /// after a back-off. Returns the delay before the next start, if any.
+    pub(super) fn start_failed(&mut self, message: String, now: Instant) -> Option<Duration> {
         self.start_failures += 1;
+        if self.ran {
+            let attempt = self.start_failures - 1;
+            let delay = Backoff::delay_for_attempt(FIRST_RESTART_DELAY, MAX_RESTART_DELAY, attempt);
+            self.unhealthy = Some((message, now + delay));
+            return Some(delay);
+        }
         if self.start_failures >= START_ATTEMPTS {
             self.failed = Some(message);
         }
+        None
+    }
+
+    /// A replica of the current version runs: earlier failures are over.
+    pub(super) fn replica_ran(&mut self) {
+        self.start_failures = 0;
+        self.ran = true;
+        self.unhealthy = None;
+    }
+
+    /// Whether replicas may be started at `now`.
+    fn can_start(&self, now: Instant) -> bool {
+        self.failed.is_none() && self.unhealthy.as_ref().is_none_or(|(_, next)| now >= *next)
     }
 
     /// Whether it runs its target of current replicas and nothing else.
@@ -186,11 +237,11 @@ impl DeploymentState {
         only_current && self.replicas.len() == self.target(deleting) as usize
     }
 
-    /// What to start, drain and stop now.
-    pub(super) fn plan(&self, deleting: bool) -> Vec<Action> {
+    /// What to start, drain and stop at `now`.
+    pub(super) fn plan(&self, deleting: bool, now: Instant) -> Vec<Action> {
         let replicas: Vec<ReplicaView<'_>> = self.replicas.iter().map(ReplicaSlot::view).collect();
         let target = self.target(deleting) as usize;
-        plan(target, &self.version, self.failed.is_none(), &replicas)
+        plan(target, &self.version, self.can_start(now), &replicas)
     }
 }
 
@@ -355,6 +406,47 @@ mod tests {
             [],
             "nothing starts and nothing is drained"
         );
+    }
+
+    fn deployment() -> DeploymentState {
+        let init = raylet::proto::codec::encode(&()).unwrap();
+        DeploymentState::new(DeploymentConfig::from_parts("echo", "demo::Echo", init))
+    }
+
+    #[test]
+    fn a_version_that_never_ran_fails_after_three_failed_starts() {
+        let mut state = deployment();
+        let now = Instant::now();
+        for _ in 0..2 {
+            assert_eq!(state.start_failed("no checkpoint".into(), now), None);
+            assert!(state.can_start(now));
+        }
+        assert_eq!(state.start_failed("no checkpoint".into(), now), None);
+        assert_eq!(state.failed.as_deref(), Some("no checkpoint"));
+        assert!(!state.can_start(now + Duration::from_secs(3600)));
+    }
+
+    #[test]
+    fn a_version_that_ran_retries_failed_starts_after_a_growing_capped_delay() {
+        let mut state = deployment();
+        state.replica_ran();
+        let now = Instant::now();
+        let mut delays = Vec::new();
+        for _ in 0..10 {
+            let delay = state.start_failed("node gone".into(), now).expect("a retry");
+            assert!(!state.can_start(now), "not before the delay");
+            assert!(state.can_start(now + delay));
+            delays.push(delay);
+        }
+        assert!(state.failed.is_none(), "it never gives up");
+        assert!(
+            delays[0] <= FIRST_RESTART_DELAY && delays[3] >= 4 * FIRST_RESTART_DELAY,
+            "{delays:?}"
+        );
+        assert!(delays.iter().all(|delay| *delay <= MAX_RESTART_DELAY), "{delays:?}");
+        assert!(delays[9] >= MAX_RESTART_DELAY / 2, "{delays:?}");
+        state.replica_ran();
+        assert!(state.unhealthy.is_none() && state.can_start(now));
     }
 
     #[test]

@@ -26,6 +26,7 @@ mod deployment_state;
 mod proxies;
 mod reconciler;
 mod store;
+mod waiting;
 
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::mpsc::{SyncSender, sync_channel};
@@ -40,6 +41,7 @@ use crate::error::{Result, ServeError};
 use crate::routes::RoutingTable;
 use crate::status::ServeStatus;
 use reconciler::{Command, Reconciler};
+pub(crate) use store::KV_NAMESPACE;
 
 /// The namespace of Serve's actors.
 pub(crate) const NAMESPACE: &str = "serve";

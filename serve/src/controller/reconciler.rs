@@ -8,30 +8,32 @@
 //! back as [`Event`]s, so a slow replica never stalls the loop. Blocking
 //! cluster calls (creating and killing actors, the key-value store,
 //! `list_actors`) are made here, on this thread, never on a core runtime.
+//! [`polling`] reads the cluster once a second; [`report`] makes the
+//! status.
 
 use std::collections::BTreeMap;
 use std::future::Future;
 use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{Receiver, RecvTimeoutError, Sender, SyncSender, channel};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
-use raylet::{ActorState, Cluster, SchedulingStrategy};
+use raylet::Cluster;
 use tokio::runtime::Runtime;
 
 use super::deployment_state::{Action, DeploymentState, ReplicaSlot};
-use super::proxies::{ProxySlot, proxy_name};
+use super::proxies::{ProxyFailure, ProxySlot};
 use super::{NAMESPACE, Shared, store};
 use crate::config::{Application, HttpOptions};
 use crate::deployment::ReplicaContext;
 use crate::error::{Result, ServeError};
-use crate::metrics;
-use crate::proxy::{HttpProxy, HttpProxyHandle};
+use crate::proxy::HttpProxyHandle;
 use crate::replica::{Replica, ReplicaHandle, ReplicaLoad, ReplicaSpec};
 use crate::routes::{AppRoute, DeploymentRoutes, QueueReport, RoutingTable};
-use crate::status::{
-    AppState, AppStatus, ControllerStatus, DeploymentStatus, ReplicaState, RequestCounts, ServeStatus,
-};
+use crate::status::{ControllerStatus, ReplicaState, RequestCounts, ServeStatus};
+
+mod polling;
+mod report;
 
 /// How often the loop converges.
 const TICK: Duration = Duration::from_millis(100);
@@ -117,6 +119,9 @@ pub(super) struct Reconciler {
     received: Receiver<Event>,
     apps: BTreeMap<String, App>,
     proxies: BTreeMap<String, ProxySlot>,
+    /// Nodes whose proxy failed to start, in a row: started again only
+    /// after a back-off.
+    proxy_failures: BTreeMap<String, ProxyFailure>,
     table_version: u64,
     table_dirty: bool,
     last_poll: Instant,
@@ -152,6 +157,7 @@ impl Reconciler {
             received,
             apps: BTreeMap::new(),
             proxies: BTreeMap::new(),
+            proxy_failures: BTreeMap::new(),
             table_version: 0,
             table_dirty: true,
             last_poll: long_ago,
@@ -354,14 +360,19 @@ impl Reconciler {
                 if slot.state == ReplicaState::Starting {
                     slot.enter(ReplicaState::Running);
                     slot.last_health = Instant::now();
-                    deployment.start_failures = 0;
+                    if slot.version == current_version {
+                        deployment.replica_ran();
+                    }
                     self.table_dirty = true;
                 }
             }
             Err(message) => {
                 tracing::warn!(replica, "a replica failed to start: {message}");
                 if slot.version == current_version {
-                    deployment.start_failed(format!("replica {replica} failed to start: {message}"));
+                    let message = format!("replica {replica} failed to start: {message}");
+                    if let Some(delay) = deployment.start_failed(message, Instant::now()) {
+                        tracing::warn!(replica, "starting another in {delay:?}");
+                    }
                 }
                 self.stop(replica);
             }
@@ -419,10 +430,13 @@ impl Reconciler {
                     proxy.probing = false;
                     self.table_dirty = true;
                 }
+                if let Some(failure) = self.proxy_failures.remove(node_id) {
+                    tracing::info!(node = node_id, %address, "the serve proxy started after {} failed starts", failure.failures);
+                }
             }
             Err(message) => {
-                tracing::error!(node = node_id, "the serve proxy failed to start: {message}");
                 self.proxies.remove(node_id);
+                self.proxy_failed(node_id, message);
             }
         }
     }
@@ -457,7 +471,7 @@ impl Reconciler {
                     .sum();
                 scaler.record(now, ongoing, queued_at(&deployment.config.name));
             }
-            work.push((deployment.config.name.clone(), deployment.plan(deleting)));
+            work.push((deployment.config.name.clone(), deployment.plan(deleting, now)));
         }
         app.deployments.retain(|d| !(d.removed && d.replicas.is_empty()));
         for (deployment, actions) in work {
@@ -474,7 +488,7 @@ impl Reconciler {
                 if let Err(e) = self.start_replica(app, deployment) {
                     tracing::warn!(app, deployment, "starting a replica: {e}");
                     if let Some(state) = self.deployment_mut(app, deployment) {
-                        state.start_failed(format!("starting a replica: {e}"));
+                        state.start_failed(format!("starting a replica: {e}"), Instant::now());
                     }
                 }
             }
@@ -765,193 +779,6 @@ impl Reconciler {
         RoutingTable { apps, deployments }
     }
 
-    // Polling the cluster.
-
-    /// Reads what should run (an application deleted from the key-value
-    /// store is torn down), which replicas and proxies died, and which
-    /// nodes need a proxy.
-    fn poll_cluster(&mut self) {
-        match store::names(&self.cluster) {
-            Ok(recorded) => {
-                for app in self.apps.values_mut().filter(|app| !app.deleting) {
-                    if !recorded.contains(&app.config.name) {
-                        tracing::info!(app = %app.config.name, "deleted from the key-value store: tearing it down");
-                        app.deleting = true;
-                        self.table_dirty = true;
-                    }
-                }
-            }
-            Err(e) => tracing::warn!("reading the recorded applications: {e}"),
-        }
-        match self.cluster.list_actors() {
-            Ok(actors) => self.note_actors(&actors),
-            Err(e) => tracing::warn!("listing the actors: {e}"),
-        }
-        if let Err(e) = self.ensure_proxies() {
-            tracing::warn!("starting proxies: {e}");
-        }
-    }
-
-    /// Takes each replica's and proxy's node and pid, and drops the dead.
-    fn note_actors(&mut self, actors: &[raylet::ActorInfo]) {
-        let serve = |actor: &&raylet::ActorInfo| actor.namespace == NAMESPACE;
-        let by_name: BTreeMap<&str, &raylet::ActorInfo> =
-            actors.iter().filter(serve).map(|a| (a.name.as_str(), a)).collect();
-        if let Some(me) = actors.iter().filter(serve).find(|a| a.pid == self.controller.pid) {
-            self.controller.node_id = me.node_id.map(|id| id.to_string()).unwrap_or_default();
-        }
-        let mut dead = Vec::new();
-        for slot in self
-            .apps
-            .values_mut()
-            .flat_map(|app| &mut app.deployments)
-            .flat_map(|d| &mut d.replicas)
-        {
-            match by_name.get(slot.name.as_str()) {
-                Some(actor) if actor.state == ActorState::Dead => {
-                    dead.push((slot.name.clone(), actor.death_cause.clone()))
-                }
-                Some(actor) => {
-                    slot.pid = actor.pid;
-                    slot.node_id = actor.node_id.map(|id| id.to_string()).unwrap_or_default();
-                }
-                None => {}
-            }
-        }
-        for (replica, cause) in dead {
-            tracing::warn!(replica, "a replica died: {cause}");
-            let routed = self
-                .replica_mut(&replica)
-                .is_some_and(|slot| slot.state == ReplicaState::Running);
-            self.table_dirty |= routed;
-            self.stopped(&replica);
-        }
-        let dead_proxies: Vec<String> = self
-            .proxies
-            .keys()
-            .filter(|node| {
-                by_name
-                    .get(proxy_name(node).as_str())
-                    .is_some_and(|a| a.state == ActorState::Dead)
-            })
-            .cloned()
-            .collect();
-        for node in dead_proxies {
-            tracing::warn!(node, "a serve proxy died; starting another");
-            self.proxies.remove(&node);
-        }
-    }
-
-    /// Starts a proxy on every alive node that has none.
-    fn ensure_proxies(&mut self) -> Result<()> {
-        let status = self.cluster.status()?;
-        let alive: Vec<String> = status.alive().map(|node| node.node_id.to_string()).collect();
-        self.proxies.retain(|node, _| alive.contains(node));
-        for node in status.alive() {
-            let node_id = node.node_id.to_string();
-            if self.proxies.contains_key(&node_id) {
-                continue;
-            }
-            let handle = match self.cluster.get_actor_in::<HttpProxy>(NAMESPACE, &proxy_name(&node_id)) {
-                Ok(found) => found,
-                Err(_) => HttpProxy::remote(&self.cluster, self.http.clone())
-                    .num_cpus(0.0)
-                    .scheduling_strategy(SchedulingStrategy::NodeAffinity {
-                        node_id: node.node_id,
-                        soft: false,
-                    })
-                    .name(&proxy_name(&node_id))
-                    .namespace(NAMESPACE)
-                    .detached()
-                    .spawn()?,
-            };
-            let mut slot = ProxySlot::new(node_id.clone(), handle.clone());
-            slot.probing = true;
-            self.proxies.insert(node_id.clone(), slot);
-            let address = async move { handle.address().get_async().await.map_err(|e| e.to_string()) };
-            self.probe(BUILD_TIMEOUT, address, move |result| Event::ProxyReady {
-                node_id,
-                result,
-            });
-        }
-        Ok(())
-    }
-
-    /// Takes back what a previous controller recorded and started.
-    fn recover(&mut self) -> Result<()> {
-        for app in store::load_all(&self.cluster)? {
-            self.adopt_config(app);
-        }
-        let actors = self.cluster.list_actors()?;
-        let replicas = actors
-            .iter()
-            .filter(|a| a.namespace == NAMESPACE && a.state != ActorState::Dead && a.name.starts_with("replica:"));
-        for actor in replicas {
-            self.adopt_replica(&actor.name);
-        }
-        Ok(())
-    }
-
-    /// Takes back replica `name` (`replica:<app>:<deployment>:<index>`), or
-    /// kills it when its deployment is gone.
-    fn adopt_replica(&mut self, name: &str) {
-        let Ok(handle) = self.cluster.get_actor_in::<Replica>(NAMESPACE, name) else {
-            return;
-        };
-        let parts: Vec<&str> = name.splitn(4, ':').collect();
-        let index = parts.get(3).and_then(|index| index.parse::<u32>().ok());
-        let (Some(app), Some(deployment), Some(index)) = (parts.get(1), parts.get(2), index) else {
-            return;
-        };
-        let Some(state) = self.deployment_mut(app, deployment) else {
-            tracing::info!(replica = name, "stopping a replica of a deployment that is gone");
-            let _ = self.cluster.kill(&handle, true);
-            return;
-        };
-        state.next_index = state.next_index.max(index + 1);
-        let mut slot = ReplicaSlot::new(name.to_string(), handle.clone(), String::new());
-        slot.probing = true;
-        state.replicas.push(slot);
-        self.spawn_build_probe(name.to_string(), handle);
-    }
-
-    // Status.
-
-    /// Recomputes the status; publishes it when it changed, when `now`,
-    /// or once a second.
-    fn refresh_status(&mut self, now: bool) {
-        let status = self.status();
-        metrics::record_controller(&status);
-        let changed = {
-            let mut compared = status.clone();
-            compared.updated_at_ms = self.published.updated_at_ms;
-            compared != self.published
-        };
-        *self.shared.status.lock().unwrap_or_else(|p| p.into_inner()) = status.clone();
-        if !(changed || now || self.last_publish.elapsed() >= PUBLISH_PERIOD) {
-            return;
-        }
-        self.last_publish = Instant::now();
-        if let Err(e) = self.cluster.publish_to_dashboard("serve", "status", &status) {
-            tracing::debug!("publishing the serve status: {e}");
-        }
-        self.published = status;
-    }
-
-    fn status(&self) -> ServeStatus {
-        let now = Instant::now();
-        ServeStatus {
-            updated_at_ms: SystemTime::now()
-                .duration_since(UNIX_EPOCH)
-                .map_or(0, |elapsed| elapsed.as_millis() as u64),
-            routes_version: self.table_version,
-            routes_installed: self.everyone_installed(self.table_version),
-            controller: self.controller.clone(),
-            proxies: self.proxies.values().filter_map(ProxySlot::status).collect(),
-            apps: self.apps.values().map(|app| app_status(app, now)).collect(),
-        }
-    }
-
     // Lookups.
 
     fn deployment(&self, app: &str, deployment: &str) -> Option<&DeploymentState> {
@@ -981,44 +808,4 @@ impl Reconciler {
 enum Target {
     Proxy(HttpProxyHandle),
     Replica(ReplicaHandle),
-}
-
-fn app_status(app: &App, now: Instant) -> AppStatus {
-    let failed = app.deployments.iter().find_map(|d| d.failed.clone());
-    let state = match (&failed, app.deleting) {
-        (_, true) => AppState::Deleting,
-        (Some(_), false) => AppState::DeployFailed,
-        (None, false) if app.deployments.iter().all(|d| d.converged(false)) => AppState::Running,
-        (None, false) => AppState::Deploying,
-    };
-    AppStatus {
-        name: app.config.name.clone(),
-        route_prefix: app.config.route_prefix.clone(),
-        public: app.config.public,
-        state,
-        message: failed.unwrap_or_default(),
-        deployments: app
-            .deployments
-            .iter()
-            .map(|d| deployment_status(d, app.deleting, now))
-            .collect(),
-    }
-}
-
-fn deployment_status(deployment: &DeploymentState, deleting: bool, now: Instant) -> DeploymentStatus {
-    let live = deployment.replicas.iter().map(|slot| slot.counts);
-    let requests = live.fold(deployment.retired, |sum, counts| RequestCounts {
-        total: sum.total + counts.total,
-        errors: sum.errors + counts.errors,
-    });
-    DeploymentStatus {
-        name: deployment.config.name.clone(),
-        class: deployment.config.class.clone(),
-        version: deployment.version.clone(),
-        target_replicas: deployment.target(deleting),
-        max_ongoing_requests: deployment.config.max_ongoing_requests,
-        replicas: deployment.replicas.iter().map(ReplicaSlot::status).collect(),
-        requests,
-        autoscaling: deployment.autoscaler.as_ref().map(|scaler| scaler.status(now)),
-    }
 }

@@ -39,6 +39,8 @@ pub(super) fn status(error: &ServeError) -> StatusCode {
         | ServeError::ControllerGone(_)
         | ServeError::OtherBuild { .. }
         | ServeError::WaitTimedOut { .. }
+        | ServeError::NotRunning { .. }
+        | ServeError::NoProxy { .. }
         | ServeError::Http(_)
         | ServeError::Cluster(_) => StatusCode::INTERNAL_SERVER_ERROR,
     }
