@@ -4,7 +4,8 @@
 //! `_raylet_serve` namespace. Status prints the table and the JSON as
 //! published; delete removes the desired state and waits until the status
 //! drops the application; deploy checks the application's YAML and runs its
-//! binary as a job with the YAML in RAYLET_SERVE_DEPLOY, and fails when the
+//! binary as a job with the YAML shipped beside it and named in
+//! RAYLET_SERVE_DEPLOY_FILE (one over 128 KiB too), and fails when the
 //! job ends without recording that it deployed.
 
 use crate::common;
@@ -246,7 +247,7 @@ fn serve_deploy_checks_the_file_then_runs_its_binary_as_a_job_with_the_yaml() {
     let failing = app_file(
         &app,
         APP_YAML,
-        "printf 'deploying:\\n%s' \"$RAYLET_SERVE_DEPLOY\"\nexit 3",
+        "printf 'deploying:\\n'\ncat \"$RAYLET_SERVE_DEPLOY_FILE\"\nexit 3",
     );
     let failed = raylet_output(temp, &["serve", "deploy", &failing]);
     assert_eq!(
@@ -260,6 +261,23 @@ fn serve_deploy_checks_the_file_then_runs_its_binary_as_a_job_with_the_yaml() {
         stderr(&failed).contains("deploying Serve application `demo` failed: job "),
         "{}",
         stderr(&failed)
+    );
+
+    // Issue 47, item 13: a deploy file over the 128 KiB that Linux allows
+    // one environment variable reaches the job whole, as a shipped file.
+    let large_yaml = format!("{APP_YAML}# {}\n", "x".repeat(200 << 10));
+    let large = app_file(&app, &large_yaml, "wc -c < \"$RAYLET_SERVE_DEPLOY_FILE\"\nexit 3");
+    let deployed = raylet_output(temp, &["serve", "deploy", &large]);
+    assert_eq!(deployed.status.code(), Some(3), "the job ran: {}", stderr(&deployed));
+    assert_eq!(
+        stdout(&deployed).trim(),
+        large_yaml.len().to_string(),
+        "{}",
+        stderr(&deployed)
+    );
+    println!(
+        "a {} KiB deploy file reached the deploy job whole",
+        large_yaml.len() >> 10
     );
 
     // Issue 47, item 9: a binary that exits 0 without deploying anything

@@ -627,9 +627,10 @@ pub enum ServeCommand {
     /// The file names `binary` (a build of your crate that registers the
     /// deployments and links raylet-serve; relative to the file's
     /// directory), the application's `name`, `route_prefix` and
-    /// `deployments`. The binary runs as a job with the file's text in
-    /// RAYLET_SERVE_DEPLOY; it deploys the application through the Serve
-    /// controller and exits once it is RUNNING, or fails with the reason.
+    /// `deployments`. The binary runs as a job with the file shipped into
+    /// its working directory and named in RAYLET_SERVE_DEPLOY_FILE; it
+    /// deploys the application through the Serve controller and exits once
+    /// it is RUNNING, or fails with the reason.
     Deploy(ServeDeployArgs),
     /// Show each application with its route and state, each deployment's
     /// replicas by state, load, requests and autoscaling decision, and the

@@ -3,7 +3,9 @@
 //! each application's desired state under `apps/<name>` in the key-value
 //! namespace `_raylet_serve`, and the status it publishes for the dashboard
 //! as the `serve` section's `status` entry. A deploy runs the user's binary
-//! as a job with the application's YAML in `RAYLET_SERVE_DEPLOY`, and
+//! as a job with the application's YAML file shipped beside it (in its
+//! working directory, named in `RAYLET_SERVE_DEPLOY_FILE`: an environment
+//! variable holds at most 128 KiB on Linux), and
 //! succeeds only when the job, having exited 0, recorded that it deployed
 //! (under `deploys/<job id>` in the same namespace): a binary that does
 //! not link raylet-serve exits 0 having deployed nothing.
@@ -30,8 +32,9 @@ use crate::args::{ClusterArgs, OutputFormat, ServeCommand, ServeDeleteArgs, Serv
 const SERVE_NAMESPACE: &str = "_raylet_serve";
 /// The dashboard section the controller publishes its status in.
 const STATUS_SECTION: &str = "serve";
-/// The variable that carries the application's YAML to the deploy job.
-const DEPLOY_VARIABLE: &str = "RAYLET_SERVE_DEPLOY";
+/// The variable that names the application's YAML file, shipped with the
+/// deploy job into its working directory.
+const DEPLOY_FILE_VARIABLE: &str = "RAYLET_SERVE_DEPLOY_FILE";
 /// Where a deploy job records, under its job id, that it deployed.
 const DEPLOYED_PREFIX: &str = "deploys/";
 /// What `raylet serve status` says when no controller published a status.
@@ -494,8 +497,8 @@ fn deploy(args: ServeDeployArgs) -> anyhow::Result<ExitCode> {
 /// raylet-serve's to check, in the deploy job.
 #[derive(Debug)]
 struct AppFile {
-    /// The file's whole text, handed to the deploy job.
-    text: String,
+    /// The file, shipped with the deploy job as it is.
+    path: PathBuf,
     name: String,
     /// The binary, relative to the current directory or absolute.
     binary: PathBuf,
@@ -524,7 +527,7 @@ impl AppFile {
         let binary = directory.join(&fields.binary);
         check_executable(&binary, path)?;
         Ok(AppFile {
-            text,
+            path: path.to_path_buf(),
             name: fields.name,
             binary,
         })
@@ -554,9 +557,11 @@ fn check_executable(binary: &Path, file: &Path) -> anyhow::Result<()> {
 /// output; exits with the job's status.
 async fn run_deploy_job(cluster: &ClusterArgs, app: &AppFile, timeout: Duration) -> anyhow::Result<ExitCode> {
     let client = crate::job::connect(cluster).await?;
+    let file_name = app.path.file_name().unwrap_or_default().to_string_lossy();
     let job = Job::new(&app.binary)
         .name(format!("serve deploy {}", app.name))
-        .env(DEPLOY_VARIABLE, app.text.clone());
+        .files([&app.path])
+        .env(DEPLOY_FILE_VARIABLE, file_name);
     let submitted = client
         .submit(&job)
         .await
@@ -770,11 +775,11 @@ mod tests {
     }
 
     #[test]
-    fn an_app_file_keeps_its_text_and_finds_its_binary_beside_it() {
+    fn an_app_file_keeps_its_path_and_finds_its_binary_beside_it() {
         let dir = app_dir(GOOD);
         let app = AppFile::read(&dir.path().join("app.yaml")).unwrap();
         assert_eq!(app.name, "digits");
-        assert_eq!(app.text, GOOD);
+        assert_eq!(app.path, dir.path().join("app.yaml"));
         assert_eq!(app.binary, dir.path().join("bin/serve_app"));
     }
 

@@ -36,6 +36,11 @@ use crate::status::AppState;
 
 /// The variable that carries a deploy file's text to the user's binary.
 pub const DEPLOY_ENV: &str = "RAYLET_SERVE_DEPLOY";
+/// The variable that names a deploy file for the user's binary to read,
+/// relative to its working directory: how `raylet serve deploy` passes the
+/// file (shipped with the job), since Linux caps one environment variable
+/// at 128 KiB.
+pub const DEPLOY_FILE_ENV: &str = "RAYLET_SERVE_DEPLOY_FILE";
 /// A deploy job that deployed its application records so under this
 /// prefix and its job id, in the key-value namespace `_raylet_serve`, with
 /// the application's name: `raylet serve deploy` takes the record away and
@@ -185,19 +190,26 @@ fn duration(seconds: f64) -> Result<Duration> {
         .map_err(|_| ServeError::InvalidConfig(format!("{seconds} is not a number of seconds")))
 }
 
-/// Deploys the file in [`DEPLOY_ENV`] when this process was started for
-/// it (and is not a worker), then exits.
+/// Deploys the file named in [`DEPLOY_FILE_ENV`], or given in
+/// [`DEPLOY_ENV`], when this process was started for it (and is not a
+/// worker), then exits.
 #[ctor::ctor(unsafe)]
 fn deploy_from_environment() {
     if std::env::var_os(raylet::proto::worker_env::WORKER_ENV).is_some() {
         return;
     }
-    let Some(text) = std::env::var_os(DEPLOY_ENV) else {
-        return;
+    let text = match (std::env::var_os(DEPLOY_FILE_ENV), std::env::var_os(DEPLOY_ENV)) {
+        (Some(path), _) => std::fs::read_to_string(&path)
+            .map_err(|e| ServeError::InvalidConfig(format!("reading the deploy file {}: {e}", path.to_string_lossy()))),
+        (None, Some(text)) => Ok(text.to_string_lossy().into_owned()),
+        (None, None) => return,
     };
     // SAFETY: this runs before main, on the only thread of the process.
-    unsafe { std::env::remove_var(DEPLOY_ENV) };
-    let code = match deploy(&text.to_string_lossy()) {
+    unsafe {
+        std::env::remove_var(DEPLOY_FILE_ENV);
+        std::env::remove_var(DEPLOY_ENV);
+    }
+    let code = match text.and_then(|text| deploy(&text)) {
         Ok(()) => 0,
         Err(e) => {
             eprintln!("raylet serve deploy: {e}");
