@@ -144,7 +144,9 @@ pub async fn run(
         .route(PUBLIC_PATHS[0], get(|| async { "ok\n" }))
         .route(
             PUBLIC_PATHS[1],
-            get(auth::login_page).post(auth::log_in).layer(DefaultBodyLimit::max(LOGIN_BODY_BYTES)),
+            get(auth::login_page)
+                .post(auth::log_in)
+                .layer(DefaultBodyLimit::max(LOGIN_BODY_BYTES)),
         )
         .layer(middleware::from_fn_with_state(head.clone(), auth::require_token))
         .with_state(head);

@@ -210,9 +210,11 @@ async fn handshake(tls: Arc<ClusterTls>, stream: CountedStream, peer: SocketAddr
 /// was sent (a 413 for a body it is still sending).
 struct Lingering(Option<Box<dyn Connection>>);
 
-/// How long, and how many bytes, a closing connection reads.
+/// How long, and how many bytes, a closing connection reads: enough for a
+/// client that sends a body a little over a Serve proxy's 16 MiB bound
+/// before it reads the answer (most HTTP clients do), read and dropped.
 const LINGER: Duration = Duration::from_secs(2);
-const LINGER_BYTES: usize = 1 << 20;
+const LINGER_BYTES: usize = 64 << 20;
 
 impl Lingering {
     fn io(&mut self) -> &mut Box<dyn Connection> {
