@@ -195,12 +195,11 @@ fn the_heads_http_routes_need_the_token_and_metrics_follow_the_cluster() {
     every_node_serves_its_metrics(&dashboard, &token);
 }
 
-#[test]
-fn the_serve_api_returns_the_controllers_status_only_with_the_token() {
-    let temp = tempfile::tempdir().unwrap();
-    let _daemons = Daemons(temp.path());
+/// Starts a head of one CPU with its dashboard; the dashboard's address
+/// and the cluster token.
+fn start_head_with_dashboard(temp: &std::path::Path) -> (String, String) {
     raylet(
-        temp.path(),
+        temp,
         &[
             "start",
             "--head",
@@ -212,8 +211,14 @@ fn the_serve_api_returns_the_controllers_status_only_with_the_token() {
             "1",
         ],
     );
-    let dashboard = session_file(temp.path(), "dashboard_address");
-    let token = session_file(temp.path(), "token");
+    (session_file(temp, "dashboard_address"), session_file(temp, "token"))
+}
+
+#[test]
+fn the_serve_api_returns_the_controllers_status_only_with_the_token() {
+    let temp = tempfile::tempdir().unwrap();
+    let _daemons = Daemons(temp.path());
+    let (dashboard, token) = start_head_with_dashboard(temp.path());
     assert_eq!(
         get(&dashboard, "/api/serve", Some(&token)),
         (200, "null".to_string()),
@@ -349,21 +354,7 @@ fn process_memory(pid: u32, field: &str) -> u64 {
 fn a_large_jobs_logs_view_reads_only_the_end_and_the_heads_memory_stays_flat() {
     let temp = tempfile::tempdir().unwrap();
     let _daemons = Daemons(temp.path());
-    raylet(
-        temp.path(),
-        &[
-            "start",
-            "--head",
-            "--port",
-            "0",
-            "--dashboard-port",
-            "0",
-            "--num-cpus",
-            "1",
-        ],
-    );
-    let dashboard = session_file(temp.path(), "dashboard_address");
-    let token = session_file(temp.path(), "token");
+    let (dashboard, token) = start_head_with_dashboard(temp.path());
     let head_pid = common::daemon_pids(temp.path(), "head")[0];
     let seq = format!("seq 1 {LARGE_OUTPUT_LINES}");
     let submitted = std::process::Command::new(common::RAYLET)

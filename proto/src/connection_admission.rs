@@ -166,7 +166,8 @@ impl Admission {
     }
 
     /// Open connections in all, and unproven ones of `client`.
-    pub fn counts(&self, client: IpAddr) -> (usize, usize) {
+    #[cfg(test)]
+    fn counts(&self, client: IpAddr) -> (usize, usize) {
         let table = self.table();
         let unproven = table.clients.get(&client).map_or(0, |entry| entry.unproven.len());
         (table.open, unproven)
@@ -187,10 +188,6 @@ impl Slot {
         if let Some(entry) = table.clients.get_mut(&self.client) {
             entry.unproven.retain(|other| !Arc::ptr_eq(other, self));
         }
-    }
-
-    pub fn is_proven(&self) -> bool {
-        self.proven.load(Ordering::Acquire)
     }
 
     fn close(&self) {
