@@ -172,8 +172,14 @@ impl JobDrivers {
 }
 
 /// Starts the job's driver and streams its events; sends only `Busy` when
-/// the node has no room for it.
+/// the node has no room for it. A driver runs at most once per job here: a
+/// head that asks again (it restarted before it knew the driver started)
+/// follows the one this node runs, or lately ran, from its start.
 pub(crate) fn start(shared: &Arc<NodeShared>, job: JobId, spec: JobSpec, events: DriverEvents) -> Result<()> {
+    if shared.job_drivers.driver(job).is_some() {
+        tracing::info!(%job, "the head asked again for a driver this node runs; following that one");
+        return shared.job_drivers.attach(job, 0, events);
+    }
     let demand = ResourceSet::from_proto(&spec.resources.clone().unwrap_or_default())?;
     let Some(holder) = shared.leases.hold_for_driver(demand) else {
         let busy = Event::Busy("the node has no room for the driver's resources now".into());
@@ -185,9 +191,7 @@ pub(crate) fn start(shared: &Arc<NodeShared>, job: JobId, spec: JobSpec, events:
         output: drivers.jobs_dir.join(format!("{job}.out")),
         progress: watch::channel(Progress::default()).0,
     });
-    if drivers.drivers().insert(job, driver.clone()).is_some() {
-        tracing::warn!(%job, "the head started a driver of this job again; the old one is no longer followed");
-    }
+    drivers.drivers().insert(job, driver.clone());
     let shared = shared.clone();
     tokio::spawn(async move {
         let end = match supervise(&shared, job, &spec, &driver).await {

@@ -20,7 +20,7 @@ use raylet_proto::v1::{
 use raylet_proto::{Backoff, Error, JobId, NodeId, ResourceSet, Result, Scheduling};
 
 use super::blobs::BlobStore;
-use super::table::{JobTable, is_ended};
+use super::table::{JobTable, WAITING_FOR_A_NODE, is_ended};
 use crate::head::NodeTable;
 use crate::head::state_store::StateStore;
 use crate::placement::{Choice, Placer};
@@ -49,6 +49,17 @@ enum Following {
     Busy,
     /// The stream broke while the driver may still run.
     Broken(String),
+}
+
+/// How the head goes on with a job.
+enum Resume {
+    /// Place its driver on a node with room.
+    Place,
+    /// Its driver was being started on this node: follow it there, or place
+    /// it anew when that node never started it.
+    Starting(NodeId),
+    /// Follow its driver on this node.
+    Running(NodeId),
 }
 
 /// How a job ended.
@@ -99,15 +110,16 @@ impl JobManager {
             return;
         };
         let demand = ResourceSet::from_proto(&spec.resources.clone().unwrap_or_default()).unwrap_or_default();
-        let running_on = NodeId::from_wire(&record.node_id).ok();
-        match record.status() {
-            JobStatus::Pending => {}
-            JobStatus::Running if running_on.is_some() => {}
+        let node = NodeId::from_wire(&record.node_id).ok();
+        let resume = match (record.status(), node) {
+            (JobStatus::Pending, None) => Resume::Place,
+            (JobStatus::Pending, Some(node_id)) => Resume::Starting(node_id),
+            (JobStatus::Running, Some(node_id)) => Resume::Running(node_id),
             _ => return,
-        }
+        };
         tracing::info!(job = %id, status = ?record.status(), "going on with a job after a restart");
         self.drivers().insert(id, Driver::default());
-        tokio::spawn(self.clone().drive(id, spec, demand, running_on));
+        tokio::spawn(self.clone().drive(id, spec, demand, resume));
     }
 
     fn drivers(&self) -> MutexGuard<'_, HashMap<JobId, Driver>> {
@@ -126,7 +138,7 @@ impl JobManager {
             self.table.forget(id);
             return Err(error);
         }
-        tokio::spawn(self.clone().drive(id, spec, demand, None));
+        tokio::spawn(self.clone().drive(id, spec, demand, Resume::Place));
         Ok(record)
     }
 
@@ -192,12 +204,19 @@ impl JobManager {
         ResourceSet::from_proto(&spec.resources.clone().unwrap_or_default())
     }
 
-    /// Places and runs the driver, or follows the one already `running_on`
-    /// a node, until the job ends; then records how.
-    async fn drive(self: Arc<Self>, id: JobId, spec: JobSpec, demand: ResourceSet, running_on: Option<NodeId>) {
-        let ended = match running_on {
-            Some(node_id) => self.attach(id, node_id).await,
-            None => self.run_until_ended(id, &spec, &demand).await,
+    /// Places and runs the driver, or follows the one a node runs, until
+    /// the job ends; then records how.
+    async fn drive(self: Arc<Self>, id: JobId, spec: JobSpec, demand: ResourceSet, resume: Resume) {
+        let ended = match resume {
+            Resume::Place => self.run_until_ended(id, &spec, &demand).await,
+            Resume::Running(node_id) => self.attach(id, node_id).await,
+            Resume::Starting(node_id) => match self.follow_driver_on(id, node_id).await {
+                Ok(end) => end,
+                Err(reason) => {
+                    tracing::info!(job = %id, %reason, "the driver had not started before the restart; placing it anew");
+                    self.run_until_ended(id, &spec, &demand).await
+                }
+            },
         };
         let result = self.table.update(id, |record| {
             record.set_status(ended.status);
@@ -263,13 +282,20 @@ impl JobManager {
         }
     }
 
-    /// Runs the driver on one node; `None` when the node had no room.
+    /// Runs the driver on one node; `None` when the node had no room. The
+    /// node is on disk before it is asked: a head restarted at any time
+    /// after follows the driver there, and starts it elsewhere only when
+    /// that node never started it.
     async fn run_on(&self, id: JobId, spec: &JobSpec, node_id: NodeId, address: &str) -> Option<Ended> {
         self.drivers().entry(id).or_default().address = Some(address.to_string());
         let lost = |error: String| {
             let message = format!("the node {node_id} running the driver died or became unreachable: {error}");
             Some(ended(JobStatus::Failed, message, None))
         };
+        if let Err(error) = self.record_placement(id, Some((node_id, address))).await {
+            let message = format!("could not record that the driver starts on node {node_id}: {error}");
+            return Some(ended(JobStatus::Failed, message, None));
+        }
         let channel = match raylet_proto::channel::connect(address, &self.token, NODE_PATIENCE).await {
             Ok(channel) => channel,
             Err(error) => return lost(error.to_string()),
@@ -286,6 +312,9 @@ impl JobManager {
             Following::Ended(end) => Some(end),
             Following::Busy => {
                 self.drivers().entry(id).or_default().address = None;
+                if let Err(error) = self.record_placement(id, None).await {
+                    tracing::warn!(job = %id, %error, "could not record that the driver waits for a node");
+                }
                 None
             }
             Following::Broken(reason) => {
@@ -326,25 +355,44 @@ impl JobManager {
         }
     }
 
-    /// Follows the driver that runs on `node_id` from the output the head
-    /// has, attaching again whenever the stream breaks, until it ended or
-    /// its node died or forgot it.
+    /// Where the driver starts (the node and its address), or that it waits
+    /// for one; durable when this returns.
+    async fn record_placement(&self, id: JobId, node: Option<(NodeId, &str)>) -> Result<()> {
+        self.table.update(id, |record| {
+            (record.node_id, record.message) = match node {
+                Some((node_id, address)) => (
+                    node_id.as_bytes().to_vec(),
+                    format!("starting on node {node_id} ({address})"),
+                ),
+                None => (Vec::new(), WAITING_FOR_A_NODE.into()),
+            };
+        })?;
+        self.table.flushed().await
+    }
+
+    /// Follows the driver that runs on `node_id` until it ended; the job
+    /// failed when its node died or forgot it.
     async fn attach(&self, id: JobId, node_id: NodeId) -> Ended {
+        self.follow_driver_on(id, node_id)
+            .await
+            .unwrap_or_else(|message| ended(JobStatus::Failed, message, None))
+    }
+
+    /// Follows the driver on `node_id` from the output the head has,
+    /// attaching again whenever the stream breaks, until it ended; fails
+    /// with why when its node died or does not know it.
+    async fn follow_driver_on(&self, id: JobId, node_id: NodeId) -> std::result::Result<Ended, String> {
         let mut pending = Backoff::constant(PENDING_RETRY);
         loop {
             let Some(address) = self.alive_address(node_id) else {
-                let message = format!("the node {node_id} running the driver died");
-                return ended(JobStatus::Failed, message, None);
+                return Err(format!("the node {node_id} running the driver died"));
             };
             self.drivers().entry(id).or_default().address = Some(address.clone());
             match self.attach_once(id, node_id, &address).await {
-                Ok(Following::Ended(end)) => return end,
+                Ok(Following::Ended(end)) => return Ok(end),
                 Ok(Following::Busy) => {}
                 Ok(Following::Broken(reason)) => tracing::debug!(job = %id, %reason, "attaching again"),
-                Err(Error::NotFound(reason)) => {
-                    let message = format!("the node {node_id} lost the driver: {reason}");
-                    return ended(JobStatus::Failed, message, None);
-                }
+                Err(Error::NotFound(reason)) => return Err(format!("the node {node_id} lost the driver: {reason}")),
                 Err(error) => tracing::debug!(job = %id, %error, "cannot attach to the driver yet"),
             }
             pending.wait().await;
@@ -523,35 +571,63 @@ mod tests {
         );
     }
 
+    /// Adds an alive node of 1 CPU at `address` with `available` CPUs.
+    fn add_node(nodes: &Mutex<NodeTable>, address: &str, available: u64) -> NodeId {
+        let mut nodes = nodes.lock().unwrap();
+        let node_id = NodeId::random();
+        let total = ResourceSet::new().with(CPU, Amount::whole(1));
+        let registration = Registration {
+            node_id,
+            address: address.into(),
+            hostname: "node".into(),
+            is_head_node: false,
+            total: total.clone(),
+            labels: Labels::new(),
+            metrics_address: None,
+        };
+        let incarnation = nodes.register(registration, std::time::Instant::now());
+        let heartbeat = Heartbeat {
+            node_id,
+            incarnation,
+            total,
+            available: ResourceSet::new().with(CPU, Amount::whole(available)),
+            stats: NodeStats::default(),
+            demands: Vec::new(),
+        };
+        nodes.heartbeat(heartbeat, std::time::Instant::now());
+        node_id
+    }
+
+    /// Issue 47, item 5: a head killed after it asked a node to start a
+    /// driver, and before it heard that the driver started, must not start
+    /// it again elsewhere: the node is on disk before the node is asked.
+    #[tokio::test]
+    async fn the_node_a_driver_starts_on_is_on_disk_before_the_node_is_asked() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(&dir.path().join("state")).unwrap();
+        let (manager, nodes) = manager(dir.path(), store.clone());
+        let node_manager = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = node_manager.local_addr().unwrap().to_string();
+        let node_id = add_node(&nodes, &address, 1);
+        let binary = binary(&manager, dir.path()).await;
+        let id = JobId::random();
+        manager.submit(id, spec(binary, 1)).await.unwrap();
+        let (_asked, _) = node_manager.accept().await.unwrap();
+        let stored = on_disk(&store, id).expect("the job is on disk");
+        assert_eq!(stored.status(), JobStatus::Pending, "{stored:?}");
+        assert_eq!(
+            NodeId::from_wire(&stored.node_id).ok(),
+            Some(node_id),
+            "the node is on disk when it is asked: {stored:?}"
+        );
+    }
+
     #[tokio::test]
     async fn a_pending_job_that_is_stopped_is_stopped_on_disk_before_the_answer() {
         let dir = tempfile::tempdir().unwrap();
         let store = StateStore::open(&dir.path().join("state")).unwrap();
         let (manager, nodes) = manager(dir.path(), store.clone());
-        {
-            let mut nodes = nodes.lock().unwrap();
-            let node_id = NodeId::random();
-            let total = ResourceSet::new().with(CPU, Amount::whole(1));
-            let registration = Registration {
-                node_id,
-                address: "127.0.0.1:1".into(),
-                hostname: "busy".into(),
-                is_head_node: false,
-                total: total.clone(),
-                labels: Labels::new(),
-                metrics_address: None,
-            };
-            let incarnation = nodes.register(registration, std::time::Instant::now());
-            let heartbeat = Heartbeat {
-                node_id,
-                incarnation,
-                total,
-                available: ResourceSet::new(),
-                stats: NodeStats::default(),
-                demands: Vec::new(),
-            };
-            nodes.heartbeat(heartbeat, std::time::Instant::now());
-        }
+        add_node(&nodes, "127.0.0.1:1", 0);
         let binary = binary(&manager, dir.path()).await;
         let id = JobId::random();
         manager.submit(id, spec(binary, 1)).await.unwrap();

@@ -15,6 +15,9 @@ use tokio::sync::watch;
 
 use crate::head::state_store::{Committed, StateStore, Table};
 
+/// What a pending job waits for, until a node takes its driver.
+pub const WAITING_FOR_A_NODE: &str = "waiting for a node to run the driver";
+
 /// One job: its record and how much output it has.
 struct JobEntry {
     record: watch::Sender<JobRecord>,
@@ -74,7 +77,7 @@ impl JobTable {
             job_id: id.as_bytes().to_vec(),
             spec: Some(spec),
             status: JobStatus::Pending as i32,
-            message: "waiting for a node to run the driver".into(),
+            message: WAITING_FOR_A_NODE.into(),
             submitted_unix_ms: now_ms,
             ..JobRecord::default()
         };
