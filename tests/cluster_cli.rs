@@ -332,10 +332,14 @@ fn stop_ends_every_daemon_and_leaves_no_raylet_process_behind() {
     cluster.start_head(&[]);
     cluster.start_node(&[]);
     cluster.start_node(&[]);
-    assert_eq!(cluster.live_processes().len(), 3);
+    assert_eq!(
+        cluster.live_processes().len(),
+        4,
+        "the head, its machine's node and two nodes"
+    );
 
     let output = cluster.ok(&["stop"]);
-    assert!(output.contains("Stopped all 3 raylet processes"), "{output}");
+    assert!(output.contains("Stopped all 4 raylet processes"), "{output}");
     assert_eq!(cluster.live_processes(), Vec::<u32>::new());
     assert!(!cluster.root().join("session_latest").exists());
     let error = stderr(&cluster.raylet(&["status"]));
@@ -443,7 +447,7 @@ fn a_missing_or_corrupt_session_directory_is_a_clear_error() {
     std::fs::remove_dir_all(&session).unwrap();
     let error = stderr(&cluster.raylet(&["status"]));
     assert!(error.contains("missing"), "{error}");
-    assert!(cluster.ok(&["stop"]).contains("Stopped all 1 raylet processes"));
+    assert!(cluster.ok(&["stop"]).contains("Stopped all 2 raylet processes"));
     assert!(cluster.live_processes().is_empty());
 }
 

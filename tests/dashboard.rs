@@ -294,19 +294,31 @@ fn assert_cookie_is_no_grpc_credential(head: &str, cookie: &str) {
     }
 }
 
-/// The head lists both nodes' `/metrics` for Prometheus; the joined node's
-/// needs the token and has its lease replies and gRPC latencies, and with
-/// the head's they count every lease the naps took.
+/// The head lists its own `/metrics` and both nodes' for Prometheus; the
+/// joined node's needs the token and has its lease replies and gRPC
+/// latencies, and with the head machine's node's they count every lease
+/// the naps took.
 fn every_node_serves_its_metrics(dashboard: &str, token: &str) {
     let (status, targets) = get(dashboard, "/api/prometheus_targets", Some(token));
     assert_eq!(status, 200, "{targets}");
     let targets: Value = serde_json::from_str(&targets).unwrap();
     let targets = targets.as_array().unwrap();
-    assert_eq!(targets.len(), 2, "{targets:?}");
-    let node = targets.iter().find(|t| t["labels"]["is_head_node"] == "false").unwrap();
-    let head = targets.iter().find(|t| t["labels"]["is_head_node"] == "true").unwrap();
-    assert_eq!(head["targets"][0], dashboard, "the head's metrics are its dashboard's");
-    let node = node["targets"][0].as_str().unwrap();
+    assert_eq!(targets.len(), 3, "{targets:?}");
+    let target = |labels: (&str, &str)| {
+        let found = targets.iter().find(|t| t["labels"][labels.0] == labels.1);
+        found.unwrap_or_else(|| panic!("no target with {labels:?}: {targets:?}"))["targets"][0]
+            .as_str()
+            .unwrap()
+            .to_string()
+    };
+    assert_eq!(
+        target(("component", "head")),
+        dashboard,
+        "the head's metrics are its dashboard's"
+    );
+    let head_node = target(("is_head_node", "true"));
+    let node = target(("is_head_node", "false"));
+    let node = node.as_str();
     let foreign = "f".repeat(64);
     for route in raylet_dashboard::NODE_ROUTES.iter().chain(&["/healthz", "/api/nodes"]) {
         for presented in [None, Some("wrong"), Some(foreign.as_str())] {
@@ -325,7 +337,7 @@ fn every_node_serves_its_metrics(dashboard: &str, token: &str) {
         "{on_node:#?}"
     );
     let granted = r#"raylet_node_lease_replies_total{outcome="granted"}"#;
-    let on_head = metrics(dashboard, token);
+    let on_head = metrics(&head_node, token);
     let both = on_node.get(granted).unwrap_or(&0.0) + on_head.get(granted).unwrap_or(&0.0);
     assert!(both >= 3.0, "the three naps' leases at least: {both}");
 }

@@ -5,8 +5,10 @@
 //! is down, the restarted head knows the job and its nodes (same
 //! incarnations), attaches to the driver again and records every line it
 //! printed, and the job succeeds; `wait()`, `follow_logs()` and `raylet job
-//! logs --follow` begun before the kill wait out the restart; the head's own node comes back as the
-//! next incarnation of the node it was. Creating an actor, looking one up
+//! logs --follow` begun before the kill wait out the restart; the head's
+//! own node, a daemon of its own, outlives the head. A head started with
+//! default settings (with CPUs) runs the job's driver and the actors on its
+//! own machine's node, and they carry on through its SIGKILL. Creating an actor, looking one up
 //! by name and reading the key-value store while the head is down wait
 //! for it to come back, and the store's entries survive the restart.
 //! Actors and placement groups outlive the restart: an actor's worker keeps
@@ -31,7 +33,7 @@ use raylet::{ActorState, Cluster, Job, JobStatus, PlacementGroupState};
 
 use crate::common;
 
-use common::{Daemons, daemon_pids, raylet};
+use common::{Daemons, daemon_pids, kill_head, raylet};
 
 const PATIENCE: Duration = Duration::from_secs(60);
 const TICKS: u32 = 40;
@@ -173,30 +175,11 @@ fn a_head_killed_mid_job_recovers_its_nodes_and_jobs_and_the_job_completes() {
         workers,
         "the nodes carried on as the same incarnations"
     );
-    let status: serde_json::Value =
-        serde_json::from_str(&raylet(temp.path(), &["status", "--format", "json"])).unwrap();
-    let head_nodes: Vec<(String, u64, String)> = status["nodes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .filter(|node| node["is_head_node"].as_bool().unwrap())
-        .map(|node| {
-            let reason = node["death_reason"].as_str().unwrap_or_default().to_string();
-            (
-                node["state"].as_str().unwrap().to_string(),
-                node["incarnation"].as_u64().unwrap(),
-                reason,
-            )
-        })
-        .collect();
-    assert_eq!(head_nodes.len(), 2, "{head_nodes:?}");
-    assert!(
-        head_nodes.contains(&("ALIVE".into(), 2, String::new())),
-        "the head's own node came back as its next incarnation: {head_nodes:?}"
-    );
-    assert!(
-        head_nodes.contains(&("DEAD".into(), 1, "superseded by incarnation 2".into())),
-        "{head_nodes:?}"
+    let (_, incarnation, state) = the_head_node(temp.path());
+    assert_eq!(
+        (incarnation, state.as_str()),
+        (1, "ALIVE"),
+        "the head's own node, a daemon of its own, outlived the head"
     );
     cluster.shutdown().unwrap();
 }
@@ -383,6 +366,98 @@ fn actors_and_placement_groups_outlive_a_head_restart() {
     group.remove().unwrap();
     cluster.kill(&found, true).unwrap();
     cluster.shutdown().unwrap();
+}
+
+/// Issue 47, item 7: a head started with default settings has CPUs, and its
+/// machine's node manager runs the job's driver and the actors. That node is
+/// a daemon of its own: the head's SIGKILL leaves the driver and the actors'
+/// workers running, and the head started again (default settings too) goes
+/// on with them as the same incarnation of the same node.
+#[test]
+fn a_head_with_cpus_killed_mid_job_leaves_the_job_and_actors_on_its_machine_running() {
+    let temp = tempfile::tempdir().unwrap();
+    let _daemons = Daemons(temp.path());
+    raylet(
+        temp.path(),
+        &[&["start", "--head", "--port", "0", "--dashboard-port", "0"][..], &FAST].concat(),
+    );
+    let head = common::head_address(temp.path());
+    let cluster = raylet::init_with(Config::new().address(&head).temp_dir(temp.path())).unwrap();
+    let head_node = the_head_node(temp.path());
+    assert_eq!(head_node.2, "ALIVE");
+    let job = Job::new(std::env::current_exe().unwrap())
+        .args(["head_restart::driver_ticks", "--exact", "--ignored", "--nocapture"])
+        .num_cpus(1.0);
+    let handle = cluster.submit(job).unwrap();
+    let owned = Tally::remote(&cluster).max_restarts(1).spawn().unwrap();
+    let named = Tally::remote(&cluster).name("kept").detached().spawn().unwrap();
+    let (_, owned_pid) = owned.add(1).get().unwrap();
+    let (_, named_pid) = named.add(10).get().unwrap();
+    let deadline = Instant::now() + PATIENCE;
+    while !handle.logs().unwrap().contains("tick 5 ") {
+        assert!(Instant::now() < deadline, "the job ticks: {:?}", handle.status());
+        std::thread::sleep(Duration::from_millis(50));
+    }
+
+    kill_head(temp.path());
+    assert_eq!(
+        owned.add(1).get().unwrap(),
+        (2, owned_pid),
+        "the actor answers while the head is down"
+    );
+    std::thread::sleep(Duration::from_secs(1));
+    raylet(
+        temp.path(),
+        &[&["start", "--head", "--recover", "--dashboard-port", "0"][..], &FAST].concat(),
+    );
+
+    let done = handle.wait().expect("wait() waits out the restart");
+    let logs = handle.logs().unwrap();
+    assert_eq!(done.status, JobStatus::Succeeded, "{done:?}\n{logs}");
+    let lines: Vec<&str> = logs.lines().filter(|line| line.starts_with("tick ")).collect();
+    let expected: Vec<String> = (0..TICKS).map(|t| format!("tick {t} squared {}", t * t)).collect();
+    assert_eq!(lines, expected, "every line, once and in order:\n{logs}");
+    assert_eq!(owned.add(1).get().unwrap(), (3, owned_pid), "adopted, state and all");
+    let found = cluster.get_actor::<Tally>("kept").unwrap();
+    assert_eq!(
+        found.add(1).get().unwrap(),
+        (11, named_pid),
+        "found by name, same worker"
+    );
+    assert_eq!(
+        the_head_node(temp.path()),
+        head_node,
+        "the head's machine's node carried on as the same incarnation"
+    );
+    println!(
+        "job {} SUCCEEDED on the head's node {head_node:?}; actors kept pids {owned_pid} and {named_pid}",
+        handle.id()
+    );
+    cluster.kill(&found, true).unwrap();
+    cluster.shutdown().unwrap();
+}
+
+/// The head's machine's node as `raylet status` lists it: id, incarnation
+/// and state; there must be exactly one.
+fn the_head_node(temp: &Path) -> (String, u64, String) {
+    let status: serde_json::Value = serde_json::from_str(&raylet(temp, &["status", "--format", "json"])).unwrap();
+    let nodes: Vec<(String, u64, String)> = status["nodes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|node| node["is_head_node"].as_bool().unwrap())
+        .map(|node| {
+            (
+                node["node_id"].as_str().unwrap().to_string(),
+                node["incarnation"].as_u64().unwrap(),
+                node["state"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let [node] = &nodes[..] else {
+        panic!("one head node: {nodes:?}");
+    };
+    node.clone()
 }
 
 #[test]
@@ -707,15 +782,4 @@ fn every_acknowledged_write_survives_a_head_killed_right_after_it_under_write_lo
         "acknowledged, then lost when the head was killed right after: {lost:?}"
     );
     cluster.shutdown().unwrap();
-}
-
-fn kill_head(temp: &Path) {
-    let [head_pid] = daemon_pids(temp, "head")[..] else {
-        panic!("one head runs");
-    };
-    nix::sys::signal::kill(
-        nix::unistd::Pid::from_raw(head_pid as i32),
-        nix::sys::signal::Signal::SIGKILL,
-    )
-    .unwrap();
 }

@@ -10,7 +10,9 @@
 //! replicas and its proxy is SIGKILLed under load (the deploy job, and the
 //! directory that held its binary, are long gone by then); a replica that
 //! cannot fit is named with what it waits for; a proxy whose port is taken
-//! is started again with back-off and reported.
+//! is started again with back-off and reported. An application on the
+//! machine of a head with CPUs answers every request through the head's
+//! SIGKILL and recovery (item 7).
 
 use crate::common;
 
@@ -429,6 +431,55 @@ fn a_deployed_application_heals_after_each_replica_and_its_proxy_are_killed_unde
     assert_eq!(greet(&proxy_address(&again), &auth), 200);
     let deleted = raylet(temp.path(), &["serve", "delete", "greet"]);
     assert!(deleted.contains("deleted greet"), "{deleted}");
+}
+
+/// Issue 47, item 7: on a head started with default settings (with CPUs),
+/// the Serve controller, the proxy and the replicas run on the head's
+/// machine. A SIGKILL of the head leaves them running, as its machine's
+/// node manager is a daemon of its own: the application answers every
+/// request while the head is down and after it is started again with
+/// `--recover`, from the same replicas and proxy.
+#[test]
+fn an_application_on_the_heads_machine_answers_through_a_head_kill_and_recovery() {
+    let temp = tempfile::tempdir().unwrap();
+    let _daemons = Daemons(temp.path());
+    raylet(
+        temp.path(),
+        &["start", "--head", "--port", "0", "--dashboard-port", "0"],
+    );
+    let token = session_file(temp.path(), "token");
+    let file = deploy_file(temp.path(), std::any::type_name::<Greeter>());
+    let deployed = raylet(temp.path(), &["serve", "deploy", file.to_str().unwrap()]);
+    let address = proxy_address(&deployed);
+    let replicas = healed(temp.path(), &[], 30);
+    let node = serve_status(temp.path())["proxies"][0]["node_id"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let proxy = format!("proxy:{node}");
+    let proxy_pid = serve_actor_pid(temp.path(), &proxy).expect("the proxy runs");
+
+    let load = Load::start(Arc::new(Mutex::new(address)), &token, 2);
+    std::thread::sleep(Duration::from_secs(1));
+    common::kill_head(temp.path());
+    std::thread::sleep(Duration::from_secs(2));
+    raylet(temp.path(), &["start", "--head", "--recover", "--dashboard-port", "0"]);
+    assert_eq!(
+        healed(temp.path(), &[], 60),
+        replicas,
+        "the same replicas serve after the restart"
+    );
+    assert_eq!(serve_actor_pid(temp.path(), &proxy), Some(proxy_pid), "the same proxy");
+    std::thread::sleep(Duration::from_secs(1));
+    let statuses = load.stop();
+    let failed: Vec<u16> = statuses.iter().copied().filter(|status| *status != 200).collect();
+    println!(
+        "{} requests through a SIGKILL of the head and its recovery: {} failed {failed:?}",
+        statuses.len(),
+        failed.len()
+    );
+    assert!(statuses.len() >= 100, "the load ran: {} requests", statuses.len());
+    assert!(failed.is_empty(), "every request is answered: {failed:?}");
 }
 
 /// The proxy's address that a deploy printed (`... RUNNING at http://ADDRESS/greet`).

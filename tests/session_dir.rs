@@ -122,7 +122,7 @@ fn stop_with_a_temp_dir_leaves_clusters_in_directories_that_merely_start_with_it
     let neighbour_head = crate::common::daemon_pids(&neighbour, "head")[0];
     let stopped = crate::common::raylet(&ours, &["stop"]);
     println!("raylet stop --temp-dir {}: {}", ours.display(), stopped.trim());
-    assert!(stopped.contains("Stopped all 1 raylet processes"), "{stopped}");
+    assert!(stopped.contains("Stopped all 2 raylet processes"), "{stopped}");
     assert!(
         std::path::Path::new(&format!("/proc/{neighbour_head}")).exists(),
         "the head under {} still runs",

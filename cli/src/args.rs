@@ -1,5 +1,6 @@
 //! The CLI's clap structs, and their conversion into the library's config types.
 
+use std::ffi::OsString;
 use std::net::IpAddr;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
@@ -367,7 +368,9 @@ pub struct DownArgs {
 #[derive(Debug, Clone, Args)]
 #[command(group(ArgGroup::new("role").required(true).args(["head", "address"])))]
 pub struct StartArgs {
-    /// Start the head of a new cluster on this machine.
+    /// Start the head of a new cluster on this machine. The head starts
+    /// this machine's node manager (with the node flags below) as a daemon
+    /// of its own, which outlives a head that dies.
     #[arg(long)]
     pub head: bool,
     /// (head) Start the head of this machine's latest session again, after
@@ -393,10 +396,11 @@ pub struct StartArgs {
     /// <session>/dashboard_address. A port in use is reported and skipped.
     #[arg(long, default_value_t = 8265, value_name = "PORT")]
     pub dashboard_port: u16,
-    /// Port of a joining node's Prometheus `/metrics` (its lease, object
-    /// store, RPC and worker metrics), on its IP; 0 picks a free one. The
-    /// head lists every node's at /api/prometheus_targets. A head serves
-    /// its own on --dashboard-port.
+    /// Port of the node's Prometheus `/metrics` (its lease, object store,
+    /// RPC and worker metrics), on its IP; 0 picks a free one. With --head,
+    /// the port of the head machine's node; the head serves its own metrics
+    /// on --dashboard-port, and lists its own and every node's at
+    /// /api/prometheus_targets.
     #[arg(long, default_value_t = 0, value_name = "PORT")]
     pub metrics_port: u16,
     /// IP address to bind to and advertise [default: 127.0.0.1, or for a
@@ -467,6 +471,13 @@ pub struct StartArgs {
     /// Where the daemon reports that it is ready; set by the starting process.
     #[arg(long, hide = true)]
     pub ready_file: Option<PathBuf>,
+    /// This node manager is the one of the head's machine; set by the head.
+    #[arg(long, hide = true, requires = "address")]
+    pub head_node: bool,
+    /// The node id to come back as (a new incarnation of a node that died);
+    /// set by a head that recovers after its machine's node manager died.
+    #[arg(long, hide = true, requires = "head_node")]
+    pub node_id: Option<NodeId>,
 }
 
 impl StartArgs {
@@ -503,11 +514,11 @@ impl StartArgs {
         session_dir: &Path,
     ) -> NodeConfig {
         let spill_root = self.spill_dir.clone().unwrap_or_else(|| session_dir.join("spill"));
-        NodeConfig::new(head_address, token, resources)
+        let config = NodeConfig::new(head_address, token, resources)
             .spill_root(spill_root)
             .work_root(session_dir.join("work"))
             .spill_limit(self.max_spill_bytes)
-            .head_node(self.head)
+            .head_node(self.head_node)
             .labels(self.labels.clone())
             .memory_monitor(MemoryMonitorConfig {
                 threshold: self.memory_usage_threshold,
@@ -515,7 +526,63 @@ impl StartArgs {
             })
             .heartbeat_interval(self.heartbeat_interval)
             .connect_timeout(self.connect_timeout)
-            .adoption_grace(self.actor_adoption_grace)
+            .adoption_grace(self.actor_adoption_grace);
+        match self.node_id {
+            Some(node_id) => config.node_id(node_id),
+            None => config,
+        }
+    }
+
+    /// The node flags of a head's command line, for the node manager it
+    /// starts on its machine: resources, labels, spilling, memory monitor,
+    /// heartbeats and the metrics port, as the head was given them.
+    pub fn head_node_flags(&self) -> Vec<OsString> {
+        let mut flags: Vec<(&str, String)> = Vec::new();
+        let optional = [
+            ("--num-cpus", self.num_cpus),
+            ("--num-gpus", self.num_gpus),
+            ("--memory", self.memory),
+            ("--object-store-memory", self.object_store_memory),
+        ];
+        flags.extend(
+            optional
+                .into_iter()
+                .filter_map(|(flag, value)| Some((flag, value?.to_string()))),
+        );
+        if let Some(dir) = &self.spill_dir {
+            flags.push(("--spill-dir", dir.display().to_string()));
+        }
+        if let Some(bytes) = self.max_spill_bytes {
+            flags.push(("--max-spill-bytes", bytes.to_string()));
+        }
+        if let Some(json) = &self.resources {
+            flags.push(("--resources", json.clone()));
+        }
+        if let Some(ip) = self.node_ip {
+            flags.push(("--node-ip", ip.to_string()));
+        }
+        if !self.labels.is_empty() {
+            let labels: Vec<String> = self
+                .labels
+                .iter()
+                .map(|(key, value)| format!("{key}={value}"))
+                .collect();
+            flags.push(("--labels", labels.join(",")));
+        }
+        let duration = |duration: Duration| humantime::format_duration(duration).to_string();
+        flags.extend([
+            ("--metrics-port", self.metrics_port.to_string()),
+            ("--memory-usage-threshold", self.memory_usage_threshold.to_string()),
+            ("--memory-monitor-interval", duration(self.memory_monitor_interval)),
+            ("--heartbeat-interval", duration(self.heartbeat_interval)),
+            ("--connect-timeout", duration(self.connect_timeout)),
+            ("--actor-adoption-grace", duration(self.actor_adoption_grace)),
+            ("--temp-dir", self.session.temp_dir.display().to_string()),
+        ]);
+        flags
+            .into_iter()
+            .flat_map(|(flag, value)| [OsString::from(flag), OsString::from(value)])
+            .collect()
     }
 }
 

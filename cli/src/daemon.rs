@@ -9,7 +9,7 @@ use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, anyhow, bail};
@@ -21,7 +21,7 @@ const LOG_TAIL_LINES: usize = 15;
 /// The flag that carries the token on the starting command's line.
 const TOKEN_FLAG: &str = "--token";
 /// Where the daemon finds the token instead.
-const TOKEN_VARIABLE: &str = "RAYLET_TOKEN";
+pub const TOKEN_VARIABLE: &str = "RAYLET_TOKEN";
 
 /// What a daemon reports once it serves, or why it could not start.
 #[derive(Debug, Serialize, Deserialize)]
@@ -55,6 +55,26 @@ pub struct Started {
 /// Re-executes this command with `--block` in the background and waits up to
 /// `patience` for it to report.
 pub fn spawn_and_wait(session: &Session, log_name: &str, patience: Duration) -> anyhow::Result<Started> {
+    let (args, token) = without_token(std::env::args_os().skip(1));
+    let mut daemon = Command::new(std::env::current_exe()?);
+    if let Some(token) = token {
+        daemon.env(TOKEN_VARIABLE, token);
+    }
+    daemon.args(args);
+    let (started, _daemon) = start_daemon(daemon, session, log_name, patience)?;
+    Ok(started)
+}
+
+/// Starts `daemon` (a `raylet start` command) with `--block` in the
+/// background of `session`, its output going to the session's log
+/// `log_name`, and waits up to `patience` for it to report. Returns it too,
+/// for a caller that outlives its start to reap it.
+pub fn start_daemon(
+    mut daemon: Command,
+    session: &Session,
+    log_name: &str,
+    patience: Duration,
+) -> anyhow::Result<(Started, Child)> {
     let ready_file = session.dir().join(format!("{log_name}.ready"));
     let _ = fs::remove_file(&ready_file);
     let log = session.log_path(log_name);
@@ -63,13 +83,7 @@ pub fn spawn_and_wait(session: &Session, log_name: &str, patience: Duration) -> 
         .append(true)
         .open(&log)
         .with_context(|| format!("opening {}", log.display()))?;
-    let (args, token) = without_token(std::env::args_os().skip(1));
-    let mut daemon = Command::new(std::env::current_exe()?);
-    if let Some(token) = token {
-        daemon.env(TOKEN_VARIABLE, token);
-    }
     let mut child = daemon
-        .args(args)
         .arg("--block")
         .arg("--session-dir")
         .arg(session.dir())
@@ -81,35 +95,44 @@ pub fn spawn_and_wait(session: &Session, log_name: &str, patience: Duration) -> 
         .process_group(0)
         .spawn()
         .context("starting the raylet daemon")?;
-    let started = Instant::now();
-    let outcome = loop {
-        if let Some(report) = ReadyReport::read(&ready_file) {
-            break Ok(report);
-        }
-        if let Some(status) = child.try_wait()? {
-            break ReadyReport::read(&ready_file)
-                .ok_or_else(|| anyhow!("the daemon exited ({status}) before it was ready"));
-        }
-        if started.elapsed() > patience {
-            let _ = child.kill();
-            let _ = child.wait();
-            break Err(anyhow!("the daemon was not ready after {patience:?}; it was killed"));
-        }
-        std::thread::sleep(POLL_INTERVAL);
-    };
+    let outcome = wait_for_report(&mut child, &ready_file, patience);
     let _ = fs::remove_file(&ready_file);
     match outcome {
-        Ok(ReadyReport::Ready { address, node_id }) => Ok(Started {
-            pid: child.id(),
-            address,
-            node_id,
-            log,
-        }),
+        Ok(ReadyReport::Ready { address, node_id }) => {
+            let started = Started {
+                pid: child.id(),
+                address,
+                node_id,
+                log,
+            };
+            Ok((started, child))
+        }
         Ok(ReadyReport::Failed { error }) => {
             let _ = child.wait();
             bail!("{error}")
         }
         Err(error) => bail!("{error}\nlast lines of {}:\n{}", log.display(), log_tail(&log)),
+    }
+}
+
+/// The daemon's report, once it wrote one; kills it when it has not after
+/// `patience`.
+fn wait_for_report(child: &mut Child, ready_file: &Path, patience: Duration) -> anyhow::Result<ReadyReport> {
+    let started = Instant::now();
+    loop {
+        if let Some(report) = ReadyReport::read(ready_file) {
+            return Ok(report);
+        }
+        if let Some(status) = child.try_wait()? {
+            return ReadyReport::read(ready_file)
+                .ok_or_else(|| anyhow!("the daemon exited ({status}) before it was ready"));
+        }
+        if started.elapsed() > patience {
+            let _ = child.kill();
+            let _ = child.wait();
+            bail!("the daemon was not ready after {patience:?}; it was killed");
+        }
+        std::thread::sleep(POLL_INTERVAL);
     }
 }
 

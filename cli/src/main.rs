@@ -3,6 +3,7 @@
 mod args;
 mod cluster;
 mod daemon;
+mod head_node;
 mod job;
 mod list;
 mod memory;

@@ -1,5 +1,6 @@
-//! `raylet start`: run a head (with its own node manager) or a joining node
-//! manager, in the foreground with `--block` or as a daemon.
+//! `raylet start`: run a head (which starts its machine's node manager as a
+//! daemon of its own) or a joining node manager, in the foreground with
+//! `--block` or as a daemon.
 
 use std::future::Future;
 use std::io::ErrorKind;
@@ -10,8 +11,8 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use raylet::session::{ProcessRecord, ProcessRole, Session};
 use raylet_autoscaler::{ClusterConfig, Monitor, MonitorConfig, NodeProvider};
+use raylet_proto::ResourceSet;
 use raylet_proto::auth::AuthToken;
-use raylet_proto::{NodeId, ResourceSet};
 use raylet_scheduler::head;
 use raylet_scheduler::node_manager::NodeManager;
 use tokio::net::TcpListener;
@@ -19,9 +20,10 @@ use tokio::signal::unix::{SignalKind, signal};
 
 use crate::args::StartArgs;
 use crate::daemon::{self, ReadyReport, Started};
+use crate::head_node::HeadNode;
 
 /// How much longer than the connect timeout the CLI waits for a daemon.
-const READY_SLACK: std::time::Duration = std::time::Duration::from_secs(10);
+pub(crate) const READY_SLACK: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub fn start(args: StartArgs) -> anyhow::Result<()> {
     let resources = args.resolve_resources()?;
@@ -97,7 +99,7 @@ fn run_foreground(args: StartArgs, resources: ResourceSet) -> anyhow::Result<()>
             None => foreground_session(&args)?,
         };
         if args.head {
-            run_head(&args, resources, &session).await
+            run_head(&args, &session).await
         } else {
             run_node(&args, resources, &session).await
         }
@@ -121,12 +123,11 @@ fn foreground_session(args: &StartArgs) -> anyhow::Result<Session> {
     Ok(session)
 }
 
-async fn run_head(args: &StartArgs, resources: ResourceSet, session: &Session) -> anyhow::Result<()> {
+async fn run_head(args: &StartArgs, session: &Session) -> anyhow::Result<()> {
     let token = args.session.token_for(session)?;
-    let dead_head_node = match args.recover {
-        true => take_over_dead_head(session)?,
-        false => None,
-    };
+    if args.recover {
+        take_over_dead_head(session)?;
+    }
     let cluster = match &args.autoscaler {
         Some(path) => Some(ClusterConfig::load(path)?),
         None => None,
@@ -150,21 +151,16 @@ async fn run_head(args: &StartArgs, resources: ResourceSet, session: &Session) -
     let head_task = tokio::spawn(head::run(head_config, listener, async {
         let _ = head_stopped.await;
     }));
-    let (stop_dashboard, dashboard) = start_dashboard(args, session, ip, &head_address, &token).await?;
-    let node_listener = bind(SocketAddr::new(ip, 0)).await?;
-    let mut node_config = args.node_config(&head_address, token.clone(), resources, session.dir());
-    if let Some(dashboard) = dashboard {
-        node_config = node_config.metrics_address(dashboard);
-    }
-    if let Some(node_id) = dead_head_node {
-        node_config = node_config.node_id(node_id);
-    }
-    let node = NodeManager::start(node_config, node_listener).await?;
+    let (stop_dashboard, _) = start_dashboard(args, session, ip, &head_address, &token).await?;
+    let head_node = HeadNode::start_or_find(args, session, &head_address, &token).await?;
     let autoscaler = match (cluster, provider) {
         (Some(cluster), Some(provider)) => Some(start_autoscaler(cluster, provider, &head_address, &token)?),
         _ => None,
     };
-    serve_until_signal(args, session, ProcessRole::Head, &head_address, node).await?;
+    record_and_report_ready(args, session, ProcessRole::Head, &head_address, "")?;
+    termination_signal()?.await;
+    head_node.stop().await;
+    session.remove_process(std::process::id());
     if let Some((stop_autoscaler, autoscaler)) = autoscaler {
         let _ = stop_autoscaler.send(());
         let _ = autoscaler.await;
@@ -172,6 +168,7 @@ async fn run_head(args: &StartArgs, resources: ResourceSet, session: &Session) -
     let _ = stop_head.send(());
     let _ = stop_dashboard.send(());
     head_task.await??;
+    tracing::info!("raylet stopped");
     Ok(())
 }
 
@@ -268,12 +265,9 @@ async fn start_node_metrics(args: &StartArgs, ip: IpAddr, token: &AuthToken) -> 
 }
 
 /// Before a head recovers its session: fails while the session's head still
-/// runs; else removes the dead head's record and returns its node id, so
-/// that the head's own node comes back as a new incarnation of that node
-/// (and the head's table marks the old one dead at once).
-fn take_over_dead_head(session: &Session) -> anyhow::Result<Option<NodeId>> {
+/// runs; else removes the dead head's record.
+fn take_over_dead_head(session: &Session) -> anyhow::Result<()> {
     let (records, _) = session.processes();
-    let mut node_id = None;
     for record in records.iter().filter(|record| record.role == ProcessRole::Head) {
         if crate::stop::is_raylet_daemon(record.pid) {
             bail!(
@@ -283,9 +277,8 @@ fn take_over_dead_head(session: &Session) -> anyhow::Result<Option<NodeId>> {
             );
         }
         session.remove_process(record.pid);
-        node_id = record.node_id.parse().ok();
     }
-    Ok(node_id)
+    Ok(())
 }
 
 /// Where the head listens: where it listened before when it recovers, so
@@ -321,7 +314,11 @@ async fn run_node(args: &StartArgs, resources: ResourceSet, session: &Session) -
         .await
         .with_context(|| format!("joining the cluster at {head_address}"))?;
     let address = node.address().to_string();
-    let served = serve_until_signal(args, session, ProcessRole::Node, &address, node).await;
+    let role = match args.head_node {
+        true => ProcessRole::HeadNode,
+        false => ProcessRole::Node,
+    };
+    let served = serve_until_signal(args, session, role, &address, node).await;
     let _ = stop_metrics.send(());
     served
 }
@@ -334,26 +331,38 @@ async fn serve_until_signal(
     address: &str,
     node: NodeManager,
 ) -> anyhow::Result<()> {
-    let pid = std::process::id();
     let node_id = node.node_id().to_string();
+    record_and_report_ready(args, session, role, address, &node_id)?;
+    let result = node.run(termination_signal()?).await;
+    session.remove_process(std::process::id());
+    tracing::info!("raylet stopped");
+    Ok(result?)
+}
+
+/// Records this process in the session, so that `raylet stop` finds it, and
+/// tells the starting process that it serves.
+fn record_and_report_ready(
+    args: &StartArgs,
+    session: &Session,
+    role: ProcessRole,
+    address: &str,
+    node_id: &str,
+) -> anyhow::Result<()> {
     session.record_process(&ProcessRecord {
-        pid,
+        pid: std::process::id(),
         role,
         address: address.to_string(),
-        node_id: node_id.clone(),
+        node_id: node_id.to_string(),
     })?;
     if let Some(path) = &args.ready_file {
         let ready = ReadyReport::Ready {
             address: address.to_string(),
-            node_id,
+            node_id: node_id.to_string(),
         };
         ready.write(path)?;
     }
     tracing::info!(%address, ?role, "raylet is ready");
-    let result = node.run(termination_signal()?).await;
-    session.remove_process(pid);
-    tracing::info!("raylet stopped");
-    Ok(result?)
+    Ok(())
 }
 
 fn termination_signal() -> anyhow::Result<impl Future<Output = ()>> {

@@ -1,5 +1,6 @@
 //! `raylet stop`: ends, by pid, every raylet daemon that this machine's
-//! sessions started (nodes first, then heads), and cleans up their records.
+//! sessions started (joined nodes first, then the heads' nodes, then the
+//! heads), and cleans up their records.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -21,7 +22,7 @@ pub fn stop(args: StopArgs) -> anyhow::Result<()> {
         println!("Did not find any active raylet processes.");
     }
     let mut survivors = Vec::new();
-    for role in [ProcessRole::Node, ProcessRole::Head] {
+    for role in [ProcessRole::Node, ProcessRole::HeadNode, ProcessRole::Head] {
         let pids: Vec<u32> = targets
             .iter()
             .filter(|(_, r)| **r == role)
@@ -100,10 +101,11 @@ fn scan_proc_for_daemons(root: &Path) -> Vec<(u32, ProcessRole)> {
                 .position(|a| a == "--session-dir")
                 .and_then(|i| args.get(i + 1))?;
             let ours = is_raylet(&args) && is_under(Path::new(session_dir), root);
-            let role = if args.iter().any(|a| a == "--head") {
-                ProcessRole::Head
-            } else {
-                ProcessRole::Node
+            let has = |flag: &str| args.iter().any(|a| a == flag);
+            let role = match (has("--head"), has("--head-node")) {
+                (true, _) => ProcessRole::Head,
+                (false, true) => ProcessRole::HeadNode,
+                (false, false) => ProcessRole::Node,
             };
             ours.then_some((pid, role))
         })

@@ -182,8 +182,12 @@ impl TempRoot {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "snake_case")]
 pub enum ProcessRole {
-    /// The head, with the node manager of its own machine.
+    /// The head: the cluster's control plane, its dashboard and autoscaler.
     Head,
+    /// The node manager of the head's machine, which the head starts as a
+    /// daemon of its own: it outlives a head that dies, so that a head
+    /// started again with `--recover` finds its workers and drivers running.
+    HeadNode,
     /// A node manager that joined a head.
     Node,
 }

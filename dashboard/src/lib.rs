@@ -24,7 +24,7 @@
 //! | `GET /api/train` | Train runs as they publish themselves: status, workers and each report's metrics |
 //! | `GET /api/tune` | Tune experiments: status, metric and each trial's config, status and results |
 //! | `GET /api/serve` | the Serve controller's status (applications, deployments, replicas, autoscaling, proxies), or `null` without Serve |
-//! | `GET /api/prometheus_targets` | every alive node's `/metrics`, in Prometheus's HTTP service discovery format |
+//! | `GET /api/prometheus_targets` | the head's `/metrics` and every alive node's, in Prometheus's HTTP service discovery format |
 //!
 //! A joining node serves only `/metrics`, its own process's metrics, from
 //! [`serve_node_metrics`]; a program's embedded cluster serves the
@@ -71,6 +71,8 @@ const LOG_TAIL_BYTES: usize = 64 << 10;
 #[derive(Clone)]
 struct Head {
     address: String,
+    /// Where this server serves, for the head's own Prometheus target.
+    dashboard: String,
     token: AuthToken,
     history: history::History,
 }
@@ -130,6 +132,7 @@ pub async fn run(
 ) -> std::io::Result<()> {
     let head = Head {
         address: head,
+        dashboard: listener.local_addr()?.to_string(),
         token,
         history: Default::default(),
     };
@@ -278,8 +281,10 @@ async fn serve_status(State(head): State<Head>) -> Response {
     json(&head, entries.map(|entries| entries.into_iter().next()))
 }
 
-/// Every alive node's `/metrics` as Prometheus's `http_sd_configs` reads it
-/// (with `__scheme__` https in a TLS cluster).
+/// The head's `/metrics` (this server's) and every alive node's, as
+/// Prometheus's `http_sd_configs` reads them (with `__scheme__` https in a
+/// TLS cluster). The head's target has the label `component="head"`, the
+/// nodes' `component="node"`.
 async fn prometheus_targets(State(head): State<Head>) -> Response {
     let status = ClusterStatus::fetch(&head.address, &head.token, PATIENCE).await;
     let scheme = match raylet_proto::tls::current() {
@@ -287,9 +292,12 @@ async fn prometheus_targets(State(head): State<Head>) -> Response {
         _ => "http",
     };
     let targets = status.map(|status| {
+        let head_labels = serde_json::json!({"component": "head", "__scheme__": scheme});
+        let own = serde_json::json!({"targets": [head.dashboard], "labels": head_labels});
         let alive = status.alive().filter_map(|node| {
             let address = node.metrics_address.clone()?;
             let labels = serde_json::json!({
+                "component": "node",
                 "node_id": node.node_id.to_string(),
                 "hostname": node.hostname,
                 "is_head_node": node.is_head_node.to_string(),
@@ -297,12 +305,12 @@ async fn prometheus_targets(State(head): State<Head>) -> Response {
             });
             Some(serde_json::json!({"targets": [address], "labels": labels}))
         });
-        alive.collect::<Vec<_>>()
+        std::iter::once(own).chain(alive).collect::<Vec<_>>()
     });
     json(&head, targets)
 }
 
-/// Serves a joining node's `/metrics` (its process's registry: leases,
+/// Serves a node's `/metrics` (its process's registry: leases,
 /// object store disk traffic, RPC latencies) on `listener`, behind the
 /// cluster token, until `shutdown` resolves.
 pub async fn serve_node_metrics(

@@ -87,6 +87,18 @@ pub fn daemon_pids(temp: &Path, role: &str) -> Vec<u32> {
         .collect()
 }
 
+/// Kills the latest session's head with SIGKILL; it must be the only one.
+pub fn kill_head(temp: &Path) {
+    let [head_pid] = daemon_pids(temp, "head")[..] else {
+        panic!("one head runs");
+    };
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(head_pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+}
+
 /// A head and nodes of 2 CPUs each (or as given), one per zone (the head in the first),
 /// labelled `zone=<zone>`, with fast heartbeats (100 ms, dead after 1 s),
 /// stopped when dropped even if an assertion fails.
