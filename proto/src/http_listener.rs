@@ -17,15 +17,18 @@
 //!   of the body is read, and a body that grows past it fails;
 //! - the bodies every request of the process has received and not yet
 //!   answered count against one budget (`RAYLET_HTTP_BODY_BUDGET_BYTES`,
-//!   256 MiB by default): a body that would go over it fails, and its
-//!   request gets an error answer instead of waiting for room.
+//!   256 MiB by default), of which one client address may hold a quarter
+//!   ([`CLIENT_SHARE_OF_BUDGET`]): a body that would go over either fails,
+//!   and its request gets an error answer instead of waiting for room, so
+//!   one client's slow uploads leave room for everybody else's.
 
+use std::collections::HashMap;
 use std::convert::Infallible;
 use std::io;
-use std::net::SocketAddr;
+use std::net::{IpAddr, Ipv4Addr, SocketAddr};
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::sync::{Arc, LazyLock, Mutex};
+use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
@@ -61,6 +64,8 @@ pub const STREAMS_PER_CONNECTION: u32 = 64;
 const CLOSE_GRACE: Duration = Duration::from_secs(5);
 /// How often a connection checks whether it has been idle too long.
 const IDLE_CHECK: Duration = Duration::from_secs(1);
+/// The share of the body budget that one client address may hold: 1/4.
+pub const CLIENT_SHARE_OF_BUDGET: u64 = 4;
 /// The default budget of request bodies received and not yet answered.
 const DEFAULT_BODY_BUDGET: u64 = 256 << 20;
 /// The largest header block of an HTTP/2 request.
@@ -391,7 +396,8 @@ async fn handle(
     {
         return Ok(too_large(announced, bounds.max_body_bytes));
     }
-    let charge = Arc::new(BodyCharge::default());
+    let client = info.remote.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |peer| peer.ip());
+    let charge = Arc::new(BodyCharge::new(client));
     let (mut parts, body) = request.into_parts();
     parts.extensions.insert(info);
     let body = BoundedBody::new(body, charge.clone(), bounds.max_body_bytes);
@@ -428,10 +434,17 @@ fn too_large(announced: u64, limit: u64) -> Response<Body> {
         .expect("a fixed response is valid")
 }
 
-/// The bytes of request bodies this process has received and not answered.
+/// The bytes of request bodies this process has received and not answered,
+/// in all and by client address.
 struct BodyBudget {
-    used: AtomicU64,
+    used: Mutex<BudgetUse>,
     limit: u64,
+}
+
+#[derive(Default)]
+struct BudgetUse {
+    total: u64,
+    by_client: HashMap<IpAddr, u64>,
 }
 
 static BODY_BUDGET: LazyLock<BodyBudget> = LazyLock::new(|| {
@@ -445,25 +458,59 @@ static BODY_BUDGET: LazyLock<BodyBudget> = LazyLock::new(|| {
         }
     };
     BodyBudget {
-        used: AtomicU64::new(0),
+        used: Mutex::default(),
         limit,
     }
 });
 
+impl BodyBudget {
+    fn used(&self) -> MutexGuard<'_, BudgetUse> {
+        self.used.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Takes `bytes` for `client`, or says the budget or the client's share
+    /// of it is spent.
+    fn take(&self, client: IpAddr, bytes: u64) -> bool {
+        let mut used = self.used();
+        let by_client = used.by_client.get(&client).copied().unwrap_or(0);
+        if used.total + bytes > self.limit || by_client + bytes > self.limit / CLIENT_SHARE_OF_BUDGET {
+            return false;
+        }
+        used.total += bytes;
+        *used.by_client.entry(client).or_default() += bytes;
+        true
+    }
+
+    fn give_back(&self, client: IpAddr, bytes: u64) {
+        let mut used = self.used();
+        used.total -= bytes;
+        if let Some(held) = used.by_client.get_mut(&client) {
+            *held -= bytes;
+            if *held == 0 {
+                used.by_client.remove(&client);
+            }
+        }
+    }
+}
+
 /// What one request's body holds of the budget, given back when the request
 /// has been answered.
-#[derive(Default)]
 struct BodyCharge {
+    client: IpAddr,
     held: AtomicU64,
 }
 
 impl BodyCharge {
+    fn new(client: IpAddr) -> Self {
+        BodyCharge {
+            client,
+            held: AtomicU64::new(0),
+        }
+    }
+
     /// Takes `bytes` more from the budget, or says it is spent.
     fn take(&self, bytes: u64) -> bool {
-        let budget = &*BODY_BUDGET;
-        let before = budget.used.fetch_add(bytes, Ordering::AcqRel);
-        if before + bytes > budget.limit {
-            budget.used.fetch_sub(bytes, Ordering::AcqRel);
+        if !BODY_BUDGET.take(self.client, bytes) {
             return false;
         }
         self.held.fetch_add(bytes, Ordering::AcqRel);
@@ -473,7 +520,10 @@ impl BodyCharge {
 
 impl Drop for BodyCharge {
     fn drop(&mut self) {
-        BODY_BUDGET.used.fetch_sub(*self.held.get_mut(), Ordering::AcqRel);
+        let held = *self.held.get_mut();
+        if held > 0 {
+            BODY_BUDGET.give_back(self.client, held);
+        }
     }
 }
 
@@ -586,6 +636,24 @@ impl HttpBody for AnsweringBody {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn one_client_holds_at_most_a_quarter_of_the_body_budget_and_gets_it_back() {
+        let budget = BodyBudget {
+            used: Mutex::default(),
+            limit: 400,
+        };
+        let (flooder, other) = (IpAddr::from([127, 0, 0, 2]), IpAddr::from([127, 0, 0, 1]));
+        assert!(budget.take(flooder, 100));
+        assert!(!budget.take(flooder, 1), "a client's share is a quarter");
+        assert!(budget.take(other, 100), "the others still have theirs");
+        budget.give_back(flooder, 100);
+        assert!(budget.take(flooder, 100), "a body answered gives its bytes back");
+        assert_eq!(budget.used().total, 200);
+        budget.give_back(flooder, 100);
+        budget.give_back(other, 100);
+        assert!(budget.used().by_client.is_empty());
+    }
     use axum::routing::post;
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     use tokio::net::TcpStream;
