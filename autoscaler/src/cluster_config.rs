@@ -28,6 +28,8 @@ use crate::{LocalProvider, NetnsConfig, NetnsProvider, SlurmConfig, SlurmProvide
 
 /// How often the autoscaler runs a round, unless the config says.
 const DEFAULT_INTERVAL: Duration = Duration::from_secs(5);
+/// The longest time between the autoscaler's rounds.
+const MAX_INTERVAL: Duration = Duration::from_secs(24 * 3600);
 
 /// A cluster as its YAML file describes it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -141,9 +143,9 @@ impl ClusterConfig {
     pub fn interval(&self) -> Result<Duration, String> {
         let seconds = self.head.interval_s.unwrap_or(DEFAULT_INTERVAL.as_secs_f64());
         match Duration::try_from_secs_f64(seconds) {
-            Ok(interval) if !interval.is_zero() => Ok(interval),
+            Ok(interval) if !interval.is_zero() && interval <= MAX_INTERVAL => Ok(interval),
             _ => Err(format!(
-                "head.interval_s must be a number of seconds above 0, not {seconds}"
+                "head.interval_s must be a number of seconds above 0 and at most a day, not {seconds}"
             )),
         }
     }
@@ -177,5 +179,35 @@ impl ClusterConfig {
                 Arc::new(crate::KubernetesProvider::connect(name, kubernetes.clone()).await?)
             }
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Loads a local cluster's config whose rounds are `interval_s` apart,
+    /// and whose node type goes idle after `idle_timeout_s`.
+    fn load(interval_s: &str, idle_timeout_s: &str) -> Result<ClusterConfig, ClusterConfigError> {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("cluster.yaml");
+        let text = format!(
+            "cluster_name: c\nprovider:\n  type: local\nhead:\n  interval_s: {interval_s}\nautoscaler:\n  max_nodes: 1\n  \
+             node_types:\n    - {{name: cpu2, resources: {{CPU: 2}}, max_count: 1, idle_timeout_s: {idle_timeout_s}}}\n"
+        );
+        std::fs::write(&path, text).unwrap();
+        ClusterConfig::load(&path)
+    }
+
+    #[test]
+    fn durations_past_their_bound_are_refused_with_the_bound_named() {
+        let config = load("0.5", "600").expect("a valid config");
+        assert_eq!(config.interval(), Ok(Duration::from_millis(500)));
+        for interval in ["0", "-1", "1e12", ".nan"] {
+            let error = load(interval, "600").unwrap_err().to_string();
+            assert!(error.contains("at most a day"), "interval_s {interval}: {error}");
+        }
+        let error = load("1", "1e18").unwrap_err().to_string();
+        assert!(error.contains("ten years"), "{error}");
     }
 }

@@ -185,9 +185,16 @@ fn http(entry: Option<HttpEntry>) -> Result<HttpOptions> {
     Ok(options)
 }
 
+/// The longest duration a setting may have, as the CLI's: ten years.
+const MAX_SECONDS: f64 = 10.0 * 31_557_600.0;
+
 fn duration(seconds: f64) -> Result<Duration> {
-    Duration::try_from_secs_f64(seconds)
-        .map_err(|_| ServeError::InvalidConfig(format!("{seconds} is not a number of seconds")))
+    match Duration::try_from_secs_f64(seconds) {
+        Ok(duration) if seconds <= MAX_SECONDS => Ok(duration),
+        _ => Err(ServeError::InvalidConfig(format!(
+            "{seconds} is not a number of seconds from 0 to {MAX_SECONDS} (ten years)"
+        ))),
+    }
 }
 
 /// Deploys the file named in [`DEPLOY_FILE_ENV`], or given in
@@ -310,6 +317,21 @@ mod tests {
             (autoscaling.max_replicas, autoscaling.upscale_delay),
             (4, Duration::from_secs(2))
         );
+    }
+
+    #[test]
+    fn a_request_timeout_past_ten_years_is_refused() {
+        let class = std::any::type_name::<Scaled>();
+        let deployment = format!("  - name: model\n    class: {class}\n    init: {{checkpoint: /tmp/c, width: 8}}\n");
+        let with_timeout = |seconds: &str| {
+            file(&deployment).replace("{port: 0}", &format!("{{port: 0, request_timeout_s: {seconds}}}"))
+        };
+        let (_, http) = parse(&with_timeout("30")).expect("a valid file");
+        assert_eq!(http.request_timeout, Duration::from_secs(30));
+        for seconds in ["1e12", "-1"] {
+            let error = parse(&with_timeout(seconds)).unwrap_err().to_string();
+            assert!(error.contains("ten years"), "{seconds}: {error}");
+        }
     }
 
     #[test]

@@ -163,9 +163,16 @@ mod seconds {
         serializer.serialize_f64(duration.as_secs_f64())
     }
 
+    /// The longest duration a setting may have, as the CLI's: ten years.
+    const MAX_SECONDS: f64 = 10.0 * 31_557_600.0;
+
     pub fn deserialize<'de, D: Deserializer<'de>>(deserializer: D) -> Result<Duration, D::Error> {
         let seconds = f64::deserialize(deserializer)?;
-        Duration::try_from_secs_f64(seconds)
-            .map_err(|_| serde::de::Error::custom(format!("{seconds} is not a number of seconds >= 0")))
+        match Duration::try_from_secs_f64(seconds) {
+            Ok(duration) if seconds <= MAX_SECONDS => Ok(duration),
+            _ => Err(serde::de::Error::custom(format!(
+                "{seconds} is not a number of seconds from 0 to {MAX_SECONDS} (ten years)"
+            ))),
+        }
     }
 }
