@@ -75,7 +75,7 @@ fn a_driver_joins_a_cli_cluster_and_spills_tasks_to_the_node_that_fits() {
             "100ms",
         ],
     );
-    let head_pid = daemon_pids(temp.path(), "head")[0];
+    let head_node_pid = daemon_pids(temp.path(), "head_node")[0];
     let node_pid = daemon_pids(temp.path(), "node")[0];
     // The head learns the second node's resources from its heartbeats.
     std::thread::sleep(std::time::Duration::from_millis(500));
@@ -87,7 +87,7 @@ fn a_driver_joins_a_cli_cluster_and_spills_tasks_to_the_node_that_fits() {
     let refs: Vec<ObjectRef<u32>> = (0..20).map(|_| node_manager_pid::remote(&cluster).unwrap()).collect();
     let parents = cluster.get_all(&refs).unwrap();
     assert!(
-        parents.iter().all(|pid| [head_pid, node_pid].contains(pid)),
+        parents.iter().all(|pid| [head_node_pid, node_pid].contains(pid)),
         "{parents:?}"
     );
 

@@ -78,7 +78,7 @@ pub fn daemon_records(temp: &Path) -> Vec<Value> {
         .collect()
 }
 
-/// The pids of the latest session's daemons in `role` ("head" or "node").
+/// The pids of the latest session's daemons in `role` ("head", "head_node" or "node").
 pub fn daemon_pids(temp: &Path, role: &str) -> Vec<u32> {
     daemon_records(temp)
         .into_iter()
