@@ -1,0 +1,16 @@
+//! A GPT-style language model: tokens and their positions are embedded, pass
+//! through `n_layers` pre-norm transformer blocks (causal multi-head
+//! self-attention, then a GELU MLP, each added back to the residual stream)
+//! and a final LayerNorm; the logits are the states times the transposed
+//! token embedding, so the output head has no parameters of its own.
+//!
+//! [`GptConfig`] sizes the model and has named presets; [`Gpt::loss`] is the
+//! mean next-token cross-entropy a trainer minimizes, and
+//! [`Gpt::generate_greedy`] continues a prompt.
+
+mod config;
+mod generate;
+mod model;
+
+pub use config::{GptConfig, GptConfigError, PRESETS, Preset};
+pub use model::{Block, CausalSelfAttention, Gpt, Mlp, token_batch};
