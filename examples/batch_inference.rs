@@ -39,7 +39,7 @@ fn parse_args() -> anyhow::Result<Args> {
 fn main() -> anyhow::Result<()> {
     let args = parse_args()?;
     raylet::init()?;
-    let data = raylet_train::digits::load(0.2, 0);
+    let data = raylet_models::digits::load(0.2, 0);
     let training = DigitsTraining {
         epochs: args.epochs,
         ..DigitsTraining::default()

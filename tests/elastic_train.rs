@@ -16,8 +16,8 @@ use burn::optim::{AdamConfig, GradientsParams};
 use burn::prelude::*;
 use nix::sys::signal::Signal;
 use raylet::{Cluster, Config};
+use raylet_models::digits::{Digit, DigitsMlp, batch, load};
 use raylet_train::collective::ReduceOp;
-use raylet_train::digits::{Digit, DigitsMlp, batch, load};
 use raylet_train::sharding::{DataParallel, ShardingStrategy};
 use raylet_train::{
     FailureConfig, Metrics, Report, RunConfig, ScalingConfig, TrainContext, TrainError, TrainLoop, Trainer,

@@ -64,7 +64,7 @@ use raylet_data::arrow::error::ArrowError;
 use raylet_data::{
     ActorPoolStrategy, BatchModel, Dataset, Image, ImageOptions, ModelError, register_arrow_fn, register_batch_model,
 };
-use raylet_train::digits::Digit;
+use raylet_models::digits::Digit;
 use serde::{Deserialize, Serialize};
 use serde_json::json;
 
@@ -571,7 +571,7 @@ fn digit_values(digit: &Digit) -> anyhow::Result<Vec<u8>> {
 
 fn export_digits(output: &Path) -> anyhow::Result<serde_json::Value> {
     // Every digit (none held out), in the order of seed 0's shuffle.
-    let digits = raylet_train::digits::load(0.0, 0).train;
+    let digits = raylet_models::digits::load(0.0, 0).train;
     let mut text = String::new();
     for digit in &digits {
         let values = digit_values(digit)?;
@@ -604,7 +604,7 @@ fn write_samples(output: &Path, rows: usize, images: usize) -> anyhow::Result<se
         writer.write(&batch)?;
         writer.close()?;
     }
-    let digits = raylet_train::digits::load(0.0, 0).train;
+    let digits = raylet_models::digits::load(0.0, 0).train;
     for index in 0..images {
         let digit = &digits[index % digits.len()];
         let mut pixels = Vec::with_capacity(SIDE * SIDE);
@@ -679,7 +679,7 @@ fn train_checkpoint(
 ) -> anyhow::Result<serde_json::Value> {
     ensure!(batch_size > 0, "--batch-size must be positive");
     let started = Instant::now();
-    let split = raylet_train::digits::load(0.2, seed);
+    let split = raylet_models::digits::load(0.2, seed);
     let values = |digits: &[Digit]| -> anyhow::Result<Vec<(Vec<u8>, u8)>> {
         digits.iter().map(|d| Ok((digit_values(d)?, d.label))).collect()
     };

@@ -6,8 +6,7 @@ use std::path::{Path, PathBuf};
 
 use burn::prelude::*;
 use burn::tensor::TensorData;
-use raylet_train::Checkpoint;
-use raylet_train::digits::{Digit, DigitsMlp};
+use raylet_models::digits::{Digit, DigitsMlp};
 use serde::{Deserialize, Serialize};
 
 use crate::{BatchModel, FileBytes, ModelError};
@@ -15,6 +14,9 @@ use crate::{BatchModel, FileBytes, ModelError};
 const SIDE: usize = 8;
 /// The digits' darkest pixel value.
 const MAX_VALUE: f32 = 16.0;
+/// The model's parameters in a Train checkpoint's directory: a burnpack
+/// file, as raylet-train's `Checkpoint::save_model` writes it.
+const CHECKPOINT_MODEL_FILE: &str = "model.bpk";
 
 /// Writes each digit to `dir` as `digit_NNNNN_label_L.pgm` (binary PGM,
 /// 8x8, values 0..16); returns the paths.
@@ -98,8 +100,8 @@ impl BatchModel for DigitClassifier {
 
     fn load(&self) -> Result<(DigitsMlp, Device), ModelError> {
         let device = Device::flex();
-        let model = Checkpoint::from_directory(&self.checkpoint)
-            .load_model(DigitsMlp::new(self.hidden, &device))
+        let model = DigitsMlp::new(self.hidden, &device)
+            .try_load_file(self.checkpoint.join(CHECKPOINT_MODEL_FILE))
             .map_err(|e| format!("loading the model from {}: {e}", self.checkpoint.display()))?;
         Ok((model, device))
     }
@@ -131,7 +133,7 @@ mod tests {
     #[test]
     fn images_round_trip_through_pgm_files_and_bad_ones_are_refused() {
         let dir = tempfile::tempdir().unwrap();
-        let digits = raylet_train::digits::load(0.2, 0).test;
+        let digits = raylet_models::digits::load(0.2, 0).test;
         let paths = write_images(dir.path(), &digits[..5]).unwrap();
         for (path, digit) in paths.iter().zip(&digits) {
             let pixels = parse_pgm(&std::fs::read(path).unwrap()).unwrap();
@@ -145,5 +147,30 @@ mod tests {
                 .contains("not an 8x8 binary PGM")
         );
         assert!(parse_pgm(b"GIF89a").unwrap_err().contains("not a PGM"));
+    }
+
+    #[test]
+    fn the_classifier_loads_the_model_a_train_checkpoint_saved() {
+        let dir = tempfile::tempdir().unwrap();
+        let device = Device::flex();
+        let saved = DigitsMlp::new(8, &device);
+        raylet_train::Checkpoint::from_directory(dir.path())
+            .save_model(&saved)
+            .unwrap();
+        let classifier = DigitClassifier {
+            checkpoint: dir.path().to_path_buf(),
+            hidden: 8,
+        };
+        let (loaded, device) = classifier.load().unwrap();
+        let digits = raylet_models::digits::load(0.2, 0).test;
+        let (pixels, _) = raylet_models::digits::batch(&digits[..20], &device);
+        let scores = |model: &DigitsMlp| {
+            model
+                .forward(pixels.clone())
+                .into_data()
+                .iter::<f32>()
+                .collect::<Vec<_>>()
+        };
+        assert_eq!(scores(&loaded), scores(&saved));
     }
 }

@@ -7,8 +7,9 @@
 use burn::nn::loss::CrossEntropyLoss;
 use burn::optim::{AdamConfig, GradientsParams};
 use raylet_data::{DataShard, Dataset};
+use raylet_models::digits::{self, Digit, DigitsMlp, batch};
 use raylet_train::collective::ReduceOp;
-use raylet_train::digits::{self, Digit, DigitsMlp, DigitsTraining, batch};
+use raylet_train::digits::DigitsTraining;
 use raylet_train::model_sync::{allreduce_gradients, sync_initial_model};
 use raylet_train::{
     Metrics, RunConfig, ScalingConfig, TrainContext, TrainError, TrainLoop, Trainer, register_train_loop,

@@ -9,10 +9,15 @@
 //!   `tokenizers`, which round-trips any text exactly.
 //! - [`corpus`]: the `.py` files of the Python standard library found on the
 //!   machine, with a train/validation split that never changes.
+//! - [`digits`] (feature `digits`): the digits data set (8x8 images of
+//!   handwritten digits) with a seeded train/test split, and a two-layer
+//!   perceptron for it.
 //!
 //! The crate depends on no raylet runtime crate: the trainers use it, not
 //! the other way around.
 
 pub mod corpus;
+#[cfg(feature = "digits")]
+pub mod digits;
 pub mod gpt;
 pub mod tokenizer;

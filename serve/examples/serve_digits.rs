@@ -25,11 +25,12 @@ use std::time::{Duration, Instant};
 use burn::prelude::*;
 use burn::tensor::TensorData;
 use burn::tensor::activation::softmax;
+use raylet_models::digits::{self, Digit, DigitsMlp};
 use raylet_serve::{
     Application, BatchOptions, Batcher, BoxError, Deployment, DeploymentConfig, HttpOptions, Json, ReplicaContext,
     ServeInstance,
 };
-use raylet_train::digits::{self, Digit, DigitsMlp, DigitsTraining};
+use raylet_train::digits::DigitsTraining;
 use raylet_train::{Checkpoint, RunConfig, ScalingConfig, Trainer};
 use serde::{Deserialize, Serialize};
 

@@ -1,5 +1,5 @@
 //! Digits training throughput with 1 and 2 workers: the digits MLP (see
-//! `raylet_train::digits`) trained by the data-parallel trainer on the
+//! `raylet_models::digits`) trained by the data-parallel trainer on the
 //! embedded cluster, for three model and batch sizes, each configuration run
 //! `--reps` times in turn so that they share the machine's noise. Prints a
 //! Markdown table: the median of the per-epoch samples per second (the
@@ -14,7 +14,8 @@
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use raylet_train::digits::{self, DigitsTraining};
+use raylet_models::digits;
+use raylet_train::digits::DigitsTraining;
 use raylet_train::{RunConfig, ScalingConfig, TrainResult, Trainer};
 
 /// (hidden units, global batch size): the small model at two batch sizes,

@@ -14,8 +14,9 @@ use std::time::Instant;
 use burn::prelude::*;
 use burn::tensor::{DeviceKind, TensorData};
 use raylet::ObjectRef;
+use raylet_models::digits;
 use raylet_train::collective::{CollectiveGroup, GroupOptions, ReduceOp};
-use raylet_train::digits::{self, DigitsTraining};
+use raylet_train::digits::DigitsTraining;
 use raylet_train::{RunConfig, ScalingConfig, Trainer, WorkerResources};
 
 /// Elements of each rank's tensor in the allreduce.

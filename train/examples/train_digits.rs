@@ -7,7 +7,8 @@
 
 use std::path::PathBuf;
 
-use raylet_train::digits::{self, DigitsTraining};
+use raylet_models::digits;
+use raylet_train::digits::DigitsTraining;
 use raylet_train::{CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, Trainer};
 
 /// `--workers N --epochs N --storage DIR`, each optional.

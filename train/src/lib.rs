@@ -13,8 +13,8 @@
 //!   of the optimizer state, gradients and parameters.
 //! - [`TrainCallback`]s are told of a run's start, reports, checkpoints
 //!   and end; [`mlflow`] has one that tracks runs on an MLflow server.
-//! - [`digits`] (feature `digits`) has the digits data set, a model and a
-//!   train loop for it.
+//! - [`digits`] (feature `digits`) has a train loop for the digits data
+//!   set and model of raylet-models.
 
 mod callback;
 mod checkpoint;

@@ -9,7 +9,8 @@
 use std::net::TcpListener;
 use std::path::Path;
 
-use raylet_train::digits::{self, DigitsTraining};
+use raylet_models::digits;
+use raylet_train::digits::DigitsTraining;
 use raylet_train::mlflow::{CallFailure, MlflowCallback, MlflowError};
 use raylet_train::testing::{MLFLOW_VERSION, MlflowServer, warnings_of};
 use raylet_train::{RunConfig, ScalingConfig, TrainError, Trainer};

@@ -4,8 +4,9 @@
 //! on a node without the local copy resumes from the bucket, and
 //! checkpoints the retention policy drops leave the bucket.
 
+use raylet_models::digits;
 use raylet_storage::testing::S3Server;
-use raylet_train::digits::{self, DigitsTraining};
+use raylet_train::digits::DigitsTraining;
 use raylet_train::{CheckpointConfig, RunConfig, ScalingConfig, Trainer};
 
 fn trainer(server: &S3Server, epochs: u64) -> Trainer<DigitsTraining> {

@@ -12,8 +12,8 @@ use burn::nn::{Linear, LinearConfig, Relu};
 use burn::optim::{AdamConfig, GradientsParams, ModuleOptimizer};
 use burn::prelude::*;
 use raylet::Cluster;
+use raylet_models::digits::{Digit, batch, load};
 use raylet_train::collective::{CollectiveGroup, GroupOptions};
-use raylet_train::digits::{Digit, batch, load};
 use raylet_train::sharding::{DataParallel, ShardMemory, ShardingStrategy};
 
 /// 64 pixels, four hidden layers of 48 with ReLU, 10 class scores: ten

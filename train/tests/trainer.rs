@@ -8,7 +8,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use raylet::{ActorState, Cluster};
-use raylet_train::digits::{self, DigitsMlp, DigitsTraining};
+use raylet_models::digits::{self, DigitsMlp};
+use raylet_train::digits::DigitsTraining;
 use raylet_train::{
     Checkpoint, CheckpointConfig, FailureConfig, RunConfig, ScalingConfig, TrainContext, TrainError, TrainLoop,
     TrainResult, Trainer, WorkerResources,

@@ -21,7 +21,8 @@ use burn::optim::{AdamConfig, GradientsParams};
 use burn::prelude::Device;
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
-use raylet_train::digits::{self, Digit, DigitsMlp, DigitsSplit, DigitsTraining, batch};
+use raylet_models::digits::{self, Digit, DigitsMlp, DigitsSplit, batch};
+use raylet_train::digits::DigitsTraining;
 use raylet_train::{RunConfig, ScalingConfig, Trainer};
 
 use crate::{Metrics, TrainableResult, TrialConfig, TrialContext, register_trainable};

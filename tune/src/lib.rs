@@ -10,7 +10,7 @@
 //! - [`Callback`]s are told of the experiment's and its trials' progress;
 //!   [`MlflowCallback`] tracks the experiment on an MLflow server, each
 //!   trial a child run of the experiment's run.
-//! - [`digits`] (feature `digits`): a trainable for raylet-train's digits
+//! - [`digits`] (feature `digits`): a trainable for raylet-models' digits
 //!   MLP, for examples and benchmarks.
 
 mod callback;

@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use browser::{Browser, chromium_path};
 use raylet::{Bundle, Config, Job, PlacementStrategy};
-use raylet_train::digits::{self, DigitsTraining};
+use raylet_models::digits;
+use raylet_train::digits::DigitsTraining;
 use raylet_train::{RunConfig, ScalingConfig, Trainer};
 use raylet_tune::search::{SearchSpace, grid};
 use raylet_tune::{Metrics, Mode, TrainableResult, TrialConfig, TrialContext, TuneConfig, Tuner, register_trainable};

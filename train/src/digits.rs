@@ -11,9 +11,9 @@ use burn::nn::loss::CrossEntropyLoss;
 use burn::optim::{AdamConfig, GradientsParams};
 use rand::SeedableRng;
 use rand::seq::SliceRandom;
+use raylet_models::digits::{Digit, DigitsMlp, batch};
 use serde::{Deserialize, Serialize};
 
-use super::{Digit, DigitsMlp, batch};
 use crate::collective::ReduceOp;
 use crate::model_sync::{allreduce_gradients, sync_initial_model};
 use crate::{Metrics, TrainContext, TrainError, TrainLoop};
