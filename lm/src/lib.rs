@@ -1,0 +1,25 @@
+//! The language-model workload end to end on a raylet cluster. This first
+//! step prepares its data:
+//!
+//! - [`prepare_corpus`] trains a byte-level BPE tokenizer on the training
+//!   split of a corpus of `.py` files (the Python standard library,
+//!   `raylet_models::corpus`), then tokenizes both splits on the cluster
+//!   with raylet-data and writes them as Parquet rows of
+//!   `sequence_length + 1` token ids, exactly once ([`prepare`],
+//!   [`packing`]).
+//! - [`token_rows()`] reads the rows back as a dataset, to be shuffled and
+//!   split among training workers; [`unigram_entropy`] is the loss a model
+//!   must beat to show that it learns (module [`token_rows`](mod@token_rows)).
+//!
+//! Every error is an [`LmError`].
+
+mod error;
+pub mod packing;
+mod preparation_record;
+pub mod prepare;
+pub mod token_rows;
+
+pub use error::LmError;
+pub use packing::TokenRow;
+pub use prepare::{PrepareOptions, Prepared, SplitSummary, prepare_corpus};
+pub use token_rows::{token_rows, unigram_entropy};
