@@ -39,7 +39,7 @@ use raylet_storage::{Storage, StorageOptions};
 #[derive(Serialize, Deserialize)]
 #[serde(bound = "", transparent)]
 pub struct Dataset<T> {
-    plan: Plan,
+    pub(crate) plan: Plan,
     #[serde(skip)]
     _rows: PhantomData<fn() -> T>,
 }

@@ -299,7 +299,17 @@ impl Plan {
             .iter()
             .map(|stage| (stage.function.as_str(), stage.kind, stage.batch_size))
             .collect();
-        xxh3_64(format!("{blocks:?} {stages:?} {format:?} {:?}", self.options.on_error).as_bytes())
+        let models: Vec<(&str, &[u8])> = self
+            .models
+            .iter()
+            .flatten()
+            .map(|model| (model.name.as_str(), model.config.as_slice()))
+            .collect();
+        let described = format!(
+            "{blocks:?} {stages:?} {models:?} {format:?} {:?}",
+            self.options.on_error
+        );
+        xxh3_64(described.as_bytes())
     }
 
     /// The fingerprints of what a step's input blocks are made of.
@@ -310,5 +320,37 @@ impl Plan {
             .map(|stage| (stage.function.as_str(), stage.kind, stage.batch_size))
             .collect();
         xxh3_64(format!("{blocks:?} {stages:?} {exchange:?} {}", self.epoch).as_bytes())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::actor_pool::ActorPoolStrategy;
+    use crate::sink::Table;
+
+    /// A plan's fingerprint with one model stage whose config is `config`.
+    fn fingerprint_with_model(config: &[u8]) -> u64 {
+        let mut plan = crate::Dataset::from_items(vec![1u32]).plan;
+        plan.models.push(Ok(ModelSpec {
+            name: "tokenize".into(),
+            config: config.to_vec(),
+            strategy: ActorPoolStrategy::fixed(1),
+        }));
+        plan.fingerprint(&[], Format::Table(Table::Parquet))
+    }
+
+    /// A write rerun with another model config (another tokenizer, another
+    /// sequence length) must not take the blocks written before as its own.
+    #[test]
+    fn a_model_stages_config_is_part_of_the_fingerprint() {
+        assert_eq!(
+            fingerprint_with_model(b"length 64"),
+            fingerprint_with_model(b"length 64")
+        );
+        assert_ne!(
+            fingerprint_with_model(b"length 64"),
+            fingerprint_with_model(b"length 128")
+        );
     }
 }
