@@ -94,13 +94,15 @@ impl HeadNode {
         let pid = Pid::from_raw(self.pid as i32);
         let _ = kill(pid, Signal::SIGTERM);
         let since = Instant::now();
+        let mut killed = false;
         while self.is_running() {
-            if since.elapsed() > STOP_GRACE {
+            if !killed && since.elapsed() > STOP_GRACE {
                 tracing::warn!(
                     pid = self.pid,
                     "the head's node did not stop in {STOP_GRACE:?}; killing it"
                 );
                 let _ = kill(pid, Signal::SIGKILL);
+                killed = true;
             }
             std::thread::sleep(POLL_INTERVAL);
         }
