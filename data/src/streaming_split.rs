@@ -258,12 +258,13 @@ impl<T: Row> DataShard<T> {
     }
 
     /// This consumer's rows of the next epoch, in batches of `batch_size`
-    /// (the last may be shorter), as blocks finish.
-    pub fn iter_batches(&mut self, batch_size: usize) -> ShardBatches<'_, T> {
+    /// (the last may be shorter), as blocks finish. The batches hold their
+    /// own handle on the split, so a train loop may keep them across steps.
+    pub fn iter_batches(&mut self, batch_size: usize) -> ShardBatches<T> {
         let epoch = self.epoch;
         self.epoch += 1;
         ShardBatches {
-            shard: self,
+            shard: self.clone(),
             epoch,
             blocks: None,
             batcher: RowBatcher::new(batch_size, self.local_shuffle, epoch),
@@ -279,8 +280,8 @@ impl<T: Row> DataShard<T> {
 }
 
 /// One epoch's batches of a [`DataShard`].
-pub struct ShardBatches<'a, T> {
-    shard: &'a DataShard<T>,
+pub struct ShardBatches<T> {
+    shard: DataShard<T>,
     epoch: u64,
     /// The epoch's blocks, opened on the first batch.
     blocks: Option<ObjectRefStream<BlockOutput>>,
@@ -288,7 +289,7 @@ pub struct ShardBatches<'a, T> {
     ended: bool,
 }
 
-impl<T: Row> ShardBatches<'_, T> {
+impl<T: Row> ShardBatches<T> {
     /// Rows left out so far under `OnError::Skip`.
     pub fn skipped(&self) -> &[RowError] {
         self.batcher.skipped()
@@ -307,7 +308,7 @@ impl<T: Row> ShardBatches<'_, T> {
     }
 }
 
-impl<T: Row> Iterator for ShardBatches<'_, T> {
+impl<T: Row> Iterator for ShardBatches<T> {
     type Item = Result<Vec<T>, DataError>;
 
     fn next(&mut self) -> Option<Self::Item> {

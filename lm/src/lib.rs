@@ -1,5 +1,5 @@
-//! The language-model workload end to end on a raylet cluster. This first
-//! step prepares its data:
+//! The language-model workload end to end on a raylet cluster: its data
+//! prepared, then a GPT trained on it.
 //!
 //! - [`prepare_corpus`] trains a byte-level BPE tokenizer on the training
 //!   split of a corpus of `.py` files (the Python standard library,
@@ -10,6 +10,8 @@
 //! - [`token_rows()`] reads the rows back as a dataset, to be shuffled and
 //!   split among training workers; [`unigram_entropy`] is the loss a model
 //!   must beat to show that it learns (module [`token_rows`](mod@token_rows)).
+//! - [`GptTraining`] trains a GPT of raylet-models on the rows with
+//!   raylet-train ([`training`]).
 //!
 //! Every error is an [`LmError`].
 
@@ -18,8 +20,10 @@ pub mod packing;
 mod preparation_record;
 pub mod prepare;
 pub mod token_rows;
+pub mod training;
 
 pub use error::LmError;
 pub use packing::TokenRow;
 pub use prepare::{PrepareOptions, Prepared, SplitSummary, prepare_corpus};
 pub use token_rows::{token_rows, unigram_entropy};
+pub use training::{GptTraining, OptimizerSettings, TrainingRows};

@@ -6,8 +6,10 @@ use std::path::{Path, PathBuf};
 
 use raylet_lm::prepare::{TOKENIZER_FILE, TRAIN_DIR, VALIDATION_DIR};
 use raylet_lm::{LmError, PrepareOptions, Prepared, TokenRow, prepare_corpus, token_rows, unigram_entropy};
-use raylet_models::corpus::{Corpus, CorpusError, SourceFile, Split, stdlib_dir};
+use raylet_models::corpus::{Corpus, CorpusError, Split, stdlib_dir};
 use raylet_models::tokenizer::LmTokenizer;
+
+use crate::stdlib_sample::stdlib_sample;
 
 const VOCAB_SIZE: usize = 512;
 const SEQUENCE_LENGTH: usize = 64;
@@ -29,21 +31,6 @@ fn options() -> PrepareOptions {
         files_per_block: FILES_PER_BLOCK,
         max_actors: 2,
     }
-}
-
-/// Standard library files of `split` between 2 and 40 KB, about `bytes` in all.
-fn stdlib_sample(stdlib: &Corpus, split: Split, bytes: usize) -> Vec<SourceFile> {
-    let mut total = 0;
-    stdlib
-        .files()
-        .iter()
-        .filter(|file| Split::of(&file.relative_path) == split && (2_000..40_000).contains(&file.text.len()))
-        .take_while(|file| {
-            total += file.text.len();
-            total <= bytes
-        })
-        .cloned()
-        .collect()
 }
 
 /// A corpus directory of real standard library files under their own

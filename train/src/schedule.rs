@@ -1,6 +1,7 @@
 //! What data parallelism changes about a training schedule: the learning
-//! rate for a global batch that grew with the workers, and when to stop
-//! because the validation metric stopped improving.
+//! rate for a global batch that grew with the workers, the warmup and
+//! cosine decay that transformers train with, and when to stop because the
+//! validation metric stopped improving.
 
 /// How the learning rate grows with the global batch.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
@@ -17,6 +18,31 @@ pub fn scaled_learning_rate(base_lr: f64, base_batch: usize, global_batch: usize
     match rule {
         LrScaling::Linear => base_lr * ratio,
         LrScaling::Sqrt => base_lr * ratio.sqrt(),
+    }
+}
+
+/// A learning rate that rises linearly from 0 to `peak` over
+/// `warmup_steps`, then follows half a cosine down to `peak * final_ratio`
+/// at `total_steps`, and stays there.
+#[derive(Clone, Copy, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct WarmupCosine {
+    pub peak: f64,
+    pub warmup_steps: u64,
+    pub total_steps: u64,
+    /// The final learning rate as a fraction of the peak.
+    pub final_ratio: f64,
+}
+
+impl WarmupCosine {
+    /// The learning rate of step `step`, counting from 0.
+    pub fn at(&self, step: u64) -> f64 {
+        if step < self.warmup_steps {
+            return self.peak * (step + 1) as f64 / self.warmup_steps as f64;
+        }
+        let floor = self.peak * self.final_ratio;
+        let decay_steps = self.total_steps.saturating_sub(self.warmup_steps).max(1);
+        let progress = ((step - self.warmup_steps) as f64 / decay_steps as f64).min(1.0);
+        floor + (self.peak - floor) * 0.5 * (1.0 + (std::f64::consts::PI * progress).cos())
     }
 }
 
@@ -86,6 +112,30 @@ mod tests {
         assert_eq!(scaled_learning_rate(0.1, 32, 128, LrScaling::Linear), 0.4);
         assert_eq!(scaled_learning_rate(0.1, 32, 128, LrScaling::Sqrt), 0.2);
         assert_eq!(scaled_learning_rate(0.1, 32, 32, LrScaling::Linear), 0.1);
+    }
+
+    #[test]
+    fn the_learning_rate_warms_up_linearly_then_decays_along_a_cosine_to_its_floor() {
+        let schedule = WarmupCosine {
+            peak: 1.0,
+            warmup_steps: 4,
+            total_steps: 14,
+            final_ratio: 0.1,
+        };
+        let rates: Vec<f64> = (0..4).map(|step| schedule.at(step)).collect();
+        assert_eq!(rates, [0.25, 0.5, 0.75, 1.0]);
+        assert_eq!(schedule.at(4), 1.0, "the decay starts at the peak");
+        assert!(
+            (schedule.at(9) - 0.55).abs() < 1e-12,
+            "halfway: the mean of peak and floor"
+        );
+        assert!((schedule.at(14) - 0.1).abs() < 1e-12);
+        assert!(
+            (schedule.at(100) - 0.1).abs() < 1e-12,
+            "past the end it stays at the floor"
+        );
+        let decaying: Vec<f64> = (4..=14).map(|step| schedule.at(step)).collect();
+        assert!(decaying.windows(2).all(|pair| pair[1] < pair[0]), "{decaying:?}");
     }
 
     #[test]

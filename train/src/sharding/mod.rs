@@ -75,6 +75,9 @@ pub struct DataParallel<M: Module> {
     /// it holds this rank's parameters and empty tensors for the others.
     model: M,
     optimizer: ModuleOptimizer,
+    /// The largest global gradient norm a step takes; larger ones are
+    /// scaled down to it.
+    max_gradient_norm: Option<f32>,
 }
 
 impl<M: Module> DataParallel<M> {
@@ -104,7 +107,16 @@ impl<M: Module> DataParallel<M> {
             rank,
             model,
             optimizer,
+            max_gradient_norm: None,
         })
+    }
+
+    /// Scales each step's averaged gradients down to a global L2 norm of
+    /// `max_norm` when they exceed it (PyTorch's `clip_grad_norm_`), the
+    /// norm taken over the whole model whatever each rank holds.
+    pub fn clip_gradient_norm(mut self, max_norm: f32) -> Self {
+        self.max_gradient_norm = Some(max_norm);
+        self
     }
 
     pub fn strategy(&self) -> ShardingStrategy {
@@ -123,7 +135,8 @@ impl<M: Module> DataParallel<M> {
     /// One optimizer step with learning rate `lr` from `grads`, this rank's
     /// gradients of `model` (the one [`DataParallel::model`] returned),
     /// averaged over the ranks as the strategy says; `device` is the
-    /// optimizer's (without autodiff).
+    /// optimizer's (without autodiff). Returns the global L2 norm of the
+    /// averaged gradients, before any clipping.
     pub fn step(
         &mut self,
         group: &mut CollectiveGroup,
@@ -131,7 +144,7 @@ impl<M: Module> DataParallel<M> {
         model: M,
         grads: GradientsParams,
         device: &Device,
-    ) -> Result<(), ShardingError> {
+    ) -> Result<f32, ShardingError> {
         crate::telemetry::step();
         let mut flat = self.layout.flatten_grads(&model, &grads);
         let owner = match self.strategy {
@@ -148,6 +161,7 @@ impl<M: Module> DataParallel<M> {
                 Some(self.rank)
             }
         };
+        let norm = self.clip(group, &mut flat)?;
         let own_grads = self.layout.grads_from_flat(&model, &grads, &flat, owner, device);
         drop((grads, flat));
         let stepped = self.optimizer.step(lr, model, own_grads);
@@ -156,7 +170,34 @@ impl<M: Module> DataParallel<M> {
             ShardingStrategy::Parameters => self.layout.empty_others(stepped, self.rank),
             _ => self.with_others(group, stepped)?,
         };
-        Ok(())
+        Ok(norm)
+    }
+
+    /// The global norm of the averaged gradients in `flat`, whose valid part
+    /// is this rank's segment once they are reduce-scattered; that part is
+    /// scaled down to the largest norm allowed.
+    fn clip(&self, group: &mut CollectiveGroup, flat: &mut [f32]) -> Result<f32, ShardingError> {
+        let (valid, scattered) = match self.strategy {
+            ShardingStrategy::None | ShardingStrategy::OptimizerState => (0..flat.len(), false),
+            ShardingStrategy::Gradients | ShardingStrategy::Parameters => {
+                (self.layout.segments()[self.rank].clone(), true)
+            }
+        };
+        let mut squares = [flat[valid.clone()]
+            .iter()
+            .map(|&g| f64::from(g) * f64::from(g))
+            .sum::<f64>()];
+        if scattered {
+            group.allreduce(&mut squares, ReduceOp::Sum)?;
+        }
+        let norm = squares[0].sqrt() as f32;
+        if let Some(max_norm) = self.max_gradient_norm {
+            let scale = max_norm / (norm + 1e-6);
+            if scale < 1.0 {
+                flat[valid].iter_mut().for_each(|g| *g *= scale);
+            }
+        }
+        Ok(norm)
     }
 
     /// On rank 0, the whole model and the whole optimizer state, for a
