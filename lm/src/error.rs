@@ -40,6 +40,9 @@ pub enum LmError {
         #[source]
         source: std::io::Error,
     },
+    /// A checkpoint of a GPT run that does not read as one.
+    #[error("checkpoint {path}: {message}")]
+    Checkpoint { path: PathBuf, message: String },
     /// The rows read hold no token.
     #[error("the rows in {0} hold no token")]
     NoTokens(PathBuf),

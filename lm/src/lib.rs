@@ -11,19 +11,31 @@
 //!   split among training workers; [`unigram_entropy`] is the loss a model
 //!   must beat to show that it learns (module [`token_rows`](mod@token_rows)).
 //! - [`GptTraining`] trains a GPT of raylet-models on the rows with
-//!   raylet-train ([`training`]).
+//!   raylet-train ([`training`]); [`TrainedGpt`] reads one back from a
+//!   checkpoint to score and continue text ([`trained`]).
+//! - [`tune_gpt`] is a Tune trainable whose trials are GPT Train runs
+//!   ([`tuning`]).
+//! - [`score_files`] scores a set of files with a trained GPT on an actor
+//!   pool, writing each file's loss and a continuation as Parquet
+//!   ([`inference`]).
 //!
 //! Every error is an [`LmError`].
 
 mod error;
+pub mod inference;
 pub mod packing;
 mod preparation_record;
 pub mod prepare;
 pub mod token_rows;
+pub mod trained;
 pub mod training;
+pub mod tuning;
 
 pub use error::LmError;
+pub use inference::{FileScore, ScoringOptions, score_files};
 pub use packing::TokenRow;
 pub use prepare::{PrepareOptions, Prepared, SplitSummary, prepare_corpus};
 pub use token_rows::{token_rows, unigram_entropy};
+pub use trained::{TextLoss, TrainedGpt};
 pub use training::{GptTraining, OptimizerSettings, TrainingRows};
+pub use tuning::tune_gpt;

@@ -1,6 +1,9 @@
 //! raylet-lm's integration tests, one binary: preparing a corpus on an
-//! embedded cluster, and training a GPT on it.
+//! embedded cluster, training and tuning a GPT on it, and scoring
+//! files with it.
 
+mod inference;
 mod prepare;
 mod stdlib_sample;
 mod training;
+mod tuning;

@@ -25,7 +25,7 @@ const VOCAB_SIZE: usize = 512;
 const CONTEXT_LENGTH: usize = 64;
 const GLOBAL_BATCH: usize = 8;
 
-fn init() {
+pub fn init() {
     raylet::init_with(raylet::Config::default().num_cpus(4.0)).expect("an embedded cluster");
 }
 
@@ -39,13 +39,13 @@ fn tiny() -> GptConfig {
 
 /// A tokenizer trained on a sample of the standard library, and rows of
 /// each split's sample packed as preparation packs them.
-struct Sample {
+pub struct Sample {
     tokenizer_json: String,
     train: Vec<TokenRow>,
     validation: Vec<TokenRow>,
 }
 
-fn sample(scratch: &Path) -> Sample {
+pub fn sample(scratch: &Path) -> Sample {
     let stdlib = Corpus::scan(&stdlib_dir().unwrap()).unwrap();
     let train_files = stdlib_sample(&stdlib, Split::Train, 150_000);
     let validation_files = stdlib_sample(&stdlib, Split::Validation, 20_000);
@@ -72,7 +72,7 @@ fn sample(scratch: &Path) -> Sample {
 
 /// `steps` steps of the tiny model on the sample's rows in memory, a report
 /// every step.
-fn training(sample: &Sample, steps: u64) -> GptTraining {
+pub fn training(sample: &Sample, steps: u64) -> GptTraining {
     GptTraining {
         validation: sample.validation.clone(),
         steps,
@@ -91,7 +91,7 @@ fn training(sample: &Sample, steps: u64) -> GptTraining {
     }
 }
 
-fn trainer(training: GptTraining, workers: usize, storage: &Path, name: &str) -> Trainer<GptTraining> {
+pub fn trainer(training: GptTraining, workers: usize, storage: &Path, name: &str) -> Trainer<GptTraining> {
     Trainer::new(training)
         .scaling(ScalingConfig {
             num_workers: workers,

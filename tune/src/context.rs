@@ -1,13 +1,15 @@
 //! What a trainable sees: its trial's id and config, where to resume from,
 //! and `report`, which sends a result (and a checkpoint) to the driver and
-//! waits for the scheduler's decision.
+//! waits for the scheduler's decision; `fit_train_run` makes a
+//! data-parallel Train run the trial.
 
+use std::ops::ControlFlow;
 use std::path::{Path, PathBuf};
 use std::sync::mpsc::{Receiver, Sender};
 use std::time::Instant;
 
 use raylet_storage::StorageOptions;
-use raylet_train::{Checkpoint, Metrics, RunDirectory};
+use raylet_train::{Checkpoint, Metrics, RunConfig, RunDirectory, TrainError, TrainLoop, TrainResult, Trainer};
 
 use crate::schedulers::Decision;
 use crate::trial_event::TrialEvent;
@@ -74,6 +76,27 @@ impl TrialContext {
     /// [`TrialContext::report`].
     pub fn new_checkpoint(&self) -> Result<Checkpoint, TuneError> {
         Ok(self.directory.stage(0)?)
+    }
+
+    /// Runs `trainer` as this trial: the Train run is kept in the trial's
+    /// directory (as `train`, in object storage too for an experiment
+    /// there), rank 0's reports become the trial's, and a scheduler's stop
+    /// ends the run; a resumed trial's run goes on from its latest
+    /// checkpoint.
+    pub fn fit_train_run<L: TrainLoop>(&mut self, trainer: Trainer<L>) -> Result<TrainResult, TrainError> {
+        let run_config = RunConfig {
+            name: "train".into(),
+            storage_path: self.storage_path(),
+            verbose: false,
+            ..RunConfig::default()
+        };
+        trainer
+            .run_config(run_config)
+            .storage_options(self.storage_options())
+            .fit_with_reports(|report| match self.report(report.metrics.clone(), None) {
+                Ok(()) => ControlFlow::Continue(()),
+                Err(_) => ControlFlow::Break(()),
+            })
     }
 
     /// Sends `metrics` (with `training_iteration`, `time_total_s` and

@@ -12,7 +12,6 @@
 //! [`train_digits_on_workers`] makes each trial a data-parallel Train run
 //! of its own (`workers` ranks, 2 by default) that forwards its reports.
 
-use std::ops::ControlFlow;
 use std::sync::OnceLock;
 use std::time::Instant;
 
@@ -23,7 +22,7 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 use raylet_models::digits::{self, Digit, DigitsMlp, DigitsSplit, batch};
 use raylet_train::digits::DigitsTraining;
-use raylet_train::{RunConfig, ScalingConfig, Trainer};
+use raylet_train::{ScalingConfig, Trainer};
 
 use crate::{Metrics, TrainableResult, TrialConfig, TrialContext, register_trainable};
 
@@ -129,25 +128,14 @@ pub fn train_digits_on_workers(config: &TrialConfig, ctx: &mut TrialContext) -> 
     };
     let workers: usize = config.get("workers").unwrap_or(2);
     let data = split();
-    let run_config = RunConfig {
-        name: "train".into(),
-        storage_path: ctx.storage_path(),
-        verbose: false,
-        ..RunConfig::default()
-    };
-    Trainer::new(training)
+    let trainer = Trainer::new(training)
         .scaling(ScalingConfig {
             num_workers: workers,
             ..ScalingConfig::default()
         })
-        .run_config(run_config)
-        .storage_options(ctx.storage_options())
         .dataset("train", data.train.clone())
-        .dataset("test", data.test.clone())
-        .fit_with_reports(|report| match ctx.report(report.metrics.clone(), None) {
-            Ok(()) => ControlFlow::Continue(()),
-            Err(_) => ControlFlow::Break(()),
-        })?;
+        .dataset("test", data.test.clone());
+    ctx.fit_train_run(trainer)?;
     Ok(())
 }
 register_trainable!(train_digits_on_workers);

@@ -9,8 +9,7 @@ use raylet_train::{Checkpoint, TrainError};
 use serde::{Deserialize, Serialize};
 use xxhash_rust::xxh3::xxh3_64;
 
-/// The tokenizer, as the run was given it.
-pub const TOKENIZER_FILE: &str = "tokenizer.json";
+use crate::prepare::TOKENIZER_FILE;
 
 /// What a checkpoint was trained as, and how far.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]

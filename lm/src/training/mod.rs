@@ -22,11 +22,10 @@ use raylet_train::{Checkpoint, Metrics, TrainContext, TrainError, TrainLoop, reg
 use serde::{Deserialize, Serialize};
 
 use crate::TokenRow;
-use checkpointing::GptProgress;
 use feed::BatchFeed;
 use validation::validation_loss;
 
-pub use checkpointing::{TOKENIZER_FILE, config_differences};
+pub use checkpointing::{GptProgress, config_differences};
 pub use feed::TrainingRows;
 
 /// AdamW, its learning-rate schedule and gradient clipping.
