@@ -72,7 +72,9 @@ struct Args {
 
 fn main() -> Result<(), Box<dyn Error>> {
     let args = Args::parse();
-    raylet::init()?;
+    // Each worker holds a CPU for the whole run; the tasks that read the
+    // Parquet and feed them need one more, or they wait for a CPU forever.
+    raylet::init_with(raylet::Config::default().num_cpus(args.workers as f64 + 1.0))?;
     let corpus_dir = stdlib_dir()?;
     let started = Instant::now();
     let options = PrepareOptions {

@@ -1,9 +1,12 @@
-//! Times training steps of a GPT preset on the CPU (burn's flex backend): the
+//! Times training steps of a GPT preset on a CPU backend of burn: the
 //! forward and backward pass, then the AdamW update, on a batch of random
 //! tokens that fills the context, at an 8192-token vocabulary.
 //!
-//! `cargo run --release -p raylet-models --example step_time -- [preset] [batch] [steps]`
-//! (defaults: `small 8 5`; one untimed warm-up step comes first).
+//! `cargo run --release -p raylet-models --example step_time -- [preset] [batch] [steps] [backend]`
+//! (defaults: `small 8 5 flex`; one untimed warm-up step comes first). The
+//! backends besides `flex` need their feature: `ndarray` (feature
+//! `ndarray`) and `libtorch` (feature `tch`, built against a libtorch such
+//! as the pip `torch` one: `LIBTORCH_USE_PYTORCH=1`).
 
 use std::error::Error;
 use std::time::{Duration, Instant};
@@ -30,9 +33,10 @@ fn run() -> Result<(), Box<dyn Error>> {
     if batch == 0 || steps == 0 {
         return Err("the batch and the timed steps must be at least 1".into());
     }
+    let backend = args.next().unwrap_or_else(|| "flex".to_owned());
     let config = GptConfig::named(&preset, VOCAB_SIZE)?;
 
-    let device = Device::flex().autodiff();
+    let device = cpu_device(&backend)?.autodiff();
     device.seed(0);
     let mut model = Gpt::new(&config, &device)?;
     let mut optimizer = AdamWConfig::new().init();
@@ -60,7 +64,7 @@ fn run() -> Result<(), Box<dyn Error>> {
     let tokens_per_step = (batch * config.context_length) as f64;
     let step_ms = per_step(forward_backward + update);
     println!(
-        "{preset} ({:.1}M parameters), batch {batch} x {} tokens, {steps} steps: \
+        "{backend}: {preset} ({:.1}M parameters), batch {batch} x {} tokens, {steps} steps: \
          forward+backward {:.0} ms, AdamW {:.0} ms, step {step_ms:.0} ms, {:.0} tokens/s",
         config.parameter_count() as f64 / 1e6,
         config.context_length,
@@ -69,4 +73,19 @@ fn run() -> Result<(), Box<dyn Error>> {
         tokens_per_step / (step_ms / 1e3),
     );
     Ok(())
+}
+
+/// The CPU device of the backend called `name`, when this build has it.
+fn cpu_device(name: &str) -> Result<Device, Box<dyn Error>> {
+    match name {
+        "flex" => Ok(Device::flex()),
+        #[cfg(feature = "ndarray")]
+        "ndarray" => Ok(Device::ndarray()),
+        #[cfg(feature = "tch")]
+        "libtorch" => Ok(Device::libtorch()),
+        other => Err(format!(
+            "no CPU backend {other:?} in this build: flex, or ndarray and libtorch with their features"
+        )
+        .into()),
+    }
 }
