@@ -1,6 +1,7 @@
 //! Training the tiny GPT on real standard library text with raylet-train:
 //! one worker, two data-parallel workers, ZeRO-3 and ZeRO-1 with gradient
-//! accumulation take the same steps; a resumed run continues the same loss
+//! accumulation take the same steps, and so does an elastic group that
+//! finds room for one worker of two; a resumed run continues the same loss
 //! curve; a checkpoint of another model or tokenizer is refused naming
 //! what differs; a diverging run stops naming its step; and trained from
 //! a shuffled streaming split of the prepared Parquet, the model's
@@ -17,7 +18,7 @@ use raylet_models::corpus::{Corpus, Split, stdlib_dir};
 use raylet_models::gpt::GptConfig;
 use raylet_models::tokenizer::LmTokenizer;
 use raylet_train::sharding::ShardingStrategy;
-use raylet_train::{Report, RunConfig, ScalingConfig, TrainError, TrainResult, Trainer};
+use raylet_train::{Report, RunConfig, ScalingConfig, TrainError, TrainResult, Trainer, WorkerResources};
 
 use crate::stdlib_sample::stdlib_sample;
 
@@ -160,6 +161,37 @@ fn one_worker_two_workers_zero3_and_zero1_with_accumulation_take_the_same_steps(
         assert!(loss < 1e-4 && validation < 1e-4, "{name}: {loss} and {validation}");
         assert!(norms < 1e-3, "{name}: gradient norms {norms}");
     }
+}
+
+#[test]
+fn an_elastic_group_with_room_for_one_worker_takes_the_steps_of_two() {
+    init();
+    let scratch = tempfile::tempdir().unwrap();
+    let sample = sample(scratch.path());
+    let two = trainer(training(&sample, 4), 2, scratch.path(), "two").fit().unwrap();
+    // Workers of 3 CPUs on a cluster of 4: room for one of the two.
+    let elastic = trainer(training(&sample, 4), 2, scratch.path(), "elastic")
+        .scaling(ScalingConfig {
+            resources_per_worker: WorkerResources {
+                num_cpus: 3.0,
+                ..WorkerResources::default()
+            },
+            ..ScalingConfig::elastic(1, 2)
+        })
+        .fit()
+        .unwrap();
+
+    let sizes: Vec<usize> = elastic.metrics_history.iter().map(|r| r.world_size).collect();
+    assert_eq!(
+        sizes, [1; 4],
+        "the elastic group ran with the one worker there was room for"
+    );
+    let difference = apart(
+        &curve(&two.metrics_history, "loss"),
+        &curve(&elastic.metrics_history, "loss"),
+    );
+    println!("an elastic group of one worker: its losses within {difference:e} of two workers'");
+    assert!(difference < 1e-4, "{difference}");
 }
 
 #[test]

@@ -79,7 +79,9 @@ fn run() -> Result<(), Box<dyn Error>> {
 fn cpu_device(name: &str) -> Result<Device, Box<dyn Error>> {
     match name {
         "flex" => Ok(Device::flex()),
+        // Deprecated in favour of flex: measured to show by how much.
         #[cfg(feature = "ndarray")]
+        #[allow(deprecated)]
         "ndarray" => Ok(Device::ndarray()),
         #[cfg(feature = "tch")]
         "libtorch" => Ok(Device::libtorch()),
