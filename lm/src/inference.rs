@@ -102,7 +102,6 @@ pub fn score_files(
     options: &ScoringOptions,
 ) -> Result<WriteSummary, LmError> {
     let checkpoint = std::path::absolute(checkpoint).map_err(LmError::io("resolving", checkpoint))?;
-    TrainedGpt::load(&checkpoint, &burn::prelude::Device::flex())?;
     let model = ScoreFiles {
         checkpoint,
         prompt_lines: options.prompt_lines,

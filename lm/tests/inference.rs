@@ -154,4 +154,10 @@ fn every_file_is_scored_once_even_when_a_scoring_worker_is_killed_mid_run() {
             .iter()
             .all(|r| r.tokens > 0 && r.loss.is_finite() && r.loss > 0.0)
     );
+
+    let error = score_files(&files, FileSet::dir(&files), &scratch.path().join("none"), &options)
+        .unwrap_err()
+        .to_string();
+    println!("scoring with a directory that is no checkpoint: {error}");
+    assert!(error.contains("not a GPT run's checkpoint"), "{error}");
 }

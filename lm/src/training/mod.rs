@@ -2,7 +2,8 @@
 //! the train loop every worker runs. AdamW with a linear warmup and a
 //! cosine decay, the gradients' global norm clipped, gradients accumulated
 //! over micro-batches, data parallel or sharded by a ZeRO stage; each
-//! report has the training loss, the learning rate, the gradient norm, the
+//! report has the training loss, the learning rate, the gradient norm (when
+//! clipping), the
 //! tokens per second and the validation loss and perplexity, and
 //! checkpoints carry the tokenizer and resume the same loss curve.
 
@@ -85,7 +86,8 @@ pub struct GptTraining {
 struct StepOutcome {
     /// The mean loss over every row of the step.
     loss: f64,
-    gradient_norm: f32,
+    /// The global gradient norm, known when the gradients are clipped.
+    gradient_norm: Option<f32>,
     /// Tokens predicted.
     tokens: u64,
 }
@@ -95,7 +97,7 @@ struct StepOutcome {
 struct ReportWindow {
     steps: u64,
     loss_sum: f64,
-    gradient_norm: f32,
+    gradient_norm: Option<f32>,
     tokens: u64,
     busy: Duration,
 }
@@ -261,8 +263,10 @@ impl GptTraining {
             .with("step", steps_done as f64)
             .with("loss", window.loss_sum / window.steps.max(1) as f64)
             .with("learning_rate", self.schedule().at(steps_done - 1))
-            .with("gradient_norm", f64::from(window.gradient_norm))
             .with("tokens_per_second", window.tokens as f64 / window.busy.as_secs_f64());
+        if let Some(norm) = window.gradient_norm {
+            metrics.insert("gradient_norm", f64::from(norm));
+        }
         if !self.validation.is_empty() {
             let model = parallel.model(context.group())?;
             let device = context.device();

@@ -196,13 +196,6 @@ impl Checkpoint {
         std::fs::write(&path, contents).map_err(|e| TrainError::checkpoint(path, e))
     }
 
-    /// A file written with [`Checkpoint::save_file`], read back.
-    pub fn read_file(&self, name: &str) -> Result<Vec<u8>, TrainError> {
-        self.ensure_local()?;
-        let path = self.path.join(name);
-        std::fs::read(&path).map_err(|e| TrainError::checkpoint(path, e))
-    }
-
     fn write_json<T: Serialize>(&self, file: &str, value: &T) -> Result<(), TrainError> {
         let path = self.path.join(file);
         let json = serde_json::to_vec_pretty(value).map_err(|e| TrainError::checkpoint(&path, e))?;

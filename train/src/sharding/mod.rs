@@ -135,8 +135,9 @@ impl<M: Module> DataParallel<M> {
     /// One optimizer step with learning rate `lr` from `grads`, this rank's
     /// gradients of `model` (the one [`DataParallel::model`] returned),
     /// averaged over the ranks as the strategy says; `device` is the
-    /// optimizer's (without autodiff). Returns the global L2 norm of the
-    /// averaged gradients, before any clipping.
+    /// optimizer's (without autodiff). With clipping on, returns the global
+    /// L2 norm of the averaged gradients before clipping; without, nothing
+    /// is spent on it.
     pub fn step(
         &mut self,
         group: &mut CollectiveGroup,
@@ -144,7 +145,7 @@ impl<M: Module> DataParallel<M> {
         model: M,
         grads: GradientsParams,
         device: &Device,
-    ) -> Result<f32, ShardingError> {
+    ) -> Result<Option<f32>, ShardingError> {
         crate::telemetry::step();
         let mut flat = self.layout.flatten_grads(&model, &grads);
         let owner = match self.strategy {
@@ -173,10 +174,13 @@ impl<M: Module> DataParallel<M> {
         Ok(norm)
     }
 
-    /// The global norm of the averaged gradients in `flat`, whose valid part
-    /// is this rank's segment once they are reduce-scattered; that part is
-    /// scaled down to the largest norm allowed.
-    fn clip(&self, group: &mut CollectiveGroup, flat: &mut [f32]) -> Result<f32, ShardingError> {
+    /// With clipping on, the global norm of the averaged gradients in
+    /// `flat`, whose valid part is this rank's segment once they are
+    /// reduce-scattered; that part is scaled down to the largest norm allowed.
+    fn clip(&self, group: &mut CollectiveGroup, flat: &mut [f32]) -> Result<Option<f32>, ShardingError> {
+        let Some(max_norm) = self.max_gradient_norm else {
+            return Ok(None);
+        };
         let (valid, scattered) = match self.strategy {
             ShardingStrategy::None | ShardingStrategy::OptimizerState => (0..flat.len(), false),
             ShardingStrategy::Gradients | ShardingStrategy::Parameters => {
@@ -191,13 +195,11 @@ impl<M: Module> DataParallel<M> {
             group.allreduce(&mut squares, ReduceOp::Sum)?;
         }
         let norm = squares[0].sqrt() as f32;
-        if let Some(max_norm) = self.max_gradient_norm {
-            let scale = max_norm / (norm + 1e-6);
-            if scale < 1.0 {
-                flat[valid].iter_mut().for_each(|g| *g *= scale);
-            }
+        let scale = max_norm / (norm + 1e-6);
+        if scale < 1.0 {
+            flat[valid].iter_mut().for_each(|g| *g *= scale);
         }
-        Ok(norm)
+        Ok(Some(norm))
     }
 
     /// On rank 0, the whole model and the whole optimizer state, for a
