@@ -163,7 +163,7 @@ fn main() -> Result<(), Box<dyn Error>> {
     }
 
     let checkpoint = result.checkpoint.ok_or("the run wrote no checkpoint")?;
-    let gpt = TrainedGpt::load(checkpoint.path(), &burn::prelude::Device::flex())?;
+    let gpt = TrainedGpt::load(checkpoint.path(), &raylet_train::cpu_device())?;
     for prompt in ["import os\n", "def read_config(path):\n", "class Queue:\n    def "] {
         let continuation = gpt.continue_text(prompt, 40)?;
         println!("\n--- {prompt:?}\n{prompt}{continuation}");

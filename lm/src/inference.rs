@@ -68,7 +68,7 @@ impl BatchModel for ScoreFiles {
     type State = TrainedGpt;
 
     fn load(&self) -> Result<TrainedGpt, ModelError> {
-        Ok(TrainedGpt::load(&self.checkpoint, &burn::prelude::Device::flex())?)
+        Ok(TrainedGpt::load(&self.checkpoint, &raylet_train::cpu_device())?)
     }
 
     fn predict(&self, gpt: &mut TrainedGpt, files: Vec<FileBytes>) -> Result<Vec<FileScore>, ModelError> {

@@ -160,6 +160,11 @@ fn one_worker_two_workers_zero3_and_zero1_with_accumulation_take_the_same_steps(
         println!("{name}: loss within {loss:e}, validation loss within {validation:e}, gradient norm within {norms:e}");
         assert!(loss < 1e-4 && validation < 1e-4, "{name}: {loss} and {validation}");
         assert!(norms < 1e-3, "{name}: gradient norms {norms}");
+        let overheads = curve(history, "runtime_overhead");
+        assert!(
+            overheads.iter().all(|share| (0.0..1.0).contains(share)),
+            "{name}: the runtime's overhead is a share of the step: {overheads:?}"
+        );
     }
 }
 

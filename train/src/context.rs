@@ -95,7 +95,8 @@ impl TrainContext {
     /// The device to train on: this worker's GPU when the run uses GPUs and
     /// the `cuda` feature (the first GPU `CUDA_VISIBLE_DEVICES` shows it)
     /// or the `vulkan` feature (the discrete GPU whose index is its first
-    /// GPU id: Vulkan ignores `CUDA_VISIBLE_DEVICES`) is on, else the CPU.
+    /// GPU id: Vulkan ignores `CUDA_VISIBLE_DEVICES`) is on, else the CPU
+    /// (with libtorch's kernels under the `libtorch` feature).
     pub fn device(&self) -> burn::prelude::Device {
         #[cfg(feature = "cuda")]
         if self.use_gpu() {
@@ -106,7 +107,7 @@ impl TrainContext {
             let gpu = raylet::gpu_ids().first().map_or(0, |&id| id as usize);
             return burn::prelude::Device::vulkan(burn::tensor::DeviceKind::DiscreteGpu(gpu));
         }
-        burn::prelude::Device::flex()
+        cpu_device()
     }
 
     /// This worker's shard of the dataset `name`: an equal part of its rows
@@ -155,4 +156,16 @@ impl TrainContext {
             .send(event)
             .map_err(|_| TrainError::Loop("the worker stopped taking reports".into()))
     }
+}
+
+/// The CPU device raylet trains and infers on without a GPU: burn's flex
+/// backend, or libtorch's kernels under the `libtorch` feature (burn 0.22
+/// deprecates its tch backend; it is still the fastest of its CPU backends,
+/// as measured in BENCHMARKS.md).
+#[cfg_attr(feature = "libtorch", allow(deprecated))]
+pub fn cpu_device() -> burn::prelude::Device {
+    #[cfg(feature = "libtorch")]
+    return burn::prelude::Device::libtorch();
+    #[cfg(not(feature = "libtorch"))]
+    burn::prelude::Device::flex()
 }

@@ -43,7 +43,7 @@ pub use config::{
     BatchScaling, CheckpointConfig, ElasticScaling, FailureConfig, Placement, RunConfig, ScalingConfig, ScoreMode,
     WorkerResources, default_storage_path,
 };
-pub use context::TrainContext;
+pub use context::{TrainContext, cpu_device};
 pub use error::TrainError;
 pub use metrics::Metrics;
 pub use train_loop::TrainLoop;

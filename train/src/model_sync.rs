@@ -43,10 +43,11 @@ pub fn allreduce_gradients<M: Module>(
 ) -> Result<GradientsParams, CollectiveError> {
     crate::telemetry::step();
     let layout = ParamLayout::new(model, group.world_size());
-    let mut flat = {
+    let mut flat = Vec::new();
+    {
         let _phase = raylet::timeline::span("copy_into_fusion_buffer", "train.allreduce");
-        layout.flatten_grads(model, &grads)
-    };
+        layout.flatten_grads(model, &grads, &mut flat);
+    }
     group.allreduce(&mut flat, ReduceOp::Mean)?;
     let _phase = raylet::timeline::span("copy_out_of_fusion_buffer", "train.allreduce");
     Ok(layout.grads_from_flat(model, &grads, &flat, None, device))

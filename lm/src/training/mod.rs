@@ -3,9 +3,11 @@
 //! cosine decay, the gradients' global norm clipped, gradients accumulated
 //! over micro-batches, data parallel or sharded by a ZeRO stage; each
 //! report has the training loss, the learning rate, the gradient norm (when
-//! clipping), the
-//! tokens per second and the validation loss and perplexity, and
-//! checkpoints carry the tokenizer and resume the same loss curve.
+//! clipping), the tokens per second, the runtime's overhead (the share of
+//! rank 0's step time outside its forward, backward and optimizer update:
+//! feeding rows, collectives, copies) and the validation loss and
+//! perplexity, and checkpoints carry the tokenizer and resume the same
+//! loss curve.
 
 mod checkpointing;
 mod feed;
@@ -90,6 +92,8 @@ struct StepOutcome {
     gradient_norm: Option<f32>,
     /// Tokens predicted.
     tokens: u64,
+    /// This rank's forward and backward passes and optimizer update.
+    compute: Duration,
 }
 
 /// The steps since the last report.
@@ -100,6 +104,7 @@ struct ReportWindow {
     gradient_norm: Option<f32>,
     tokens: u64,
     busy: Duration,
+    compute: Duration,
 }
 
 register_train_loop!(GptTraining);
@@ -200,14 +205,17 @@ impl GptTraining {
         let mut accumulator = GradientsAccumulator::new();
         let mut loss_sum = [0.0];
         let mut tokens = 0;
+        let mut compute = Duration::ZERO;
         for _ in 0..self.accumulation_steps {
             let rows = feed.next(context.group())?;
             let ids = self.checked_ids(&rows)?;
             tokens += ids.iter().map(|row| row.len() as u64 - 1).sum::<u64>();
+            let started = Instant::now();
             let loss = model.loss(token_batch(&ids, &autodiff));
             loss_sum[0] += f64::from(loss.clone().into_scalar::<f32>());
             let scaled = loss.div_scalar(self.accumulation_steps as f64);
             accumulator.accumulate(&model, GradientsParams::from_grads(scaled.backward(), &model));
+            compute += started.elapsed();
         }
         context.group().allreduce(&mut loss_sum, ReduceOp::Mean)?;
         let loss = loss_sum[0] / self.accumulation_steps as f64;
@@ -224,6 +232,7 @@ impl GptTraining {
             loss,
             gradient_norm,
             tokens: tokens * context.world_size() as u64,
+            compute: compute + parallel.last_update_time(),
         })
     }
 
@@ -263,7 +272,11 @@ impl GptTraining {
             .with("step", steps_done as f64)
             .with("loss", window.loss_sum / window.steps.max(1) as f64)
             .with("learning_rate", self.schedule().at(steps_done - 1))
-            .with("tokens_per_second", window.tokens as f64 / window.busy.as_secs_f64());
+            .with("tokens_per_second", window.tokens as f64 / window.busy.as_secs_f64())
+            .with(
+                "runtime_overhead",
+                1.0 - window.compute.as_secs_f64() / window.busy.as_secs_f64(),
+            );
         if let Some(norm) = window.gradient_norm {
             metrics.insert("gradient_norm", f64::from(norm));
         }
@@ -333,6 +346,7 @@ impl TrainLoop for GptTraining {
             window.gradient_norm = outcome.gradient_norm;
             window.tokens += outcome.tokens;
             window.busy += started.elapsed();
+            window.compute += outcome.compute;
             let done = step + 1;
             if done.is_multiple_of(self.report_every) || done == self.steps {
                 self.report(context, &mut parallel, done, std::mem::take(&mut window))?;

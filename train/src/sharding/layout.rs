@@ -81,15 +81,17 @@ impl ParamLayout {
         count.elements
     }
 
-    /// Every parameter's gradient in `grads` (zeros where it has none), flat.
-    pub(crate) fn flatten_grads<M: Module>(&self, model: &M, grads: &GradientsParams) -> Vec<f32> {
+    /// Every parameter's gradient in `grads` (zeros where it has none), flat
+    /// in `flat` (its old contents replaced; its allocation reused).
+    pub(crate) fn flatten_grads<M: Module>(&self, model: &M, grads: &GradientsParams, flat: &mut Vec<f32>) {
+        flat.clear();
+        flat.reserve(self.total());
         let mut flatten = FlattenGrads {
             grads,
-            flat: Vec::with_capacity(self.total()),
+            flat,
             slots: self.slots.iter(),
         };
         model.visit(&mut flatten);
-        flatten.flat
     }
 
     /// Gradients on `device` for the parameters of `owner` (every rank when
@@ -175,7 +177,7 @@ impl ModuleVisitor for CollectSlots {
 /// Appends each parameter's gradient, or zeros for one without.
 struct FlattenGrads<'a, I> {
     grads: &'a GradientsParams,
-    flat: Vec<f32>,
+    flat: &'a mut Vec<f32>,
     slots: I,
 }
 
@@ -184,8 +186,9 @@ impl<'a, I: Iterator<Item = &'a Slot>> ModuleVisitor for FlattenGrads<'a, I> {
         let slot = self.slots.next().expect("the layout was made from this module");
         match self.grads.get::<D>(param.id) {
             Some(grad) => {
-                let values = grad.into_data().try_into_vec_as::<f32>();
-                self.flat.extend(values.expect("a float gradient converts to f32"));
+                let data = grad.into_data().convert::<f32>();
+                self.flat
+                    .extend_from_slice(data.as_slice::<f32>().expect("a float gradient converts to f32"));
             }
             None => self.flat.resize(slot.elements.end, 0.0),
         }
