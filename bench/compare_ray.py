@@ -756,6 +756,10 @@ def write_sections(w):
                    "and free in, as FSDP does). No DeepSpeed or FSDP counterpart is run (no torch CUDA stack "
                    "here). Written by `cargo run --release -p raylet-train --example sharding_bench -- --steps 6 "
                    "--write bench/sharding.md`.\n")
+    inline_section(w, "lm.md", "## A language model end to end (raylet-lm against PyTorch on Ray)\n",
+                   "The GPT workload of `raylet-lm` (the README's \"Language models\" section) beside the same "
+                   "model, data and optimizer in PyTorch under Ray Train and Ray Data; written by "
+                   "`bench/compare_lm.sh`.\n")
     inline_section(w, "tune.md", "## Tune (raylet-tune)\n",
                    "raylet-tune against Ray Tune 2.60 (trial overhead) and Optuna's TPE (search quality), "
                    "and ASHA against FIFO on the digits; written by `bench/compare_tune.sh`.\n")
