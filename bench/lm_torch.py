@@ -89,6 +89,17 @@ class Gpt(nn.Module):
         return F.cross_entropy(logits.reshape(-1, VOCAB), tokens[:, 1:].reshape(-1))
 
 
+class LossModel(nn.Module):
+    """The GPT whose forward is its loss, so DDP's hooks see the whole step."""
+
+    def __init__(self, gpt):
+        super().__init__()
+        self.gpt = gpt
+
+    def forward(self, tokens):
+        return self.gpt.loss(tokens)
+
+
 def learning_rate(step, steps):
     if step < WARMUP_STEPS:
         return LEARNING_RATE * (step + 1) / WARMUP_STEPS
@@ -101,14 +112,15 @@ def optimizer_for(model):
 
 
 def train_step(model, optimizer, tokens, step, steps):
+    """One step of a LossModel (or DDP around one): forward, backward, the
+    gradients' global norm clipped to 1.0, AdamW at the step's learning rate."""
     for group in optimizer.param_groups:
         group["lr"] = learning_rate(step, steps)
-    loss = model.loss(tokens)
+    loss = model(tokens)
     optimizer.zero_grad(set_to_none=True)
     loss.backward()
     torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
     optimizer.step()
-    return loss.item()
 
 
 def peak_rss_bytes():
@@ -129,7 +141,7 @@ def append_json(path, line):
 def plain(args):
     torch.set_num_threads(1)
     torch.manual_seed(0)
-    model = Gpt(args.model)
+    model = LossModel(Gpt(args.model))
     optimizer = optimizer_for(model)
     timed = []
     for step in range(args.steps):
@@ -163,13 +175,7 @@ def train_loop_per_worker(config):
     for step in range(steps):
         started = time.perf_counter()
         ids = np.stack(next(batches)["ids"]).astype(np.int64)
-        for group in optimizer.param_groups:
-            group["lr"] = learning_rate(step, steps)
-        loss = model(torch.from_numpy(ids))
-        optimizer.zero_grad(set_to_none=True)
-        loss.backward()
-        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
-        optimizer.step()
+        train_step(model, optimizer, torch.from_numpy(ids), step, steps)
         if step >= skip:
             timed.append(time.perf_counter() - started)
     peak = torch.tensor([float(peak_rss_bytes())])
@@ -184,17 +190,6 @@ def train_loop_per_worker(config):
                 "steps_timed": len(timed),
                 "peak_rss_bytes": peak.item(),
             }, out)
-
-
-class LossModel(nn.Module):
-    """The GPT whose forward is its loss, so DDP's hooks see the whole step."""
-
-    def __init__(self, gpt):
-        super().__init__()
-        self.gpt = gpt
-
-    def forward(self, tokens):
-        return self.gpt.loss(tokens)
 
 
 def train(args):
