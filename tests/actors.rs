@@ -1,7 +1,8 @@
 //! Actors on real worker processes of the embedded cluster: order of calls,
 //! state, handles passed to tasks, named lookup, restarts after `kill -9`,
 //! `ActorDied`, failing constructors, concurrency of async actors, an async
-//! actor awaiting another, and `cluster.kill`.
+//! actor awaiting another, and `cluster.kill` (also of an actor that still
+//! waits for room).
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::time::Duration;
@@ -355,4 +356,41 @@ fn cluster_kill_ends_an_actor_for_good_or_restarts_it() {
         .find(|a| a.id == counter.id())
         .unwrap();
     assert_eq!(info.state, ActorState::Dead);
+}
+
+#[test]
+fn an_actor_killed_while_it_waits_for_room_takes_none_of_the_room_once_it_frees() {
+    let cluster = cluster();
+    let holder = Counter::remote(&cluster, 0).num_cpus(4.0).spawn().unwrap();
+    holder.get().get().unwrap();
+    let waiting = Counter::remote(&cluster, 0).num_cpus(4.0).spawn().unwrap();
+    wait_for_a_demand(&cluster);
+    cluster.kill(&waiting, true).unwrap();
+    cluster.kill(&holder, true).unwrap();
+
+    let next = Counter::remote(&cluster, 5).num_cpus(4.0).spawn().unwrap();
+    let answer = cluster.get_timeout(&next.get(), Duration::from_secs(30));
+    assert_eq!(
+        answer.ok(),
+        Some(5),
+        "the killed actor's lease kept the CPUs: {:?}",
+        cluster
+            .status()
+            .unwrap()
+            .alive()
+            .map(|node| node.available.clone())
+            .collect::<Vec<_>>()
+    );
+}
+
+/// Waits until a node reports a lease request waiting for room.
+fn wait_for_a_demand(cluster: &Cluster) {
+    let deadline = std::time::Instant::now() + Duration::from_secs(20);
+    while cluster.status().unwrap().alive().all(|node| node.demands.is_empty()) {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "no node reports the waiting actor"
+        );
+        std::thread::sleep(Duration::from_millis(20));
+    }
 }

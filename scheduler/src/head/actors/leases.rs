@@ -14,8 +14,8 @@ use raylet_proto::v1::lease_session_event::Kind as LeaseEvent;
 use raylet_proto::v1::lease_session_request::Kind as LeaseRequest;
 use raylet_proto::v1::node_manager_service_client::NodeManagerServiceClient;
 use raylet_proto::v1::{
-    AdoptLease, GetWorkerExitRequest, LeaseRefusalKind, LeaseSessionRequest, RequestLease, ResizeLease, ReturnLease,
-    WorkerBinary,
+    AdoptLease, CancelLeaseRequest, GetWorkerExitRequest, LeaseRefusalKind, LeaseSessionRequest, RequestLease,
+    ResizeLease, ReturnLease, WorkerBinary,
 };
 use raylet_proto::{Error, NodeId, ResourceSet, Result, Scheduling, SchedulingStrategy, WorkerId};
 use tokio::sync::{mpsc, oneshot};
@@ -50,17 +50,87 @@ pub enum LeaseAnswer {
 
 struct LeaseSession {
     requests: mpsc::UnboundedSender<LeaseSessionRequest>,
-    pending: Mutex<HashMap<u64, oneshot::Sender<LeaseAnswer>>>,
+    pending: Mutex<HashMap<u64, Waiter>>,
     closed: AtomicBool,
 }
 
+/// Who waits for the answer to a lease request.
+enum Waiter {
+    Waiting(oneshot::Sender<LeaseAnswer>),
+    /// Nobody any more (the actor was killed while its lease waited): a
+    /// worker granted to it anyway is given back.
+    Withdrawn,
+}
+
 impl LeaseSession {
-    fn pending(&self) -> MutexGuard<'_, HashMap<u64, oneshot::Sender<LeaseAnswer>>> {
+    fn pending(&self) -> MutexGuard<'_, HashMap<u64, Waiter>> {
         self.pending.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     fn send(&self, kind: LeaseRequest) {
         let _ = self.requests.send(LeaseSessionRequest { kind: Some(kind) });
+    }
+
+    /// Hands `answer` to the request waiting for it; a worker granted to a
+    /// withdrawn request is given back at once, so that it holds nothing.
+    /// Answers nobody asked for (leases adopted again when the session
+    /// reopened) are dropped.
+    fn answer(&self, request_id: u64, answer: LeaseAnswer) {
+        let unclaimed = match self.pending().remove(&request_id) {
+            Some(Waiter::Waiting(waiting)) => waiting.send(answer).err(),
+            Some(Waiter::Withdrawn) => Some(answer),
+            None => None,
+        };
+        if let Some(LeaseAnswer::Granted(grant)) = unclaimed {
+            self.give_back(&grant);
+        }
+    }
+
+    fn give_back(&self, grant: &Grant) {
+        self.send(LeaseRequest::ReturnLease(ReturnLease {
+            worker_id: grant.worker_id.as_bytes().to_vec(),
+            worker_failed: true,
+        }));
+    }
+}
+
+/// The answer to a lease request, awaited. Dropped before it came (the
+/// actor was killed while its lease waited), the request is withdrawn from
+/// the node manager's queue, and a worker already granted is given back.
+struct AwaitedAnswer<'a> {
+    session: &'a LeaseSession,
+    request_id: u64,
+    answer: Option<oneshot::Receiver<LeaseAnswer>>,
+}
+
+impl AwaitedAnswer<'_> {
+    /// The answer; `None` when the session closed first.
+    async fn get(&mut self) -> Option<LeaseAnswer> {
+        let answer = self.answer.as_mut()?.await.ok();
+        self.answer = None;
+        answer
+    }
+}
+
+impl Drop for AwaitedAnswer<'_> {
+    fn drop(&mut self) {
+        let Some(mut answer) = self.answer.take() else {
+            return;
+        };
+        let withdrawn = match self.session.pending().get_mut(&self.request_id) {
+            Some(waiter) => {
+                *waiter = Waiter::Withdrawn;
+                true
+            }
+            None => false,
+        };
+        if withdrawn {
+            self.session.send(LeaseRequest::Cancel(CancelLeaseRequest {
+                request_id: self.request_id,
+            }));
+        } else if let Ok(LeaseAnswer::Granted(grant)) = answer.try_recv() {
+            self.session.give_back(&grant);
+        }
     }
 }
 
@@ -143,14 +213,20 @@ impl HeadLeases {
         let session = self.session(node, binary).await?;
         let request_id = self.next_request.fetch_add(1, Ordering::Relaxed);
         let (answer, answered) = oneshot::channel();
-        session.pending().insert(request_id, answer);
+        session.pending().insert(request_id, Waiter::Waiting(answer));
         if session.closed.load(Ordering::Acquire) {
             session.pending().remove(&request_id);
         }
         session.send(make(request_id));
-        let answer = answered
+        let mut awaited = AwaitedAnswer {
+            session: &session,
+            request_id,
+            answer: Some(answered),
+        };
+        let answer = awaited
+            .get()
             .await
-            .map_err(|_| Error::Unavailable(format!("the node manager at {node} closed the lease session")))?;
+            .ok_or_else(|| Error::Unavailable(format!("the node manager at {node} closed the lease session")))?;
         Ok(match answer {
             LeaseAnswer::Granted(grant) => {
                 self.hosts(node, binary, |hosts| hosts.insert(grant.worker_id));
@@ -189,10 +265,7 @@ impl HeadLeases {
     pub async fn end_worker(&self, grant: &Grant, binary: &WorkerBinary) {
         self.forget(grant, binary);
         if let Ok(session) = self.session(&grant.node, binary).await {
-            session.send(LeaseRequest::ReturnLease(ReturnLease {
-                worker_id: grant.worker_id.as_bytes().to_vec(),
-                worker_failed: true,
-            }));
+            session.give_back(grant);
         }
     }
 
@@ -263,10 +336,8 @@ impl HeadLeases {
         let sessions = self.sessions.clone();
         tokio::spawn(async move {
             while let Ok(Some(event)) = events.message().await {
-                if let Some((request_id, answer)) = event.kind.and_then(answer_of)
-                    && let Some(waiting) = answering.pending().remove(&request_id)
-                {
-                    let _ = waiting.send(answer);
+                if let Some((request_id, answer)) = event.kind.and_then(answer_of) {
+                    answering.answer(request_id, answer);
                 }
             }
             answering.closed.store(true, Ordering::Release);
