@@ -1,9 +1,10 @@
 //! raylet-lm's integration tests, one binary: preparing a corpus on an
-//! embedded cluster, training and tuning a GPT on it, and scoring
-//! files with it.
+//! embedded cluster, training and tuning a GPT on it (tracked on MLflow),
+//! and scoring files with it.
 
 mod inference;
 mod prepare;
 mod stdlib_sample;
+mod tracking;
 mod training;
 mod tuning;

@@ -46,7 +46,7 @@ pub use config::{
 pub use context::{TrainContext, cpu_device};
 pub use error::TrainError;
 pub use metrics::Metrics;
-pub use train_loop::TrainLoop;
+pub use train_loop::{TrainLoop, config_json};
 pub use trainer::{Report, TrainResult, Trainer};
 
 #[doc(hidden)]

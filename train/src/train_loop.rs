@@ -23,6 +23,19 @@ pub trait TrainLoop: Serialize + DeserializeOwned + Send + 'static {
     fn reports(&self) -> Option<u64> {
         None
     }
+
+    /// The configuration the run's callbacks are told of (MLflow logs it as
+    /// params): every field by default; a loop whose fields carry data
+    /// (rows, a tokenizer) leaves that out.
+    fn callback_config(&self) -> serde_json::Result<serde_json::Value> {
+        config_json(self)
+    }
+}
+
+/// `config` as JSON, its `f32` fields as written (`0.01`, not the `f64`
+/// nearest the `f32`, `0.009999999776482582`).
+pub fn config_json<T: Serialize>(config: &T) -> serde_json::Result<serde_json::Value> {
+    serde_json::from_str(&serde_json::to_string(config)?)
 }
 
 /// One registered train loop. Not a public API.

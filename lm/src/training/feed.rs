@@ -32,6 +32,16 @@ pub enum TrainingRows {
     InMemory(Vec<TokenRow>),
 }
 
+impl TrainingRows {
+    /// What the rows are, in a few words (`2 shards of a streaming split`).
+    pub fn describe(&self) -> String {
+        match self {
+            TrainingRows::Shards(shards) => format!("{} shards of a streaming split", shards.len()),
+            TrainingRows::InMemory(rows) => format!("{} rows in memory", rows.len()),
+        }
+    }
+}
+
 /// One rank's micro-batches.
 pub(super) enum BatchFeed {
     Shard {

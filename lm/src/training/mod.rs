@@ -327,6 +327,18 @@ impl TrainLoop for GptTraining {
         Some(self.steps.div_ceil(self.report_every.max(1)))
     }
 
+    /// The settings without the data: the rows are counted, and the
+    /// tokenizer is left out (every checkpoint carries it).
+    fn callback_config(&self) -> serde_json::Result<serde_json::Value> {
+        let mut config = raylet_train::config_json(self)?;
+        if let Some(fields) = config.as_object_mut() {
+            fields.remove("tokenizer_json");
+            fields.insert("train".into(), self.train.describe().into());
+            fields.insert("validation".into(), format!("{} rows", self.validation.len()).into());
+        }
+        Ok(config)
+    }
+
     fn run(mut self, context: &mut TrainContext) -> Result<(), TrainError> {
         self.check(context)?;
         let autodiff = context.device().autodiff();

@@ -167,7 +167,9 @@ impl<L: TrainLoop> Trainer<L> {
 
     /// What the callbacks are told when the run starts.
     fn run_start<'a>(&'a self, directory: &'a RunDirectory) -> Result<RunStart<'a>, TrainError> {
-        let config = serde_json::to_value(&self.train_loop)
+        let config = self
+            .train_loop
+            .callback_config()
             .map_err(|e| TrainError::InvalidConfig(format!("the train loop as JSON, for its callbacks: {e}")))?;
         Ok(RunStart {
             name: &self.run.name,
