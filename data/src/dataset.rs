@@ -237,9 +237,10 @@ impl Dataset<Arrow> {
         })
     }
 
-    /// The current version of a Delta Lake table on a local disk (a path or
-    /// `file://` URL): its files, listed in its transaction log, read as
-    /// Parquet with `options`. Needs the `delta` feature.
+    /// The current version of a Delta Lake table (a path, a `file://` or an
+    /// `s3://` URL): its data files, found by replaying its transaction
+    /// log, read as Parquet with `options`. Tables with deletion vectors,
+    /// column mapping or partition columns are refused, naming what.
     pub fn read_delta(location: &str, options: ParquetOptions) -> Self {
         Self::from_source(Source::Delta {
             location: location.to_string(),

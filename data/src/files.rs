@@ -84,6 +84,18 @@ impl FileList {
         list
     }
 
+    /// These files (names relative to `root`, and sizes), sorted.
+    pub fn under(root: impl Into<PathBuf>, files: impl IntoIterator<Item = (String, u64)>) -> Self {
+        let mut list = FileList {
+            root: root.into(),
+            ..FileList::default()
+        };
+        for (name, size) in files {
+            list.push(&name, size);
+        }
+        list.sorted()
+    }
+
     fn push(&mut self, name: &str, size: u64) {
         self.names.push_str(name);
         self.ends.push(self.names.len() as u32);

@@ -33,7 +33,6 @@ mod block_rows;
 mod columnar;
 mod csv_source;
 mod dataset;
-#[cfg(feature = "delta")]
 mod delta_source;
 #[cfg(feature = "digits")]
 pub mod digits;

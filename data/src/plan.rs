@@ -14,6 +14,7 @@ use crate::block::{self, Block, BlockSizing, ReadKind};
 use crate::exchange::{Exchange, GroupAggregate};
 use crate::exchange_phase;
 use crate::execution::{Execution, ExecutionOptions, check_registered};
+use crate::files::FileList;
 use crate::image_source;
 use crate::parquet_source::{self, ParquetOptions};
 use crate::sink::Format;
@@ -232,26 +233,21 @@ impl Plan {
         Ok(block::file_blocks(list, &read, &self.storage, self.sizing))
     }
 
-    #[cfg(feature = "delta")]
     fn delta_blocks(&self, location: &str, options: &ParquetOptions) -> Result<Vec<Block>, DataError> {
-        let files = crate::delta_source::table_files(location)?;
-        if files.is_empty() {
+        let files = crate::delta_source::table_files(location, &self.storage)?;
+        if files.len() == 0 {
             return Err(DataError::InvalidInput(format!(
                 "the Delta table {location} has no files"
             )));
         }
-        self.parquet_blocks(&FileSet::list(files), options)
-    }
-
-    #[cfg(not(feature = "delta"))]
-    fn delta_blocks(&self, location: &str, _options: &ParquetOptions) -> Result<Vec<Block>, DataError> {
-        Err(DataError::InvalidInput(format!(
-            "reading the Delta table {location} needs raylet-data's `delta` feature"
-        )))
+        self.parquet_list_blocks(&files, options)
     }
 
     fn parquet_blocks(&self, files: &FileSet, options: &ParquetOptions) -> Result<Vec<Block>, DataError> {
-        let list = files.resolve(&self.storage)?;
+        self.parquet_list_blocks(&files.resolve(&self.storage)?, options)
+    }
+
+    fn parquet_list_blocks(&self, list: &FileList, options: &ParquetOptions) -> Result<Vec<Block>, DataError> {
         let mut planned = Vec::new();
         for index in 0..list.len() {
             let location = list.path(index);

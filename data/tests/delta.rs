@@ -1,69 +1,95 @@
-//! `read_delta` (feature `delta`): a Delta Lake table written by the
-//! `deltalake` crate in two commits is read back whole, with a projection
-//! and a filter, and a location that is not a table fails naming it.
+//! `read_delta` over Delta Lake tables that delta-rs wrote
+//! (`fixtures/make_delta_tables.py`): the current version through a
+//! checkpoint and the commits after it (a delete's removed file, still on
+//! disk, is not read), the same from the JSON commits alone, in an S3
+//! bucket too, with a projection and a filter; and tables it would read
+//! wrong (deletion vectors, partitions, a gap in the log) or that are not
+//! tables are refused, naming why.
 
-use deltalake::arrow::array::{ArrayRef, Float64Array, Int64Array, RecordBatch};
-use deltalake::kernel::{DataType, PrimitiveType, StructField};
-use deltalake::writer::{DeltaWriter, RecordBatchWriter};
-use deltalake::{DeltaTable, ensure_table_uri};
-use raylet_data::arrow::array::Int64Array as Int64Column;
-use raylet_data::{Dataset, ParquetOptions, Predicate};
+use std::path::{Path, PathBuf};
 
-/// A table at `dir` with `id` (0..2000) and `x = id / 2`, in two commits.
-async fn write_table(dir: &std::path::Path) {
-    let url = ensure_table_uri(dir.to_str().unwrap()).unwrap();
-    let mut table = DeltaTable::try_from_url(url)
-        .await
-        .unwrap()
-        .create()
-        .with_columns([
-            StructField::new("id", DataType::Primitive(PrimitiveType::Long), false),
-            StructField::new("x", DataType::Primitive(PrimitiveType::Double), false),
-        ])
-        .await
-        .unwrap();
-    for commit in 0..2i64 {
-        let ids: Vec<i64> = (commit * 1000..(commit + 1) * 1000).collect();
-        let batch = RecordBatch::try_from_iter([
-            ("id", std::sync::Arc::new(Int64Array::from(ids.clone())) as ArrayRef),
-            (
-                "x",
-                std::sync::Arc::new(Float64Array::from_iter_values(ids.iter().map(|id| *id as f64 / 2.0))) as ArrayRef,
-            ),
-        ])
-        .unwrap();
-        let mut writer = RecordBatchWriter::for_table(&table).unwrap();
-        writer.write(batch).await.unwrap();
-        writer.flush_and_commit(&mut table).await.unwrap();
-    }
+use raylet_data::arrow::array::Int64Array;
+use raylet_data::{Dataset, ParquetOptions, Predicate, RecordBatch};
+use raylet_storage::Storage;
+use raylet_storage::testing::S3Server;
+
+/// The ids the fixture table's current version holds.
+fn current_ids() -> Vec<i64> {
+    (0..1500).chain(2000..2100).collect()
 }
 
-fn ids(batches: &[raylet_data::RecordBatch]) -> Vec<i64> {
+fn fixture(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("tests/fixtures/delta")
+        .join(name)
+}
+
+fn init() {
+    raylet::init_with(raylet::Config::default().num_cpus(2.0)).expect("an embedded cluster");
+}
+
+fn ids(batches: &[RecordBatch]) -> Vec<i64> {
     let mut ids: Vec<i64> = batches
         .iter()
-        .flat_map(|b| {
-            let column = b.column_by_name("id").unwrap();
-            column.as_any().downcast_ref::<Int64Column>().unwrap().values().to_vec()
+        .flat_map(|batch| {
+            let column = batch.column_by_name("id").unwrap();
+            column.as_any().downcast_ref::<Int64Array>().unwrap().values().to_vec()
         })
         .collect();
     ids.sort();
     ids
 }
 
-#[test]
-fn a_delta_table_is_read_at_its_current_version() {
-    raylet::init_with(raylet::Config::default().num_cpus(2.0)).expect("an embedded cluster");
-    let temp = tempfile::tempdir().unwrap();
-    let table = temp.path().join("table");
-    std::fs::create_dir_all(&table).unwrap();
-    tokio::runtime::Runtime::new().unwrap().block_on(write_table(&table));
-
-    let location = table.to_str().unwrap();
-    let all = Dataset::read_delta(location, ParquetOptions::default())
+fn read(location: &str) -> Result<Vec<RecordBatch>, raylet_data::DataError> {
+    Dataset::read_delta(location, ParquetOptions::default())
         .show_progress(false)
         .take_all()
-        .unwrap();
-    assert_eq!(ids(&all), (0..2000).collect::<Vec<_>>());
+}
+
+fn refusal(location: &Path) -> String {
+    read(location.to_str().unwrap()).unwrap_err().to_string()
+}
+
+/// A copy of the fixture table in `dir`, without its checkpoint.
+fn copy_without_checkpoint(dir: &Path) -> PathBuf {
+    let copy = dir.join("table");
+    for (name, bytes) in files_under(&fixture("table")) {
+        if name.contains(".checkpoint.") || name.ends_with("_last_checkpoint") {
+            continue;
+        }
+        let path = copy.join(&name);
+        std::fs::create_dir_all(path.parent().unwrap()).unwrap();
+        std::fs::write(path, bytes).unwrap();
+    }
+    copy
+}
+
+/// Every file under `dir`, by its path relative to it.
+fn files_under(dir: &Path) -> Vec<(String, Vec<u8>)> {
+    let mut files = Vec::new();
+    let mut folders = vec![dir.to_path_buf()];
+    while let Some(folder) = folders.pop() {
+        for entry in std::fs::read_dir(folder).unwrap() {
+            let path = entry.unwrap().path();
+            match path.is_dir() {
+                true => folders.push(path),
+                false => {
+                    let name = path.strip_prefix(dir).unwrap().to_string_lossy().into_owned();
+                    files.push((name, std::fs::read(&path).unwrap()));
+                }
+            }
+        }
+    }
+    files
+}
+
+#[test]
+fn a_table_is_read_at_its_current_version_through_its_checkpoint_and_the_commits_after_it() {
+    init();
+    let table = fixture("table");
+    let location = table.to_str().unwrap();
+    assert_eq!(ids(&read(location).unwrap()), current_ids());
+    assert_eq!(ids(&read(&format!("file://{location}")).unwrap()), current_ids());
 
     let some = ParquetOptions::default()
         .columns(["id"])
@@ -74,10 +100,55 @@ fn a_delta_table_is_read_at_its_current_version() {
         .unwrap();
     assert_eq!(ids(&few), (0..10).collect::<Vec<_>>());
     assert_eq!(few[0].num_columns(), 1);
+}
 
-    let error = Dataset::read_delta(temp.path().to_str().unwrap(), ParquetOptions::default())
+#[test]
+fn the_json_commits_alone_give_the_same_rows_and_a_gap_in_them_is_refused() {
+    init();
+    let temp = tempfile::tempdir().unwrap();
+    let table = copy_without_checkpoint(temp.path());
+    assert_eq!(ids(&read(table.to_str().unwrap()).unwrap()), current_ids());
+
+    std::fs::remove_file(table.join("_delta_log/00000000000000000001.json")).unwrap();
+    let error = refusal(&table);
+    assert!(error.contains("commit 2 follows 0") && error.contains("gap"), "{error}");
+}
+
+#[test]
+fn tables_it_would_read_wrong_and_folders_that_are_not_tables_are_refused_naming_why() {
+    init();
+    let error = refusal(&fixture("partitioned"));
+    assert!(error.contains("partitioned") && error.contains("\"part\""), "{error}");
+
+    let temp = tempfile::tempdir().unwrap();
+    let table = copy_without_checkpoint(temp.path());
+    let protocol = r#"{"protocol":{"minReaderVersion":3,"minWriterVersion":7,"readerFeatures":["deletionVectors"],"writerFeatures":["deletionVectors"]}}"#;
+    std::fs::write(table.join("_delta_log/00000000000000000004.json"), protocol).unwrap();
+    let error = refusal(&table);
+    assert!(error.contains("deletionVectors"), "{error}");
+
+    let error = refusal(temp.path());
+    assert!(
+        error.contains("reading the Delta table") && error.contains("is not a Delta table"),
+        "{error}"
+    );
+}
+
+#[test]
+fn a_table_in_a_bucket_reads_as_it_does_on_disk() {
+    let Some(server) = S3Server::start() else {
+        return;
+    };
+    init();
+    server.create_bucket("lake");
+    let bucket = Storage::open("s3://lake/table", &server.options()).unwrap();
+    for (name, bytes) in files_under(&fixture("table")) {
+        bucket.write(&name, bytes.into()).unwrap();
+    }
+    let rows = Dataset::read_delta("s3://lake/table", ParquetOptions::default())
+        .storage_options(server.options())
+        .show_progress(false)
         .take_all()
-        .unwrap_err()
-        .to_string();
-    assert!(error.contains("reading the Delta table"), "{error}");
+        .unwrap();
+    assert_eq!(ids(&rows), current_ids());
 }
