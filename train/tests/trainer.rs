@@ -17,6 +17,9 @@ use raylet_train::{
 use serde::{Deserialize, Serialize};
 
 const EPOCHS: u64 = 15;
+/// Epochs of the run a worker is killed in after its third report: enough
+/// that it is still training then (an epoch of the digits takes a few ms).
+const KILLED_RUN_EPOCHS: u64 = 60;
 
 fn run_config(storage: &Path, name: &str, max_failures: u32) -> RunConfig {
     RunConfig {
@@ -118,13 +121,13 @@ fn two_workers_learn_the_digits_and_keep_the_best_checkpoints() {
 fn a_worker_killed_mid_training_restarts_the_group_from_the_latest_checkpoint() {
     let cluster = raylet::init().unwrap();
     let storage = tempfile::tempdir().unwrap();
-    let uninterrupted = digits_trainer(storage.path(), "uninterrupted", EPOCHS, 0)
+    let uninterrupted = digits_trainer(storage.path(), "uninterrupted", KILLED_RUN_EPOCHS, 0)
         .fit()
         .unwrap();
 
     let run = std::thread::spawn({
         let storage = storage.path().to_path_buf();
-        move || digits_trainer(&storage, "killed", EPOCHS, 2).fit()
+        move || digits_trainer(&storage, "killed", KILLED_RUN_EPOCHS, 2).fit()
     });
     wait_for_reports(&storage.path().join("killed"), 3);
     let victim = alive_train_workers(&cluster).pop().expect("a worker to kill");
@@ -156,7 +159,7 @@ fn a_worker_killed_mid_training_restarts_the_group_from_the_latest_checkpoint() 
         resumed_from + 1,
         "the new group starts after the latest checkpoint"
     );
-    assert_eq!(restarted.last().unwrap().index, EPOCHS - 1);
+    assert_eq!(restarted.last().unwrap().index, KILLED_RUN_EPOCHS - 1);
     assert!(!alive_train_workers(&cluster).contains(&victim));
     assert_no_train_workers_alive(&cluster);
     cluster.shutdown().unwrap();
