@@ -39,27 +39,7 @@ pub(crate) fn table_files(location: &str, options: &StorageOptions) -> Result<Fi
             "{location} is not a Delta table: it has no {LOG_DIR} commits"
         )));
     }
-    let mut replay = Replay::default();
-    if let Some((version, parts)) = &files.checkpoint {
-        for part in parts {
-            let bytes = log.read(part).map_err(|e| table_error(e.to_string()))?;
-            let actions = checkpoint_actions(bytes).map_err(|e| table_error(format!("checkpoint {part}: {e}")))?;
-            replay.apply(actions);
-        }
-        replay.version = Some(*version);
-    }
-    for (version, name) in files.commits_after(replay.version) {
-        if replay.version.map_or(version != 0, |last| version != last + 1) {
-            return Err(table_error(format!(
-                "commit {version} follows {} in {LOG_DIR}: the log has a gap",
-                replay.version.map_or("nothing".to_string(), |last| last.to_string())
-            )));
-        }
-        let bytes = log.read(&name).map_err(|e| table_error(e.to_string()))?;
-        let actions = commit_actions(&bytes).map_err(|e| table_error(format!("commit {name}: {e}")))?;
-        replay.apply(actions);
-        replay.version = Some(version);
-    }
+    let replay = replayed(&log, &files).map_err(table_error)?;
     replay.check().map_err(table_error)?;
     let files = replay
         .files
@@ -68,6 +48,31 @@ pub(crate) fn table_files(location: &str, options: &StorageOptions) -> Result<Fi
         .collect::<Result<Vec<_>, String>>()
         .map_err(table_error)?;
     Ok(FileList::under(table.location_of(""), files))
+}
+
+/// The table's state at its newest version: the checkpoint's actions, then
+/// those of every commit after it, which must follow one another.
+fn replayed(log: &Storage, files: &LogFiles) -> Result<Replay, String> {
+    let mut replay = Replay::default();
+    if let Some((version, parts)) = &files.checkpoint {
+        for part in parts {
+            let bytes = log.read(part).map_err(|e| e.to_string())?;
+            replay.apply(checkpoint_actions(bytes).map_err(|e| format!("checkpoint {part}: {e}"))?);
+        }
+        replay.version = Some(*version);
+    }
+    for (version, name) in files.commits_after(replay.version) {
+        if replay.version.map_or(version != 0, |last| version != last + 1) {
+            return Err(format!(
+                "commit {version} follows {} in {LOG_DIR}: the log has a gap",
+                replay.version.map_or("nothing".to_string(), |last| last.to_string())
+            ));
+        }
+        let bytes = log.read(&name).map_err(|e| e.to_string())?;
+        replay.apply(commit_actions(&bytes).map_err(|e| format!("commit {name}: {e}"))?);
+        replay.version = Some(version);
+    }
+    Ok(replay)
 }
 
 /// The log's commits by version, and its newest complete checkpoint.

@@ -54,12 +54,13 @@ struct LeaseSession {
     closed: AtomicBool,
 }
 
-/// Who waits for the answer to a lease request.
+/// Who waits for the answer to a lease request. A request that is not
+/// pending was withdrawn (its actor was killed while it waited).
 enum Waiter {
     Waiting(oneshot::Sender<LeaseAnswer>),
-    /// Nobody any more (the actor was killed while its lease waited): a
-    /// worker granted to it anyway is given back.
-    Withdrawn,
+    /// A lease adopted again when the session reopened: its answer only
+    /// confirms it.
+    Readopted,
 }
 
 impl LeaseSession {
@@ -73,13 +74,11 @@ impl LeaseSession {
 
     /// Hands `answer` to the request waiting for it; a worker granted to a
     /// withdrawn request is given back at once, so that it holds nothing.
-    /// Answers nobody asked for (leases adopted again when the session
-    /// reopened) are dropped.
     fn answer(&self, request_id: u64, answer: LeaseAnswer) {
         let unclaimed = match self.pending().remove(&request_id) {
             Some(Waiter::Waiting(waiting)) => waiting.send(answer).err(),
-            Some(Waiter::Withdrawn) => Some(answer),
-            None => None,
+            Some(Waiter::Readopted) => None,
+            None => Some(answer),
         };
         if let Some(LeaseAnswer::Granted(grant)) = unclaimed {
             self.give_back(&grant);
@@ -117,13 +116,7 @@ impl Drop for AwaitedAnswer<'_> {
         let Some(mut answer) = self.answer.take() else {
             return;
         };
-        let withdrawn = match self.session.pending().get_mut(&self.request_id) {
-            Some(waiter) => {
-                *waiter = Waiter::Withdrawn;
-                true
-            }
-            None => false,
-        };
+        let withdrawn = self.session.pending().remove(&self.request_id).is_some();
         if withdrawn {
             self.session.send(LeaseRequest::Cancel(CancelLeaseRequest {
                 request_id: self.request_id,
@@ -306,6 +299,7 @@ impl HeadLeases {
         let hosted: Vec<WorkerId> = self.hosts(node, binary, |hosts| hosts.iter().copied().collect());
         for worker_id in hosted {
             let request_id = self.next_request.fetch_add(1, Ordering::Relaxed);
+            opened.pending().insert(request_id, Waiter::Readopted);
             opened.send(LeaseRequest::Adopt(AdoptLease {
                 request_id,
                 worker_id: worker_id.as_bytes().to_vec(),
