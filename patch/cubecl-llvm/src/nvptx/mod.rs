@@ -1,0 +1,3 @@
+//! NVPTX specifics `cubecl-cuda` reads: the PTX version a driver loads.
+
+pub mod ptx_version;
