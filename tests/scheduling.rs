@@ -1,5 +1,6 @@
 //! Scheduling: GPU ids and `CUDA_VISIBLE_DEVICES` on a node that declares
-//! GPUs (no real GPU needed), fractional GPUs packed onto one id, infeasible
+//! GPUs or detects fake ones (no real GPU needed), GPU readings in the
+//! status, fractional GPUs packed onto one id, infeasible
 //! requests that fail at once naming what is missing, and, on a cluster of
 //! three `raylet start` daemons, SPREAD for tasks and actors, node affinity
 //! (hard to a dead node is a clear error, soft falls back), label selectors,
@@ -7,13 +8,15 @@
 //! hog ended by the out-of-memory monitor and retried.
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use raylet::Error;
 use raylet::prelude::*;
 use raylet::proto::Amount;
 use raylet::proto::resources::{CPU, GPU};
-use raylet::scheduler::status::ResourceDemand;
+use raylet::scheduler::node_manager::FakeGpus;
+use raylet::scheduler::status::{NodeStatus, ResourceDemand};
 
 use crate::common;
 
@@ -110,6 +113,70 @@ fn four_half_gpu_tasks_share_two_ids_two_per_id() {
     }
     assert_eq!(per_id, BTreeMap::from([(0, 2), (1, 2)]));
     cluster.shutdown().unwrap();
+}
+
+/// A cluster whose one node finds GPUs through `gpus` (no device needed).
+fn cluster_detecting(gpus: Arc<FakeGpus>, cpus: f64) -> Cluster {
+    raylet::init_with(Config::new().num_cpus(cpus).gpu_detector(gpus)).unwrap()
+}
+
+#[test]
+fn eight_detected_gpus_are_offered_reported_and_leased_one_to_each_task() {
+    let gpus = Arc::new(FakeGpus::new(8));
+    gpus.set_busy(6, 42.0, 3 << 30);
+    let cluster = cluster_detecting(gpus.clone(), 8.0);
+    let node = wait_for_node(&cluster, |node| node.stats.gpus.len() == 8);
+    assert_eq!(node.total.get(GPU), Amount::whole(8), "every detected GPU is offered");
+    let six = &node.stats.gpus[6];
+    assert_eq!((six.name.as_str(), six.utilization_percent), ("Fake GPU", 42.0));
+    assert_eq!(six.memory_used_bytes, 3 << 30);
+
+    let refs: Vec<_> = (0..8)
+        .map(|_| gpus_seen::options().num_gpus(1.0).remote(&cluster, 2000).unwrap())
+        .collect();
+    let mut seen = cluster.get_all(&refs).unwrap();
+    seen.sort();
+    let expected: Vec<_> = (0..8u32).map(|id| (vec![id], id.to_string())).collect();
+    assert_eq!(seen, expected, "eight tasks at once, each sees only its own GPU");
+    cluster.shutdown().unwrap();
+}
+
+#[test]
+fn no_detected_gpu_makes_gpu_work_infeasible_and_one_is_shared_by_halves() {
+    let none = cluster_detecting(Arc::new(FakeGpus::new(0)), 2.0);
+    let error = gpus_seen::options()
+        .num_gpus(1.0)
+        .remote(&none, 0)
+        .unwrap()
+        .get_timeout(Duration::from_secs(10));
+    let task = task_error(error.unwrap_err());
+    assert_eq!(task.kind, TaskErrorKind::Infeasible, "{}", task.message);
+    assert!(task.message.contains("GPU"), "{}", task.message);
+    none.shutdown().unwrap();
+
+    let one = cluster_detecting(Arc::new(FakeGpus::new(1)), 2.0);
+    let refs: Vec<_> = (0..2)
+        .map(|_| gpus_seen::options().num_gpus(0.5).remote(&one, 1500).unwrap())
+        .collect();
+    let seen = one.get_all(&refs).unwrap();
+    assert_eq!(seen, vec![(vec![0], "0".to_string()); 2], "both halves on GPU 0");
+    one.shutdown().unwrap();
+}
+
+/// The cluster's one node once `ready` holds for it, as heartbeats update it.
+fn wait_for_node(cluster: &Cluster, ready: impl Fn(&NodeStatus) -> bool) -> NodeStatus {
+    let deadline = std::time::Instant::now() + Duration::from_secs(10);
+    loop {
+        let status = cluster.status().unwrap();
+        if let Some(node) = status.alive().find(|node| ready(node)) {
+            return node.clone();
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the node never showed: {status:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
 }
 
 #[test]

@@ -12,7 +12,7 @@ use raylet_proto::auth::AuthToken;
 use raylet_proto::tls::TlsFiles;
 use raylet_proto::{ActorId, JobId, Labels, NodeId, ResourceSet, TaskId, WorkerId};
 use raylet_scheduler::head::HeadConfig;
-use raylet_scheduler::node_manager::{MemoryMonitorConfig, NodeConfig, ResourceOverrides};
+use raylet_scheduler::node_manager::{MemoryMonitorConfig, NodeConfig, NvmlDetector, ResourceOverrides};
 use raylet_scheduler::placement::LaunchableNodes;
 
 use crate::row_filter::RowFilter;
@@ -410,7 +410,7 @@ pub struct StartArgs {
     /// CPUs this node offers [default: detected].
     #[arg(long, allow_negative_numbers = true, value_name = "N")]
     pub num_cpus: Option<f64>,
-    /// GPUs this node offers [default: counted with `nvidia-smi -L`].
+    /// GPUs this node offers [default: counted through NVML, the NVIDIA driver's library].
     #[arg(long, allow_negative_numbers = true, value_name = "N")]
     pub num_gpus: Option<f64>,
     /// Bytes of memory for tasks and actors [default: 70% of RAM].
@@ -494,7 +494,10 @@ impl StartArgs {
             object_store_memory: self.object_store_memory,
             custom,
         };
-        Ok(raylet_scheduler::node_manager::resolve_resources(&overrides)?)
+        Ok(raylet_scheduler::node_manager::resolve_resources(
+            &overrides,
+            &NvmlDetector::new(),
+        )?)
     }
 
     pub fn head_config(&self, token: AuthToken, session_dir: &Path, launchable: LaunchableNodes) -> HeadConfig {

@@ -7,7 +7,7 @@ use anyhow::Context;
 use raylet_autoscaler::AutoscalerReport;
 use raylet_proto::ResourceSet;
 use raylet_proto::resources::is_bytes;
-use raylet_scheduler::status::{ClusterStatus, NodeStatus, ResourceDemand};
+use raylet_scheduler::status::{ClusterStatus, GpuStats, NodeStatus, ResourceDemand};
 use serde::Serialize;
 
 use crate::args::{OutputFormat, StatusArgs};
@@ -106,10 +106,28 @@ fn render_text(address: &str, status: &ClusterStatus) -> String {
             bytes(stats.memory_used_bytes as f64),
             bytes(stats.memory_total_bytes as f64)
         );
+        for gpu in &stats.gpus {
+            let _ = writeln!(out, "  {}", gpu_line(gpu));
+        }
         out.push_str(&usage_lines(&node.total, &node.available, "  "));
     }
     out.push_str(&demand_lines(&status.demands()));
     out.trim_end().to_string()
+}
+
+/// One GPU's model and readings, or why the driver could not read it.
+fn gpu_line(gpu: &GpuStats) -> String {
+    match &gpu.fault {
+        Some(fault) => format!("GPU {} {}: unusable: {fault}", gpu.index, gpu.name),
+        None => format!(
+            "GPU {} {}: {:.0}% busy, memory {} / {}",
+            gpu.index,
+            gpu.name,
+            gpu.utilization_percent,
+            bytes(gpu.memory_used_bytes as f64),
+            bytes(gpu.memory_total_bytes as f64)
+        ),
+    }
 }
 
 /// "Demands", then pending and infeasible work, one shape per line.
@@ -239,5 +257,28 @@ fn bytes(count: f64) -> String {
         format!("{:.2}GiB", count / GIB)
     } else {
         format!("{:.2}MiB", count / MIB)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use raylet_scheduler::node_manager::{FakeGpus, GpuDetector};
+
+    use super::*;
+
+    #[test]
+    fn a_gpu_line_gives_its_model_and_readings_or_why_it_is_unusable() {
+        let gpus = FakeGpus::new(2);
+        gpus.set_busy(0, 12.0, 3 << 30);
+        gpus.lose(1);
+        let read = gpus.read();
+        assert_eq!(
+            gpu_line(&read[0]),
+            "GPU 0 Fake GPU: 12% busy, memory 3.00GiB / 80.00GiB"
+        );
+        assert_eq!(
+            gpu_line(&read[1]),
+            "GPU 1 Fake GPU: unusable: the GPU fell off the bus (NVML: GPU is lost)"
+        );
     }
 }

@@ -1,11 +1,12 @@
 //! How `raylet::init` starts or joins a cluster.
 
 use std::path::PathBuf;
+use std::sync::Arc;
 use std::time::Duration;
 
 use raylet_proto::tls::TlsFiles;
 use raylet_proto::{JobId, ResourceSet};
-use raylet_scheduler::node_manager::MemoryMonitorConfig;
+use raylet_scheduler::node_manager::{GpuDetector, MemoryMonitorConfig, NvmlDetector};
 
 use crate::session::DEFAULT_TEMP_DIR;
 
@@ -35,6 +36,7 @@ pub struct Config {
     pub(crate) task_events: bool,
     pub(crate) max_pending_tasks: usize,
     pub(crate) tls: Option<TlsFiles>,
+    pub(crate) gpu_detector: Arc<dyn GpuDetector>,
 }
 
 impl Default for Config {
@@ -59,6 +61,7 @@ impl Default for Config {
             task_events: true,
             max_pending_tasks: crate::pending_gate::DEFAULT_MAX_PENDING_TASKS,
             tls: None,
+            gpu_detector: Arc::new(NvmlDetector::new()),
         }
     }
 }
@@ -151,6 +154,14 @@ impl Config {
     /// GPUs of the embedded node [default: detected].
     pub fn num_gpus(mut self, gpus: f64) -> Self {
         self.num_gpus = Some(gpus);
+        self
+    }
+
+    /// How the embedded node finds and reads its GPUs [default: NVML]. Tests
+    /// give a [`raylet_scheduler::node_manager::FakeGpus`] to have GPUs
+    /// without a device.
+    pub fn gpu_detector(mut self, detector: Arc<dyn GpuDetector>) -> Self {
+        self.gpu_detector = detector;
         self
     }
 

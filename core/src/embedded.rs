@@ -35,7 +35,7 @@ impl Embedded {
             object_store_memory: config.object_store_memory.map(|bytes| bytes as f64),
             ..Default::default()
         };
-        let resources = resolve_resources(&overrides)?;
+        let resources = resolve_resources(&overrides, &*config.gpu_detector)?;
         let token = AuthToken::generate();
         let loopback = SocketAddr::new(Ipv4Addr::LOCALHOST.into(), 0);
         let head_listener = TcpListener::bind(loopback).await?;
@@ -56,6 +56,7 @@ impl Embedded {
             .work_root(config.temp_dir.join("work"))
             .spill_limit(config.max_spill_bytes)
             .memory_monitor(config.memory_monitor)
+            .gpu_detector(config.gpu_detector.clone())
             .connect_timeout(Duration::from_secs(5));
         let node_listener = TcpListener::bind(loopback).await?;
         let started = runtime.spawn(NodeManager::start(node_config, node_listener));

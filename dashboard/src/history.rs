@@ -1,13 +1,13 @@
 //! The overview's charts: the dashboard samples each alive node's CPU and
-//! memory use and its GPUs in use every few seconds, and keeps the last ten
-//! minutes in memory.
+//! memory use, its GPUs in use and how busy they are every few seconds, and
+//! keeps the last ten minutes in memory.
 
 use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use raylet_proto::auth::AuthToken;
-use raylet_scheduler::status::ClusterStatus;
+use raylet_scheduler::status::{ClusterStatus, GpuStats};
 use serde::Serialize;
 
 /// How often the nodes are sampled.
@@ -22,8 +22,11 @@ pub(super) struct NodeSample {
     cpu_percent: f64,
     memory_percent: f64,
     /// GPUs leased out as a share of the node's GPUs (0 without GPUs):
-    /// what the scheduler knows; device utilization is not read.
+    /// what the scheduler knows.
     gpu_percent: f64,
+    /// The node's GPUs' mean utilization, as their driver reports it (0
+    /// without GPUs).
+    gpu_utilization_percent: f64,
 }
 
 /// Every alive node at one moment.
@@ -31,6 +34,13 @@ pub(super) struct NodeSample {
 pub(super) struct Sample {
     unix_ms: u64,
     nodes: Vec<NodeSample>,
+}
+
+fn mean_gpu_utilization(gpus: &[GpuStats]) -> f64 {
+    match gpus.len() {
+        0 => 0.0,
+        count => gpus.iter().map(|gpu| gpu.utilization_percent).sum::<f64>() / count as f64,
+    }
 }
 
 /// The samples so far, oldest first.
@@ -51,6 +61,7 @@ fn sample(status: &ClusterStatus) -> Sample {
                     true => 100.0 * (gpus - gpus_free) / gpus,
                     false => 0.0,
                 },
+                gpu_utilization_percent: mean_gpu_utilization(&node.stats.gpus),
             }
         })
         .collect();

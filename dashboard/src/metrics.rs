@@ -1,7 +1,8 @@
 //! `/metrics`: the cluster as Prometheus gauges, read from the head at
 //! each scrape: nodes by state, each node's resources, utilization and
 //! lease requests waiting or refused, actors, placement groups and jobs by
-//! state, and each object store's bytes used, spilled and moved; then the
+//! state, each GPU's model, utilization and memory, and each object store's
+//! bytes used, spilled and moved; then the
 //! head process's own registry: tasks by state, scheduling latency and the
 //! latency of each gRPC method it serves.
 
@@ -63,6 +64,7 @@ pub(super) async fn render(head: &str, token: &AuthToken, patience: Duration) ->
 
     let scrape = Scrape::default();
     node_families(&scrape, &status);
+    gpu_families(&scrape, &status);
     let actor_states = scrape.gauge("raylet_actors", "Actors by state.", &["state"]);
     let states = actors.iter().map(|actor| actor.state.to_string());
     by_state(&actor_states, &["PENDING", "ALIVE", "RESTARTING", "DEAD"], states);
@@ -141,6 +143,37 @@ fn node_families(scrape: &Scrape, status: &ClusterStatus) {
     }
 }
 
+/// Each alive node's GPUs: utilization and memory, labelled with the GPU's
+/// index and model; a GPU the driver lost reads 1 in `raylet_node_gpu_fault`.
+fn gpu_families(scrape: &Scrape, status: &ClusterStatus) {
+    let labels = ["node", "gpu", "name"];
+    let utilization = scrape.gauge(
+        "raylet_node_gpu_utilization_percent",
+        "Share of the last sample period each GPU was busy.",
+        &labels,
+    );
+    let used = scrape.gauge("raylet_node_gpu_memory_used_bytes", "Memory used on each GPU.", &labels);
+    let total = scrape.gauge("raylet_node_gpu_memory_total_bytes", "Memory of each GPU.", &labels);
+    let fault = scrape.gauge(
+        "raylet_node_gpu_fault",
+        "1 for a GPU its driver could not read (lost), else 0.",
+        &labels,
+    );
+    for node in status.alive() {
+        let id = node.node_id.to_string();
+        for gpu in &node.stats.gpus {
+            let index = gpu.index.to_string();
+            let values = [id.as_str(), index.as_str(), gpu.name.as_str()];
+            utilization.with_label_values(&values).set(gpu.utilization_percent);
+            used.with_label_values(&values).set(gpu.memory_used_bytes as f64);
+            total.with_label_values(&values).set(gpu.memory_total_bytes as f64);
+            fault
+                .with_label_values(&values)
+                .set(f64::from(u8::from(gpu.fault.is_some())));
+        }
+    }
+}
+
 fn store_families(scrape: &Scrape, stores: &[raylet::NodeMemory]) {
     let families = [
         (
@@ -184,7 +217,61 @@ fn store_families(scrape: &Scrape, stores: &[raylet::NodeMemory]) {
 
 #[cfg(test)]
 mod tests {
+    use raylet_proto::NodeId;
+    use raylet_scheduler::node_manager::{FakeGpus, GpuDetector};
+    use raylet_scheduler::status::{NodeState, NodeStats, NodeStatus};
+
     use super::*;
+
+    #[test]
+    fn each_gpu_is_a_series_labelled_with_its_node_index_and_model() {
+        let gpus = FakeGpus::new(2);
+        gpus.set_busy(0, 37.0, 5 << 30);
+        gpus.lose(1);
+        let node_id = NodeId::random();
+        let status = ClusterStatus {
+            now_unix_ms: 0,
+            nodes: vec![NodeStatus {
+                node_id,
+                incarnation: 1,
+                address: "127.0.0.1:1".into(),
+                hostname: "gpu-host".into(),
+                is_head_node: true,
+                state: NodeState::Alive,
+                total: Default::default(),
+                available: Default::default(),
+                labels: Default::default(),
+                metrics_address: None,
+                stats: NodeStats {
+                    gpus: gpus.read(),
+                    ..NodeStats::default()
+                },
+                demands: Vec::new(),
+                registered_unix_ms: 0,
+                last_heartbeat_unix_ms: 0,
+                died_unix_ms: None,
+                death_reason: None,
+                draining: None,
+            }],
+            placement_groups: Vec::new(),
+            waiting_drivers: Vec::new(),
+        };
+        let scrape = Scrape::default();
+        gpu_families(&scrape, &status);
+        let text = scrape.encode();
+        let series = |name: &str, gpu: u32, value: &str| {
+            format!("{name}{{gpu=\"{gpu}\",name=\"Fake GPU\",node=\"{node_id}\"}} {value}\n")
+        };
+        for expected in [
+            series("raylet_node_gpu_utilization_percent", 0, "37"),
+            series("raylet_node_gpu_memory_used_bytes", 0, "5368709120"),
+            series("raylet_node_gpu_memory_total_bytes", 1, "85899345920"),
+            series("raylet_node_gpu_fault", 0, "0"),
+            series("raylet_node_gpu_fault", 1, "1"),
+        ] {
+            assert!(text.contains(&expected), "{expected} missing from\n{text}");
+        }
+    }
 
     #[test]
     fn families_are_prometheus_text_with_escaped_labels_and_every_known_state() {

@@ -27,12 +27,28 @@ impl std::fmt::Display for NodeState {
     }
 }
 
-/// Utilization of a machine, read with sysinfo.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Serialize)]
+/// Utilization of a machine: CPU and memory read with sysinfo, GPUs with
+/// NVML.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
 pub struct NodeStats {
     pub cpu_percent: f64,
     pub memory_used_bytes: u64,
     pub memory_total_bytes: u64,
+    pub gpus: Vec<GpuStats>,
+}
+
+/// One GPU of a node, as its driver reports it.
+#[derive(Clone, Debug, Default, PartialEq, Serialize)]
+pub struct GpuStats {
+    /// The index CUDA gives it on its machine.
+    pub index: u32,
+    pub name: String,
+    pub uuid: String,
+    pub memory_total_bytes: u64,
+    pub memory_used_bytes: u64,
+    pub utilization_percent: f64,
+    /// Why the driver could not read it, such as a GPU that fell off the bus.
+    pub fault: Option<String>,
 }
 
 /// Work of one shape that waits for room, or that no node could ever fit.
@@ -305,14 +321,42 @@ impl NodeStats {
             cpu_percent: stats.cpu_percent,
             memory_used_bytes: stats.memory_used_bytes,
             memory_total_bytes: stats.memory_total_bytes,
+            gpus: stats.gpus.into_iter().map(GpuStats::from_proto).collect(),
         }
     }
 
-    pub fn to_proto(self) -> v1::NodeStats {
+    pub fn to_proto(&self) -> v1::NodeStats {
         v1::NodeStats {
             cpu_percent: self.cpu_percent,
             memory_used_bytes: self.memory_used_bytes,
             memory_total_bytes: self.memory_total_bytes,
+            gpus: self.gpus.iter().map(GpuStats::to_proto).collect(),
+        }
+    }
+}
+
+impl GpuStats {
+    pub fn from_proto(gpu: v1::GpuStats) -> Self {
+        GpuStats {
+            index: gpu.index,
+            name: gpu.name,
+            uuid: gpu.uuid,
+            memory_total_bytes: gpu.memory_total_bytes,
+            memory_used_bytes: gpu.memory_used_bytes,
+            utilization_percent: gpu.utilization_percent,
+            fault: Some(gpu.fault).filter(|fault| !fault.is_empty()),
+        }
+    }
+
+    pub fn to_proto(&self) -> v1::GpuStats {
+        v1::GpuStats {
+            index: self.index,
+            name: self.name.clone(),
+            uuid: self.uuid.clone(),
+            memory_total_bytes: self.memory_total_bytes,
+            memory_used_bytes: self.memory_used_bytes,
+            utilization_percent: self.utilization_percent,
+            fault: self.fault.clone().unwrap_or_default(),
         }
     }
 }

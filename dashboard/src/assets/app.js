@@ -152,7 +152,8 @@ async function overview() {
     el("div", { class: "charts", id: "utilization" },
       lineChart("CPU %", series("cpu_percent"), { yMin: 0, yMax: 100, xLabel: since }),
       lineChart("Memory %", series("memory_percent"), { yMin: 0, yMax: 100, xLabel: since }),
-      lineChart("GPUs leased %", series("gpu_percent"), { yMin: 0, yMax: 100, xLabel: since })),
+      lineChart("GPUs leased %", series("gpu_percent"), { yMin: 0, yMax: 100, xLabel: since }),
+      lineChart("GPU utilization %", series("gpu_utilization_percent"), { yMin: 0, yMax: 100, xLabel: since })),
     el("h2", {}, "Nodes"),
     table([
       ["Node", (n) => el("span", { class: "mono" }, n.node_id)],
@@ -165,6 +166,15 @@ async function overview() {
       ["CPU %", (n) => n.stats.cpu_percent.toFixed(0)],
       ["Memory", (n) => `${bytes(n.stats.memory_used_bytes)} / ${bytes(n.stats.memory_total_bytes)}`],
     ], nodes, { id: "nodes" }),
+    el("h2", {}, "GPUs"),
+    table([
+      ["Node", (g) => el("span", { class: "mono" }, short(g.node_id))],
+      ["GPU", (g) => String(g.index)],
+      ["Model", (g) => g.name],
+      ["Busy %", (g) => (g.fault ? "" : g.utilization_percent.toFixed(0))],
+      ["Memory", (g) => (g.fault ? "" : `${bytes(g.memory_used_bytes)} / ${bytes(g.memory_total_bytes)}`)],
+      ["State", (g) => (g.fault ? `unusable: ${g.fault}` : "ok")],
+    ], alive.flatMap((n) => n.stats.gpus.map((g) => ({ node_id: n.node_id, ...g }))), { id: "gpus", empty: "No GPUs detected." }),
   ];
 }
 

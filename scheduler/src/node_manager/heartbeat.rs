@@ -45,7 +45,7 @@ pub(crate) async fn run(mut head: HeadClient, shared: std::sync::Arc<NodeShared>
     let interval = shared.config.heartbeat_interval;
     let mut ticker = tokio::time::interval(interval);
     ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut sampler = StatsSampler::new();
+    let mut sampler = StatsSampler::new(shared.config.gpu_detector.clone());
     let mut head_reachable = true;
     loop {
         ticker.tick().await;

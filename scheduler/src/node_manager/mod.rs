@@ -6,6 +6,7 @@
 mod binary_cache;
 mod blob_fetch;
 mod bundle_ops;
+mod gpu_devices;
 mod gpus;
 mod heartbeat;
 mod job_drivers;
@@ -41,6 +42,7 @@ use raylet_proto::{Labels, NodeId, ResourceSet};
 use tokio::net::TcpListener;
 
 pub use bundle_ops::BundleError;
+pub use gpu_devices::{FakeGpus, GpuDetector, NvmlDetector};
 pub use leasing::NodeView;
 pub use ledger::ResourceLedger;
 pub use memory_monitor::MemoryMonitorConfig;
@@ -79,6 +81,8 @@ pub struct NodeConfig {
     pub memory_monitor: MemoryMonitorConfig,
     /// Job drivers run in, and blobs are cached under, `<work_root>/<node id>`.
     pub work_root: PathBuf,
+    /// Reads the machine's GPUs for the heartbeat: NVML, or a fake in tests.
+    pub gpu_detector: Arc<dyn GpuDetector>,
 }
 
 impl NodeConfig {
@@ -105,7 +109,15 @@ impl NodeConfig {
             spill_limit: None,
             memory_monitor: MemoryMonitorConfig::default(),
             work_root: std::env::temp_dir().join("raylet-work"),
+            gpu_detector: Arc::new(NvmlDetector::new()),
         }
+    }
+
+    /// Reads GPUs through `detector` instead of NVML; give the same one to
+    /// [`resolve_resources`].
+    pub fn gpu_detector(mut self, detector: Arc<dyn GpuDetector>) -> Self {
+        self.gpu_detector = detector;
+        self
     }
 
     pub fn metrics_address(mut self, address: impl Into<String>) -> Self {
@@ -208,7 +220,7 @@ impl NodeShared {
     }
 
     pub(crate) fn stats(&self) -> NodeStats {
-        *lock(&self.stats)
+        lock(&self.stats).clone()
     }
 }
 

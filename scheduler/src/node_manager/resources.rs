@@ -1,11 +1,11 @@
-//! Detects a machine's resources (CPUs and memory with sysinfo, GPUs with
-//! `nvidia-smi -L`) and applies the user's overrides and custom resources.
-
-use std::process::Command;
+//! Detects a machine's resources (CPUs and memory with sysinfo, GPUs with a
+//! [`GpuDetector`]) and applies the user's overrides and custom resources.
 
 use raylet_proto::resources::{CPU, GPU, MEMORY, OBJECT_STORE_MEMORY};
 use raylet_proto::{Amount, ResourceSet, Result};
 use sysinfo::{CpuRefreshKind, System};
+
+use super::gpu_devices::GpuDetector;
 
 /// Share of the machine's memory given to the object store by default.
 const OBJECT_STORE_SHARE: f64 = 0.3;
@@ -22,9 +22,10 @@ pub struct ResourceOverrides {
     pub custom: ResourceSet,
 }
 
-/// Resolves the node's total resources: overrides first, then detection.
-/// Every amount is validated, so bad input fails here with a clear message.
-pub fn resolve(overrides: &ResourceOverrides) -> Result<ResourceSet> {
+/// Resolves the node's total resources: overrides first, then detection
+/// (GPUs through `gpus`). Every amount is validated, so bad input fails here
+/// with a clear message.
+pub fn resolve(overrides: &ResourceOverrides, gpus: &dyn GpuDetector) -> Result<ResourceSet> {
     let machine_memory = machine_memory_bytes() as f64;
     let object_store = overrides
         .object_store_memory
@@ -33,7 +34,7 @@ pub fn resolve(overrides: &ResourceOverrides) -> Result<ResourceSet> {
         .memory
         .unwrap_or((machine_memory - object_store).max(0.0).floor());
     let cpus = overrides.num_cpus.unwrap_or_else(|| detect_cpus() as f64);
-    let gpus = overrides.num_gpus.unwrap_or_else(|| detect_gpus() as f64);
+    let gpus = overrides.num_gpus.unwrap_or_else(|| gpus.read().len() as f64);
     let mut total = overrides.custom.clone();
     for (name, value) in [
         (CPU, cpus),
@@ -63,20 +64,9 @@ fn machine_memory_bytes() -> u64 {
     }
 }
 
-/// Counts the lines `nvidia-smi -L` prints for GPUs; 0 when it is absent.
-fn detect_gpus() -> usize {
-    match Command::new("nvidia-smi").arg("-L").output() {
-        Ok(output) if output.status.success() => count_gpu_lines(&String::from_utf8_lossy(&output.stdout)),
-        _ => 0,
-    }
-}
-
-fn count_gpu_lines(listing: &str) -> usize {
-    listing.lines().filter(|line| line.starts_with("GPU ")).count()
-}
-
 #[cfg(test)]
 mod tests {
+    use super::super::gpu_devices::FakeGpus;
     use super::*;
 
     #[test]
@@ -87,7 +77,7 @@ mod tests {
             custom: ResourceSet::parse_custom_json(r#"{"TPU": 4}"#).unwrap(),
             ..Default::default()
         };
-        let total = resolve(&overrides).unwrap();
+        let total = resolve(&overrides, &FakeGpus::new(0)).unwrap();
         assert_eq!(total.get(CPU).to_string(), "3.0");
         assert_eq!(total.get(GPU).to_string(), "0.5");
         assert_eq!(total.get("TPU").to_string(), "4.0");
@@ -99,7 +89,7 @@ mod tests {
 
     #[test]
     fn detection_finds_at_least_one_cpu() {
-        let total = resolve(&ResourceOverrides::default()).unwrap();
+        let total = resolve(&ResourceOverrides::default(), &FakeGpus::new(0)).unwrap();
         assert!(total.get(CPU) >= Amount::whole(1));
     }
 
@@ -119,14 +109,23 @@ mod tests {
                 ..Default::default()
             },
         ] {
-            assert!(resolve(&overrides).is_err(), "{overrides:?}");
+            assert!(resolve(&overrides, &FakeGpus::new(0)).is_err(), "{overrides:?}");
         }
     }
 
     #[test]
-    fn gpu_lines_of_nvidia_smi_are_counted() {
-        let listing = "GPU 0: NVIDIA H100 (UUID: GPU-1)\nGPU 1: NVIDIA H100 (UUID: GPU-2)\n";
-        assert_eq!(count_gpu_lines(listing), 2);
-        assert_eq!(count_gpu_lines("No devices found.\n"), 0);
+    fn gpus_are_counted_by_the_detector_unless_overridden() {
+        for count in [0, 1, 8] {
+            let total = resolve(&ResourceOverrides::default(), &FakeGpus::new(count)).unwrap();
+            assert_eq!(total.get(GPU), Amount::whole(count.into()), "{count} GPUs");
+        }
+        let overrides = ResourceOverrides {
+            num_gpus: Some(2.0),
+            ..Default::default()
+        };
+        assert_eq!(
+            resolve(&overrides, &FakeGpus::new(8)).unwrap().get(GPU),
+            Amount::whole(2)
+        );
     }
 }

@@ -1,18 +1,26 @@
-//! Samples this machine's CPU and memory utilization with sysinfo.
+//! Samples this machine's CPU and memory utilization with sysinfo, and its
+//! GPUs' through the node's [`GpuDetector`].
+
+use std::sync::Arc;
 
 use sysinfo::System;
 
+use super::gpu_devices::GpuDetector;
 use crate::status::NodeStats;
 
 /// Keeps a sysinfo handle between samples, since CPU usage is a difference
 /// between two readings.
 pub(crate) struct StatsSampler {
     system: System,
+    gpus: Arc<dyn GpuDetector>,
 }
 
 impl StatsSampler {
-    pub(crate) fn new() -> Self {
-        StatsSampler { system: System::new() }
+    pub(crate) fn new(gpus: Arc<dyn GpuDetector>) -> Self {
+        StatsSampler {
+            system: System::new(),
+            gpus,
+        }
     }
 
     pub(crate) fn sample(&mut self) -> NodeStats {
@@ -22,6 +30,7 @@ impl StatsSampler {
             cpu_percent: f64::from(self.system.global_cpu_usage()),
             memory_used_bytes: self.system.used_memory(),
             memory_total_bytes: self.system.total_memory(),
+            gpus: self.gpus.read(),
         }
     }
 }
