@@ -32,6 +32,12 @@ fn gpus_seen(hold_ms: u64) -> (Vec<u32>, String) {
     )
 }
 
+/// Fails as a CUDA program does when its GPU falls off the bus.
+#[raylet::remote]
+fn lose_the_gpu() {
+    panic!("CUDA_ERROR_ILLEGAL_ADDRESS: an illegal memory access was encountered");
+}
+
 /// The pid of the node manager that runs this task, after `ms`.
 #[raylet::remote]
 fn node_manager_after(ms: u64) -> u32 {
@@ -142,7 +148,7 @@ fn eight_detected_gpus_are_offered_reported_and_leased_one_to_each_task() {
 }
 
 #[test]
-fn no_detected_gpu_makes_gpu_work_infeasible_and_one_is_shared_by_halves() {
+fn no_detected_gpu_makes_gpu_work_infeasible_and_one_is_shared_by_halves_and_names_itself_in_failures() {
     let none = cluster_detecting(Arc::new(FakeGpus::new(0)), 2.0);
     let error = gpus_seen::options()
         .num_gpus(1.0)
@@ -160,6 +166,13 @@ fn no_detected_gpu_makes_gpu_work_infeasible_and_one_is_shared_by_halves() {
         .collect();
     let seen = one.get_all(&refs).unwrap();
     assert_eq!(seen, vec![(vec![0], "0".to_string()); 2], "both halves on GPU 0");
+    let failed = lose_the_gpu::options().num_gpus(0.5).remote(&one).unwrap().get();
+    let task = task_error(failed.unwrap_err());
+    assert!(
+        task.message.contains("CUDA_ERROR_ILLEGAL_ADDRESS") && task.message.contains("on its node's GPU 0"),
+        "a GPU task's failure names its GPU: {}",
+        task.message
+    );
     one.shutdown().unwrap();
 }
 

@@ -47,6 +47,10 @@ pub enum TrainError {
         max_failures: u32,
         last: String,
     },
+    /// The `cuda` backend cannot start: a library or CUDA's headers are
+    /// missing.
+    #[error("this worker cannot use its GPU: {0}")]
+    GpuRuntime(String),
     #[error("{0}")]
     Loop(String),
 }

@@ -9,6 +9,8 @@
 //! - [`model_sync`] keeps burn model replicas in step over a group, and
 //!   [`schedule`] has the learning-rate scaling and early stopping that
 //!   data parallelism calls for.
+//! - [`TensorRef`] stores a tensor on any device as a cluster object, read
+//!   back onto the getter's device.
 //! - [`sharding`] trains with ZeRO's stages: each rank keeps only its share
 //!   of the optimizer state, gradients and parameters.
 //! - [`TrainCallback`]s are told of a run's start, reports, checkpoints
@@ -21,6 +23,7 @@ mod checkpoint;
 pub mod collective;
 mod config;
 mod context;
+mod cuda_runtime;
 #[cfg(feature = "digits")]
 pub mod digits;
 mod error;
@@ -30,6 +33,7 @@ pub mod model_sync;
 pub mod schedule;
 pub mod sharding;
 mod telemetry;
+mod tensor_objects;
 #[cfg(feature = "testing")]
 pub mod testing;
 mod train_loop;
@@ -44,8 +48,10 @@ pub use config::{
     WorkerResources, default_storage_path,
 };
 pub use context::{TrainContext, cpu_device};
+pub use cuda_runtime::check_cuda_runtime;
 pub use error::TrainError;
 pub use metrics::Metrics;
+pub use tensor_objects::TensorRef;
 pub use train_loop::{TrainLoop, config_json};
 pub use trainer::{Report, TrainResult, Trainer};
 

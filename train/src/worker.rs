@@ -119,6 +119,9 @@ fn run_to_end(
 
 /// This rank's context, once every rank joined the group.
 fn join(setup: WorkerSetup, events: Sender<WorkerEvent>) -> Result<TrainContext, TrainError> {
+    if cfg!(feature = "cuda") && setup.use_gpu {
+        crate::check_cuda_runtime()?;
+    }
     let cluster = raylet::current()?;
     let options = GroupOptions {
         timeout: setup.collective_timeout,

@@ -2,12 +2,15 @@
 //! pipes (both transports, each test), its ranks threads of this process
 //! that meet through an embedded cluster's key-value store: allreduce
 //! against a sequential reduction for 1 to 4 ranks and sizes from one
-//! element to 64 MiB, the other collectives, fusion, and failures (a rank
+//! element to 64 MiB, the other collectives, tensors in three float types,
+//! fusion, and failures (a rank
 //! that dies or goes silent mid-call, ranks out of step).
 
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use burn::prelude::*;
+use burn::tensor::{DType, TensorData};
 use raylet::Cluster;
 use raylet_train::collective::{CollectiveError, CollectiveGroup, GroupOptions, ReduceOp, segment_range};
 
@@ -384,4 +387,38 @@ fn joining_as_a_rank_outside_the_group_or_alone_in_time_fails_clearly() {
             .contains("rank 0 of group 'lonely' did not join in time"),
         "{error}"
     );
+}
+
+/// A `[4, 25]` tensor of `value`s in `dtype` on the CPU, as a GPU rank's
+/// would be on its GPU.
+fn filled(value: f32, dtype: DType) -> Tensor<2> {
+    let data = TensorData::new(vec![value; 100], [4, 25]).convert_dtype(dtype);
+    Tensor::from_data(data, (&raylet_train::cpu_device(), dtype))
+}
+
+#[test]
+fn tensors_are_reduced_and_broadcast_in_their_own_float_type_and_device() {
+    let cluster = cluster();
+    for dtype in [DType::F32, DType::F64, DType::F16] {
+        let results = on_ranks(&cluster, 3, options(true), move |mut group| {
+            let rank = group.rank();
+            let summed = group
+                .allreduce_tensor(filled(rank as f32 + 1.0, dtype), ReduceOp::Sum)
+                .unwrap();
+            let broadcast = group.broadcast_tensor(filled(rank as f32 * 10.0, dtype), 1).unwrap();
+            (summed, broadcast)
+        });
+        for (rank, (summed, broadcast)) in results.into_iter().enumerate() {
+            for (tensor, expected) in [(summed, 6.0), (broadcast, 10.0)] {
+                assert_eq!(tensor.dtype(), dtype, "rank {rank} keeps its type");
+                assert_eq!(tensor.dims(), [4, 25]);
+                assert_eq!(tensor.device(), raylet_train::cpu_device());
+                let values = tensor.into_data().try_into_vec_as::<f32>().unwrap();
+                assert!(
+                    values.iter().all(|&v| v == expected),
+                    "rank {rank} {dtype:?}: {values:?}"
+                );
+            }
+        }
+    }
 }

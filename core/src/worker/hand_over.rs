@@ -52,11 +52,19 @@ pub(super) async fn hand_over(
     Ok(value)
 }
 
-/// The error of a call that panicked with `payload`.
+/// The error of a call that panicked with `payload`. On a worker holding
+/// GPUs it names them: a GPU's driver errors surface as panics, and the
+/// GPU is what to look at.
 pub(super) fn panic_error(function: &str, payload: Box<dyn Any + Send>) -> TaskError {
-    TaskError::new(
-        TaskErrorKind::Panic,
-        function,
-        crate::error::panic_message(payload.as_ref()),
-    )
+    let message = crate::error::panic_message(payload.as_ref());
+    let message = match super::gpu_ids().as_slice() {
+        [] => message,
+        ids => format!("{message} (on its node's GPU {})", gpu_list(ids)),
+    };
+    TaskError::new(TaskErrorKind::Panic, function, message)
+}
+
+fn gpu_list(ids: &[u32]) -> String {
+    let ids: Vec<String> = ids.iter().map(u32::to_string).collect();
+    ids.join(", ")
 }

@@ -10,6 +10,11 @@
 //! - Many small buffers (a model's gradients) are fused into few large
 //!   ones, as Horovod does ([`CollectiveGroup::allreduce_fused`]).
 //!
+//! Tensors on any device (a GPU's included) take part through
+//! [`CollectiveGroup::allreduce_tensor`] and
+//! [`CollectiveGroup::broadcast_tensor`], staged through host memory: there
+//! is no NCCL path.
+//!
 //! Ranks on the same host move their bytes through shared-memory pipes
 //! instead of TCP (as NCCL's and Open MPI's shared-memory transports do),
 //! unless [`GroupOptions::shared_memory`] is off.
@@ -23,6 +28,7 @@ mod algorithms;
 mod element;
 mod rendezvous;
 mod shared_memory;
+mod tensors;
 mod wire;
 
 use std::ops::Range;
