@@ -7,7 +7,7 @@
 //! 2. the digits trained by 2 workers, each on half the GPU, gradients
 //!    averaged over the group at every step, beside the same run on the CPU.
 //!
-//! `cargo run --release -p raylet-train --features vulkan --example gpu_check -- [--epochs 10]`
+//! `cargo run --release -p raylet-train --features vulkan --example vulkan_check -- [--epochs 10]`
 
 use std::time::Instant;
 
