@@ -1,6 +1,7 @@
 //! The machine's GPU devices, what each is and how busy: read through NVML
 //! (the driver's `libnvidia-ml.so.1`, loaded at run time) or, in tests, from
-//! a fake that has any number of GPUs and no device.
+//! a fake that has any number of GPUs and no device. A node started with
+//! `CUDA_VISIBLE_DEVICES` (as Slurm starts jobs) has only those GPUs.
 
 use std::fmt;
 use std::sync::{Mutex, OnceLock};
@@ -57,8 +58,32 @@ impl GpuDetector for NvmlDetector {
             tracing::warn!(%error, "NVML could not count the GPUs");
             0
         });
-        (0..count).map(|index| read_device(nvml, index)).collect()
+        let gpus = (0..count).map(|index| read_device(nvml, index)).collect();
+        match visible_devices() {
+            Some(visible) => only_visible(gpus, &visible),
+            None => gpus,
+        }
     }
+}
+
+/// The GPUs this process's `CUDA_VISIBLE_DEVICES` lets it use (indices or
+/// UUIDs, as CUDA reads them); `None` when it is unset.
+pub(crate) fn visible_devices() -> Option<Vec<String>> {
+    let value = std::env::var("CUDA_VISIBLE_DEVICES").ok()?;
+    let names = value.split(',').map(str::trim).filter(|name| !name.is_empty());
+    Some(names.map(String::from).collect())
+}
+
+/// `gpus` narrowed to those `visible` names, in its order: the order CUDA
+/// numbers them in for this process.
+fn only_visible(gpus: Vec<GpuStats>, visible: &[String]) -> Vec<GpuStats> {
+    let names = |gpu: &GpuStats, name: &str| {
+        gpu.index.to_string() == name || (name.starts_with("GPU-") && gpu.uuid.starts_with(name))
+    };
+    visible
+        .iter()
+        .filter_map(|name| gpus.iter().find(|gpu| names(gpu, name)).cloned())
+        .collect()
 }
 
 /// One GPU's readings; a GPU the driver lost reads as lost, not as absent,
@@ -153,6 +178,18 @@ mod tests {
             return;
         }
         assert!(NvmlDetector::new().read().is_empty());
+    }
+
+    #[test]
+    fn only_the_gpus_cuda_visible_devices_names_are_kept_in_its_order() {
+        let gpus = FakeGpus::new(4).read();
+        let visible = ["3".to_string(), "GPU-fake-1".to_string(), "7".to_string()];
+        let kept: Vec<u32> = only_visible(gpus.clone(), &visible)
+            .iter()
+            .map(|gpu| gpu.index)
+            .collect();
+        assert_eq!(kept, [3, 1], "an index, a UUID, and a GPU the machine lacks");
+        assert!(only_visible(gpus, &[]).is_empty(), "an empty list hides every GPU");
     }
 
     #[test]

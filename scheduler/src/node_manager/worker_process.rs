@@ -11,6 +11,7 @@ use nix::unistd::Pid;
 use raylet_proto::v1::{WorkerExit, WorkerExitKind};
 use raylet_proto::worker_env::{WORKER_ENV, WorkerBootstrap};
 
+use super::gpu_devices::visible_devices;
 use super::worker_launcher::{LaunchError, LaunchedWorker, WorkerLauncher};
 
 /// How a worker process ended: the kind of end, which callers act on (a
@@ -48,7 +49,10 @@ impl WorkerLauncher for ProcessLauncher {
     fn launch(&self, binary: &Path, bootstrap: &WorkerBootstrap) -> Result<LaunchedWorker, LaunchError> {
         let mut child = tokio::process::Command::new(binary)
             .env(WORKER_ENV, bootstrap.to_env_value())
-            .env(CUDA_VISIBLE_DEVICES, gpu_list(&bootstrap.gpu_ids))
+            .env(
+                CUDA_VISIBLE_DEVICES,
+                gpu_list(&bootstrap.gpu_ids, visible_devices().as_deref()),
+            )
             .envs(raylet_proto::tls::child_env())
             .stdin(Stdio::null())
             .spawn()
@@ -76,9 +80,16 @@ impl WorkerLauncher for ProcessLauncher {
 /// The variable that limits which GPUs CUDA programs see.
 const CUDA_VISIBLE_DEVICES: &str = "CUDA_VISIBLE_DEVICES";
 
-/// "0,1"; empty for a worker without GPUs, which then sees none.
-fn gpu_list(ids: &[u32]) -> String {
-    ids.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+/// What CUDA calls the GPUs with node ids `ids`: "0,1", or the entries at
+/// those places of the node's own `CUDA_VISIBLE_DEVICES` when it was
+/// started with one (`node_visible`); empty for a worker without GPUs,
+/// which then sees none.
+fn gpu_list(ids: &[u32], node_visible: Option<&[String]>) -> String {
+    let name = |id: u32| match node_visible.and_then(|visible| visible.get(id as usize)) {
+        Some(name) => name.clone(),
+        None => id.to_string(),
+    };
+    ids.iter().map(|&id| name(id)).collect::<Vec<_>>().join(",")
 }
 
 /// "exited with code 3" or "was killed by signal 9 (SIGKILL)".
@@ -101,6 +112,15 @@ pub(crate) fn describe_exit(status: ExitStatus) -> WorkerEnd {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn leased_gpus_are_named_as_the_node_was_given_them() {
+        assert_eq!(gpu_list(&[0, 1], None), "0,1");
+        assert_eq!(gpu_list(&[], None), "");
+        let node_visible = ["4".to_string(), "6".to_string()];
+        assert_eq!(gpu_list(&[1], Some(&node_visible)), "6");
+        assert_eq!(gpu_list(&[0, 1], Some(&node_visible)), "4,6");
+    }
 
     #[test]
     fn exits_are_told_apart_by_code_or_signal_and_described() {
