@@ -1,6 +1,7 @@
 //! Scheduling: GPU ids and `CUDA_VISIBLE_DEVICES` on a node that declares
-//! GPUs or detects fake ones (no real GPU needed), GPU readings in the
-//! status, fractional GPUs packed onto one id, infeasible
+//! GPUs or detects fake ones (no real GPU needed), a daemon started with
+//! `CUDA_VISIBLE_DEVICES` naming its workers' GPUs by it, GPU readings in
+//! the status, fractional GPUs packed onto one id, infeasible
 //! requests that fail at once naming what is missing, and, on a cluster of
 //! three `raylet start` daemons, SPREAD for tasks and actors, node affinity
 //! (hard to a dead node is a clear error, soft falls back), label selectors,
@@ -174,6 +175,42 @@ fn no_detected_gpu_makes_gpu_work_infeasible_and_one_is_shared_by_halves_and_nam
         task.message
     );
     one.shutdown().unwrap();
+}
+
+#[test]
+fn a_node_started_with_cuda_visible_devices_gives_its_workers_those_gpus() {
+    let temp = tempfile::tempdir().unwrap();
+    let _daemons = common::Daemons(temp.path());
+    let started = std::process::Command::new(common::RAYLET)
+        .args([
+            "start",
+            "--head",
+            "--port",
+            "0",
+            "--num-cpus",
+            "2",
+            "--num-gpus",
+            "2",
+            "--temp-dir",
+        ])
+        .arg(temp.path())
+        .env("CUDA_VISIBLE_DEVICES", "4,6")
+        .output()
+        .unwrap();
+    assert!(started.status.success(), "{}", String::from_utf8_lossy(&started.stderr));
+    let head = common::head_address(temp.path());
+    let cluster = raylet::init_with(Config::new().address(&head).temp_dir(temp.path())).unwrap();
+    let refs: Vec<_> = (0..2)
+        .map(|_| gpus_seen::options().num_gpus(1.0).remote(&cluster, 1500).unwrap())
+        .collect();
+    let mut seen = cluster.get_all(&refs).unwrap();
+    seen.sort();
+    assert_eq!(
+        seen,
+        [(vec![0], "4".to_string()), (vec![1], "6".to_string())],
+        "the node's GPUs 0 and 1 are CUDA's 4 and 6"
+    );
+    cluster.shutdown().unwrap();
 }
 
 /// The cluster's one node once `ready` holds for it, as heartbeats update it.
