@@ -213,7 +213,7 @@ impl GpuReader {
 
 /// Step 2: host to GPU and back, raw, then through the object store.
 fn copy_bandwidth(cluster: &raylet::Cluster, gpu: &Device) -> Result<Vec<Row>> {
-    let gib = (COPIED * 4) as f64 / (1u64 << 30) as f64;
+    let gigabytes = (COPIED * 4) as f64 / 1e9;
     let host = TensorData::new(vec![1.0f32; COPIED], [COPIED]);
     let started = Instant::now();
     let on_gpu = Tensor::<1>::from_data(host, gpu);
@@ -231,7 +231,7 @@ fn copy_bandwidth(cluster: &raylet::Cluster, gpu: &Device) -> Result<Vec<Row>> {
     if sum != COPIED as f32 {
         return Err(format!("the tensor read onto the GPU sums to {sum}, not {COPIED}").into());
     }
-    let rate = |seconds: f64| format!("{:.1} GB/s", gib * 1.073_741_824 / seconds);
+    let rate = |seconds: f64| format!("{:.1} GB/s", gigabytes / seconds);
     Ok(vec![
         Row {
             step: "2. 256 MiB host -> GPU / GPU -> host (burn-cuda)".into(),

@@ -21,18 +21,19 @@ pub trait GpuDetector: Send + Sync + fmt::Debug {
 /// The GPUs NVML reports. A machine without the NVIDIA driver has none;
 /// that is said once in the log, with what to install.
 #[derive(Debug, Default)]
-pub struct NvmlDetector {
-    nvml: OnceLock<Option<Nvml>>,
-}
+pub struct NvmlDetector;
 
 impl NvmlDetector {
     pub fn new() -> Self {
-        NvmlDetector::default()
+        NvmlDetector
     }
+}
 
-    fn nvml(&self) -> Option<&Nvml> {
-        self.nvml.get_or_init(load_nvml).as_ref()
-    }
+/// NVML, started once per process however many detectors there are (a
+/// `raylet start` resolves its resources, then heartbeats, with its own).
+fn nvml() -> Option<&'static Nvml> {
+    static NVML: OnceLock<Option<Nvml>> = OnceLock::new();
+    NVML.get_or_init(load_nvml).as_ref()
 }
 
 fn load_nvml() -> Option<Nvml> {
@@ -51,7 +52,7 @@ fn load_nvml() -> Option<Nvml> {
 
 impl GpuDetector for NvmlDetector {
     fn read(&self) -> Vec<GpuStats> {
-        let Some(nvml) = self.nvml() else {
+        let Some(nvml) = nvml() else {
             return Vec::new();
         };
         let count = nvml.device_count().unwrap_or_else(|error| {
@@ -158,7 +159,7 @@ impl FakeGpus {
     }
 
     fn lock(&self) -> std::sync::MutexGuard<'_, Vec<GpuStats>> {
-        self.gpus.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+        super::lock(&self.gpus)
     }
 }
 
