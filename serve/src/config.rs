@@ -184,6 +184,13 @@ impl DeploymentConfig {
 /// up, within `[min_replicas, max_replicas]`. A higher desired count
 /// applies once it has held for `upscale_delay`, a lower one after
 /// `downscale_delay`.
+///
+/// **Scale to zero.** With `min_replicas: 0` a deployment idle for
+/// `downscale_delay` stops its last replica. A request that comes then
+/// waits in its router's bounded queue; the controller sees it and starts
+/// a replica at once (not after `upscale_delay`, as Ray Serve does), and
+/// the request is answered once the replica is built: its latency is the
+/// replica's cold start.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct AutoscalingConfig {
     pub min_replicas: u32,
@@ -218,8 +225,8 @@ impl Default for AutoscalingConfig {
 
 impl AutoscalingConfig {
     fn validate(&self) -> std::result::Result<(), String> {
-        if self.min_replicas == 0 {
-            return Err("min_replicas 0 (scaling to zero) is not supported; use 1 or more".into());
+        if self.max_replicas == 0 {
+            return Err("max_replicas must be at least 1".into());
         }
         if self.max_replicas < self.min_replicas {
             return Err(format!(

@@ -320,6 +320,21 @@ mod tests {
     }
 
     #[test]
+    fn a_deployment_may_scale_to_zero_but_not_be_capped_at_zero() {
+        let class = std::any::type_name::<Scaled>();
+        let with_autoscaling = |autoscaling: &str| {
+            file(&format!(
+                "  - name: model\n    class: {class}\n    init: {{checkpoint: /tmp/c, width: 8}}\n    \
+                 autoscaling: {autoscaling}\n"
+            ))
+        };
+        let (app, _) = parse(&with_autoscaling("{min_replicas: 0, max_replicas: 2}")).expect("scale to zero");
+        assert_eq!(app.deployments[0].autoscaling.as_ref().unwrap().min_replicas, 0);
+        let error = parse(&with_autoscaling("{min_replicas: 0, max_replicas: 0}")).unwrap_err();
+        assert!(error.to_string().contains("max_replicas must be at least 1"), "{error}");
+    }
+
+    #[test]
     fn a_request_timeout_past_ten_years_is_refused() {
         let class = std::any::type_name::<Scaled>();
         let deployment = format!("  - name: model\n    class: {class}\n    init: {{checkpoint: /tmp/c, width: 8}}\n");

@@ -1,6 +1,7 @@
 //! What a user writes: the [`Deployment`] trait, the request and response
-//! bodies it takes ([`Json`] or raw [`bytes::Bytes`]), and the
-//! [`ReplicaContext`] a replica is built with.
+//! bodies it takes ([`Json`], raw [`bytes::Bytes`] or a whole
+//! [`HttpRequest`](crate::HttpRequest)), and the [`ReplicaContext`] a
+//! replica is built with.
 
 use std::future::Future;
 
@@ -8,6 +9,9 @@ use bytes::Bytes;
 use futures_util::Stream;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
+
+use crate::figures::Figure;
+use crate::http_messages::HttpHead;
 
 /// The error user code returns; its message reaches the HTTP client.
 pub type BoxError = Box<dyn std::error::Error + Send + Sync>;
@@ -34,14 +38,33 @@ pub trait Deployment: Send + Sync + Sized + 'static {
     /// `call`'s one response.
     const STREAMING: bool = false;
 
-    /// Answers one request; an `Err` is a 500 that names the replica.
+    /// Answers one request. An `Err` is a 500 that names the replica,
+    /// unless it is an [`HttpError`](crate::HttpError) (or a handle's
+    /// [`ServeError::Status`](crate::ServeError::Status)), which the proxy
+    /// answers with as it is.
     fn call(&self, request: Self::Request) -> impl Future<Output = Result<Self::Response, BoxError>> + Send;
 
     /// Answers one request as a stream of chunks (when `STREAMING`). An
-    /// error before the first chunk is a 500; after it, the response ends
-    /// early. A client that goes away drops the stream.
+    /// error before the first chunk is answered as `call`'s are; after it,
+    /// the response ends early. A client that goes away drops the stream.
     fn stream(&self, _request: Self::Request) -> impl Stream<Item = Result<Bytes, BoxError>> + Send + 'static {
         futures_util::stream::once(async { Err::<Bytes, BoxError>("this deployment does not stream".into()) })
+    }
+
+    /// The `Content-Type` of `request`'s streamed answer: by default
+    /// `application/octet-stream`. An OpenAI-compatible server answers
+    /// `text/event-stream` when the request asks to stream and
+    /// `application/json` otherwise, its one JSON body the one chunk.
+    fn stream_content_type(&self, _request: &Self::Request) -> String {
+        Encoding::Bytes.content_type().to_string()
+    }
+
+    /// Figures of the replica (tokens per second, latency percentiles)
+    /// that `raylet serve status` shows under the deployment, summed or
+    /// averaged over its running replicas. Asked about once a second, on
+    /// the runtime user code runs on: it should be quick.
+    fn figures(&self) -> Vec<Figure> {
+        Vec::new()
     }
 
     /// Applies the deployment's user config, when it has one: right after
@@ -77,7 +100,8 @@ impl Encoding {
     }
 }
 
-/// A request or response body: JSON ([`Json`]) or raw bytes ([`Bytes`]).
+/// A request or response body: JSON ([`Json`]), raw bytes ([`Bytes`]) or
+/// a whole HTTP request ([`HttpRequest`](crate::HttpRequest)).
 pub trait Body: Sized + Send + 'static {
     /// How this body is encoded.
     const ENCODING: Encoding;
@@ -87,6 +111,13 @@ pub trait Body: Sized + Send + 'static {
 
     /// The body from its bytes; the message says what is wrong.
     fn decode(bytes: Bytes) -> Result<Self, String>;
+
+    /// The body of a request that came over HTTP, with its `head` (method,
+    /// path, headers), or from a handle (no head); by default the head is
+    /// ignored.
+    fn decode_http(_head: Option<HttpHead>, body: Bytes) -> Result<Self, String> {
+        Self::decode(body)
+    }
 }
 
 /// A JSON body of type `T`: malformed JSON, or JSON that is not a `T`,

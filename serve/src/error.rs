@@ -3,6 +3,8 @@
 
 use std::time::Duration;
 
+use crate::http_messages::HttpError;
+
 /// What went wrong in deploying or in answering a request.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
@@ -34,6 +36,11 @@ pub enum ServeError {
         replica: String,
         message: String,
     },
+    /// User code answered with an [`HttpError`]: its status, content
+    /// type and body. A deployment that returns this error answers with
+    /// the same status.
+    #[error("deployment `{deployment}` answered {error}")]
+    Status { deployment: String, error: HttpError },
     #[error("replica {replica} of `{deployment}` died while answering: {message}")]
     ReplicaDied {
         deployment: String,

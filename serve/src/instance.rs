@@ -5,6 +5,12 @@
 //! `serve.shutdown` are in Ray. The controller and everything it starts
 //! are detached: on a started cluster an application keeps serving after
 //! the program that deployed it exits.
+//!
+//! A driver that deployed routes its handles' requests itself: it follows
+//! the controller's routing table, and while requests wait in its routers
+//! (for a deployment scaled to zero, say) it reports them to the
+//! controller, which cannot poll a driver as it polls proxies and
+//! replicas.
 
 use std::net::SocketAddr;
 use std::sync::Once;
@@ -18,13 +24,16 @@ use crate::deployment::Deployment;
 use crate::error::{Result, ServeError};
 use crate::handle::DeploymentHandle;
 use crate::proxy::HttpProxy;
-use crate::routes;
+use crate::routes::{self, QueueReport};
 use crate::status::{AppState, ServeStatus};
 
 /// How long a deploy may take to run (replicas loading models included).
 const READY_TIMEOUT: Duration = Duration::from_secs(600);
 /// How long a deleted application may take to stop.
 const DELETE_TIMEOUT: Duration = Duration::from_secs(120);
+/// How often a driver looks for requests waiting in its routers, and
+/// reports them while there are any.
+const QUEUE_REPORT_PERIOD: Duration = Duration::from_millis(200);
 
 /// A running application: its proxies' addresses, handles to its
 /// deployments, and [`ServeInstance::shutdown`].
@@ -208,19 +217,45 @@ pub fn shutdown(cluster: &Cluster) -> Result<()> {
 
 /// Installs the controller's routing table in this process and keeps it
 /// current from a thread (one per process), so that handles made here
-/// route like the proxies.
+/// route like the proxies; another thread reports the requests waiting in
+/// this process's routers.
 fn follow_routes(cluster: &Cluster, controller: &ServeControllerHandle) -> Result<()> {
     let (version, table) = controller.routes(0).get_timeout(READY_TIMEOUT)?;
     routes::install(table);
     static FOLLOWING: Once = Once::new();
     let cluster = cluster.clone();
     FOLLOWING.call_once(move || {
+        let reporting = cluster.clone();
         let follow = move || follow(&cluster, version);
         if let Err(e) = std::thread::Builder::new().name("serve-routes".into()).spawn(follow) {
             tracing::warn!("following Serve's routing table: {e}");
         }
+        let report = move || report_queues(&reporting);
+        if let Err(e) = std::thread::Builder::new().name("serve-queues".into()).spawn(report) {
+            tracing::warn!("reporting the requests waiting in this driver: {e}");
+        }
     });
     Ok(())
+}
+
+/// Reports the requests waiting in this process's routers to the
+/// controller while there are any, for the rest of the process's life.
+fn report_queues(cluster: &Cluster) {
+    let driver = format!("{} pid {}", cluster.node_ip(), std::process::id());
+    loop {
+        std::thread::sleep(QUEUE_REPORT_PERIOD);
+        let waiting: Vec<QueueReport> = routes::queued().into_iter().filter(|queue| queue.waiting > 0).collect();
+        if waiting.is_empty() {
+            continue;
+        }
+        let reported = controller::find(cluster).and_then(|controller| {
+            let report = controller.report_queues(driver.clone(), waiting);
+            Ok(report.get_timeout(Duration::from_secs(5))?)
+        });
+        if let Err(e) = reported {
+            tracing::debug!("reporting the requests waiting in this driver: {e}");
+        }
+    }
 }
 
 /// Long-polls the controller for new tables, finding it again after a

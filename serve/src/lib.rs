@@ -8,10 +8,21 @@
 //! matching path prefix, to an application's ingress deployment.
 //!
 //! **Protocol.** A request travels as a [`wire::ServeRequest`] (the raw
-//! body) on an ordinary actor call; the replica decodes it into the
+//! body, with the HTTP request's [`HttpHead`] when it came through a
+//! proxy) on an ordinary actor call; the replica decodes it into the
 //! deployment's request type, so a malformed body costs one actor round
 //! trip and comes back as a 400. Every [`wire::ServeReply`] carries the
 //! replica's number of ongoing requests.
+//!
+//! **HTTP APIs.** A deployment whose request type is [`HttpRequest`] sees
+//! every method (`GET` included), the path below its route prefix, the
+//! query, and `Content-Type` and `Accept` (never `Authorization`): enough
+//! to serve an API of its own, such as OpenAI's. User code that returns an
+//! [`HttpError`] (from `call`, or from `stream` before the first chunk) is
+//! answered with exactly its status, content type and body, and counted in
+//! the metrics under that status; through a [`DeploymentHandle`] the caller
+//! gets [`ServeError::Status`], which passes the status on when returned
+//! in turn.
 //!
 //! **Routing and back-pressure.** Proxies and [`DeploymentHandle`]s route
 //! through one router per deployment and process: the power of
@@ -23,8 +34,13 @@
 //!
 //! **Streaming.** A deployment with `STREAMING = true` answers HTTP with
 //! [`Deployment::stream`]'s chunks as they come (chunked transfer
-//! encoding), over a streaming actor call; a client that goes away cancels
-//! the stream and frees its place at the replica.
+//! encoding, each chunk written to the client as it comes, as server-sent
+//! events need), over a streaming actor call, under the content type
+//! [`Deployment::stream_content_type`] chooses for the request
+//! (`text/event-stream`, say); a client that goes away cancels the stream
+//! and frees its place at the replica. [`DeploymentHandle::stream`] takes
+//! a streaming deployment's chunks from Rust, so a deployment can stream
+//! another's on; dropping it cancels the call there too.
 //!
 //! **Costs.** One actor call per request (tens of microseconds on one
 //! node) plus HTTP handling in the proxy; user code runs on a runtime the
@@ -38,6 +54,22 @@
 //! table to proxies and replicas. [`run`] deploys or updates an
 //! application through it; [`status`], [`delete`] and [`shutdown`] do the
 //! rest, as do `raylet serve status|deploy|delete` (see [`deploy_file`]).
+//! The status shows each deployment's own [`Figure`]s
+//! ([`Deployment::figures`]: tokens per second, latency percentiles),
+//! summed or averaged over its running replicas.
+//!
+//! **Scale to zero.** An autoscaling deployment with `min_replicas: 0`
+//! stops its last replica after `downscale_delay` without requests. A
+//! request that comes then waits in its router's bounded queue (503 when
+//! it is full, 504 past the proxy's request timeout); the controller,
+//! which polls the proxies' queues every 100 ms while a deployment is at
+//! zero and the replicas' (their handles') with their load, starts a
+//! replica at once, and the request is answered when it runs. A
+//! deployment with a higher minimum that lost every replica holds its
+//! requests the same way while the controller replaces them, as Ray
+//! Serve's routers do: a client sees a slower answer, not an error.
+//! [`ServeError::NoReplicas`] (503) is left for a deployment no replica
+//! will come to, its version having failed to start.
 //!
 //! **Failure.** A replica that dies or fails its health check is replaced.
 //! A request it never got goes to another replica; one it was running
@@ -88,7 +120,9 @@ pub mod controller;
 pub mod deploy_file;
 mod deployment;
 mod error;
+mod figures;
 mod handle;
+mod http_messages;
 mod instance;
 mod metrics;
 mod proxy;
@@ -105,9 +139,12 @@ pub use bytes::Bytes;
 pub use config::{Application, AutoscalingConfig, DeploymentConfig, HttpOptions};
 pub use deployment::{Body, BoxError, Deployment, Encoding, Json, ReplicaContext};
 pub use error::{Result, ServeError};
+pub use figures::{Combine, Figure};
 pub use handle::DeploymentHandle;
+pub use http_messages::{HttpError, HttpHead, HttpRequest};
 pub use instance::{ServeInstance, delete, run, run_with, shutdown, status};
 pub use proxy::HttpProxy;
+pub use router::BodyStream;
 pub use status::ServeStatus;
 
 #[doc(hidden)]

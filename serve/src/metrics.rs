@@ -4,6 +4,7 @@
 //! and queued requests, the autoscaler's desired count), recorded on each
 //! of its ticks.
 
+use std::borrow::Cow;
 use std::sync::LazyLock;
 
 use raylet::metrics::{Counter, Gauge, Histogram};
@@ -66,9 +67,9 @@ static DESIRED: LazyLock<Gauge> = LazyLock::new(|| {
     )
 });
 
-/// One answered HTTP request.
+/// One answered HTTP request, under its status code.
 pub(crate) fn record_request(app: &str, deployment: &str, code: u16, seconds: f64) {
-    REQUESTS.inc(&[app, deployment, code_label(code)], 1.0);
+    REQUESTS.inc(&[app, deployment, &code_label(code)], 1.0);
     LATENCY.observe(&[app, deployment], seconds);
 }
 
@@ -103,16 +104,28 @@ pub(crate) fn record_controller(status: &ServeStatus) {
 }
 
 /// A status code as a label, without allocating for the common ones.
-fn code_label(code: u16) -> &'static str {
+fn code_label(code: u16) -> Cow<'static, str> {
     match code {
-        200 => "200",
-        400 => "400",
-        401 => "401",
-        404 => "404",
-        413 => "413",
-        500 => "500",
-        503 => "503",
-        504 => "504",
-        _ => "other",
+        200 => "200".into(),
+        400 => "400".into(),
+        401 => "401".into(),
+        404 => "404".into(),
+        413 => "413".into(),
+        500 => "500".into(),
+        503 => "503".into(),
+        504 => "504".into(),
+        other => other.to_string().into(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::code_label;
+
+    #[test]
+    fn every_status_code_is_its_own_label() {
+        assert_eq!(code_label(200), "200");
+        assert_eq!(code_label(418), "418");
+        assert_eq!(code_label(429), "429");
     }
 }

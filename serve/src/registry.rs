@@ -12,8 +12,10 @@ use bytes::Bytes;
 
 use futures_util::{Stream, StreamExt};
 
-use crate::deployment::{Body, Deployment, ReplicaContext};
+use crate::deployment::{Body, BoxError, Deployment, ReplicaContext};
 use crate::error::ServeError;
+use crate::figures::Figure;
+use crate::http_messages::{HttpError, HttpHead};
 use crate::wire::{Outcome, StreamChunk};
 
 /// A future a replica runs on its own runtime.
@@ -25,11 +27,16 @@ pub(crate) type ChunkStream = Pin<Box<dyn Stream<Item = StreamChunk> + Send>>;
 /// A built deployment, its type erased. Not a public API.
 #[doc(hidden)]
 pub trait ErasedDeployment: Send + Sync {
-    /// Decodes the body, runs the call and encodes its response.
-    fn call(self: Arc<Self>, body: Bytes) -> OutcomeFuture;
+    /// Decodes the body (with the HTTP head, if any), runs the call and
+    /// encodes its response.
+    fn call(self: Arc<Self>, head: Option<HttpHead>, body: Bytes) -> OutcomeFuture;
 
-    /// Decodes the body and streams the answer's chunks.
-    fn stream(self: Arc<Self>, body: Bytes) -> ChunkStream;
+    /// Decodes the body and streams the answer's content type, then its
+    /// chunks.
+    fn stream(self: Arc<Self>, head: Option<HttpHead>, body: Bytes) -> ChunkStream;
+
+    /// The deployment's figures.
+    fn figures(&self) -> Vec<Figure>;
 
     /// The deployment's health check, its error as text.
     fn check_health(&self) -> Result<(), String>;
@@ -122,15 +129,15 @@ pub(crate) fn find(name: &str) -> Option<&'static RegisteredDeployment> {
 struct Erased<D>(D);
 
 impl<D: Deployment> ErasedDeployment for Erased<D> {
-    fn call(self: Arc<Self>, body: Bytes) -> OutcomeFuture {
+    fn call(self: Arc<Self>, head: Option<HttpHead>, body: Bytes) -> OutcomeFuture {
         Box::pin(async move {
-            let request = match D::Request::decode(body) {
+            let request = match D::Request::decode_http(head, body) {
                 Ok(request) => request,
                 Err(message) => return Outcome::BadRequest(message),
             };
             let response = match self.0.call(request).await {
                 Ok(response) => response,
-                Err(e) => return Outcome::UserError(e.to_string()),
+                Err(e) => return failure(e),
             };
             match response.encode() {
                 Ok(body) => Outcome::Ok {
@@ -142,16 +149,26 @@ impl<D: Deployment> ErasedDeployment for Erased<D> {
         })
     }
 
-    fn stream(self: Arc<Self>, body: Bytes) -> ChunkStream {
-        let request = match D::Request::decode(body) {
+    fn stream(self: Arc<Self>, head: Option<HttpHead>, body: Bytes) -> ChunkStream {
+        let request = match D::Request::decode_http(head, body) {
             Ok(request) => request,
             Err(message) => return Box::pin(futures_util::stream::iter([StreamChunk::BadRequest(message)])),
         };
+        let start = StreamChunk::Start {
+            content_type: self.0.stream_content_type(&request),
+        };
         let chunks = self.0.stream(request).map(|chunk| match chunk {
             Ok(bytes) => StreamChunk::Data(bytes.into()),
-            Err(e) => StreamChunk::UserError(e.to_string()),
+            Err(e) => match http_error_of(&e) {
+                Some(status) => StreamChunk::Status(status),
+                None => StreamChunk::UserError(e.to_string()),
+            },
         });
-        Box::pin(chunks)
+        Box::pin(futures_util::stream::iter([start]).chain(chunks))
+    }
+
+    fn figures(&self) -> Vec<Figure> {
+        self.0.figures()
     }
 
     fn check_health(&self) -> Result<(), String> {
@@ -162,6 +179,27 @@ impl<D: Deployment> ErasedDeployment for Erased<D> {
         let config: D::UserConfig =
             raylet::proto::codec::decode(user_config).map_err(|e| format!("decoding the user config: {e}"))?;
         self.0.reconfigure(config).map_err(|e| e.to_string())
+    }
+}
+
+/// What an error of user code answers: its status when it is an
+/// [`HttpError`] (or a handle's [`ServeError::Status`] passed on), a user
+/// error otherwise.
+fn failure(error: BoxError) -> Outcome {
+    match http_error_of(&error) {
+        Some(status) => Outcome::Status(status),
+        None => Outcome::UserError(error.to_string()),
+    }
+}
+
+/// The [`HttpError`] an error of user code is or carries.
+fn http_error_of(error: &BoxError) -> Option<HttpError> {
+    if let Some(status) = error.downcast_ref::<HttpError>() {
+        return Some(status.clone());
+    }
+    match error.downcast_ref::<ServeError>() {
+        Some(ServeError::Status { error, .. }) => Some(error.clone()),
+        _ => None,
     }
 }
 

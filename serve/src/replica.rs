@@ -9,7 +9,10 @@
 //! carries the count of ongoing requests; [`Replica::load`] tells the
 //! controller the same, with how long the replica has been idle (it stops a
 //! draining replica only once that is long enough that no routed request
-//! can still be on its way).
+//! can still be on its way), the deployment's figures, and the requests
+//! waiting in this process's routers (a deployment that calls another
+//! through a handle queues its requests here while the other has no
+//! replica, scaled to zero).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -23,8 +26,9 @@ use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 
 use crate::deployment::ReplicaContext;
 use crate::error::ServeError;
+use crate::figures::Figure;
 use crate::registry::{self, ChunkStream, ErasedDeployment};
-use crate::routes::{self, RoutingTable};
+use crate::routes::{self, QueueReport, RoutingTable};
 use crate::wire::{Outcome, ServeReply, ServeRequest, StreamChunk};
 
 /// What a replica is built from.
@@ -56,6 +60,11 @@ pub struct ReplicaLoad {
     /// with an error.
     pub answered: u64,
     pub errors: u64,
+    /// The deployment's figures (see [`Deployment::figures`](crate::Deployment::figures)).
+    pub figures: Vec<Figure>,
+    /// Requests waiting in this process's routers (the handles of its
+    /// deployment), by deployment.
+    pub queued: Vec<QueueReport>,
 }
 
 /// One replica of a deployment.
@@ -82,21 +91,16 @@ async fn forward(
     permit: OwnedSemaphorePermit,
     counts: Arc<Counts>,
 ) {
-    let mut outcome = Outcome::Ok {
-        body: Vec::new(),
-        encoding: crate::deployment::Encoding::Bytes,
-    };
+    let mut failed = false;
     while let Some(chunk) = stream.next().await {
-        if let StreamChunk::UserError(message) | StreamChunk::BadRequest(message) = &chunk {
-            outcome = Outcome::UserError(message.clone());
-        }
+        failed |= chunk.is_failure();
         if chunks.send(chunk).await.is_err() {
             break;
         }
     }
     drop(permit);
     counts.touch();
-    counts.count(&outcome);
+    counts.count(failed);
 }
 
 /// What a replica has answered, and when it last saw a request.
@@ -119,9 +123,9 @@ impl Counts {
         now.saturating_sub(self.last_activity_ms.load(Ordering::Relaxed))
     }
 
-    fn count(&self, outcome: &Outcome) {
+    fn count(&self, failed: bool) {
         self.answered.fetch_add(1, Ordering::Relaxed);
-        if matches!(outcome, Outcome::UserError(_)) {
+        if failed {
             self.errors.fetch_add(1, Ordering::Relaxed);
         }
     }
@@ -167,14 +171,14 @@ impl Replica {
         let Ok(permit) = self.admission.clone().try_acquire_owned() else {
             return self.reply(Outcome::Rejected);
         };
-        let outcome = self.deployment.clone().call(Bytes::from(request.body));
+        let outcome = self.deployment.clone().call(request.head, Bytes::from(request.body));
         let outcome = match self.runtime.handle.spawn(outcome).await {
             Ok(outcome) => outcome,
             Err(e) => Outcome::UserError(panic_message(e)),
         };
         drop(permit);
         self.counts.touch();
-        self.counts.count(&outcome);
+        self.counts.count(outcome.is_failure());
         self.reply(outcome)
     }
 
@@ -192,7 +196,7 @@ impl Replica {
                 let _ = chunks.try_send(StreamChunk::Rejected);
             }
             Ok(permit) => {
-                let stream = self.deployment.clone().stream(Bytes::from(request.body));
+                let stream = self.deployment.clone().stream(request.head, Bytes::from(request.body));
                 self.runtime
                     .handle
                     .spawn(forward(stream, chunks, permit, self.counts.clone()));
@@ -203,14 +207,19 @@ impl Replica {
         })
     }
 
-    /// How busy the replica is; runs no user code.
+    /// How busy the replica is, with the deployment's figures (asked on
+    /// the user runtime, so that a slow answer delays only this report).
     pub async fn load(&self) -> ReplicaLoad {
+        let deployment = self.deployment.clone();
+        let figures = self.runtime.handle.spawn_blocking(move || deployment.figures());
         ReplicaLoad {
             version: self.version.clone(),
             ongoing: self.ongoing(),
             idle_ms: self.counts.idle_ms(),
             answered: self.counts.answered.load(Ordering::Relaxed),
             errors: self.counts.errors.load(Ordering::Relaxed),
+            figures: figures.await.unwrap_or_default(),
+            queued: routes::queued(),
         }
     }
 

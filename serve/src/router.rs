@@ -12,6 +12,13 @@
 //! or [`RECHECK`] passes; a full queue refuses it at once with
 //! [`ServeError::BackPressure`].
 //!
+//! **No replica.** A deployment with no replica (scaled to zero, or every
+//! replica lost and being replaced) holds its requests in the same bounded
+//! queue until one runs, as Ray Serve's routers do: the controller sees
+//! the queue and starts a replica, and the proxy's request timeout bounds
+//! the wait. Only a deployment that no replica will come to (its version
+//! failed to start) fails at once with [`ServeError::NoReplicas`].
+//!
 //! **Stale estimates.** A replica that rejects (it was full through other
 //! routers) counts as full for [`REJECTED_PAUSE`]; the request is routed
 //! again.
@@ -36,12 +43,20 @@ use tokio::sync::Notify;
 
 use crate::deployment::Encoding;
 use crate::error::{Result, ServeError};
+use crate::http_messages::{HttpError, HttpHead};
 use crate::replica::ReplicaHandle;
 use crate::routes::DeploymentRoutes;
 use crate::wire::{Outcome, ServeReply, ServeRequest, StreamChunk};
 
-/// A streamed answer's body, chunk by chunk.
-pub(crate) type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes>> + Send>>;
+/// A streamed answer's body, chunk by chunk: an error ends it.
+pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes>> + Send>>;
+
+/// A streamed answer whose first chunk came.
+pub(crate) struct OpenedStream {
+    /// What [`Deployment::stream_content_type`](crate::Deployment::stream_content_type) said.
+    pub content_type: String,
+    pub chunks: BodyStream,
+}
 
 /// How long a replica's reported load counts.
 const REPORT_TTL: Duration = Duration::from_secs(1);
@@ -64,6 +79,8 @@ struct State {
     replicas: Vec<Slot>,
     max_ongoing: u32,
     max_queued: u32,
+    /// Whether requests wait while there is no replica.
+    awaits_replicas: bool,
     waiting: u32,
 }
 
@@ -101,7 +118,9 @@ impl Slot {
 /// What choosing a replica gave.
 enum Choice {
     Replica(InFlight),
-    Full,
+    /// Every replica is full, or there is none yet: wait.
+    Wait,
+    /// There is no replica and none will come.
     NoReplicas,
 }
 
@@ -115,6 +134,7 @@ impl Router {
                 .collect(),
             max_ongoing: routes.max_ongoing_requests,
             max_queued: routes.max_queued_requests,
+            awaits_replicas: routes.awaits_replicas,
             waiting: 0,
         };
         Router {
@@ -156,24 +176,26 @@ impl Router {
             .collect();
         state.max_ongoing = routes.max_ongoing_requests;
         state.max_queued = routes.max_queued_requests;
+        state.awaits_replicas = routes.awaits_replicas;
         drop(state);
         self.freed.notify_waiters();
     }
 
-    /// Sends one request body to a replica and returns the response body.
-    pub(crate) async fn call(self: &Arc<Self>, body: &[u8]) -> Result<(Vec<u8>, Encoding)> {
-        self.route(|call| self.send(call, body)).await
+    /// Sends one request body (with its HTTP head, from the proxy) to a
+    /// replica and returns the response body.
+    pub(crate) async fn call(self: &Arc<Self>, body: &[u8], head: Option<&HttpHead>) -> Result<(Vec<u8>, Encoding)> {
+        self.route(|call| self.send(call, request(body, head))).await
     }
 
     /// Sends one request body to a replica that streams its answer; returns
-    /// the chunks as they come, from the first one on.
-    pub(crate) async fn call_stream(self: &Arc<Self>, body: &[u8]) -> Result<BodyStream> {
-        self.route(|call| self.open_stream(call, body)).await
+    /// its content type and the chunks as they come, from the first one on.
+    pub(crate) async fn call_stream(self: &Arc<Self>, body: &[u8], head: Option<&HttpHead>) -> Result<OpenedStream> {
+        self.route(|call| self.open_stream(call, request(body, head))).await
     }
 
     /// Finds a replica with room for each attempt of `send` (which gives
     /// `None` when the replica rejected or never got the request), waiting
-    /// in the bounded queue while every replica is full.
+    /// in the bounded queue while every replica is full or there is none.
     async fn route<T, Attempt>(self: &Arc<Self>, send: impl Fn(InFlight) -> Attempt) -> Result<T>
     where
         Attempt: Future<Output = Result<Option<T>>>,
@@ -185,8 +207,8 @@ impl Router {
                     Some(answer) => return Ok(answer),
                     None => continue,
                 },
-                Choice::Full if queued.is_none() => queued = Some(self.enqueue()?),
-                Choice::Full => {
+                Choice::Wait if queued.is_none() => queued = Some(self.enqueue()?),
+                Choice::Wait => {
                     let _ = tokio::time::timeout(RECHECK, self.freed.notified()).await;
                 }
                 Choice::NoReplicas => {
@@ -203,7 +225,10 @@ impl Router {
         let mut state = self.lock();
         let count = state.replicas.len();
         if count == 0 {
-            return Choice::NoReplicas;
+            return match state.awaits_replicas {
+                true => Choice::Wait,
+                false => Choice::NoReplicas,
+            };
         }
         let now = Instant::now();
         let max_ongoing = state.max_ongoing;
@@ -216,7 +241,7 @@ impl Router {
             .min_by_key(|slot| slot.load(now))
             .or_else(|| state.replicas.iter().filter(open).min_by_key(|slot| slot.load(now)));
         let Some(slot) = pick else {
-            return Choice::Full;
+            return Choice::Wait;
         };
         let (name, handle) = (slot.name.clone(), slot.handle.clone());
         if let Some(slot) = state.replicas.iter_mut().find(|slot| slot.name == name) {
@@ -244,8 +269,7 @@ impl Router {
 
     /// Makes the call; `None` when the replica rejected it or never got
     /// it.
-    async fn send(&self, mut call: InFlight, body: &[u8]) -> Result<Option<(Vec<u8>, Encoding)>> {
-        let request = ServeRequest { body: body.to_vec() };
+    async fn send(&self, mut call: InFlight, request: ServeRequest) -> Result<Option<(Vec<u8>, Encoding)>> {
         let reply = match call.handle.handle(request).get_async().await {
             Ok(reply) => reply,
             Err(error) => return self.failed(&call.name, error),
@@ -259,6 +283,7 @@ impl Router {
                 message,
             }),
             Outcome::UserError(message) => Err(self.user_error(&call.name, message)),
+            Outcome::Status(error) => Err(self.status(error)),
         }
     }
 
@@ -280,21 +305,25 @@ impl Router {
         self.freed.notify_one();
     }
 
-    /// Opens a streamed call and waits for its first chunk; `None` when the
-    /// replica rejected it or never got it. The call counts as in flight
-    /// until the returned stream ends or is dropped.
-    async fn open_stream(&self, mut call: InFlight, body: &[u8]) -> Result<Option<BodyStream>> {
-        let request = ServeRequest { body: body.to_vec() };
+    /// Opens a streamed call and waits for its content type and first
+    /// chunk; `None` when the replica rejected it or never got it. The call
+    /// counts as in flight until the returned stream ends or is dropped.
+    async fn open_stream(&self, mut call: InFlight, request: ServeRequest) -> Result<Option<OpenedStream>> {
         let mut chunks = match call.handle.handle_stream(request) {
             Ok(chunks) => chunks,
             Err(error) => return self.failed(&call.name, error),
         };
-        let first = match next_chunk(&mut chunks).await {
+        let (content_type, first) = match next_chunk(&mut chunks).await {
+            Some(Ok(StreamChunk::Start { content_type })) => (content_type, next_chunk(&mut chunks).await),
+            other => (Encoding::Bytes.content_type().to_string(), other),
+        };
+        let first = match first {
             Some(Ok(chunk)) => chunk,
             Some(Err(error)) => return self.failed(&call.name, error),
             None => StreamChunk::Data(Vec::new()),
         };
-        match first {
+        let bytes = match first {
+            StreamChunk::Data(bytes) => Bytes::from(bytes),
             StreamChunk::Rejected => {
                 // A rejecting replica is full, whatever else it reports.
                 let rejected = ServeReply {
@@ -302,15 +331,27 @@ impl Router {
                     outcome: Outcome::Rejected,
                 };
                 self.finish(&mut call, &rejected);
-                Ok(None)
+                return Ok(None);
             }
-            StreamChunk::BadRequest(message) => Err(ServeError::BadRequest {
-                deployment: self.deployment.clone(),
-                message,
-            }),
-            StreamChunk::UserError(message) => Err(self.user_error(&call.name, message)),
-            StreamChunk::Data(bytes) => Ok(Some(self.rest_of_stream(call, Bytes::from(bytes), chunks))),
-        }
+            StreamChunk::BadRequest(message) => {
+                return Err(ServeError::BadRequest {
+                    deployment: self.deployment.clone(),
+                    message,
+                });
+            }
+            StreamChunk::UserError(message) => return Err(self.user_error(&call.name, message)),
+            StreamChunk::Status(error) => return Err(self.status(error)),
+            StreamChunk::Start { .. } => {
+                return Err(ServeError::BadResponse {
+                    deployment: self.deployment.clone(),
+                    message: "a stream started twice".into(),
+                });
+            }
+        };
+        Ok(Some(OpenedStream {
+            content_type,
+            chunks: self.rest_of_stream(call, bytes, chunks),
+        }))
     }
 
     /// The first chunk, then the others as they come; an error ends it.
@@ -323,10 +364,13 @@ impl Router {
                 let item = match next_chunk(&mut chunks).await? {
                     Ok(StreamChunk::Data(bytes)) => return Some((Ok(Bytes::from(bytes)), Some((chunks, call)))),
                     Ok(StreamChunk::UserError(message)) => call.router.user_error(&call.name, message),
-                    Ok(StreamChunk::Rejected | StreamChunk::BadRequest(_)) => ServeError::BadResponse {
-                        deployment,
-                        message: "a stream's later chunk was a rejection".into(),
-                    },
+                    Ok(StreamChunk::Status(error)) => call.router.status(error),
+                    Ok(StreamChunk::Start { .. } | StreamChunk::Rejected | StreamChunk::BadRequest(_)) => {
+                        ServeError::BadResponse {
+                            deployment,
+                            message: "a stream's later chunk was a start or a rejection".into(),
+                        }
+                    }
                     Err(error) => ServeError::ReplicaDied {
                         deployment,
                         replica: call.name.clone(),
@@ -337,6 +381,13 @@ impl Router {
             }
         });
         Box::pin(futures_util::stream::once(async move { Ok(first) }).chain(rest))
+    }
+
+    fn status(&self, error: HttpError) -> ServeError {
+        ServeError::Status {
+            deployment: self.deployment.clone(),
+            error,
+        }
     }
 
     fn user_error(&self, replica: &str, message: String) -> ServeError {
@@ -373,6 +424,14 @@ impl Router {
 
     fn lock(&self) -> std::sync::MutexGuard<'_, State> {
         self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+}
+
+/// What a replica is sent: the body, with the HTTP head from the proxy.
+fn request(body: &[u8], head: Option<&HttpHead>) -> ServeRequest {
+    ServeRequest {
+        body: body.to_vec(),
+        head: head.cloned(),
     }
 }
 

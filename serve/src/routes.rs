@@ -41,6 +41,11 @@ pub struct DeploymentRoutes {
     pub class: String,
     pub max_ongoing_requests: u32,
     pub max_queued_requests: u32,
+    /// Whether requests wait in the router's queue while it has no
+    /// replica: it scales to zero, or the controller replaces lost
+    /// replicas; false once its version failed to start, when none will
+    /// come.
+    pub awaits_replicas: bool,
     /// Each replica's actor name and handle.
     pub replicas: Vec<(String, ReplicaHandle)>,
 }
@@ -152,6 +157,17 @@ fn write() -> RwLockWriteGuard<'static, Installed> {
     TABLE.write().unwrap_or_else(|p| p.into_inner())
 }
 
+/// The part of `path` below `prefix` (which `path` is under), always
+/// starting with `/`: below `/v1`, `/v1/models` is `/models` and `/v1` is
+/// `/`.
+pub(crate) fn below_prefix(path: &str, prefix: &str) -> String {
+    let rest = path.strip_prefix(prefix.trim_end_matches('/')).unwrap_or(path);
+    match rest.starts_with('/') {
+        true => rest.to_string(),
+        false => format!("/{rest}"),
+    }
+}
+
 /// Whether `path` is `prefix` or lies below it (`/a` covers `/a/b`, not
 /// `/ab`).
 fn under_prefix(path: &str, prefix: &str) -> bool {
@@ -164,7 +180,7 @@ fn under_prefix(path: &str, prefix: &str) -> bool {
 
 #[cfg(test)]
 mod tests {
-    use super::under_prefix;
+    use super::{below_prefix, under_prefix};
 
     #[test]
     fn prefixes_match_whole_segments() {
@@ -175,5 +191,14 @@ mod tests {
         assert!(under_prefix("/a/b", "/a/"));
         assert!(!under_prefix("/ab", "/a"));
         assert!(!under_prefix("/b", "/a"));
+    }
+
+    #[test]
+    fn the_path_below_a_prefix_starts_with_a_slash() {
+        assert_eq!(below_prefix("/v1/chat/completions", "/v1"), "/chat/completions");
+        assert_eq!(below_prefix("/v1/models", "/v1/"), "/models");
+        assert_eq!(below_prefix("/v1", "/v1"), "/");
+        assert_eq!(below_prefix("/anything/else", "/"), "/anything/else");
+        assert_eq!(below_prefix("/", "/"), "/");
     }
 }

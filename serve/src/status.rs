@@ -5,6 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::figures::Figure;
+
 /// Every application, its deployments and replicas, and the proxies.
 #[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
 pub struct ServeStatus {
@@ -91,6 +93,10 @@ pub struct DeploymentStatus {
     pub replicas: Vec<ReplicaStatus>,
     pub requests: RequestCounts,
     pub autoscaling: Option<AutoscalingStatus>,
+    /// The deployment's own figures, combined over its running replicas
+    /// (see [`Deployment::figures`](crate::Deployment::figures)).
+    #[serde(default)]
+    pub figures: Vec<Figure>,
 }
 
 /// One replica.

@@ -1,16 +1,22 @@
 //! What routers and replicas exchange on an actor call: the raw request
-//! body, and a reply that always carries the replica's count of ongoing
-//! requests (the router's load estimate).
+//! body (with the HTTP request's head when the proxy sends it), and a
+//! reply that always carries the replica's count of ongoing requests (the
+//! router's load estimate). A streamed answer starts with its content type,
+//! so that the proxy can send the response's head with the first chunk.
 
 use serde::{Deserialize, Serialize};
 
 use crate::deployment::Encoding;
+use crate::http_messages::{HttpError, HttpHead};
 
 /// One request, its body still encoded: the replica decodes it.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub struct ServeRequest {
     #[serde(with = "serde_bytes")]
     pub body: Vec<u8>,
+    /// The HTTP request's method, path and headers, from the proxy; none
+    /// from a handle.
+    pub head: Option<HttpHead>,
 }
 
 /// A replica's answer to one [`ServeRequest`].
@@ -37,11 +43,28 @@ pub enum Outcome {
     BadRequest(String),
     /// User code returned an error or panicked.
     UserError(String),
+    /// User code answered with this status, content type and body.
+    Status(HttpError),
+}
+
+impl Outcome {
+    /// Whether the request counts as failed in the replica's error count:
+    /// user errors, and statuses of 500 and above.
+    pub fn is_failure(&self) -> bool {
+        match self {
+            Outcome::UserError(_) => true,
+            Outcome::Status(error) => error.status >= 500,
+            Outcome::Ok { .. } | Outcome::Rejected | Outcome::BadRequest(_) => false,
+        }
+    }
 }
 
 /// One item of a streamed answer.
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum StreamChunk {
+    /// The answer's `Content-Type` (always first, once the request has
+    /// decoded).
+    Start { content_type: String },
     /// The next piece of the response body.
     Data(#[serde(with = "serde_bytes")] Vec<u8>),
     /// The replica was at `max_ongoing_requests` (only ever first).
@@ -50,4 +73,21 @@ pub enum StreamChunk {
     BadRequest(String),
     /// User code failed; the stream ends here.
     UserError(String),
+    /// User code answered with this status (before any data: a status; after
+    /// some: the stream ends here).
+    Status(HttpError),
+}
+
+impl StreamChunk {
+    /// Whether the chunk makes the request count as failed, as
+    /// [`Outcome::is_failure`] says.
+    pub fn is_failure(&self) -> bool {
+        match self {
+            StreamChunk::UserError(_) => true,
+            StreamChunk::Status(error) => error.status >= 500,
+            StreamChunk::Start { .. } | StreamChunk::Data(_) | StreamChunk::Rejected | StreamChunk::BadRequest(_) => {
+                false
+            }
+        }
+    }
 }

@@ -2,7 +2,8 @@
 //! call so that it can be tested with virtual time: samples of the load
 //! (requests at replicas plus requests queued in routers) over the look
 //! back period give a desired count; a change applies once it has held
-//! for its delay.
+//! for its delay, except from zero replicas: a deployment scaled to zero
+//! that has requests waiting scales up at once, as Ray Serve's does.
 
 use std::collections::VecDeque;
 use std::time::{Duration, Instant};
@@ -57,10 +58,13 @@ impl Autoscaler {
         self.current
     }
 
-    /// Whether a sample is due at `now`.
-    pub(super) fn sample_due(&self, now: Instant) -> bool {
-        self.last_sample
-            .is_none_or(|last| now.duration_since(last) >= self.config.metrics_interval)
+    /// Whether a sample is due at `now`: every metrics interval, and at
+    /// once when `queued` requests wait while it runs no replica.
+    pub(super) fn sample_due(&self, now: Instant, queued: u32) -> bool {
+        let interval_over = self
+            .last_sample
+            .is_none_or(|last| now.duration_since(last) >= self.config.metrics_interval);
+        interval_over || (self.current == 0 && queued > 0)
     }
 
     /// Records the requests running at replicas and waiting in routers,
@@ -97,7 +101,8 @@ impl Autoscaler {
 
     fn decide(&mut self, now: Instant) {
         let desired = self.desired();
-        if desired == self.current {
+        if desired == self.current || self.current == 0 {
+            self.current = desired;
             self.pending = None;
             return;
         }
@@ -207,6 +212,28 @@ mod tests {
         assert_eq!(status.desired, 3);
         assert_eq!(status.queued, 40);
         assert_eq!(status.decision, "holding at 3");
+    }
+
+    #[test]
+    fn a_deployment_scaled_to_zero_starts_at_once_and_goes_back_to_zero_when_idle() {
+        let start = Instant::now();
+        let to_zero = AutoscalingConfig {
+            min_replicas: 0,
+            ..config()
+        };
+        let mut scaler = Autoscaler::new(to_zero);
+        assert_eq!(scaler.target(), 0, "it starts at its minimum");
+        feed(&mut scaler, start, 0.0, 2.0, 0, 0);
+        assert_eq!(scaler.target(), 0);
+        let arrival = start + Duration::from_millis(1600);
+        assert!(!scaler.sample_due(arrival, 0), "nothing waits: the interval holds");
+        assert!(scaler.sample_due(arrival, 1), "a waiting request is sampled at once");
+        scaler.record(arrival, 0, 1);
+        assert_eq!(scaler.target(), 1, "no upscale delay from zero");
+        feed(&mut scaler, start, 2.5, 4.0, 0, 0);
+        assert_eq!(scaler.target(), 1, "the downscale waits 5 s");
+        feed(&mut scaler, start, 6.5, 3.0, 0, 0);
+        assert_eq!(scaler.target(), 0, "idle for over 5 s goes back to zero");
     }
 
     #[test]

@@ -22,7 +22,9 @@ use std::time::{Duration, Instant};
 use raylet::proto::backoff::Backoff;
 
 use crate::config::DeploymentConfig;
+use crate::figures::Figure;
 use crate::replica::ReplicaHandle;
+use crate::routes::QueueReport;
 use crate::status::{ReplicaState, ReplicaStatus, RequestCounts};
 
 use super::autoscaler::Autoscaler;
@@ -60,6 +62,10 @@ pub(super) struct ReplicaSlot {
     pub pending: bool,
     /// What it waits for before it can be placed.
     pub waiting: Option<String>,
+    /// The deployment's figures, as it last reported them.
+    pub figures: Vec<Figure>,
+    /// Requests waiting in its process's routers (its handles').
+    pub queues: Vec<QueueReport>,
 }
 
 impl ReplicaSlot {
@@ -83,6 +89,8 @@ impl ReplicaSlot {
             acked: 0,
             pending: true,
             waiting: None,
+            figures: Vec::new(),
+            queues: Vec::new(),
         }
     }
 

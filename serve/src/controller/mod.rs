@@ -38,7 +38,7 @@ use tokio::sync::watch;
 
 use crate::config::{Application, HttpOptions};
 use crate::error::{Result, ServeError};
-use crate::routes::RoutingTable;
+use crate::routes::{QueueReport, RoutingTable};
 use crate::status::ServeStatus;
 use reconciler::{Command, Reconciler};
 pub(crate) use store::KV_NAMESPACE;
@@ -100,6 +100,14 @@ impl ServeController {
         let (done, answer) = sync_channel(1);
         self.send(Command::Delete { app, done })?;
         answer.recv().map_err(|_| stopped())
+    }
+
+    /// The requests waiting in a driver's routers (its handles'), which
+    /// the controller cannot poll as it polls proxies and replicas: the
+    /// driver reports them while any wait, and a report counts for a
+    /// second.
+    pub fn report_queues(&self, driver: String, queues: Vec<QueueReport>) -> Result<(), ServeError> {
+        self.send(Command::Queues { driver, queues })
     }
 
     /// What runs now.

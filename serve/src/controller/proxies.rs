@@ -58,15 +58,6 @@ impl ProxySlot {
         }
     }
 
-    /// Requests of `deployment` of `app` waiting in its routers.
-    pub(super) fn queued(&self, app: &str, deployment: &str) -> u32 {
-        self.queues
-            .iter()
-            .filter(|queue| queue.app == app && queue.deployment == deployment)
-            .map(|queue| queue.waiting)
-            .sum()
-    }
-
     pub(super) fn status(&self) -> Option<ProxyStatus> {
         self.address.map(|address| ProxyStatus {
             node_id: self.node_id.clone(),

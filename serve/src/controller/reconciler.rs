@@ -55,6 +55,9 @@ const PROBE_TIMEOUT: Duration = Duration::from_secs(10);
 const POLL_PERIOD: Duration = Duration::from_secs(1);
 /// How often the status is published even without a change.
 const PUBLISH_PERIOD: Duration = Duration::from_secs(1);
+/// How long a driver's report of its waiting requests counts: a driver
+/// reports five times a second while requests wait.
+pub(super) const DRIVER_REPORT_TTL: Duration = Duration::from_secs(1);
 
 /// What the actor's methods ask of the thread.
 pub(super) enum Command {
@@ -65,6 +68,11 @@ pub(super) enum Command {
     Delete {
         app: String,
         done: SyncSender<bool>,
+    },
+    /// The requests waiting in a driver's routers.
+    Queues {
+        driver: String,
+        queues: Vec<QueueReport>,
     },
 }
 
@@ -122,6 +130,8 @@ pub(super) struct Reconciler {
     /// Nodes whose proxy failed to start, in a row: started again only
     /// after a back-off.
     proxy_failures: BTreeMap<String, ProxyFailure>,
+    /// What each driver last reported waiting in its routers, and when.
+    driver_queues: BTreeMap<String, (Instant, Vec<QueueReport>)>,
     table_version: u64,
     table_dirty: bool,
     last_poll: Instant,
@@ -158,6 +168,7 @@ impl Reconciler {
             apps: BTreeMap::new(),
             proxies: BTreeMap::new(),
             proxy_failures: BTreeMap::new(),
+            driver_queues: BTreeMap::new(),
             table_version: 0,
             table_dirty: true,
             last_poll: long_ago,
@@ -212,6 +223,7 @@ impl Reconciler {
         }
         self.apps
             .retain(|_, app| !(app.deleting && app.deployments.iter().all(|d| d.replicas.is_empty())));
+        self.driver_queues.retain(|_, (at, _)| at.elapsed() < DRIVER_REPORT_TTL);
         if self.table_dirty {
             self.push_table();
         }
@@ -231,6 +243,9 @@ impl Reconciler {
                 let existed = self.delete(&app);
                 self.refresh_status(true);
                 let _ = done.send(existed);
+            }
+            Command::Queues { driver, queues } => {
+                self.driver_queues.insert(driver, (Instant::now(), queues));
             }
         }
     }
@@ -408,6 +423,8 @@ impl Reconciler {
             total: load.answered,
             errors: load.errors,
         };
+        slot.figures = load.figures;
+        slot.queues = load.queued;
     }
 
     fn stopped(&mut self, replica: &str) {
@@ -452,16 +469,17 @@ impl Reconciler {
     // Converging.
 
     fn converge_app(&mut self, name: &str, now: Instant) {
+        let queued = self.queued_requests();
         let Some(app) = self.apps.get_mut(name) else {
             return;
         };
         let deleting = app.deleting;
-        let queued_at =
-            |deployment: &str| -> u32 { self.proxies.values().map(|proxy| proxy.queued(name, deployment)).sum() };
         let mut work = Vec::new();
         for deployment in &mut app.deployments {
+            let key = (name.to_string(), deployment.config.name.clone());
+            let waiting = queued.get(&key).copied().unwrap_or(0);
             if let Some(scaler) = &mut deployment.autoscaler
-                && scaler.sample_due(now)
+                && scaler.sample_due(now, waiting)
             {
                 let ongoing = deployment
                     .replicas
@@ -469,7 +487,7 @@ impl Reconciler {
                     .filter(|slot| slot.state == ReplicaState::Running)
                     .map(|slot| slot.ongoing)
                     .sum();
-                scaler.record(now, ongoing, queued_at(&deployment.config.name));
+                scaler.record(now, ongoing, waiting);
             }
             work.push((deployment.config.name.clone(), deployment.plan(deleting, now)));
         }
@@ -671,11 +689,20 @@ impl Reconciler {
         });
     }
 
-    /// Asks every proxy for its queues about twice a second.
+    /// Asks every proxy for its queues about twice a second, or every tick
+    /// while a deployment is scaled to zero, whose first request waits for
+    /// the controller to see it.
     fn probe_proxies(&mut self, now: Instant) {
+        let scaled_to_zero = (self.apps.values().flat_map(|app| &app.deployments)).any(|deployment| {
+            deployment
+                .autoscaler
+                .as_ref()
+                .is_some_and(|scaler| scaler.target() == 0)
+        });
+        let period = if scaled_to_zero { TICK } else { LOAD_PERIOD / 2 };
         let mut due = Vec::new();
         for proxy in self.proxies.values_mut() {
-            if proxy.probing || proxy.address.is_none() || now.duration_since(proxy.last_probe) < LOAD_PERIOD / 2 {
+            if proxy.probing || proxy.address.is_none() || now.duration_since(proxy.last_probe) < period {
                 continue;
             }
             proxy.probing = true;
@@ -768,6 +795,7 @@ impl Reconciler {
                 class: deployment.config.class.clone(),
                 max_ongoing_requests: deployment.config.max_ongoing_requests,
                 max_queued_requests: deployment.config.queue_limit(),
+                awaits_replicas: deployment.failed.is_none(),
                 replicas: deployment
                     .replicas
                     .iter()
@@ -780,6 +808,25 @@ impl Reconciler {
     }
 
     // Lookups.
+
+    /// Requests waiting in routers, by application and deployment: in the
+    /// proxies', the replicas' and the drivers' (their handles').
+    fn queued_requests(&self) -> BTreeMap<(String, String), u32> {
+        let replicas = (self.apps.values().flat_map(|app| &app.deployments))
+            .flat_map(|deployment| &deployment.replicas)
+            .flat_map(|slot| &slot.queues);
+        let proxies = self.proxies.values().flat_map(|proxy| &proxy.queues);
+        let drivers = (self.driver_queues.values())
+            .filter(|(at, _)| at.elapsed() < DRIVER_REPORT_TTL)
+            .flat_map(|(_, queues)| queues);
+        let mut queued = BTreeMap::new();
+        for report in proxies.chain(replicas).chain(drivers) {
+            *queued
+                .entry((report.app.clone(), report.deployment.clone()))
+                .or_insert(0) += report.waiting;
+        }
+        queued
+    }
 
     fn deployment(&self, app: &str, deployment: &str) -> Option<&DeploymentState> {
         let app = self.apps.get(app)?;

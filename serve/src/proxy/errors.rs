@@ -7,12 +7,13 @@
 //! | no or wrong token | 401, `WWW-Authenticate: Bearer` |
 //! | no application at the path | 404 |
 //! | body too large | 413 (axum's body limit) |
-//! | back-pressure, no replica left, replica died | 503, `Retry-After: 1` |
+//! | back-pressure, no replica will come, replica died | 503, `Retry-After: 1` |
 //! | user error or panic | 500, JSON naming deployment and replica |
+//! | an [`HttpError`](crate::HttpError) of user code | its status, content type and body |
 //! | request timeout | 504 |
 
 use axum::Json;
-use axum::http::{StatusCode, header};
+use axum::http::{HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use serde_json::json;
 
@@ -26,6 +27,9 @@ pub(super) fn status(error: &ServeError) -> StatusCode {
             StatusCode::SERVICE_UNAVAILABLE
         }
         ServeError::Timeout(_) => StatusCode::GATEWAY_TIMEOUT,
+        ServeError::Status { error, .. } => {
+            StatusCode::from_u16(error.status).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR)
+        }
         ServeError::NotRegistered(_)
         | ServeError::InvalidConfig(_)
         | ServeError::Encode { .. }
@@ -59,11 +63,21 @@ pub(super) fn response(error: &ServeError) -> Response {
             let body = json!({"error": message, "deployment": deployment, "replica": replica});
             (status, Json(body)).into_response()
         }
+        ServeError::Status { error, .. } => {
+            let content_type = content_type(&error.content_type);
+            (status, [(header::CONTENT_TYPE, content_type)], error.body.clone()).into_response()
+        }
         _ if status == StatusCode::SERVICE_UNAVAILABLE => {
             (status, [(header::RETRY_AFTER, "1")], format!("{error}\n")).into_response()
         }
         _ => (status, format!("{error}\n")).into_response(),
     }
+}
+
+/// `content_type` as a header value; one that cannot be a header is
+/// `application/octet-stream`.
+pub(super) fn content_type(content_type: &str) -> HeaderValue {
+    HeaderValue::from_str(content_type).unwrap_or(HeaderValue::from_static("application/octet-stream"))
 }
 
 /// A 404 for a path under no application.
@@ -113,5 +127,23 @@ mod tests {
             message: "expected i64".into(),
         };
         assert_eq!(status(&bad), StatusCode::BAD_REQUEST);
+    }
+
+    #[test]
+    fn an_http_error_of_user_code_is_answered_as_it_is() {
+        let error = crate::HttpError::json(429, &json!({"error": {"message": "slow down"}}));
+        let answer = response(&ServeError::Status {
+            deployment: "llm".into(),
+            error,
+        });
+        assert_eq!(answer.status(), StatusCode::TOO_MANY_REQUESTS);
+        assert_eq!(answer.headers()[header::CONTENT_TYPE], "application/json");
+        let odd = crate::HttpError::new(1000, "text/plain\n", "?");
+        let answer = response(&ServeError::Status {
+            deployment: "llm".into(),
+            error: odd,
+        });
+        assert_eq!(answer.status(), StatusCode::INTERNAL_SERVER_ERROR);
+        assert_eq!(answer.headers()[header::CONTENT_TYPE], "application/octet-stream");
     }
 }

@@ -1,10 +1,14 @@
 //! The proxy's axum server, on the cluster's HTTP listener (TLS when the
-//! cluster has it, a bound on open connections): every path goes to one handler that finds the
-//! application by the longest route prefix and sends the body to its
-//! ingress deployment's router, within the request timeout. A token check
-//! runs first, before the body is read; public applications and
-//! `/-/healthz` (for load balancers) skip it. Each answer is counted in the
-//! deployment's metrics.
+//! cluster has it, a bound on open connections): every method and path
+//! goes to one handler that finds the application by the longest route
+//! prefix and sends the body, with the request's [`HttpHead`] (method,
+//! path below the prefix, query, `Content-Type` and `Accept`), to its
+//! ingress deployment's router, within the request timeout. A streaming
+//! ingress is answered with its chunks as they come, under the content
+//! type it chose for the request. A token check runs first, before the
+//! body is read; public applications and `/-/healthz` (for load
+//! balancers) skip it. Each answer is counted in the deployment's metrics
+//! under its status code.
 
 use std::future::Future;
 use std::sync::Arc;
@@ -13,7 +17,7 @@ use std::time::{Duration, Instant};
 use axum::Router;
 use axum::body::Bytes;
 use axum::extract::{DefaultBodyLimit, Request, State};
-use axum::http::{StatusCode, Uri, header};
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
@@ -24,8 +28,9 @@ use tokio::net::TcpListener;
 
 use super::errors;
 use crate::config::HttpOptions;
-use crate::deployment::Encoding;
 use crate::error::ServeError;
+use crate::http_messages::{FORWARDED_HEADERS, HttpHead};
+use crate::router::Router as DeploymentRouter;
 use crate::routes;
 
 /// What the handlers share.
@@ -81,8 +86,14 @@ async fn require_token(State(proxy): State<Proxy>, request: Request, next: Next)
     errors::unauthorized()
 }
 
-/// Sends the body to the ingress of the application at the path.
-async fn serve_request(State(proxy): State<Proxy>, uri: Uri, body: Bytes) -> Response {
+/// Sends the request to the ingress of the application at the path.
+async fn serve_request(
+    State(proxy): State<Proxy>,
+    method: Method,
+    uri: Uri,
+    headers: HeaderMap,
+    body: Bytes,
+) -> Response {
     let Some(route) = routes::app_for(uri.path()) else {
         return errors::no_route(uri.path());
     };
@@ -90,20 +101,17 @@ async fn serve_request(State(proxy): State<Proxy>, uri: Uri, body: Bytes) -> Res
         Ok(router) => router,
         Err(e) => return errors::response(&e),
     };
+    let head = HttpHead {
+        method: method.to_string(),
+        path: routes::below_prefix(uri.path(), &route.route_prefix),
+        query: uri.query().map(str::to_string),
+        headers: forwarded(&headers),
+    };
     let started = Instant::now();
     let timeout = proxy.0.options.request_timeout;
-    if route.streaming {
-        return stream_request(&router, &body, timeout, started).await;
-    }
-    let answer = match tokio::time::timeout(timeout, router.call(&body)).await {
-        Ok(answer) => answer,
-        Err(_) => Err(ServeError::Timeout(timeout)),
-    };
-    let response = match answer {
-        Ok((body, encoding)) => {
-            (StatusCode::OK, [(header::CONTENT_TYPE, encoding.content_type())], body).into_response()
-        }
-        Err(e) => errors::response(&e),
+    let response = match route.streaming {
+        true => stream_request(&router, &body, &head, timeout).await,
+        false => call_request(&router, &body, &head, timeout).await,
     };
     let (app, deployment) = router.names();
     let seconds = started.elapsed().as_secs_f64();
@@ -111,37 +119,46 @@ async fn serve_request(State(proxy): State<Proxy>, uri: Uri, body: Bytes) -> Res
     response
 }
 
+/// The request headers a deployment sees.
+fn forwarded(headers: &HeaderMap) -> Vec<(String, String)> {
+    FORWARDED_HEADERS
+        .iter()
+        .filter_map(|name| {
+            let value = headers.get(*name)?.to_str().ok()?;
+            Some((name.to_string(), value.to_string()))
+        })
+        .collect()
+}
+
+/// Answers with the deployment's one response.
+async fn call_request(router: &Arc<DeploymentRouter>, body: &[u8], head: &HttpHead, timeout: Duration) -> Response {
+    let answer = match tokio::time::timeout(timeout, router.call(body, Some(head))).await {
+        Ok(answer) => answer,
+        Err(_) => Err(ServeError::Timeout(timeout)),
+    };
+    match answer {
+        Ok((body, encoding)) => {
+            (StatusCode::OK, [(header::CONTENT_TYPE, encoding.content_type())], body).into_response()
+        }
+        Err(e) => errors::response(&e),
+    }
+}
+
 /// Answers with a streaming deployment's chunks as they come (chunked
-/// transfer encoding); the timeout bounds the wait for the first one.
-async fn stream_request(
-    router: &Arc<crate::router::Router>,
-    body: &[u8],
-    timeout: Duration,
-    started: Instant,
-) -> Response {
-    let opened = match tokio::time::timeout(timeout, router.call_stream(body)).await {
+/// transfer encoding, each chunk written as it comes); the timeout bounds
+/// the wait for the first one.
+async fn stream_request(router: &Arc<DeploymentRouter>, body: &[u8], head: &HttpHead, timeout: Duration) -> Response {
+    let opened = match tokio::time::timeout(timeout, router.call_stream(body, Some(head))).await {
         Ok(opened) => opened,
         Err(_) => Err(ServeError::Timeout(timeout)),
     };
-    let response = match opened {
-        Ok(chunks) => {
-            let chunks = chunks.map(|chunk| chunk.map_err(std::io::Error::other));
+    match opened {
+        Ok(opened) => {
+            let chunks = opened.chunks.map(|chunk| chunk.map_err(std::io::Error::other));
+            let content_type = errors::content_type(&opened.content_type);
             let body = axum::body::Body::from_stream(chunks);
-            (
-                StatusCode::OK,
-                [(header::CONTENT_TYPE, Encoding::Bytes.content_type())],
-                body,
-            )
-                .into_response()
+            (StatusCode::OK, [(header::CONTENT_TYPE, content_type)], body).into_response()
         }
         Err(e) => errors::response(&e),
-    };
-    let (app, deployment) = router.names();
-    crate::metrics::record_request(
-        app,
-        deployment,
-        response.status().as_u16(),
-        started.elapsed().as_secs_f64(),
-    );
-    response
+    }
 }

@@ -7,8 +7,9 @@ use std::time::{Instant, SystemTime, UNIX_EPOCH};
 use super::super::deployment_state::{DeploymentState, ReplicaSlot};
 use super::super::proxies::ProxySlot;
 use super::{App, PUBLISH_PERIOD, Reconciler};
+use crate::figures;
 use crate::metrics;
-use crate::status::{AppState, AppStatus, DeploymentStatus, RequestCounts, ServeStatus};
+use crate::status::{AppState, AppStatus, DeploymentStatus, ReplicaState, RequestCounts, ServeStatus};
 
 impl Reconciler {
     /// Recomputes the status; publishes it when it changed, when `now`,
@@ -94,5 +95,10 @@ fn deployment_status(deployment: &DeploymentState, deleting: bool, now: Instant)
         replicas: deployment.replicas.iter().map(ReplicaSlot::status).collect(),
         requests,
         autoscaling: deployment.autoscaler.as_ref().map(|scaler| scaler.status(now)),
+        figures: figures::combine(
+            (deployment.replicas.iter())
+                .filter(|slot| slot.state == ReplicaState::Running)
+                .map(|slot| slot.figures.as_slice()),
+        ),
     }
 }
