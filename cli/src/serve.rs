@@ -139,6 +139,16 @@ struct DeploymentStatus {
     replicas: Vec<ReplicaStatus>,
     requests: RequestCounts,
     autoscaling: Option<AutoscalingStatus>,
+    /// The deployment's own figures (tokens per second, latencies); none
+    /// in a status from before they were reported.
+    #[serde(default)]
+    figures: Vec<Figure>,
+}
+
+#[derive(Debug, Deserialize)]
+struct Figure {
+    name: String,
+    value: f64,
 }
 
 #[derive(Debug, Deserialize)]
@@ -170,9 +180,9 @@ struct AutoscalingStatus {
 }
 
 /// The status as text: the controller, then tables of the applications,
-/// the deployments (each with its autoscaling decision under it, then the
-/// replicas that wait for resources) and the proxies (then those that fail
-/// to start). `now_ms` dates the status.
+/// the deployments (each with its autoscaling decision and its figures
+/// under it, then the replicas that wait for resources) and the proxies
+/// (then those that fail to start). `now_ms` dates the status.
 fn render(status: &ServeStatus, now_ms: u64) -> String {
     let mut out = String::new();
     let published = humantime::format_rfc3339_seconds(UNIX_EPOCH + Duration::from_millis(status.updated_at_ms));
@@ -249,7 +259,8 @@ fn app_lines(apps: &[AppStatus]) -> Vec<String> {
     aligned(&std::iter::once(header).chain(rows).collect::<Vec<_>>())
 }
 
-/// A row per deployment, each followed by its autoscaling line if it scales.
+/// A row per deployment, each followed by its autoscaling line if it
+/// scales and a line per figure it reports.
 fn deployment_lines(deployments: &[(&AppStatus, &DeploymentStatus)]) -> Vec<String> {
     if deployments.is_empty() {
         return Vec::new();
@@ -275,8 +286,15 @@ fn deployment_lines(deployments: &[(&AppStatus, &DeploymentStatus)]) -> Vec<Stri
     for ((_, deployment), row) in deployments.iter().zip(table) {
         lines.push(row);
         lines.extend(deployment.autoscaling.as_ref().map(autoscaling_line));
+        lines.extend(deployment.figures.iter().map(figure_line));
     }
     lines
+}
+
+/// A figure to three decimals, e.g. `  tokens_per_s: 812.5`.
+fn figure_line(figure: &Figure) -> String {
+    let rounded = (figure.value * 1000.0).round() / 1000.0;
+    format!("  {}: {rounded}", figure.name)
 }
 
 fn deployment_row(app: &AppStatus, deployment: &DeploymentStatus) -> Vec<String> {
@@ -631,6 +649,8 @@ mod tests {
                     "target_replicas": 3, "max_ongoing_requests": 32,
                     "replicas": [replica("RUNNING", 3), replica("RUNNING", 2), replica("STARTING", 0)],
                     "requests": {"total": 1200, "errors": 3},
+                    "figures": [{"name": "tokens_per_s", "value": 812.5, "combine": "Sum"},
+                        {"name": "ttft_p99_s", "value": 0.123456, "combine": "Mean"}],
                     "autoscaling": {"min_replicas": 1, "max_replicas": 3, "target_ongoing_requests": 2.0,
                         "current": 2, "desired": 3, "average_ongoing": 5.6, "queued": 1,
                         "decision": "scale up to 3 in 0.4 s (held 0.6 s of 1.0 s)"}
@@ -644,7 +664,7 @@ mod tests {
     }
 
     #[test]
-    fn the_table_shows_apps_deployments_replica_states_autoscaling_and_proxies() {
+    fn the_table_shows_apps_deployments_replica_states_autoscaling_figures_and_proxies() {
         let status: ServeStatus = serde_json::from_value(demo_status()).unwrap();
         let text = render(&status, 1_764_180_002_500);
         let lines: Vec<&str> = text.lines().collect();
@@ -682,8 +702,10 @@ mod tests {
             "  autoscaling 1..3 replicas, 2 ongoing each: average 5.6 ongoing, 1 queued, desired 3: \
              scale up to 3 in 0.4 s (held 0.6 s of 1.0 s)"
         );
-        assert!(lines[classifier + 2].starts_with("digits  fixed "), "{text}");
-        assert!(lines[classifier + 2].contains(" 77aa "), "{text}");
+        assert_eq!(lines[classifier + 2], "  tokens_per_s: 812.5");
+        assert_eq!(lines[classifier + 3], "  ttft_p99_s: 0.123");
+        assert!(lines[classifier + 4].starts_with("digits  fixed "), "{text}");
+        assert!(lines[classifier + 4].contains(" 77aa "), "{text}");
         let header = lines[classifier - 1];
         assert_eq!(
             header.find("REPLICAS"),

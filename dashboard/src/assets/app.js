@@ -339,6 +339,12 @@ function replicaCounts(replicas) {
   return text || "0";
 }
 
+// A deployment's own figures, e.g. "tokens_per_s: 812.5, ttft_p99_s: 0.123".
+function figures(list) {
+  const text = (list || []).map((f) => `${f.name}: ${Math.round(f.value * 1000) / 1000}`).join(", ");
+  return text || "-";
+}
+
 async function servePage() {
   const status = await api("/api/serve");
   if (!status) return [el("h2", {}, "Serve"), el("p", { class: "empty", id: "serve-absent" }, "Serve is not running on this cluster.")];
@@ -375,6 +381,7 @@ async function servePage() {
       ["Requests", (d) => d.requests.total],
       ["Errors", (d) => d.requests.errors],
       ["Autoscaling", (d) => (d.autoscaling ? d.autoscaling.decision : "-")],
+      ["Figures", (d) => figures(d.figures)],
     ], deployments, { id: "serve-deployments" }),
     el("h2", {}, `Autoscaling (${scaling.length})`),
     table([
