@@ -1,12 +1,15 @@
 //! raylet-serve's integration tests, one binary (each test still runs in a
 //! process of its own under nextest): HTTP, routing, batching, streaming, the
-//! controller and the lifecycle of applications.
+//! controller and the lifecycle of applications, HTTP APIs of deployments'
+//! own (whole requests, statuses, event streams), scaling to zero and
+//! deployments' figures.
 
 mod common;
 
 mod batching;
 mod controller;
 mod http;
+mod http_api;
 mod lifecycle;
 mod routing;
 mod streaming;

@@ -264,11 +264,17 @@ impl Client {
     }
 
     pub async fn post(&self, path: &str, content_type: &str, body: impl Into<Vec<u8>>) -> Answer {
-        let mut request = self
-            .http
-            .post(format!("{}{path}", self.base))
-            .header("content-type", content_type)
-            .body(body.into());
+        let headers = [("content-type", content_type)];
+        self.send(reqwest::Method::POST, path, &headers, body.into()).await
+    }
+
+    /// Sends a request of any method with the given headers (the token
+    /// besides, if the client has it).
+    pub async fn send(&self, method: reqwest::Method, path: &str, headers: &[(&str, &str)], body: Vec<u8>) -> Answer {
+        let mut request = self.http.request(method, format!("{}{path}", self.base)).body(body);
+        for (name, value) in headers {
+            request = request.header(*name, *value);
+        }
         if let Some(token) = &self.token {
             request = request.bearer_auth(token);
         }
