@@ -8,6 +8,7 @@ mod common;
 
 mod batching;
 mod controller;
+mod event_streams;
 mod http;
 mod http_api;
 mod lifecycle;
