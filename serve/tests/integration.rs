@@ -13,4 +13,5 @@ mod http;
 mod http_api;
 mod lifecycle;
 mod routing;
+mod scale_to_zero;
 mod streaming;
