@@ -9,6 +9,7 @@ mod common;
 mod batching;
 mod controller;
 mod event_streams;
+mod figures;
 mod http;
 mod http_api;
 mod lifecycle;
