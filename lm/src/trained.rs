@@ -6,7 +6,7 @@ use std::path::Path;
 
 use burn::module::Module;
 use burn::prelude::*;
-use raylet_models::gpt::{Gpt, token_batch};
+use raylet_models::gpt::{Gpt, GptConfig, token_batch};
 use raylet_models::tokenizer::LmTokenizer;
 use raylet_train::Checkpoint;
 
@@ -56,6 +56,31 @@ impl TrainedGpt {
             steps: progress.steps_done,
             device: device.clone(),
         })
+    }
+
+    /// Writes `model` (of shape `config`) and the `tokenizer` it reads with
+    /// as a checkpoint directory `dir` that [`load`](Self::load) reads: a
+    /// model trained elsewhere, or an untrained one to serve in a test.
+    pub fn save(
+        dir: &Path,
+        model: &Gpt,
+        config: &GptConfig,
+        tokenizer: &LmTokenizer,
+        steps: u64,
+    ) -> Result<(), LmError> {
+        let failed = |message: String| LmError::Checkpoint {
+            path: dir.to_owned(),
+            message,
+        };
+        std::fs::create_dir_all(dir).map_err(LmError::io("creating", dir))?;
+        let tokenizer_path = dir.join(TOKENIZER_FILE);
+        tokenizer.save(&tokenizer_path)?;
+        let tokenizer_json =
+            std::fs::read_to_string(&tokenizer_path).map_err(LmError::io("reading", &tokenizer_path))?;
+        let checkpoint = Checkpoint::from_directory(dir);
+        checkpoint.save_model(model).map_err(|e| failed(e.to_string()))?;
+        let progress = GptProgress::new(steps, config, &tokenizer_json);
+        checkpoint.save_state(&progress).map_err(|e| failed(e.to_string()))
     }
 
     /// `prompt` continued by `new_tokens` greedily chosen tokens: the

@@ -10,7 +10,7 @@
 //! merged with its neighbours, and a text containing it encodes it as
 //! [`LmTokenizer::eot_id`].
 
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 
 use thiserror::Error;
@@ -138,6 +138,36 @@ impl LmTokenizer {
     pub fn eot_id(&self) -> u32 {
         self.eot_id
     }
+
+    /// The bytes each token id stands for, indexed by id: what a server
+    /// streams token by token, holding back a character whose bytes span
+    /// tokens. [`END_OF_TEXT`] stands for none (it separates documents).
+    pub fn token_bytes(&self) -> Vec<Vec<u8>> {
+        let byte_of_char: HashMap<char, u8> = byte_level_chars().map(|(byte, char)| (char, byte)).collect();
+        (0..self.vocab_size() as u32)
+            .map(|id| match self.tokenizer.id_to_token(id) {
+                Some(_) if id == self.eot_id => Vec::new(),
+                Some(token) => token.chars().filter_map(|c| byte_of_char.get(&c).copied()).collect(),
+                None => Vec::new(),
+            })
+            .collect()
+    }
+}
+
+/// GPT-2's map from each byte to the printable character that stands for
+/// it in a byte-level token: printable Latin-1 bytes stand for
+/// themselves, the others for the characters from U+0100 on, in order.
+fn byte_level_chars() -> impl Iterator<Item = (u8, char)> {
+    let printable = |byte: u8| matches!(byte, b'!'..=b'~' | 0xA1..=0xAC | 0xAE..=0xFF);
+    let mut shifted = 0;
+    (0..=255u8).map(move |byte| {
+        if printable(byte) {
+            return (byte, char::from(byte));
+        }
+        let stand_in = char::from_u32(256 + shifted).expect("U+0100 to U+0143 are characters");
+        shifted += 1;
+        (byte, stand_in)
+    })
 }
 
 /// GPT-2's byte-level pre-tokenizer, without a space added before the text
@@ -214,6 +244,19 @@ mod tests {
         let ids = tokenizer.encode(&text).unwrap();
         assert_eq!(ids.iter().filter(|&&id| id == tokenizer.eot_id()).count(), 1, "{ids:?}");
         assert_eq!(tokenizer.decode(&ids).unwrap(), text);
+    }
+
+    #[test]
+    fn the_bytes_of_the_tokens_of_a_text_are_the_text() {
+        let texts = ["def f(x):\n    return x  # caf\u{e9} \u{1f600}\n"; 20];
+        let tokenizer = LmTokenizer::train(texts, 300).unwrap();
+        let table = tokenizer.token_bytes();
+        assert_eq!(table.len(), tokenizer.vocab_size());
+        assert!(table[tokenizer.eot_id() as usize].is_empty());
+        let probe = format!("x = '\u{e9}t\u{e9} \u{1f600}'\n\t{END_OF_TEXT}y\r\n");
+        let ids = tokenizer.encode(&probe).unwrap();
+        let bytes: Vec<u8> = ids.iter().flat_map(|&id| table[id as usize].clone()).collect();
+        assert_eq!(String::from_utf8(bytes).unwrap(), probe.replace(END_OF_TEXT, ""));
     }
 
     #[test]

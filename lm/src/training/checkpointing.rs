@@ -22,7 +22,7 @@ pub struct GptProgress {
 }
 
 impl GptProgress {
-    pub(super) fn new(steps_done: u64, model: &GptConfig, tokenizer_json: &str) -> Self {
+    pub(crate) fn new(steps_done: u64, model: &GptConfig, tokenizer_json: &str) -> Self {
         GptProgress {
             steps_done,
             model: model.clone(),

@@ -6,11 +6,17 @@
 //!
 //! [`GptConfig`] sizes the model and has named presets; [`Gpt::loss`] is the
 //! mean next-token cross-entropy a trainer minimizes, and
-//! [`Gpt::generate_greedy`] continues a prompt.
+//! [`Gpt::generate_greedy`] continues a prompt; [`Gpt::prefill`] and
+//! [`Gpt::decode`] decode many sequences at once with a [`KvCache`] each;
+//! [`Gpt::save_safetensors`] writes the weights as PyTorch names them.
 
+mod cached;
 mod config;
+mod export;
 mod generate;
 mod model;
 
+pub use cached::KvCache;
 pub use config::{GptConfig, GptConfigError, PRESETS, Preset};
+pub use export::NamedTensor;
 pub use model::{Block, CausalSelfAttention, Gpt, Mlp, token_batch};

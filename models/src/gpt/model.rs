@@ -20,22 +20,22 @@ const INIT_STD: f64 = 0.02;
 pub struct Gpt {
     /// `[vocab_size, d_model]`: reads the tokens in and, transposed, the
     /// logits out.
-    token_embedding: Embedding,
+    pub(super) token_embedding: Embedding,
     /// `[context_length, d_model]`: row `t` is added at position `t`.
-    position_embedding: Param<Tensor<2>>,
-    embedding_dropout: Dropout,
-    blocks: Vec<Block>,
-    final_norm: LayerNorm,
+    pub(super) position_embedding: Param<Tensor<2>>,
+    pub(super) embedding_dropout: Dropout,
+    pub(super) blocks: Vec<Block>,
+    pub(super) final_norm: LayerNorm,
 }
 
 /// Pre-norm transformer block: `x + attention(norm(x))`, then
 /// `x + mlp(norm(x))`.
 #[derive(Module, Debug)]
 pub struct Block {
-    attention_norm: LayerNorm,
-    attention: CausalSelfAttention,
-    mlp_norm: LayerNorm,
-    mlp: Mlp,
+    pub(super) attention_norm: LayerNorm,
+    pub(super) attention: CausalSelfAttention,
+    pub(super) mlp_norm: LayerNorm,
+    pub(super) mlp: Mlp,
 }
 
 /// Multi-head self-attention in which a position attends only to itself and
@@ -50,19 +50,19 @@ pub struct Block {
 /// is applied to this layer's output only.
 #[derive(Module, Debug)]
 pub struct CausalSelfAttention {
-    query_key_value: Linear,
-    output: Linear,
-    dropout: Dropout,
-    n_heads: usize,
+    pub(super) query_key_value: Linear,
+    pub(super) output: Linear,
+    pub(super) dropout: Dropout,
+    pub(super) n_heads: usize,
 }
 
 /// The position-wise feed-forward layer: expand, GELU, contract.
 #[derive(Module, Debug)]
 pub struct Mlp {
-    expand: Linear,
-    activation: Gelu,
-    contract: Linear,
-    dropout: Dropout,
+    pub(super) expand: Linear,
+    pub(super) activation: Gelu,
+    pub(super) contract: Linear,
+    pub(super) dropout: Dropout,
 }
 
 impl Gpt {
@@ -200,7 +200,7 @@ impl CausalSelfAttention {
     }
 
     /// `[batch, seq, d_model]` to `[batch, n_heads, seq, head_dim]`.
-    fn split_heads(&self, states: Tensor<3>) -> Tensor<4> {
+    pub(super) fn split_heads(&self, states: Tensor<3>) -> Tensor<4> {
         let [batch, seq, d_model] = states.dims();
         states
             .reshape([batch, seq, self.n_heads, d_model / self.n_heads])
@@ -223,7 +223,7 @@ impl Mlp {
         }
     }
 
-    fn forward(&self, input: Tensor<3>) -> Tensor<3> {
+    pub(super) fn forward(&self, input: Tensor<3>) -> Tensor<3> {
         let hidden = self.activation.forward(self.expand.forward(input));
         self.dropout.forward(self.contract.forward(hidden))
     }
