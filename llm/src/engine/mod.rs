@@ -1,0 +1,506 @@
+//! The engine: one thread that owns a model and decodes every sequence it
+//! serves in one batch, changing the batch at every step (continuous, or
+//! iteration-level, batching, as Orca and vLLM do).
+//!
+//! **A step.** New requests are taken in; those whose clients went away
+//! are dropped. Waiting requests join the batch, first come first served,
+//! while the batch has room (`max_batch_size`), the cache budget has room
+//! for all the tokens each may hold ([`budget`]), and the prompts read in
+//! this step stay within `max_prefill_tokens` (so a flood of long prompts
+//! delays the running sequences by a bounded amount). Each joining prompt
+//! is read once (prefill), which gives its first token. Then every running
+//! sequence decodes one token in one batched call; sequences that are
+//! done (their `max_tokens`, end of text, a stop sequence) leave at once
+//! and give back their cache. A long request therefore never holds back a
+//! short one that arrives after it.
+//!
+//! **Requests** are refused at once, not queued, when they can never run:
+//! an empty prompt, a prompt and `max_tokens` beyond the context, a cache
+//! reservation larger than the whole budget; and with back-pressure when
+//! `max_waiting` requests already wait.
+//!
+//! **Events.** Each request gets its tokens' text as they are made, then
+//! how it finished; dropping the [`Generation`] cancels it and frees its
+//! place at the next step.
+
+mod budget;
+mod sampling;
+mod text;
+
+use std::collections::VecDeque;
+use std::panic::AssertUnwindSafe;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, mpsc};
+use std::thread::JoinHandle;
+use std::time::Instant;
+
+use serde::{Deserialize, Serialize};
+use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
+
+pub use budget::CacheBudget;
+pub use sampling::SamplingParams;
+
+use crate::LlmError;
+use crate::model::{LanguageModel, Tokenizer};
+use crate::stats::ServingStats;
+use sampling::Sampler;
+use text::{Added, TextOutput};
+
+/// How an engine batches.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct EngineOptions {
+    /// Bytes of key/value cache for all sequences together.
+    pub kv_cache_bytes: usize,
+    /// The most sequences decoding at once.
+    pub max_batch_size: usize,
+    /// The most prompt tokens read in one step (a single longer prompt is
+    /// still read, alone).
+    pub max_prefill_tokens: usize,
+    /// The most requests waiting to join; more are refused.
+    pub max_waiting: usize,
+}
+
+impl Default for EngineOptions {
+    /// 256 MiB of cache, 64 sequences, 1024 prompt tokens a step, 1024
+    /// waiting.
+    fn default() -> Self {
+        EngineOptions {
+            kv_cache_bytes: 256 << 20,
+            max_batch_size: 64,
+            max_prefill_tokens: 1024,
+            max_waiting: 1024,
+        }
+    }
+}
+
+/// One request to generate.
+#[derive(Clone, Debug, PartialEq)]
+pub struct GenerationRequest {
+    /// The prompt's token ids.
+    pub prompt: Vec<u32>,
+    /// The most tokens to generate.
+    pub max_tokens: usize,
+    pub sampling: SamplingParams,
+    /// Texts that end the output where they appear (and are not sent).
+    pub stop: Vec<String>,
+    /// Keep generating past the end-of-text token (as vLLM's `ignore_eos`).
+    pub ignore_eos: bool,
+}
+
+/// Why a generation ended.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub enum FinishReason {
+    /// It made `max_tokens`.
+    Length,
+    /// The end-of-text token or a stop sequence.
+    Stop,
+}
+
+/// What a generation sends.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Event {
+    /// The text of the next token (empty while a character or a possible
+    /// stop sequence is incomplete).
+    Token(String),
+    /// The end, and the tokens made.
+    Finished {
+        reason: FinishReason,
+        completion_tokens: usize,
+    },
+    /// The model failed; the generation ends here.
+    Failed(String),
+}
+
+/// A running request: its events, as they come. Dropping it cancels it.
+pub struct Generation {
+    /// Tokens in the prompt.
+    pub prompt_tokens: usize,
+    pub events: UnboundedReceiver<Event>,
+}
+
+/// A handle to an engine thread; dropping the last one stops the thread
+/// once its sequences are done.
+pub struct Engine {
+    arrivals: Option<mpsc::Sender<Arrival>>,
+    thread: Option<JoinHandle<()>>,
+    limits: Limits,
+    budget: Arc<CacheBudget>,
+    load: Arc<Load>,
+}
+
+/// What decides whether a request can ever run.
+#[derive(Clone, Copy, Debug)]
+struct Limits {
+    context_length: usize,
+    max_waiting: usize,
+}
+
+/// Sequences at the engine, readable from any thread.
+#[derive(Debug, Default)]
+struct Load {
+    running: AtomicUsize,
+    /// Requests submitted and not yet in the batch.
+    waiting: AtomicUsize,
+}
+
+impl Engine {
+    /// Starts an engine thread decoding with `model`.
+    pub fn start<M: LanguageModel>(
+        model: M,
+        tokenizer: Arc<dyn Tokenizer>,
+        options: EngineOptions,
+        stats: Arc<ServingStats>,
+    ) -> Result<Self, LlmError> {
+        let capacity = options.kv_cache_bytes / model.cache_bytes_per_token().max(1);
+        if capacity == 0 || options.max_batch_size == 0 {
+            return Err(LlmError::Options(format!(
+                "the engine can hold no sequence: kv_cache_bytes {} is {capacity} tokens of {} bytes, \
+                 max_batch_size {}",
+                options.kv_cache_bytes,
+                model.cache_bytes_per_token(),
+                options.max_batch_size
+            )));
+        }
+        let limits = Limits {
+            context_length: model.context_length(),
+            max_waiting: options.max_waiting,
+        };
+        let budget = CacheBudget::new(capacity);
+        let load = Arc::new(Load::default());
+        let (arrivals, arrived) = mpsc::channel();
+        let decoder = Decoder {
+            model,
+            tokenizer,
+            options,
+            stats,
+            budget: budget.clone(),
+            load: load.clone(),
+            arrived,
+            waiting: VecDeque::new(),
+            running: Vec::new(),
+        };
+        let thread = std::thread::Builder::new()
+            .name("llm-engine".into())
+            .spawn(move || decoder.run())
+            .map_err(|e| LlmError::Options(format!("starting the engine thread: {e}")))?;
+        Ok(Engine {
+            arrivals: Some(arrivals),
+            thread: Some(thread),
+            limits,
+            budget,
+            load,
+        })
+    }
+
+    /// Queues `request`, or refuses it when it can never run or too many
+    /// wait.
+    pub fn submit(&self, request: GenerationRequest) -> Result<Generation, LlmError> {
+        let reservation = self.check(&request)?;
+        let (events, received) = unbounded_channel();
+        let prompt_tokens = request.prompt.len();
+        self.load.waiting.fetch_add(1, Ordering::Relaxed);
+        let arrival = Arrival {
+            request,
+            reservation,
+            events,
+            arrived_at: Instant::now(),
+        };
+        let sent = self.arrivals.as_ref().map(|arrivals| arrivals.send(arrival));
+        if !matches!(sent, Some(Ok(()))) {
+            return Err(LlmError::EngineStopped);
+        }
+        Ok(Generation {
+            prompt_tokens,
+            events: received,
+        })
+    }
+
+    /// The most tokens a sequence can hold.
+    pub fn context_length(&self) -> usize {
+        self.limits.context_length
+    }
+
+    /// The cache budget, in tokens.
+    pub fn budget(&self) -> &Arc<CacheBudget> {
+        &self.budget
+    }
+
+    /// Sequences in the batch now.
+    pub fn running(&self) -> usize {
+        self.load.running.load(Ordering::Relaxed)
+    }
+
+    /// Requests waiting to join the batch.
+    pub fn waiting(&self) -> usize {
+        self.load.waiting.load(Ordering::Relaxed)
+    }
+
+    /// The tokens `request` reserves, or why it can never run.
+    fn check(&self, request: &GenerationRequest) -> Result<usize, LlmError> {
+        let context = self.limits.context_length;
+        let prompt = request.prompt.len();
+        if prompt == 0 {
+            return Err(LlmError::EmptyPrompt);
+        }
+        if request.max_tokens == 0 || prompt + request.max_tokens > context {
+            return Err(LlmError::BeyondContext {
+                prompt,
+                max_tokens: request.max_tokens,
+                context,
+            });
+        }
+        let reservation = prompt + request.max_tokens;
+        if reservation > self.budget.capacity() {
+            return Err(LlmError::BeyondCache {
+                tokens: reservation,
+                capacity: self.budget.capacity(),
+            });
+        }
+        if self.waiting() >= self.limits.max_waiting {
+            return Err(LlmError::Busy {
+                waiting: self.waiting(),
+            });
+        }
+        Ok(reservation)
+    }
+}
+
+impl Drop for Engine {
+    fn drop(&mut self) {
+        self.arrivals.take();
+        if let Some(thread) = self.thread.take() {
+            let _ = thread.join();
+        }
+    }
+}
+
+/// A request on its way to the engine thread.
+struct Arrival {
+    request: GenerationRequest,
+    reservation: usize,
+    events: UnboundedSender<Event>,
+    arrived_at: Instant,
+}
+
+/// A sequence in the batch.
+struct Sequence<C> {
+    cache: C,
+    /// The token to feed at the next step.
+    next: u32,
+    made: usize,
+    max_tokens: usize,
+    reservation: usize,
+    ignore_eos: bool,
+    sampler: Sampler,
+    text: TextOutput,
+    events: UnboundedSender<Event>,
+    last_token_at: Instant,
+}
+
+/// The engine thread's state.
+struct Decoder<M: LanguageModel> {
+    model: M,
+    tokenizer: Arc<dyn Tokenizer>,
+    options: EngineOptions,
+    stats: Arc<ServingStats>,
+    budget: Arc<CacheBudget>,
+    load: Arc<Load>,
+    arrived: mpsc::Receiver<Arrival>,
+    waiting: VecDeque<Arrival>,
+    running: Vec<Sequence<M::Cache>>,
+}
+
+impl<M: LanguageModel> Decoder<M> {
+    fn run(mut self) {
+        while self.take_arrivals() {
+            self.drop_cancelled();
+            self.admit();
+            if !self.running.is_empty() {
+                self.step();
+            }
+            self.publish_load();
+        }
+    }
+
+    /// Takes in new requests, waiting for one when there is nothing to do;
+    /// false once every handle is gone and nothing is left.
+    fn take_arrivals(&mut self) -> bool {
+        if self.running.is_empty() && self.waiting.is_empty() {
+            match self.arrived.recv() {
+                Ok(arrival) => self.waiting.push_back(arrival),
+                Err(_) => return false,
+            }
+        }
+        self.waiting.extend(self.arrived.try_iter());
+        true
+    }
+
+    /// Drops the sequences and waiting requests whose receiver is gone.
+    fn drop_cancelled(&mut self) {
+        let before = self.waiting.len();
+        self.waiting.retain(|arrival| !arrival.events.is_closed());
+        self.settle_waiting(before - self.waiting.len());
+        let budget = &self.budget;
+        self.running.retain(|sequence| {
+            let gone = sequence.events.is_closed();
+            if gone {
+                budget.release(sequence.reservation);
+            }
+            !gone
+        });
+    }
+
+    /// Moves waiting requests into the batch while they fit; reads each
+    /// one's prompt.
+    fn admit(&mut self) {
+        let mut prefilled = 0;
+        while let Some(front) = self.waiting.front() {
+            let prompt = front.request.prompt.len();
+            let over_prefill = prefilled > 0 && prefilled + prompt > self.options.max_prefill_tokens;
+            if self.running.len() >= self.options.max_batch_size || over_prefill {
+                return;
+            }
+            if !self.budget.try_reserve(front.reservation) {
+                return;
+            }
+            let arrival = self.waiting.pop_front().expect("the front is there");
+            self.settle_waiting(1);
+            prefilled += prompt;
+            self.start(arrival);
+        }
+    }
+
+    fn settle_waiting(&self, left: usize) {
+        self.load.waiting.fetch_sub(left, Ordering::Relaxed);
+    }
+
+    /// Reads an admitted request's prompt and sends its first token.
+    fn start(&mut self, arrival: Arrival) {
+        let Arrival {
+            request,
+            reservation,
+            events,
+            arrived_at,
+        } = arrival;
+        let read = std::panic::catch_unwind(AssertUnwindSafe(|| self.model.prefill(&request.prompt)));
+        let (logits, cache) = match read {
+            Ok(read) => read,
+            Err(panic) => {
+                self.budget.release(reservation);
+                let _ = events.send(Event::Failed(format!("reading the prompt: {}", panic_text(&panic))));
+                return;
+            }
+        };
+        self.stats.first_token(arrived_at.elapsed());
+        let mut sequence = Sequence {
+            cache,
+            next: 0,
+            made: 0,
+            max_tokens: request.max_tokens,
+            reservation,
+            ignore_eos: request.ignore_eos,
+            sampler: Sampler::new(request.sampling),
+            text: TextOutput::new(request.stop),
+            events,
+            last_token_at: Instant::now(),
+        };
+        let token = sequence.sampler.sample(&logits);
+        self.stats.tokens_made(1);
+        if self.emit(&mut sequence, token) {
+            self.running.push(sequence);
+        }
+    }
+
+    /// One decoding step of every running sequence.
+    fn step(&mut self) {
+        let mut batch: Vec<(u32, &mut M::Cache)> = self
+            .running
+            .iter_mut()
+            .map(|sequence| (sequence.next, &mut sequence.cache))
+            .collect();
+        let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| self.model.decode(&mut batch)));
+        drop(batch);
+        let logits = match decoded {
+            Ok(logits) => logits,
+            Err(panic) => return self.fail_running(&panic_text(&panic)),
+        };
+        let vocab = self.model.vocab_size();
+        let now = Instant::now();
+        let mut running = std::mem::take(&mut self.running);
+        self.stats.tokens_made(running.len() as u64);
+        let mut kept = Vec::with_capacity(running.len());
+        for (index, mut sequence) in running.drain(..).enumerate() {
+            let token = sequence.sampler.sample(&logits[index * vocab..(index + 1) * vocab]);
+            self.stats.inter_token(now - sequence.last_token_at);
+            sequence.last_token_at = now;
+            if self.emit(&mut sequence, token) {
+                kept.push(sequence);
+            }
+        }
+        self.running = kept;
+    }
+
+    /// Sends `token`'s text; false when the sequence is done or its client
+    /// is gone, its cache given back (before its end is sent, so that a
+    /// client that saw the end sees the cache free).
+    fn emit(&self, sequence: &mut Sequence<M::Cache>, token: u32) -> bool {
+        sequence.made += 1;
+        sequence.next = token;
+        let end_of_text = token == self.tokenizer.end_of_text() && !sequence.ignore_eos;
+        let added = match end_of_text {
+            true => Added::Stopped(sequence.text.finish()),
+            false => sequence.text.add(self.tokenizer.token_bytes(token)),
+        };
+        let (text, reason) = match added {
+            Added::Stopped(text) => (text, Some(FinishReason::Stop)),
+            Added::Text(text) if sequence.made >= sequence.max_tokens => {
+                (text + &sequence.text.finish(), Some(FinishReason::Length))
+            }
+            Added::Text(text) => (text, None),
+        };
+        if sequence.events.send(Event::Token(text)).is_err() {
+            self.budget.release(sequence.reservation);
+            return false;
+        }
+        let Some(reason) = reason else {
+            return true;
+        };
+        self.budget.release(sequence.reservation);
+        let _ = sequence.events.send(Event::Finished {
+            reason,
+            completion_tokens: sequence.made,
+        });
+        false
+    }
+
+    /// Ends every running sequence with `message`.
+    fn fail_running(&mut self, message: &str) {
+        tracing::error!("the model failed a decoding step: {message}");
+        for sequence in self.running.drain(..) {
+            self.budget.release(sequence.reservation);
+            let _ = sequence.events.send(Event::Failed(format!("decoding: {message}")));
+        }
+    }
+
+    fn publish_load(&self) {
+        self.load.running.store(self.running.len(), Ordering::Relaxed);
+        self.stats.occupancy(
+            self.running.len(),
+            self.waiting.len(),
+            self.budget.reserved(),
+            self.budget.capacity(),
+        );
+    }
+}
+
+/// What a panic said.
+fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
+    panic
+        .downcast_ref::<&str>()
+        .map(|s| s.to_string())
+        .or_else(|| panic.downcast_ref::<String>().cloned())
+        .unwrap_or_else(|| "a panic with no message".into())
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,32 @@
+//! [`LlmError`]: why a model cannot be served or a request generated.
+
+use thiserror::Error;
+
+/// Why a model cannot be loaded or served, or a request generated.
+#[derive(Debug, Error)]
+pub enum LlmError {
+    #[error("loading the model: {0}")]
+    Load(#[from] raylet_lm::LmError),
+    #[error("invalid engine options: {0}")]
+    Options(String),
+    #[error("the prompt is empty: it needs at least one token")]
+    EmptyPrompt,
+    #[error(
+        "the prompt has {prompt} tokens and max_tokens is {max_tokens}: max_tokens must be at least 1 \
+         and the two together at most the context length, {context} tokens"
+    )]
+    BeyondContext {
+        prompt: usize,
+        max_tokens: usize,
+        context: usize,
+    },
+    #[error(
+        "the prompt and max_tokens need {tokens} tokens of key/value cache, more than this replica's \
+         whole cache ({capacity} tokens): lower max_tokens or raise kv_cache_bytes"
+    )]
+    BeyondCache { tokens: usize, capacity: usize },
+    #[error("{waiting} requests already wait for this replica: try again later")]
+    Busy { waiting: usize },
+    #[error("the engine has stopped")]
+    EngineStopped,
+}

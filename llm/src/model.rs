@@ -1,0 +1,133 @@
+//! The seam between the engine and a model: [`LanguageModel`] reads a
+//! prompt into a cache and decodes a batch of sequences one token each;
+//! [`Tokenizer`] turns text into token ids and ids into bytes.
+//! [`GptModel`] is a GPT of raylet-models read from a checkpoint of its
+//! training run (raylet-lm), on the device the process uses.
+
+use std::path::Path;
+use std::sync::Arc;
+
+use burn::prelude::*;
+use raylet_lm::TrainedGpt;
+use raylet_models::gpt::{Gpt, KvCache};
+use raylet_models::tokenizer::LmTokenizer;
+
+use crate::LlmError;
+
+/// A model the engine decodes with.
+pub trait LanguageModel: Send + 'static {
+    /// What one sequence keeps between steps.
+    type Cache: Send;
+
+    /// The most tokens a sequence, prompt and output, can have.
+    fn context_length(&self) -> usize;
+
+    /// Tokens the logits cover.
+    fn vocab_size(&self) -> usize;
+
+    /// Bytes the cache of one token takes.
+    fn cache_bytes_per_token(&self) -> usize;
+
+    /// Reads a prompt: the logits of the token after it, and its cache.
+    fn prefill(&self, prompt: &[u32]) -> (Vec<f32>, Self::Cache);
+
+    /// Feeds each sequence its next token; the logits of the token after
+    /// each, `vocab_size` per sequence, in order.
+    fn decode(&self, batch: &mut [(u32, &mut Self::Cache)]) -> Vec<f32>;
+}
+
+/// Text to token ids and token ids to bytes.
+pub trait Tokenizer: Send + Sync + 'static {
+    /// The token ids of `text`.
+    fn encode(&self, text: &str) -> Result<Vec<u32>, String>;
+
+    /// The bytes token `id` stands for (none for special tokens).
+    fn token_bytes(&self, id: u32) -> &[u8];
+
+    /// The token that ends a text.
+    fn end_of_text(&self) -> u32;
+}
+
+/// A trained GPT on the process's device.
+pub struct GptModel {
+    model: Gpt,
+    device: Device,
+    cache_bytes_per_token: usize,
+}
+
+/// The byte-level BPE tokenizer a GPT was trained with.
+pub struct GptTokenizer {
+    tokenizer: LmTokenizer,
+    bytes: Vec<Vec<u8>>,
+}
+
+impl GptModel {
+    /// The GPT and tokenizer of the checkpoint directory `dir`, on the
+    /// device raylet-train picks for this process (the CPU unless a GPU
+    /// build and `BURN_DEVICE` say otherwise).
+    pub fn load(dir: &Path) -> Result<(Self, Arc<GptTokenizer>), LlmError> {
+        let device = raylet_train::cpu_device();
+        let trained = TrainedGpt::load(dir, &device)?;
+        let tokenizer = Arc::new(GptTokenizer::new(trained.tokenizer));
+        Ok((GptModel::new(trained.model, device), tokenizer))
+    }
+
+    /// `model`, on `device`.
+    pub fn new(model: Gpt, device: Device) -> Self {
+        GptModel {
+            cache_bytes_per_token: model.kv_cache_bytes_per_token(),
+            model,
+            device,
+        }
+    }
+}
+
+impl LanguageModel for GptModel {
+    type Cache = KvCache;
+
+    fn context_length(&self) -> usize {
+        self.model.context_length()
+    }
+
+    fn vocab_size(&self) -> usize {
+        self.model.vocab_size()
+    }
+
+    fn cache_bytes_per_token(&self) -> usize {
+        self.cache_bytes_per_token
+    }
+
+    fn prefill(&self, prompt: &[u32]) -> (Vec<f32>, KvCache) {
+        let (logits, cache) = self.model.prefill(prompt, &self.device);
+        (values(logits.into_data()), cache)
+    }
+
+    fn decode(&self, batch: &mut [(u32, &mut KvCache)]) -> Vec<f32> {
+        values(self.model.decode(batch, &self.device).into_data())
+    }
+}
+
+fn values(data: burn::tensor::TensorData) -> Vec<f32> {
+    data.try_to_vec::<f32>().expect("a float tensor")
+}
+
+impl GptTokenizer {
+    pub fn new(tokenizer: LmTokenizer) -> Self {
+        let bytes = tokenizer.token_bytes();
+        GptTokenizer { tokenizer, bytes }
+    }
+}
+
+impl Tokenizer for GptTokenizer {
+    fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+        self.tokenizer.encode(text).map_err(|e| e.to_string())
+    }
+
+    fn token_bytes(&self, id: u32) -> &[u8] {
+        self.bytes.get(id as usize).map_or(&[], Vec::as_slice)
+    }
+
+    fn end_of_text(&self) -> u32 {
+        self.tokenizer.eot_id()
+    }
+}
