@@ -67,6 +67,25 @@ pub trait Deployment: Send + Sync + Sized + 'static {
         Vec::new()
     }
 
+    /// How full the replica is, as a fraction of what it can hold: 0 empty,
+    /// 1 full, above 1 overloaded. An LLM server answers the key/value
+    /// cache tokens its running requests reserve plus those its waiting
+    /// requests need, over its cache budget. By default `None`: routers
+    /// then go by `max_ongoing_requests` alone.
+    ///
+    /// A replica that reports it rejects requests while it is 1 or more (as
+    /// at `max_ongoing_requests`; routers send them elsewhere or hold them
+    /// in their bounded queue), and reports it with every answer, at the
+    /// start of every stream and at its end; routers send each request to
+    /// the emptier of two replicas. A streaming deployment should count a
+    /// request from when [`Deployment::stream`] returns, so that the next
+    /// request's admission sees it. It is asked before every request is
+    /// admitted and with every reply, on the replica's actor thread: it
+    /// must be quick (read counters or take a short lock) and never block.
+    fn fullness(&self) -> Option<f64> {
+        None
+    }
+
     /// Applies the deployment's user config, when it has one: right after
     /// `new`, and again in place, without a restart, whenever a deploy
     /// changes only the user config.

@@ -12,7 +12,8 @@
 //! proxy) on an ordinary actor call; the replica decodes it into the
 //! deployment's request type, so a malformed body costs one actor round
 //! trip and comes back as a 400. Every [`wire::ServeReply`] carries the
-//! replica's number of ongoing requests.
+//! replica's number of ongoing requests and, for a deployment that reports
+//! one, its fullness, as do a stream's first and last chunks.
 //!
 //! **HTTP APIs.** A deployment whose request type is [`HttpRequest`] sees
 //! every method (`GET` included), the path below its route prefix, the
@@ -25,12 +26,21 @@
 //! in turn.
 //!
 //! **Routing and back-pressure.** Proxies and [`DeploymentHandle`]s route
-//! through one router per deployment and process: the power of
-//! two choices on this router's in-flight calls plus what the replica last
-//! reported. A replica admits at most `max_ongoing_requests` and rejects
-//! the rest at once; a router holds at most `max_queued_requests` waiting
-//! requests and refuses more with [`ServeError::BackPressure`] (HTTP 503
-//! with `Retry-After`). Nothing queues without bound.
+//! through one router per deployment and process: the power of two
+//! choices on what each replica last reported. A deployment that knows its
+//! real limit reports how full each replica is ([`Deployment::fullness`]:
+//! an LLM server's key/value cache tokens reserved and wanted, over its
+//! budget, since a replica running 3 long requests can be fuller than one
+//! running 10 short ones); routers then send each request to the emptier
+//! of two replicas (adding a little for each call sent since the report,
+//! so that a burst spreads), and a replica at 1 or more is full. Other
+//! deployments go by the router's in-flight calls plus the replica's
+//! reported ongoing requests. A replica admits at most
+//! `max_ongoing_requests`, none while it reports itself full, and rejects
+//! the rest at once; a router holds at most `max_queued_requests`
+//! waiting requests (answered when a replica reports room) and refuses
+//! more with [`ServeError::BackPressure`] (HTTP 503 with `Retry-After`).
+//! Nothing queues without bound.
 //!
 //! **Streaming.** A deployment with `STREAMING = true` answers HTTP with
 //! [`Deployment::stream`]'s chunks as they come (chunked transfer
@@ -124,6 +134,7 @@ mod figures;
 mod handle;
 mod http_messages;
 mod instance;
+mod load_estimate;
 mod metrics;
 mod proxy;
 mod registry;

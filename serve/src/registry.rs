@@ -31,9 +31,12 @@ pub trait ErasedDeployment: Send + Sync {
     /// encodes its response.
     fn call(self: Arc<Self>, head: Option<HttpHead>, body: Bytes) -> OutcomeFuture;
 
-    /// Decodes the body and streams the answer's content type, then its
-    /// chunks.
+    /// Decodes the body and streams the answer's content type (with the
+    /// fullness once the deployment has the request), then its chunks.
     fn stream(self: Arc<Self>, head: Option<HttpHead>, body: Bytes) -> ChunkStream;
+
+    /// The deployment's fullness, unless it is not a number.
+    fn fullness(&self) -> Option<f64>;
 
     /// The deployment's figures.
     fn figures(&self) -> Vec<Figure>;
@@ -154,9 +157,7 @@ impl<D: Deployment> ErasedDeployment for Erased<D> {
             Ok(request) => request,
             Err(message) => return Box::pin(futures_util::stream::iter([StreamChunk::BadRequest(message)])),
         };
-        let start = StreamChunk::Start {
-            content_type: self.0.stream_content_type(&request),
-        };
+        let content_type = self.0.stream_content_type(&request);
         let chunks = self.0.stream(request).map(|chunk| match chunk {
             Ok(bytes) => StreamChunk::Data(bytes.into()),
             Err(e) => match http_error_of(&e) {
@@ -164,7 +165,15 @@ impl<D: Deployment> ErasedDeployment for Erased<D> {
                 None => StreamChunk::UserError(e.to_string()),
             },
         });
+        let start = StreamChunk::Start {
+            content_type,
+            fullness: self.fullness(),
+        };
         Box::pin(futures_util::stream::iter([start]).chain(chunks))
+    }
+
+    fn fullness(&self) -> Option<f64> {
+        self.0.fullness().filter(|fullness| !fullness.is_nan())
     }
 
     fn figures(&self) -> Vec<Figure> {

@@ -1,18 +1,21 @@
 //! The replica actor: one built deployment, answering requests.
 //!
 //! Admission is a semaphore of `max_ongoing_requests` permits: a request
-//! that finds none is answered [`Outcome::Rejected`] at once, without
-//! running user code, and its router tries elsewhere or queues. User code
-//! runs on a runtime the replica owns, because the actor's async methods
-//! share the worker's single task thread: a slow or CPU-heavy call then
-//! never delays admission, rejections or health checks. Every reply
-//! carries the count of ongoing requests; [`Replica::load`] tells the
-//! controller the same, with how long the replica has been idle (it stops a
-//! draining replica only once that is long enough that no routed request
-//! can still be on its way), the deployment's figures, and the requests
-//! waiting in this process's routers (a deployment that calls another
-//! through a handle queues its requests here while the other has no
-//! replica, scaled to zero).
+//! that finds none, or that comes while the deployment reports itself full
+//! ([`Deployment::fullness`](crate::Deployment::fullness) at 1 or more), is
+//! answered [`Outcome::Rejected`] at once, without running user code, and
+//! its router tries elsewhere or queues. User code runs on a runtime the
+//! replica owns, because the actor's async methods share the worker's
+//! single task thread: a slow or CPU-heavy call then never delays
+//! admission, rejections or health checks. Every reply carries the count
+//! of ongoing requests and the fullness, and a stream's first and last
+//! chunks the fullness: routers estimate the replica's load from them.
+//! [`Replica::load`] tells the controller the count, with how long the
+//! replica has been idle (it stops a draining replica only once that is
+//! long enough that no routed request can still be on its way), the
+//! deployment's figures, and the requests waiting in this process's
+//! routers (a deployment that calls another through a handle queues its
+//! requests here while the other has no replica, scaled to zero).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -84,8 +87,10 @@ pub struct Replica {
 const STREAM_BUFFER: usize = 4;
 
 /// Hands a deployment's chunks to the caller until either side ends, then
-/// gives the admission permit back.
+/// gives the admission permit back and, to a caller still there, the
+/// fullness without this request.
 async fn forward(
+    deployment: Arc<dyn ErasedDeployment>,
     mut stream: ChunkStream,
     chunks: tokio::sync::mpsc::Sender<StreamChunk>,
     permit: OwnedSemaphorePermit,
@@ -98,9 +103,14 @@ async fn forward(
             break;
         }
     }
+    drop(stream);
     drop(permit);
     counts.touch();
     counts.count(failed);
+    let end = StreamChunk::End {
+        fullness: deployment.fullness(),
+    };
+    let _ = chunks.send(end).await;
 }
 
 /// What a replica has answered, and when it last saw a request.
@@ -168,7 +178,7 @@ impl Replica {
     /// Answers one request, or rejects it at once when full.
     pub async fn handle(&self, request: ServeRequest) -> ServeReply {
         self.counts.touch();
-        let Ok(permit) = self.admission.clone().try_acquire_owned() else {
+        let Some(permit) = self.admit() else {
             return self.reply(Outcome::Rejected);
         };
         let outcome = self.deployment.clone().call(request.head, Bytes::from(request.body));
@@ -191,15 +201,15 @@ impl Replica {
     pub async fn handle_stream(&self, request: ServeRequest) -> impl Stream<Item = StreamChunk> + use<> {
         self.counts.touch();
         let (chunks, received) = tokio::sync::mpsc::channel(STREAM_BUFFER);
-        match self.admission.clone().try_acquire_owned() {
-            Err(_) => {
+        match self.admit() {
+            None => {
                 let _ = chunks.try_send(StreamChunk::Rejected);
             }
-            Ok(permit) => {
-                let stream = self.deployment.clone().stream(request.head, Bytes::from(request.body));
-                self.runtime
-                    .handle
-                    .spawn(forward(stream, chunks, permit, self.counts.clone()));
+            Some(permit) => {
+                let deployment = self.deployment.clone();
+                let stream = deployment.clone().stream(request.head, Bytes::from(request.body));
+                let forwarding = forward(deployment, stream, chunks, permit, self.counts.clone());
+                self.runtime.handle.spawn(forwarding);
             }
         }
         futures_util::stream::unfold(received, |mut received| async move {
@@ -256,9 +266,19 @@ impl Replica {
         self.max_ongoing - self.admission.available_permits() as u32
     }
 
+    /// A place for one more request: none while the deployment reports
+    /// itself full or `max_ongoing_requests` run.
+    fn admit(&self) -> Option<OwnedSemaphorePermit> {
+        if self.deployment.fullness().is_some_and(|fullness| fullness >= 1.0) {
+            return None;
+        }
+        self.admission.clone().try_acquire_owned().ok()
+    }
+
     fn reply(&self, outcome: Outcome) -> ServeReply {
         ServeReply {
             ongoing: self.ongoing(),
+            fullness: self.deployment.fullness(),
             outcome,
         }
     }

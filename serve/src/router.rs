@@ -1,16 +1,24 @@
 //! Routing one deployment's requests to its replicas: the power of two
-//! choices, as Ray Serve does.
+//! choices, as Ray Serve does, by what each replica reports of its load.
 //!
-//! **Load estimate.** For each replica, the calls this router has in
-//! flight there plus the others the replica last reported (its reply's
-//! `ongoing` minus ours), the latter forgotten after [`REPORT_TTL`].
+//! **Load estimate.** For a deployment that reports its fullness
+//! ([`Deployment::fullness`](crate::Deployment::fullness): an LLM server's
+//! key/value cache reserved and wanted, over its budget), what the replica
+//! last reported (with every reply, and at the start and end of every
+//! stream), plus a little for each call this router sent it since. For
+//! one that does not, or whose report is older than
+//! [`REPORT_TTL`](crate::load_estimate::REPORT_TTL): the calls this router
+//! has in flight there plus the others the replica last reported (its
+//! reply's `ongoing` minus ours), over `max_ongoing_requests`. See
+//! [`load_estimate`](crate::load_estimate).
 //!
 //! **Choosing.** Sample two replicas and take the less loaded one that has
-//! room below `max_ongoing_requests`; if neither has, take the least
-//! loaded with room of all. If none has room, the request waits in a
-//! bounded queue (`max_queued_requests`) until a call of this router ends
-//! or [`RECHECK`] passes; a full queue refuses it at once with
-//! [`ServeError::BackPressure`].
+//! room: below `max_ongoing_requests` always, and below a reported
+//! fullness of 1; if neither has, take the least loaded with room of all.
+//! If none has room, the request waits in a bounded queue
+//! (`max_queued_requests`) until a call of this router ends (or a stream's
+//! end reports room) or [`RECHECK`] passes; a full queue refuses it at
+//! once with [`ServeError::BackPressure`].
 //!
 //! **No replica.** A deployment with no replica (scaled to zero, or every
 //! replica lost and being replaced) holds its requests in the same bounded
@@ -20,8 +28,11 @@
 //! failed to start) fails at once with [`ServeError::NoReplicas`].
 //!
 //! **Stale estimates.** A replica that rejects (it was full through other
-//! routers) counts as full for [`REJECTED_PAUSE`]; the request is routed
-//! again.
+//! routers, or by its fullness) counts as full for
+//! [`REJECTED_PAUSE`](crate::load_estimate::REJECTED_PAUSE) and until its
+//! report expires; the request is routed again. A full replica's report
+//! expiring is what makes this router try it again when no stream's end
+//! said it has room: a request it cannot take costs one rejection.
 //!
 //! **Failure.** A call that fails because the replica is gone drops the
 //! replica from this router. If the replica never got the call
@@ -44,6 +55,7 @@ use tokio::sync::Notify;
 use crate::deployment::Encoding;
 use crate::error::{Result, ServeError};
 use crate::http_messages::{HttpError, HttpHead};
+use crate::load_estimate::{LoadEstimate, least_loaded};
 use crate::replica::ReplicaHandle;
 use crate::routes::DeploymentRoutes;
 use crate::wire::{Outcome, ServeReply, ServeRequest, StreamChunk};
@@ -58,10 +70,6 @@ pub(crate) struct OpenedStream {
     pub chunks: BodyStream,
 }
 
-/// How long a replica's reported load counts.
-const REPORT_TTL: Duration = Duration::from_secs(1);
-/// How long a replica that rejected a request counts as full.
-const REJECTED_PAUSE: Duration = Duration::from_millis(100);
 /// How often a waiting request looks again without being woken (a wake-up
 /// can be missed between looking and waiting, or go to a waiter that left).
 const RECHECK: Duration = Duration::from_millis(50);
@@ -84,13 +92,19 @@ struct State {
     waiting: u32,
 }
 
+impl State {
+    /// The estimate of replica `name`'s load, while this router routes to
+    /// it.
+    fn load_of(&mut self, name: &str) -> Option<&mut LoadEstimate> {
+        let slot = self.replicas.iter_mut().find(|slot| slot.name == name)?;
+        Some(&mut slot.load)
+    }
+}
+
 struct Slot {
     name: String,
     handle: ReplicaHandle,
-    in_flight: u32,
-    others: u32,
-    reported_at: Option<Instant>,
-    full_until: Option<Instant>,
+    load: LoadEstimate,
 }
 
 impl Slot {
@@ -98,20 +112,8 @@ impl Slot {
         Slot {
             name: name.to_string(),
             handle: handle.clone(),
-            in_flight: 0,
-            others: 0,
-            reported_at: None,
-            full_until: None,
+            load: LoadEstimate::default(),
         }
-    }
-
-    fn load(&self, now: Instant) -> u32 {
-        let fresh = self.reported_at.is_some_and(|at| now - at < REPORT_TTL);
-        self.in_flight + if fresh { self.others } else { 0 }
-    }
-
-    fn has_room(&self, now: Instant, max_ongoing: u32) -> bool {
-        self.load(now) < max_ongoing && self.full_until.is_none_or(|until| now >= until)
     }
 }
 
@@ -230,27 +232,17 @@ impl Router {
                 false => Choice::NoReplicas,
             };
         }
-        let now = Instant::now();
-        let max_ongoing = state.max_ongoing;
-        let open = |slot: &&Slot| slot.has_room(now, max_ongoing);
-        let sampled = sample(&mut rand::rng(), count, count.min(2));
-        let pick = sampled
-            .iter()
-            .map(|index| &state.replicas[index])
-            .filter(open)
-            .min_by_key(|slot| slot.load(now))
-            .or_else(|| state.replicas.iter().filter(open).min_by_key(|slot| slot.load(now)));
-        let Some(slot) = pick else {
+        let loads: Vec<&LoadEstimate> = state.replicas.iter().map(|slot| &slot.load).collect();
+        let sampled = sample(&mut rand::rng(), count, count.min(2)).into_vec();
+        let Some(index) = least_loaded(&loads, &sampled, Instant::now(), state.max_ongoing) else {
             return Choice::Wait;
         };
-        let (name, handle) = (slot.name.clone(), slot.handle.clone());
-        if let Some(slot) = state.replicas.iter_mut().find(|slot| slot.name == name) {
-            slot.in_flight += 1;
-        }
+        let slot = &mut state.replicas[index];
         Choice::Replica(InFlight {
             router: self.clone(),
-            name,
-            handle,
+            name: slot.name.clone(),
+            handle: slot.handle.clone(),
+            number: slot.load.count_call(),
             counted: true,
         })
     }
@@ -293,16 +285,23 @@ impl Router {
         call.counted = false;
         let now = Instant::now();
         let mut state = self.lock();
-        if let Some(slot) = state.replicas.iter_mut().find(|slot| slot.name == call.name) {
-            slot.in_flight = slot.in_flight.saturating_sub(1);
-            slot.others = reply.ongoing.saturating_sub(slot.in_flight);
-            slot.reported_at = Some(now);
+        if let Some(load) = state.load_of(&call.name) {
+            load.end_call();
+            load.take_ongoing(reply.ongoing, now);
+            load.take_fullness(reply.fullness, call.number, now);
             if matches!(reply.outcome, Outcome::Rejected) {
-                slot.full_until = Some(now + REJECTED_PAUSE);
+                load.rejected(now);
             }
         }
         drop(state);
         self.freed.notify_one();
+    }
+
+    /// Takes in the fullness a streamed call brought back.
+    fn take_fullness(&self, call: &InFlight, fullness: Option<f64>) {
+        if let Some(load) = self.lock().load_of(&call.name) {
+            load.take_fullness(fullness, call.number, Instant::now());
+        }
     }
 
     /// Opens a streamed call and waits for its content type and first
@@ -314,7 +313,10 @@ impl Router {
             Err(error) => return self.failed(&call.name, error),
         };
         let (content_type, first) = match next_chunk(&mut chunks).await {
-            Some(Ok(StreamChunk::Start { content_type })) => (content_type, next_chunk(&mut chunks).await),
+            Some(Ok(StreamChunk::Start { content_type, fullness })) => {
+                self.take_fullness(&call, fullness);
+                (content_type, next_chunk(&mut chunks).await)
+            }
             other => (Encoding::Bytes.content_type().to_string(), other),
         };
         let first = match first {
@@ -324,10 +326,15 @@ impl Router {
         };
         let bytes = match first {
             StreamChunk::Data(bytes) => Bytes::from(bytes),
+            StreamChunk::End { fullness } => {
+                self.take_fullness(&call, fullness);
+                Bytes::new()
+            }
             StreamChunk::Rejected => {
                 // A rejecting replica is full, whatever else it reports.
                 let rejected = ServeReply {
                     ongoing: u32::MAX,
+                    fullness: None,
                     outcome: Outcome::Rejected,
                 };
                 self.finish(&mut call, &rejected);
@@ -363,6 +370,10 @@ impl Router {
                 let (mut chunks, call) = open?;
                 let item = match next_chunk(&mut chunks).await? {
                     Ok(StreamChunk::Data(bytes)) => return Some((Ok(Bytes::from(bytes)), Some((chunks, call)))),
+                    Ok(StreamChunk::End { fullness }) => {
+                        call.router.take_fullness(&call, fullness);
+                        return None;
+                    }
                     Ok(StreamChunk::UserError(message)) => call.router.user_error(&call.name, message),
                     Ok(StreamChunk::Status(error)) => call.router.status(error),
                     Ok(StreamChunk::Start { .. } | StreamChunk::Rejected | StreamChunk::BadRequest(_)) => {
@@ -444,12 +455,14 @@ fn replica_is_gone(error: &TaskError) -> bool {
         )
 }
 
-/// A call counted in its replica's `in_flight`, until it is finished or
-/// dropped (a timed-out request).
+/// A call counted in its replica's load estimate, until it is finished or
+/// dropped (a timed-out request, or a stream's end).
 struct InFlight {
     router: Arc<Router>,
     name: String,
     handle: ReplicaHandle,
+    /// Its number among the calls this router sent that replica.
+    number: u64,
     counted: bool,
 }
 
@@ -459,8 +472,8 @@ impl Drop for InFlight {
             return;
         }
         let mut state = self.router.lock();
-        if let Some(slot) = state.replicas.iter_mut().find(|slot| slot.name == self.name) {
-            slot.in_flight = slot.in_flight.saturating_sub(1);
+        if let Some(load) = state.load_of(&self.name) {
+            load.end_call();
         }
         drop(state);
         self.router.freed.notify_one();

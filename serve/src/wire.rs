@@ -1,8 +1,10 @@
 //! What routers and replicas exchange on an actor call: the raw request
 //! body (with the HTTP request's head when the proxy sends it), and a
-//! reply that always carries the replica's count of ongoing requests (the
-//! router's load estimate). A streamed answer starts with its content type,
-//! so that the proxy can send the response's head with the first chunk.
+//! reply that always carries the replica's count of ongoing requests and,
+//! for a deployment that reports one, its fullness (the router's load
+//! estimate). A streamed answer starts with its content type, so that the
+//! proxy can send the response's head with the first chunk; its first and
+//! last chunks carry the replica's fullness.
 
 use serde::{Deserialize, Serialize};
 
@@ -25,6 +27,9 @@ pub struct ServeReply {
     /// Requests the replica was running when it replied, this one not
     /// counted.
     pub ongoing: u32,
+    /// The replica's [`Deployment::fullness`](crate::Deployment::fullness)
+    /// when it replied.
+    pub fullness: Option<f64>,
     pub outcome: Outcome,
 }
 
@@ -37,7 +42,8 @@ pub enum Outcome {
         body: Vec<u8>,
         encoding: Encoding,
     },
-    /// The replica was at `max_ongoing_requests`; user code did not run.
+    /// The replica was at `max_ongoing_requests` or full by its fullness;
+    /// user code did not run.
     Rejected,
     /// The body did not decode into the deployment's request type.
     BadRequest(String),
@@ -63,11 +69,18 @@ impl Outcome {
 #[derive(Clone, Debug, Serialize, Deserialize)]
 pub enum StreamChunk {
     /// The answer's `Content-Type` (always first, once the request has
-    /// decoded).
-    Start { content_type: String },
+    /// decoded), with the replica's fullness once it took the request.
+    Start {
+        content_type: String,
+        fullness: Option<f64>,
+    },
     /// The next piece of the response body.
     Data(#[serde(with = "serde_bytes")] Vec<u8>),
-    /// The replica was at `max_ongoing_requests` (only ever first).
+    /// The deployment's stream ran out (always last, when it did): the
+    /// replica's fullness without this request.
+    End { fullness: Option<f64> },
+    /// The replica was at `max_ongoing_requests` or full by its fullness
+    /// (only ever first).
     Rejected,
     /// The body did not decode (only ever first).
     BadRequest(String),
@@ -85,9 +98,11 @@ impl StreamChunk {
         match self {
             StreamChunk::UserError(_) => true,
             StreamChunk::Status(error) => error.status >= 500,
-            StreamChunk::Start { .. } | StreamChunk::Data(_) | StreamChunk::Rejected | StreamChunk::BadRequest(_) => {
-                false
-            }
+            StreamChunk::Start { .. }
+            | StreamChunk::Data(_)
+            | StreamChunk::End { .. }
+            | StreamChunk::Rejected
+            | StreamChunk::BadRequest(_) => false,
         }
     }
 }
