@@ -1,8 +1,8 @@
 //! raylet-serve's integration tests, one binary (each test still runs in a
 //! process of its own under nextest): HTTP, routing, batching, streaming, the
 //! controller and the lifecycle of applications, HTTP APIs of deployments'
-//! own (whole requests, statuses, event streams), scaling to zero and
-//! deployments' figures.
+//! own (whole requests, statuses, event streams), scaling to zero,
+//! deployments' figures and routing by the fullness replicas report.
 
 mod common;
 
@@ -10,6 +10,7 @@ mod batching;
 mod controller;
 mod event_streams;
 mod figures;
+mod fullness;
 mod http;
 mod http_api;
 mod lifecycle;
