@@ -7,3 +7,4 @@ mod handle_streaming;
 mod http_api;
 mod metrics;
 mod openai_client;
+mod scale_to_zero;

@@ -141,6 +141,8 @@ struct Load {
     running: AtomicUsize,
     /// Requests submitted and not yet in the batch.
     waiting: AtomicUsize,
+    /// The cache tokens those requests will reserve.
+    waiting_tokens: AtomicUsize,
 }
 
 impl Engine {
@@ -199,6 +201,7 @@ impl Engine {
         let (events, received) = unbounded_channel();
         let prompt_tokens = request.prompt.len();
         self.load.waiting.fetch_add(1, Ordering::Relaxed);
+        self.load.waiting_tokens.fetch_add(reservation, Ordering::Relaxed);
         let arrival = Arrival {
             request,
             reservation,
@@ -233,6 +236,14 @@ impl Engine {
     /// Requests waiting to join the batch.
     pub fn waiting(&self) -> usize {
         self.load.waiting.load(Ordering::Relaxed)
+    }
+
+    /// How full the engine is: the cache its running sequences reserved
+    /// plus what its waiting requests will reserve, over the budget (above
+    /// 1 when requests wait for room).
+    pub fn fullness(&self) -> f64 {
+        let waiting = self.load.waiting_tokens.load(Ordering::Relaxed);
+        (self.budget.reserved() + waiting) as f64 / self.budget.capacity() as f64
     }
 
     /// The tokens `request` reserves, or why it can never run.
@@ -271,6 +282,14 @@ impl Drop for Engine {
         if let Some(thread) = self.thread.take() {
             let _ = thread.join();
         }
+    }
+}
+
+impl Load {
+    /// Counts `arrival` out of the waiting requests.
+    fn leave_waiting(&self, arrival: &Arrival) {
+        self.waiting.fetch_sub(1, Ordering::Relaxed);
+        self.waiting_tokens.fetch_sub(arrival.reservation, Ordering::Relaxed);
     }
 }
 
@@ -337,9 +356,14 @@ impl<M: LanguageModel> Decoder<M> {
 
     /// Drops the sequences and waiting requests whose receiver is gone.
     fn drop_cancelled(&mut self) {
-        let before = self.waiting.len();
-        self.waiting.retain(|arrival| !arrival.events.is_closed());
-        self.settle_waiting(before - self.waiting.len());
+        let load = &self.load;
+        self.waiting.retain(|arrival| {
+            let gone = arrival.events.is_closed();
+            if gone {
+                load.leave_waiting(arrival);
+            }
+            !gone
+        });
         let budget = &self.budget;
         self.running.retain(|sequence| {
             let gone = sequence.events.is_closed();
@@ -364,14 +388,10 @@ impl<M: LanguageModel> Decoder<M> {
                 return;
             }
             let arrival = self.waiting.pop_front().expect("the front is there");
-            self.settle_waiting(1);
+            self.load.leave_waiting(&arrival);
             prefilled += prompt;
             self.start(arrival);
         }
-    }
-
-    fn settle_waiting(&self, left: usize) {
-        self.load.waiting.fetch_sub(left, Ordering::Relaxed);
     }
 
     /// Reads an admitted request's prompt and sends its first token.

@@ -8,6 +8,10 @@
 //! proxy checks it as a bearer token, which is how OpenAI's clients send
 //! their key.
 //!
+//! A replica reports its fullness (cache reserved and needed over its
+//! budget), so routers send requests to the replica with room in its
+//! cache.
+//!
 //! Served under the route prefix `/v1`, so that a client's `base_url` is
 //! `http://<proxy>/v1`; under another prefix the paths below it are
 //! `/completions`, `/chat/completions` and `/models` all the same.
@@ -108,6 +112,13 @@ impl Deployment for OpenAiServer {
         }
     }
 
+    /// The cache its sequences reserved plus what its waiting requests
+    /// need, over its budget: routers send a request to the emptier of two
+    /// replicas, and none to a replica at 1 or more.
+    fn fullness(&self) -> Option<f64> {
+        Some(self.served.engine.fullness())
+    }
+
     fn figures(&self) -> Vec<Figure> {
         let snapshot = self.served.stats.snapshot();
         let engine = &self.served.engine;
@@ -132,15 +143,14 @@ impl Deployment for OpenAiServer {
 
 impl Served {
     /// The answer to `request`, chunk by chunk; an error before the first
-    /// chunk is OpenAI's error, which the proxy answers with.
+    /// chunk is OpenAI's error, which the proxy answers with. The request
+    /// is checked, tokenized and handed to the engine at once, so that the
+    /// replica's fullness counts it before the next request is admitted.
     fn answer(self: Arc<Self>, request: HttpRequest) -> Chunks {
-        let opened = stream::once(async move { self.open(&request) });
-        opened
-            .flat_map(|opened| match opened {
-                Ok(chunks) => chunks,
-                Err(error) => stream::iter([Err(error.into_http().into())]).boxed(),
-            })
-            .boxed()
+        match self.open(&request) {
+            Ok(chunks) => chunks,
+            Err(error) => stream::iter([Err(error.into_http().into())]).boxed(),
+        }
     }
 
     /// Routes the request and starts its generation.
