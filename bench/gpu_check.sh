@@ -17,8 +17,8 @@
 #                                 target/gpu-check/out)
 #   bench/gpu_check.sh record FILE
 #                                 here: appends the device run's table
-#                                 (its gpu_check.md) to BENCHMARKS.md's
-#                                 "What ran on a GPU", dated
+#                                 (its gpu_check.md), dated, to bench/gpu.md,
+#                                 BENCHMARKS.md's "What ran on a GPU"
 #   bench/gpu_check.sh rehearse   here, without a GPU: `device` with every
 #                                 step on the CPU and one fake GPU, and the
 #                                 tiny GPT, to check the script end to end
@@ -90,20 +90,18 @@ device() {
     return "$status"
 }
 
-# Appends the table FILE after the last line of "What ran on a GPU".
+# Appends the table FILE, dated, to bench/gpu.md, then rewrites the sections
+# of BENCHMARKS.md (its "What ran on a GPU" is bench/gpu.md).
 record() {
     local table=${1:?record takes the gpu_check.md of a device run}
     python3 - "$table" <<'PY'
 import sys, datetime
 table = open(sys.argv[1]).read().strip()
-path = "BENCHMARKS.md"
-text = open(path).read()
-start = text.index("## What ran on a GPU")
-end = text.index("\n## ", start + 1)
 stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
-entry = f"### `cuda`, {stamp}\n\n{table}\n\n"
-open(path, "w").write(text[: end + 1] + entry + text[end + 1 :])
+with open("bench/gpu.md", "a") as gpu:
+    gpu.write(f"\n### `cuda`, {stamp}\n\n{table}\n")
 PY
+    python3 bench/compare_ray.py --refresh-sections
 }
 
 case "${1:-}" in
