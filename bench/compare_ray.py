@@ -774,6 +774,17 @@ def write_sections(w):
                    "raylet-serve's `Batcher`), once with a 5 ms batch wait and once with none; what differs is that "
                    "Ray computes a batch with numpy and raylet-serve with plain Rust. Both read the same weights; "
                    "both proxies on 127.0.0.1, one node.\n")
+    inline_section(w, "llm_serve.md", "## Serving a language model (raylet-llm against Ray Serve)\n",
+                   "A GPT served OpenAI-compatibly (`POST /v1/completions`, streamed): raylet's `llm_serve` with "
+                   "continuous batching against the same weights in PyTorch served by Ray Serve 2.60 with "
+                   "`@serve.batch` (static batching, its documented way to batch a model without vLLM), under a "
+                   "closed-loop load of fixed prompts with varied output lengths at concurrencies 1, 16 and 64; "
+                   "output tokens/s, time to first token and inter-token latency. Written by "
+                   "`bench/compare_llm_serve.sh`.\n")
+    inline_section(w, "gpu.md", "## What ran on a GPU\n",
+                   "`bench/gpu_check.sh` runs `examples/gpu_check.rs` on a lent GPU machine (`build` here, `device` "
+                   "there, then `record` here appends its dated table to bench/gpu.md). Figures on a GPU are not "
+                   "comparable with the CPU rows of this file.\n\n")
     w("## Reproducing\n")
     w("```sh\nbench/run_all.sh                  # every table: the sections' scripts, then this file\n"
       "bench/compare_ray.sh              # the microbenchmark, lifecycle and physical tables (about 60 min),\n"

@@ -9,7 +9,7 @@
 #   bench/run_all.sh [--reps N] [--skip SECTION]...
 #
 # Sections, in the order they run: tune, data, envelope, allreduce,
-# train-digits, sharding, serve, lm, microbenchmarks. --reps N goes to every script (default: each
+# train-digits, sharding, serve, llm-serve, lm, microbenchmarks. --reps N goes to every script (default: each
 # script's own); --skip leaves a section's bench/*.md as it is. A full run
 # takes about three hours on a 2-core machine, most of it Ray's side; run it
 # on a machine with nothing else running, as the figures are ratios of runs
@@ -47,6 +47,7 @@ if wanted sharding; then
     target/release/examples/sharding_bench --steps 6 --write bench/sharding.md
 fi
 if wanted serve; then log "section serve"; bench/compare_serve.sh "${reps[@]}"; fi
+if wanted llm-serve; then log "section llm-serve"; bench/compare_llm_serve.sh "${reps[@]}"; fi
 if wanted lm; then log "section lm"; bench/compare_lm.sh "${reps[@]}"; fi
 if wanted microbenchmarks; then
     log "section microbenchmarks (writes BENCHMARKS.md)"
