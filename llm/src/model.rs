@@ -28,8 +28,10 @@ pub trait LanguageModel: Send + 'static {
     /// Bytes the cache of one token takes.
     fn cache_bytes_per_token(&self) -> usize;
 
-    /// Reads a prompt: the logits of the token after it, and its cache.
-    fn prefill(&self, prompt: &[u32]) -> (Vec<f32>, Self::Cache);
+    /// Reads a prompt into a cache of `capacity` tokens (the prompt and
+    /// those decoded after it): the logits of the token after it, and the
+    /// cache.
+    fn prefill(&self, prompt: &[u32], capacity: usize) -> (Vec<f32>, Self::Cache);
 
     /// Feeds each sequence its next token; the logits of the token after
     /// each, `vocab_size` per sequence, in order.
@@ -62,11 +64,10 @@ pub struct GptTokenizer {
 }
 
 impl GptModel {
-    /// The GPT and tokenizer of the checkpoint directory `dir`, on the
-    /// device raylet-train picks for this process (the CPU unless a GPU
-    /// build and `BURN_DEVICE` say otherwise).
+    /// The GPT and tokenizer of the checkpoint directory `dir`, on
+    /// [`serving_device`].
     pub fn load(dir: &Path) -> Result<(Self, Arc<GptTokenizer>), LlmError> {
-        let device = raylet_train::cpu_device();
+        let device = serving_device();
         let trained = TrainedGpt::load(dir, &device)?;
         let tokenizer = Arc::new(GptTokenizer::new(trained.tokenizer));
         Ok((GptModel::new(trained.model, device), tokenizer))
@@ -80,6 +81,17 @@ impl GptModel {
             device,
         }
     }
+}
+
+/// The device this process serves on: its GPU when raylet-llm is built
+/// with `cuda` and the replica was given a GPU (`num_gpus`; the first one
+/// `CUDA_VISIBLE_DEVICES` shows it), else the CPU.
+pub fn serving_device() -> Device {
+    #[cfg(feature = "cuda")]
+    if !raylet::gpu_ids().is_empty() {
+        return Device::cuda(0);
+    }
+    raylet_train::cpu_device()
 }
 
 impl LanguageModel for GptModel {
@@ -97,8 +109,8 @@ impl LanguageModel for GptModel {
         self.cache_bytes_per_token
     }
 
-    fn prefill(&self, prompt: &[u32]) -> (Vec<f32>, KvCache) {
-        let (logits, cache) = self.model.prefill(prompt, &self.device);
+    fn prefill(&self, prompt: &[u32], capacity: usize) -> (Vec<f32>, KvCache) {
+        let (logits, cache) = self.model.prefill(prompt, capacity, &self.device);
         (values(logits.into_data()), cache)
     }
 

@@ -402,7 +402,7 @@ impl<M: LanguageModel> Decoder<M> {
             events,
             arrived_at,
         } = arrival;
-        let read = std::panic::catch_unwind(AssertUnwindSafe(|| self.model.prefill(&request.prompt)));
+        let read = std::panic::catch_unwind(AssertUnwindSafe(|| self.model.prefill(&request.prompt, reservation)));
         let (logits, cache) = match read {
             Ok(read) => read,
             Err(panic) => {

@@ -65,8 +65,10 @@ impl LanguageModel for CountingModel {
         1
     }
 
-    fn prefill(&self, prompt: &[u32]) -> (Vec<f32>, Vec<u32>) {
-        (Self::logits_after(*prompt.last().unwrap()), prompt.to_vec())
+    fn prefill(&self, prompt: &[u32], capacity: usize) -> (Vec<f32>, Vec<u32>) {
+        let mut cache = Vec::with_capacity(capacity);
+        cache.extend_from_slice(prompt);
+        (Self::logits_after(*prompt.last().unwrap()), cache)
     }
 
     fn decode(&self, batch: &mut [(u32, &mut Vec<u32>)]) -> Vec<f32> {
@@ -75,7 +77,7 @@ impl LanguageModel for CountingModel {
         let mut logits = Vec::new();
         for (token, cache) in batch.iter_mut() {
             assert!(cache[0] != POISON, "a prompt that starts with the poison token");
-            assert!(cache.len() < self.context_length, "decoding past the context");
+            assert!(cache.len() < cache.capacity(), "decoding past the cache's capacity");
             cache.push(*token);
             logits.extend(Self::logits_after(*token));
         }

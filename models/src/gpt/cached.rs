@@ -5,9 +5,15 @@
 //! lengths at once. The projections and the MLP run on the whole batch;
 //! attention runs per sequence, over that sequence's own cache, so no
 //! sequence waits for or pads to another's length.
+//!
+//! A cache is allocated once for all the tokens its sequence may hold (its
+//! capacity): each step writes one position's keys and values in place,
+//! and attention multiplies against the filled part as a strided view, so
+//! no step copies the cache.
 
 use burn::prelude::*;
 use burn::tensor::TensorData;
+use burn::tensor::activation::softmax;
 use burn::tensor::module::attention;
 use burn::tensor::ops::AttentionModuleOptions;
 
@@ -16,9 +22,11 @@ use super::{Gpt, token_batch};
 
 /// The keys and values one sequence has computed so far, per block.
 pub struct KvCache {
-    /// Per block: keys and values, each `[1, n_heads, len, head_dim]`.
+    /// Per block: keys and values, each `[1, n_heads, capacity, head_dim]`,
+    /// filled up to `len`.
     blocks: Vec<(Tensor<4>, Tensor<4>)>,
     len: usize,
+    capacity: usize,
 }
 
 impl KvCache {
@@ -32,14 +40,51 @@ impl KvCache {
         self.len == 0
     }
 
-    /// Appends one position's keys and values (`[1, n_heads, 1, head_dim]`)
-    /// to block `block`; returns all of that block's.
-    fn append(&mut self, block: usize, keys: Tensor<4>, values: Tensor<4>) -> (Tensor<4>, Tensor<4>) {
-        let (cached_keys, cached_values) = &mut self.blocks[block];
-        *cached_keys = Tensor::cat(vec![cached_keys.clone(), keys], 2);
-        *cached_values = Tensor::cat(vec![cached_values.clone(), values], 2);
-        (cached_keys.clone(), cached_values.clone())
+    /// The most tokens it can hold.
+    pub fn capacity(&self) -> usize {
+        self.capacity
     }
+
+    /// A cache of `capacity` tokens holding each block's keys and values
+    /// (`[1, n_heads, len, head_dim]` each) of a prompt.
+    fn new(prompt: Vec<(Tensor<4>, Tensor<4>)>, capacity: usize) -> Self {
+        let len = prompt.first().map_or(0, |(keys, _)| keys.dims()[2]);
+        let blocks = prompt
+            .into_iter()
+            .map(|(keys, values)| (with_capacity(keys, capacity), with_capacity(values, capacity)))
+            .collect();
+        KvCache { blocks, len, capacity }
+    }
+
+    /// Writes one position's keys and values (`[1, n_heads, 1, head_dim]`)
+    /// of block `block` at position `len`, in place (the cache holds the
+    /// only handle to its tensors between steps); returns views of that
+    /// block's keys and values up to it.
+    fn append(&mut self, block: usize, keys: Tensor<4>, values: Tensor<4>) -> (Tensor<4>, Tensor<4>) {
+        let filled = self.len + 1;
+        let (cached_keys, cached_values) = &mut self.blocks[block];
+        write_position(cached_keys, self.len, keys);
+        write_position(cached_values, self.len, values);
+        (
+            cached_keys.clone().narrow(2, 0, filled),
+            cached_values.clone().narrow(2, 0, filled),
+        )
+    }
+}
+
+/// `prompt` (`[1, n_heads, len, head_dim]`) at the start of a zeroed tensor
+/// of `capacity` positions.
+fn with_capacity(prompt: Tensor<4>, capacity: usize) -> Tensor<4> {
+    let [batch, heads, len, head_dim] = prompt.dims();
+    let buffer = Tensor::zeros([batch, heads, capacity, head_dim], &prompt.device());
+    buffer.slice_assign([0..batch, 0..heads, 0..len, 0..head_dim], prompt)
+}
+
+/// Writes `value` (`[1, n_heads, 1, head_dim]`) at `position` of `cache`.
+fn write_position(cache: &mut Tensor<4>, position: usize, value: Tensor<4>) {
+    let [batch, heads, _, head_dim] = value.dims();
+    let owned = std::mem::replace(cache, Tensor::empty([0, 0, 0, 0], &value.device()));
+    *cache = owned.slice_assign([0..batch, 0..heads, position..position + 1, 0..head_dim], value);
 }
 
 impl Gpt {
@@ -51,16 +96,19 @@ impl Gpt {
     }
 
     /// Reads `prompt` and returns the next-token logits after it
-    /// (`[vocab_size]`) and its cache.
+    /// (`[vocab_size]`) and its cache, which holds up to `capacity` tokens
+    /// (the prompt and those decoded after it).
     ///
     /// # Panics
-    /// If `prompt` is empty or longer than the context length.
-    pub fn prefill(&self, prompt: &[u32], device: &Device) -> (Tensor<1>, KvCache) {
+    /// If `prompt` is empty or longer than `capacity`, or `capacity` is
+    /// beyond the context length.
+    pub fn prefill(&self, prompt: &[u32], capacity: usize, device: &Device) -> (Tensor<1>, KvCache) {
         let seq = prompt.len();
+        let context_length = self.context_length();
         assert!(
-            (1..=self.context_length()).contains(&seq),
-            "a prompt of {seq} tokens: it must have 1 to {} tokens",
-            self.context_length()
+            seq >= 1 && seq <= capacity && capacity <= context_length,
+            "a prompt of {seq} tokens in a cache of {capacity}: it must have 1 to {capacity} tokens, \
+             and the cache at most the context's {context_length}"
         );
         let positions = self.position_embedding.val().narrow(0, 0, seq).unsqueeze::<3>();
         let mut residual = self.token_embedding.forward(token_batch(&[prompt], device)) + positions;
@@ -73,7 +121,7 @@ impl Gpt {
         }
         let last = residual.narrow(1, seq - 1, 1);
         let logits = self.logits(last).reshape([self.vocab_size()]);
-        (logits, KvCache { blocks, len: seq })
+        (logits, KvCache::new(blocks, capacity))
     }
 
     /// One decoding step for a batch: each sequence reads its next token
@@ -81,16 +129,12 @@ impl Gpt {
     /// the next-token logits of each, `[batch, vocab_size]`, in order.
     ///
     /// # Panics
-    /// If the batch is empty or a cache is already as long as the context.
+    /// If the batch is empty or a cache is full.
     pub fn decode(&self, batch: &mut [(u32, &mut KvCache)], device: &Device) -> Tensor<2> {
         let size = batch.len();
         assert!(size > 0, "a decoding step needs at least one sequence");
-        let context_length = self.context_length();
-        if let Some((_, full)) = batch.iter().find(|(_, cache)| cache.len >= context_length) {
-            panic!(
-                "a cache of {} tokens is full: the context is {context_length}",
-                full.len
-            );
+        if let Some((_, full)) = batch.iter().find(|(_, cache)| cache.len >= cache.capacity) {
+            panic!("a cache of {} tokens is full", full.capacity);
         }
         let tokens: Vec<i64> = batch.iter().map(|(token, _)| i64::from(*token)).collect();
         let positions: Vec<i64> = batch.iter().map(|(_, cache)| cache.len as i64).collect();
@@ -140,18 +184,20 @@ impl CausalSelfAttention {
 
     /// Attention of one new position per sequence (`[batch, 1, d_model]`)
     /// over that sequence's cached keys and values of block `block`, which
-    /// it extends.
+    /// it extends: softmax(q·Kᵀ/√head_dim)·V, the products taking the
+    /// cache's filled part as it lies.
     fn decode(&self, input: Tensor<3>, batch: &mut [(u32, &mut KvCache)], block: usize) -> Tensor<3> {
         let [size, _, d_model] = input.dims();
         let [query, keys, values] = self.split_query_key_value(input);
         let row = |tensor: &Tensor<4>, index: usize| tensor.clone().narrow(0, index, 1);
+        let scale = ((d_model / self.n_heads) as f64).sqrt().recip();
         let heads: Vec<Tensor<4>> = batch
             .iter_mut()
             .enumerate()
             .map(|(index, (_, cache))| {
                 let (all_keys, all_values) = cache.append(block, row(&keys, index), row(&values, index));
-                let options = AttentionModuleOptions::default();
-                attention(row(&query, index), all_keys, all_values, None, None, options)
+                let scores = row(&query, index).matmul(all_keys.swap_dims(2, 3)).mul_scalar(scale);
+                softmax(scores, 3).matmul(all_values)
             })
             .collect();
         let merged = Tensor::cat(heads, 0).swap_dims(1, 2).reshape([size, 1, d_model]);
@@ -213,9 +259,9 @@ mod tests {
         let model = micro_model(&device);
         let prompt = [4, 8, 15, 16, 23, 42];
 
-        let (logits, cache) = model.prefill(&prompt, &device);
+        let (logits, cache) = model.prefill(&prompt, 10, &device);
 
-        assert_eq!(cache.len(), 6);
+        assert_eq!((cache.len(), cache.capacity()), (6, 10));
         let logits: Vec<f32> = logits.into_data().try_to_vec::<f32>().unwrap();
         assert!(max_difference(&logits, &uncached(&model, &prompt, &device)) < 1e-4);
     }
@@ -225,7 +271,10 @@ mod tests {
         let device = Device::flex();
         let model = micro_model(&device);
         let mut sequences: Vec<Vec<u32>> = vec![vec![1], vec![2, 3, 5, 7, 11, 13], vec![9, 9, 9, 1]];
-        let mut caches: Vec<KvCache> = sequences.iter().map(|s| model.prefill(s, &device).1).collect();
+        let mut caches: Vec<KvCache> = sequences
+            .iter()
+            .map(|s| model.prefill(s, s.len() + 5, &device).1)
+            .collect();
 
         for step in 0..5u32 {
             let next: Vec<u32> = (0..3).map(|i| (step * 7 + i * 3) % 50).collect();
@@ -247,12 +296,20 @@ mod tests {
     }
 
     #[test]
-    #[should_panic(expected = "is full: the context is 24")]
+    #[should_panic(expected = "a cache of 12 tokens is full")]
     fn a_full_cache_cannot_decode() {
         let device = Device::flex();
         let model = micro_model(&device);
-        let (_, mut cache) = model.prefill(&[1; 24], &device);
+        let (_, mut cache) = model.prefill(&[1; 11], 12, &device);
         model.decode(&mut [(2, &mut cache)], &device);
+        model.decode(&mut [(3, &mut cache)], &device);
+    }
+
+    #[test]
+    #[should_panic(expected = "the cache at most the context's 24")]
+    fn a_cache_beyond_the_context_is_refused() {
+        let device = Device::flex();
+        micro_model(&device).prefill(&[1; 4], 25, &device);
     }
 
     #[test]
