@@ -24,6 +24,8 @@ fn the_first_request_to_a_model_at_zero_replicas_waits_for_one_and_is_answered()
         min_replicas: 0,
         max_replicas: 1,
         downscale_delay: Duration::from_secs(2),
+        metrics_interval: Duration::from_millis(250),
+        look_back_period: Duration::from_secs(1),
         ..AutoscalingConfig::default()
     };
     let app = Application::new("cold", ROUTE_PREFIX).deployment(deployment(init).unwrap().autoscaling(scaling));
