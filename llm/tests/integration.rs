@@ -7,4 +7,5 @@ mod handle_streaming;
 mod http_api;
 mod metrics;
 mod openai_client;
+mod routing;
 mod scale_to_zero;
