@@ -55,6 +55,9 @@ pub struct GptModel {
     model: Gpt,
     device: Device,
     cache_bytes_per_token: usize,
+    /// The cores a decoding step is split among: this machine's on the
+    /// CPU, one on a GPU.
+    cores: usize,
 }
 
 /// The byte-level BPE tokenizer a GPT was trained with.
@@ -75,10 +78,15 @@ impl GptModel {
 
     /// `model`, on `device`.
     pub fn new(model: Gpt, device: Device) -> Self {
+        let cores = match device == raylet_train::cpu_device() {
+            true => std::thread::available_parallelism().map_or(1, usize::from),
+            false => 1,
+        };
         GptModel {
             cache_bytes_per_token: model.kv_cache_bytes_per_token(),
             model,
             device,
+            cores,
         }
     }
 }
@@ -114,10 +122,30 @@ impl LanguageModel for GptModel {
         (values(logits.into_data()), cache)
     }
 
+    /// On the CPU, a batch of at least [`MIN_SEQUENCES_PER_THREAD`] per
+    /// core is split among the cores, each decoding its part: burn's CPU
+    /// kernels run a decoding step's small products on one core.
     fn decode(&self, batch: &mut [(u32, &mut KvCache)]) -> Vec<f32> {
-        values(self.model.decode(batch, &self.device).into_data())
+        let parts = self.cores.min(batch.len() / MIN_SEQUENCES_PER_THREAD).max(1);
+        if parts == 1 {
+            return values(self.model.decode(batch, &self.device).into_data());
+        }
+        let per_part = batch.len().div_ceil(parts);
+        std::thread::scope(|scope| {
+            let decoding: Vec<_> = batch
+                .chunks_mut(per_part)
+                .map(|part| scope.spawn(|| values(self.model.decode(part, &self.device).into_data())))
+                .collect();
+            decoding
+                .into_iter()
+                .flat_map(|part| part.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
+                .collect()
+        })
     }
 }
+
+/// The fewest sequences a core decodes when a batch is split among cores.
+const MIN_SEQUENCES_PER_THREAD: usize = 4;
 
 fn values(data: burn::tensor::TensorData) -> Vec<f32> {
     data.try_to_vec::<f32>().expect("a float tensor")

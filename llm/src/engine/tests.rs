@@ -359,7 +359,17 @@ fn a_gpt_decodes_in_a_batch_what_it_decodes_alone() {
     };
     device.seed(3);
     let gpt = Gpt::new(&config, &device).unwrap();
-    let prompts = ["def", "return a", "def add(a, b):\n", "b"];
+    // Eight prompts: on two or more cores, a step is split among them.
+    let prompts = [
+        "def",
+        "return a",
+        "def add(a, b):\n",
+        "b",
+        "add",
+        "(a",
+        "    return",
+        "a + b",
+    ];
     let tokenizer = Arc::new(GptTokenizer::new(tokenizer));
     let alone: Vec<String> = prompts
         .iter()
