@@ -55,7 +55,7 @@ pub struct GptModel {
     model: Gpt,
     device: Device,
     cache_bytes_per_token: usize,
-    /// The cores a decoding step is split among: this machine's on the
+    /// The threads a decoding step is split among: [`cpu_threads`] on the
     /// CPU, one on a GPU.
     cores: usize,
 }
@@ -79,7 +79,7 @@ impl GptModel {
     /// `model`, on `device`.
     pub fn new(model: Gpt, device: Device) -> Self {
         let cores = match device == raylet_train::cpu_device() {
-            true => std::thread::available_parallelism().map_or(1, usize::from),
+            true => cpu_threads(),
             false => 1,
         };
         GptModel {
@@ -142,6 +142,16 @@ impl LanguageModel for GptModel {
                 .collect()
         })
     }
+}
+
+/// The threads a decoding step may use on the CPU: `RAYON_NUM_THREADS`
+/// when it is set (the bound burn's CPU kernels take too; set it when
+/// several replicas share a node), else every core of the machine.
+fn cpu_threads() -> usize {
+    let configured = std::env::var("RAYON_NUM_THREADS").ok().and_then(|n| n.parse().ok());
+    configured
+        .filter(|&n: &usize| n > 0)
+        .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from))
 }
 
 /// The fewest sequences a core decodes when a batch is split among cores.
