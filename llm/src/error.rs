@@ -7,8 +7,16 @@ use thiserror::Error;
 pub enum LlmError {
     #[error("loading the model: {0}")]
     Load(#[from] raylet_lm::LmError),
-    #[error("invalid engine options: {0}")]
-    Options(String),
+    #[error(
+        "the engine can hold no sequence: kv_cache_bytes {kv_cache_bytes} holds no token of \
+         {bytes_per_token} bytes, or max_batch_size is 0"
+    )]
+    HoldsNothing {
+        kv_cache_bytes: usize,
+        bytes_per_token: usize,
+    },
+    #[error("starting the engine thread: {0}")]
+    Thread(std::io::Error),
     #[error("the prompt is empty: it needs at least one token")]
     EmptyPrompt,
     #[error(

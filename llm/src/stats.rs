@@ -149,19 +149,12 @@ impl ServingStats {
         let Some(labels) = &self.labels else {
             return;
         };
-        let series = |state: &str| {
-            [
-                labels.app.clone(),
-                labels.deployment.clone(),
-                labels.replica.clone(),
-                state.into(),
-            ]
-        };
+        let series = |state| [&*labels.app, &*labels.deployment, &*labels.replica, state];
         for (state, count) in [("running", running), ("waiting", waiting)] {
-            SEQUENCES.set(&series(state).each_ref().map(String::as_str), count as f64);
+            SEQUENCES.set(&series(state), count as f64);
         }
         for (kind, tokens) in [("reserved", reserved), ("capacity", capacity)] {
-            CACHE_TOKENS.set(&series(kind).each_ref().map(String::as_str), tokens as f64);
+            CACHE_TOKENS.set(&series(kind), tokens as f64);
         }
     }
 

@@ -7,14 +7,14 @@ use std::time::Duration;
 use futures_util::Stream;
 use futures_util::stream::{self, StreamExt};
 use raylet_llm::EngineOptions;
-use raylet_llm::openai::{DEPLOYMENT, OpenAiServer, ROUTE_PREFIX, ServerInit};
+use raylet_llm::openai::{DEPLOYMENT, OpenAiServer, ROUTE_PREFIX};
 use raylet_serve::{
     Application, BoxError, Bytes, Deployment, DeploymentConfig, DeploymentHandle, HttpOptions, HttpRequest,
     ReplicaContext, register_deployment,
 };
 use serde_json::json;
 
-use crate::common::{MODEL, init, runtime, write_checkpoint};
+use crate::common::{MODEL, init, runtime, server_init};
 
 /// Passes every request to the model deployment through a handle and
 /// streams its answer back chunk by chunk.
@@ -57,11 +57,7 @@ impl Deployment for ModelRouter {
 fn a_router_streams_the_models_tokens_through_a_handle_and_a_client_that_leaves_frees_them() {
     let cluster = init();
     let dir = tempfile::tempdir().unwrap();
-    let init = ServerInit {
-        model_name: MODEL.into(),
-        checkpoint: write_checkpoint(dir.path()),
-        engine: EngineOptions::default(),
-    };
+    let init = server_init(dir.path(), EngineOptions::default());
     let app = Application::new("routed", ROUTE_PREFIX)
         .deployment(
             DeploymentConfig::new::<ModelRouter>("router", ())

@@ -7,12 +7,12 @@
 
 use std::time::{Duration, Instant};
 
-use raylet_llm::openai::{ServerInit, application};
+use raylet_llm::openai::application;
 use raylet_llm::{EngineOptions, GptModel, LanguageModel, Tokenizer};
 use raylet_serve::HttpOptions;
 use serde_json::json;
 
-use crate::common::{MODEL, http_client, init, runtime, write_checkpoint};
+use crate::common::{MODEL, http_client, init, runtime, server_init};
 
 /// The prompt of every request.
 const PROMPT: &str = "x";
@@ -24,18 +24,11 @@ const SHORT: usize = 96;
 fn requests_go_to_the_replica_with_room_in_its_cache_while_the_other_is_full() {
     let cluster = init();
     let dir = tempfile::tempdir().unwrap();
-    let checkpoint = write_checkpoint(dir.path());
-    let (model, tokenizer) = GptModel::load(&checkpoint).unwrap();
+    let mut init = server_init(dir.path(), EngineOptions::default());
+    let (model, tokenizer) = GptModel::load(&init.checkpoint).unwrap();
     let prompt_tokens = tokenizer.encode(PROMPT).unwrap().len();
     // Each replica's cache holds exactly the long request, or three short ones.
-    let init = ServerInit {
-        model_name: MODEL.into(),
-        checkpoint,
-        engine: EngineOptions {
-            kv_cache_bytes: (prompt_tokens + LONG) * model.cache_bytes_per_token(),
-            ..EngineOptions::default()
-        },
-    };
+    init.engine.kv_cache_bytes = (prompt_tokens + LONG) * model.cache_bytes_per_token();
     let http = HttpOptions::default().port(0);
     let serve = raylet_serve::run_with(&cluster, application("routed", init, 2).unwrap(), http).unwrap();
     let url = format!("http://{}/v1/completions", serve.address());

@@ -5,21 +5,17 @@
 use std::time::{Duration, Instant};
 
 use raylet_llm::EngineOptions;
-use raylet_llm::openai::{ROUTE_PREFIX, ServerInit, deployment};
+use raylet_llm::openai::{ROUTE_PREFIX, deployment};
 use raylet_serve::{Application, AutoscalingConfig, HttpOptions};
 use serde_json::json;
 
-use crate::common::{MODEL, init, runtime, write_checkpoint};
+use crate::common::{MODEL, init, runtime, server_init};
 
 #[test]
 fn the_first_request_to_a_model_at_zero_replicas_waits_for_one_and_is_answered() {
     let cluster = init();
     let dir = tempfile::tempdir().unwrap();
-    let init = ServerInit {
-        model_name: MODEL.into(),
-        checkpoint: write_checkpoint(dir.path()),
-        engine: EngineOptions::default(),
-    };
+    let init = server_init(dir.path(), EngineOptions::default());
     let scaling = AutoscalingConfig {
         min_replicas: 0,
         max_replicas: 1,

@@ -40,6 +40,8 @@ use tokio::sync::mpsc::{UnboundedReceiver, UnboundedSender, unbounded_channel};
 pub use budget::CacheBudget;
 pub use sampling::SamplingParams;
 
+use raylet::error::panic_message;
+
 use crate::LlmError;
 use crate::model::{LanguageModel, Tokenizer};
 use crate::stats::ServingStats;
@@ -115,11 +117,15 @@ pub enum Event {
 pub struct Generation {
     /// Tokens in the prompt.
     pub prompt_tokens: usize,
+    /// Unbounded, so that a slow client never stalls the batch: it holds at
+    /// most one event per token of `max_tokens` and the end.
     pub events: UnboundedReceiver<Event>,
 }
 
 /// A handle to an engine thread; dropping the last one stops the thread
-/// once its sequences are done.
+/// once its sequences are done. Requests reach the thread over a channel
+/// that `max_waiting` bounds: a request beyond it is refused
+/// ([`LlmError::Busy`]), never queued.
 pub struct Engine {
     arrivals: Option<mpsc::Sender<Arrival>>,
     thread: Option<JoinHandle<()>>,
@@ -155,13 +161,10 @@ impl Engine {
     ) -> Result<Self, LlmError> {
         let capacity = options.kv_cache_bytes / model.cache_bytes_per_token().max(1);
         if capacity == 0 || options.max_batch_size == 0 {
-            return Err(LlmError::Options(format!(
-                "the engine can hold no sequence: kv_cache_bytes {} is {capacity} tokens of {} bytes, \
-                 max_batch_size {}",
-                options.kv_cache_bytes,
-                model.cache_bytes_per_token(),
-                options.max_batch_size
-            )));
+            return Err(LlmError::HoldsNothing {
+                kv_cache_bytes: options.kv_cache_bytes,
+                bytes_per_token: model.cache_bytes_per_token(),
+            });
         }
         let limits = Limits {
             context_length: model.context_length(),
@@ -184,7 +187,7 @@ impl Engine {
         let thread = std::thread::Builder::new()
             .name("llm-engine".into())
             .spawn(move || decoder.run())
-            .map_err(|e| LlmError::Options(format!("starting the engine thread: {e}")))?;
+            .map_err(LlmError::Thread)?;
         Ok(Engine {
             arrivals: Some(arrivals),
             thread: Some(thread),
@@ -210,6 +213,8 @@ impl Engine {
         };
         let sent = self.arrivals.as_ref().map(|arrivals| arrivals.send(arrival));
         if !matches!(sent, Some(Ok(()))) {
+            self.load.waiting.fetch_sub(1, Ordering::Relaxed);
+            self.load.waiting_tokens.fetch_sub(reservation, Ordering::Relaxed);
             return Err(LlmError::EngineStopped);
         }
         Ok(Generation {
@@ -224,7 +229,7 @@ impl Engine {
     }
 
     /// The cache budget, in tokens.
-    pub fn budget(&self) -> &Arc<CacheBudget> {
+    pub fn budget(&self) -> &CacheBudget {
         &self.budget
     }
 
@@ -407,7 +412,10 @@ impl<M: LanguageModel> Decoder<M> {
             Ok(read) => read,
             Err(panic) => {
                 self.budget.release(reservation);
-                let _ = events.send(Event::Failed(format!("reading the prompt: {}", panic_text(&panic))));
+                let _ = events.send(Event::Failed(format!(
+                    "reading the prompt: {}",
+                    panic_message(panic.as_ref())
+                )));
                 return;
             }
         };
@@ -442,7 +450,7 @@ impl<M: LanguageModel> Decoder<M> {
         drop(batch);
         let logits = match decoded {
             Ok(logits) => logits,
-            Err(panic) => return self.fail_running(&panic_text(&panic)),
+            Err(panic) => return self.fail_running(&panic_message(panic.as_ref())),
         };
         let vocab = self.model.vocab_size();
         let now = Instant::now();
@@ -511,15 +519,6 @@ impl<M: LanguageModel> Decoder<M> {
             self.budget.capacity(),
         );
     }
-}
-
-/// What a panic said.
-fn panic_text(panic: &Box<dyn std::any::Any + Send>) -> String {
-    panic
-        .downcast_ref::<&str>()
-        .map(|s| s.to_string())
-        .or_else(|| panic.downcast_ref::<String>().cloned())
-        .unwrap_or_else(|| "a panic with no message".into())
 }
 
 #[cfg(test)]

@@ -52,6 +52,15 @@ pub fn write_checkpoint(dir: &Path) -> PathBuf {
     checkpoint
 }
 
+/// What a replica serving a GPT written in `dir` is built from.
+pub fn server_init(dir: &Path, engine: EngineOptions) -> ServerInit {
+    ServerInit {
+        model_name: MODEL.into(),
+        checkpoint: write_checkpoint(dir),
+        engine,
+    }
+}
+
 /// The model served at `/v1` by one replica, with these engine options.
 pub struct ServedModel {
     pub serve: ServeInstance,
@@ -62,12 +71,7 @@ pub struct ServedModel {
 impl ServedModel {
     pub fn start(cluster: &raylet::Cluster, engine: EngineOptions) -> Self {
         let dir = tempfile::tempdir().expect("a scratch directory");
-        let init = ServerInit {
-            model_name: MODEL.into(),
-            checkpoint: write_checkpoint(dir.path()),
-            engine,
-        };
-        let app = application("llm", init, 1).expect("an application");
+        let app = application("llm", server_init(dir.path(), engine), 1).expect("an application");
         let serve = raylet_serve::run_with(cluster, app, HttpOptions::default().port(0)).expect("served");
         ServedModel {
             serve,
