@@ -22,7 +22,7 @@ use raylet_scheduler::autoscaler::{Autoscaler, AutoscalerConfig};
 use raylet_scheduler::placement::{LaunchableNode, LaunchableNodes};
 use serde::{Deserialize, Serialize};
 
-use crate::cluster_name::check_cluster_name;
+use crate::cluster_name::{ClusterNameError, check_cluster_name};
 use crate::provider::NodeProvider;
 use crate::{LocalProvider, NetnsConfig, NetnsProvider, SlurmConfig, SlurmProvider};
 
@@ -87,7 +87,16 @@ pub enum ClusterConfigError {
     Parse { path: PathBuf, message: String },
     #[error("{path}: {message}")]
     Invalid { path: PathBuf, message: String },
+    #[error("{path}: {source}")]
+    ClusterName { path: PathBuf, source: ClusterNameError },
+    #[error("{path}: {source}")]
+    Interval { path: PathBuf, source: IntervalError },
 }
+
+/// `head.interval_s` is not a number of seconds above 0 and at most a day.
+#[derive(Debug, PartialEq, thiserror::Error)]
+#[error("head.interval_s must be a number of seconds above 0 and at most a day, not {0}")]
+pub struct IntervalError(pub f64);
 
 /// Why the config's provider cannot be made.
 #[derive(Debug, thiserror::Error)]
@@ -118,9 +127,15 @@ impl ClusterConfig {
             path: path.to_path_buf(),
             message,
         };
-        check_cluster_name(&config.cluster_name).map_err(invalid)?;
+        let path = path.to_path_buf();
+        check_cluster_name(&config.cluster_name).map_err(|source| ClusterConfigError::ClusterName {
+            path: path.clone(),
+            source,
+        })?;
         config.autoscaler.validate().map_err(|e| invalid(e.to_string()))?;
-        config.interval().map_err(invalid)?;
+        config
+            .interval()
+            .map_err(|source| ClusterConfigError::Interval { path, source })?;
         Ok(config)
     }
 
@@ -140,13 +155,11 @@ impl ClusterConfig {
     }
 
     /// Seconds between rounds.
-    pub fn interval(&self) -> Result<Duration, String> {
+    pub fn interval(&self) -> Result<Duration, IntervalError> {
         let seconds = self.head.interval_s.unwrap_or(DEFAULT_INTERVAL.as_secs_f64());
         match Duration::try_from_secs_f64(seconds) {
             Ok(interval) if !interval.is_zero() && interval <= MAX_INTERVAL => Ok(interval),
-            _ => Err(format!(
-                "head.interval_s must be a number of seconds above 0 and at most a day, not {seconds}"
-            )),
+            _ => Err(IntervalError(seconds)),
         }
     }
 
@@ -204,8 +217,12 @@ mod tests {
         let config = load("0.5", "600").expect("a valid config");
         assert_eq!(config.interval(), Ok(Duration::from_millis(500)));
         for interval in ["0", "-1", "1e12", ".nan"] {
-            let error = load(interval, "600").unwrap_err().to_string();
-            assert!(error.contains("at most a day"), "interval_s {interval}: {error}");
+            let error = load(interval, "600").unwrap_err();
+            assert!(matches!(error, ClusterConfigError::Interval { .. }), "{error}");
+            assert!(
+                error.to_string().contains("at most a day"),
+                "interval_s {interval}: {error}"
+            );
         }
         let error = load("1", "1e18").unwrap_err().to_string();
         assert!(error.contains("ten years"), "{error}");

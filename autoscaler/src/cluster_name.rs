@@ -6,18 +6,27 @@
 /// The longest name accepted: namespace and job names stay readable.
 const MAX_LEN: usize = 40;
 
+/// Why a cluster name was refused.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum ClusterNameError {
+    #[error("the cluster name is empty")]
+    Empty,
+    #[error("the cluster name `{0}` is longer than {MAX_LEN} characters")]
+    TooLong(String),
+    #[error("the cluster name `{0}` must be ASCII letters, digits, `-`, `_` and `.`, beginning with a letter or digit")]
+    NotPlain(String),
+}
+
 /// `Ok` if `name` is 1 to 40 ASCII letters, digits, `-`, `_` or `.`,
 /// beginning with a letter or digit; else why not.
-pub(crate) fn check_cluster_name(name: &str) -> Result<(), String> {
+pub(crate) fn check_cluster_name(name: &str) -> Result<(), ClusterNameError> {
     let plain = |c: char| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.');
     match name.chars().next() {
-        None => Err("the cluster name is empty".into()),
-        Some(_) if name.len() > MAX_LEN => {
-            Err(format!("the cluster name `{name}` is longer than {MAX_LEN} characters"))
+        None => Err(ClusterNameError::Empty),
+        Some(_) if name.len() > MAX_LEN => Err(ClusterNameError::TooLong(name.to_string())),
+        Some(first) if !first.is_ascii_alphanumeric() || !name.chars().all(plain) => {
+            Err(ClusterNameError::NotPlain(name.to_string()))
         }
-        Some(first) if !first.is_ascii_alphanumeric() || !name.chars().all(plain) => Err(format!(
-            "the cluster name `{name}` must be ASCII letters, digits, `-`, `_` and `.`, beginning with a letter or digit"
-        )),
         Some(_) => Ok(()),
     }
 }
@@ -31,8 +40,15 @@ mod tests {
         for name in ["prod", "team-a_1.2", "7"] {
             assert_eq!(check_cluster_name(name), Ok(()), "{name}");
         }
-        for name in ["", "-a", "a b", "a/b", "é", &"x".repeat(41)] {
-            assert!(check_cluster_name(name).is_err(), "{name}");
+        assert_eq!(check_cluster_name(""), Err(ClusterNameError::Empty));
+        let long = "x".repeat(41);
+        assert_eq!(check_cluster_name(&long), Err(ClusterNameError::TooLong(long.clone())));
+        for name in ["-a", "a b", "a/b", "é"] {
+            assert_eq!(
+                check_cluster_name(name),
+                Err(ClusterNameError::NotPlain(name.into())),
+                "{name}"
+            );
         }
     }
 }

@@ -192,8 +192,8 @@ impl KubernetesProvider {
             node_type: node_type.clone(),
             message,
         };
-        check_label_value("cluster name", &self.cluster_name).map_err(launch_error)?;
-        check_label_value("node type name", node_type).map_err(launch_error)?;
+        check_label_value("cluster name", &self.cluster_name).map_err(|e| launch_error(e.to_string()))?;
+        check_label_value("node type name", node_type).map_err(|e| launch_error(e.to_string()))?;
         let instance = InstanceId(pod_name(&self.cluster_name, node_type, &random_suffix()));
         let pod = self.pod(request, &instance);
         self.pods
@@ -331,7 +331,7 @@ fn api_message(error: &kube::Error) -> String {
 
 /// Labels take at most 63 characters of `[A-Za-z0-9._-]`, starting and
 /// ending with a letter or digit.
-fn check_label_value(what: &str, value: &str) -> Result<(), String> {
+fn check_label_value(what: &'static str, value: &str) -> Result<(), NotALabelValue> {
     let valid_chars = value
         .chars()
         .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'));
@@ -340,11 +340,22 @@ fn check_label_value(what: &str, value: &str) -> Result<(), String> {
     if valid_chars && valid_ends && value.len() <= MAX_NAME_LEN {
         Ok(())
     } else {
-        Err(format!(
-            "the {what} `{value}` is not a Kubernetes label value (at most 63 letters, digits, `-`, `_` or `.`, \
-             starting and ending with a letter or digit)"
-        ))
+        Err(NotALabelValue {
+            what,
+            value: value.to_string(),
+        })
     }
+}
+
+/// A cluster or node type name that Kubernetes does not take as a label value.
+#[derive(Debug, PartialEq, thiserror::Error)]
+#[error(
+    "the {what} `{value}` is not a Kubernetes label value (at most 63 letters, digits, `-`, `_` or `.`, \
+     starting and ending with a letter or digit)"
+)]
+struct NotALabelValue {
+    what: &'static str,
+    value: String,
 }
 
 /// `raylet-<cluster>-<type>-<suffix>` as a DNS label: lower case, other
@@ -658,7 +669,11 @@ mod tests {
     fn label_values_are_checked() {
         assert!(check_label_value("x", "gpu_8.large-2").is_ok());
         for bad in ["", "-gpu", "gpu-", "gpu/8", &"g".repeat(64)] {
-            assert!(check_label_value("node type name", bad).is_err(), "{bad:?}");
+            let refused = NotALabelValue {
+                what: "node type name",
+                value: bad.to_string(),
+            };
+            assert_eq!(check_label_value("node type name", bad), Err(refused), "{bad:?}");
         }
     }
 

@@ -10,6 +10,7 @@
 
 mod cluster_config;
 mod cluster_name;
+mod command_error;
 #[cfg(feature = "kubernetes")]
 mod kubernetes;
 mod local;
@@ -20,15 +21,17 @@ mod provider;
 mod slurm;
 
 pub use cluster_config::{
-    ClusterConfig, ClusterConfigError, HeadSettings, LocalConfig, ProviderConfig, ProviderSetupError,
+    ClusterConfig, ClusterConfigError, HeadSettings, IntervalError, LocalConfig, ProviderConfig, ProviderSetupError,
 };
+pub use cluster_name::ClusterNameError;
+pub use command_error::CommandError;
 #[cfg(feature = "kubernetes")]
 pub use kubernetes::{
     CLUSTER_LABEL, CONTAINER_NAME, ConnectError, KubernetesConfig, KubernetesProvider, NODE_TYPE_LABEL, PullPolicy,
 };
 pub use local::LocalProvider;
 pub use monitor::{AutoscalerReport, Event, ManagedNode, Monitor, MonitorConfig, REPORT_KEY, REPORT_NAMESPACE};
-pub use netns::{NetnsConfig, NetnsError, NetnsProvider};
+pub use netns::{NetnsConfig, NetnsError, NetnsProvider, SubnetError};
 pub use provider::{
     INSTANCE_LABEL, Instance, InstanceId, InstanceState, LaunchRequest, NodeProvider, ProviderCall, ProviderError,
     TOKEN_ENV, start_flags,

@@ -36,6 +36,17 @@ pub struct LocalProvider {
     instances: Mutex<BTreeMap<InstanceId, LocalNode>>,
 }
 
+/// Why a local node's process could not be ended.
+#[derive(Debug, thiserror::Error)]
+enum StopError {
+    #[error("the node's status cannot be read: {0}")]
+    Wait(std::io::Error),
+    #[error("SIGTERM to pid {pid}: {source}")]
+    Term { pid: Pid, source: nix::Error },
+    #[error("SIGKILL to pid {pid}: {source}")]
+    Kill { pid: Pid, source: std::io::Error },
+}
+
 /// One node process.
 struct LocalNode {
     node_type: String,
@@ -130,9 +141,9 @@ impl NodeProvider for LocalProvider {
                 .lock()
                 .remove(instance)
                 .ok_or_else(|| ProviderError::NoSuchInstance(instance.clone()))?;
-            node.stop().await.map_err(|message| ProviderError::Terminate {
+            node.stop().await.map_err(|e| ProviderError::Terminate {
                 instance: instance.clone(),
-                message,
+                message: e.to_string(),
             })
         })
     }
@@ -155,21 +166,21 @@ impl LocalNode {
     }
 
     /// SIGTERM, then SIGKILL once the grace has passed; reaps the process.
-    async fn stop(mut self) -> Result<(), String> {
-        if self.child.try_wait().map_err(|e| e.to_string())?.is_some() {
+    async fn stop(mut self) -> Result<(), StopError> {
+        if self.child.try_wait().map_err(StopError::Wait)?.is_some() {
             return Ok(());
         }
         let pid = Pid::from_raw(self.child.id() as i32);
-        kill(pid, Signal::SIGTERM).map_err(|e| format!("SIGTERM to pid {pid}: {e}"))?;
+        kill(pid, Signal::SIGTERM).map_err(|source| StopError::Term { pid, source })?;
         let deadline = Instant::now() + STOP_GRACE;
         while Instant::now() < deadline {
-            if self.child.try_wait().map_err(|e| e.to_string())?.is_some() {
+            if self.child.try_wait().map_err(StopError::Wait)?.is_some() {
                 return Ok(());
             }
             tokio::time::sleep(Duration::from_millis(50)).await;
         }
         tracing::warn!(%pid, "a local node outlived its grace period: SIGKILL");
-        self.child.kill().map_err(|e| format!("SIGKILL to pid {pid}: {e}"))?;
-        self.child.wait().map(|_| ()).map_err(|e| e.to_string())
+        self.child.kill().map_err(|source| StopError::Kill { pid, source })?;
+        self.child.wait().map(|_| ()).map_err(StopError::Wait)
     }
 }

@@ -30,7 +30,8 @@ use nix::unistd::Pid;
 use serde::{Deserialize, Serialize};
 use tokio::process::{Child, Command};
 
-use crate::cluster_name::check_cluster_name;
+use crate::cluster_name::{ClusterNameError, check_cluster_name};
+use crate::command_error::{self, CommandError};
 use crate::output_tail::output_tail;
 use crate::provider::{
     Instance, InstanceId, InstanceState, LaunchRequest, NodeProvider, ProviderCall, ProviderError, TOKEN_ENV,
@@ -84,14 +85,53 @@ impl Default for NetnsConfig {
 /// Why a [`NetnsProvider`] cannot be made.
 #[derive(Debug, thiserror::Error)]
 pub enum NetnsError {
-    #[error("{0}")]
-    ClusterName(String),
+    #[error(transparent)]
+    ClusterName(#[from] ClusterNameError),
     #[error("the bridge name `{0}` must be 1 to 15 ASCII letters, digits, `-`, `_` or `.`")]
     BridgeName(String),
     #[error("the subnet `{subnet}` {reason}")]
-    Subnet { subnet: String, reason: String },
+    Subnet {
+        subnet: String,
+        #[source]
+        reason: SubnetError,
+    },
     #[error("the bridge cannot be set up: {0}")]
-    Bridge(String),
+    Bridge(#[source] CommandError),
+}
+
+/// What is wrong with a subnet as the config gives it.
+#[derive(Debug, PartialEq, thiserror::Error)]
+pub enum SubnetError {
+    #[error("is not ADDRESS/PREFIX, e.g. 10.213.0.0/24")]
+    NotCidr,
+    #[error("has no IPv4 address: {address}: {source}")]
+    Address {
+        address: String,
+        source: std::net::AddrParseError,
+    },
+    #[error("needs a prefix of 8 to 30")]
+    Prefix,
+}
+
+/// Why a node's namespace could not be made, found or emptied.
+#[derive(Debug, thiserror::Error)]
+enum HostError {
+    #[error(transparent)]
+    Ip(#[from] CommandError),
+    #[error("the subnet {0} has no address left for another node")]
+    SubnetFull(Subnet),
+    #[error("writing {}: {source}", path.display())]
+    Record { path: PathBuf, source: std::io::Error },
+    #[error("running {} in namespace {instance}: {source}", binary.display())]
+    Spawn {
+        binary: PathBuf,
+        instance: InstanceId,
+        source: std::io::Error,
+    },
+    #[error("the node's status cannot be read: {0}")]
+    Wait(std::io::Error),
+    #[error("processes {pids:?} in namespace {namespace} outlived SIGKILL")]
+    OutlivedKill { pids: Vec<i32>, namespace: String },
 }
 
 /// Nodes as network namespaces of this machine, of one cluster.
@@ -114,7 +154,7 @@ impl NetnsProvider {
     /// A provider for the nodes of `cluster_name`; makes the bridge with the
     /// gateway address if it is missing.
     pub fn new(cluster_name: &str, config: NetnsConfig) -> Result<Self, NetnsError> {
-        check_cluster_name(cluster_name).map_err(NetnsError::ClusterName)?;
+        check_cluster_name(cluster_name)?;
         check_bridge_name(&config.bridge)?;
         let subnet = Subnet::parse(&config.subnet).map_err(|reason| NetnsError::Subnet {
             subnet: config.subnet.clone(),
@@ -177,7 +217,7 @@ impl NetnsProvider {
     }
 
     /// The namespaces of this cluster, by `ip netns list`.
-    async fn namespaces(&self) -> Result<BTreeSet<InstanceId>, String> {
+    async fn namespaces(&self) -> Result<BTreeSet<InstanceId>, CommandError> {
         let listed = ip(&["netns", "list"]).await?;
         let names = listed.lines().filter_map(|line| line.split_whitespace().next());
         let ours = names.filter(|name| self.host_number(name).is_some());
@@ -193,13 +233,13 @@ impl NetnsProvider {
             return Err(launch_error(format!("{} is not a file", self.binary.display())));
         }
         let _launching = self.launching.lock().await;
-        let number = self.free_host_number().await.map_err(launch_error)?;
+        let number = self.free_host_number().await.map_err(|e| launch_error(e.to_string()))?;
         let instance = self.instance(number);
         let child = match self.start_host(request, &instance, number).await {
             Ok(child) => child,
-            Err(message) => {
+            Err(error) => {
                 self.remove_host(&instance).await;
-                return Err(launch_error(message));
+                return Err(launch_error(error.to_string()));
             }
         };
         let address = self.subnet.host(number);
@@ -209,7 +249,7 @@ impl NetnsProvider {
     }
 
     /// The lowest host number that no namespace of this cluster has.
-    async fn free_host_number(&self) -> Result<u32, String> {
+    async fn free_host_number(&self) -> Result<u32, HostError> {
         let taken: BTreeSet<u32> = self
             .namespaces()
             .await?
@@ -219,26 +259,35 @@ impl NetnsProvider {
         let mut numbers = self.subnet.node_numbers();
         numbers
             .find(|number| !taken.contains(number))
-            .ok_or_else(|| format!("the subnet {} has no address left for another node", self.subnet))
+            .ok_or(HostError::SubnetFull(self.subnet))
     }
 
     /// Records the node's type, makes its namespace and link, and starts
     /// its `raylet start` there.
-    async fn start_host(&self, request: &LaunchRequest, instance: &InstanceId, number: u32) -> Result<Child, String> {
+    async fn start_host(
+        &self,
+        request: &LaunchRequest,
+        instance: &InstanceId,
+        number: u32,
+    ) -> Result<Child, HostError> {
         let record = self.record_path(instance);
         let write_record = || {
             std::fs::create_dir_all(self.temp_dir.join("autoscaler"))?;
             std::fs::write(&record, &request.node_type.name)
         };
-        write_record().map_err(|e| format!("writing {}: {e}", record.display()))?;
+        write_record().map_err(|source| HostError::Record { path: record, source })?;
         self.make_namespace(instance, number).await?;
         self.spawn_node(request, instance, number)
-            .map_err(|e| format!("running {} in namespace {instance}: {e}", self.binary.display()))
+            .map_err(|source| HostError::Spawn {
+                binary: self.binary.clone(),
+                instance: instance.clone(),
+                source,
+            })
     }
 
     /// The namespace, with its end of a veth pair as [`NODE_LINK`] holding
     /// its address, and the other end on the bridge.
-    async fn make_namespace(&self, instance: &InstanceId, number: u32) -> Result<(), String> {
+    async fn make_namespace(&self, instance: &InstanceId, number: u32) -> Result<(), CommandError> {
         let namespace = instance.0.as_str();
         let veth = veth_name(namespace);
         let address = self.subnet.cidr(number);
@@ -275,7 +324,10 @@ impl NetnsProvider {
     }
 
     async fn list(&self) -> Result<Vec<Instance>, ProviderError> {
-        let namespaces = self.namespaces().await.map_err(ProviderError::List)?;
+        let namespaces = self
+            .namespaces()
+            .await
+            .map_err(|e| ProviderError::List(e.to_string()))?;
         let mut ids = namespaces.clone();
         ids.extend(self.lock().keys().cloned());
         let mut instances = Vec::with_capacity(ids.len());
@@ -308,18 +360,26 @@ impl NetnsProvider {
     }
 
     async fn stop(&self, instance: &InstanceId) -> Result<(), ProviderError> {
-        let terminate_error = |message| ProviderError::Terminate {
+        let terminate_error = |error: &dyn std::error::Error| ProviderError::Terminate {
             instance: instance.clone(),
-            message,
+            message: error.to_string(),
         };
         let child = self.lock().remove(instance);
-        let exists = self.namespaces().await.map_err(terminate_error)?.contains(instance);
+        let exists = self
+            .namespaces()
+            .await
+            .map_err(|e| terminate_error(&e))?
+            .contains(instance);
         if child.is_none() && !exists {
             return Err(ProviderError::NoSuchInstance(instance.clone()));
         }
-        end_processes(&instance.0, child).await.map_err(terminate_error)?;
+        end_processes(&instance.0, child)
+            .await
+            .map_err(|e| terminate_error(&e))?;
         if exists {
-            ip(&["netns", "del", &instance.0]).await.map_err(terminate_error)?;
+            ip(&["netns", "del", &instance.0])
+                .await
+                .map_err(|e| terminate_error(&e))?;
         }
         let _ = std::fs::remove_file(self.record_path(instance));
         tracing::info!(%instance, "terminated a node in a network namespace");
@@ -365,18 +425,17 @@ struct Subnet {
 
 impl Subnet {
     /// Reads `ADDRESS/PREFIX`, the prefix 8 to 30; host bits are cleared.
-    fn parse(text: &str) -> Result<Subnet, String> {
-        let (address, prefix) = text
-            .split_once('/')
-            .ok_or("is not ADDRESS/PREFIX, e.g. 10.213.0.0/24")?;
-        let address: Ipv4Addr = address
-            .parse()
-            .map_err(|e| format!("has no IPv4 address: {address}: {e}"))?;
+    fn parse(text: &str) -> Result<Subnet, SubnetError> {
+        let (address, prefix) = text.split_once('/').ok_or(SubnetError::NotCidr)?;
+        let address: Ipv4Addr = address.parse().map_err(|source| SubnetError::Address {
+            address: address.to_string(),
+            source,
+        })?;
         let prefix: u8 = prefix
             .parse()
             .ok()
             .filter(|prefix| (8..=30).contains(prefix))
-            .ok_or("needs a prefix of 8 to 30")?;
+            .ok_or(SubnetError::Prefix)?;
         let mask = u32::MAX << (32 - prefix);
         Ok(Subnet {
             network: u32::from(address) & mask,
@@ -417,7 +476,7 @@ fn check_bridge_name(bridge: &str) -> Result<(), NetnsError> {
 
 /// Makes `bridge` if it is missing, gives it the gateway address if it
 /// lacks it, and brings it up; whether it made the bridge.
-fn ensure_bridge(bridge: &str, subnet: Subnet) -> Result<bool, String> {
+fn ensure_bridge(bridge: &str, subnet: Subnet) -> Result<bool, CommandError> {
     let missing = ip_blocking(&["link", "show", "dev", bridge]).is_err();
     if missing {
         ip_blocking(&["link", "add", bridge, "type", "bridge"])?;
@@ -443,7 +502,7 @@ fn veth_name(namespace: &str) -> String {
 /// SIGTERM to the node's process (`child`), or without one to every process
 /// in `namespace`; SIGKILL to every process left there after
 /// [`STOP_GRACE`]; returns once none is left.
-async fn end_processes(namespace: &str, mut child: Option<Child>) -> Result<(), String> {
+async fn end_processes(namespace: &str, mut child: Option<Child>) -> Result<(), HostError> {
     let first = match child.as_ref().and_then(Child::id) {
         Some(pid) => vec![pid as i32],
         None => namespace_pids(namespace).await,
@@ -453,7 +512,7 @@ async fn end_processes(namespace: &str, mut child: Option<Child>) -> Result<(), 
     let give_up = kill_after + KILL_PATIENCE;
     loop {
         let child_ended = match child.as_mut() {
-            Some(child) => child.try_wait().map_err(|e| e.to_string())?.is_some(),
+            Some(child) => child.try_wait().map_err(HostError::Wait)?.is_some(),
             None => true,
         };
         let left = namespace_pids(namespace).await;
@@ -462,7 +521,10 @@ async fn end_processes(namespace: &str, mut child: Option<Child>) -> Result<(), 
         }
         let now = Instant::now();
         if now >= give_up {
-            return Err(format!("processes {left:?} in namespace {namespace} outlived SIGKILL"));
+            return Err(HostError::OutlivedKill {
+                pids: left,
+                namespace: namespace.to_string(),
+            });
         }
         if now >= kill_after {
             tracing::warn!(%namespace, pids = ?left, "a node outlived its grace period: SIGKILL");
@@ -488,23 +550,21 @@ async fn namespace_pids(namespace: &str) -> Vec<i32> {
 }
 
 /// Runs `ip ARGS`: what it printed, or what it said on failing.
-async fn ip(args: &[&str]) -> Result<String, String> {
+async fn ip(args: &[&str]) -> Result<String, CommandError> {
     ip_output(args, Command::new("ip").args(args).output().await)
 }
 
 /// [`ip`] for callers that are not async.
-fn ip_blocking(args: &[&str]) -> Result<String, String> {
+fn ip_blocking(args: &[&str]) -> Result<String, CommandError> {
     ip_output(args, std::process::Command::new("ip").args(args).output())
 }
 
-fn ip_output(args: &[&str], output: std::io::Result<Output>) -> Result<String, String> {
-    let command = format!("`ip {}`", args.join(" "));
-    let output = output.map_err(|e| format!("{command} cannot be run: {e}"))?;
-    if !output.status.success() {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        return Err(format!("{command} failed ({}): {}", output.status, stderr.trim()));
+fn ip_output(args: &[&str], output: std::io::Result<Output>) -> Result<String, CommandError> {
+    let command = format!("ip {}", args.join(" "));
+    match output {
+        Ok(output) => command_error::printed(&command, output),
+        Err(source) => Err(CommandError::Spawn { command, source }),
     }
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
 }
 
 #[cfg(test)]
@@ -519,8 +579,10 @@ mod tests {
         assert_eq!(subnet.cidr(2), "10.213.0.2/24");
         assert_eq!(subnet.node_numbers(), 2..=254);
         assert_eq!(Subnet::parse("10.0.0.0/30").unwrap().node_numbers(), 2..=2);
-        for bad in ["10.0.0.0", "10.0.0/24", "10.0.0.0/31", "10.0.0.0/x"] {
-            assert!(Subnet::parse(bad).is_err(), "{bad}");
+        assert_eq!(Subnet::parse("10.0.0.0"), Err(SubnetError::NotCidr));
+        assert!(matches!(Subnet::parse("10.0.0/24"), Err(SubnetError::Address { .. })));
+        for bad in ["10.0.0.0/31", "10.0.0.0/x"] {
+            assert_eq!(Subnet::parse(bad), Err(SubnetError::Prefix), "{bad}");
         }
     }
 

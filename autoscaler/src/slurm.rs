@@ -28,7 +28,8 @@ use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;
 
-use crate::cluster_name::check_cluster_name;
+use crate::cluster_name::{ClusterNameError, check_cluster_name};
+use crate::command_error::{self, CommandError};
 use crate::output_tail::output_tail;
 use crate::provider::{
     Instance, InstanceId, InstanceState, LaunchRequest, NodeProvider, ProviderCall, ProviderError, TOKEN_ENV,
@@ -116,8 +117,8 @@ impl Default for SlurmConfig {
 /// Why a [`SlurmProvider`] cannot be made.
 #[derive(Debug, thiserror::Error)]
 pub enum SlurmError {
-    #[error("{0}")]
-    ClusterName(String),
+    #[error(transparent)]
+    ClusterName(#[from] ClusterNameError),
     #[error("the jobs' output directory {path} cannot be made: {source}")]
     OutputDir { path: PathBuf, source: std::io::Error },
 }
@@ -135,7 +136,7 @@ impl SlurmProvider {
     /// A provider for the nodes of `cluster_name`; makes the output
     /// directory. Slurm itself is first asked at the first call.
     pub fn new(cluster_name: &str, mut config: SlurmConfig) -> Result<Self, SlurmError> {
-        check_cluster_name(cluster_name).map_err(SlurmError::ClusterName)?;
+        check_cluster_name(cluster_name)?;
         let output_dir_error = |source| SlurmError::OutputDir {
             path: config.output_dir.clone(),
             source,
@@ -215,9 +216,9 @@ impl SlurmProvider {
 
     async fn submit(&self, request: &LaunchRequest) -> Result<InstanceId, ProviderError> {
         let node_type = &request.node_type.name;
-        let launch_error = |message| ProviderError::Launch {
+        let launch_error = |error: &dyn std::error::Error| ProviderError::Launch {
             node_type: node_type.clone(),
-            message,
+            message: error.to_string(),
         };
         let mut sbatch = Command::new("sbatch");
         sbatch
@@ -225,15 +226,15 @@ impl SlurmProvider {
             .env(TOKEN_ENV, &request.token);
         let printed = run(sbatch, Some(&self.batch_script(request)))
             .await
-            .map_err(launch_error)?;
-        let instance = parse_job_id(&printed).map_err(launch_error)?;
+            .map_err(|e| launch_error(&e))?;
+        let instance = parse_job_id(&printed).map_err(|e| launch_error(&e))?;
         tracing::info!(%instance, %node_type, cluster = %self.cluster, "submitted a Slurm job for a node");
         self.lock().insert(instance.clone(), node_type.clone());
         Ok(instance)
     }
 
     /// This cluster's jobs as `squeue` lists them, ended ones included.
-    async fn queued_jobs(&self) -> Result<BTreeMap<InstanceId, QueuedJob>, String> {
+    async fn queued_jobs(&self) -> Result<BTreeMap<InstanceId, QueuedJob>, CommandError> {
         let format = ["%i", "%T", "%r", "%k", "%j"].join(FIELD_SEPARATOR);
         let mut squeue = Command::new("squeue");
         squeue.args(["--me", "--noheader", "--states=all", &format!("--format={format}")]);
@@ -247,7 +248,10 @@ impl SlurmProvider {
     }
 
     async fn list(&self) -> Result<Vec<Instance>, ProviderError> {
-        let queued = self.queued_jobs().await.map_err(ProviderError::List)?;
+        let queued = self
+            .queued_jobs()
+            .await
+            .map_err(|e| ProviderError::List(e.to_string()))?;
         let jobs = self.adopt(&queued);
         let listed = jobs.into_iter().map(|(id, node_type)| Instance {
             state: self.state(&id, &node_type, queued.get(&id)),
@@ -295,9 +299,9 @@ impl SlurmProvider {
         }
         let mut scancel = Command::new("scancel");
         scancel.arg(&instance.0);
-        run(scancel, None).await.map_err(|message| ProviderError::Terminate {
+        run(scancel, None).await.map_err(|e| ProviderError::Terminate {
             instance: instance.clone(),
-            message,
+            message: e.to_string(),
         })?;
         tracing::info!(%instance, cluster = %self.cluster, "cancelled the Slurm job of a node");
         Ok(())
@@ -306,9 +310,9 @@ impl SlurmProvider {
     /// Whether `squeue` lists `instance` as a job of this cluster that has
     /// not ended.
     async fn is_queued(&self, instance: &InstanceId) -> Result<bool, ProviderError> {
-        let queued = self.queued_jobs().await.map_err(|message| ProviderError::Terminate {
+        let queued = self.queued_jobs().await.map_err(|e| ProviderError::Terminate {
             instance: instance.clone(),
-            message,
+            message: e.to_string(),
         })?;
         Ok(queued.get(instance).is_some_and(|job| !job.has_ended()))
     }
@@ -403,39 +407,52 @@ fn shell_word(word: &str) -> String {
     quoted.join("\"$SLURM_JOB_ID\"")
 }
 
+/// What `sbatch --parsable` printed when it printed no job id.
+#[derive(Debug, PartialEq, thiserror::Error)]
+#[error("sbatch printed no job id: `{0}`")]
+struct NoJobId(String);
+
 /// The job id from what `sbatch --parsable` printed: `ID` or `ID;CLUSTER`.
-fn parse_job_id(printed: &str) -> Result<InstanceId, String> {
+fn parse_job_id(printed: &str) -> Result<InstanceId, NoJobId> {
     let id = printed.trim().split(';').next().unwrap_or_default();
     if id.is_empty() || !id.chars().all(|c| c.is_ascii_digit()) {
-        return Err(format!("sbatch printed no job id: `{}`", printed.trim()));
+        return Err(NoJobId(printed.trim().to_string()));
     }
     Ok(InstanceId(id.to_string()))
 }
 
 /// Runs `command` (with `stdin` written to it) and returns its output, or
 /// says how it failed, with what it wrote to stderr.
-async fn run(mut command: Command, stdin: Option<&str>) -> Result<String, String> {
+async fn run(mut command: Command, stdin: Option<&str>) -> Result<String, CommandError> {
     let program = command.as_std().get_program().to_string_lossy().into_owned();
     command
         .stdin(if stdin.is_some() { Stdio::piped() } else { Stdio::null() })
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .kill_on_drop(true);
-    let mut child = command.spawn().map_err(|e| format!("`{program}` cannot be run: {e}"))?;
+    let mut child = command.spawn().map_err(|source| CommandError::Spawn {
+        command: program.clone(),
+        source,
+    })?;
     if let (Some(text), Some(mut pipe)) = (stdin, child.stdin.take()) {
         pipe.write_all(text.as_bytes())
             .await
-            .map_err(|e| format!("writing to `{program}`: {e}"))?;
+            .map_err(|source| CommandError::Stdin {
+                command: program.clone(),
+                source,
+            })?;
     }
     let output = tokio::time::timeout(COMMAND_TIMEOUT, child.wait_with_output())
         .await
-        .map_err(|_| format!("`{program}` did not finish within {COMMAND_TIMEOUT:?}"))?
-        .map_err(|e| format!("waiting for `{program}`: {e}"))?;
-    if !output.status.success() {
-        let stderr = String::from_utf8_lossy(&output.stderr);
-        return Err(format!("`{program}` failed ({}): {}", output.status, stderr.trim()));
-    }
-    Ok(String::from_utf8_lossy(&output.stdout).into_owned())
+        .map_err(|_| CommandError::Timeout {
+            command: program.clone(),
+            timeout: COMMAND_TIMEOUT,
+        })?
+        .map_err(|source| CommandError::Wait {
+            command: program.clone(),
+            source,
+        })?;
+    command_error::printed(&program, output)
 }
 
 #[cfg(test)]
@@ -533,7 +550,8 @@ mod tests {
     fn reads_job_ids_and_squeue_rows() {
         assert_eq!(parse_job_id("1234\n"), Ok(InstanceId("1234".into())));
         assert_eq!(parse_job_id("1234;west\n"), Ok(InstanceId("1234".into())));
-        assert!(parse_job_id("").unwrap_err().contains("no job id"));
+        assert_eq!(parse_job_id(" x;west\n"), Err(NoJobId("x;west".into())));
+        assert!(parse_job_id("").unwrap_err().to_string().contains("no job id"));
 
         let row = [
             "77",

@@ -15,6 +15,7 @@ use raylet_scheduler::head::HeadConfig;
 use raylet_scheduler::node_manager::{MemoryMonitorConfig, NodeConfig, NvmlDetector, ResourceOverrides};
 use raylet_scheduler::placement::LaunchableNodes;
 
+use crate::flag_values::{parse_duration, parse_duration_or_zero, parse_key_value, parse_labels};
 use crate::row_filter::RowFilter;
 
 /// raylet: a Ray-like distributed runtime for ML workloads, in Rust.
@@ -317,33 +318,6 @@ fn parse_token(text: &str) -> anyhow::Result<AuthToken> {
     AuthToken::parse(text).context("--token / RAYLET_TOKEN")
 }
 
-/// The longest duration a flag takes: 10 years of 365.25 days. Far beyond
-/// any useful grace period, timeout or interval, and far below what
-/// overflows a deadline (an `Instant` plus 300 billion years panics).
-const MAX_DURATION: Duration = Duration::from_secs(10 * 31_557_600);
-
-/// A duration above zero and at most [`MAX_DURATION`].
-fn parse_duration(text: &str) -> Result<Duration, String> {
-    let duration = parse_duration_or_zero(text)?;
-    if duration.is_zero() {
-        return Err("must be longer than zero".into());
-    }
-    Ok(duration)
-}
-
-/// A duration of at most [`MAX_DURATION`], zero included (for a setting
-/// that zero turns off).
-fn parse_duration_or_zero(text: &str) -> Result<Duration, String> {
-    let duration = humantime::parse_duration(text).map_err(|e| format!("{e} (examples: 5s, 500ms, 1m)"))?;
-    if duration > MAX_DURATION {
-        return Err(format!(
-            "{text} is too long: at most {}",
-            humantime::format_duration(MAX_DURATION)
-        ));
-    }
-    Ok(duration)
-}
-
 #[derive(Debug, Clone, Args)]
 pub struct UpArgs {
     /// The cluster config (YAML).
@@ -589,10 +563,6 @@ impl StartArgs {
     }
 }
 
-fn parse_labels(text: &str) -> Result<Labels, String> {
-    raylet_proto::scheduling::parse_labels(text).map_err(|e| e.to_string())
-}
-
 #[derive(Debug, Clone, Copy, ValueEnum)]
 pub enum OutputFormat {
     /// A table, as `ray list` prints one.
@@ -680,13 +650,6 @@ pub struct JobStopArgs {
     /// How long the driver gets to exit after SIGTERM before SIGKILL.
     #[arg(long, value_parser = parse_duration, default_value = "5s")]
     pub grace_period: Duration,
-}
-
-fn parse_key_value(text: &str) -> Result<(String, String), String> {
-    match text.split_once('=') {
-        Some((key, value)) if !key.is_empty() => Ok((key.to_string(), value.to_string())),
-        _ => Err(format!("'{text}' is not KEY=VALUE")),
-    }
 }
 
 #[derive(Debug, Subcommand)]
@@ -790,8 +753,8 @@ mod tests {
 
     use super::*;
 
-    fn parse(args: &[&str]) -> Result<Cli, String> {
-        Cli::try_parse_from([&["raylet"][..], args].concat()).map_err(|e| e.to_string())
+    fn parse(args: &[&str]) -> Result<Cli, clap::Error> {
+        Cli::try_parse_from([&["raylet"][..], args].concat())
     }
 
     #[test]
@@ -821,7 +784,10 @@ mod tests {
                 "--grace-period",
             ),
         ] {
-            let error = parse(args).err().unwrap_or_else(|| panic!("{args:?} was accepted"));
+            let error = parse(args)
+                .err()
+                .unwrap_or_else(|| panic!("{args:?} was accepted"))
+                .to_string();
             assert!(error.contains(flag), "{error}");
             assert!(error.contains("too long") || error.contains("overflow"), "{error}");
             println!("{args:?}: {}", error.lines().next().unwrap_or_default());
@@ -842,7 +808,10 @@ mod tests {
             panic!("--memory-monitor-interval 0s is refused");
         };
         assert!(start.memory_monitor_interval.is_zero());
-        let error = parse(&["start", "--head", "--heartbeat-interval", "0s"]).err().unwrap();
+        let error = parse(&["start", "--head", "--heartbeat-interval", "0s"])
+            .err()
+            .unwrap()
+            .to_string();
         assert!(error.contains("longer than zero"), "{error}");
     }
 }

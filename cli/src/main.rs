@@ -3,6 +3,7 @@
 mod args;
 mod cluster;
 mod daemon;
+mod flag_values;
 mod head_node;
 mod job;
 mod list;

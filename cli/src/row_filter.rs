@@ -7,6 +7,15 @@ use anyhow::bail;
 use serde::Serialize;
 use serde_json::Value;
 
+/// Why a `--filter` was refused.
+#[derive(Debug, thiserror::Error)]
+pub enum RowFilterError {
+    #[error("{0:?} is not KEY=VALUE or KEY!=VALUE")]
+    NotKeyValue(String),
+    #[error("{0:?} names no field")]
+    NoField(String),
+}
+
 /// One `--filter` predicate.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct RowFilter {
@@ -17,15 +26,15 @@ pub struct RowFilter {
 
 impl RowFilter {
     /// Parses `KEY=VALUE` or `KEY!=VALUE`.
-    pub fn parse(text: &str) -> Result<Self, String> {
+    pub fn parse(text: &str) -> Result<Self, RowFilterError> {
         let (key, value, equal) = match (text.split_once("!="), text.split_once('=')) {
             (Some((key, value)), _) => (key, value, false),
             (None, Some((key, value))) => (key, value, true),
-            (None, None) => return Err(format!("{text:?} is not KEY=VALUE or KEY!=VALUE")),
+            (None, None) => return Err(RowFilterError::NotKeyValue(text.to_string())),
         };
         let key = key.trim();
         if key.is_empty() {
-            return Err(format!("{text:?} names no field"));
+            return Err(RowFilterError::NoField(text.to_string()));
         }
         Ok(RowFilter {
             key: key.to_string(),
@@ -123,8 +132,10 @@ mod tests {
 
     #[test]
     fn malformed_filters_and_unknown_fields_are_errors_that_say_why() {
-        assert!(RowFilter::parse("state").unwrap_err().contains("KEY=VALUE"));
-        assert!(RowFilter::parse("=ALIVE").unwrap_err().contains("names no field"));
+        let error = RowFilter::parse("state").unwrap_err();
+        assert!(matches!(error, RowFilterError::NotKeyValue(_)), "{error}");
+        assert!(error.to_string().contains("KEY=VALUE"), "{error}");
+        assert!(matches!(RowFilter::parse("=ALIVE"), Err(RowFilterError::NoField(_))));
         let error = keep(actors(), &[RowFilter::parse("colour=red").unwrap()], "actors").unwrap_err();
         assert_eq!(
             error.to_string(),

@@ -183,7 +183,7 @@ fn start_autoscaler(
     let config = MonitorConfig {
         head_address: head_address.to_string(),
         token: token.clone(),
-        interval: cluster.interval().map_err(anyhow::Error::msg)?,
+        interval: cluster.interval()?,
         provider_kind: cluster.provider_kind().to_string(),
     };
     tracing::info!(cluster = %cluster.cluster_name, provider = cluster.provider_kind(), "starting the autoscaler");
