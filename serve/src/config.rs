@@ -163,9 +163,9 @@ impl DeploymentConfig {
             return invalid("num_replicas and max_ongoing_requests must be at least 1".into());
         }
         if let Some(autoscaling) = &self.autoscaling
-            && let Err(message) = autoscaling.validate()
+            && let Err(error) = autoscaling.validate()
         {
-            return invalid(message);
+            return invalid(error.to_string());
         }
         if self.health_check_period.is_zero() || self.health_check_timeout.is_zero() {
             return invalid("health check period and timeout must be above 0".into());
@@ -224,31 +224,44 @@ impl Default for AutoscalingConfig {
 }
 
 impl AutoscalingConfig {
-    fn validate(&self) -> std::result::Result<(), String> {
+    fn validate(&self) -> std::result::Result<(), AutoscalingConfigError> {
         if self.max_replicas == 0 {
-            return Err("max_replicas must be at least 1".into());
+            return Err(AutoscalingConfigError::NoReplicas);
         }
         if self.max_replicas < self.min_replicas {
-            return Err(format!(
-                "max_replicas {} is below min_replicas {}",
-                self.max_replicas, self.min_replicas
-            ));
+            return Err(AutoscalingConfigError::MaximumBelowMinimum {
+                max: self.max_replicas,
+                min: self.min_replicas,
+            });
         }
         if let Some(initial) = self.initial_replicas
             && !(self.min_replicas..=self.max_replicas).contains(&initial)
         {
-            return Err(format!(
-                "initial_replicas {initial} is outside min_replicas..=max_replicas"
-            ));
+            return Err(AutoscalingConfigError::InitialOutOfBounds(initial));
         }
         if self.target_ongoing_requests.is_nan() || self.target_ongoing_requests <= 0.0 {
-            return Err("target_ongoing_requests must be above 0".into());
+            return Err(AutoscalingConfigError::NoTargetLoad);
         }
         if self.metrics_interval.is_zero() {
-            return Err("metrics_interval must be above 0".into());
+            return Err(AutoscalingConfigError::NoMetricsInterval);
         }
         Ok(())
     }
+}
+
+/// What is wrong with an [`AutoscalingConfig`].
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub(crate) enum AutoscalingConfigError {
+    #[error("max_replicas must be at least 1")]
+    NoReplicas,
+    #[error("max_replicas {max} is below min_replicas {min}")]
+    MaximumBelowMinimum { max: u32, min: u32 },
+    #[error("initial_replicas {0} is outside min_replicas..=max_replicas")]
+    InitialOutOfBounds(u32),
+    #[error("target_ongoing_requests must be above 0")]
+    NoTargetLoad,
+    #[error("metrics_interval must be above 0")]
+    NoMetricsInterval,
 }
 
 /// Deployments served under one route prefix. The first deployment added

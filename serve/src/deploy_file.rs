@@ -131,9 +131,9 @@ fn deployment(entry: DeploymentEntry) -> Result<DeploymentConfig> {
             registry::names().join(", ")
         )));
     };
-    let invalid = |what: &str, message: String| {
+    let invalid = |what: &str, error: registry::EncodeFromJsonError| {
         ServeError::InvalidConfig(format!(
-            "deployment `{}`: its {what} is not a {}: {message}",
+            "deployment `{}`: its {what} is not a {}: {error}",
             entry.name, entry.class
         ))
     };

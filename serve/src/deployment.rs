@@ -128,15 +128,28 @@ pub trait Body: Sized + Send + 'static {
     /// The body's bytes.
     fn encode(self) -> Result<Bytes, BoxError>;
 
-    /// The body from its bytes; the message says what is wrong.
-    fn decode(bytes: Bytes) -> Result<Self, String>;
+    /// The body from its bytes; the error says what is wrong.
+    fn decode(bytes: Bytes) -> Result<Self, BodyError>;
 
     /// The body of a request that came over HTTP, with its `head` (method,
     /// path, headers), or from a handle (no head); by default the head is
     /// ignored.
-    fn decode_http(_head: Option<HttpHead>, body: Bytes) -> Result<Self, String> {
+    fn decode_http(_head: Option<HttpHead>, body: Bytes) -> Result<Self, BodyError> {
         Self::decode(body)
     }
+}
+
+/// Why a body does not decode: a request's error is the message of its
+/// 400, a response's that of [`ServeError::BadResponse`](crate::ServeError::BadResponse).
+#[derive(Debug, thiserror::Error)]
+pub enum BodyError {
+    /// Malformed JSON, or JSON that is not the body's type.
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    /// Not what the cluster's codec encodes (a whole request from a
+    /// handle).
+    #[error(transparent)]
+    Codec(#[from] raylet::proto::Error),
 }
 
 /// A JSON body of type `T`: malformed JSON, or JSON that is not a `T`,
@@ -151,8 +164,8 @@ impl<T: Serialize + DeserializeOwned + Send + 'static> Body for Json<T> {
         Ok(serde_json::to_vec(&self.0)?.into())
     }
 
-    fn decode(bytes: Bytes) -> Result<Self, String> {
-        serde_json::from_slice(&bytes).map(Json).map_err(|e| e.to_string())
+    fn decode(bytes: Bytes) -> Result<Self, BodyError> {
+        Ok(serde_json::from_slice(&bytes).map(Json)?)
     }
 }
 
@@ -163,7 +176,7 @@ impl Body for Bytes {
         Ok(self)
     }
 
-    fn decode(bytes: Bytes) -> Result<Self, String> {
+    fn decode(bytes: Bytes) -> Result<Self, BodyError> {
         Ok(bytes)
     }
 }

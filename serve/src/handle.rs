@@ -65,9 +65,9 @@ impl<D: Deployment> DeploymentHandle<D> {
         let router = routes::router(&self.app, &self.deployment, std::any::type_name::<D>())?;
         let body = self.encode(request)?;
         let (response, _) = router.call(&body, None).await?;
-        D::Response::decode(Bytes::from(response)).map_err(|message| ServeError::BadResponse {
+        D::Response::decode(Bytes::from(response)).map_err(|error| ServeError::BadResponse {
             deployment: self.deployment.clone(),
-            message,
+            message: error.to_string(),
         })
     }
 

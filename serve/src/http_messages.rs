@@ -14,7 +14,7 @@
 use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
-use crate::deployment::{Body, BoxError, Encoding};
+use crate::deployment::{Body, BodyError, BoxError, Encoding};
 
 /// The request headers the proxy passes on. `Authorization` never is: the
 /// cluster token stays at the proxy.
@@ -73,13 +73,13 @@ impl Body for HttpRequest {
     }
 
     /// A whole request that a handle encoded.
-    fn decode(bytes: Bytes) -> Result<Self, String> {
-        raylet::proto::codec::decode(&bytes).map_err(|e| e.to_string())
+    fn decode(bytes: Bytes) -> Result<Self, BodyError> {
+        Ok(raylet::proto::codec::decode(&bytes)?)
     }
 
     /// The request from the proxy's head and the raw body, or a whole
     /// request from a handle (no head).
-    fn decode_http(head: Option<HttpHead>, body: Bytes) -> Result<Self, String> {
+    fn decode_http(head: Option<HttpHead>, body: Bytes) -> Result<Self, BodyError> {
         let Some(head) = head else {
             return Self::decode(body);
         };

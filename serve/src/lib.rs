@@ -148,7 +148,7 @@ pub use batch::{BatchError, BatchOptions, Batcher};
 /// The raw-bytes request and response body.
 pub use bytes::Bytes;
 pub use config::{Application, AutoscalingConfig, DeploymentConfig, HttpOptions};
-pub use deployment::{Body, BoxError, Deployment, Encoding, Json, ReplicaContext};
+pub use deployment::{Body, BodyError, BoxError, Deployment, Encoding, Json, ReplicaContext};
 pub use error::{Result, ServeError};
 pub use figures::{Combine, Figure};
 pub use handle::DeploymentHandle;

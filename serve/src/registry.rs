@@ -41,11 +41,34 @@ pub trait ErasedDeployment: Send + Sync {
     /// The deployment's figures.
     fn figures(&self) -> Vec<Figure>;
 
-    /// The deployment's health check, its error as text.
-    fn check_health(&self) -> Result<(), String>;
+    /// The deployment's health check, with its error.
+    fn check_health(&self) -> Result<(), BoxError>;
 
-    /// Decodes and applies a user config, its error as text.
-    fn reconfigure(&self, user_config: &[u8]) -> Result<(), String>;
+    /// Decodes and applies a user config.
+    fn reconfigure(&self, user_config: &[u8]) -> Result<(), ReconfigureError>;
+}
+
+/// Why a replica did not apply a user config.
+#[derive(Debug, thiserror::Error)]
+pub enum ReconfigureError {
+    /// It is not the deployment's `UserConfig`, encoded.
+    #[error("decoding the user config: {0}")]
+    Decode(#[source] raylet::proto::Error),
+    /// The deployment's [`Deployment::reconfigure`] refused it.
+    #[error(transparent)]
+    Refused(BoxError),
+}
+
+/// Why a deploy file's `init` or `user_config` is not what a replica
+/// decodes.
+#[derive(Debug, thiserror::Error)]
+pub enum EncodeFromJsonError {
+    /// The JSON value is not of the deployment's type.
+    #[error(transparent)]
+    WrongType(#[from] serde_json::Error),
+    /// The typed value does not encode.
+    #[error(transparent)]
+    Encode(#[from] raylet::proto::Error),
 }
 
 /// How a replica builds a deployment from its encoded `Init` and user
@@ -54,7 +77,7 @@ type Construct = fn(&[u8], Option<&[u8]>, &ReplicaContext) -> Result<Arc<dyn Era
 
 /// How a deploy file's `init` or `user_config` (JSON or YAML, as a JSON
 /// value) becomes what a replica decodes.
-type EncodeFromJson = fn(serde_json::Value) -> Result<Vec<u8>, String>;
+type EncodeFromJson = fn(serde_json::Value) -> Result<Vec<u8>, EncodeFromJsonError>;
 
 /// One registered deployment class. Not a public API.
 #[doc(hidden)]
@@ -82,9 +105,9 @@ impl RegisteredDeployment {
 /// `value` as a `T`, encoded as the cluster encodes arguments.
 fn encode_from_json<T: serde::Serialize + serde::de::DeserializeOwned>(
     value: serde_json::Value,
-) -> Result<Vec<u8>, String> {
-    let typed: T = serde_json::from_value(value).map_err(|e| e.to_string())?;
-    raylet::proto::codec::encode(&typed).map_err(|e| e.to_string())
+) -> Result<Vec<u8>, EncodeFromJsonError> {
+    let typed: T = serde_json::from_value(value)?;
+    Ok(raylet::proto::codec::encode(&typed)?)
 }
 
 /// Every registered class name, sorted: what an error about a missing one
@@ -136,7 +159,7 @@ impl<D: Deployment> ErasedDeployment for Erased<D> {
         Box::pin(async move {
             let request = match D::Request::decode_http(head, body) {
                 Ok(request) => request,
-                Err(message) => return Outcome::BadRequest(message),
+                Err(error) => return Outcome::BadRequest(error.to_string()),
             };
             let response = match self.0.call(request).await {
                 Ok(response) => response,
@@ -155,7 +178,10 @@ impl<D: Deployment> ErasedDeployment for Erased<D> {
     fn stream(self: Arc<Self>, head: Option<HttpHead>, body: Bytes) -> ChunkStream {
         let request = match D::Request::decode_http(head, body) {
             Ok(request) => request,
-            Err(message) => return Box::pin(futures_util::stream::iter([StreamChunk::BadRequest(message)])),
+            Err(error) => {
+                let bad_request = StreamChunk::BadRequest(error.to_string());
+                return Box::pin(futures_util::stream::iter([bad_request]));
+            }
         };
         let content_type = self.0.stream_content_type(&request);
         let chunks = self.0.stream(request).map(|chunk| match chunk {
@@ -180,14 +206,13 @@ impl<D: Deployment> ErasedDeployment for Erased<D> {
         self.0.figures()
     }
 
-    fn check_health(&self) -> Result<(), String> {
-        self.0.check_health().map_err(|e| e.to_string())
+    fn check_health(&self) -> Result<(), BoxError> {
+        self.0.check_health()
     }
 
-    fn reconfigure(&self, user_config: &[u8]) -> Result<(), String> {
-        let config: D::UserConfig =
-            raylet::proto::codec::decode(user_config).map_err(|e| format!("decoding the user config: {e}"))?;
-        self.0.reconfigure(config).map_err(|e| e.to_string())
+    fn reconfigure(&self, user_config: &[u8]) -> Result<(), ReconfigureError> {
+        let config: D::UserConfig = raylet::proto::codec::decode(user_config).map_err(ReconfigureError::Decode)?;
+        self.0.reconfigure(config).map_err(ReconfigureError::Refused)
     }
 }
 
