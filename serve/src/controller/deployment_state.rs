@@ -38,10 +38,10 @@ const FIRST_RESTART_DELAY: Duration = Duration::from_secs(1);
 /// The longest such delay.
 const MAX_RESTART_DELAY: Duration = Duration::from_secs(30);
 
-/// One replica.
-pub(super) struct ReplicaSlot {
+/// One replica, called through `H` (a [`ReplicaHandle`] but in tests).
+pub(super) struct ReplicaSlot<H = ReplicaHandle> {
     pub name: String,
-    pub handle: ReplicaHandle,
+    pub handle: H,
     pub version: String,
     pub state: ReplicaState,
     pub since: Instant,
@@ -68,9 +68,8 @@ pub(super) struct ReplicaSlot {
     pub queues: Vec<QueueReport>,
 }
 
-impl ReplicaSlot {
-    pub(super) fn new(name: String, handle: ReplicaHandle, version: String) -> Self {
-        let now = Instant::now();
+impl<H> ReplicaSlot<H> {
+    pub(super) fn new(name: String, handle: H, version: String, now: Instant) -> Self {
         ReplicaSlot {
             name,
             handle,
@@ -94,9 +93,9 @@ impl ReplicaSlot {
         }
     }
 
-    pub(super) fn enter(&mut self, state: ReplicaState) {
+    pub(super) fn enter(&mut self, state: ReplicaState, now: Instant) {
         self.state = state;
-        self.since = Instant::now();
+        self.since = now;
     }
 
     pub(super) fn status(&self) -> ReplicaStatus {
@@ -123,11 +122,11 @@ pub(super) enum Action {
     Stop(String),
 }
 
-/// One deployment of an application.
-pub(super) struct DeploymentState {
+/// One deployment of an application, its replicas called through `H`.
+pub(super) struct DeploymentState<H = ReplicaHandle> {
     pub config: DeploymentConfig,
     pub version: String,
-    pub replicas: Vec<ReplicaSlot>,
+    pub replicas: Vec<ReplicaSlot<H>>,
     pub autoscaler: Option<Autoscaler>,
     /// Starts of the current version that failed in a row.
     pub start_failures: u32,
@@ -147,7 +146,7 @@ pub(super) struct DeploymentState {
     pub next_index: u32,
 }
 
-impl DeploymentState {
+impl<H> DeploymentState<H> {
     pub(super) fn new(config: DeploymentConfig) -> Self {
         DeploymentState {
             version: config.version(),
@@ -203,7 +202,7 @@ impl DeploymentState {
         name
     }
 
-    pub(super) fn slot_mut(&mut self, name: &str) -> Option<&mut ReplicaSlot> {
+    pub(super) fn slot_mut(&mut self, name: &str) -> Option<&mut ReplicaSlot<H>> {
         self.replicas.iter_mut().find(|slot| slot.name == name)
     }
 
@@ -253,7 +252,7 @@ impl DeploymentState {
     }
 }
 
-impl ReplicaSlot {
+impl<H> ReplicaSlot<H> {
     fn view(&self) -> ReplicaView<'_> {
         ReplicaView {
             name: &self.name,

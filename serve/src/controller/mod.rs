@@ -25,6 +25,7 @@ mod builds;
 mod deployment_state;
 mod proxies;
 mod reconciler;
+mod replica_set;
 mod store;
 mod waiting;
 
@@ -91,7 +92,7 @@ impl ServeController {
         app.validate()?;
         let (done, answer) = sync_channel(1);
         self.send(Command::Deploy { app, done })?;
-        answer.recv().map_err(|_| stopped())?.map_err(ServeError::InvalidConfig)
+        answer.recv().map_err(|_| stopped())?
     }
 
     /// Deletes application `app`; returns whether there was one. Its

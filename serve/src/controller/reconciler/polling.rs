@@ -16,7 +16,8 @@ use super::super::deployment_state::ReplicaSlot;
 use super::super::proxies::{ProxyFailure, ProxySlot, proxy_name};
 use super::super::waiting::{self, Unplaced};
 use super::super::{NAMESPACE, store};
-use super::{BUILD_TIMEOUT, Event, Reconciler};
+use super::probes::BUILD_TIMEOUT;
+use super::{Event, Reconciler};
 use crate::error::Result;
 use crate::proxy::HttpProxy;
 use crate::replica::Replica;
@@ -119,10 +120,6 @@ impl Reconciler {
         }
         for (replica, cause) in dead {
             tracing::warn!(replica, "a replica died: {cause}");
-            let routed = self
-                .replica_mut(&replica)
-                .is_some_and(|slot| slot.state == ReplicaState::Running);
-            self.table_dirty |= routed;
             self.stopped(&replica);
         }
         let dead_proxies: Vec<(String, String)> = self
@@ -171,11 +168,12 @@ impl Reconciler {
             let mut slot = ProxySlot::new(node_id.clone(), handle.clone());
             slot.probing = true;
             self.proxies.insert(node_id.clone(), slot);
-            let address = async move { handle.address().get_async().await.map_err(|e| e.to_string()) };
-            self.probe(BUILD_TIMEOUT, address, move |result| Event::ProxyReady {
-                node_id,
-                result,
-            });
+            let address = async move { Ok(handle.address().get_async().await?) };
+            self.launcher
+                .probe(BUILD_TIMEOUT, address, move |result| Event::ProxyReady {
+                    node_id,
+                    result,
+                });
         }
         Ok(())
     }
@@ -212,10 +210,10 @@ impl Reconciler {
             return;
         };
         state.next_index = state.next_index.max(index + 1);
-        let mut slot = ReplicaSlot::new(name.to_string(), handle.clone(), String::new());
+        let mut slot = ReplicaSlot::new(name.to_string(), handle.clone(), String::new(), Instant::now());
         slot.probing = true;
         state.replicas.push(slot);
-        self.spawn_build_probe(name.to_string(), handle);
+        self.launcher.probe_build(name.to_string(), handle);
     }
 
     /// Counts a failed start of the proxy on `node_id`; the next waits.

@@ -40,7 +40,7 @@ impl Reconciler {
                 .duration_since(UNIX_EPOCH)
                 .map_or(0, |elapsed| elapsed.as_millis() as u64),
             routes_version: self.table_version,
-            routes_installed: self.everyone_installed(self.table_version),
+            routes_installed: self.installed_everywhere() >= self.table_version,
             controller: self.controller.clone(),
             proxies: self.proxies.values().filter_map(ProxySlot::status).collect(),
             proxy_failures: (self.proxy_failures.iter())
