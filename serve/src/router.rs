@@ -60,6 +60,9 @@ use crate::replica::ReplicaHandle;
 use crate::routes::DeploymentRoutes;
 use crate::wire::{Outcome, ServeReply, ServeRequest, StreamChunk};
 
+#[cfg(test)]
+mod tests;
+
 /// A streamed answer's body, chunk by chunk: an error ends it.
 pub type BodyStream = Pin<Box<dyn Stream<Item = Result<Bytes>> + Send>>;
 
@@ -261,11 +264,16 @@ impl Router {
 
     /// Makes the call; `None` when the replica rejected it or never got
     /// it.
-    async fn send(&self, mut call: InFlight, request: ServeRequest) -> Result<Option<(Vec<u8>, Encoding)>> {
-        let reply = match call.handle.handle(request).get_async().await {
-            Ok(reply) => reply,
-            Err(error) => return self.failed(&call.name, error),
-        };
+    async fn send(&self, call: InFlight, request: ServeRequest) -> Result<Option<(Vec<u8>, Encoding)>> {
+        match call.handle.handle(request).get_async().await {
+            Ok(reply) => self.answer(call, reply),
+            Err(error) => self.failed(&call.name, error),
+        }
+    }
+
+    /// What the replica's `reply` to `call` gives: its body, `None` when
+    /// it rejected the call, or the error it answered.
+    fn answer(&self, mut call: InFlight, reply: ServeReply) -> Result<Option<(Vec<u8>, Encoding)>> {
         self.finish(&mut call, &reply);
         match reply.outcome {
             Outcome::Ok { body, encoding } => Ok(Some((body, encoding))),
