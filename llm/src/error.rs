@@ -17,6 +17,8 @@ pub enum LlmError {
     },
     #[error("starting the engine thread: {0}")]
     Thread(std::io::Error),
+    #[error("the text does not tokenize: {0}")]
+    Tokenize(#[source] Box<dyn std::error::Error + Send + Sync>),
     #[error("the prompt is empty: it needs at least one token")]
     EmptyPrompt,
     #[error(

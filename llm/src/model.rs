@@ -40,8 +40,8 @@ pub trait LanguageModel: Send + 'static {
 
 /// Text to token ids and token ids to bytes.
 pub trait Tokenizer: Send + Sync + 'static {
-    /// The token ids of `text`.
-    fn encode(&self, text: &str) -> Result<Vec<u32>, String>;
+    /// The token ids of `text` ([`LlmError::Tokenize`] when it has none).
+    fn encode(&self, text: &str) -> Result<Vec<u32>, LlmError>;
 
     /// The bytes token `id` stands for (none for special tokens).
     fn token_bytes(&self, id: u32) -> &[u8];
@@ -169,8 +169,8 @@ impl GptTokenizer {
 }
 
 impl Tokenizer for GptTokenizer {
-    fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
-        self.tokenizer.encode(text).map_err(|e| e.to_string())
+    fn encode(&self, text: &str) -> Result<Vec<u32>, LlmError> {
+        self.tokenizer.encode(text).map_err(|e| LlmError::Tokenize(Box::new(e)))
     }
 
     fn token_bytes(&self, id: u32) -> &[u8] {

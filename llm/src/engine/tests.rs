@@ -99,7 +99,7 @@ impl ByteTokenizer {
 }
 
 impl Tokenizer for ByteTokenizer {
-    fn encode(&self, text: &str) -> Result<Vec<u32>, String> {
+    fn encode(&self, text: &str) -> Result<Vec<u32>, LlmError> {
         Ok(text.bytes().map(u32::from).collect())
     }
 

@@ -183,7 +183,7 @@ impl Served {
         let mut prompt = self
             .tokenizer
             .encode(&asked.prompt)
-            .map_err(|e| ApiError::invalid("prompt", &format!("the prompt does not tokenize: {e}")))?;
+            .map_err(|e| ApiError::invalid("prompt", &e.to_string()))?;
         if prompt.is_empty() {
             prompt.push(self.tokenizer.end_of_text());
         }
