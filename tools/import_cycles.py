@@ -1,16 +1,19 @@
 #!/usr/bin/env python3
 """The largest import cycle among the files of each crate.
 
-    tools/import_cycles.py [CRATE_DIR...]   (default: every workspace member)
+    tools/import_cycles.py [--max N] [CRATE_DIR...]   (default: every workspace member)
 
 A file is a module (`a/b.rs` or `a/b/mod.rs` is `a::b`). File A depends on
 file B when A names a path through `crate::` or `super::` that resolves to
-B's module, in a `use` or inline, test modules (`#[cfg(test)]` onwards)
-and comments (doc links among them) left out. A name the crate root re-exports (`pub use error::{Error, ...}`)
+B's module, in a `use` or inline, anywhere in the file; left out are the
+items under `#[cfg(test)]` (inline test modules, test-only functions and
+imports) and comments (doc links among them). A name the crate root
+re-exports (`pub use error::{Error, ...}`)
 resolves to the module its `pub use` names, so `crate::Error` is an edge to
 `error.rs`, not to `lib.rs`. The cycles are the strongly connected
 components of that graph; the script prints each crate's largest, with its
-files. Issue 31 of raylet asks for none over three files.
+files. With `--max N`, it exits 1 when a crate's largest cycle has more
+than N files (`.ci/run` passes 3).
 """
 import re
 import sys
@@ -23,7 +26,42 @@ ROOT_FILES = ("lib", "main", "mod")
 COMMENT = re.compile(r"//[^\n]*")
 PATH = re.compile(r"\b(crate|super)((?:::\w+)+)")
 GROUP = re.compile(r"\b(crate|super)((?:::\w+)*)::\{([^{}]*)\}")
+TEST_ONLY = "#[cfg(test)]"
 REEXPORT = re.compile(r"pub use ((?:\w+::)*\w+)::\{([^}]*)\}|pub use ((?:\w+::)*\w+)::(\w+);")
+
+
+def without_test_items(text):
+    """`text` without each item `#[cfg(test)]` marks: from the attribute
+    through the item's `;` or its block's closing brace (braces counted,
+    further attributes on the item included)."""
+    kept, at = [], 0
+    while (start := text.find(TEST_ONLY, at)) != -1:
+        kept.append(text[at:start])
+        depth, end = 0, start + len(TEST_ONLY)
+        while end < len(text):
+            char = text[end]
+            end += 1
+            if char == "[":
+                depth += 1
+            elif char == "]":
+                depth -= 1
+            elif char == ";" and depth == 0:
+                break
+            elif char == "{":
+                end = closing_brace(text, end)
+                break
+        at = end
+    kept.append(text[at:])
+    return "".join(kept)
+
+
+def closing_brace(text, after_open):
+    """The index after the `}` that closes the `{` just before `after_open`."""
+    depth, at = 1, after_open
+    while at < len(text) and depth:
+        depth += {"{": 1, "}": -1}.get(text[at], 0)
+        at += 1
+    return at
 
 
 def modules(src):
@@ -73,7 +111,7 @@ def dependencies(src):
     names = reexports(root, found)
     edges = defaultdict(set)
     for module, file in found.items():
-        text = COMMENT.sub("", file.read_text().split("#[cfg(test)]")[0])
+        text = without_test_items(COMMENT.sub("", file.read_text()))
         is_dir = file.stem in ROOT_FILES
         parent = list(module) if is_dir else list(module[:-1])
         def base(anchor):
@@ -129,13 +167,23 @@ def components(nodes, edges):
 
 def main():
     root = Path(__file__).resolve().parent.parent
-    crates = sys.argv[1:] or tomllib.loads((root / "Cargo.toml").read_text())["workspace"]["members"]
+    args = sys.argv[1:]
+    limit = None
+    if args[:1] == ["--max"]:
+        limit, args = int(args[1]), args[2:]
+    crates = args or tomllib.loads((root / "Cargo.toml").read_text())["workspace"]["members"]
+    over = []
     for crate in crates:
         src = root / crate / "src"
         found, edges = dependencies(src)
         largest = max(components(list(found), edges), key=len)
         files = ", ".join(sorted("::".join(m) or "(root)" for m in largest)) if len(largest) > 1 else ""
         print(f"{crate}: {len(found)} files, largest cycle {len(largest)}" + (f": {files}" if files else ""))
+        if limit is not None and len(largest) > limit:
+            over.append(crate)
+    if over:
+        print(f"import cycles of more than {limit} files in: {', '.join(over)}", file=sys.stderr)
+        sys.exit(1)
 
 
 if __name__ == "__main__":
