@@ -15,7 +15,7 @@ use crate::DataError;
 use crate::block_output::BlockOutput;
 use crate::model::LoadError;
 use crate::model_registry::{self, LoadedModel};
-use crate::task::{self, BlockJob};
+use crate::task::{self, BlockError, BlockJob};
 
 /// Calls queued on one actor at once, so it never waits between blocks.
 const CALLS_PER_ACTOR: usize = 2;
@@ -75,7 +75,7 @@ impl BlockWorker {
         })
     }
 
-    pub fn process(&mut self, job: BlockJob) -> Result<BlockOutput, String> {
+    pub fn process(&mut self, job: BlockJob) -> Result<BlockOutput, BlockError> {
         let model = self.model.get_mut().unwrap_or_else(|poisoned| poisoned.into_inner());
         task::run_stages(&job, Some(model.as_mut()))
     }

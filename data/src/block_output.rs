@@ -10,6 +10,7 @@ use crate::DataError;
 use crate::block_rows::RowData;
 use crate::columnar;
 use crate::encoded_rows::EncodedRows;
+use crate::rows_error::RowsError;
 use crate::stage::RowError;
 
 /// A block's rows between processes.
@@ -23,7 +24,7 @@ pub(crate) enum RowPayload {
 
 impl RowPayload {
     /// The payload of `data`, encoded to cross to another process.
-    pub fn of(data: RowData) -> Result<RowPayload, String> {
+    pub fn of(data: RowData) -> Result<RowPayload, RowsError> {
         match data {
             RowData::Encoded(rows) => Ok(RowPayload::Typed(rows)),
             RowData::Arrow(batches) => columnar::encode_ipc(&batches).map(|ipc| RowPayload::Arrow(ByteBuf::from(ipc))),
@@ -39,7 +40,7 @@ impl RowPayload {
     }
 
     /// The rows again, as a stage works on them.
-    pub fn into_data(self) -> Result<RowData, String> {
+    pub fn into_data(self) -> Result<RowData, RowsError> {
         match self {
             RowPayload::Typed(rows) => Ok(RowData::Encoded(rows)),
             RowPayload::Arrow(ipc) => columnar::decode_ipc(ipc.into_vec()).map(RowData::Arrow),
@@ -68,13 +69,13 @@ impl BlockOutput {
             RowPayload::Typed(rows) => rows.decode(),
             RowPayload::Arrow(ipc) => columnar::decode_ipc(ipc.as_slice()).and_then(|b| columnar::batches_to_rows(&b)),
         };
-        rows.map_err(|e| DataError::InvalidInput(format!("decoding a block's rows: {e}")))
+        rows.map_err(DataError::from)
     }
 
     /// The rows as Arrow record batches.
     pub fn into_batches(self) -> Result<Vec<RecordBatch>, DataError> {
         match self.rows {
-            RowPayload::Arrow(ipc) => columnar::decode_ipc(ipc.into_vec()).map_err(DataError::InvalidInput),
+            RowPayload::Arrow(ipc) => Ok(columnar::decode_ipc(ipc.into_vec())?),
             RowPayload::Typed(_) => Err(DataError::InvalidInput(
                 "a block of typed rows was read as Arrow batches".into(),
             )),

@@ -9,6 +9,7 @@ use arrow::array::{RecordBatch, UInt32Array};
 use arrow_schema::Schema;
 
 use crate::encoded_rows::EncodedRows;
+use crate::rows_error::{RowsError, column_names};
 
 /// A block's rows between stages. Not a public API.
 #[doc(hidden)]
@@ -44,18 +45,18 @@ impl RowData {
     }
 
     /// The Arrow rows as one batch (`None` for none at all).
-    pub fn single_batch(batches: &[RecordBatch]) -> Result<Option<RecordBatch>, String> {
+    pub fn single_batch(batches: &[RecordBatch]) -> Result<Option<RecordBatch>, RowsError> {
         match batches {
             [] => Ok(None),
             [one] => Ok(Some(one.clone())),
             [first, ..] => arrow::compute::concat_batches(&first.schema(), batches)
                 .map(Some)
-                .map_err(|e| format!("joining record batches: {e}")),
+                .map_err(RowsError::arrow("joining record batches")),
         }
     }
 
     /// The rows at `indices`, in that order.
-    pub fn select(&self, indices: &[u32]) -> Result<RowData, String> {
+    pub fn select(&self, indices: &[u32]) -> Result<RowData, RowsError> {
         match self {
             RowData::Encoded(rows) => Ok(RowData::Encoded(rows.select(indices.iter().map(|i| *i as usize)))),
             RowData::Arrow(batches) => {
@@ -63,7 +64,7 @@ impl RowData {
                     return Ok(RowData::Arrow(Vec::new()));
                 };
                 let picked = arrow::compute::take_record_batch(&batch, &UInt32Array::from(indices.to_vec()))
-                    .map_err(|e| format!("picking rows: {e}"))?;
+                    .map_err(RowsError::arrow("picking rows"))?;
                 Ok(RowData::Arrow(vec![picked]))
             }
         }
@@ -71,7 +72,7 @@ impl RowData {
 
     /// The rows of all `parts`, one after another; they must all be typed
     /// or all Arrow with one schema.
-    pub fn concat(parts: Vec<RowData>) -> Result<RowData, String> {
+    pub fn concat(parts: Vec<RowData>) -> Result<RowData, RowsError> {
         let mut typed = Vec::new();
         let mut batches = Vec::new();
         for part in parts {
@@ -81,15 +82,14 @@ impl RowData {
             }
         }
         match (typed.is_empty(), batches.is_empty()) {
-            (false, false) => Err("joining typed rows with Arrow rows".into()),
+            (false, false) => Err(RowsError::MixedKinds { doing: "joining" }),
             (true, false) => {
                 let schema: Arc<Schema> = batches[0].schema();
                 if let Some(other) = batches.iter().find(|b| b.schema() != schema) {
-                    return Err(format!(
-                        "joining rows of different columns: {:?} and {:?}",
-                        column_names(&schema),
-                        column_names(&other.schema())
-                    ));
+                    return Err(RowsError::ColumnsDiffer {
+                        left: column_names(&schema),
+                        right: column_names(other.schema_ref()),
+                    });
                 }
                 Ok(RowData::Arrow(batches))
             }
@@ -104,9 +104,12 @@ impl RowData {
     /// rows as pairs (a pair's encoding is its two rows' one after the
     /// other), Arrow rows as the columns of both (a name both have gets
     /// `_1` on the right).
-    pub fn zip(self, other: RowData) -> Result<RowData, String> {
+    pub fn zip(self, other: RowData) -> Result<RowData, RowsError> {
         if self.len() != other.len() {
-            return Err(format!("zipping blocks of {} and {} rows", self.len(), other.len()));
+            return Err(RowsError::LengthsDiffer {
+                left: self.len(),
+                right: other.len(),
+            });
         }
         match (self, other) {
             (RowData::Encoded(left), RowData::Encoded(right)) => {
@@ -131,14 +134,10 @@ impl RowData {
                     }
                     columns.push((name, column.clone()));
                 }
-                let batch = RecordBatch::try_from_iter(columns).map_err(|e| format!("zipping columns: {e}"))?;
+                let batch = RecordBatch::try_from_iter(columns).map_err(RowsError::arrow("zipping columns"))?;
                 Ok(RowData::Arrow(vec![batch]))
             }
-            _ => Err("zipping typed rows with Arrow rows".into()),
+            _ => Err(RowsError::MixedKinds { doing: "zipping" }),
         }
     }
-}
-
-fn column_names(schema: &Schema) -> Vec<&str> {
-    schema.fields().iter().map(|f| f.name().as_str()).collect()
 }

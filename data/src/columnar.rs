@@ -12,6 +12,8 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use serde_arrow::schema::{SchemaLike, TracingOptions};
 
+use crate::rows_error::{RowsError, column_names};
+
 /// The row type of a dataset held as Arrow record batches, as
 /// `read_parquet` makes it: its batches are [`RecordBatch`]es (numeric
 /// columns move without a per-row encode), and
@@ -20,21 +22,22 @@ use serde_arrow::schema::{SchemaLike, TracingOptions};
 pub struct Arrow;
 
 /// `batches` as one Arrow IPC stream (nothing for no batches).
-pub(crate) fn encode_ipc(batches: &[RecordBatch]) -> Result<Vec<u8>, String> {
+pub(crate) fn encode_ipc(batches: &[RecordBatch]) -> Result<Vec<u8>, RowsError> {
     let Some(first) = batches.first() else {
         return Ok(Vec::new());
     };
-    let mut writer = StreamWriter::try_new(Vec::new(), &first.schema()).map_err(|e| e.to_string())?;
+    let error = RowsError::arrow("writing an Arrow IPC block");
+    let mut writer = StreamWriter::try_new(Vec::new(), &first.schema()).map_err(error)?;
     for batch in batches {
-        writer.write(batch).map_err(|e| e.to_string())?;
+        writer.write(batch).map_err(error)?;
     }
-    writer.into_inner().map_err(|e| e.to_string())
+    writer.into_inner().map_err(error)
 }
 
 /// The record batches of an Arrow IPC stream. Their columns are the
 /// stream's own bytes where aligned (given a `Vec`, without a copy).
-pub(crate) fn decode_ipc(bytes: impl Into<Vec<u8>>) -> Result<Vec<RecordBatch>, String> {
-    let error = |e: arrow::error::ArrowError| format!("reading an Arrow IPC block: {e}");
+pub(crate) fn decode_ipc(bytes: impl Into<Vec<u8>>) -> Result<Vec<RecordBatch>, RowsError> {
+    let error = RowsError::arrow("reading an Arrow IPC block");
     let mut buffer = Buffer::from_vec(bytes.into());
     let (mut decoder, mut batches) = (StreamDecoder::new(), Vec::new());
     while !buffer.is_empty() {
@@ -46,15 +49,13 @@ pub(crate) fn decode_ipc(bytes: impl Into<Vec<u8>>) -> Result<Vec<RecordBatch>, 
 
 /// Every row of `batches` as a `T`, its fields taken from the columns of
 /// the same names.
-pub(crate) fn batches_to_rows<T: DeserializeOwned>(batches: &[RecordBatch]) -> Result<Vec<T>, String> {
+pub(crate) fn batches_to_rows<T: DeserializeOwned>(batches: &[RecordBatch]) -> Result<Vec<T>, RowsError> {
     let mut rows = Vec::with_capacity(batches.iter().map(RecordBatch::num_rows).sum());
     for batch in batches {
-        let batch_rows: Vec<T> = serde_arrow::from_record_batch(batch).map_err(|e| {
-            format!(
-                "reading rows as {} from columns {:?}: {e}",
-                std::any::type_name::<T>(),
-                batch.schema().fields().iter().map(|f| f.name()).collect::<Vec<_>>()
-            )
+        let batch_rows: Vec<T> = serde_arrow::from_record_batch(batch).map_err(|source| RowsError::FromColumns {
+            type_name: std::any::type_name::<T>(),
+            columns: column_names(batch.schema_ref()),
+            source,
         })?;
         rows.extend(batch_rows);
     }
@@ -63,11 +64,13 @@ pub(crate) fn batches_to_rows<T: DeserializeOwned>(batches: &[RecordBatch]) -> R
 
 /// `rows` as one record batch, a column per field (the types traced from
 /// the rows themselves).
-pub(crate) fn rows_to_batch<T: Serialize>(rows: &[T]) -> Result<RecordBatch, String> {
+pub(crate) fn rows_to_batch<T: Serialize>(rows: &[T]) -> Result<RecordBatch, RowsError> {
     let options = TracingOptions::default().allow_null_fields(true);
-    let fields = Vec::<FieldRef>::from_samples(rows, options)
-        .map_err(|e| format!("the Arrow columns of {}: {e}", std::any::type_name::<T>()))?;
-    serde_arrow::to_record_batch(&fields, &rows).map_err(|e| format!("rows to Arrow columns: {e}"))
+    let fields = Vec::<FieldRef>::from_samples(rows, options).map_err(|source| RowsError::ColumnTypes {
+        type_name: std::any::type_name::<T>(),
+        source,
+    })?;
+    serde_arrow::to_record_batch(&fields, &rows).map_err(RowsError::ToColumns)
 }
 
 #[cfg(test)]
@@ -98,6 +101,7 @@ mod tests {
         assert_eq!(rows[1], Point { id: 2, x: 1.5 });
         assert!(decode_ipc(Vec::new()).unwrap().is_empty());
         let error = decode_ipc(b"garbage!".as_slice()).unwrap_err();
-        assert!(error.contains("Arrow IPC"), "{error}");
+        assert!(matches!(error, RowsError::Arrow { .. }), "{error}");
+        assert!(error.to_string().contains("Arrow IPC"), "{error}");
     }
 }

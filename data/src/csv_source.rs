@@ -12,6 +12,7 @@ use bytes::Bytes;
 use serde::{Deserialize, Serialize};
 
 use crate::DataError;
+use crate::source_error::SourceError;
 use raylet_storage::{self as storage, StorageOptions};
 
 /// How `read_csv` reads its files.
@@ -92,12 +93,12 @@ const INFER_ROWS: usize = 10_000;
 const BATCH_ROWS: usize = 64 * 1024;
 
 /// The rows of one CSV file, by the options' schema.
-pub(crate) fn read_file(bytes: Bytes, options: &CsvOptions) -> Result<Vec<RecordBatch>, String> {
-    let schema = options.schema.clone().ok_or("read_csv ran without a schema")?;
+pub(crate) fn read_file(bytes: Bytes, options: &CsvOptions) -> Result<Vec<RecordBatch>, SourceError> {
+    let schema = options.schema.clone().ok_or(SourceError::NoCsvSchema)?;
     ReaderBuilder::new(schema.into())
         .with_format(options.format())
         .with_batch_size(BATCH_ROWS)
         .build(Cursor::new(bytes))
         .and_then(|reader| reader.collect::<Result<Vec<_>, _>>())
-        .map_err(|e| format!("reading CSV: {e}"))
+        .map_err(SourceError::Csv)
 }

@@ -21,7 +21,7 @@ use crate::image_source::{Image, ImageOptions};
 use crate::manifest::Manifest;
 use crate::model::BatchModel;
 use crate::parquet_source::ParquetOptions;
-use crate::plan::{Plan, Shard, Source, Step};
+use crate::plan::{Plan, Shard, Source, Step, Unencodable};
 use crate::row::Row;
 use crate::sink::{self, BlockWriter, Format, Table, WriteSummary};
 use crate::stage::{OnError, StageKind, StageSpec};
@@ -448,7 +448,10 @@ impl<T: Row> Dataset<T> {
             .iter()
             .map(|item| raylet::proto::codec::encode(item).map(ByteBuf::from))
             .collect::<Result<_, _>>()
-            .map_err(|e| format!("encoding the items: {e}"));
+            .map_err(|e| Unencodable {
+                what: "the items".into(),
+                message: e.to_string(),
+            });
         Self::from_source(Source::Items(encoded))
     }
 
@@ -493,7 +496,10 @@ impl<T: Row> Dataset<T> {
                 config,
                 strategy: pool,
             })
-            .map_err(|e| format!("encoding {}: {e}", std::any::type_name::<M>()));
+            .map_err(|e| Unencodable {
+                what: std::any::type_name::<M>().into(),
+                message: e.to_string(),
+            });
         self.plan.models.push(spec);
         self.then::<M::Out, M>(StageKind::Model, batch_size.max(1))
     }

@@ -11,7 +11,7 @@ use std::collections::{BTreeMap, HashMap};
 use arrow::json::ArrayWriter;
 use bytes::Bytes;
 use parquet::arrow::arrow_reader::ParquetRecordBatchReaderBuilder;
-use raylet_storage::{Storage, StorageOptions};
+use raylet_storage::{Storage, StorageError, StorageOptions};
 use serde::Deserialize;
 
 use crate::DataError;
@@ -24,20 +24,70 @@ const READER_VERSION: u32 = 3;
 /// of whole files.
 const HARMLESS_READER_FEATURES: [&str; 2] = ["timestampNtz", "vacuumProtocolCheck"];
 
+/// Why a Delta table cannot be read, or is refused.
+#[derive(Debug, thiserror::Error)]
+enum DeltaError {
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error("{0} is not a Delta table: it has no {LOG_DIR} commits")]
+    NotATable(String),
+    #[error("checkpoint {part}: {source}")]
+    Checkpoint { part: String, source: ActionsError },
+    #[error("commit {name}: {source}")]
+    Commit { name: String, source: ActionsError },
+    #[error("commit {version} follows {} in {LOG_DIR}: the log has a gap", version_text(*.after))]
+    Gap { version: u64, after: Option<u64> },
+    #[error("the log has no protocol action")]
+    NoProtocol,
+    #[error("it needs a reader of version {0} (read_delta reads up to {READER_VERSION})")]
+    ReaderVersion(u32),
+    #[error("read_delta does not read tables with the reader features {0:?}")]
+    ReaderFeatures(Vec<String>),
+    #[error("the log has no metaData action")]
+    NoMetadata,
+    #[error("read_delta does not read tables with column mapping ({0})")]
+    ColumnMapping(String),
+    #[error("read_delta does not read partitioned tables yet (partition columns {0:?})")]
+    Partitioned(Vec<String>),
+    #[error("{0} has a deletion vector, which read_delta does not apply")]
+    DeletionVector(String),
+    #[error("{0} lies outside the table (read_delta reads files under it)")]
+    OutsideTable(String),
+    #[error("{0} has a bad percent escape")]
+    BadEscape(String),
+    #[error("{0} is not UTF-8 once decoded")]
+    NotUtf8Path(String),
+}
+
+/// Why a commit's lines or a checkpoint's rows are not actions.
+#[derive(Debug, thiserror::Error)]
+enum ActionsError {
+    #[error(transparent)]
+    NotText(#[from] std::str::Utf8Error),
+    #[error(transparent)]
+    Json(#[from] serde_json::Error),
+    #[error(transparent)]
+    Parquet(#[from] parquet::errors::ParquetError),
+    #[error(transparent)]
+    Arrow(#[from] arrow::error::ArrowError),
+}
+
+fn version_text(version: Option<u64>) -> String {
+    version.map_or("nothing".to_string(), |last| last.to_string())
+}
+
 /// The Parquet files of the table at `location`, with their sizes.
 pub(crate) fn table_files(location: &str, options: &StorageOptions) -> Result<FileList, DataError> {
-    let table_error = |message: String| DataError::Format {
+    let table_error = |error: DeltaError| DataError::Format {
         input: location.to_string(),
-        message: format!("reading the Delta table: {message}"),
+        message: format!("reading the Delta table: {error}"),
     };
-    let table = Storage::open(location, options).map_err(|e| table_error(e.to_string()))?;
+    let table = Storage::open(location, options).map_err(|e| table_error(e.into()))?;
     let log = table.child(LOG_DIR);
-    let listed = log.list().map_err(|e| table_error(e.to_string()))?;
+    let listed = log.list().map_err(|e| table_error(e.into()))?;
     let files = LogFiles::of(listed.into_iter().map(|(name, _)| name));
     if files.commits.is_empty() && files.checkpoint.is_none() {
-        return Err(table_error(format!(
-            "{location} is not a Delta table: it has no {LOG_DIR} commits"
-        )));
+        return Err(table_error(DeltaError::NotATable(location.to_string())));
     }
     let replay = replayed(&log, &files).map_err(table_error)?;
     replay.check().map_err(table_error)?;
@@ -45,31 +95,36 @@ pub(crate) fn table_files(location: &str, options: &StorageOptions) -> Result<Fi
         .files
         .into_iter()
         .map(|(path, file)| Ok((data_file_name(&path)?, file.size)))
-        .collect::<Result<Vec<_>, String>>()
+        .collect::<Result<Vec<_>, DeltaError>>()
         .map_err(table_error)?;
     Ok(FileList::under(table.location_of(""), files))
 }
 
 /// The table's state at its newest version: the checkpoint's actions, then
 /// those of every commit after it, which must follow one another.
-fn replayed(log: &Storage, files: &LogFiles) -> Result<Replay, String> {
+fn replayed(log: &Storage, files: &LogFiles) -> Result<Replay, DeltaError> {
     let mut replay = Replay::default();
     if let Some((version, parts)) = &files.checkpoint {
         for part in parts {
-            let bytes = log.read(part).map_err(|e| e.to_string())?;
-            replay.apply(checkpoint_actions(bytes).map_err(|e| format!("checkpoint {part}: {e}"))?);
+            let bytes = log.read(part)?;
+            let actions = checkpoint_actions(bytes).map_err(|source| DeltaError::Checkpoint {
+                part: part.clone(),
+                source,
+            })?;
+            replay.apply(actions);
         }
         replay.version = Some(*version);
     }
     for (version, name) in files.commits_after(replay.version) {
         if replay.version.map_or(version != 0, |last| version != last + 1) {
-            return Err(format!(
-                "commit {version} follows {} in {LOG_DIR}: the log has a gap",
-                replay.version.map_or("nothing".to_string(), |last| last.to_string())
-            ));
+            return Err(DeltaError::Gap {
+                version,
+                after: replay.version,
+            });
         }
-        let bytes = log.read(&name).map_err(|e| e.to_string())?;
-        replay.apply(commit_actions(&bytes).map_err(|e| format!("commit {name}: {e}"))?);
+        let bytes = log.read(&name)?;
+        let actions = commit_actions(&bytes).map_err(|source| DeltaError::Commit { name, source })?;
+        replay.apply(actions);
         replay.version = Some(version);
     }
     Ok(replay)
@@ -200,85 +255,69 @@ impl Replay {
     }
 
     /// Refuses a table this reader would read wrong.
-    fn check(&self) -> Result<(), String> {
-        let protocol = self.protocol.as_ref().ok_or("the log has no protocol action")?;
+    fn check(&self) -> Result<(), DeltaError> {
+        let protocol = self.protocol.as_ref().ok_or(DeltaError::NoProtocol)?;
         if protocol.min_reader_version > READER_VERSION {
-            return Err(format!(
-                "it needs a reader of version {} (read_delta reads up to {READER_VERSION})",
-                protocol.min_reader_version
-            ));
+            return Err(DeltaError::ReaderVersion(protocol.min_reader_version));
         }
-        let unknown: Vec<&str> = protocol
+        let unknown: Vec<String> = protocol
             .reader_features
             .iter()
-            .map(String::as_str)
-            .filter(|feature| !HARMLESS_READER_FEATURES.contains(feature))
+            .filter(|feature| !HARMLESS_READER_FEATURES.contains(&feature.as_str()))
+            .cloned()
             .collect();
         if !unknown.is_empty() {
-            return Err(format!(
-                "read_delta does not read tables with the reader features {unknown:?}"
-            ));
+            return Err(DeltaError::ReaderFeatures(unknown));
         }
-        let metadata = self.metadata.as_ref().ok_or("the log has no metaData action")?;
+        let metadata = self.metadata.as_ref().ok_or(DeltaError::NoMetadata)?;
         if let Some(mode) = metadata.configuration.get("delta.columnMapping.mode")
             && mode != "none"
         {
-            return Err(format!("read_delta does not read tables with column mapping ({mode})"));
+            return Err(DeltaError::ColumnMapping(mode.clone()));
         }
         if !metadata.partition_columns.is_empty() {
-            return Err(format!(
-                "read_delta does not read partitioned tables yet (partition columns {:?})",
-                metadata.partition_columns
-            ));
+            return Err(DeltaError::Partitioned(metadata.partition_columns.clone()));
         }
         match self.files.iter().find(|(_, file)| file.has_deletion_vector) {
-            Some((path, _)) => Err(format!("{path} has a deletion vector, which read_delta does not apply")),
+            Some((path, _)) => Err(DeltaError::DeletionVector(path.clone())),
             None => Ok(()),
         }
     }
 }
 
-fn commit_actions(bytes: &[u8]) -> Result<Vec<Action>, String> {
-    let text = std::str::from_utf8(bytes).map_err(|e| e.to_string())?;
-    text.lines()
-        .filter(|line| !line.trim().is_empty())
-        .map(|line| serde_json::from_str(line).map_err(|e| e.to_string()))
-        .collect()
+fn commit_actions(bytes: &[u8]) -> Result<Vec<Action>, ActionsError> {
+    let text = std::str::from_utf8(bytes)?;
+    let lines = text.lines().filter(|line| !line.trim().is_empty());
+    Ok(lines.map(serde_json::from_str).collect::<Result<_, _>>()?)
 }
 
 /// A checkpoint's rows as actions: written as JSON objects by arrow, so
 /// that they read as commit lines do.
-fn checkpoint_actions(bytes: Bytes) -> Result<Vec<Action>, String> {
-    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes)
-        .and_then(|builder| builder.build())
-        .map_err(|e| e.to_string())?;
+fn checkpoint_actions(bytes: Bytes) -> Result<Vec<Action>, ActionsError> {
+    let reader = ParquetRecordBatchReaderBuilder::try_new(bytes).and_then(|builder| builder.build())?;
     let mut writer = ArrayWriter::new(Vec::new());
     for batch in reader {
-        writer
-            .write(&batch.map_err(|e| e.to_string())?)
-            .map_err(|e| e.to_string())?;
+        writer.write(&batch?)?;
     }
-    writer.finish().map_err(|e| e.to_string())?;
+    writer.finish()?;
     let rows = writer.into_inner();
     match rows.is_empty() {
         true => Ok(Vec::new()),
-        false => serde_json::from_slice(&rows).map_err(|e| e.to_string()),
+        false => Ok(serde_json::from_slice(&rows)?),
     }
 }
 
 /// The name under the table of the data file the log names `path` (a URI
 /// reference relative to the table, percent-encoded).
-fn data_file_name(path: &str) -> Result<String, String> {
+fn data_file_name(path: &str) -> Result<String, DeltaError> {
     let decoded = percent_decoded(path)?;
     if decoded.contains("://") || decoded.starts_with('/') {
-        return Err(format!(
-            "{decoded} lies outside the table (read_delta reads files under it)"
-        ));
+        return Err(DeltaError::OutsideTable(decoded));
     }
     Ok(decoded)
 }
 
-fn percent_decoded(path: &str) -> Result<String, String> {
+fn percent_decoded(path: &str) -> Result<String, DeltaError> {
     let bytes = path.as_bytes();
     let mut decoded = Vec::with_capacity(bytes.len());
     let mut index = 0;
@@ -287,7 +326,7 @@ fn percent_decoded(path: &str) -> Result<String, String> {
             let hex = path
                 .get(index + 1..index + 3)
                 .and_then(|hex| u8::from_str_radix(hex, 16).ok())
-                .ok_or_else(|| format!("{path} has a bad percent escape"))?;
+                .ok_or_else(|| DeltaError::BadEscape(path.to_string()))?;
             decoded.push(hex);
             index += 3;
         } else {
@@ -295,7 +334,7 @@ fn percent_decoded(path: &str) -> Result<String, String> {
             index += 1;
         }
     }
-    String::from_utf8(decoded).map_err(|_| format!("{path} is not UTF-8 once decoded"))
+    String::from_utf8(decoded).map_err(|_| DeltaError::NotUtf8Path(path.to_string()))
 }
 
 #[cfg(test)]
@@ -308,12 +347,11 @@ mod tests {
             data_file_name("year%3D2024/a%20b.parquet").unwrap(),
             "year=2024/a b.parquet"
         );
-        assert!(data_file_name("bad%2").unwrap_err().contains("percent escape"));
-        assert!(
-            data_file_name("s3://other/x.parquet")
-                .unwrap_err()
-                .contains("outside the table")
-        );
+        assert!(matches!(data_file_name("bad%2"), Err(DeltaError::BadEscape(_))));
+        assert!(matches!(data_file_name("%FF"), Err(DeltaError::NotUtf8Path(_))));
+        let error = data_file_name("s3://other/x.parquet").unwrap_err();
+        assert!(matches!(error, DeltaError::OutsideTable(_)), "{error}");
+        assert!(error.to_string().contains("outside the table"), "{error}");
     }
 
     #[test]

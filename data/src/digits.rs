@@ -35,8 +35,26 @@ pub fn write_images(dir: &Path, digits: &[Digit]) -> std::io::Result<Vec<PathBuf
         .collect()
 }
 
+/// Why bytes are not an 8x8 binary PGM file.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum PgmError {
+    #[error("not a PGM file: its header ends early")]
+    HeaderEndsEarly,
+    #[error("not a PGM file: bad header field {0:?}")]
+    BadHeaderField(String),
+    #[error("not an 8x8 binary PGM: {magic} {width}x{height} max {max_value}")]
+    NotEightByEightBinary {
+        magic: String,
+        width: usize,
+        height: usize,
+        max_value: usize,
+    },
+    #[error("the PGM's pixels are cut short")]
+    PixelsCutShort,
+}
+
 /// The pixels of a binary 8x8 PGM file, scaled to 0..1 as the digits are.
-pub fn parse_pgm(bytes: &[u8]) -> Result<Vec<f32>, String> {
+pub fn parse_pgm(bytes: &[u8]) -> Result<Vec<f32>, PgmError> {
     let mut fields = Vec::new();
     let mut position = 0;
     while fields.len() < 4 {
@@ -48,25 +66,27 @@ pub fn parse_pgm(bytes: &[u8]) -> Result<Vec<f32>, String> {
             position += 1;
         }
         if start == position {
-            return Err("not a PGM file: its header ends early".into());
+            return Err(PgmError::HeaderEndsEarly);
         }
         fields.push(String::from_utf8_lossy(&bytes[start..position]).into_owned());
     }
     let number = |field: &str| {
         field
             .parse::<usize>()
-            .map_err(|_| format!("not a PGM file: bad header field {field:?}"))
+            .map_err(|_| PgmError::BadHeaderField(field.to_string()))
     };
     let (width, height, max_value) = (number(&fields[1])?, number(&fields[2])?, number(&fields[3])?);
     if fields[0] != "P5" || (width, height) != (SIDE, SIDE) || max_value == 0 || max_value > 255 {
-        return Err(format!(
-            "not an 8x8 binary PGM: {} {width}x{height} max {max_value}",
-            fields[0]
-        ));
+        return Err(PgmError::NotEightByEightBinary {
+            magic: fields[0].clone(),
+            width,
+            height,
+            max_value,
+        });
     }
     let pixels = bytes
         .get(position + 1..position + 1 + SIDE * SIDE)
-        .ok_or("the PGM's pixels are cut short")?;
+        .ok_or(PgmError::PixelsCutShort)?;
     Ok(pixels.iter().map(|p| *p as f32 / max_value as f32).collect())
 }
 
@@ -140,13 +160,12 @@ mod tests {
             assert_eq!(pixels, digit.pixels);
             assert_eq!(label_in_name(&path.to_string_lossy()), Some(digit.label));
         }
-        assert!(parse_pgm(b"P5\n8 8\n16\n\x01\x02").unwrap_err().contains("cut short"));
-        assert!(
-            parse_pgm(b"P2\n8 8\n16\n")
-                .unwrap_err()
-                .contains("not an 8x8 binary PGM")
-        );
-        assert!(parse_pgm(b"GIF89a").unwrap_err().contains("not a PGM"));
+        assert_eq!(parse_pgm(b"P5\n8 8\n16\n\x01\x02"), Err(PgmError::PixelsCutShort));
+        let error = parse_pgm(b"P2\n8 8\n16\n").unwrap_err();
+        assert!(matches!(error, PgmError::NotEightByEightBinary { .. }), "{error}");
+        assert!(error.to_string().contains("not an 8x8 binary PGM"), "{error}");
+        assert_eq!(parse_pgm(b"GIF89a"), Err(PgmError::HeaderEndsEarly));
+        assert_eq!(parse_pgm(b"P5 x 8 16"), Err(PgmError::BadHeaderField("x".into())));
     }
 
     #[test]

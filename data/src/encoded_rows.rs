@@ -6,6 +6,8 @@
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
 
+use crate::rows_error::RowsError;
+
 /// Rows of one type, each encoded alone, one after another. Not a public API.
 #[doc(hidden)]
 #[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
@@ -18,7 +20,7 @@ pub struct EncodedRows {
 
 impl EncodedRows {
     /// Encodes `rows`, each alone.
-    pub fn encode<T: Serialize>(rows: &[T]) -> Result<Self, String> {
+    pub fn encode<T: Serialize>(rows: &[T]) -> Result<Self, RowsError> {
         let mut encoded = EncodedRows {
             bytes: Vec::new(),
             ends: Vec::with_capacity(rows.len()),
@@ -30,11 +32,12 @@ impl EncodedRows {
     }
 
     /// Appends one row.
-    pub fn push<T: Serialize>(&mut self, row: &T) -> Result<(), String> {
+    pub fn push<T: Serialize>(&mut self, row: &T) -> Result<(), RowsError> {
         let start = self.bytes.len();
-        let length = raylet::proto::codec::encoded_len(row).map_err(|e| e.to_string())?;
+        let length = raylet::proto::codec::encoded_len(row).map_err(RowsError::codec("encoding its rows"))?;
         self.bytes.resize(start + length, 0);
-        raylet::proto::codec::encode_into(row, &mut self.bytes[start..]).map_err(|e| e.to_string())?;
+        raylet::proto::codec::encode_into(row, &mut self.bytes[start..])
+            .map_err(RowsError::codec("encoding its rows"))?;
         self.ends.push(self.bytes.len() as u64);
         Ok(())
     }
@@ -64,9 +67,9 @@ impl EncodedRows {
     }
 
     /// Every row, decoded as a `T`.
-    pub fn decode<T: DeserializeOwned>(&self) -> Result<Vec<T>, String> {
+    pub fn decode<T: DeserializeOwned>(&self) -> Result<Vec<T>, RowsError> {
         (0..self.len())
-            .map(|index| raylet::proto::codec::decode(self.row(index)).map_err(|e| e.to_string()))
+            .map(|index| raylet::proto::codec::decode(self.row(index)).map_err(RowsError::codec("decoding its rows")))
             .collect()
     }
 
@@ -104,6 +107,7 @@ mod tests {
         let joined = EncodedRows::concat([&reversed, &encoded.select([1])]);
         let decoded: Vec<(u64, String)> = joined.decode().unwrap();
         assert_eq!(decoded.iter().map(|r| r.0).collect::<Vec<_>>(), [4, 3, 2, 1, 0, 1]);
-        assert!(EncodedRows::encode(&[1u8]).unwrap().decode::<String>().is_err());
+        let error = EncodedRows::encode(&[1u8]).unwrap().decode::<String>().unwrap_err();
+        assert!(matches!(error, RowsError::Codec { .. }), "{error}");
     }
 }

@@ -52,6 +52,9 @@ pub enum DataError {
         #[source]
         source: raylet::Error,
     },
+    /// A block's rows could not be decoded, joined or reordered.
+    #[error("a block's rows: {0}")]
+    Rows(#[from] crate::RowsError),
     #[error(transparent)]
     Cluster(#[from] raylet::Error),
 }

@@ -24,6 +24,7 @@ use serde_bytes::ByteBuf;
 use crate::block_rows::{BlockRows, RowData};
 use crate::columnar;
 use crate::registry;
+use crate::rows_error::{RowsError, column_names};
 use crate::stage::{StageKind, StageRun, StageSpec};
 
 /// An all-to-all step of a plan.
@@ -138,7 +139,7 @@ pub(crate) fn mix(seed: u64, epoch: u64) -> u64 {
 
 impl Partitioner {
     /// How many parts a block is split into.
-    pub fn parts(&self) -> Result<usize, String> {
+    pub fn parts(&self) -> Result<usize, RowsError> {
         match self {
             Partitioner::Random { parts, .. } | Partitioner::RoundRobin { parts } | Partitioner::Hash { parts, .. } => {
                 Ok(*parts)
@@ -148,7 +149,7 @@ impl Partitioner {
     }
 
     /// Block `block`'s rows, split into parts.
-    pub fn split(&self, data: &RowData, block: usize) -> Result<Vec<RowData>, String> {
+    pub fn split(&self, data: &RowData, block: usize) -> Result<Vec<RowData>, RowsError> {
         let parts = self.parts()?;
         let assigned = self.assign(data, block, parts)?;
         let mut members: Vec<Vec<u32>> = vec![Vec::new(); parts];
@@ -159,7 +160,7 @@ impl Partitioner {
     }
 
     /// The part of each row.
-    fn assign(&self, data: &RowData, block: usize, parts: usize) -> Result<Vec<u32>, String> {
+    fn assign(&self, data: &RowData, block: usize, parts: usize) -> Result<Vec<u32>, RowsError> {
         let rows = data.len();
         match self {
             Partitioner::Random { seed, .. } => {
@@ -187,22 +188,20 @@ impl Partitioner {
 }
 
 /// The column `name` of Arrow rows, as one array.
-fn key_column(data: &RowData, name: &str) -> Result<ArrayRef, String> {
+fn key_column(data: &RowData, name: &str) -> Result<ArrayRef, RowsError> {
     let RowData::Arrow(batches) = data else {
-        return Err(format!(
-            "sorting or grouping by column {name} needs Arrow rows (read_parquet, read_csv), not typed ones"
-        ));
+        return Err(RowsError::KeysNotArrow(name.to_string()));
     };
     let Some(batch) = RowData::single_batch(batches)? else {
         return Ok(Arc::new(Int64Array::from(Vec::<i64>::new())));
     };
-    batch.column_by_name(name).cloned().ok_or_else(|| {
-        let names: Vec<&str> = batch.schema_ref().fields().iter().map(|f| f.name().as_str()).collect();
-        format!("no column {name} (its columns: {})", names.join(", "))
+    batch.column_by_name(name).cloned().ok_or_else(|| RowsError::NoColumn {
+        column: name.to_string(),
+        columns: column_names(batch.schema_ref()),
     })
 }
 
-fn boundary_column(boundaries: &[u8]) -> Result<ArrayRef, String> {
+fn boundary_column(boundaries: &[u8]) -> Result<ArrayRef, RowsError> {
     let batches = columnar::decode_ipc(boundaries)?;
     match batches.first() {
         Some(batch) => Ok(batch.column(0).clone()),
@@ -211,7 +210,7 @@ fn boundary_column(boundaries: &[u8]) -> Result<ArrayRef, String> {
 }
 
 /// Per row, how many boundaries it is at or past (at or before, descending).
-fn range_parts(keys: &ArrayRef, boundaries: &ArrayRef, descending: bool) -> Result<Vec<u32>, String> {
+fn range_parts(keys: &ArrayRef, boundaries: &ArrayRef, descending: bool) -> Result<Vec<u32>, RowsError> {
     let mut parts = vec![0u32; keys.len()];
     for index in 0..boundaries.len() {
         let boundary = arrow::array::Scalar::new(boundaries.slice(index, 1));
@@ -219,7 +218,7 @@ fn range_parts(keys: &ArrayRef, boundaries: &ArrayRef, descending: bool) -> Resu
             false => cmp::gt_eq(keys, &boundary),
             true => cmp::lt_eq(keys, &boundary),
         }
-        .map_err(|e| format!("comparing with the sort boundaries: {e}"))?;
+        .map_err(RowsError::arrow("comparing with the sort boundaries"))?;
         for (row, is_past) in past.iter().enumerate() {
             parts[row] += u32::from(is_past.unwrap_or(descending));
         }
@@ -228,49 +227,50 @@ fn range_parts(keys: &ArrayRef, boundaries: &ArrayRef, descending: bool) -> Resu
 }
 
 /// Keys in Arrow's row format: comparable and hashable as bytes.
-fn key_rows(keys: &ArrayRef) -> Result<arrow::row::Rows, String> {
+fn key_rows(keys: &ArrayRef) -> Result<arrow::row::Rows, RowsError> {
     let converter =
-        RowConverter::new(vec![SortField::new(keys.data_type().clone())]).map_err(|e| format!("group keys: {e}"))?;
+        RowConverter::new(vec![SortField::new(keys.data_type().clone())]).map_err(RowsError::arrow("group keys"))?;
     converter
         .convert_columns(std::slice::from_ref(keys))
-        .map_err(|e| format!("group keys: {e}"))
+        .map_err(RowsError::arrow("group keys"))
 }
 
 /// `parts - 1` boundaries that cut the sampled keys into equal ranges,
 /// as an Arrow IPC stream of one column.
-pub(crate) fn boundaries(samples: Vec<ArrayRef>, parts: usize, descending: bool) -> Result<ByteBuf, String> {
+pub(crate) fn boundaries(samples: Vec<ArrayRef>, parts: usize, descending: bool) -> Result<ByteBuf, RowsError> {
     let samples: Vec<&dyn Array> = samples.iter().map(|a| a.as_ref()).collect();
     if samples.is_empty() {
         return Ok(ByteBuf::new());
     }
-    let all = arrow::compute::concat(&samples).map_err(|e| format!("joining key samples: {e}"))?;
+    let all = arrow::compute::concat(&samples).map_err(RowsError::arrow("joining key samples"))?;
     let order = SortOptions {
         descending,
         nulls_first: false,
     };
-    let sorted = arrow::compute::sort(&all, Some(order)).map_err(|e| format!("sorting key samples: {e}"))?;
+    let sorted = arrow::compute::sort(&all, Some(order)).map_err(RowsError::arrow("sorting key samples"))?;
     let picks: Vec<u32> = (1..parts)
         .map(|k| (k * sorted.len() / parts).min(sorted.len().saturating_sub(1)) as u32)
         .collect();
     if sorted.is_empty() || picks.is_empty() {
         return Ok(ByteBuf::new());
     }
-    let chosen = take(&sorted, &UInt32Array::from(picks), None).map_err(|e| e.to_string())?;
-    let batch = RecordBatch::try_from_iter([("boundary", chosen)]).map_err(|e| e.to_string())?;
+    let chosen = take(&sorted, &UInt32Array::from(picks), None).map_err(RowsError::arrow("picking boundaries"))?;
+    let batch =
+        RecordBatch::try_from_iter([("boundary", chosen)]).map_err(RowsError::arrow("a batch of boundaries"))?;
     columnar::encode_ipc(&[batch]).map(ByteBuf::from)
 }
 
 /// A sample of at most `count` keys of `column`, evenly spaced.
-pub(crate) fn sample_keys(data: &RowData, column: &str, count: usize) -> Result<ArrayRef, String> {
+pub(crate) fn sample_keys(data: &RowData, column: &str, count: usize) -> Result<ArrayRef, RowsError> {
     let keys = key_column(data, column)?;
     let step = keys.len().div_ceil(count.max(1)).max(1);
     let picks: Vec<u32> = (0..keys.len()).step_by(step).map(|i| i as u32).collect();
-    take(&keys, &UInt32Array::from(picks), None).map_err(|e| e.to_string())
+    take(&keys, &UInt32Array::from(picks), None).map_err(RowsError::arrow("sampling keys"))
 }
 
 impl Reducer {
     /// Output block `block`'s rows, from its parts.
-    pub fn reduce(&self, mut parts: Vec<RowData>, block: usize, run: &mut StageRun) -> Result<RowData, String> {
+    pub fn reduce(&self, mut parts: Vec<RowData>, block: usize, run: &mut StageRun) -> Result<RowData, RowsError> {
         if let Reducer::Zip { ranges } = self {
             let left = parts.remove(0);
             let right = parts
@@ -298,7 +298,8 @@ impl Reducer {
                     descending: *descending,
                     nulls_first: false,
                 };
-                let indices = arrow::compute::sort_to_indices(&keys, Some(order), None).map_err(|e| e.to_string())?;
+                let indices = arrow::compute::sort_to_indices(&keys, Some(order), None)
+                    .map_err(RowsError::arrow("sorting rows"))?;
                 joined.select(indices.values())
             }
             Reducer::Aggregate { key, aggregate } => aggregate_groups(&joined, key, aggregate, run),
@@ -307,7 +308,7 @@ impl Reducer {
 }
 
 /// The rows of each group of `key`, in key order: their indices.
-fn groups(keys: &ArrayRef) -> Result<Vec<Vec<u32>>, String> {
+fn groups(keys: &ArrayRef) -> Result<Vec<Vec<u32>>, RowsError> {
     let rows = key_rows(keys)?;
     let mut index: HashMap<&[u8], usize> = HashMap::new();
     let mut members: Vec<Vec<u32>> = Vec::new();
@@ -334,21 +335,22 @@ fn aggregate_groups(
     key: &str,
     aggregate: &GroupAggregate,
     run: &mut StageRun,
-) -> Result<RowData, String> {
+) -> Result<RowData, RowsError> {
     let keys = key_column(data, key)?;
     let groups = groups(&keys)?;
     match aggregate {
         GroupAggregate::Columns(aggregations) => {
             let firsts = UInt32Array::from(groups.iter().map(|rows| rows[0]).collect::<Vec<_>>());
-            let mut columns = vec![(key.to_string(), take(&keys, &firsts, None).map_err(|e| e.to_string())?)];
+            let first_keys = take(&keys, &firsts, None).map_err(RowsError::arrow("picking group keys"))?;
+            let mut columns = vec![(key.to_string(), first_keys)];
             for aggregation in aggregations {
                 columns.push(aggregate_column(data, &groups, aggregation)?);
             }
-            let batch = RecordBatch::try_from_iter(columns).map_err(|e| e.to_string())?;
+            let batch = RecordBatch::try_from_iter(columns).map_err(RowsError::arrow("a batch of aggregates"))?;
             Ok(RowData::Arrow(vec![batch]))
         }
         GroupAggregate::Function(function) => {
-            let registered = registry::find(function).ok_or_else(|| format!("{function} is not registered"))?;
+            let registered = registry::find(function).ok_or_else(|| RowsError::NotRegistered(function.clone()))?;
             let whole_groups = StageSpec {
                 function: function.clone(),
                 kind: StageKind::MapArrowBatches,
@@ -363,7 +365,7 @@ fn aggregate_groups(
                 };
                 match (registered.apply)(&group, &mut run) {
                     Ok(result) => outputs.push(result.data),
-                    Err(failure) => return Err(failure.message),
+                    Err(failure) => return Err(RowsError::GroupFunction(failure.message)),
                 }
             }
             RowData::concat(outputs)
@@ -376,10 +378,12 @@ fn aggregate_column(
     data: &RowData,
     groups: &[Vec<u32>],
     aggregation: &Aggregation,
-) -> Result<(String, ArrayRef), String> {
-    let values = |column: &str| -> Result<Float64Array, String> {
-        let array = cast(&key_column(data, column)?, &DataType::Float64)
-            .map_err(|e| format!("aggregating column {column}: {e}"))?;
+) -> Result<(String, ArrayRef), RowsError> {
+    let values = |column: &str| -> Result<Float64Array, RowsError> {
+        let array = cast(&key_column(data, column)?, &DataType::Float64).map_err(|source| RowsError::Aggregate {
+            column: column.to_string(),
+            source,
+        })?;
         Ok(array
             .as_any()
             .downcast_ref::<Float64Array>()
@@ -498,7 +502,11 @@ mod tests {
         assert_eq!(floats("mean(v)"), [15.0, 2.0, 5.0]);
         assert_eq!(floats("max(v)"), [20.0, 3.0, 5.0]);
         let error = aggregate_groups(&data, "nope", &aggregate, &mut run).err().unwrap();
-        assert!(error.contains("no column nope (its columns: k, v)"), "{error}");
+        assert!(matches!(error, RowsError::NoColumn { .. }), "{error}");
+        assert!(
+            error.to_string().contains("no column nope (its columns: k, v)"),
+            "{error}"
+        );
 
         let parts = Partitioner::Random { seed: 7, parts: 2 }.split(&data, 0).unwrap();
         let shuffled = Reducer::Shuffle { seed: 7 }.reduce(parts, 0, &mut run).unwrap();

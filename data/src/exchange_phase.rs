@@ -112,10 +112,8 @@ fn sorted_ranges(
         .map(|(_, _, summary)| {
             columnar::decode_ipc(summary.sample.as_slice()).map(|batches| batches.first().map(|b| b.column(0).clone()))
         })
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(DataError::InvalidInput)?;
-    let boundaries = exchange::boundaries(samples.into_iter().flatten().collect(), outputs, descending)
-        .map_err(DataError::InvalidInput)?;
+        .collect::<Result<Vec<_>, _>>()?;
+    let boundaries = exchange::boundaries(samples.into_iter().flatten().collect(), outputs, descending)?;
     let partitioner = Partitioner::Range {
         column: column.to_string(),
         descending,
@@ -244,7 +242,7 @@ fn split_all(
     partitioner: &Partitioner,
     options: &ExecutionOptions,
 ) -> Result<Vec<Vec<ObjectRef<BlockOutput>>>, DataError> {
-    let parts = partitioner.parts().map_err(DataError::InvalidInput)?;
+    let parts = partitioner.parts()?;
     let mut progress = Progress::new(jobs.len() as u64, options.show_progress);
     let (mut split, mut in_flight) = (Vec::with_capacity(jobs.len()), VecDeque::new());
     for (block, job) in jobs {

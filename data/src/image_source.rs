@@ -5,6 +5,8 @@
 
 use serde::{Deserialize, Serialize};
 
+use crate::source_error::SourceError;
+
 /// The pixel layout of decoded images.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
 pub enum ImageMode {
@@ -73,9 +75,9 @@ pub(crate) fn is_image(name: &str) -> bool {
 
 /// The image in `bytes`, read from `path`.
 #[cfg(feature = "images")]
-pub(crate) fn decode(path: &str, bytes: &[u8], options: &ImageOptions) -> Result<Image, String> {
+pub(crate) fn decode(path: &str, bytes: &[u8], options: &ImageOptions) -> Result<Image, SourceError> {
     use image::imageops::FilterType;
-    let mut decoded = image::load_from_memory(bytes).map_err(|e| format!("not a decodable image: {e}"))?;
+    let mut decoded = image::load_from_memory(bytes).map_err(SourceError::Image)?;
     if let Some((width, height)) = options.size
         && (decoded.width(), decoded.height()) != (width, height)
     {
@@ -98,8 +100,8 @@ pub(crate) fn decode(path: &str, bytes: &[u8], options: &ImageOptions) -> Result
 }
 
 #[cfg(not(feature = "images"))]
-pub(crate) fn decode(_path: &str, _bytes: &[u8], _options: &ImageOptions) -> Result<Image, String> {
-    Err("read_images needs raylet-data's `images` feature".into())
+pub(crate) fn decode(_path: &str, _bytes: &[u8], _options: &ImageOptions) -> Result<Image, SourceError> {
+    Err(SourceError::ImagesOff)
 }
 
 /// The name of the folder the file at `path` is in.

@@ -12,14 +12,18 @@
 //! ```no_run
 //! use raylet_data::{Dataset, FileBytes, FileSet, register_map};
 //!
-//! fn size(file: FileBytes) -> Result<(String, usize), String> {
-//!     Ok((file.path, file.bytes.len()))
+//! /// A file's length in characters. A function may fail with any error
+//! /// type that displays: here a file that is not UTF-8 fails the run with
+//! /// a `DataError::Row` naming the function, the file and this message.
+//! fn characters(file: FileBytes) -> Result<(String, usize), std::str::Utf8Error> {
+//!     let text = std::str::from_utf8(&file.bytes)?;
+//!     Ok((file.path, text.chars().count()))
 //! }
-//! register_map!(size);
+//! register_map!(characters);
 //!
 //! # fn main() -> Result<(), Box<dyn std::error::Error>> {
 //! raylet::init()?;
-//! let summary = Dataset::read_binary(FileSet::glob("images/*.pgm")).map(size).write_jsonl("sizes")?;
+//! let summary = Dataset::read_binary(FileSet::glob("notes/*.txt")).map(characters).write_jsonl("lengths")?;
 //! println!("{} rows in {} files", summary.rows, summary.files.len());
 //! # Ok(())
 //! # }
@@ -53,7 +57,9 @@ mod predicate;
 mod progress;
 mod registry;
 mod row;
+mod rows_error;
 mod sink;
+mod source_error;
 mod stage;
 mod streaming_split;
 mod task;
@@ -77,6 +83,7 @@ pub use parquet_source::ParquetOptions;
 pub use predicate::{Comparison, Predicate, Value};
 pub use raylet_storage::StorageOptions;
 pub use row::Row;
+pub use rows_error::RowsError;
 pub use sink::WriteSummary;
 pub use stage::{OnError, RowError, StageKind};
 pub use streaming_split::{DataShard, ShardBatches, SplitError, StreamingSplit};

@@ -24,6 +24,8 @@ use serde::{Deserialize, Serialize};
 
 use crate::DataError;
 use crate::predicate::Predicate;
+use crate::rows_error::RowsError;
+use crate::source_error::SourceError;
 use raylet_storage::{self as storage, StorageOptions};
 
 /// What `read_parquet` reads of each file: some columns only (all by
@@ -137,7 +139,9 @@ pub(crate) fn plan_file(
             let maxes = converter
                 .row_group_maxes(groups.iter())
                 .map_err(|e| format_error(e.to_string()))?;
-            filter.may_match(&mins, &maxes).map_err(format_error)?
+            filter
+                .may_match(&mins, &maxes)
+                .map_err(|e| format_error(e.to_string()))?
         }
     };
     let mut blocks: Vec<PlannedGroups> = Vec::new();
@@ -168,19 +172,20 @@ pub(crate) fn plan_file(
     Ok(blocks)
 }
 
-fn read_metadata(location: &str, file_size: u64, options: &StorageOptions) -> Result<Arc<ParquetMetaData>, String> {
-    let (storage, name) = storage::open_file(location, options).map_err(|e| e.to_string())?;
+fn read_metadata(
+    location: &str,
+    file_size: u64,
+    options: &StorageOptions,
+) -> Result<Arc<ParquetMetaData>, SourceError> {
+    let (storage, name) = storage::open_file(location, options)?;
     match storage.object(&name) {
         None => {
-            let file = std::fs::File::open(location).map_err(|e| e.to_string())?;
-            ParquetMetaDataReader::new()
-                .parse_and_finish(&file)
-                .map(Arc::new)
-                .map_err(|e| e.to_string())
+            let file = std::fs::File::open(location).map_err(SourceError::Open)?;
+            Ok(ParquetMetaDataReader::new().parse_and_finish(&file).map(Arc::new)?)
         }
         Some((store, path)) => storage::run(async move {
             let mut reader = ObjectReader { store, path, file_size };
-            reader.get_metadata(None).await.map_err(|e| e.to_string())
+            Ok(reader.get_metadata(None).await?)
         }),
     }
 }
@@ -190,16 +195,15 @@ pub(crate) fn read_groups(
     groups: &RowGroups,
     options: &ParquetOptions,
     storage: &StorageOptions,
-) -> Result<Vec<RecordBatch>, String> {
-    let (store, name) = storage::open_file(&groups.location, storage).map_err(|e| e.to_string())?;
+) -> Result<Vec<RecordBatch>, SourceError> {
+    let (store, name) = storage::open_file(&groups.location, storage)?;
     let batches = match store.object(&name) {
         None => {
-            let file = std::fs::File::open(&groups.location).map_err(|e| e.to_string())?;
-            let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(not_parquet)?;
+            let file = std::fs::File::open(&groups.location).map_err(SourceError::Open)?;
+            let builder = ParquetRecordBatchReaderBuilder::try_new(file).map_err(SourceError::NotParquet)?;
             configure(builder, groups, options)?
                 .build()
-                .and_then(|reader| reader.collect::<Result<Vec<_>, _>>().map_err(Into::into))
-                .map_err(|e| e.to_string())?
+                .and_then(|reader| reader.collect::<Result<Vec<_>, _>>().map_err(Into::into))?
         }
         Some((store, path)) => {
             let (groups, options) = (groups.clone(), options.clone());
@@ -211,19 +215,13 @@ pub(crate) fn read_groups(
                 };
                 let builder = ParquetRecordBatchStreamBuilder::new(reader)
                     .await
-                    .map_err(not_parquet)?;
-                let stream = configure(builder, &groups, &options)?
-                    .build()
-                    .map_err(|e| e.to_string())?;
-                stream.try_collect::<Vec<_>>().await.map_err(|e| e.to_string())
+                    .map_err(SourceError::NotParquet)?;
+                let stream = configure(builder, &groups, &options)?.build()?;
+                Ok::<_, SourceError>(stream.try_collect::<Vec<_>>().await?)
             })?
         }
     };
     batches.iter().map(|batch| select(batch, options)).collect()
-}
-
-fn not_parquet(error: parquet::errors::ParquetError) -> String {
-    format!("not a readable Parquet file: {error}")
 }
 
 /// Rows a reading task asks for at a time.
@@ -234,7 +232,7 @@ fn configure<T>(
     builder: ArrowReaderBuilder<T>,
     groups: &RowGroups,
     options: &ParquetOptions,
-) -> Result<ArrowReaderBuilder<T>, String> {
+) -> Result<ArrowReaderBuilder<T>, SourceError> {
     // Buffers are sized for a whole batch: no larger than the block's rows.
     let rows = match groups.rows {
         0 => BATCH_ROWS,
@@ -248,7 +246,7 @@ fn configure<T>(
         let schema = builder.schema().clone();
         let needed = columns.iter().chain(options.filter.as_ref().map(|f| &f.column));
         let roots = needed
-            .map(|name| schema.index_of(name).map_err(|_| format!("no column {name}")))
+            .map(|name| schema.index_of(name).map_err(|_| SourceError::NoColumn(name.clone())))
             .collect::<Result<Vec<_>, _>>()?;
         let mask = ProjectionMask::roots(builder.parquet_schema(), roots);
         builder = builder.with_projection(mask);
@@ -257,7 +255,7 @@ fn configure<T>(
 }
 
 /// The rows of `batch` that match the filter, with the projected columns.
-fn select(batch: &RecordBatch, options: &ParquetOptions) -> Result<RecordBatch, String> {
+fn select(batch: &RecordBatch, options: &ParquetOptions) -> Result<RecordBatch, SourceError> {
     let filtered = match &options.filter {
         Some(filter) => filter.filter(batch)?,
         None => batch.clone(),
@@ -268,9 +266,11 @@ fn select(batch: &RecordBatch, options: &ParquetOptions) -> Result<RecordBatch, 
             let schema = filtered.schema();
             let indices = columns
                 .iter()
-                .map(|name| schema.index_of(name).map_err(|_| format!("no column {name}")))
+                .map(|name| schema.index_of(name).map_err(|_| SourceError::NoColumn(name.clone())))
                 .collect::<Result<Vec<_>, _>>()?;
-            filtered.project(&indices).map_err(|e| e.to_string())
+            Ok(filtered
+                .project(&indices)
+                .map_err(RowsError::arrow("projecting the columns"))?)
         }
     }
 }

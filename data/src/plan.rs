@@ -40,11 +40,20 @@ pub(crate) enum Source {
         options: ParquetOptions,
     },
     /// The items, each encoded alone (or why they could not be).
-    Items(Result<Vec<ByteBuf>, String>),
+    Items(Result<Vec<ByteBuf>, Unencodable>),
     /// The blocks of each plan, one plan after another.
     Union(Vec<Plan>),
     /// The rows of the first plan beside those of the second, by position.
     Zip(Box<Plan>, Box<Plan>),
+}
+
+/// What a dataset could not encode when it was built (its items, or a
+/// model's configuration), kept in the plan until a run reports it.
+#[derive(Clone, Debug, Serialize, Deserialize, thiserror::Error)]
+#[error("encoding {what}: {message}")]
+pub(crate) struct Unencodable {
+    pub what: String,
+    pub message: String,
 }
 
 /// One step of a plan: a transform run in each block's task, or an
@@ -86,7 +95,7 @@ pub(crate) struct Plan {
     /// that shuffles differ from one to the next.
     pub epoch: u64,
     /// The model stages' models (one at most runs).
-    pub models: Vec<Result<ModelSpec, String>>,
+    pub models: Vec<Result<ModelSpec, Unencodable>>,
     pub sizing: BlockSizing,
     pub options: ExecutionOptions,
     /// How sources and sinks in object storage are opened.
@@ -179,7 +188,7 @@ impl Plan {
             Source::Parquet { files, options } => self.parquet_blocks(files, options),
             Source::Delta { location, options } => self.delta_blocks(location, options),
             Source::Items(Ok(items)) => Ok(block::item_blocks(items, self.sizing)),
-            Source::Items(Err(e)) => Err(DataError::InvalidInput(e.clone())),
+            Source::Items(Err(e)) => Err(DataError::InvalidInput(e.to_string())),
             Source::Union(plans) => {
                 let mut blocks = Vec::new();
                 for plan in plans {
@@ -269,7 +278,7 @@ impl Plan {
         let model = match self.models.as_slice() {
             [] => None,
             [Ok(model)] => Some(model.clone()),
-            [Err(e)] => return Err(DataError::InvalidInput(e.clone())),
+            [Err(e)] => return Err(DataError::InvalidInput(e.to_string())),
             _ => {
                 return Err(DataError::InvalidInput(
                     "a dataset runs one model stage (map_batches_with) at most".into(),

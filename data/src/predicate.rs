@@ -10,6 +10,8 @@ use arrow::compute::kernels::cmp;
 use arrow::datatypes::DataType;
 use serde::{Deserialize, Serialize};
 
+use crate::rows_error::RowsError;
+
 /// How a column is compared with the value.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub enum Comparison {
@@ -70,14 +72,12 @@ impl Predicate {
     /// The column (or its statistics) and the value, both of the type
     /// they are compared as: the column's, or Float64 for an integer
     /// column and a fractional value.
-    fn operands(&self, column: &ArrayRef) -> Result<(ArrayRef, Scalar<ArrayRef>), String> {
-        let error = |e: arrow::error::ArrowError| {
-            format!(
-                "comparing column {} ({}) with {:?}: {e}",
-                self.column,
-                column.data_type(),
-                self.value
-            )
+    fn operands(&self, column: &ArrayRef) -> Result<(ArrayRef, Scalar<ArrayRef>), RowsError> {
+        let error = |source| RowsError::Compare {
+            column: self.column.clone(),
+            data_type: column.data_type().clone(),
+            value: format!("{:?}", self.value),
+            source,
         };
         let value: ArrayRef = match &self.value {
             Value::Int(v) => Arc::new(Int64Array::from(vec![*v])),
@@ -97,10 +97,10 @@ impl Predicate {
     }
 
     /// The rows of `batch` that match.
-    pub(crate) fn filter(&self, batch: &RecordBatch) -> Result<RecordBatch, String> {
+    pub(crate) fn filter(&self, batch: &RecordBatch) -> Result<RecordBatch, RowsError> {
         let column = batch
             .column_by_name(&self.column)
-            .ok_or_else(|| format!("no column {} to filter on", self.column))?;
+            .ok_or_else(|| RowsError::NoFilterColumn(self.column.clone()))?;
         let (column, value) = self.operands(column)?;
         let keep = match self.comparison {
             Comparison::Eq => cmp::eq(&column, &value),
@@ -110,17 +110,19 @@ impl Predicate {
             Comparison::Gt => cmp::gt(&column, &value),
             Comparison::Ge => cmp::gt_eq(&column, &value),
         }
-        .map_err(|e| e.to_string())?;
-        arrow::compute::filter_record_batch(batch, &keep).map_err(|e| e.to_string())
+        .map_err(RowsError::arrow("comparing rows with the filter's value"))?;
+        arrow::compute::filter_record_batch(batch, &keep).map_err(RowsError::arrow("keeping the matching rows"))
     }
 
     /// Per row group, whether any of its rows may match, from the column's
     /// minima and maxima (a group without statistics may).
-    pub(crate) fn may_match(&self, mins: &ArrayRef, maxes: &ArrayRef) -> Result<Vec<bool>, String> {
+    pub(crate) fn may_match(&self, mins: &ArrayRef, maxes: &ArrayRef) -> Result<Vec<bool>, RowsError> {
         let (mins, value) = self.operands(mins)?;
         let (maxes, _) = self.operands(maxes)?;
         let (mins, maxes) = (&mins, &maxes);
-        let all = |array: Result<BooleanArray, _>| array.map_err(|e: arrow::error::ArrowError| e.to_string());
+        let all = |array: Result<BooleanArray, _>| {
+            array.map_err(RowsError::arrow("comparing statistics with the filter's value"))
+        };
         let possible = match self.comparison {
             Comparison::Eq => both(all(cmp::lt_eq(mins, &value))?, all(cmp::gt_eq(maxes, &value))?),
             Comparison::Ne => {
@@ -170,8 +172,12 @@ mod tests {
             "compared as floats"
         );
         let error = Predicate::eq("y", 1_i64).filter(&batch).unwrap_err();
-        assert!(error.contains("no column y"), "{error}");
+        assert!(
+            matches!(error, RowsError::NoFilterColumn(ref column) if column == "y"),
+            "{error}"
+        );
         let error = Predicate::eq("x", "five").filter(&batch).unwrap_err();
-        assert!(error.contains("comparing column x"), "{error}");
+        assert!(matches!(error, RowsError::Compare { .. }), "{error}");
+        assert!(error.to_string().contains("comparing column x"), "{error}");
     }
 }

@@ -16,6 +16,7 @@ use serde::de::DeserializeOwned;
 pub use crate::block_rows::{BlockRows, RowData};
 use crate::columnar;
 use crate::encoded_rows::EncodedRows;
+use crate::rows_error::RowsError;
 use crate::stage::{RowFailure, StageKind, StageRun};
 
 /// Applies a registered function to a block's rows.
@@ -42,15 +43,13 @@ pub(crate) fn find(name: &str) -> Option<&'static RegisteredFn> {
 
 fn decode<T: DeserializeOwned>(rows: &BlockRows, run: &StageRun) -> Result<Vec<T>, RowFailure> {
     match &rows.data {
-        RowData::Encoded(rows) => rows
-            .decode()
-            .map_err(|e| run.block_failure(format!("decoding its rows: {e}"))),
+        RowData::Encoded(rows) => rows.decode().map_err(|e| run.block_failure(e)),
         RowData::Arrow(batches) => columnar::batches_to_rows(batches).map_err(|e| run.block_failure(e)),
     }
 }
 
 fn encode<T: Serialize>(rows: &[T], origins: Vec<u32>, run: &StageRun) -> Result<BlockRows, RowFailure> {
-    let rows = EncodedRows::encode(rows).map_err(|e| run.block_failure(format!("encoding its rows: {e}")))?;
+    let rows = EncodedRows::encode(rows).map_err(|e| run.block_failure(e))?;
     Ok(BlockRows {
         data: RowData::Encoded(rows),
         origins,
@@ -89,7 +88,7 @@ where
                 origins.extend(std::iter::repeat_n(*origin, values.len()));
                 out.extend(values);
             }
-            Err(e) => run.fail(&[*origin], e.to_string())?,
+            Err(e) => run.fail(&[*origin], e)?,
         }
     }
     encode(&out, origins, run)
@@ -140,7 +139,7 @@ where
                 }
                 out.extend(values);
             }
-            Err(e) => run.fail(batch_origins, e.to_string())?,
+            Err(e) => run.fail(batch_origins, e)?,
         }
     }
     encode(&out, origins, run)
@@ -191,14 +190,17 @@ pub fn apply_arrow_batches<E: Display>(
     function: impl Fn(RecordBatch) -> Result<RecordBatch, E>,
 ) -> Result<BlockRows, RowFailure> {
     let RowData::Arrow(batches) = &rows.data else {
-        return Err(run.block_failure("an Arrow function was given typed rows".into()));
+        return Err(run.block_failure("an Arrow function was given typed rows"));
     };
     let mut slicer = BatchSlicer::new(batches);
     let (mut out, mut origins) = (Vec::new(), Vec::new());
     for batch_origins in rows.origins.chunks(run.batch_size.max(1)) {
-        let input = slicer
-            .next(batch_origins.len())
-            .map_err(|e| run.block_failure(format!("joining its batches: {e}")))?;
+        let input = slicer.next(batch_origins.len()).map_err(|source| {
+            run.block_failure(RowsError::Arrow {
+                doing: "joining its batches",
+                source,
+            })
+        })?;
         match function(input) {
             Ok(batch) => {
                 match batch.num_rows() == batch_origins.len() {
@@ -207,7 +209,7 @@ pub fn apply_arrow_batches<E: Display>(
                 }
                 out.push(batch);
             }
-            Err(e) => run.fail(batch_origins, e.to_string())?,
+            Err(e) => run.fail(batch_origins, e)?,
         }
     }
     Ok(BlockRows {

@@ -22,7 +22,7 @@ use crate::columnar;
 use crate::execution::{Execution, StageMemory};
 use crate::manifest::{Entry, MANIFEST, Manifest};
 use crate::stage::RowError;
-use crate::task_sink::ArrowFormat;
+use crate::task_sink::{ArrowFormat, SinkError};
 use raylet_storage::Storage;
 
 pub(crate) const ERRORS: &str = "_errors.jsonl";
@@ -54,12 +54,12 @@ impl Table {
         }
     }
 
-    fn encode<T: Serialize>(self, rows: &[T]) -> Result<Vec<u8>, String> {
+    fn encode<T: Serialize>(self, rows: &[T]) -> Result<Vec<u8>, SinkError> {
         match self {
             Table::Jsonl => {
                 let mut out = Vec::new();
                 for row in rows {
-                    serde_json::to_writer(&mut out, row).map_err(|e| e.to_string())?;
+                    serde_json::to_writer(&mut out, row)?;
                     out.push(b'\n');
                 }
                 Ok(out)
@@ -67,9 +67,9 @@ impl Table {
             Table::Csv => {
                 let mut writer = csv::Writer::from_writer(Vec::new());
                 for row in rows {
-                    writer.serialize(row).map_err(|e| e.to_string())?;
+                    writer.serialize(row)?;
                 }
-                writer.into_inner().map_err(|e| e.to_string())
+                writer.into_inner().map_err(|e| SinkError::CsvBuffer(e.into_error()))
             }
             Table::Parquet => ArrowFormat::Parquet.encode(&[columnar::rows_to_batch(rows)?]),
         }

@@ -1,6 +1,8 @@
 //! The steps a block goes through in its task: each a registered function
 //! of one kind, and what happens to the rows it fails on.
 
+use std::fmt::Display;
+
 use serde::{Deserialize, Serialize};
 
 /// How a registered function is applied.
@@ -89,11 +91,11 @@ impl StageRun {
 
     /// The function failed on the rows from `origins`: an error that ends
     /// the block, or (with [`OnError::Skip`]) a record of the rows left out.
-    pub(crate) fn fail(&mut self, origins: &[u32], message: String) -> Result<(), RowFailure> {
+    pub(crate) fn fail(&mut self, origins: &[u32], error: impl Display) -> Result<(), RowFailure> {
         let failure = RowFailure {
             function: self.function.clone(),
             origins: origins.to_vec(),
-            message,
+            message: error.to_string(),
         };
         match self.on_error {
             OnError::Fail => Err(failure),
@@ -105,11 +107,11 @@ impl StageRun {
     }
 
     /// A failure of the whole block (its rows could not be decoded or encoded).
-    pub(crate) fn block_failure(&self, message: String) -> RowFailure {
+    pub(crate) fn block_failure(&self, error: impl Display) -> RowFailure {
         RowFailure {
             function: self.function.clone(),
             origins: Vec::new(),
-            message,
+            message: error.to_string(),
         }
     }
 }

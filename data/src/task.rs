@@ -19,6 +19,8 @@ use crate::image_source;
 use crate::model_registry::LoadedModel;
 use crate::parquet_source;
 use crate::registry::{self, BlockRows, RowData};
+use crate::rows_error::RowsError;
+use crate::source_error::SourceError;
 use crate::stage::{OnError, RowError, RowFailure, StageKind, StageRun, StageSpec};
 use crate::task_sink::TaskSink;
 use raylet_storage::{self as storage, StorageOptions};
@@ -34,10 +36,32 @@ pub(crate) struct BlockJob {
     pub sink: Option<TaskSink>,
 }
 
-/// Runs the job's stages over its block in a task. A failure is a JSON
-/// [`RowError`] naming the input, so the driver can say which file failed.
+/// Why a block's task (or actor call) failed. Its text is what reaches the
+/// driver: a failure on an input travels as the JSON of its [`RowError`],
+/// which the driver reads back to say which input and function failed.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum BlockError {
+    #[error("{}", row_json(.0))]
+    Failed(RowError),
+    #[error("{0} needs an actor pool")]
+    NeedsActorPool(String),
+    #[error("{0} is not registered in this binary")]
+    NotRegistered(String),
+    #[error("this sink writes Arrow rows, and the block's are typed")]
+    TypedRowsForArrowSink,
+    #[error(transparent)]
+    Rows(#[from] RowsError),
+}
+
+/// A failure on an input as the driver reads it back.
+fn row_json(row: &RowError) -> String {
+    serde_json::to_string(row).unwrap_or_else(|_| row.message.clone())
+}
+
+/// Runs the job's stages over its block in a task. A failure names the
+/// input, so the driver can say which file failed.
 #[raylet::remote]
-pub(crate) fn process_block(job: BlockJob) -> Result<BlockOutput, String> {
+pub(crate) fn process_block(job: BlockJob) -> Result<BlockOutput, BlockError> {
     run_stages(&job, None)
 }
 
@@ -47,9 +71,9 @@ pub(crate) fn process_block(job: BlockJob) -> Result<BlockOutput, String> {
 pub(crate) fn partition_block(
     job: BlockJob,
     partitioner: Partitioner,
-) -> impl Iterator<Item = Result<BlockOutput, String>> {
+) -> impl Iterator<Item = Result<BlockOutput, BlockError>> {
     let parts = BlockRun::new(&job).partitions(&partitioner);
-    let items: Vec<Result<BlockOutput, String>> = match parts {
+    let items: Vec<Result<BlockOutput, BlockError>> = match parts {
         Ok(parts) => parts.into_iter().map(Ok).collect(),
         Err(e) => vec![Err(e)],
     };
@@ -75,7 +99,7 @@ pub(crate) struct BlockSummary {
 pub(crate) fn materialize_block(
     job: BlockJob,
     sample_column: Option<String>,
-) -> Result<(BlockOutput, BlockSummary), String> {
+) -> Result<(BlockOutput, BlockSummary), BlockError> {
     let run = BlockRun::new(&job);
     let processed = run.rows(None)?;
     let sample = match &sample_column {
@@ -83,7 +107,8 @@ pub(crate) fn materialize_block(
         Some(column) => {
             let keys =
                 exchange::sample_keys(&processed.rows.data, column, SAMPLED_KEYS).map_err(|e| run.fatal_message(e))?;
-            let keys = RecordBatch::try_from_iter([("key", keys)]).map_err(|e| e.to_string())?;
+            let keys =
+                RecordBatch::try_from_iter([("key", keys)]).map_err(RowsError::arrow("a batch of sampled keys"))?;
             columnar::encode_ipc(&[keys])?
         }
     };
@@ -97,7 +122,7 @@ pub(crate) fn materialize_block(
 
 /// Reads the block and runs the job's stages over its rows; a `Model`
 /// stage runs `model` (an actor's).
-pub(crate) fn run_stages(job: &BlockJob, model: Option<&mut dyn LoadedModel>) -> Result<BlockOutput, String> {
+pub(crate) fn run_stages(job: &BlockJob, model: Option<&mut dyn LoadedModel>) -> Result<BlockOutput, BlockError> {
     let run = BlockRun::new(job);
     let processed = run.rows(model)?;
     run.output(processed)
@@ -138,23 +163,23 @@ impl<'a> BlockRun<'a> {
     }
 
     /// The task's error for a failure that ends the block.
-    fn fatal(&self, failure: RowFailure) -> String {
+    fn fatal(&self, failure: RowFailure) -> BlockError {
         let first = self
             .named(failure)
             .into_iter()
             .next()
             .expect("a failure names an input");
-        serde_json::to_string(&first).expect("a RowError is JSON")
+        BlockError::Failed(first)
     }
 
     /// The task's error for a failure of the whole block after its stages.
-    fn fatal_message(&self, message: String) -> String {
-        self.fatal(whole_block(&self.job.stages, message))
+    fn fatal_message(&self, error: impl std::fmt::Display) -> BlockError {
+        self.fatal(whole_block(&self.job.stages, error.to_string()))
     }
 
     /// The block's rows after every stage, the rows left out, and the
     /// bytes the rows took after reading and after each stage.
-    fn rows(&self, mut model: Option<&mut dyn LoadedModel>) -> Result<Processed, String> {
+    fn rows(&self, mut model: Option<&mut dyn LoadedModel>) -> Result<Processed, BlockError> {
         let (input, on_error) = (&self.job.input, self.job.on_error);
         let mut reading = StageRun::reading(reader(input), on_error);
         let (mut rows, mut skipped) = read(input, &mut reading).map_err(|f| self.fatal(f))?;
@@ -164,10 +189,10 @@ impl<'a> BlockRun<'a> {
             let mut run = StageRun::new(stage, on_error);
             rows = match (stage.kind, model.as_deref_mut()) {
                 (StageKind::Model, Some(model)) => model.apply(&rows, &mut run),
-                (StageKind::Model, None) => return Err(format!("{} needs an actor pool", stage.function)),
+                (StageKind::Model, None) => return Err(BlockError::NeedsActorPool(stage.function.clone())),
                 _ => {
                     let registered = registry::find(&stage.function)
-                        .ok_or_else(|| format!("{} is not registered in this binary", stage.function))?;
+                        .ok_or_else(|| BlockError::NotRegistered(stage.function.clone()))?;
                     (registered.apply)(&rows, &mut run)
                 }
             }
@@ -179,7 +204,7 @@ impl<'a> BlockRun<'a> {
     }
 
     /// The block's output: its rows, or the files its sink wrote them to.
-    fn output(&self, processed: Processed) -> Result<BlockOutput, String> {
+    fn output(&self, processed: Processed) -> Result<BlockOutput, BlockError> {
         let Processed { rows, skipped, held } = processed;
         let count = rows.origins.len() as u64;
         let (rows, files) = match (rows.data, &self.job.sink) {
@@ -190,7 +215,7 @@ impl<'a> BlockRun<'a> {
                 (RowPayload::Arrow(ByteBuf::new()), files)
             }
             (RowData::Encoded(_), Some(_)) => {
-                return Err("this sink writes Arrow rows, and the block's are typed".into());
+                return Err(BlockError::TypedRowsForArrowSink);
             }
             (data, None) => (RowPayload::of(data).map_err(|e| self.fatal_message(e))?, Vec::new()),
         };
@@ -205,7 +230,7 @@ impl<'a> BlockRun<'a> {
 
     /// The block's rows after every stage, split into parts; the first
     /// part carries the rows left out.
-    fn partitions(&self, partitioner: &Partitioner) -> Result<Vec<BlockOutput>, String> {
+    fn partitions(&self, partitioner: &Partitioner) -> Result<Vec<BlockOutput>, BlockError> {
         let Processed {
             rows,
             mut skipped,
@@ -312,7 +337,7 @@ fn merge_parts(
     for part in parts {
         let part = part
             .get()
-            .map_err(|e| run.block_failure(format!("reading a part: {e}")))?;
+            .map_err(|e| run.block_failure(format_args!("reading a part: {e}")))?;
         skipped.extend(part.skipped);
         data.push(part.rows.into_data().map_err(|e| run.block_failure(e))?);
     }
@@ -364,13 +389,13 @@ fn read_each<T>(
     paths: &[String],
     storage: &StorageOptions,
     run: &mut StageRun,
-    read_one: impl Fn(&str, Bytes) -> Result<Vec<T>, String>,
+    read_one: impl Fn(&str, Bytes) -> Result<Vec<T>, SourceError>,
 ) -> Result<Vec<(u32, Vec<T>)>, RowFailure> {
     let mut files = Vec::with_capacity(paths.len());
     for (origin, path) in paths.iter().enumerate() {
         let rows = storage::open_file(path, storage)
             .and_then(|(storage, name)| storage.read(&name))
-            .map_err(|e| e.to_string())
+            .map_err(SourceError::from)
             .and_then(|bytes| read_one(path, bytes));
         match rows {
             Ok(rows) => files.push((origin as u32, rows)),
@@ -387,7 +412,7 @@ fn typed_rows<T: Serialize>(files: Vec<(u32, Vec<T>)>, run: &StageRun) -> Result
         origins.extend(std::iter::repeat_n(origin, file_rows.len()));
         rows.extend(file_rows);
     }
-    let rows = EncodedRows::encode(&rows).map_err(|e| run.block_failure(format!("encoding its rows: {e}")))?;
+    let rows = EncodedRows::encode(&rows).map_err(|e| run.block_failure(e))?;
     Ok(BlockRows {
         data: RowData::Encoded(rows),
         origins,
@@ -409,15 +434,15 @@ fn arrow_rows(files: Vec<(u32, Vec<RecordBatch>)>) -> BlockRows {
     }
 }
 
-fn read_binary(path: &str, bytes: Bytes) -> Result<Vec<FileBytes>, String> {
+fn read_binary(path: &str, bytes: Bytes) -> Result<Vec<FileBytes>, SourceError> {
     Ok(vec![FileBytes {
         path: path.to_string(),
         bytes: Vec::from(bytes),
     }])
 }
 
-fn read_lines(path: &str, bytes: Bytes) -> Result<Vec<TextLine>, String> {
-    let text = std::str::from_utf8(&bytes).map_err(|e| format!("not UTF-8 text: {e}"))?;
+fn read_lines(path: &str, bytes: Bytes) -> Result<Vec<TextLine>, SourceError> {
+    let text = std::str::from_utf8(&bytes)?;
     Ok(text
         .lines()
         .enumerate()
@@ -427,4 +452,23 @@ fn read_lines(path: &str, bytes: Bytes) -> Result<Vec<TextLine>, String> {
             text: line.to_string(),
         })
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_failure_on_an_input_reaches_the_driver_as_its_row_error() {
+        let row = RowError {
+            function: "parse".into(),
+            source: "inputs/a.txt".into(),
+            message: "bad \"digit\" on line 2".into(),
+        };
+        let text = BlockError::Failed(row.clone()).to_string();
+        assert_eq!(serde_json::from_str::<RowError>(&text).ok(), Some(row));
+        let other = BlockError::NeedsActorPool("classify".into()).to_string();
+        assert_eq!(other, "classify needs an actor pool");
+        assert!(serde_json::from_str::<RowError>(&other).is_err());
+    }
 }

@@ -11,7 +11,32 @@ use parquet::file::properties::WriterProperties;
 use parquet::schema::types::ColumnPath;
 use serde::{Deserialize, Serialize};
 
-use raylet_storage::{Storage, StorageOptions};
+use raylet_storage::{Storage, StorageError, StorageOptions};
+
+use crate::rows_error::RowsError;
+
+/// Why a block's rows could not be written.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum SinkError {
+    #[error("encoding {format:?}: {source}")]
+    Arrow {
+        format: ArrowFormat,
+        #[source]
+        source: arrow::error::ArrowError,
+    },
+    #[error("encoding Parquet: {0}")]
+    Parquet(#[from] parquet::errors::ParquetError),
+    #[error("encoding JSON: {0}")]
+    Json(#[from] serde_json::Error),
+    #[error("encoding CSV: {0}")]
+    Csv(#[from] csv::Error),
+    #[error("encoding CSV: {0}")]
+    CsvBuffer(#[source] std::io::Error),
+    #[error(transparent)]
+    Rows(#[from] RowsError),
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+}
 
 /// The file formats written from Arrow rows.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
@@ -34,17 +59,17 @@ impl ArrowFormat {
     }
 
     /// `batches` as a file of this format.
-    pub fn encode(self, batches: &[RecordBatch]) -> Result<Vec<u8>, String> {
+    pub fn encode(self, batches: &[RecordBatch]) -> Result<Vec<u8>, SinkError> {
         let Some(first) = batches.first() else {
             return Ok(Vec::new());
         };
-        let error = |e: &dyn std::fmt::Display| format!("encoding {self:?}: {e}");
+        let error = |source| SinkError::Arrow { format: self, source };
         match self {
-            ArrowFormat::Parquet => parquet_bytes(first, batches).map_err(|e| error(&e)),
+            ArrowFormat::Parquet => Ok(parquet_bytes(first, batches)?),
             ArrowFormat::Csv => {
                 let mut writer = arrow::csv::WriterBuilder::new().with_header(true).build(Vec::new());
                 for batch in batches {
-                    writer.write(batch).map_err(|e| error(&e))?;
+                    writer.write(batch).map_err(error)?;
                 }
                 Ok(writer.into_inner())
             }
@@ -52,8 +77,8 @@ impl ArrowFormat {
                 let mut writer = arrow::json::LineDelimitedWriter::new(Vec::new());
                 writer
                     .write_batches(&batches.iter().collect::<Vec<_>>())
-                    .map_err(|e| error(&e))?;
-                writer.finish().map_err(|e| error(&e))?;
+                    .map_err(error)?;
+                writer.finish().map_err(error)?;
                 Ok(writer.into_inner())
             }
         }
@@ -71,14 +96,14 @@ pub(crate) struct TaskSink {
 impl TaskSink {
     /// Writes block `index`'s rows; returns the names of the files written
     /// (none for a block without rows).
-    pub fn write(&self, index: usize, batches: &[RecordBatch]) -> Result<Vec<String>, String> {
+    pub fn write(&self, index: usize, batches: &[RecordBatch]) -> Result<Vec<String>, SinkError> {
         if batches.is_empty() {
             return Ok(Vec::new());
         }
         let bytes = self.format.encode(batches)?;
         let name = format!("block_{index:06}.{}", self.format.extension());
-        let storage = Storage::open(&self.location, &self.storage).map_err(|e| e.to_string())?;
-        storage.write(&name, Bytes::from(bytes)).map_err(|e| e.to_string())?;
+        let storage = Storage::open(&self.location, &self.storage)?;
+        storage.write(&name, Bytes::from(bytes))?;
         Ok(vec![name])
     }
 }

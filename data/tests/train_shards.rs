@@ -59,9 +59,19 @@ impl TrainLoop for StreamShard {
     }
 }
 
-fn fails_on_13(x: u64) -> Result<u64, String> {
+/// A user's own error type: any type that displays can fail a row.
+#[derive(Debug)]
+struct Unlucky(u64);
+
+impl std::fmt::Display for Unlucky {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{} is unlucky", self.0)
+    }
+}
+
+fn fails_on_13(x: u64) -> Result<u64, Unlucky> {
     match x {
-        13 => Err("thirteen".into()),
+        13 => Err(Unlucky(x)),
         _ => Ok(x),
     }
 }
@@ -165,7 +175,10 @@ fn a_failing_row_of_a_streaming_split_reaches_its_consumers_naming_the_input() {
         })
         .collect();
     for error in &errors {
-        assert!(error.contains("fails_on_13 failed on item 13: thirteen"), "{error}");
+        assert!(
+            error.contains("fails_on_13 failed on item 13: 13 is unlucky"),
+            "{error}"
+        );
     }
 }
 

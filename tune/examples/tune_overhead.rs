@@ -31,13 +31,13 @@ fn trivial(config: &TrialConfig, ctx: &mut TrialContext) -> TrainableResult {
 register_trainable!(trivial);
 
 /// The value after `name` on the command line, `default` when absent.
-fn flag<T: FromStr>(args: &[String], name: &str, default: T) -> Result<T, String> {
+fn flag<T: FromStr>(args: &[String], name: &str, default: T) -> anyhow::Result<T> {
     match args.iter().position(|a| a == name) {
         None => Ok(default),
         Some(i) => args
             .get(i + 1)
             .and_then(|v| v.parse().ok())
-            .ok_or_else(|| format!("{name} needs a valid value")),
+            .ok_or_else(|| anyhow::anyhow!("{name} needs a valid value")),
     }
 }
 

@@ -12,6 +12,15 @@ use crate::runner::{TrialRunner, TrialRunnerHandle, TrialSetup};
 use crate::schedulers::Decision;
 use crate::trial_event::TrialEvent;
 
+/// Why a trial's actor answered a step with no events.
+#[derive(Debug, thiserror::Error)]
+pub(crate) enum ActorFailure {
+    #[error("its actor could not start it: {0}")]
+    Start(#[source] raylet::Error),
+    #[error("its actor failed: {0}")]
+    Step(#[source] raylet::Error),
+}
+
 /// How long a `step` call waits on the actor for the trial's next event.
 const STEP_WAIT: Duration = Duration::from_millis(1000);
 
@@ -107,14 +116,14 @@ impl ActorPool {
 
     /// The answered `step` of a slot: its events, or why the actor failed
     /// (with the trial's start error when that is the cause).
-    pub(crate) fn take_events(&mut self, slot: usize) -> Result<Vec<TrialEvent>, String> {
+    pub(crate) fn take_events(&mut self, slot: usize) -> Result<Vec<TrialEvent>, ActorFailure> {
         let entry = &mut self.slots[slot];
         let step = entry.step.take().expect("only answered slots are read");
         match step.get() {
             Ok(events) => Ok(events),
             Err(step_error) => match entry.start.as_ref().map(|start| start.get()) {
-                Some(Err(start_error)) => Err(format!("its actor could not start it: {start_error}")),
-                _ => Err(format!("its actor failed: {step_error}")),
+                Some(Err(start_error)) => Err(ActorFailure::Start(start_error)),
+                _ => Err(ActorFailure::Step(step_error)),
             },
         }
     }

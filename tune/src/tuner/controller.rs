@@ -300,7 +300,7 @@ impl Controller {
             Ok(events) => events,
             Err(why) => {
                 self.pool.discard(slot);
-                return self.trial_failed(index, why);
+                return self.trial_failed(index, why.to_string());
             }
         };
         let mut decision = None;
