@@ -5,12 +5,13 @@ use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
 use raylet_proto::v1::lease_session_request::Kind as LeaseRequest;
-use raylet_proto::{ObjectId, TaskId};
+use raylet_proto::{JobId, ObjectId, TaskId};
 use tokio::sync::oneshot;
 
-use super::super::{NotRebuilt, QueuedOptions, SchedulingClass, Submission, SubmitterEvent, TaskTemplate};
 use crate::links::virtual_cluster::VirtualCluster;
 use crate::pending_gate::PendingGate;
+use crate::submitter::queued_task::{QueuedTask, TaskInputs};
+use crate::submitter::{NotRebuilt, QueuedOptions, SchedulingClass, Submission, SubmitterEvent, TaskTemplate};
 use crate::task::TaskOptions;
 
 pub(super) struct SubmitterTest {
@@ -48,15 +49,8 @@ impl SubmitterTest {
     /// Submits a task without arguments; its return objects (and a
     /// generator's stream) exist before it is sent.
     pub(super) fn submit_call(&self, options: TaskOptions) -> TaskId {
-        let class = SchedulingClass {
-            demand: options.demand().expect("valid resources"),
-            scheduling: options.scheduling.to_scheduling().expect("valid scheduling"),
-        };
         let generator = options.generator;
-        let template = Arc::new(TaskTemplate {
-            options: QueuedOptions::new(options),
-            class,
-        });
+        let template = template(options);
         let task_id = TaskId::random();
         for index in 0..u64::from(template.options.num_returns) {
             self.core.owner.store.add_pending(task_id.object_at(index));
@@ -86,6 +80,11 @@ impl SubmitterTest {
         answer.await.expect("the submitter answers")
     }
 
+    /// `object` was freed: its task need not be kept to make it again.
+    pub(super) fn forget_lineage(&self, object: ObjectId) {
+        self.send(SubmitterEvent::ForgetLineage(vec![object]));
+    }
+
     /// How many tasks the process counts as pending.
     pub(super) fn pending(&self) -> usize {
         self.gate.pending()
@@ -101,4 +100,28 @@ pub(super) fn lease_request_ids(requests: &[LeaseRequest]) -> Vec<u64> {
             _ => None,
         })
         .collect()
+}
+
+/// The template of tasks with `options`.
+fn template(options: TaskOptions) -> Arc<TaskTemplate> {
+    let class = SchedulingClass {
+        demand: options.demand().expect("valid resources"),
+        scheduling: options.scheduling.to_scheduling().expect("valid scheduling"),
+    };
+    Arc::new(TaskTemplate {
+        options: QueuedOptions::new(options),
+        class,
+    })
+}
+
+/// A task with `options` and no arguments, as the submitter queues it, for
+/// tests of its parts without a cluster.
+pub(in crate::submitter) fn queued(options: TaskOptions) -> QueuedTask {
+    let inputs = TaskInputs {
+        args: Vec::new(),
+        lent: Vec::new(),
+        pinned: Vec::new(),
+    };
+    let permit = PendingGate::new(1).admit();
+    QueuedTask::new(TaskId::random(), JobId::random(), template(options), inputs, permit)
 }

@@ -1,0 +1,137 @@
+//! The task stream to a leased worker: tasks go out in frames (those sent
+//! before it connects merged into one), results come back and are stored
+//! at once so that a waiting `get` wakes without a detour through the
+//! submitter; failures, which may be retried, go to the submitter. When
+//! the stream ends, the worker's node manager is asked how it exited.
+
+use std::sync::Arc;
+
+use futures_util::StreamExt;
+use raylet_proto::v1::{self, TaskBatch, WorkerExit, WorkerExitKind};
+use raylet_proto::{NodeId, ObjectId, TaskId, WorkerId};
+use tokio::sync::mpsc;
+
+use super::events::{SubmitterEvent, TaskFinished};
+use crate::owner::Owner;
+use crate::task_events::Ending;
+use crate::value::Outcome;
+
+/// Opens the task stream to a leased worker, on a connection of its own: a
+/// port may have served an earlier worker, so cached connections are not
+/// reused. Tasks sent before it connects wait in the channel, and go in
+/// order, those that waited merged into one frame.
+pub(super) fn connect_worker(
+    owner: Arc<Owner>,
+    events: mpsc::UnboundedSender<SubmitterEvent>,
+    (worker, lease): (WorkerId, u64),
+    address: String,
+) -> mpsc::UnboundedSender<TaskBatch> {
+    // At most PIPELINE_DEPTH tasks are sent ahead to a worker.
+    let (tasks, mut outbound) = mpsc::unbounded_channel::<TaskBatch>();
+    let opening = owner.ctx.links.workers.task_stream(address);
+    tokio::spawn(async move {
+        let result: crate::Result<()> = async {
+            let (outlet, mut inbound) = opening.await?;
+            tokio::spawn(async move {
+                while let Some(mut batch) = outbound.recv().await {
+                    while let Ok(more) = outbound.try_recv() {
+                        batch.tasks.extend(more.tasks);
+                        batch.cancel.extend(more.cancel);
+                    }
+                    if outlet.send(&batch).is_err() {
+                        return;
+                    }
+                }
+            });
+            while let Some(batch) = inbound.next().await {
+                let batch = batch?;
+                owner.absorb_items(batch.items);
+                let finished = complete_values(&owner, batch.results);
+                let _ = events.send(SubmitterEvent::Results {
+                    worker,
+                    lease,
+                    finished,
+                    logs: batch.logs,
+                });
+            }
+            Ok(())
+        }
+        .await;
+        if let Err(error) = result {
+            tracing::debug!(%worker, %error, "worker stream ended");
+        }
+        let _ = events.send(SubmitterEvent::WorkerStreamClosed { worker, lease });
+    });
+    tasks
+}
+
+/// Decodes results, reports how each attempt ended, and stores values (all
+/// of a task's returns) at once so that a waiting `get` wakes without a
+/// detour through the submitter; failures, which may be retried, are left
+/// to the submitter.
+pub(crate) fn complete_values(owner: &Owner, results: Vec<v1::TaskResult>) -> Vec<TaskFinished> {
+    let finished: Vec<TaskFinished> = results
+        .into_iter()
+        .filter_map(|result| {
+            let task_id = TaskId::from_wire(&result.task_id).ok()?;
+            let outcome = owner.adopt_outcome(result.outcome.unwrap_or_default());
+            if outcome.is_ok() && !result.more_returns.is_empty() {
+                let more = result.more_returns.into_iter().map(|more| owner.adopt_outcome(more));
+                let more: Vec<(ObjectId, Outcome)> = (1..).map(|index| task_id.object_at(index)).zip(more).collect();
+                owner.store.complete_many(more);
+            }
+            let error = outcome.as_ref().err().map(ToString::to_string);
+            let ending = Ending {
+                failed: error.as_deref(),
+                start_unix_micros: result.start_unix_micros,
+                run_micros: result.run_micros,
+            };
+            owner.task_events.ended(task_id, result.attempt, ending);
+            owner.task_events.spans(result.spans);
+            crate::metrics::absorb(result.metrics);
+            Some(TaskFinished {
+                task_id,
+                outcome,
+                run_micros: result.run_micros,
+            })
+        })
+        .collect();
+    let values = finished
+        .iter()
+        .filter_map(|f| Some((f.task_id.return_object(), Ok(f.outcome.as_ref().ok()?.clone()))));
+    owner.store.complete_many(values);
+    finished
+}
+
+/// How a worker exited, as its node manager saw it.
+pub(super) async fn worker_exit(owner: &Owner, node: Arc<str>, worker: WorkerId) -> WorkerExit {
+    match owner.ctx.links.nodes.worker_exit(node, worker).await {
+        Ok(exit) if exit.exited => exit,
+        Ok(_) => unknown_exit("stopped answering".into()),
+        Err(error) => unknown_exit(format!("was lost with its node ({error})")),
+    }
+}
+
+/// An end of a worker that its node manager cannot tell.
+pub(super) fn unknown_exit(description: String) -> WorkerExit {
+    WorkerExit {
+        exited: true,
+        description,
+        kind: WorkerExitKind::Unspecified.into(),
+    }
+}
+
+/// Prints a worker's output lines, each prefixed with the function that
+/// printed it, the worker's pid and its node.
+pub(crate) fn print_log_lines(pid: u32, node_id: Option<NodeId>, logs: &[v1::LogLine]) {
+    let node = node_id.map(|id| id.short()).unwrap_or_default();
+    for log in logs {
+        let function = log.function.rsplit("::").next().unwrap_or(&log.function);
+        let line = format!("({function} pid={pid} node={node}) {}", log.line);
+        if log.stderr {
+            eprintln!("{line}");
+        } else {
+            println!("{line}");
+        }
+    }
+}
