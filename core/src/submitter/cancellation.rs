@@ -1,9 +1,10 @@
 //! Cancelling a task by one of its objects. A queued task leaves its queue
-//! and fails as cancelled without running. A running one's worker is told
-//! to stop it, and with `force` the worker is ended too; its objects fail
-//! as cancelled at once, and whatever its worker sends or does later is
-//! ignored. A task not queued yet (its arguments pending) is marked, and
-//! dropped when it comes.
+//! and fails as cancelled without running (and the lease requests its class
+//! no longer needs are cancelled). A running one's worker is told to stop
+//! it, and with `force` the worker is ended too; its objects fail as
+//! cancelled at once, and whatever its worker sends or does later is
+//! ignored. A task not queued yet (its arguments pending, or its retry
+//! waiting out a backoff) is marked, and dropped when it comes.
 
 use raylet_proto::ObjectId;
 use raylet_proto::v1::lease_session_request::Kind as LeaseRequest;
@@ -31,11 +32,11 @@ impl Submitter {
 
     /// Fails the queued task that returns `object`, if one does.
     fn cancel_queued(&mut self, object: ObjectId) -> bool {
-        let found = self.shapes.values_mut().find_map(|shape| {
+        let found = self.shapes.iter_mut().find_map(|(class, shape)| {
             let index = shape.queue.iter().position(|t| t.returns(object))?;
-            shape.queue.remove(index)
+            Some((class.clone(), shape.queue.remove(index)?))
         });
-        let Some(task) = found else {
+        let Some((class, task)) = found else {
             return false;
         };
         record_failure(&self.owner, &task, "cancelled");
@@ -44,6 +45,7 @@ impl Submitter {
             ..cancelled(object)
         };
         self.fail_task(&task, error);
+        self.dispatch(&class);
         true
     }
 

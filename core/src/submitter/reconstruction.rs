@@ -64,7 +64,8 @@ impl Submitter {
         }
     }
 
-    /// Queues the task that made `object` again, if its retries allow.
+    /// Queues the task that made `object` again, if its retries allow; a
+    /// task that may not run again stays kept, to say so again.
     pub(super) fn reconstruct(&mut self, object: ObjectId) -> Result<(), NotRebuilt> {
         let Some((task, kept)) = self.lineage.take(object) else {
             return match self.owner.store.try_get(object) {
@@ -73,11 +74,13 @@ impl Submitter {
             };
         };
         if !task.can_retry() {
-            return Err(NotRebuilt::RetriesSpent {
+            let spent = NotRebuilt::RetriesSpent {
                 function: task.options().shown_name(),
                 runs: task.attempt + 1,
                 max_retries: task.options().max_retries,
-            });
+            };
+            self.lineage.keep(task, kept);
+            return Err(spent);
         }
         let lost = self.lost_with(object, kept);
         for (id, _) in &lost {

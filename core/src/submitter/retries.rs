@@ -137,8 +137,12 @@ impl Submitter {
         self.shape_mut(&template.class).queue.push_front(task);
     }
 
-    /// A task back from its backoff is queued first in its class.
+    /// A task back from its backoff is queued first in its class, unless it
+    /// was cancelled meanwhile.
     pub(super) fn on_backoff_over(&mut self, task: QueuedTask) {
+        if self.cancelled.remove(&task.return_id()) {
+            return record_failure(&self.owner, &task, "cancelled");
+        }
         let template = task.template.clone();
         self.shape_mut(&template.class).queue.push_front(task);
         self.dispatch(&template.class);

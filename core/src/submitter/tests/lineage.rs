@@ -51,3 +51,24 @@ async fn a_value_returned_inline_is_not_kept_to_rebuild() {
     assert!(test.reconstruct(object).await.is_err());
     assert!(test.tasks(&worker.address).is_empty());
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_task_that_spent_its_retries_says_so_each_time_its_object_is_lost() {
+    let mut test = SubmitterTest::start();
+    let (object, worker) = finished(&mut test, options().max_retries(0), stored_value(LOCAL_NODE)).await;
+    for asked in 1..=2 {
+        let spent = test.reconstruct(object).await;
+        assert!(
+            matches!(
+                spent,
+                Err(NotRebuilt::RetriesSpent {
+                    runs: 1,
+                    max_retries: 0,
+                    ..
+                })
+            ),
+            "ask {asked}: {spent:?}"
+        );
+    }
+    assert!(test.tasks(&worker.address).is_empty());
+}
