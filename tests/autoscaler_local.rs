@@ -8,8 +8,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use raylet_autoscaler::{INSTANCE_LABEL, Instance, InstanceState, LaunchRequest, LocalProvider, NodeProvider};
+use raylet_placement::autoscaler::NodeType;
 use raylet_proto::{Amount, Labels, ResourceSet};
-use raylet_scheduler::autoscaler::NodeType;
 use serde_json::Value;
 
 use crate::common::http::session_file;

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use nix::sys::signal::Signal;
 use raylet::prelude::*;
-use raylet::scheduler::status::NodeState;
+use raylet::status::NodeState;
 use raylet::{Job, JobStatus};
 
 use crate::common;
@@ -127,11 +127,11 @@ impl ChaosCluster {
         Some(cluster)
     }
 
-    fn status(&self) -> raylet::scheduler::status::ClusterStatus {
+    fn status(&self) -> raylet::status::ClusterStatus {
         self.driver.status().unwrap()
     }
 
-    fn wait_until(&self, mut done: impl FnMut(&raylet::scheduler::status::ClusterStatus) -> bool, what: &str) {
+    fn wait_until(&self, mut done: impl FnMut(&raylet::status::ClusterStatus) -> bool, what: &str) {
         let deadline = Instant::now() + PATIENCE;
         loop {
             match self.driver.status() {
@@ -237,7 +237,7 @@ impl ChaosCluster {
     }
 }
 
-fn died_at(node: &raylet::scheduler::status::NodeStatus, died: &mut u64) {
+fn died_at(node: &raylet::status::NodeStatus, died: &mut u64) {
     *died = node.died_unix_ms.expect("a dead node has a time of death") * 1000;
 }
 

@@ -17,7 +17,7 @@ use raylet::prelude::*;
 use raylet::proto::Amount;
 use raylet::proto::resources::{CPU, GPU};
 use raylet::scheduler::node_manager::FakeGpus;
-use raylet::scheduler::status::{NodeStatus, ResourceDemand};
+use raylet::status::{NodeStatus, ResourceDemand};
 
 use crate::common;
 

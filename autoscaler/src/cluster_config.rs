@@ -18,8 +18,8 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::Duration;
 
-use raylet_scheduler::autoscaler::{Autoscaler, AutoscalerConfig};
-use raylet_scheduler::placement::{LaunchableNode, LaunchableNodes};
+use raylet_placement::autoscaler::{Autoscaler, AutoscalerConfig};
+use raylet_placement::{LaunchableNode, LaunchableNodes};
 use serde::{Deserialize, Serialize};
 
 use crate::cluster_name::{ClusterNameError, check_cluster_name};

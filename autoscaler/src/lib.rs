@@ -1,5 +1,5 @@
 //! raylet's cluster autoscaler, apart from the decision itself (which is
-//! `raylet_scheduler::autoscaler`, pure and simulated there): the
+//! `raylet_placement::autoscaler`, pure and simulated there): the
 //! [`Monitor`] loop that runs beside the head and carries the decisions
 //! out, the [`ClusterConfig`] that `raylet up` reads, and the
 //! [`NodeProvider`] seam through which nodes are launched and removed, with

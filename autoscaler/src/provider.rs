@@ -9,9 +9,9 @@ use std::fmt;
 use std::future::Future;
 use std::pin::Pin;
 
+use raylet_placement::autoscaler::NodeType;
 use raylet_proto::resources::{CPU, GPU, MEMORY, OBJECT_STORE_MEMORY};
 use raylet_proto::{Labels, ResourceSet};
-use raylet_scheduler::autoscaler::NodeType;
 
 /// The label every launched node carries: its provider's instance id.
 pub const INSTANCE_LABEL: &str = "raylet.io/instance";

@@ -21,9 +21,9 @@ use std::process::Stdio;
 use std::sync::{Mutex, MutexGuard, PoisonError};
 use std::time::Duration;
 
+use raylet_placement::autoscaler::NodeType;
 use raylet_proto::ResourceSet;
 use raylet_proto::resources::{CPU, GPU, MEMORY, OBJECT_STORE_MEMORY};
-use raylet_scheduler::autoscaler::NodeType;
 use serde::{Deserialize, Serialize};
 use tokio::io::AsyncWriteExt;
 use tokio::process::Command;

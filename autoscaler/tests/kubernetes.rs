@@ -15,9 +15,9 @@ use raylet_autoscaler::{
     ClusterConfig, INSTANCE_LABEL, Instance, InstanceId, InstanceState, KubernetesConfig, KubernetesProvider,
     LaunchRequest, NodeProvider, ProviderConfig, ProviderError, PullPolicy,
 };
+use raylet_placement::autoscaler::NodeType;
 use raylet_proto::resources::{CPU, GPU, MEMORY, OBJECT_STORE_MEMORY};
 use raylet_proto::{Amount, ResourceSet};
-use raylet_scheduler::autoscaler::NodeType;
 use serde_json::{Value, json};
 
 const TOKEN: &str = "f00dfeedf00dfeedf00dfeedf00dfeedf00dfeedf00dfeedf00dfeedf00dfeed";

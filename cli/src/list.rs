@@ -6,7 +6,7 @@ use std::fmt::Write;
 
 use anyhow::Context;
 use raylet::{ActorInfo, PlacementGroupInfo, StoredObject};
-use raylet_scheduler::status::NodeStatus;
+use raylet_cluster_status::NodeStatus;
 use serde::Serialize;
 
 use crate::args::{ListArgs, ListCommand, OutputFormat};

@@ -5,9 +5,9 @@ use std::time::{Duration, UNIX_EPOCH};
 
 use anyhow::Context;
 use raylet_autoscaler::AutoscalerReport;
+use raylet_cluster_status::{ClusterStatus, GpuStats, NodeStatus, ResourceDemand};
 use raylet_proto::ResourceSet;
 use raylet_proto::resources::is_bytes;
-use raylet_scheduler::status::{ClusterStatus, GpuStats, NodeStatus, ResourceDemand};
 use serde::Serialize;
 
 use crate::args::{OutputFormat, StatusArgs};

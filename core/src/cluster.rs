@@ -5,12 +5,12 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
+use raylet_cluster_status::ClusterStatus;
 use raylet_proto::auth::AuthToken;
 use raylet_proto::server::{MAX_DATA_MESSAGE, authenticated, incoming};
 use raylet_proto::v1::WorkerBinary;
 use raylet_proto::v1::owner_service_server::OwnerServiceServer;
 use raylet_proto::{JobId, ObjectId, TaskId};
-use raylet_scheduler::status::ClusterStatus;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, oneshot};

@@ -78,6 +78,7 @@ pub use net::local_ip_towards;
 pub use object_ref::handle::{AnyObjectRef, ObjectRef};
 pub use placement_group::handle::PlacementGroup;
 pub use placement_group::{Bundle, PlacementGroupInfo, PlacementGroupState, list_placement_groups};
+pub use raylet_cluster_status as status;
 pub use raylet_macros::{actor, remote};
 pub use raylet_object_store::{ArchivedTensor, DType, INLINE_LIMIT, Tensor};
 pub use raylet_proto as proto;

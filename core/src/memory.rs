@@ -5,12 +5,12 @@
 use std::collections::HashMap;
 use std::time::Duration;
 
+use raylet_cluster_status::ClusterStatus;
 use raylet_proto::auth::AuthToken;
 use raylet_proto::v1::object_store_service_client::ObjectStoreServiceClient;
 use raylet_proto::v1::owner_service_client::OwnerServiceClient;
 use raylet_proto::v1::{DescribeObjectsRequest, GetStoreStatsRequest, StoreStats, StoredObject as Wire};
 use raylet_proto::{NodeId, ObjectId};
-use raylet_scheduler::status::ClusterStatus;
 use serde::Serialize;
 
 use crate::Result;

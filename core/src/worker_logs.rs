@@ -4,11 +4,11 @@
 //! head's actor table, a task's through its task record; a task's lines are
 //! those between its markers in its worker's file.
 
+use raylet_cluster_status::{ClusterStatus, NodeStatus};
 use raylet_proto::auth::AuthToken;
 use raylet_proto::v1::ReadWorkerLogRequest;
 use raylet_proto::v1::node_manager_service_client::NodeManagerServiceClient;
 use raylet_proto::{ActorId, NodeId, TaskId, WorkerId};
-use raylet_scheduler::status::{ClusterStatus, NodeStatus};
 
 use crate::worker::logs::{TASK_END, TASK_START};
 use crate::{Error, Result};

@@ -6,8 +6,8 @@ use std::collections::VecDeque;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use raylet_cluster_status::{ClusterStatus, GpuStats};
 use raylet_proto::auth::AuthToken;
-use raylet_scheduler::status::{ClusterStatus, GpuStats};
 use serde::Serialize;
 
 /// How often the nodes are sampled.

@@ -50,10 +50,10 @@ use axum::http::{StatusCode, header};
 use axum::middleware;
 use axum::response::{IntoResponse, Json, Redirect, Response};
 use axum::routing::{MethodRouter, get};
+use raylet_cluster_status::ClusterStatus;
 use raylet_proto::JobId;
 use raylet_proto::auth::AuthToken;
 use raylet_proto::http_listener;
-use raylet_scheduler::status::ClusterStatus;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 

@@ -10,8 +10,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use prometheus::{GaugeVec, Opts, Registry, TextEncoder};
+use raylet_cluster_status::ClusterStatus;
 use raylet_proto::auth::AuthToken;
-use raylet_scheduler::status::ClusterStatus;
 
 use raylet::JobClient;
 
@@ -217,9 +217,9 @@ fn store_families(scrape: &Scrape, stores: &[raylet::NodeMemory]) {
 
 #[cfg(test)]
 mod tests {
+    use raylet_cluster_status::{NodeState, NodeStats, NodeStatus};
     use raylet_proto::NodeId;
     use raylet_scheduler::node_manager::{FakeGpus, GpuDetector};
-    use raylet_scheduler::status::{NodeState, NodeStats, NodeStatus};
 
     use super::*;
 

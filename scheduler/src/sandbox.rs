@@ -4,6 +4,7 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
+use raylet_cluster_status::ClusterStatus;
 use raylet_proto::auth::AuthToken;
 use raylet_proto::channel::{HeadClient, connect_head};
 use raylet_proto::resources::CPU;
@@ -16,7 +17,6 @@ use tokio::task::JoinHandle;
 use crate::Result;
 use crate::head::{self, HeadConfig};
 use crate::node_manager::{NodeConfig, NodeManager};
-use crate::status::ClusterStatus;
 
 /// A server task with its shutdown signal; dropping it aborts the task.
 struct RunningService {

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
+use raylet_placement::{Choice, ClusterResources, Demand, Placer, Request};
 use raylet_proto::resources::{CPU, GPU, MEMORY};
 use raylet_proto::v1::WorkerBinary;
 use raylet_proto::{
@@ -22,7 +23,6 @@ use raylet_proto::{
 use crate::head::actors::{ActorSpec, ActorTable, Grant};
 use crate::head::placement_groups::{BundleNodes, GroupManager, GroupSpec, GroupState};
 use crate::head::{NodeTable, Registration};
-use crate::placement::{Choice, ClusterResources, Demand, Placer, Request};
 
 /// The size of the simulated cluster and workload.
 #[derive(Clone, Debug)]

@@ -11,6 +11,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use raylet_cluster_status::NodeStats;
+use raylet_placement::{Choice, Placer, Request};
 use raylet_proto::resources::{CPU, GPU};
 use raylet_proto::{
     Amount, Error, LabelSelector, Labels, NodeId, PlacementGroupId, PlacementStrategy, ResourceSet, Result, Scheduling,
@@ -20,8 +22,6 @@ use raylet_scheduler::head::placement_groups::{BundleNodes, GroupManager, GroupR
 use raylet_scheduler::head::state_store::StateStore;
 use raylet_scheduler::head::{Heartbeat, NodeTable, Registration};
 use raylet_scheduler::node_manager::ResourceLedger;
-use raylet_scheduler::placement::{Choice, Placer, Request};
-use raylet_scheduler::status::NodeStats;
 
 /// Virtual node managers: a ledger per address, the failures to inject,
 /// and every call made, shared by the harness and the group manager.

@@ -3,6 +3,7 @@
 
 use std::time::{Duration, Instant};
 
+use raylet_cluster_status::NodeState;
 use raylet_proto::auth::{AuthToken, ClientAuth};
 use raylet_proto::channel::endpoint;
 use raylet_proto::resources::CPU;
@@ -14,7 +15,6 @@ use raylet_proto::v1::{BlobChunk, GetClusterStatusRequest, LeaseSessionRequest, 
 use raylet_proto::{Amount, Error, ResourceSet};
 use raylet_scheduler::node_manager::{NodeConfig, NodeManager};
 use raylet_scheduler::sandbox::ClusterSandbox;
-use raylet_scheduler::status::NodeState;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::service::interceptor::InterceptedService;
 

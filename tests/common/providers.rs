@@ -5,8 +5,8 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use raylet_autoscaler::{INSTANCE_LABEL, InstanceId};
+use raylet_placement::autoscaler::NodeType;
 use raylet_proto::{Amount, Labels, ResourceSet};
-use raylet_scheduler::autoscaler::NodeType;
 use serde_json::Value;
 
 use super::raylet;

@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use raylet_cluster_status::{ClusterStatus, NodeStatus};
 use raylet_proto::auth::AuthToken;
 use raylet_proto::resources::OBJECT_STORE_MEMORY;
 use raylet_proto::v1::object_store_service_client::ObjectStoreServiceClient;
@@ -13,7 +14,6 @@ use raylet_proto::v1::{
     AddCopiesRequest, DrainNodeRequest, GetStoreStatsRequest, ObjectCopy, PullObjectRequest, StoredObject,
 };
 use raylet_proto::{NodeId, ObjectId, Result};
-use raylet_scheduler::status::{ClusterStatus, NodeStatus};
 
 use crate::provider::INSTANCE_LABEL;
 

@@ -14,10 +14,10 @@ mod report;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use raylet_cluster_status::ClusterStatus;
+use raylet_placement::autoscaler::{Autoscaler, Plan, RemovalCause};
 use raylet_proto::auth::AuthToken;
 use raylet_proto::{NodeId, Result};
-use raylet_scheduler::autoscaler::{Autoscaler, Plan, RemovalCause};
-use raylet_scheduler::status::ClusterStatus;
 
 pub use report::{AutoscalerReport, Event, ManagedNode, REPORT_KEY, REPORT_NAMESPACE};
 
@@ -252,7 +252,7 @@ impl Monitor {
         }
     }
 
-    async fn move_objects(&mut self, status: &ClusterStatus, node: &raylet_scheduler::status::NodeStatus) {
+    async fn move_objects(&mut self, status: &ClusterStatus, node: &raylet_cluster_status::NodeStatus) {
         let draining: Vec<NodeId> = self.tracker.draining.keys().copied().collect();
         match drain::move_objects(status, node, &draining, &self.config.token).await {
             Ok(moved) if moved.objects == 0 && moved.failed.is_empty() => {}
@@ -347,7 +347,7 @@ impl Monitor {
 /// One managed node as the report lists it.
 fn report_node(
     tracker: &Tracker,
-    config: &raylet_scheduler::autoscaler::AutoscalerConfig,
+    config: &raylet_placement::autoscaler::AutoscalerConfig,
     managed: &Managed,
     now: Instant,
 ) -> ManagedNode {

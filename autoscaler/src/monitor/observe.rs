@@ -6,12 +6,12 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
-use raylet_proto::resources::OBJECT_STORE_MEMORY;
-use raylet_proto::{LabelSelector, NodeId, SchedulingStrategy};
-use raylet_scheduler::autoscaler::{
+use raylet_cluster_status::{ClusterStatus, NodeStatus};
+use raylet_placement::autoscaler::{
     AutoscalerConfig, ClusterView, Demand, GroupDemand, NodeState, NodeView, ShapeDemand,
 };
-use raylet_scheduler::status::{ClusterStatus, NodeStatus};
+use raylet_proto::resources::OBJECT_STORE_MEMORY;
+use raylet_proto::{LabelSelector, NodeId, SchedulingStrategy};
 
 use crate::provider::{INSTANCE_LABEL, Instance, InstanceId, InstanceState};
 

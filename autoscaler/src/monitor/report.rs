@@ -8,11 +8,11 @@ use std::sync::LazyLock;
 use std::time::{Duration, SystemTime};
 
 use prometheus::{IntCounterVec, IntGaugeVec};
+use raylet_cluster_status::unix_ms;
 use raylet_proto::auth::AuthToken;
 use raylet_proto::v1::kv_service_client::KvServiceClient;
 use raylet_proto::v1::{KvGetRequest, KvPutRequest};
 use raylet_proto::{Error, Result};
-use raylet_scheduler::status::unix_ms;
 use serde::{Deserialize, Serialize};
 
 /// The key-value namespace and key the report is kept under.

@@ -3,8 +3,8 @@
 //! real placement code, and the autoscaler's decision over a thousand node
 //! types for a hundred thousand pending tasks; each on one thread.
 
-use raylet::scheduler::autoscaler::simulation as autoscaler;
 use raylet::scheduler::simulation::{self, SimulationSize};
+use raylet_placement::autoscaler::simulation as autoscaler;
 
 /// The prefix of every figure this prints; a filter that starts with it
 /// runs the simulation alone, without a cluster.

@@ -19,6 +19,7 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use raylet_placement::{LaunchableNodes, Placer};
 use raylet_proto::auth::AuthToken;
 use raylet_proto::server::{MAX_DATA_MESSAGE, authenticated, bounded_shutdown, incoming};
 use raylet_proto::v1::actor_service_server::ActorServiceServer;
@@ -32,7 +33,6 @@ use tokio::net::TcpListener;
 pub use node_table::{Heartbeat, HeartbeatOutcome, NodeResourcesView, NodeTable, Registration};
 
 use crate::Result;
-use crate::placement::{LaunchableNodes, Placer};
 use actors::{ActorRuntime, ActorServiceImpl, ActorTable, HeadLeases, resume_actors};
 use jobs::{JobManager, JobServiceImpl};
 use kv::{KvServiceImpl, KvTable};

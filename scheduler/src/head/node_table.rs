@@ -12,11 +12,11 @@ use raylet_proto::{JobId, Labels, NodeId, ResourceSet, Scheduling};
 use tokio::sync::watch;
 
 use prost::Message;
+use raylet_cluster_status::{ClusterStatus, NodeState, NodeStats, NodeStatus, ResourceDemand, unix_ms};
+use raylet_placement::{Choice, ClusterResources, LaunchableNodes, Placer, Request};
 use raylet_proto::v1;
 
 use super::state_store::{Committed, StateStore, Table};
-use crate::placement::{Choice, ClusterResources, LaunchableNodes, Placer, Request};
-use crate::status::{ClusterStatus, NodeState, NodeStats, NodeStatus, ResourceDemand, unix_ms};
 
 /// How many dead incarnations are kept for `raylet status`.
 const MAX_DEAD_RECORDS: usize = 1000;

@@ -4,6 +4,7 @@
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
+use raylet_cluster_status::{NodeStats, ResourceDemand};
 use raylet_proto::scheduling::{labels_from_proto, labels_to_proto};
 use raylet_proto::v1::head_service_server::HeadService;
 use raylet_proto::v1::{
@@ -18,7 +19,6 @@ use tonic::{Request, Response, Status};
 
 use super::node_table::{Heartbeat, HeartbeatOutcome, NodeResourcesView, NodeTable, Registration};
 use super::placement_groups::{GroupManager, NodeManagerBundles};
-use crate::status::{NodeStats, ResourceDemand};
 
 /// Serves [`HeadService`] over a shared [`NodeTable`].
 pub(crate) struct HeadServiceImpl {

@@ -8,8 +8,7 @@ use std::sync::{Mutex, OnceLock};
 
 use nvml_wrapper::Nvml;
 use nvml_wrapper::error::NvmlError;
-
-use crate::status::GpuStats;
+use raylet_cluster_status::GpuStats;
 
 /// Finds a machine's GPUs and reads their utilization. A node manager asks
 /// once at start, for how many GPUs it offers, and at every heartbeat.

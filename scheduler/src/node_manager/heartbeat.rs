@@ -6,6 +6,8 @@ use std::convert::Infallible;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
+use raylet_cluster_status::ResourceDemand;
+use raylet_placement::LaunchableNodes;
 use raylet_proto::channel::HeadClient;
 use raylet_proto::error::error_chain;
 use raylet_proto::scheduling::{labels_from_proto, labels_to_proto};
@@ -16,8 +18,6 @@ use tonic::Request;
 use super::stats::StatsSampler;
 use super::{NodeShared, NodeView, lock};
 use crate::Result;
-use crate::placement::LaunchableNodes;
-use crate::status::ResourceDemand;
 
 const UNREGISTER_TIMEOUT: Duration = Duration::from_secs(1);
 

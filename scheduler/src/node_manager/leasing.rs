@@ -10,6 +10,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use raylet_cluster_status::ResourceDemand;
+use raylet_placement::{Choice, ClusterResources, LaunchableNodes, NodeIndex, Placer, Request};
 use raylet_proto::peer_stream::PeerSender;
 use raylet_proto::v1::lease_session_event::Kind as EventKind;
 use raylet_proto::v1::{
@@ -24,8 +26,6 @@ use super::bundle_ops::{BundleError, BundleOperation};
 use super::ledger::ResourceLedger;
 use super::worker_launcher::{LaunchedWorker, WorkerExited, WorkerLauncher};
 use super::worker_process::WorkerEnd;
-use crate::placement::{Choice, ClusterResources, LaunchableNodes, NodeIndex, Placer, Request};
-use crate::status::ResourceDemand;
 
 /// Where a session's lease events go.
 pub(crate) type EventSender = PeerSender<LeaseSessionEvent>;
@@ -1273,7 +1273,7 @@ mod tests {
     #[test]
     fn a_request_only_a_launchable_node_type_fits_waits_for_the_launch_then_goes_there() {
         let mut state = state(2, 0, vec![node("b:1", 4, 4)]);
-        state.launchable = LaunchableNodes::new(vec![crate::placement::LaunchableNode {
+        state.launchable = LaunchableNodes::new(vec![raylet_placement::LaunchableNode {
             name: "cpu8".into(),
             total: cpus(8),
             labels: Labels::new(),

@@ -31,6 +31,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use raylet_cluster_status::NodeStats;
 use raylet_object_store::{ObjectStoreServiceImpl, SharedStore, StoreConfig, owner_watch};
 use raylet_proto::auth::AuthToken;
 use raylet_proto::channel::HeadClient;
@@ -49,7 +50,6 @@ pub use memory_monitor::MemoryMonitorConfig;
 pub use resources::{ResourceOverrides, resolve as resolve_resources};
 
 use crate::Result;
-use crate::status::NodeStats;
 use job_drivers::JobDrivers;
 use leasing::{LeaseManager, WorkerContext};
 use worker_process::ProcessLauncher;

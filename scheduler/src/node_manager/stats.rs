@@ -3,10 +3,10 @@
 
 use std::sync::Arc;
 
+use raylet_cluster_status::NodeStats;
 use sysinfo::System;
 
 use super::gpu_devices::GpuDetector;
-use crate::status::NodeStats;
 
 /// Keeps a sysinfo handle between samples, since CPU usage is a difference
 /// between two readings.

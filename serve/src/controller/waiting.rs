@@ -16,7 +16,7 @@ use std::time::Instant;
 
 use raylet::proto::ResourceSet;
 use raylet::proto::resources::{Amount, CPU, GPU};
-use raylet::scheduler::status::ClusterStatus;
+use raylet::status::ClusterStatus;
 
 /// A replica whose actor is not placed yet.
 pub(super) struct Unplaced<'a> {
@@ -129,7 +129,7 @@ mod tests {
     use std::time::Duration;
 
     use raylet::proto::NodeId;
-    use raylet::scheduler::status::{NodeState, NodeStats, NodeStatus, ResourceDemand};
+    use raylet::status::{NodeState, NodeStats, NodeStatus, ResourceDemand};
 
     use super::*;
 

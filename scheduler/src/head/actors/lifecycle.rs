@@ -10,6 +10,7 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use raylet_placement::{Choice, Placer};
 use raylet_proto::auth::AuthToken;
 use raylet_proto::task_stream::{self, EventReader, TaskSender};
 use raylet_proto::v1::{
@@ -23,7 +24,6 @@ use super::leases::{Grant, HeadLeases, LeaseAnswer};
 use super::table::{ActorSpec, ActorTable, KillOrder, RecoveredActor};
 use crate::head::NodeTable;
 use crate::head::placement_groups::{GroupManager, GroupState, NodeManagerBundles};
-use crate::placement::{Choice, Placer};
 
 /// A leased worker answers at once; if it does not, it is gone.
 const WORKER_PATIENCE: Duration = Duration::from_secs(2);

@@ -9,6 +9,7 @@ use std::path::{Component, Path};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use raylet_placement::{Choice, Placer};
 use raylet_proto::auth::AuthToken;
 use raylet_proto::blob::check_ref;
 use raylet_proto::v1::job_driver_event::Kind as DriverEvent;
@@ -23,7 +24,6 @@ use super::blobs::BlobStore;
 use super::table::{JobTable, WAITING_FOR_A_NODE, is_ended};
 use crate::head::NodeTable;
 use crate::head::state_store::StateStore;
-use crate::placement::{Choice, Placer};
 
 /// How long a node manager may take to answer a connection.
 const NODE_PATIENCE: Duration = Duration::from_secs(5);
@@ -502,7 +502,7 @@ mod tests {
     use crate::head::state_store::tests::TestDisk;
     use crate::head::state_store::{StateStore, Table};
     use crate::head::{Heartbeat, Registration};
-    use crate::status::NodeStats;
+    use raylet_cluster_status::NodeStats;
 
     /// A manager with its blobs and output under `dir`, and its nodes.
     fn manager(dir: &Path, store: StateStore) -> (Arc<JobManager>, Arc<Mutex<NodeTable>>) {

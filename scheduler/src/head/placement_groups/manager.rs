@@ -12,14 +12,14 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
 use futures_util::future::join_all;
+use raylet_cluster_status::{GroupShape, ResourceDemand};
+use raylet_placement::{BundlePlan, plan_bundles};
 use raylet_proto::{PlacementGroupId, ResourceSet, Result, Scheduling};
 
 use crate::head::state_store::StateStore;
 
 use super::table::{BundleLocation, GroupRecord, GroupSpec, GroupState, GroupTable};
 use crate::head::NodeTable;
-use crate::placement::{BundlePlan, plan_bundles};
-use crate::status::{GroupShape, ResourceDemand};
 
 /// The node managers that hold bundles, as the group manager calls them.
 pub trait BundleNodes: Send + Sync + 'static {

@@ -8,11 +8,11 @@ use std::sync::Arc;
 use std::time::SystemTime;
 
 use prost::Message;
+use raylet_cluster_status::unix_ms;
 use raylet_proto::{Error, IdMap, NodeId, PlacementGroupId, PlacementStrategy, ResourceSet, Result, v1};
 use tokio::sync::watch;
 
 use crate::head::state_store::{Committed, StateStore, Table};
-use crate::status::unix_ms;
 
 /// How many removed groups are kept for `raylet list placement-groups`.
 const MAX_REMOVED_RECORDS: usize = 10_000;

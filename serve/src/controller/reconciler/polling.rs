@@ -9,7 +9,7 @@ use std::collections::BTreeMap;
 use std::time::Instant;
 
 use raylet::proto::ResourceSet;
-use raylet::scheduler::status::ClusterStatus;
+use raylet::status::ClusterStatus;
 use raylet::{ActorState, SchedulingStrategy};
 
 use super::super::deployment_state::ReplicaSlot;

@@ -258,7 +258,7 @@ fn sum<'a>(sets: impl Iterator<Item = &'a ResourceSet>) -> ResourceSet {
 }
 
 impl NodeStatus {
-    pub(crate) fn from_proto(node: v1::NodeRecord) -> Result<Self> {
+    pub fn from_proto(node: v1::NodeRecord) -> Result<Self> {
         let state = match node.state() {
             v1::NodeState::Alive => NodeState::Alive,
             _ => NodeState::Dead,
@@ -288,7 +288,7 @@ impl NodeStatus {
         })
     }
 
-    pub(crate) fn to_proto(&self) -> v1::NodeRecord {
+    pub fn to_proto(&self) -> v1::NodeRecord {
         let state = match self.state {
             NodeState::Alive => v1::NodeState::Alive,
             NodeState::Dead => v1::NodeState::Dead,

@@ -343,7 +343,7 @@ mod tests {
     use super::*;
 
     /// Run in release mode for the figures:
-    /// `cargo test --release -p raylet-scheduler --lib autoscaler::simulation -- --ignored --nocapture`.
+    /// `cargo test --release -p raylet-placement --lib autoscaler::simulation -- --ignored --nocapture`.
     #[test]
     #[ignore]
     fn full_size_decision_times() {
