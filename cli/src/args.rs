@@ -8,11 +8,11 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 use raylet::session::{DEFAULT_TEMP_DIR, Session, TempRoot};
+use raylet_head::HeadConfig;
 use raylet_placement::LaunchableNodes;
 use raylet_proto::auth::AuthToken;
 use raylet_proto::tls::TlsFiles;
 use raylet_proto::{ActorId, JobId, Labels, NodeId, ResourceSet, TaskId, WorkerId};
-use raylet_scheduler::head::HeadConfig;
 use raylet_scheduler::node_manager::{MemoryMonitorConfig, NodeConfig, NvmlDetector, ResourceOverrides};
 
 use crate::flag_values::{parse_duration, parse_duration_or_zero, parse_key_value, parse_labels};

@@ -13,7 +13,6 @@ use raylet::session::{ProcessRecord, ProcessRole, Session};
 use raylet_autoscaler::{ClusterConfig, Monitor, MonitorConfig, NodeProvider};
 use raylet_proto::ResourceSet;
 use raylet_proto::auth::AuthToken;
-use raylet_scheduler::head;
 use raylet_scheduler::node_manager::NodeManager;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{SignalKind, signal};
@@ -148,7 +147,7 @@ async fn run_head(args: &StartArgs, session: &Session) -> anyhow::Result<()> {
     let (stop_head, head_stopped) = tokio::sync::oneshot::channel::<()>();
     let launchable = cluster.as_ref().map(ClusterConfig::launchable).unwrap_or_default();
     let head_config = args.head_config(token.clone(), session.dir(), launchable);
-    let head_task = tokio::spawn(head::run(head_config, listener, async {
+    let head_task = tokio::spawn(raylet_head::run(head_config, listener, async {
         let _ = head_stopped.await;
     }));
     let (stop_dashboard, _) = start_dashboard(args, session, ip, &head_address, &token).await?;

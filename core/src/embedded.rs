@@ -6,8 +6,8 @@
 use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
+use raylet_head::HeadConfig;
 use raylet_proto::auth::AuthToken;
-use raylet_scheduler::head::{self, HeadConfig};
 use raylet_scheduler::node_manager::{NodeConfig, NodeManager, ResourceOverrides, resolve_resources};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -47,7 +47,7 @@ impl Embedded {
             .thread_name("raylet-embedded")
             .enable_all()
             .build()?;
-        let head = runtime.spawn(head::run(head_config, head_listener, async {
+        let head = runtime.spawn(raylet_head::run(head_config, head_listener, async {
             let _ = head_stopped.await;
         }));
         let node_config = NodeConfig::new(head_address.clone(), token.clone(), resources)

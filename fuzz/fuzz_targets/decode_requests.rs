@@ -10,10 +10,10 @@
 use libfuzzer_sys::fuzz_target;
 use prost::Message;
 use raylet_cluster_status::ResourceDemand;
+use raylet_head::actors::ActorSpec;
+use raylet_head::tasks::TaskTable;
 use raylet_proto::request_decoding::{METHODS, Method, TASK_STREAM_FRAMES};
 use raylet_proto::v1;
-use raylet_scheduler::head::actors::ActorSpec;
-use raylet_scheduler::head::tasks::TaskTable;
 
 fuzz_target!(|data: &[u8]| {
     let Some((&pick, bytes)) = data.split_first() else {

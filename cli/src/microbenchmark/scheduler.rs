@@ -3,7 +3,7 @@
 //! real placement code, and the autoscaler's decision over a thousand node
 //! types for a hundred thousand pending tasks; each on one thread.
 
-use raylet::scheduler::simulation::{self, SimulationSize};
+use raylet_head::simulation::{self, SimulationSize};
 use raylet_placement::autoscaler::simulation as autoscaler;
 
 /// The prefix of every figure this prints; a filter that starts with it

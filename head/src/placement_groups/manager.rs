@@ -16,10 +16,10 @@ use raylet_cluster_status::{GroupShape, ResourceDemand};
 use raylet_placement::{BundlePlan, plan_bundles};
 use raylet_proto::{PlacementGroupId, ResourceSet, Result, Scheduling};
 
-use crate::head::state_store::StateStore;
+use crate::state_store::StateStore;
 
 use super::table::{BundleLocation, GroupRecord, GroupSpec, GroupState, GroupTable};
-use crate::head::NodeTable;
+use crate::NodeTable;
 
 /// The node managers that hold bundles, as the group manager calls them.
 pub trait BundleNodes: Send + Sync + 'static {

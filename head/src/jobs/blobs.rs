@@ -17,7 +17,7 @@ use raylet_proto::blob::{BlobWriter, is_sha256};
 use raylet_proto::v1::BlobRef;
 use raylet_proto::{Error, Result};
 
-use crate::head::state_store::{StateStore, Table};
+use crate::state_store::{StateStore, Table};
 
 /// Blobs on the head's disk.
 pub struct BlobStore {
@@ -123,7 +123,7 @@ mod tests {
     use raylet_proto::blob::blob_of_file;
 
     use super::*;
-    use crate::head::state_store::tests::{TestDisk, reopen};
+    use crate::state_store::tests::{TestDisk, reopen};
 
     /// Uploads `data` into `blobs` as the upload service does.
     async fn upload(blobs: &BlobStore, scratch: &Path, data: &[u8]) -> Result<(String, String)> {

@@ -19,7 +19,7 @@ use tonic::{Request, Response, Status, Streaming};
 
 use super::lifecycle::{ActorRuntime, run_actor};
 use super::table::{ActorSpec, KillOrder};
-use crate::head::service::bounded_text;
+use crate::service::bounded_text;
 
 /// Records a watch stream holds for a caller that reads slower than the
 /// actors change; past it, the actors' forwarders wait (each keeps only

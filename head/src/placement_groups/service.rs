@@ -23,7 +23,7 @@ use tonic::{Request, Response, Status, Streaming};
 use super::manager::GroupManager;
 use super::node_calls::NodeManagerBundles;
 use super::table::GroupSpec;
-use crate::head::service::bounded_text;
+use crate::service::bounded_text;
 
 /// The longest a `WaitPlacementGroup` call waits.
 const MAX_WAIT: Duration = Duration::from_secs(3600);

@@ -20,9 +20,9 @@ use raylet_proto::{
     Scheduling, SchedulingStrategy, WorkerId,
 };
 
-use crate::head::actors::{ActorSpec, ActorTable, Grant};
-use crate::head::placement_groups::{BundleNodes, GroupManager, GroupSpec, GroupState};
-use crate::head::{NodeTable, Registration};
+use crate::actors::{ActorSpec, ActorTable, Grant};
+use crate::placement_groups::{BundleNodes, GroupManager, GroupSpec, GroupState};
+use crate::{NodeTable, Registration};
 
 /// The size of the simulated cluster and workload.
 #[derive(Clone, Debug)]

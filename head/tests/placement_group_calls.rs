@@ -18,9 +18,10 @@ use raylet_proto::v1::{
     PlacementGroupState, RemovePlacementGroupRequest,
 };
 use raylet_proto::{Amount, Error, PlacementGroupId, ResourceSet};
-use raylet_scheduler::sandbox::ClusterSandbox;
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
+
+use crate::sandbox::ClusterSandbox;
 
 const PATIENCE: Duration = Duration::from_secs(5);
 

@@ -22,8 +22,8 @@ use raylet_proto::{Backoff, Error, JobId, NodeId, ResourceSet, Result, Schedulin
 
 use super::blobs::BlobStore;
 use super::table::{JobTable, WAITING_FOR_A_NODE, is_ended};
-use crate::head::NodeTable;
-use crate::head::state_store::StateStore;
+use crate::NodeTable;
+use crate::state_store::StateStore;
 
 /// How long a node manager may take to answer a connection.
 const NODE_PATIENCE: Duration = Duration::from_secs(5);
@@ -499,9 +499,9 @@ mod tests {
     use raylet_proto::{Amount, Labels};
 
     use super::*;
-    use crate::head::state_store::tests::TestDisk;
-    use crate::head::state_store::{StateStore, Table};
-    use crate::head::{Heartbeat, Registration};
+    use crate::state_store::tests::TestDisk;
+    use crate::state_store::{StateStore, Table};
+    use crate::{Heartbeat, Registration};
     use raylet_cluster_status::NodeStats;
 
     /// A manager with its blobs and output under `dir`, and its nodes.

@@ -5,18 +5,16 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use raylet_cluster_status::ClusterStatus;
+use raylet_head::HeadConfig;
 use raylet_proto::auth::AuthToken;
 use raylet_proto::channel::{HeadClient, connect_head};
 use raylet_proto::resources::CPU;
 use raylet_proto::v1::GetClusterStatusRequest;
-use raylet_proto::{Amount, Error, NodeId, ResourceSet};
+use raylet_proto::{Amount, Error, NodeId, ResourceSet, Result};
+use raylet_scheduler::node_manager::{NodeConfig, NodeManager};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-
-use crate::Result;
-use crate::head::{self, HeadConfig};
-use crate::node_manager::{NodeConfig, NodeManager};
 
 /// A server task with its shutdown signal; dropping it aborts the task.
 struct RunningService {
@@ -96,7 +94,7 @@ impl SandboxBuilder {
         let listener = loopback_listener().await?;
         let head_address = listener.local_addr()?.to_string();
         let config = HeadConfig::new(token.clone()).heartbeat_timeout(self.heartbeat_timeout);
-        let head = RunningService::spawn(|signal| head::run(config, listener, signalled(signal)));
+        let head = RunningService::spawn(|signal| raylet_head::run(config, listener, signalled(signal)));
         let mut sandbox = ClusterSandbox {
             token,
             head_address,

@@ -14,9 +14,10 @@ use raylet_proto::v1::node_manager_service_client::NodeManagerServiceClient;
 use raylet_proto::v1::{BlobChunk, GetClusterStatusRequest, LeaseSessionRequest, WorkerBinary};
 use raylet_proto::{Amount, Error, ResourceSet};
 use raylet_scheduler::node_manager::{NodeConfig, NodeManager};
-use raylet_scheduler::sandbox::ClusterSandbox;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::service::interceptor::InterceptedService;
+
+use crate::sandbox::ClusterSandbox;
 
 const TIMEOUT: Duration = Duration::from_millis(600);
 const INTERVAL: Duration = Duration::from_millis(100);

@@ -22,8 +22,8 @@ use tokio::sync::watch;
 
 use super::leases::{Grant, HeadLeases, LeaseAnswer};
 use super::table::{ActorSpec, ActorTable, KillOrder, RecoveredActor};
-use crate::head::NodeTable;
-use crate::head::placement_groups::{GroupManager, GroupState, NodeManagerBundles};
+use crate::NodeTable;
+use crate::placement_groups::{GroupManager, GroupState, NodeManagerBundles};
 
 /// A leased worker answers at once; if it does not, it is gone.
 const WORKER_PATIENCE: Duration = Duration::from_secs(2);

@@ -14,8 +14,8 @@ use raylet_proto::{ActorId, Error, IdMap, NodeId, ResourceSet, Result, Schedulin
 use tokio::sync::watch;
 
 use super::leases::Grant;
-use crate::head::service::bounded_text;
-use crate::head::state_store::{Committed, StateStore, Table};
+use crate::service::bounded_text;
+use crate::state_store::{Committed, StateStore, Table};
 
 /// How many dead actors are kept for `raylet list actors` and late watchers;
 /// older ones are forgotten, on disk too.
@@ -603,7 +603,7 @@ mod tests {
             table.flushed().await.unwrap();
             (kept.id, waiting.id, gone.id)
         };
-        let store = crate::head::state_store::tests::reopen(dir.path()).await;
+        let store = crate::state_store::tests::reopen(dir.path()).await;
         let (table, recovered) = ActorTable::recover(store).unwrap();
         let mut live: Vec<(ActorId, Option<WorkerId>)> = recovered
             .iter()

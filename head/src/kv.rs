@@ -277,7 +277,7 @@ impl KvService for KvServiceImpl {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::head::state_store::tests::{TestDisk, reopen};
+    use crate::state_store::tests::{TestDisk, reopen};
 
     fn table() -> KvTable {
         KvTable::recover(StateStore::in_memory_only()).unwrap()

@@ -13,7 +13,7 @@ use raylet_proto::v1::{JobRecord, JobSpec, JobStatus};
 use raylet_proto::{Error, JobId, Result};
 use tokio::sync::watch;
 
-use crate::head::state_store::{Committed, StateStore, Table};
+use crate::state_store::{Committed, StateStore, Table};
 
 /// What a pending job waits for, until a node takes its driver.
 pub const WAITING_FOR_A_NODE: &str = "waiting for a node to run the driver";

@@ -472,7 +472,7 @@ mod tests {
             table.unregister(left, incarnation, "done");
             store.flush().await.unwrap();
         }
-        let store = crate::head::state_store::tests::reopen(dir.path()).await;
+        let store = crate::state_store::tests::reopen(dir.path()).await;
         let now = Instant::now();
         let mut table = NodeTable::recover(TIMEOUT, store, now).unwrap();
         assert_eq!(table.heartbeat(heartbeat(alive, 2), now), HeartbeatOutcome::Accepted);

@@ -12,7 +12,7 @@ use raylet_cluster_status::unix_ms;
 use raylet_proto::{Error, IdMap, NodeId, PlacementGroupId, PlacementStrategy, ResourceSet, Result, v1};
 use tokio::sync::watch;
 
-use crate::head::state_store::{Committed, StateStore, Table};
+use crate::state_store::{Committed, StateStore, Table};
 
 /// How many removed groups are kept for `raylet list placement-groups`.
 const MAX_REMOVED_RECORDS: usize = 10_000;
@@ -327,7 +327,7 @@ mod tests {
     use raylet_proto::{Amount, PlacementGroupId};
 
     use super::*;
-    use crate::head::state_store::tests::reopen;
+    use crate::state_store::tests::reopen;
 
     fn spec(bundles: usize) -> GroupSpec {
         GroupSpec {
