@@ -34,7 +34,7 @@ use burn::optim::{GradientsParams, SgdConfig};
 use burn::prelude::*;
 use burn::tensor::{Distribution, TensorData};
 use clap::Parser;
-use raylet::scheduler::node_manager::FakeGpus;
+use raylet::FakeGpus;
 use raylet_data::{ActorPoolStrategy, BatchModel, Dataset, ModelError, register_batch_model};
 use raylet_lm::prepare::{TRAIN_DIR, VALIDATION_DIR};
 use raylet_lm::{GptTraining, TokenRow, TrainingRows, token_rows};

@@ -13,10 +13,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use raylet::Error;
+use raylet::FakeGpus;
 use raylet::prelude::*;
 use raylet::proto::Amount;
 use raylet::proto::resources::{CPU, GPU};
-use raylet::scheduler::node_manager::FakeGpus;
 use raylet::status::{NodeStatus, ResourceDemand};
 
 use crate::common;

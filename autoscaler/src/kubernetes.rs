@@ -63,7 +63,7 @@ const SUFFIX_ALPHABET: &[u8] = b"bcdfghjklmnpqrstvwxz2456789";
 const SUFFIX_LEN: usize = 5;
 /// The node manager's share of its memory for the object store, in tenths,
 /// when the node type names none (`OBJECT_STORE_SHARE` = 0.3 in
-/// `raylet_scheduler::node_manager::resources`): the pod's memory is sized
+/// `node/src/resources.rs`): the pod's memory is sized
 /// so that the type's `memory` is what remains for tasks.
 const DETECTED_OBJECT_STORE_TENTHS: u64 = 3;
 /// [`Amount`]'s fixed-point units per whole resource.

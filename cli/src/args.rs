@@ -9,11 +9,11 @@ use anyhow::{Context, bail};
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 use raylet::session::{DEFAULT_TEMP_DIR, Session, TempRoot};
 use raylet_head::HeadConfig;
+use raylet_node::{MemoryMonitorConfig, NodeConfig, NvmlDetector, ResourceOverrides};
 use raylet_placement::LaunchableNodes;
 use raylet_proto::auth::AuthToken;
 use raylet_proto::tls::TlsFiles;
 use raylet_proto::{ActorId, JobId, Labels, NodeId, ResourceSet, TaskId, WorkerId};
-use raylet_scheduler::node_manager::{MemoryMonitorConfig, NodeConfig, NvmlDetector, ResourceOverrides};
 
 use crate::flag_values::{parse_duration, parse_duration_or_zero, parse_key_value, parse_labels};
 use crate::row_filter::RowFilter;
@@ -468,10 +468,7 @@ impl StartArgs {
             object_store_memory: self.object_store_memory,
             custom,
         };
-        Ok(raylet_scheduler::node_manager::resolve_resources(
-            &overrides,
-            &NvmlDetector::new(),
-        )?)
+        Ok(raylet_node::resolve_resources(&overrides, &NvmlDetector::new())?)
     }
 
     pub fn head_config(&self, token: AuthToken, session_dir: &Path, launchable: LaunchableNodes) -> HeadConfig {

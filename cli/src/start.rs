@@ -11,9 +11,9 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use raylet::session::{ProcessRecord, ProcessRole, Session};
 use raylet_autoscaler::{ClusterConfig, Monitor, MonitorConfig, NodeProvider};
+use raylet_node::NodeManager;
 use raylet_proto::ResourceSet;
 use raylet_proto::auth::AuthToken;
-use raylet_scheduler::node_manager::NodeManager;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{SignalKind, signal};
 

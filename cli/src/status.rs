@@ -262,7 +262,7 @@ fn bytes(count: f64) -> String {
 
 #[cfg(test)]
 mod tests {
-    use raylet_scheduler::node_manager::{FakeGpus, GpuDetector};
+    use raylet_node::{FakeGpus, GpuDetector};
 
     use super::*;
 

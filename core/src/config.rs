@@ -4,9 +4,9 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
 
+use raylet_node::{GpuDetector, MemoryMonitorConfig, NvmlDetector};
 use raylet_proto::tls::TlsFiles;
 use raylet_proto::{JobId, ResourceSet};
-use raylet_scheduler::node_manager::{GpuDetector, MemoryMonitorConfig, NvmlDetector};
 
 use crate::session::DEFAULT_TEMP_DIR;
 
@@ -158,7 +158,7 @@ impl Config {
     }
 
     /// How the embedded node finds and reads its GPUs [default: NVML]. Tests
-    /// give a [`raylet_scheduler::node_manager::FakeGpus`] to have GPUs
+    /// give a [`FakeGpus`](crate::FakeGpus) to have GPUs
     /// without a device.
     pub fn gpu_detector(mut self, detector: Arc<dyn GpuDetector>) -> Self {
         self.gpu_detector = detector;

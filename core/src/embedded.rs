@@ -7,8 +7,8 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use raylet_head::HeadConfig;
+use raylet_node::{NodeConfig, NodeManager, ResourceOverrides, resolve_resources};
 use raylet_proto::auth::AuthToken;
-use raylet_scheduler::node_manager::{NodeConfig, NodeManager, ResourceOverrides, resolve_resources};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;

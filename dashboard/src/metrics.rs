@@ -217,9 +217,9 @@ fn store_families(scrape: &Scrape, stores: &[raylet::NodeMemory]) {
 
 #[cfg(test)]
 mod tests {
+    use raylet::{FakeGpus, GpuDetector};
     use raylet_cluster_status::{NodeState, NodeStats, NodeStatus};
     use raylet_proto::NodeId;
-    use raylet_scheduler::node_manager::{FakeGpus, GpuDetector};
 
     use super::*;
 

@@ -2,7 +2,7 @@
 //! frame) picked by the first byte, with the conversions its server runs.
 //! A request that is accepted must encode to a message that decodes back to
 //! itself and is accepted again; where a server's fuller conversion lives in
-//! the scheduler crate (actor specs, heartbeat demands, task event reports)
+//! the head or the cluster status (actor specs, heartbeat demands, task event reports)
 //! it runs too, and what it accepts this crate's checks accept as well.
 
 #![no_main]

@@ -15,13 +15,13 @@ use raylet_cluster_status::NodeStats;
 use raylet_head::placement_groups::{BundleNodes, GroupManager, GroupRecord, GroupSpec, GroupState};
 use raylet_head::state_store::StateStore;
 use raylet_head::{Heartbeat, NodeTable, Registration};
+use raylet_node::ResourceLedger;
 use raylet_placement::{Choice, Placer, Request};
 use raylet_proto::resources::{CPU, GPU};
 use raylet_proto::{
     Amount, Error, LabelSelector, Labels, NodeId, PlacementGroupId, PlacementStrategy, ResourceSet, Result, Scheduling,
     SchedulingStrategy,
 };
-use raylet_scheduler::node_manager::ResourceLedger;
 
 /// Virtual node managers: a ledger per address, the failures to inject,
 /// and every call made, shared by the harness and the group manager.

@@ -6,12 +6,12 @@ use std::time::{Duration, Instant};
 
 use raylet_cluster_status::ClusterStatus;
 use raylet_head::HeadConfig;
+use raylet_node::{NodeConfig, NodeManager};
 use raylet_proto::auth::AuthToken;
 use raylet_proto::channel::{HeadClient, connect_head};
 use raylet_proto::resources::CPU;
 use raylet_proto::v1::GetClusterStatusRequest;
 use raylet_proto::{Amount, Error, NodeId, ResourceSet, Result};
-use raylet_scheduler::node_manager::{NodeConfig, NodeManager};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;

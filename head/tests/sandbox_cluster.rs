@@ -4,6 +4,7 @@
 use std::time::{Duration, Instant};
 
 use raylet_cluster_status::NodeState;
+use raylet_node::{NodeConfig, NodeManager};
 use raylet_proto::auth::{AuthToken, ClientAuth};
 use raylet_proto::channel::endpoint;
 use raylet_proto::resources::CPU;
@@ -13,7 +14,6 @@ use raylet_proto::v1::lease_session_request::Kind as LeaseKind;
 use raylet_proto::v1::node_manager_service_client::NodeManagerServiceClient;
 use raylet_proto::v1::{BlobChunk, GetClusterStatusRequest, LeaseSessionRequest, WorkerBinary};
 use raylet_proto::{Amount, Error, ResourceSet};
-use raylet_scheduler::node_manager::{NodeConfig, NodeManager};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tonic::service::interceptor::InterceptedService;
 

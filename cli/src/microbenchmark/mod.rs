@@ -5,8 +5,8 @@
 //! cross a process, on an embedded cluster whose workers are this binary,
 //! or on the cluster at `RAYLET_ADDRESS`, where a second node started with
 //! the `microbenchmark_peer` resource adds node-to-node transfer, beside one
-//! loopback TCP stream measured between its trials; then the scheduler's
-//! scale simulation (alone with `--filter scheduler`).
+//! loopback TCP stream measured between its trials; then the control
+//! plane's scale simulations (alone with `--filter scheduler`).
 
 use std::time::{Duration, Instant};
 

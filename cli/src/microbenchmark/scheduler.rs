@@ -1,5 +1,5 @@
 //! `raylet microbenchmark --filter scheduler`: the scale simulations of the
-//! scheduler crate, printed as figures: a thousand virtual nodes fed to the
+//! head and of the autoscaler's decision, printed as figures: a thousand virtual nodes fed to the
 //! real placement code, and the autoscaler's decision over a thousand node
 //! types for a hundred thousand pending tasks; each on one thread.
 

@@ -12,12 +12,11 @@ use raylet_proto::channel::HeadClient;
 use raylet_proto::error::error_chain;
 use raylet_proto::scheduling::{labels_from_proto, labels_to_proto};
 use raylet_proto::v1::{HeartbeatReply, HeartbeatRequest, NodeResources, RegisterNodeRequest, UnregisterNodeRequest};
-use raylet_proto::{NodeId, ResourceSet};
+use raylet_proto::{NodeId, ResourceSet, Result};
 use tonic::Request;
 
 use super::stats::StatsSampler;
 use super::{NodeShared, NodeView, lock};
-use crate::Result;
 
 const UNREGISTER_TIMEOUT: Duration = Duration::from_secs(1);
 

@@ -1192,7 +1192,7 @@ mod tests {
             WorkerContext::for_tests(),
             cpus(1),
             Duration::ZERO,
-            Arc::new(crate::node_manager::worker_process::ProcessLauncher),
+            Arc::new(crate::worker_process::ProcessLauncher),
         );
         manager.state().queue.push_back(request(1, true));
         manager.set_backlog(1, cpus(1), Scheduling::default(), 40);

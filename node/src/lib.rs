@@ -39,7 +39,7 @@ use raylet_proto::resources::OBJECT_STORE_MEMORY;
 use raylet_proto::server::{MAX_DATA_MESSAGE, authenticated, bounded_shutdown, incoming};
 use raylet_proto::v1::node_manager_service_server::NodeManagerServiceServer;
 use raylet_proto::v1::object_store_service_server::ObjectStoreServiceServer;
-use raylet_proto::{Labels, NodeId, ResourceSet};
+use raylet_proto::{Labels, NodeId, ResourceSet, Result};
 use tokio::net::TcpListener;
 
 pub use bundle_ops::BundleError;
@@ -49,7 +49,6 @@ pub use ledger::ResourceLedger;
 pub use memory_monitor::MemoryMonitorConfig;
 pub use resources::{ResourceOverrides, resolve as resolve_resources};
 
-use crate::Result;
 use job_drivers::JobDrivers;
 use leasing::{LeaseManager, WorkerContext};
 use worker_process::ProcessLauncher;
@@ -325,7 +324,7 @@ impl NodeManager {
             .add_service(store)
             .serve_with_incoming_shutdown(incoming(listener), shutdown);
         let result = tokio::select! {
-            result = server => result.map_err(crate::Error::from),
+            result = server => result.map_err(raylet_proto::Error::from),
             () = clients_waited_for => {
                 tracing::info!("clients still hold calls open after the shutdown grace; ending them");
                 Ok(())
