@@ -78,9 +78,10 @@ impl GptModel {
 
     /// `model`, on `device`.
     pub fn new(model: Gpt, device: Device) -> Self {
-        let cores = match device == raylet_train::cpu_device() {
-            true => cpu_threads(),
-            false => 1,
+        let cores = if device == raylet_train::cpu_device() {
+            cpu_threads()
+        } else {
+            1
         };
         GptModel {
             cache_bytes_per_token: model.kv_cache_bytes_per_token(),
