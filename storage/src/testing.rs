@@ -12,6 +12,9 @@ use crate::StorageOptions;
 
 const ACCESS_KEY: &str = "raylet-test";
 const SECRET_KEY: &str = "raylet-test-secret";
+/// How many ports a server tries: a port chosen free can be taken by
+/// another test before the server binds it.
+const PORT_ATTEMPTS: usize = 5;
 
 /// A running `s3s-fs` and the directory it serves.
 pub struct S3Server {
@@ -43,6 +46,18 @@ impl S3Server {
             eprintln!("skipped: no s3s-fs on this machine (.ci/run installs it)");
             return None;
         };
+        for _ in 0..PORT_ATTEMPTS {
+            if let Some(server) = S3Server::spawn(&binary) {
+                return Some(server);
+            }
+        }
+        panic!("s3s-fs exited before listening {PORT_ATTEMPTS} times in a row (its port taken each time?)");
+    }
+
+    /// Spawns `s3s-fs` on a port that was free a moment ago and waits
+    /// until it listens; `None` if it exited first, as it does when
+    /// another process took the port before it bound it.
+    fn spawn(binary: &Path) -> Option<S3Server> {
         let root = tempfile::tempdir().unwrap();
         let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let process = Command::new(binary)
@@ -53,9 +68,12 @@ impl S3Server {
             .stderr(Stdio::null())
             .spawn()
             .expect("s3s-fs starts");
-        let server = S3Server { process, root, port };
+        let mut server = S3Server { process, root, port };
         let deadline = Instant::now() + Duration::from_secs(20);
         while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            if let Ok(Some(_)) = server.process.try_wait() {
+                return None;
+            }
             assert!(Instant::now() < deadline, "s3s-fs did not listen in 20 s");
             std::thread::sleep(Duration::from_millis(20));
         }

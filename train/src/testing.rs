@@ -26,6 +26,16 @@ pub const VENV_VARIABLE: &str = "RAYLET_MLFLOW_VENV";
 /// How long the server may take to answer `/health` (it starts in about
 /// 20 s on a busy 2-core machine).
 const STARTUP: Duration = Duration::from_secs(150);
+/// How many ports a server tries before giving up: a port chosen free can
+/// be taken by another test before the server binds it.
+const PORT_ATTEMPTS: usize = 5;
+
+/// How a server's start ended, short of a panic.
+#[derive(Debug, PartialEq, Eq)]
+enum Startup {
+    Healthy,
+    PortTaken,
+}
 
 /// A running `mlflow server` and its directory.
 pub struct MlflowServer {
@@ -96,11 +106,20 @@ impl MlflowServer {
              target/mlflow-venv/bin/pip install mlflow=={MLFLOW_VERSION}), or set {VENV_VARIABLE} to a venv with it",
             mlflow.display()
         );
+        for _ in 0..PORT_ATTEMPTS {
+            let mut server = MlflowServer::spawn(venv.clone(), free_port());
+            if server.wait_until_healthy() == Startup::Healthy {
+                return server;
+            }
+        }
+        panic!("mlflow server found its port taken {PORT_ATTEMPTS} times in a row");
+    }
+
+    /// Spawns `mlflow server` from `venv` on `port`, with its store and log
+    /// in a new temporary directory.
+    fn spawn(venv: PathBuf, port: u16) -> MlflowServer {
+        let mlflow = venv.join("bin/mlflow");
         let root = tempfile::tempdir().expect("a temporary directory");
-        let port = TcpListener::bind("127.0.0.1:0")
-            .and_then(|listener| listener.local_addr())
-            .expect("a free loopback port")
-            .port();
         let log = std::fs::File::create(root.path().join("server.log")).expect("the server's log file");
         let process = Command::new(&mlflow)
             .args([
@@ -123,22 +142,28 @@ impl MlflowServer {
             .process_group(0)
             .spawn()
             .unwrap_or_else(|e| panic!("{} did not start: {e}", mlflow.display()));
-        let mut server = MlflowServer {
+        MlflowServer {
             process,
             root,
             port,
             venv,
             killed: false,
-        };
-        server.wait_until_healthy();
-        server
+        }
     }
 
-    fn wait_until_healthy(&mut self) {
+    /// Waits for `/health` to answer. A server that exits because another
+    /// process took its port in the moment between choosing the port and
+    /// binding it is [`Startup::PortTaken`]; any other exit, or no answer
+    /// in [`STARTUP`], panics with the server's log.
+    fn wait_until_healthy(&mut self) -> Startup {
         let deadline = Instant::now() + STARTUP;
         while !healthy(self.port) {
             if let Ok(Some(status)) = self.process.try_wait() {
-                panic!("mlflow server exited ({status}): {}", self.log());
+                let log = self.log();
+                if log.contains("address already in use") {
+                    return Startup::PortTaken;
+                }
+                panic!("mlflow server exited ({status}): {log}");
             }
             assert!(
                 Instant::now() < deadline,
@@ -147,6 +172,7 @@ impl MlflowServer {
             );
             std::thread::sleep(Duration::from_millis(250));
         }
+        Startup::Healthy
     }
 
     /// The tracking URI: `http://127.0.0.1:<port>`.
@@ -195,6 +221,14 @@ impl Drop for MlflowServer {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// A loopback port that was free a moment ago.
+fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .and_then(|listener| listener.local_addr())
+        .expect("a free loopback port")
+        .port()
 }
 
 /// Whether the server on `port` answers `GET /health` with 200.
