@@ -97,6 +97,7 @@ impl TrainContext {
     /// or the `vulkan` feature (the discrete GPU whose index is its first
     /// GPU id: Vulkan ignores `CUDA_VISIBLE_DEVICES`) is on, else the CPU
     /// (with libtorch's kernels under the `libtorch` feature).
+    #[cfg(feature = "burn")]
     pub fn device(&self) -> burn::prelude::Device {
         #[cfg(feature = "cuda")]
         if self.use_gpu() {
@@ -163,6 +164,7 @@ impl TrainContext {
 /// deprecates its tch backend; it is still the fastest of its CPU backends,
 /// as measured in BENCHMARKS.md).
 #[cfg_attr(feature = "libtorch", allow(deprecated))]
+#[cfg(feature = "burn")]
 pub fn cpu_device() -> burn::prelude::Device {
     #[cfg(feature = "libtorch")]
     return burn::prelude::Device::libtorch();

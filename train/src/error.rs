@@ -5,6 +5,7 @@ use std::path::PathBuf;
 
 use crate::collective::CollectiveError;
 use crate::mlflow::MlflowError;
+#[cfg(feature = "burn")]
 use crate::sharding::ShardingError;
 
 /// Why training, or one step of it, failed.
@@ -21,6 +22,7 @@ pub enum TrainError {
     Cluster(#[from] raylet::Error),
     #[error(transparent)]
     Collective(#[from] CollectiveError),
+    #[cfg(feature = "burn")]
     #[error(transparent)]
     Sharding(#[from] ShardingError),
     #[error("{context}: {source}")]

@@ -17,6 +17,10 @@
 //!   and end; [`mlflow`] has one that tracks runs on an MLflow server.
 //! - [`digits`] (feature `digits`) has a train loop for the digits data
 //!   set and model of raylet-models.
+//!
+//! The burn parts (model and optimizer checkpoints, `TrainContext::device`,
+//! `TensorRef`, tensor collectives, `model_sync`, `sharding`) are the
+//! default feature `burn`; raylet-tune uses the crate without them.
 
 mod callback;
 mod checkpoint;
@@ -29,10 +33,13 @@ pub mod digits;
 mod error;
 mod metrics;
 pub mod mlflow;
+#[cfg(feature = "burn")]
 pub mod model_sync;
 pub mod schedule;
+#[cfg(feature = "burn")]
 pub mod sharding;
 mod telemetry;
+#[cfg(feature = "burn")]
 mod tensor_objects;
 #[cfg(feature = "testing")]
 pub mod testing;
@@ -47,10 +54,13 @@ pub use config::{
     BatchScaling, CheckpointConfig, ElasticScaling, FailureConfig, Placement, RunConfig, ScalingConfig, ScoreMode,
     WorkerResources, default_storage_path,
 };
-pub use context::{TrainContext, cpu_device};
+pub use context::TrainContext;
+#[cfg(feature = "burn")]
+pub use context::cpu_device;
 pub use cuda_runtime::check_cuda_runtime;
 pub use error::TrainError;
 pub use metrics::Metrics;
+#[cfg(feature = "burn")]
 pub use tensor_objects::TensorRef;
 pub use train_loop::{TrainLoop, config_json};
 pub use trainer::{Report, TrainResult, Trainer};

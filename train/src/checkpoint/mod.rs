@@ -13,7 +13,9 @@ use std::path::{Path, PathBuf};
 use bytes::Bytes;
 use raylet_storage::{Storage, StorageOptions};
 
+#[cfg(feature = "burn")]
 use burn::module::Module;
+#[cfg(feature = "burn")]
 use burn::optim::ModuleOptimizer;
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};
@@ -24,8 +26,10 @@ pub(crate) use retention::Retention;
 pub use run_directory::RunDirectory;
 
 /// The model's parameters, as a burnpack file.
+#[cfg(feature = "burn")]
 const MODEL_FILE: &str = "model.bpk";
 /// The optimizer's state, as a burnpack file.
+#[cfg(feature = "burn")]
 const OPTIMIZER_FILE: &str = "optimizer.bpk";
 /// The train loop's own progress, as JSON.
 const STATE_FILE: &str = "state.json";
@@ -151,6 +155,7 @@ impl Checkpoint {
     }
 
     /// Writes `model`'s parameters.
+    #[cfg(feature = "burn")]
     pub fn save_model<M: Module>(&self, model: &M) -> Result<(), TrainError> {
         let path = self.path.join(MODEL_FILE);
         model
@@ -160,6 +165,7 @@ impl Checkpoint {
     }
 
     /// `model` with the parameters of the checkpoint (their ids included).
+    #[cfg(feature = "burn")]
     pub fn load_model<M: Module>(&self, model: M) -> Result<M, TrainError> {
         self.ensure_local()?;
         let path = self.path.join(MODEL_FILE);
@@ -167,12 +173,14 @@ impl Checkpoint {
     }
 
     /// Writes `optimizer`'s state (momentum, Adam's moments, ...).
+    #[cfg(feature = "burn")]
     pub fn save_optimizer(&self, optimizer: &ModuleOptimizer) -> Result<(), TrainError> {
         let path = self.path.join(OPTIMIZER_FILE);
         optimizer.save(&path).map_err(|e| TrainError::checkpoint(path, e))
     }
 
     /// `optimizer` with the state of the checkpoint.
+    #[cfg(feature = "burn")]
     pub fn load_optimizer(&self, optimizer: ModuleOptimizer) -> Result<ModuleOptimizer, TrainError> {
         self.ensure_local()?;
         let path = self.path.join(OPTIMIZER_FILE);

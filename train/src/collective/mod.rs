@@ -10,7 +10,7 @@
 //! - Many small buffers (a model's gradients) are fused into few large
 //!   ones, as Horovod does ([`CollectiveGroup::allreduce_fused`]).
 //!
-//! Tensors on any device (a GPU's included) take part through
+//! Tensors on any device (a GPU's included; feature `burn`) take part through
 //! [`CollectiveGroup::allreduce_tensor`] and
 //! [`CollectiveGroup::broadcast_tensor`], staged through host memory: there
 //! is no NCCL path.
@@ -28,6 +28,7 @@ mod algorithms;
 mod element;
 mod rendezvous;
 mod shared_memory;
+#[cfg(feature = "burn")]
 mod tensors;
 mod wire;
 
