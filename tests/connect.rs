@@ -204,7 +204,7 @@ fn driver_on(temp: &Path, head: &str, node: &str) -> Cluster {
     raylet::init_with(config).unwrap()
 }
 
-fn holds(cluster: &Cluster, node: &str, object: raylet::proto::ObjectId) -> bool {
+fn holds(cluster: &Cluster, node: &str, object: raylet::ObjectId) -> bool {
     let nodes = cluster.memory().unwrap();
     nodes
         .iter()
@@ -313,7 +313,7 @@ fn a_task_on_another_node_reads_a_256_mib_object_pulled_from_the_first() {
     cluster.shutdown().unwrap();
 }
 
-fn block_size(cluster: &Cluster, node: &str, object: raylet::proto::ObjectId) -> u64 {
+fn block_size(cluster: &Cluster, node: &str, object: raylet::ObjectId) -> u64 {
     let nodes = cluster.memory().unwrap();
     let node = nodes.iter().find(|n| n.address == node).unwrap();
     node.objects.iter().find(|o| o.id == object).unwrap().size

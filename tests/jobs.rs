@@ -16,9 +16,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use raylet::prelude::*;
-use raylet::proto::blob::blob_of_file;
-use raylet::proto::resources::CPU;
+use raylet::resource_names::CPU;
 use raylet::{Error, Job, JobClient, JobHandle, JobId, JobInfo, JobStatus, NodeId};
+use raylet_proto::blob::blob_of_file;
 use serde_bytes::ByteBuf;
 
 use crate::common;
@@ -574,7 +574,7 @@ fn a_corrupt_or_overlong_upload_is_refused_and_a_good_one_is_stored_once() {
     let lying = "0".repeat(64);
     let error = runtime.block_on(client.upload(&file, &lying, honest.size)).unwrap_err();
     assert!(
-        matches!(&error, Error::Cluster(raylet::proto::Error::InvalidArgument(m)) if m.contains("does not match")),
+        matches!(&error, Error::Cluster(raylet::ClusterError::InvalidArgument(m)) if m.contains("does not match")),
         "{error}"
     );
     let short = runtime.block_on(client.upload(&file, &honest.sha256, honest.size - 1));
@@ -705,7 +705,7 @@ fn a_job_waits_for_room_for_its_driver_and_uploads_over_the_limit_are_refused() 
         .err()
         .expect("an upload over the limit is refused");
     assert!(
-        matches!(&error, Error::Cluster(raylet::proto::Error::ResourceExhausted(m)) if m.contains("more than the limit")),
+        matches!(&error, Error::Cluster(raylet::ClusterError::ResourceExhausted(m)) if m.contains("more than the limit")),
         "{error}"
     );
 

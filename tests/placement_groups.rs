@@ -126,7 +126,7 @@ fn strict_spread_bundles_hold_one_node_each_run_their_work_and_free_it_all_on_re
     assert!(error.to_string().contains("removed"), "{error}");
     wait_until(Duration::from_secs(10), "every CPU is free again", || {
         let status = cluster.status().unwrap();
-        status.available().get(raylet::proto::resources::CPU) == raylet::proto::Amount::whole(6)
+        status.available().get(raylet::resource_names::CPU) == raylet::Amount::whole(6)
     });
     assert!(matches!(group.ready(), Err(Error::PlacementGroupRemoved { .. })));
     cluster.shutdown().unwrap();
@@ -151,8 +151,8 @@ fn strict_spread_over_more_bundles_than_nodes_is_reported_infeasible_at_once() {
     assert_eq!(info(&cluster, &group).state, PlacementGroupState::Infeasible);
     let status = cluster.status().unwrap();
     assert_eq!(
-        status.available().get(raylet::proto::resources::CPU),
-        raylet::proto::Amount::whole(4),
+        status.available().get(raylet::resource_names::CPU),
+        raylet::Amount::whole(4),
         "no part of the group is held"
     );
     let too_big = cluster

@@ -12,11 +12,11 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
+use raylet::Amount;
 use raylet::Error;
 use raylet::FakeGpus;
 use raylet::prelude::*;
-use raylet::proto::Amount;
-use raylet::proto::resources::{CPU, GPU};
+use raylet::resource_names::{CPU, GPU};
 use raylet::status::{NodeStatus, ResourceDemand};
 
 use crate::common;

@@ -82,15 +82,33 @@ pub use raylet_cluster_status as status;
 pub use raylet_macros::{actor, remote};
 pub use raylet_node::{FakeGpus, GpuDetector};
 pub use raylet_object_store::{ArchivedTensor, DType, INLINE_LIMIT, Tensor};
-pub use raylet_proto as proto;
+/// The error a call to the cluster's services answers with: the
+/// `Error::Cluster` of [`Error`].
+pub use raylet_proto::Error as ClusterError;
 pub use raylet_proto::tls::TlsFiles;
-pub use raylet_proto::{JobId, NodeId, PlacementStrategy, SchedulingStrategy};
+pub use raylet_proto::{
+    ActorId, Amount, JobId, LabelSelector, Labels, NodeId, ObjectId, PlacementGroupId, PlacementStrategy, ResourceSet,
+    SchedulingStrategy, TaskId, WorkerId,
+};
 pub use rkyv;
 pub use task::{Arg, IntoArg, TaskOptions};
 pub use task_error::{TaskError, TaskErrorKind};
 pub use task_info::{FunctionSummary, TaskInfo, TaskListing, list_tasks, summarize_tasks};
 pub use worker::gpu_ids;
 pub use worker_logs::{LogSource, WorkerLogText, read_worker_log};
+
+/// The names of the resources every node has: `CPU`, `GPU`, `memory`,
+/// `object_store_memory` (custom resources are any other name).
+pub mod resource_names {
+    pub use raylet_proto::resources::{CPU, GPU, MEMORY, OBJECT_STORE_MEMORY};
+}
+
+/// The value codec (serde with postcard) that every value crossing a
+/// process boundary goes through: task arguments, results, `put` objects.
+pub mod codec {
+    pub use raylet_proto::Error;
+    pub use raylet_proto::codec::{decode, encode, encode_into, encoded_len};
+}
 
 /// What the `#[raylet::remote]` and `#[raylet::actor]` expansions refer
 /// to. Not a public API.

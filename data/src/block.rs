@@ -385,7 +385,7 @@ mod tests {
             "the same files make the same blocks"
         );
         let items: Vec<ByteBuf> = (1..=5u64)
-            .map(|n| ByteBuf::from(raylet::proto::codec::encode(&n).unwrap()))
+            .map(|n| ByteBuf::from(raylet::codec::encode(&n).unwrap()))
             .collect();
         let items = item_blocks(&items, sizing);
         assert_eq!(counts(&items), vec![2, 2, 1]);

@@ -446,7 +446,7 @@ impl<T: Row> Dataset<T> {
     pub fn from_items(items: Vec<T>) -> Self {
         let encoded = items
             .iter()
-            .map(|item| raylet::proto::codec::encode(item).map(ByteBuf::from))
+            .map(|item| raylet::codec::encode(item).map(ByteBuf::from))
             .collect::<Result<_, _>>()
             .map_err(|e| Unencodable {
                 what: "the items".into(),
@@ -490,7 +490,7 @@ impl<T: Row> Dataset<T> {
         batch_size: usize,
         pool: ActorPoolStrategy,
     ) -> Dataset<M::Out> {
-        let spec = raylet::proto::codec::encode(&model)
+        let spec = raylet::codec::encode(&model)
             .map(|config| ModelSpec {
                 name: std::any::type_name::<M>().to_string(),
                 config,

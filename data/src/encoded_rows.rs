@@ -34,10 +34,9 @@ impl EncodedRows {
     /// Appends one row.
     pub fn push<T: Serialize>(&mut self, row: &T) -> Result<(), RowsError> {
         let start = self.bytes.len();
-        let length = raylet::proto::codec::encoded_len(row).map_err(RowsError::codec("encoding its rows"))?;
+        let length = raylet::codec::encoded_len(row).map_err(RowsError::codec("encoding its rows"))?;
         self.bytes.resize(start + length, 0);
-        raylet::proto::codec::encode_into(row, &mut self.bytes[start..])
-            .map_err(RowsError::codec("encoding its rows"))?;
+        raylet::codec::encode_into(row, &mut self.bytes[start..]).map_err(RowsError::codec("encoding its rows"))?;
         self.ends.push(self.bytes.len() as u64);
         Ok(())
     }
@@ -69,7 +68,7 @@ impl EncodedRows {
     /// Every row, decoded as a `T`.
     pub fn decode<T: DeserializeOwned>(&self) -> Result<Vec<T>, RowsError> {
         (0..self.len())
-            .map(|index| raylet::proto::codec::decode(self.row(index)).map_err(RowsError::codec("decoding its rows")))
+            .map(|index| raylet::codec::decode(self.row(index)).map_err(RowsError::codec("decoding its rows")))
             .collect()
     }
 

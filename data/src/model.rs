@@ -35,7 +35,7 @@ pub enum LoadError {
     #[error("decoding {model}: {source}")]
     Config {
         model: &'static str,
-        source: raylet::proto::Error,
+        source: raylet::codec::Error,
     },
     #[error("loading {model}: {source}")]
     Load { model: &'static str, source: ModelError },

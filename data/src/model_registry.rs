@@ -53,7 +53,7 @@ pub static BATCH_MODELS: [RegisteredModel];
 
 fn load_encoded<M: BatchModel>(config: &[u8]) -> Result<Box<dyn LoadedModel>, LoadError> {
     let name = std::any::type_name::<M>();
-    let model: M = raylet::proto::codec::decode(config).map_err(|source| LoadError::Config { model: name, source })?;
+    let model: M = raylet::codec::decode(config).map_err(|source| LoadError::Config { model: name, source })?;
     let state = model.load().map_err(|source| LoadError::Load { model: name, source })?;
     Ok(Box::new(Loaded { model, state }))
 }

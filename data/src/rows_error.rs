@@ -20,7 +20,7 @@ pub enum RowsError {
     Codec {
         doing: &'static str,
         #[source]
-        source: raylet::proto::Error,
+        source: raylet::codec::Error,
     },
     #[error("reading rows as {type_name} from columns {columns:?}: {source}")]
     FromColumns {
@@ -78,7 +78,7 @@ impl RowsError {
     }
 
     /// An error of the codec's while `doing` something.
-    pub(crate) fn codec(doing: &'static str) -> impl Fn(raylet::proto::Error) -> RowsError + Copy {
+    pub(crate) fn codec(doing: &'static str) -> impl Fn(raylet::codec::Error) -> RowsError + Copy {
         move |source| RowsError::Codec { doing, source }
     }
 }

@@ -380,7 +380,7 @@ impl HttpOptions {
 }
 
 fn encode<T: Serialize>(what: &str, value: &T) -> Result<Vec<u8>> {
-    raylet::proto::codec::encode(value).map_err(|e| ServeError::Encode {
+    raylet::codec::encode(value).map_err(|e| ServeError::Encode {
         what: what.to_string(),
         message: e.to_string(),
     })

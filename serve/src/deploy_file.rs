@@ -202,7 +202,7 @@ fn duration(seconds: f64) -> Result<Duration> {
 /// worker), then exits.
 #[ctor::ctor(unsafe)]
 fn deploy_from_environment() {
-    if std::env::var_os(raylet::proto::worker_env::WORKER_ENV).is_some() {
+    if std::env::var_os(raylet_proto::worker_env::WORKER_ENV).is_some() {
         return;
     }
     let text = match (std::env::var_os(DEPLOY_FILE_ENV), std::env::var_os(DEPLOY_ENV)) {
@@ -306,10 +306,10 @@ mod tests {
         let (app, http) = parse(&text).expect("a valid file");
         assert_eq!(http.port, 0);
         let model = &app.deployments[0];
-        let init: Weights = raylet::proto::codec::decode(&model.init).unwrap();
+        let init: Weights = raylet::codec::decode(&model.init).unwrap();
         assert_eq!((init.checkpoint.as_str(), init.width), ("/tmp/c", 8));
         assert_eq!(
-            raylet::proto::codec::decode::<f64>(model.user_config.as_ref().unwrap()).unwrap(),
+            raylet::codec::decode::<f64>(model.user_config.as_ref().unwrap()).unwrap(),
             0.5
         );
         let autoscaling = model.autoscaling.as_ref().unwrap();

@@ -149,7 +149,7 @@ pub enum BodyError {
     /// Not what the cluster's codec encodes (a whole request from a
     /// handle).
     #[error(transparent)]
-    Codec(#[from] raylet::proto::Error),
+    Codec(#[from] raylet::codec::Error),
 }
 
 /// A JSON body of type `T`: malformed JSON, or JSON that is not a `T`,

@@ -69,12 +69,12 @@ impl Body for HttpRequest {
 
     /// The whole request in the cluster's codec, as a handle sends it.
     fn encode(self) -> Result<Bytes, BoxError> {
-        Ok(raylet::proto::codec::encode(&self)?.into())
+        Ok(raylet::codec::encode(&self)?.into())
     }
 
     /// A whole request that a handle encoded.
     fn decode(bytes: Bytes) -> Result<Self, BodyError> {
-        Ok(raylet::proto::codec::decode(&bytes)?)
+        Ok(raylet::codec::decode(&bytes)?)
     }
 
     /// The request from the proxy's head and the raw body, or a whole

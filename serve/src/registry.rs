@@ -53,7 +53,7 @@ pub trait ErasedDeployment: Send + Sync {
 pub enum ReconfigureError {
     /// It is not the deployment's `UserConfig`, encoded.
     #[error("decoding the user config: {0}")]
-    Decode(#[source] raylet::proto::Error),
+    Decode(#[source] raylet::codec::Error),
     /// The deployment's [`Deployment::reconfigure`] refused it.
     #[error(transparent)]
     Refused(BoxError),
@@ -68,7 +68,7 @@ pub enum EncodeFromJsonError {
     WrongType(#[from] serde_json::Error),
     /// The typed value does not encode.
     #[error(transparent)]
-    Encode(#[from] raylet::proto::Error),
+    Encode(#[from] raylet::codec::Error),
 }
 
 /// How a replica builds a deployment from its encoded `Init` and user
@@ -107,7 +107,7 @@ fn encode_from_json<T: serde::Serialize + serde::de::DeserializeOwned>(
     value: serde_json::Value,
 ) -> Result<Vec<u8>, EncodeFromJsonError> {
     let typed: T = serde_json::from_value(value)?;
-    Ok(raylet::proto::codec::encode(&typed)?)
+    Ok(raylet::codec::encode(&typed)?)
 }
 
 /// Every registered class name, sorted: what an error about a missing one
@@ -211,7 +211,7 @@ impl<D: Deployment> ErasedDeployment for Erased<D> {
     }
 
     fn reconfigure(&self, user_config: &[u8]) -> Result<(), ReconfigureError> {
-        let config: D::UserConfig = raylet::proto::codec::decode(user_config).map_err(ReconfigureError::Decode)?;
+        let config: D::UserConfig = raylet::codec::decode(user_config).map_err(ReconfigureError::Decode)?;
         self.0.reconfigure(config).map_err(ReconfigureError::Refused)
     }
 }
@@ -246,11 +246,11 @@ fn construct<D: Deployment>(
         replica: context.replica.clone(),
         message,
     };
-    let init: D::Init = raylet::proto::codec::decode(init).map_err(|e| failed(format!("decoding its Init: {e}")))?;
+    let init: D::Init = raylet::codec::decode(init).map_err(|e| failed(format!("decoding its Init: {e}")))?;
     let deployment = D::new(init, context).map_err(|e| failed(e.to_string()))?;
     if let Some(config) = user_config {
         let config: D::UserConfig =
-            raylet::proto::codec::decode(config).map_err(|e| failed(format!("decoding its user config: {e}")))?;
+            raylet::codec::decode(config).map_err(|e| failed(format!("decoding its user config: {e}")))?;
         deployment
             .reconfigure(config)
             .map_err(|e| failed(format!("reconfigure: {e}")))?;

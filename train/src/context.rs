@@ -122,7 +122,7 @@ impl TrainContext {
             });
         };
         let bytes = shard.get()?;
-        raylet::proto::codec::decode(&bytes)
+        raylet::codec::decode(&bytes)
             .map_err(|e| TrainError::Loop(format!("dataset `{name}` does not decode as the rows asked for: {e}")))
     }
 

@@ -81,7 +81,7 @@ macro_rules! register_train_loop {
 }
 
 fn run_encoded<L: TrainLoop>(config: &[u8], context: &mut TrainContext) -> Result<(), TrainError> {
-    let train_loop: L = raylet::proto::codec::decode(config)
+    let train_loop: L = raylet::codec::decode(config)
         .map_err(|e| TrainError::InvalidConfig(format!("decoding {}: {e}", std::any::type_name::<L>())))?;
     train_loop.run(context)
 }

@@ -10,7 +10,7 @@
 
 use std::time::{Duration, Instant};
 
-use raylet::proto::{Amount, ResourceSet};
+use raylet::{Amount, ResourceSet};
 use raylet::{Bundle, Cluster, Config, DType, ObjectRef, PlacementGroup, PlacementStrategy, Tensor};
 use serde_bytes::ByteBuf;
 

@@ -19,7 +19,7 @@
 
 use std::time::{Duration, Instant};
 
-use raylet::proto::backoff::Backoff;
+use raylet_proto::Backoff;
 
 use crate::config::DeploymentConfig;
 use crate::figures::Figure;
@@ -416,7 +416,7 @@ mod tests {
     }
 
     fn deployment() -> DeploymentState {
-        let init = raylet::proto::codec::encode(&()).unwrap();
+        let init = raylet::codec::encode(&()).unwrap();
         DeploymentState::new(DeploymentConfig::from_parts("echo", "demo::Echo", init))
     }
 

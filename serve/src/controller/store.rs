@@ -16,7 +16,7 @@ const APPS: &str = "apps/";
 
 /// Records `app` as what should run.
 pub(super) fn save(cluster: &Cluster, app: &Application) -> Result<()> {
-    let encoded = raylet::proto::codec::encode(app).map_err(|e| ServeError::Encode {
+    let encoded = raylet::codec::encode(app).map_err(|e| ServeError::Encode {
         what: format!("application `{}`", app.name),
         message: e.to_string(),
     })?;
@@ -48,7 +48,7 @@ pub(super) fn load_all(cluster: &Cluster) -> Result<Vec<Application>> {
         let Some(bytes) = kv.get(key(&name))? else {
             continue;
         };
-        match raylet::proto::codec::decode::<Application>(&bytes) {
+        match raylet::codec::decode::<Application>(&bytes) {
             Ok(app) => apps.push(app),
             Err(e) => tracing::warn!(app = %name, "skipping a recorded application that does not decode: {e}"),
         }

@@ -14,8 +14,9 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use raylet::proto::ResourceSet;
-use raylet::proto::resources::{Amount, CPU, GPU};
+use raylet::Amount;
+use raylet::ResourceSet;
+use raylet::resource_names::{CPU, GPU};
 use raylet::status::ClusterStatus;
 
 /// A replica whose actor is not placed yet.
@@ -128,7 +129,7 @@ pub(super) fn describe(shape: &ResourceSet) -> String {
 mod tests {
     use std::time::Duration;
 
-    use raylet::proto::NodeId;
+    use raylet::NodeId;
     use raylet::status::{NodeState, NodeStats, NodeStatus, ResourceDemand};
 
     use super::*;

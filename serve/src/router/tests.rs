@@ -4,7 +4,7 @@
 
 use std::cell::RefCell;
 
-use raylet::proto::ActorId;
+use raylet::ActorId;
 
 use super::*;
 

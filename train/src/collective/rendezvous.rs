@@ -9,7 +9,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use raylet::Cluster;
-use raylet::proto::Backoff;
+use raylet_proto::Backoff;
 
 use super::CollectiveError;
 

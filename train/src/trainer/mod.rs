@@ -206,7 +206,7 @@ impl<L: TrainLoop> Trainer<L> {
     /// Encodes the train loop and puts every rank's dataset shards in the
     /// object store, for every size the group may have, once for every try.
     fn plan(&self, cluster: &Cluster, train_loop: &'static str, state: &RunState) -> Result<Plan, TrainError> {
-        let config = raylet::proto::codec::encode(&self.train_loop)
+        let config = raylet::codec::encode(&self.train_loop)
             .map_err(|e| TrainError::InvalidConfig(format!("encoding the train loop: {e}")))?;
         let mut shards = BTreeMap::new();
         for workers in self.scaling.min_workers()..=self.scaling.num_workers {
@@ -285,8 +285,7 @@ fn split_rows<T: Serialize>(rows: &[T], shards: usize) -> Result<Vec<Vec<u8>>, T
     (0..shards)
         .map(|shard| {
             let part = &rows[shard * per_shard..(shard + 1) * per_shard];
-            raylet::proto::codec::encode(part)
-                .map_err(|e| TrainError::InvalidConfig(format!("encoding a dataset shard: {e}")))
+            raylet::codec::encode(part).map_err(|e| TrainError::InvalidConfig(format!("encoding a dataset shard: {e}")))
         })
         .collect()
 }

@@ -8,7 +8,7 @@
 use std::collections::BTreeMap;
 use std::time::Instant;
 
-use raylet::proto::ResourceSet;
+use raylet::ResourceSet;
 use raylet::status::ClusterStatus;
 use raylet::{ActorState, SchedulingStrategy};
 

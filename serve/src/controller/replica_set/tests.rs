@@ -215,7 +215,7 @@ impl Harness {
 }
 
 fn config(replicas: u32) -> DeploymentConfig {
-    let init = raylet::proto::codec::encode(&()).expect("() encodes");
+    let init = raylet::codec::encode(&()).expect("() encodes");
     DeploymentConfig::from_parts("echo", "demo::Echo", init).num_replicas(replicas)
 }
 
@@ -304,7 +304,7 @@ fn a_rolling_update_replaces_every_replica_without_routing_fewer_than_the_target
     let old_version = harness.state.version.clone();
     let old = harness.names();
     let mut new_config = config(5);
-    new_config.init = raylet::proto::codec::encode(&1u32).expect("a u32 encodes");
+    new_config.init = raylet::codec::encode(&1u32).expect("a u32 encodes");
     harness.state.update(new_config);
     assert_ne!(harness.state.version, old_version);
     for _ in 0..600 {
@@ -339,7 +339,7 @@ fn a_new_version_that_never_builds_fails_and_the_old_replicas_keep_serving() {
     harness.settle();
     let old = harness.names();
     let mut broken = config(2);
-    broken.init = raylet::proto::codec::encode(&"missing checkpoint").expect("a str encodes");
+    broken.init = raylet::codec::encode(&"missing checkpoint").expect("a str encodes");
     harness.state.update(broken);
     harness.broken_version = Some(harness.state.version.clone());
     harness.run_for(5);
