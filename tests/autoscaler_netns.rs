@@ -62,7 +62,7 @@ fn wait_to_leave(temp: &Path, instance: &InstanceId) {
 
 #[test]
 fn a_netns_node_joins_from_its_own_address_and_terminating_removes_its_namespace() {
-    if !can_make_namespaces("the netns provider's test") {
+    if !can_make_namespaces() {
         return;
     }
     remove_stale_of_dead_tests(NAME_PREFIX, &format!("raylet-{NAME_PREFIX}"));
@@ -193,7 +193,7 @@ fn a_netns_node_joins_from_its_own_address_and_terminating_removes_its_namespace
 
 #[test]
 fn waiting_tasks_launch_netns_hosts_that_run_them_from_their_own_addresses_and_down_removes_everything() {
-    if !can_make_namespaces("the netns autoscaler's test") {
+    if !can_make_namespaces() {
         return;
     }
     let name = format!("{NAME_PREFIX}u{}", std::process::id());

@@ -2,7 +2,7 @@
 //! streamed completions and chats, 32 concurrent streams, a client that
 //! disconnects mid-stream (its sequence's place is freed at once), and bad
 //! requests raising the client's own error classes. The client lives in
-//! the venv `target/openai-venv`, which `.ci/run` installs.
+//! the venv `target/openai-venv`, which `tools/test.sh` installs.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -12,14 +12,14 @@ use serde_json::Value;
 
 use crate::common::{MODEL, ServedModel, init};
 
-/// The `openai` release `.ci/run` installs.
+/// The `openai` release `tools/test.sh` installs.
 const OPENAI_VERSION: &str = "3.57.0";
 
 fn python() -> PathBuf {
     let python = Path::new(env!("CARGO_MANIFEST_DIR")).join("../target/openai-venv/bin/python");
     assert!(
         python.exists(),
-        "the openai client's venv is missing: .ci/run makes it, or run \
+        "the openai client's venv is missing: tools/test.sh makes it, or run \
          python3 -m venv target/openai-venv && target/openai-venv/bin/pip install openai=={OPENAI_VERSION}"
     );
     python

@@ -1,5 +1,5 @@
 //! A tiny GPT's training tracked on a real `mlflow server` (from the venv
-//! that .ci/run makes) and read back with MLflow's Python client: the
+//! that tools/test.sh makes) and read back with MLflow's Python client: the
 //! run's settings as params, without its rows or tokenizer, and every
 //! report's loss, validation loss and perplexity by step.
 

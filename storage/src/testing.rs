@@ -1,5 +1,5 @@
 //! A real S3-compatible server for tests (feature `testing`): `s3s-fs`
-//! (installed by .ci/run with `cargo install s3s-fs`), started on a free
+//! (installed by tools/test.sh with `cargo install s3s-fs`), started on a free
 //! loopback port over a temporary directory, one bucket per folder, and
 //! killed on drop.
 
@@ -12,6 +12,8 @@ use crate::StorageOptions;
 
 const ACCESS_KEY: &str = "raylet-test";
 const SECRET_KEY: &str = "raylet-test-secret";
+/// The s3s-fs that tools/test.sh installs (later ones need a newer Rust).
+pub const S3S_FS_VERSION: &str = "0.14.1";
 /// How many ports a server tries: a port chosen free can be taken by
 /// another test before the server binds it.
 const PORT_ATTEMPTS: usize = 5;
@@ -38,17 +40,18 @@ fn s3s_fs() -> Option<PathBuf> {
 }
 
 impl S3Server {
-    /// Starts the server, or `None` (saying so) where it is not installed;
-    /// under CI it must be.
-    pub fn start() -> Option<S3Server> {
-        let Some(binary) = s3s_fs() else {
-            assert!(std::env::var_os("CI").is_none(), "CI installs s3s-fs (.ci/run)");
-            eprintln!("skipped: no s3s-fs on this machine (.ci/run installs it)");
-            return None;
-        };
+    /// Starts the server. Panics, saying how to install it, where
+    /// `s3s-fs` is not installed (tools/test.sh installs it).
+    pub fn start() -> S3Server {
+        let binary = s3s_fs().unwrap_or_else(|| {
+            panic!(
+                "no s3s-fs on the PATH or in cargo's bin directory: tools/test.sh installs it \
+                 (cargo install s3s-fs --version {S3S_FS_VERSION} --features binary --locked)"
+            )
+        });
         for _ in 0..PORT_ATTEMPTS {
             if let Some(server) = S3Server::spawn(&binary) {
-                return Some(server);
+                return server;
             }
         }
         panic!("s3s-fs exited before listening {PORT_ATTEMPTS} times in a row (its port taken each time?)");

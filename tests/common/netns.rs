@@ -8,6 +8,7 @@ use std::process::{Command, Output};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use raylet_test_support::{Need, missing};
 
 /// A bridge in this namespace and the hosts linked to it, on the subnet
 /// 10.(100 + scenario).0.0/24: this namespace is .1, the hosts .2 and up.
@@ -28,15 +29,12 @@ pub struct Host {
 }
 
 impl TestNetwork {
-    /// Makes one host per name under `temp`, or says why it cannot and
-    /// returns `None`; under CI, where the suite must run, it panics instead.
+    /// Makes one host per name under `temp`; `None` where network
+    /// namespaces cannot be made and the run leaves them out (else the test
+    /// fails, saying why: see `raylet_test_support::missing`).
     pub fn create(scenario: u8, names: &[&str], temp: &Path) -> Option<TestNetwork> {
         if let Err(reason) = namespaces_available() {
-            assert!(
-                std::env::var("CI").is_err(),
-                "CI must run the chaos suite, but {reason}"
-            );
-            eprintln!("skipped: network namespaces cannot be made here: {reason}");
+            missing(Need::NetworkNamespaces, &reason);
             return None;
         }
         remove_stale(scenario);
@@ -240,15 +238,14 @@ pub fn start_daemon(network: &TestNetwork, host: &str, args: &[&str]) {
     );
 }
 
-/// Whether this process may make network namespaces; says why not and
-/// returns `false` if it cannot, but under CI, where `suite` must run,
-/// panics instead.
-pub fn can_make_namespaces(suite: &str) -> bool {
+/// Whether this process may make network namespaces; `false` only where
+/// it cannot and the run leaves them out (else the test fails, saying why:
+/// see `raylet_test_support::missing`).
+pub fn can_make_namespaces() -> bool {
     match namespaces_available() {
         Ok(()) => true,
         Err(reason) => {
-            assert!(std::env::var("CI").is_err(), "CI must run {suite}, but {reason}");
-            eprintln!("skipped: network namespaces cannot be made here: {reason}");
+            missing(Need::NetworkNamespaces, &reason);
             false
         }
     }

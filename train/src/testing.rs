@@ -1,5 +1,5 @@
 //! A real MLflow tracking server for tests (feature `testing`): `mlflow
-//! server` from the venv that .ci/run makes (`target/mlflow-venv`, or the
+//! server` from the venv that tools/test.sh makes (`target/mlflow-venv`, or the
 //! one `RAYLET_MLFLOW_VENV` names), on a free loopback port, with a SQLite
 //! store and served artifacts in a temporary directory, in a process group
 //! of its own that is killed on drop. [`MlflowServer::runs`] reads an
@@ -19,7 +19,7 @@ use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use serde::Deserialize;
 
-/// The MLflow that .ci/run installs.
+/// The MLflow that tools/test.sh installs.
 pub const MLFLOW_VERSION: &str = "3.17.2";
 /// The variable that names another venv with MLflow in it.
 pub const VENV_VARIABLE: &str = "RAYLET_MLFLOW_VENV";
@@ -102,7 +102,7 @@ impl MlflowServer {
         let mlflow = venv.join("bin/mlflow");
         assert!(
             mlflow.is_file(),
-            "no MLflow at {}: make its venv with .ci/run's MLflow step (python3 -m venv target/mlflow-venv && \
+            "no MLflow at {}: make its venv with tools/test.sh (python3 -m venv target/mlflow-venv && \
              target/mlflow-venv/bin/pip install mlflow=={MLFLOW_VERSION}), or set {VENV_VARIABLE} to a venv with it",
             mlflow.display()
         );

@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use burn::prelude::*;
 use burn::tensor::{DType, TensorData};
 use raylet::Cluster;
+use raylet_test_support::Need;
 use raylet_train::collective::{CollectiveError, CollectiveGroup, GroupOptions, ReduceOp, segment_range};
 
 fn cluster() -> Cluster {
@@ -145,7 +146,7 @@ fn a_full_dev_shm_leaves_links_on_tcp_and_the_group_still_reduces() {
     let cluster = cluster();
     let ranks = std::thread::spawn(move || {
         if let Err(why) = mount_small_dev_shm("size=10m") {
-            println!("skipped: {why}");
+            raylet_test_support::missing(Need::ShmMount, &why);
             return None;
         }
         Some(on_ranks(&cluster, 3, options(true), |mut group| {

@@ -1,10 +1,10 @@
 //! MLflow tracking of Train runs against a real `mlflow server` (from the
-//! venv that .ci/run makes), read back with MLflow's own Python client: a
+//! venv that tools/test.sh makes), read back with MLflow's own Python client: a
 //! digits run's params, every report's metrics, its tags and its
 //! checkpoints as artifacts; a run whose server dies mid-run finishes with
 //! clear warnings; a strict callback fails the run instead; a tracking URI
 //! that is not an http(s) URL is refused when the callback is made; and
-//! .ci/run installs the MLflow these tests expect.
+//! tools/test.sh installs the MLflow these tests expect.
 
 use std::net::TcpListener;
 use std::path::Path;
@@ -201,10 +201,12 @@ fn a_tracking_uri_that_is_not_an_http_url_is_refused_when_the_callback_is_made()
 }
 
 #[test]
-fn ci_installs_the_mlflow_these_tests_expect() {
-    let ci = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../.ci/run")).unwrap();
+fn the_test_script_installs_the_mlflow_these_tests_expect() {
+    let script = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("../tools/test.sh")).unwrap();
     assert!(
-        ci.contains(&format!("\nMLFLOW_VERSION={MLFLOW_VERSION}\n")),
-        ".ci/run must install mlflow {MLFLOW_VERSION}, raylet_train::testing::MLFLOW_VERSION"
+        script.contains(&format!(
+            "\npip_venv target/mlflow-venv mlflow mlflow {MLFLOW_VERSION}\n"
+        )),
+        "tools/test.sh must install mlflow {MLFLOW_VERSION}, raylet_train::testing::MLFLOW_VERSION"
     );
 }

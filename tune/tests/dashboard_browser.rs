@@ -14,6 +14,7 @@ use std::time::Duration;
 use browser::{Browser, chromium_path};
 use raylet::{Bundle, Config, Job, PlacementStrategy};
 use raylet_models::digits;
+use raylet_test_support::Need;
 use raylet_train::digits::DigitsTraining;
 use raylet_train::{RunConfig, ScalingConfig, Trainer};
 use raylet_tune::search::{SearchSpace, grid};
@@ -69,8 +70,7 @@ fn screenshot_dir() -> PathBuf {
 #[test]
 fn dashboard_pages_render_in_chromium() {
     let Some(chromium) = chromium_path() else {
-        assert!(std::env::var_os("CI").is_none(), "CI installs chromium (.ci/run)");
-        eprintln!("skipped: no chromium on this machine (.ci/run installs it)");
+        raylet_test_support::missing(Need::Chromium, &"no chromium or chromium-browser on the PATH");
         return;
     };
     let temp = tempfile::tempdir().unwrap();

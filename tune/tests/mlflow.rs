@@ -1,5 +1,5 @@
 //! MLflow tracking of a search against a real `mlflow server` (from the
-//! venv that .ci/run makes), read back with MLflow's own Python client:
+//! venv that tools/test.sh makes), read back with MLflow's own Python client:
 //! the experiment is a parent run and each trial of a digits search a
 //! child run of it, with the trial's config as params, every result's
 //! metrics at its training iteration, and its checkpoints as artifacts; a

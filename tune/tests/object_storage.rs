@@ -113,9 +113,7 @@ fn assert_complete(results: &raylet_tune::ResultGrid) {
 
 #[test]
 fn an_experiment_in_a_bucket_keeps_its_files_there_as_a_local_one_does() {
-    let Some(server) = S3Server::start() else {
-        return;
-    };
+    let server = S3Server::start();
     init();
     server.create_bucket("experiments");
     let starts = tempfile::tempdir().unwrap();
@@ -262,9 +260,7 @@ fn run_and_kill(server: &S3Server, experiment: &Storage, starts: &Path) -> BTree
 
 #[test]
 fn an_interrupted_experiment_in_a_bucket_is_restored_from_its_url_on_a_fresh_node() {
-    let Some(server) = S3Server::start() else {
-        return;
-    };
+    let server = S3Server::start();
     server.create_bucket("interrupted");
     let url = "s3://interrupted/team/counting";
     let experiment = Storage::open(url, &server.options()).unwrap();
@@ -321,9 +317,7 @@ fn an_interrupted_experiment_in_a_bucket_is_restored_from_its_url_on_a_fresh_nod
 
 #[test]
 fn a_bad_url_or_a_missing_bucket_fails_before_any_trial_runs() {
-    let Some(server) = S3Server::start() else {
-        return;
-    };
+    let server = S3Server::start();
     init();
     server.create_bucket("present");
     let starts = tempfile::tempdir().unwrap();
