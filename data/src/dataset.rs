@@ -515,9 +515,24 @@ impl<T: Row> Dataset<T> {
     /// block when it asks, so faster consumers read more. Every pass over
     /// the shards (an epoch) runs the dataset again.
     pub fn streaming_split(&self, n: usize) -> Result<StreamingSplit<T>, DataError> {
+        self.start_split(n, false)
+    }
+
+    /// A [`streaming_split`](Dataset::streaming_split) whose consumers each
+    /// read the same number of rows in every epoch (Ray's `equal=True`), so
+    /// that a training loop that allreduces at every batch cannot wait on a
+    /// shard that ran dry: every block is dealt to all consumers in parts
+    /// of equal length, and the rows of an epoch that do not divide evenly
+    /// by `n` (at most `n - 1`) are dropped. Dealing keeps at most two parts
+    /// ahead of the slowest consumer.
+    pub fn streaming_split_equal(&self, n: usize) -> Result<StreamingSplit<T>, DataError> {
+        self.start_split(n, true)
+    }
+
+    fn start_split(&self, n: usize, equal: bool) -> Result<StreamingSplit<T>, DataError> {
         let mut plan = self.plan.clone();
         plan.options.show_progress = false;
-        StreamingSplit::start(plan, n.max(1))
+        StreamingSplit::start(plan, n.max(1), equal)
     }
 
     /// Rows in batches of `batch_size`, as blocks finish (in no set order).

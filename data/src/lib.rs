@@ -41,6 +41,7 @@ mod delta_source;
 #[cfg(feature = "digits")]
 pub mod digits;
 mod encoded_rows;
+mod equal_split;
 mod error;
 mod exchange;
 mod exchange_phase;

@@ -6,7 +6,12 @@
 //! Each pass over the shards is an epoch, a new run that starts once every
 //! consumer has finished the last one: a consumer's call for the next epoch
 //! waits in the coordinator until then.
+//!
+//! An equal split deals every block to all consumers instead, in parts of
+//! the same number of rows ([`crate::equal_split`]), a bounded number ahead
+//! of the slowest consumer.
 
+use std::collections::VecDeque;
 use std::marker::PhantomData;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 
@@ -16,6 +21,7 @@ use serde::{Deserialize, Serialize};
 use crate::DataError;
 use crate::batching::RowBatcher;
 use crate::block_output::BlockOutput;
+use crate::equal_split::EqualDealer;
 use crate::execution::{Execution, LocalShuffle};
 use crate::plan::Plan;
 use crate::row::Row;
@@ -23,6 +29,9 @@ use crate::stage::RowError;
 
 /// Blocks a consumer's epoch call makes ahead of what it has read.
 const BLOCKS_AHEAD: u64 = 1;
+/// In an equal split, the parts dealt to a consumer that it has not taken
+/// yet, at most: dealing waits for the slowest consumer beyond this.
+const PARTS_QUEUED: usize = 2;
 
 /// Why a consumer of a split got no block.
 #[derive(Debug, thiserror::Error)]
@@ -59,16 +68,37 @@ struct EpochState {
     finished: Vec<bool>,
     /// The error that ended the current epoch's run, told to every consumer.
     failure: Option<String>,
+    /// In an equal split, the current epoch's dealing.
+    dealing: Option<Dealing>,
+}
+
+/// An equal split's epoch: the parts dealt to each consumer and not taken
+/// yet, and whether the epoch's blocks have all been dealt.
+struct Dealing {
+    dealer: EqualDealer,
+    queued: Vec<VecDeque<BlockOutput>>,
+    dealt_all: bool,
+}
+
+impl Dealing {
+    fn new(consumers: usize) -> Self {
+        Dealing {
+            dealer: EqualDealer::new(consumers),
+            queued: vec![VecDeque::new(); consumers],
+            dealt_all: false,
+        }
+    }
 }
 
 #[raylet::actor]
 impl SplitCoordinator {
-    pub fn new(plan: Plan, consumers: usize) -> Self {
+    pub fn new(plan: Plan, consumers: usize, equal: bool) -> Self {
         let state = EpochState {
             epoch: 0,
             execution: None,
             finished: vec![false; consumers],
             failure: None,
+            dealing: equal.then(|| Dealing::new(consumers)),
         };
         SplitCoordinator {
             epochs: Arc::new(Epochs {
@@ -138,6 +168,9 @@ impl Epochs {
         if state.finished[consumer] {
             return Ok(None);
         }
+        if state.dealing.is_some() {
+            return self.next_part(state, consumer);
+        }
         match state.next_block(&self.plan) {
             Ok(Some(output)) => Ok(Some(output)),
             Ok(None) => {
@@ -151,6 +184,48 @@ impl Epochs {
             }
         }
     }
+
+    /// In an equal split, `consumer`'s next part of the current epoch,
+    /// dealing the next block when it has none queued and no consumer has
+    /// [`PARTS_QUEUED`] waiting; else it waits for a part or for the others
+    /// to take theirs. `None` once every block is dealt and taken.
+    fn next_part(
+        &self,
+        mut state: MutexGuard<'_, EpochState>,
+        consumer: usize,
+    ) -> Result<Option<BlockOutput>, SplitError> {
+        loop {
+            if let Some(failure) = &state.failure {
+                return Err(SplitError::Failed(failure.clone()));
+            }
+            let finished = state.finished.clone();
+            let Some(dealing) = state.dealing.as_mut() else {
+                return Ok(None);
+            };
+            if let Some(part) = dealing.queued[consumer].pop_front() {
+                self.changed.notify_all();
+                return Ok(Some(part));
+            }
+            if dealing.dealt_all {
+                state.finished[consumer] = true;
+                self.changed.notify_all();
+                return Ok(None);
+            }
+            let room = dealing
+                .queued
+                .iter()
+                .zip(&finished)
+                .all(|(queued, done)| *done || queued.len() < PARTS_QUEUED);
+            if room {
+                if let Err(e) = state.deal_next(&self.plan) {
+                    state.failure = Some(e.to_string());
+                }
+                self.changed.notify_all();
+                continue;
+            }
+            state = self.changed.wait(state).unwrap_or_else(|p| p.into_inner());
+        }
+    }
 }
 
 impl EpochState {
@@ -159,6 +234,35 @@ impl EpochState {
         self.execution = None;
         self.failure = None;
         self.finished.fill(false);
+        if self.dealing.is_some() {
+            self.dealing = Some(Dealing::new(self.finished.len()));
+        }
+    }
+
+    /// Deals the epoch's next block to the consumers that have not finished
+    /// it, or marks the epoch dealt when there is none.
+    fn deal_next(&mut self, plan: &Plan) -> Result<(), DataError> {
+        let block = self.next_block(plan)?;
+        let finished = self.finished.clone();
+        let Some(dealing) = self.dealing.as_mut() else {
+            return Ok(());
+        };
+        let Some(block) = block else {
+            dealing.dealt_all = true;
+            tracing::debug!(
+                epoch = self.epoch,
+                dropped = dealing.dealer.undealt(),
+                "an equal split's epoch is dealt; the rows that did not divide evenly are dropped"
+            );
+            return Ok(());
+        };
+        let parts = dealing.dealer.deal(block)?;
+        for ((queued, done), part) in dealing.queued.iter_mut().zip(&finished).zip(parts) {
+            if !done {
+                queued.push_back(part);
+            }
+        }
+        Ok(())
     }
 
     fn next_block(&mut self, plan: &Plan) -> Result<Option<BlockOutput>, DataError> {
@@ -188,10 +292,10 @@ pub struct StreamingSplit<T> {
 }
 
 impl<T: Row> StreamingSplit<T> {
-    pub(crate) fn start(plan: Plan, consumers: usize) -> Result<Self, DataError> {
+    pub(crate) fn start(plan: Plan, consumers: usize, equal: bool) -> Result<Self, DataError> {
         let cluster = raylet::current()?;
         let local_shuffle = plan.options.local_shuffle;
-        let coordinator = SplitCoordinator::remote(&cluster, plan, consumers)
+        let coordinator = SplitCoordinator::remote(&cluster, plan, consumers, equal)
             .max_concurrency(consumers as u32 + 1)
             .spawn()?;
         Ok(StreamingSplit {

@@ -2,10 +2,13 @@
 //! disjoint shards: each worker of a 2-worker run gets its shard in the
 //! train loop's configuration, reads it there and records its rows;
 //! together they hold every item once (in every epoch of a streaming split).
+//! An equal streaming split gives both as many rows in every epoch, so
+//! workers that allreduce at every batch finish every epoch.
 
 use std::path::PathBuf;
 
-use raylet_data::{DataShard, Dataset, register_map};
+use raylet_data::{DataShard, Dataset, register_filter, register_map};
+use raylet_train::collective::ReduceOp;
 use raylet_train::{RunConfig, ScalingConfig, TrainContext, TrainError, TrainLoop, Trainer, register_train_loop};
 use serde::{Deserialize, Serialize};
 
@@ -33,13 +36,16 @@ impl TrainLoop for ReadShard {
     }
 }
 
-/// Reads the worker's streaming shard for `epochs` epochs and writes each
-/// epoch's rows to `dir/rank_R_epoch_E.json`.
+/// Reads the worker's streaming shard for `epochs` epochs in batches of 16
+/// and writes each epoch's rows to `dir/rank_R_epoch_E.json`; with
+/// `allreduce`, it allreduces each batch's row count with the other workers
+/// after the batch, as a training step would its gradients.
 #[derive(Serialize, Deserialize)]
 struct StreamShard {
     shards: Vec<DataShard<u64>>,
     epochs: u64,
     dir: PathBuf,
+    allreduce: bool,
 }
 register_train_loop!(StreamShard);
 
@@ -50,7 +56,11 @@ impl TrainLoop for StreamShard {
         for epoch in 0..self.epochs {
             let mut rows = Vec::new();
             for batch in shard.iter_batches(16) {
-                rows.extend(batch.map_err(|e| TrainError::Loop(e.to_string()))?);
+                let batch = batch.map_err(|e| TrainError::Loop(e.to_string()))?;
+                if self.allreduce {
+                    context.group().allreduce(&mut [batch.len() as f64], ReduceOp::Sum)?;
+                }
+                rows.extend(batch);
             }
             let path = self.dir.join(format!("rank_{rank}_epoch_{epoch}.json"));
             std::fs::write(&path, serde_json::to_vec(&rows).unwrap()).map_err(|e| TrainError::Loop(e.to_string()))?;
@@ -58,6 +68,13 @@ impl TrainLoop for StreamShard {
         Ok(())
     }
 }
+
+/// Keeps a number unless it is a multiple of 3 or of 7: blocks of one size
+/// so keep rows in uneven numbers.
+fn not_a_multiple_of_3_or_7(x: &u64) -> bool {
+    !x.is_multiple_of(3) && !x.is_multiple_of(7)
+}
+register_filter!(not_a_multiple_of_3_or_7);
 
 /// A user's own error type: any type that displays can fail a row.
 #[derive(Debug)]
@@ -99,10 +116,16 @@ fn stream_two_epochs(dataset: Dataset<u64>) -> Vec<(Vec<u64>, Vec<u64>)> {
         shards: split.shards(),
         epochs: 2,
         dir: dir.path().to_path_buf(),
+        allreduce: false,
     };
     trainer(train_loop, dir.path()).fit().unwrap();
+    epochs_read(dir.path())
+}
+
+/// What ranks 0 and 1 wrote of each of 2 epochs in `dir`.
+fn epochs_read(dir: &std::path::Path) -> Vec<(Vec<u64>, Vec<u64>)> {
     let read = |rank: usize, epoch: u64| -> Vec<u64> {
-        let path = dir.path().join(format!("rank_{rank}_epoch_{epoch}.json"));
+        let path = dir.join(format!("rank_{rank}_epoch_{epoch}.json"));
         serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
     };
     (0..2)
@@ -200,4 +223,39 @@ fn a_shuffled_streaming_split_gives_every_item_once_per_epoch_in_an_order_of_its
         assert_eq!(all, (0..1_000u64).map(|x| x * x).collect::<Vec<_>>(), "epoch {epoch}");
     }
     assert_ne!(orders[0], orders[1], "each epoch has an order of its own");
+}
+
+#[test]
+fn workers_allreducing_at_every_batch_of_an_equal_split_of_uneven_blocks_finish_every_epoch() {
+    raylet::init_with(raylet::Config::default().num_cpus(4.0)).expect("an embedded cluster");
+    let dir = tempfile::tempdir().unwrap();
+    let kept: Vec<u64> = (0..1_001u64).filter(not_a_multiple_of_3_or_7).collect();
+    let split = Dataset::from_items((0..1_001u64).collect())
+        .items_per_block(25)
+        .max_blocks_in_flight(4)
+        .filter(not_a_multiple_of_3_or_7)
+        .streaming_split_equal(2)
+        .unwrap();
+    let train_loop = StreamShard {
+        shards: split.shards(),
+        epochs: 2,
+        dir: dir.path().to_path_buf(),
+        allreduce: true,
+    };
+    trainer(train_loop, dir.path()).fit().unwrap();
+    for (epoch, (first, second)) in epochs_read(dir.path()).into_iter().enumerate() {
+        assert_eq!(first.len(), second.len(), "epoch {epoch}: both ranks read as many rows");
+        let mut all: Vec<u64> = first.into_iter().chain(second).collect();
+        all.sort_unstable();
+        let read = all.len();
+        all.dedup();
+        assert_eq!(all.len(), read, "epoch {epoch}: no row read twice");
+        assert!(all.iter().all(|x| kept.binary_search(x).is_ok()), "epoch {epoch}");
+        assert_eq!(
+            read,
+            kept.len() / 2 * 2,
+            "epoch {epoch}: of {} rows, only the one that does not divide by 2 is dropped",
+            kept.len()
+        );
+    }
 }

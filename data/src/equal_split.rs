@@ -1,0 +1,139 @@
+//! How an equal streaming split (`Dataset::streaming_split_equal`) deals
+//! its rows: each finished block, after the rows left over from the blocks
+//! before it, is cut into one part per consumer, all of the same number of
+//! rows; what does not divide evenly waits for the next block, and at an
+//! epoch's end those rows (at most one fewer than the consumers) are
+//! dropped. Every consumer so reads exactly as many rows as the others, and
+//! a training loop that allreduces at every batch cannot wait on a shard
+//! that ran dry (the hazard Ray's `equal=True` split guards against).
+
+use crate::block_output::{BlockOutput, RowPayload};
+use crate::block_rows::RowData;
+use crate::rows_error::RowsError;
+
+/// Cuts an epoch's blocks into equal parts, one per consumer.
+pub(crate) struct EqualDealer {
+    consumers: usize,
+    /// Rows of the blocks dealt so far that no consumer has yet.
+    leftover: Option<RowData>,
+}
+
+impl EqualDealer {
+    pub fn new(consumers: usize) -> Self {
+        EqualDealer {
+            consumers: consumers.max(1),
+            leftover: None,
+        }
+    }
+
+    /// One part per consumer, all of the same number of rows: the rows
+    /// left over before, then `block`'s, as far as they divide evenly; no
+    /// parts when there are fewer rows than consumers. The rows `block`
+    /// left out under `OnError::Skip` go with the first part (or wait with
+    /// the rows left over).
+    pub fn deal(&mut self, block: BlockOutput) -> Result<Vec<BlockOutput>, RowsError> {
+        let rows = block.rows.into_data()?;
+        let rows = match self.leftover.take() {
+            Some(leftover) => RowData::concat(vec![leftover, rows])?,
+            None => rows,
+        };
+        let each = rows.len() / self.consumers;
+        let dealt = each * self.consumers;
+        if dealt < rows.len() {
+            self.leftover = Some(rows.select(&indices(dealt, rows.len()))?);
+        }
+        let mut skipped = block.skipped;
+        (0..self.consumers)
+            .filter(|_| each > 0)
+            .map(|consumer| {
+                let part = rows.select(&indices(consumer * each, (consumer + 1) * each))?;
+                Ok(BlockOutput {
+                    rows: RowPayload::of(part)?,
+                    count: each as u64,
+                    skipped: std::mem::take(&mut skipped),
+                    files: Vec::new(),
+                    held: Vec::new(),
+                })
+            })
+            .collect()
+    }
+
+    /// The rows no consumer got: those left over once the epoch's last
+    /// block is dealt.
+    pub fn undealt(&self) -> usize {
+        self.leftover.as_ref().map_or(0, RowData::len)
+    }
+}
+
+/// The row indices `start..end`, as `RowData::select` takes them.
+fn indices(start: usize, end: usize) -> Vec<u32> {
+    (start as u32..end as u32).collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::encoded_rows::EncodedRows;
+
+    fn block(rows: std::ops::Range<u64>) -> BlockOutput {
+        let rows: Vec<u64> = rows.collect();
+        BlockOutput {
+            count: rows.len() as u64,
+            rows: RowPayload::Typed(EncodedRows::encode(&rows).unwrap()),
+            skipped: Vec::new(),
+            files: Vec::new(),
+            held: Vec::new(),
+        }
+    }
+
+    fn rows_of(parts: &[BlockOutput]) -> Vec<Vec<u64>> {
+        parts.iter().map(|part| part.decode_rows::<u64>().unwrap()).collect()
+    }
+
+    #[test]
+    fn every_consumer_gets_as_many_rows_and_the_rest_waits_for_the_next_block() {
+        let mut dealer = EqualDealer::new(3);
+        assert_eq!(
+            rows_of(&dealer.deal(block(0..7)).unwrap()),
+            [vec![0, 1], vec![2, 3], vec![4, 5]]
+        );
+        assert_eq!(dealer.undealt(), 1);
+        assert_eq!(rows_of(&dealer.deal(block(7..9)).unwrap()), [vec![6], vec![7], vec![8]]);
+        assert_eq!(dealer.undealt(), 0);
+    }
+
+    #[test]
+    fn blocks_smaller_than_the_consumers_wait_until_there_are_enough_rows() {
+        let mut dealer = EqualDealer::new(4);
+        assert!(dealer.deal(block(0..2)).unwrap().is_empty());
+        assert!(dealer.deal(block(2..3)).unwrap().is_empty());
+        assert_eq!(
+            rows_of(&dealer.deal(block(3..6)).unwrap()),
+            [vec![0], vec![1], vec![2], vec![3]]
+        );
+        assert_eq!(dealer.undealt(), 2);
+    }
+
+    #[test]
+    fn over_uneven_blocks_no_row_is_dealt_twice_and_fewer_than_the_consumers_are_dropped() {
+        let consumers = 5;
+        let mut dealer = EqualDealer::new(consumers);
+        let mut got: Vec<Vec<u64>> = vec![Vec::new(); consumers];
+        let mut next = 0;
+        for size in [1, 13, 0, 7, 2, 40, 3] {
+            for (consumer, rows) in rows_of(&dealer.deal(block(next..next + size)).unwrap())
+                .into_iter()
+                .enumerate()
+            {
+                got[consumer].extend(rows);
+            }
+            next += size;
+        }
+        assert!(got.iter().all(|rows| rows.len() == got[0].len()), "{got:?}");
+        let mut all: Vec<u64> = got.concat();
+        all.sort_unstable();
+        all.dedup();
+        assert_eq!(all.len() + dealer.undealt(), next as usize);
+        assert!(dealer.undealt() < consumers);
+    }
+}
