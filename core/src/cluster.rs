@@ -259,7 +259,7 @@ impl Cluster {
                 return Ok(Body::Inline(data.into()));
             }
             let encode = |out: &mut [u8]| Ok(raylet_proto::codec::encode_into(value, out)?);
-            Ok(Body::Stored(core.write_object(
+            Ok(Body::Stored(core.shared_objects.write_object(
                 id,
                 size,
                 core.ctx().address.clone(),
@@ -287,7 +287,10 @@ impl Cluster {
             Body::Inline(bytes::Bytes::copy_from_slice(&data))
         } else {
             let archive = |out: &mut [u8]| archive_into(value, out).map_err(store_error);
-            Body::Stored(core.write_object(id, size, core.ctx().address.clone(), archive)?)
+            Body::Stored(
+                core.shared_objects
+                    .write_object(id, size, core.ctx().address.clone(), archive)?,
+            )
         };
         core.owner
             .store
@@ -299,13 +302,17 @@ impl Cluster {
     pub fn get<T: DeserializeOwned>(&self, object: &ObjectRef<T>) -> Result<T> {
         let outcome = self.core().wait_outcome_blocking(object.as_untyped(), None)?;
         self.core()
+            .shared_objects
             .decode_blocking(object.as_untyped().raw(), outcome.expect("waiting without a timeout"))
     }
 
     /// Like [`Cluster::get`], but fails with `Error::GetTimeout` after `timeout`.
     pub fn get_timeout<T: DeserializeOwned>(&self, object: &ObjectRef<T>, timeout: Duration) -> Result<T> {
         match self.core().wait_outcome_blocking(object.as_untyped(), Some(timeout))? {
-            Some(outcome) => self.core().decode_blocking(object.as_untyped().raw(), outcome),
+            Some(outcome) => self
+                .core()
+                .shared_objects
+                .decode_blocking(object.as_untyped().raw(), outcome),
             None => Err(Error::GetTimeout {
                 object: object.id(),
                 timeout,
@@ -317,7 +324,10 @@ impl Cluster {
     pub async fn get_async<T: DeserializeOwned>(&self, object: &ObjectRef<T>) -> Result<T> {
         let outcome = self.core().wait_outcome(object.as_untyped(), None).await?;
         let outcome = outcome.expect("waiting without a deadline");
-        self.core().decode_async(object.as_untyped().raw(), outcome).await
+        self.core()
+            .shared_objects
+            .decode_async(object.as_untyped().raw(), outcome)
+            .await
     }
 
     /// Waits for an archived object and returns a validated view of it in
@@ -328,6 +338,7 @@ impl Cluster {
     {
         let outcome = self.core().wait_outcome_blocking(object.as_untyped(), None)?;
         self.core()
+            .shared_objects
             .archived_blocking(object.as_untyped().raw(), outcome.expect("waiting without a timeout"))
     }
 
@@ -412,9 +423,7 @@ impl Cluster {
         let flushing = core.clone();
         let last_events = async move { flushing.owner.task_events.flush(flushing.ctx()).await };
         let _ = core.block_on(async move { tokio::time::timeout(Duration::from_secs(2), last_events).await });
-        if let Some(store) = core.node_store.get() {
-            store.close();
-        }
+        core.shared_objects.close();
         if let Some(stop) = self
             .inner
             .stop_owner_service
@@ -549,7 +558,7 @@ async fn start_driver(config: Config, runtime: tokio::runtime::Handle) -> Result
     let core = CoreWorker::start(settings, submitter, runtime);
     Submitter::spawn(core.owner.clone(), core.submitter.clone(), submissions);
     let (stop_owner_service, stopped) = oneshot::channel::<()>();
-    let service = OwnerServiceServer::new(OwnerServiceImpl { core: core.clone() })
+    let service = OwnerServiceServer::new(OwnerServiceImpl::new(core.owner.store.clone()))
         .max_decoding_message_size(MAX_DATA_MESSAGE)
         .max_encoding_message_size(MAX_DATA_MESSAGE);
     tokio::spawn(

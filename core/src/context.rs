@@ -4,6 +4,7 @@
 //! runtime. `CoreWorker::start` makes it once; the parts take an
 //! `Arc<Context>` instead of the whole core.
 
+use std::future::Future;
 use std::sync::Arc;
 
 use raylet_proto::auth::AuthToken;
@@ -73,5 +74,15 @@ impl Context {
     /// Drops the channel to `address`: the process there may be gone.
     pub(crate) fn forget_channel(&self, address: &str) {
         self.channels.forget(address);
+    }
+
+    /// Runs `future` on the cluster's runtime and blocks this thread for its
+    /// output; works from any thread, including runtime threads.
+    pub(crate) fn block_on<T: Send + 'static>(&self, future: impl Future<Output = T> + Send + 'static) -> T {
+        let (sender, receiver) = std::sync::mpsc::sync_channel(1);
+        self.runtime.spawn(async move {
+            let _ = sender.send(future.await);
+        });
+        receiver.recv().expect("the cluster runtime dropped a blocking call")
     }
 }

@@ -5,16 +5,15 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use raylet_object_store::StoreClient;
 use raylet_proto::auth::AuthToken;
 use raylet_proto::server::MAX_DATA_MESSAGE;
 use raylet_proto::service_error::from_status;
 use raylet_proto::v1::owner_service_client::OwnerServiceClient;
 use raylet_proto::v1::{GetObjectRequest, WorkerBinary};
 use raylet_proto::{JobId, ObjectId};
-use tokio::sync::{OnceCell, mpsc};
+use tokio::sync::mpsc;
 
-use crate::actor::ActorClients;
+use crate::actor::client::ActorClients;
 use crate::borrows::Borrows;
 use crate::context::{Addresses, Context};
 use crate::generator::table::Generators;
@@ -24,6 +23,7 @@ use crate::object_ref::handle::AnyObjectRef;
 use crate::owner::Owner;
 use crate::owner_error::OwnerError;
 use crate::placement_group::session::GroupSession;
+use crate::shared_objects::SharedObjects;
 use crate::submitter::SubmitterEvent;
 use crate::task_events::{Placement, TaskEvents};
 use crate::value::{Outcome, outcome_from_proto};
@@ -43,14 +43,13 @@ pub(crate) struct CoreWorker {
     /// The objects it owns and borrows, and its tasks' states, with the
     /// process's context.
     pub(crate) owner: Arc<Owner>,
-    /// The session with this node's shared-memory store, opened on first use.
-    pub(crate) node_store: OnceCell<Arc<StoreClient>>,
-    /// How long a write waits for room in a full store.
-    pub(crate) store_full_timeout: Duration,
+    /// Large values in this node's shared-memory store: written, read and
+    /// deleted through it.
+    pub(crate) shared_objects: Arc<SharedObjects>,
     pub(crate) submitter: mpsc::UnboundedSender<SubmitterEvent>,
     pub(crate) blocked_hook: Option<BlockedHook>,
     /// The actors this process calls.
-    pub(crate) actors: ActorClients,
+    pub(crate) actors: Arc<ActorClients>,
     /// Placement group creates and removes go to the head through this.
     pub(crate) placement_groups: GroupSession,
 }
@@ -112,13 +111,17 @@ impl CoreWorker {
             task_events: task_events.clone(),
             generators: Generators::new(store, ctx.address.clone(), task_events),
         });
+        let shared_objects = Arc::new(SharedObjects::new(
+            owner.clone(),
+            settings.store_full_timeout,
+            submitter.clone(),
+        ));
         let core = Arc::new(CoreWorker {
             owner: owner.clone(),
-            node_store: OnceCell::new(),
-            store_full_timeout: settings.store_full_timeout,
+            shared_objects: shared_objects.clone(),
             submitter,
             blocked_hook: settings.blocked_hook,
-            actors: ActorClients::default(),
+            actors: Arc::new(ActorClients::new(owner.clone())),
             placement_groups: GroupSession::default(),
         });
         runtime.spawn(crate::borrows::send_changes(
@@ -126,7 +129,7 @@ impl CoreWorker {
             owner.borrows.clone(),
             borrower_changes,
         ));
-        runtime.spawn(crate::shared_objects::delete_freed(core.clone(), freed_objects));
+        runtime.spawn(crate::shared_objects::delete_freed(shared_objects, freed_objects));
         runtime.spawn(crate::borrower_watch::watch_borrowers(ctx.clone(), owner.store.clone()));
         runtime.spawn(crate::task_events::keep_flushing(
             ctx,
@@ -236,13 +239,9 @@ impl CoreWorker {
     }
 
     /// Runs `future` on the cluster's runtime and blocks this thread for its
-    /// output; works from any thread, including runtime threads.
+    /// output; see [`Context::block_on`].
     pub(crate) fn block_on<T: Send + 'static>(&self, future: impl Future<Output = T> + Send + 'static) -> T {
-        let (sender, receiver) = std::sync::mpsc::sync_channel(1);
-        self.ctx().runtime.spawn(async move {
-            let _ = sender.send(future.await);
-        });
-        receiver.recv().expect("the cluster runtime dropped a blocking call")
+        self.ctx().block_on(future)
     }
 }
 

@@ -13,7 +13,7 @@ use raylet_proto::v1::{
 use tonic::{Request, Response, Status};
 
 use crate::Error;
-use crate::core_worker::CoreWorker;
+use crate::memory_store::MemoryStore;
 use crate::owner_error::OwnerError;
 use crate::value::outcome_to_proto;
 
@@ -21,7 +21,14 @@ use crate::value::outcome_to_proto;
 const MAX_WAIT: Duration = Duration::from_secs(60);
 
 pub(crate) struct OwnerServiceImpl {
-    pub(crate) core: Arc<CoreWorker>,
+    /// The objects this process owns.
+    store: Arc<MemoryStore>,
+}
+
+impl OwnerServiceImpl {
+    pub(crate) fn new(store: Arc<MemoryStore>) -> Self {
+        OwnerServiceImpl { store }
+    }
 }
 
 #[tonic::async_trait]
@@ -31,7 +38,7 @@ impl OwnerService for OwnerServiceImpl {
         let id = ObjectId::from_wire(&request.object_id).map_err(OwnerError::from)?;
         let wait = Duration::from_millis(request.timeout_ms).min(MAX_WAIT);
         let deadline = tokio::time::Instant::now() + wait;
-        match self.core.owner.store.wait(id, Some(deadline)).await {
+        match self.store.wait(id, Some(deadline)).await {
             Ok(outcome) => Ok(Response::new(GetObjectReply {
                 outcome: outcome.as_ref().map(|outcome| outcome_to_proto(outcome, false)),
             })),
@@ -46,10 +53,7 @@ impl OwnerService for OwnerServiceImpl {
     ) -> Result<Response<UpdateBorrowersReply>, Status> {
         for change in request.into_inner().changes {
             let id = ObjectId::from_wire(&change.object_id)?;
-            self.core
-                .owner
-                .store
-                .update_borrower(id, &change.borrower_address, change.delta);
+            self.store.update_borrower(id, &change.borrower_address, change.delta);
         }
         Ok(Response::new(UpdateBorrowersReply {}))
     }
@@ -61,7 +65,7 @@ impl OwnerService for OwnerServiceImpl {
         let mut objects = Vec::new();
         for object_id in request.into_inner().object_ids {
             let id = ObjectId::from_wire(&object_id)?;
-            let holders = self.core.owner.store.holders(id);
+            let holders = self.store.holders(id);
             let known = holders.is_some();
             let (owner_handles, borrowers) = holders.unwrap_or_default();
             objects.push(ObjectHolders {
@@ -77,7 +81,7 @@ impl OwnerService for OwnerServiceImpl {
     async fn add_copies(&self, request: Request<AddCopiesRequest>) -> Result<Response<AddCopiesReply>, Status> {
         for copy in request.into_inner().copies {
             let id = ObjectId::from_wire(&copy.object_id)?;
-            self.core.owner.store.add_copy(id, &copy.node_address);
+            self.store.add_copy(id, &copy.node_address);
         }
         Ok(Response::new(AddCopiesReply {}))
     }

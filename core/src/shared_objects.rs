@@ -5,6 +5,7 @@
 use std::collections::HashMap;
 use std::ops::Deref;
 use std::sync::Arc;
+use std::time::Duration;
 
 use bytes::Bytes;
 
@@ -14,27 +15,65 @@ use raylet_proto::v1::object_store_service_client::ObjectStoreServiceClient;
 use raylet_proto::v1::owner_service_client::OwnerServiceClient;
 use raylet_proto::v1::{AddCopiesRequest, DeleteObjectsRequest, ObjectCopy};
 use serde::de::DeserializeOwned;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::{OnceCell, mpsc, oneshot};
 
 use crate::archived::{ArchivedRef, Checkable};
-use crate::core_worker::CoreWorker;
+use crate::context::Context;
 use crate::memory_store::FreedObject;
 use crate::object_ref::handle::RawRef;
+use crate::owner::Owner;
 use crate::submitter::{NotRebuilt, SubmitterEvent};
 use crate::value::{Body, Expected, Format, Outcome, StoredAt};
 use crate::{Error, Result};
 
 /// How long a node that stored an object gets to answer before the object
 /// counts as lost with it.
-const NODE_PATIENCE: std::time::Duration = std::time::Duration::from_secs(1);
+const NODE_PATIENCE: Duration = Duration::from_secs(1);
 
-impl CoreWorker {
+/// This process's side of its node's shared-memory store: what writing,
+/// reading and deleting stored values takes.
+pub(crate) struct SharedObjects {
+    /// The objects this process owns and borrows, with its context.
+    owner: Arc<Owner>,
+    /// The session with this node's store, opened on first use.
+    session: OnceCell<Arc<StoreClient>>,
+    /// How long a write waits for room in a full store.
+    store_full_timeout: Duration,
+    /// Lost objects are rebuilt, and freed ones forgotten, through it.
+    submitter: mpsc::UnboundedSender<SubmitterEvent>,
+}
+
+impl SharedObjects {
+    pub(crate) fn new(
+        owner: Arc<Owner>,
+        store_full_timeout: Duration,
+        submitter: mpsc::UnboundedSender<SubmitterEvent>,
+    ) -> Self {
+        SharedObjects {
+            owner,
+            session: OnceCell::new(),
+            store_full_timeout,
+            submitter,
+        }
+    }
+
+    fn ctx(&self) -> &Arc<Context> {
+        &self.owner.ctx
+    }
+
+    /// Ends the session with the node's store, if one was opened.
+    pub(crate) fn close(&self) {
+        if let Some(store) = self.session.get() {
+            store.close();
+        }
+    }
+
     /// This process's session with its node's store.
     async fn node_store(&self) -> Result<Arc<StoreClient>> {
         let client = self
-            .node_store
+            .session
             .get_or_try_init(|| async {
-                let channel = self.channel(&self.ctx().node_manager).await?;
+                let channel = self.ctx().channel(&self.ctx().node_manager).await?;
                 StoreClient::connect(channel, &self.ctx().address)
                     .await
                     .map_err(store_error)
@@ -53,14 +92,17 @@ impl CoreWorker {
         owner: Arc<str>,
         fill: impl FnOnce(&mut [u8]) -> Result<usize>,
     ) -> Result<StoredAt> {
-        let core = self.clone();
-        let mut writer = self.block_on(async move { core.create_object(id, size, &owner).await })?;
+        let objects = self.clone();
+        let mut writer = self
+            .ctx()
+            .block_on(async move { objects.create_object(id, size, &owner).await })?;
         let written = fill(&mut writer);
-        let core = self.clone();
-        self.block_on(async move { core.seal_object(writer, written).await })
+        let objects = self.clone();
+        self.ctx()
+            .block_on(async move { objects.seal_object(writer, written).await })
     }
 
-    /// [`CoreWorker::write_object`] for async callers.
+    /// [`SharedObjects::write_object`] for async callers.
     pub(crate) async fn write_object_async(
         self: &Arc<Self>,
         id: ObjectId,
@@ -68,18 +110,18 @@ impl CoreWorker {
         owner: Arc<str>,
         fill: impl FnOnce(&mut [u8]) -> Result<usize>,
     ) -> Result<StoredAt> {
-        let core = self.clone();
+        let objects = self.clone();
         let created = self
             .ctx()
             .runtime
-            .spawn(async move { core.create_object(id, size, &owner).await });
+            .spawn(async move { objects.create_object(id, size, &owner).await });
         let mut writer = created.await.map_err(internal)??;
         let written = fill(&mut writer);
-        let core = self.clone();
+        let objects = self.clone();
         let sealed = self
             .ctx()
             .runtime
-            .spawn(async move { core.seal_object(writer, written).await });
+            .spawn(async move { objects.seal_object(writer, written).await });
         sealed.await.map_err(internal)?
     }
 
@@ -167,7 +209,7 @@ impl CoreWorker {
             }],
         };
         let sent = async {
-            let channel = self.channel(&object.owner).await?;
+            let channel = self.ctx().channel(&object.owner).await?;
             OwnerServiceClient::new(channel)
                 .add_copies(request)
                 .await
@@ -212,8 +254,9 @@ impl CoreWorker {
             value.check(object.id, expected)?;
             return Ok(ValueBytes::Inline(data.clone()));
         }
-        let (core, object) = (self.clone(), object.clone());
-        self.block_on(async move { core.value_bytes(&object, outcome, expected).await })
+        let (objects, object) = (self.clone(), object.clone());
+        self.ctx()
+            .block_on(async move { objects.value_bytes(&object, outcome, expected).await })
     }
 
     /// Asks the submitter to run the task that made a lost object again,
@@ -251,8 +294,8 @@ impl CoreWorker {
         let bytes = self.value_bytes_blocking(object, outcome, Expected::of::<T>(Format::Postcard))?;
         let decoded = raylet_proto::codec::decode(&bytes)?;
         if !self.owner.borrows.is_settled() {
-            let core = self.clone();
-            self.block_on(async move { core.owner.borrows.settled().await });
+            let borrows = self.owner.borrows.clone();
+            self.ctx().block_on(async move { borrows.settled().await });
         }
         Ok(decoded)
     }
@@ -302,7 +345,7 @@ impl Deref for ValueBytes {
 
 /// Deletes the stored copies of freed objects: whatever queued up meanwhile
 /// goes in one call per node.
-pub(crate) async fn delete_freed(core: Arc<CoreWorker>, mut freed: mpsc::UnboundedReceiver<FreedObject>) {
+pub(crate) async fn delete_freed(objects: Arc<SharedObjects>, mut freed: mpsc::UnboundedReceiver<FreedObject>) {
     while let Some(first) = freed.recv().await {
         let mut by_node: HashMap<Arc<str>, Vec<Vec<u8>>> = HashMap::new();
         let mut ids = Vec::new();
@@ -316,9 +359,9 @@ pub(crate) async fn delete_freed(core: Arc<CoreWorker>, mut freed: mpsc::Unbound
         while let Ok(next) = freed.try_recv() {
             add(next);
         }
-        let _ = core.submitter.send(SubmitterEvent::ForgetLineage(ids));
+        let _ = objects.submitter.send(SubmitterEvent::ForgetLineage(ids));
         for (node, object_ids) in by_node {
-            match delete_on(&core, &node, object_ids).await {
+            match delete_on(objects.ctx(), &node, object_ids).await {
                 Ok(()) => {}
                 Err(Error::Cluster(raylet_proto::Error::Unavailable(error))) => {
                     tracing::debug!(%node, %error, "a node is gone, and its store with it");
@@ -329,8 +372,8 @@ pub(crate) async fn delete_freed(core: Arc<CoreWorker>, mut freed: mpsc::Unbound
     }
 }
 
-async fn delete_on(core: &CoreWorker, node: &str, object_ids: Vec<Vec<u8>>) -> Result<()> {
-    let channel = core.channel(node).await?;
+async fn delete_on(ctx: &Context, node: &str, object_ids: Vec<Vec<u8>>) -> Result<()> {
+    let channel = ctx.channel(node).await?;
     ObjectStoreServiceClient::new(channel)
         .delete_objects(DeleteObjectsRequest { object_ids })
         .await

@@ -27,11 +27,12 @@ use tokio::sync::{Notify, mpsc, watch};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::watch::ActorWatch;
-use crate::core_worker::CoreWorker;
+use crate::context::Context;
 use crate::head_retry::retrying;
 use crate::lent_objects::lend_contained;
 use crate::links::TaskOutlet;
 use crate::object_ref::handle::AnyObjectRef;
+use crate::owner::Owner;
 use crate::pending_gate::PendingPermit;
 use crate::submitter::{complete_values, print_log_lines, resolve_arg};
 use crate::task::Arg;
@@ -53,8 +54,9 @@ pub(crate) struct ActorCall {
 }
 
 /// The actors this process calls, and its owner session with the head.
-#[derive(Default)]
 pub(crate) struct ActorClients {
+    /// The objects the calls pass and return, with the process's context.
+    pub(super) owner: Arc<Owner>,
     clients: Mutex<IdMap<ActorId, Arc<ActorClient>>>,
     owner_session: tokio::sync::Mutex<Option<OwnerSession>>,
     /// Set once the process ends its use of the cluster: the tasks that
@@ -78,26 +80,30 @@ struct OpenOwnerSession {
 }
 
 impl ActorClients {
+    pub(crate) fn new(owner: Arc<Owner>) -> Self {
+        ActorClients {
+            owner,
+            clients: Mutex::default(),
+            owner_session: tokio::sync::Mutex::default(),
+            closing: watch::Sender::new(false),
+            watch: ActorWatch::default(),
+        }
+    }
+
     /// Submits a call through the actor's client, starting it on first use.
-    pub(crate) fn call(&self, core: &Arc<CoreWorker>, actor: ActorId, max_task_retries: u32, call: ActorCall) {
+    pub(crate) fn call(self: &Arc<Self>, actor: ActorId, max_task_retries: u32, call: ActorCall) {
         let client = self
             .clients()
             .entry(actor)
-            .or_insert_with(|| ActorClient::start(core, actor, max_task_retries, Vec::new()))
+            .or_insert_with(|| ActorClient::start(self, actor, max_task_retries, Vec::new()))
             .clone();
         client.call(call);
     }
 
     /// Starts following an actor this process just created, holding
     /// `pinned` until the actor is dead.
-    pub(crate) fn created(
-        &self,
-        core: &Arc<CoreWorker>,
-        actor: ActorId,
-        max_task_retries: u32,
-        pinned: Vec<AnyObjectRef>,
-    ) {
-        let client = ActorClient::start(core, actor, max_task_retries, pinned);
+    pub(crate) fn created(self: &Arc<Self>, actor: ActorId, max_task_retries: u32, pinned: Vec<AnyObjectRef>) {
+        let client = ActorClient::start(self, actor, max_task_retries, pinned);
         self.clients().insert(actor, client);
     }
 
@@ -113,10 +119,10 @@ impl ActorClients {
         self.closing.send_replace(true);
     }
 
-    /// Runs `work` on `core`'s runtime until it ends or the clients close.
-    pub(super) fn spawn_until_closed(&self, core: &CoreWorker, work: impl Future<Output = ()> + Send + 'static) {
+    /// Runs `work` on the process's runtime until it ends or the clients close.
+    pub(super) fn spawn_until_closed(&self, work: impl Future<Output = ()> + Send + 'static) {
         let mut closing = self.closing.subscribe();
-        core.ctx().runtime.spawn(async move {
+        self.owner.ctx.runtime.spawn(async move {
             tokio::select! {
                 () = work => {}
                 _ = closing.wait_for(|closed| *closed) => {}
@@ -129,26 +135,26 @@ impl ActorClients {
     /// not detached die. A session that a head restart broke is opened anew
     /// at once, so that the restarted head knows the owner lives; one that
     /// could not be opened again in time is opened here.
-    pub(crate) async fn ensure_owner_session(&self, core: &Arc<CoreWorker>) -> Result<()> {
+    pub(crate) async fn ensure_owner_session(self: &Arc<Self>) -> Result<()> {
         let mut session = self.owner_session.lock().await;
         if session.as_ref().is_some_and(|open| !open.ended.load(Ordering::Acquire)) {
             return Ok(());
         }
-        let open = open_owner_session(core).await?;
+        let open = open_owner_session(&self.owner.ctx).await?;
         let ended = Arc::new(AtomicBool::new(false));
-        self.spawn_until_closed(core, keep_owner_session(Arc::downgrade(core), open, ended.clone()));
+        self.spawn_until_closed(keep_owner_session(Arc::downgrade(self), open, ended.clone()));
         *session = Some(OwnerSession { ended });
         Ok(())
     }
 }
 
-async fn open_owner_session(core: &CoreWorker) -> Result<OpenOwnerSession> {
-    let channel = core.channel(&core.ctx().head_address).await?;
+async fn open_owner_session(ctx: &Context) -> Result<OpenOwnerSession> {
+    let channel = ctx.channel(&ctx.head_address).await?;
     // Only the opening message is ever sent: the head ends the owner's
     // actors when this stream closes.
     let (messages, outbound) = mpsc::unbounded_channel();
     let _ = messages.send(OwnerSessionMessage {
-        owner_address: core.ctx().address.to_string(),
+        owner_address: ctx.address.to_string(),
     });
     let reply = ActorServiceClient::new(channel)
         .owner_session(UnboundedReceiverStream::new(outbound))
@@ -163,13 +169,13 @@ async fn open_owner_session(core: &CoreWorker) -> Result<OpenOwnerSession> {
 /// Holds the owner session open while the process lives, opening it again
 /// when the head goes away and comes back; sets `ended` when the head
 /// stayed away too long.
-async fn keep_owner_session(core: Weak<CoreWorker>, mut open: OpenOwnerSession, ended: Arc<AtomicBool>) {
+async fn keep_owner_session(clients: Weak<ActorClients>, mut open: OpenOwnerSession, ended: Arc<AtomicBool>) {
     loop {
         while let Ok(Some(_)) = open.events.message().await {}
-        let Some(core) = core.upgrade() else {
+        let Some(clients) = clients.upgrade() else {
             break;
         };
-        match retrying(|| open_owner_session(&core)).await {
+        match retrying(|| open_owner_session(&clients.owner.ctx)).await {
             Ok(reopened) => open = reopened,
             Err(error) => {
                 tracing::warn!(%error, "the owner session with the head could not be opened again");
@@ -216,8 +222,8 @@ impl PendingCall {
     }
 
     /// Reports that this attempt failed without a result from the actor.
-    fn record_failure(&self, core: &CoreWorker, reason: &str) {
-        core.owner
+    fn record_failure(&self, owner: &Owner, reason: &str) {
+        owner
             .task_events
             .ended(self.task_id, self.attempts, Ending::failed(reason));
     }
@@ -235,7 +241,7 @@ struct Connection {
 
 /// The caller side of one actor.
 pub(crate) struct ActorClient {
-    core: Arc<CoreWorker>,
+    owner: Arc<Owner>,
     actor: ActorId,
     max_task_retries: u32,
     state: Mutex<ClientState>,
@@ -258,10 +264,15 @@ struct ClientState {
 }
 
 impl ActorClient {
-    fn start(core: &Arc<CoreWorker>, actor: ActorId, max_task_retries: u32, pinned: Vec<AnyObjectRef>) -> Arc<Self> {
+    fn start(
+        clients: &Arc<ActorClients>,
+        actor: ActorId,
+        max_task_retries: u32,
+        pinned: Vec<AnyObjectRef>,
+    ) -> Arc<Self> {
         let send_queued = Arc::new(Notify::new());
         let client = Arc::new(ActorClient {
-            core: core.clone(),
+            owner: clients.owner.clone(),
             actor,
             max_task_retries,
             state: Mutex::new(ClientState {
@@ -270,8 +281,10 @@ impl ActorClient {
             }),
             send_queued: send_queued.clone(),
         });
-        core.actors.watch.follow(core, client.clone());
-        core.ctx()
+        clients.watch.follow(clients, client.clone());
+        clients
+            .owner
+            .ctx
             .runtime
             .spawn(send_when_told(Arc::downgrade(&client), send_queued));
         client
@@ -288,9 +301,7 @@ impl ActorClient {
                 function: call.function.clone(),
                 ..error.clone()
             };
-            self.core
-                .owner
-                .fail_all(return_ids(call.task_id, call.num_returns), error);
+            self.owner.fail_all(return_ids(call.task_id, call.num_returns), error);
             return;
         }
         let call = PendingCall {
@@ -304,7 +315,7 @@ impl ActorClient {
             generator: call.generator,
             _permit: call.permit,
         };
-        self.core.owner.task_events.submitted(call.identity(self.actor), false);
+        self.owner.task_events.submitted(call.identity(self.actor), false);
         state.queue.push_back(call);
         let index = state.queue.len() - 1;
         self.build_spec(&mut state, index);
@@ -321,7 +332,7 @@ impl ActorClient {
         let mut args = Vec::with_capacity(call.args.len());
         let mut waiting = Vec::new();
         for arg in &call.args {
-            match resolve_arg(&self.core.owner, arg) {
+            match resolve_arg(&self.owner, arg) {
                 Ok(Some(resolved)) => args.push(resolved),
                 Ok(None) => waiting.extend(match arg {
                     Arg::Ref(object) => Some(object.id()),
@@ -329,17 +340,17 @@ impl ActorClient {
                 }),
                 Err(error) => {
                     let failed = state.queue.remove(index).expect("the call is queued");
-                    failed.record_failure(&self.core, &error.to_string());
-                    self.core.owner.fail_all(failed.return_ids(), error);
+                    failed.record_failure(&self.owner, &error.to_string());
+                    self.owner.fail_all(failed.return_ids(), error);
                     return;
                 }
             }
         }
         if !waiting.is_empty() {
             let (client, task_id) = (self.clone(), call.task_id);
-            self.core.ctx().runtime.spawn(async move {
+            self.owner.ctx.runtime.spawn(async move {
                 for id in waiting {
-                    let _ = client.core.owner.store.wait(id, None).await;
+                    let _ = client.owner.store.wait(id, None).await;
                 }
                 client.args_ready(task_id);
             });
@@ -348,16 +359,16 @@ impl ActorClient {
         call.spec = Some(TaskSpec {
             task_id: call.task_id.as_bytes().to_vec(),
             function: call.function.clone(),
-            binary_hash: self.core.ctx().binary.hash.clone(),
+            binary_hash: self.owner.ctx.binary.hash.clone(),
             args,
             attempt: 0,
-            owner_address: self.core.ctx().address.to_string(),
+            owner_address: self.owner.ctx.address.to_string(),
             actor_id: self.actor.as_bytes().to_vec(),
             actor_creation: None,
             method: call.method.to_string(),
-            job_id: self.core.owner.task_events.job().as_bytes().to_vec(),
+            job_id: self.owner.task_events.job().as_bytes().to_vec(),
             timeline: crate::timeline::is_on(),
-            lent: lend_contained(&self.core.owner, &call.args),
+            lent: lend_contained(&self.owner, &call.args),
             num_returns: call.num_returns,
             generator: None,
         });
@@ -388,17 +399,16 @@ impl ActorClient {
             let spec = call.spec.as_mut().expect("checked above");
             spec.attempt = call.attempts;
             if call.generator {
-                let Some(generator) = self.core.owner.generators.call_for(call.task_id) else {
+                let Some(generator) = self.owner.generators.call_for(call.task_id) else {
                     self.stream_dropped(&call);
                     continue;
                 };
                 spec.generator = Some(generator);
                 let outlet = tasks.clone();
                 let sink = Arc::new(move |batch| drop(outlet.send(&batch)));
-                self.core.owner.generators.dispatched(call.task_id, sink);
+                self.owner.generators.dispatched(call.task_id, sink);
             }
-            self.core
-                .owner
+            self.owner
                 .task_events
                 .dispatched(call.task_id, call.attempts, &connection.place);
             batch.tasks.push(match retryable {
@@ -417,8 +427,8 @@ impl ActorClient {
     fn stream_dropped(&self, call: &PendingCall) {
         let message = "its caller dropped or cancelled the stream before the call was sent";
         let error = TaskError::new(TaskErrorKind::Cancelled, &call.function, message);
-        call.record_failure(&self.core, message);
-        self.core.owner.fail_all(call.return_ids(), error);
+        call.record_failure(&self.owner, message);
+        self.owner.fail_all(call.return_ids(), error);
     }
 
     pub(super) fn actor(&self) -> ActorId {
@@ -457,16 +467,16 @@ impl ActorClient {
     fn incarnation_ended(&self, state: &mut ClientState, cause: &str) {
         let mut retried = VecDeque::new();
         for mut call in state.in_flight.drain(..) {
-            call.record_failure(&self.core, &format!("the actor's process died: {cause}"));
+            call.record_failure(&self.owner, &format!("the actor's process died: {cause}"));
             if call.attempts < self.max_task_retries {
                 call.attempts += 1;
-                self.core.owner.task_events.submitted(call.identity(self.actor), false);
+                self.owner.task_events.submitted(call.identity(self.actor), false);
                 retried.push_back(call);
                 continue;
             }
             let message = format!("the actor's process died while this call ran: {cause}");
             let error = TaskError::new(TaskErrorKind::ActorDied, &call.function, message);
-            self.core.owner.fail_all(call.return_ids(), error);
+            self.owner.fail_all(call.return_ids(), error);
         }
         while let Some(call) = retried.pop_back() {
             state.queue.push_front(call);
@@ -492,8 +502,8 @@ impl ActorClient {
                 function: call.function.clone(),
                 ..error.clone()
             };
-            call.record_failure(&self.core, &error.to_string());
-            self.core.owner.fail_all(call.return_ids(), error);
+            call.record_failure(&self.owner, &error.to_string());
+            self.owner.fail_all(call.return_ids(), error);
         }
         state.dead = Some(unsent);
         state.creation_pins.clear();
@@ -517,12 +527,12 @@ impl ActorClient {
             },
         });
         let client = self.clone();
-        self.core.ctx().runtime.spawn(async move {
+        self.owner.ctx.runtime.spawn(async move {
             let streamed = async {
-                let (tasks, mut inbound) = client.core.ctx().links.workers.task_stream(address.clone()).await?;
+                let (tasks, mut inbound) = client.owner.ctx.links.workers.task_stream(address.clone()).await?;
                 client.stream_opened(id, tasks);
                 while let Some(batch) = inbound.next().await.transpose()? {
-                    if client.core.ctx().log_to_driver {
+                    if client.owner.ctx.log_to_driver {
                         print_log_lines(pid, node_id, &batch.logs);
                     }
                     client.on_results(id, batch);
@@ -552,14 +562,14 @@ impl ActorClient {
         if state.connection.as_ref().is_none_or(|c| c.id != connection) {
             return;
         }
-        self.core.owner.absorb_items(events.items);
-        for finished in complete_values(&self.core.owner, events.results) {
+        self.owner.absorb_items(events.items);
+        for finished in complete_values(&self.owner, events.results) {
             let Some(index) = state.in_flight.iter().position(|call| call.task_id == finished.task_id) else {
                 continue;
             };
             let call = state.in_flight.remove(index).expect("the index is in range");
             if let Err(error) = finished.outcome {
-                self.core.owner.fail_all(call.return_ids(), error);
+                self.owner.fail_all(call.return_ids(), error);
             }
         }
         self.send_ready(&mut state);

@@ -2,7 +2,7 @@
 //! restarts and lists them; callers hold typed handles whose calls go
 //! straight to the actor's worker, in submission order.
 
-mod client;
+pub(crate) mod client;
 mod handle;
 mod info;
 pub(crate) mod instance;
@@ -10,7 +10,6 @@ pub(crate) mod instance;
 mod tests;
 mod watch;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use raylet_proto::auth::AuthToken;
@@ -19,14 +18,15 @@ use raylet_proto::v1::actor_service_client::ActorServiceClient;
 use raylet_proto::v1::{CreateActorRequest, GetNamedActorRequest, KillActorRequest, ListActorsRequest, TaskArg};
 use raylet_proto::{ActorId, TaskId};
 
-pub(crate) use client::{ActorCall, ActorClients};
+pub(crate) use client::ActorCall;
 pub(crate) use handle::CallShape;
 pub use handle::{Actor, ActorBuilder, ActorHandle, ActorOptions};
 pub use info::{ActorInfo, ActorState};
 
-use crate::core_worker::CoreWorker;
+use crate::context::Context;
 use crate::head_retry::retrying;
 use crate::object_ref::handle::AnyObjectRef;
+use crate::owner::Owner;
 use crate::submitter::{pinned_by, resolve_arg};
 use crate::task::Arg;
 use crate::task_error::TaskError;
@@ -51,7 +51,7 @@ impl Cluster {
             let request = CreateActorRequest {
                 actor_id: id.as_bytes().to_vec(),
                 class_name: options.class.to_string(),
-                args: resolve_constructor_args(&core, &args).await?,
+                args: resolve_constructor_args(&core.owner, &args).await?,
                 binary: Some(core.ctx().binary.clone()),
                 placement: Some(placement.to_proto()),
                 running: Some(running.to_proto()),
@@ -65,14 +65,13 @@ impl Cluster {
                 strategy: Some(scheduling.to_proto()),
             };
             retrying(|| async {
-                core.actors.ensure_owner_session(&core).await?;
-                let reply = actor_service(&core).await?.create_actor(request.clone()).await;
+                core.actors.ensure_owner_session().await?;
+                let reply = actor_service(core.ctx()).await?.create_actor(request.clone()).await;
                 reply.map_err(raylet_proto::Error::from)?;
                 Ok(())
             })
             .await?;
-            core.actors
-                .created(&core, id, options.max_task_retries, pinned_by(args));
+            core.actors.created(id, options.max_task_retries, pinned_by(args));
             Ok::<_, Error>(())
         })?;
         Ok(handle)
@@ -106,7 +105,7 @@ impl Cluster {
                     num_returns: shape.num_returns,
                     generator: shape.generator.is_some(),
                 };
-                core.actors.call(core, handle.id(), handle.max_task_retries(), call);
+                core.actors.call(handle.id(), handle.max_task_retries(), call);
             }
             Err(error) => core.owner.fail_all(returns.iter().map(AnyObjectRef::id), error),
         }
@@ -130,7 +129,7 @@ impl Cluster {
         };
         let record = core.clone().block_on(async move {
             let named = || async {
-                let reply = actor_service(&core).await?.get_named_actor(request.clone()).await;
+                let reply = actor_service(core.ctx()).await?.get_named_actor(request.clone()).await;
                 Ok(reply.map_err(raylet_proto::Error::from)?.into_inner())
             };
             retrying(named).await
@@ -157,7 +156,7 @@ impl Cluster {
         };
         core.clone().block_on(async move {
             let kill = || async {
-                let reply = actor_service(&core).await?.kill_actor(request.clone()).await;
+                let reply = actor_service(core.ctx()).await?.kill_actor(request.clone()).await;
                 reply.map_err(raylet_proto::Error::from)?;
                 Ok(())
             };
@@ -174,8 +173,8 @@ impl Cluster {
 }
 
 /// The head's actor service, on this process's channel to the head.
-async fn actor_service(core: &CoreWorker) -> Result<ActorServiceClient<AuthedChannel>> {
-    Ok(ActorServiceClient::new(core.channel(&core.ctx().head_address).await?))
+async fn actor_service(ctx: &Context) -> Result<ActorServiceClient<AuthedChannel>> {
+    Ok(ActorServiceClient::new(ctx.channel(&ctx.head_address).await?))
 }
 
 /// Every actor of the cluster whose head is at `head`, dead ones included,
@@ -195,16 +194,16 @@ impl AsRef<ActorHandle> for ActorHandle {
 
 /// The constructor's arguments as the head passes them on; objects that a
 /// task still makes are waited for first.
-async fn resolve_constructor_args(core: &Arc<CoreWorker>, args: &[Arg]) -> Result<Vec<TaskArg>> {
+async fn resolve_constructor_args(owner: &Owner, args: &[Arg]) -> Result<Vec<TaskArg>> {
     let mut resolved = Vec::with_capacity(args.len());
     for arg in args {
         if let Arg::Ref(object) = arg
-            && core.owner.owns(object)
+            && owner.owns(object)
         {
             let deadline = tokio::time::Instant::now() + ARGUMENT_PATIENCE;
-            core.owner.store.wait(object.id(), Some(deadline)).await?;
+            owner.store.wait(object.id(), Some(deadline)).await?;
         }
-        match resolve_arg(&core.owner, arg) {
+        match resolve_arg(owner, arg) {
             Ok(Some(arg)) => resolved.push(arg),
             Ok(None) => {
                 let object = match arg {

@@ -44,7 +44,7 @@ impl ActorTest {
             num_returns: 1,
             generator: false,
         };
-        core.actors.call(core, self.actor, max_task_retries, call);
+        core.actors.call(self.actor, max_task_retries, call);
         task_id
     }
 

@@ -13,9 +13,9 @@ use raylet_proto::v1::{ActorState, ActorWatchEvent, WatchActorRequest};
 use raylet_proto::{ActorId, IdMap};
 use tokio::sync::mpsc;
 
-use super::client::ActorClient;
+use super::client::{ActorClient, ActorClients};
 use crate::Error;
-use crate::core_worker::CoreWorker;
+use crate::context::Context;
 use crate::head_retry::HeadLost;
 use crate::links::Incoming;
 
@@ -42,7 +42,7 @@ impl ActorWatch {
 
     /// Follows `client`'s actor until it is dead, opening the stream on
     /// first use.
-    pub(super) fn follow(&self, core: &Arc<CoreWorker>, client: Arc<ActorClient>) {
+    pub(super) fn follow(&self, clients: &Arc<ActorClients>, client: Arc<ActorClient>) {
         let actor = client.actor();
         let mut state = self.state();
         state.followed.insert(actor, client);
@@ -51,13 +51,13 @@ impl ActorWatch {
         }
         if !state.running {
             state.running = true;
-            core.actors.spawn_until_closed(core, keep_watching(core.clone()));
+            clients.spawn_until_closed(keep_watching(clients.clone()));
         }
     }
 
     /// Opens the stream, asks for every actor followed, and hands out the
     /// records until the stream ends, which counts as the head gone away.
-    async fn watch_once(&self, core: &CoreWorker, head_lost: &mut HeadLost) -> Error {
+    async fn watch_once(&self, ctx: &Context, head_lost: &mut HeadLost) -> Error {
         // One request per actor followed.
         let (requests, outbound) = mpsc::unbounded_channel();
         {
@@ -67,7 +67,7 @@ impl ActorWatch {
             }
             state.requests = Some(requests);
         }
-        let error = match core.ctx().links.head.watch_actors(outbound).await {
+        let error = match ctx.links.head.watch_actors(outbound).await {
             Ok(events) => {
                 *head_lost = HeadLost::default();
                 self.hand_out(events).await
@@ -134,11 +134,11 @@ fn follow_request(actor: ActorId) -> WatchActorRequest {
 
 /// Keeps the stream open while actors are followed and the head answers
 /// within its restart patience.
-async fn keep_watching(core: Arc<CoreWorker>) {
-    let watch = &core.actors.watch;
+async fn keep_watching(clients: Arc<ActorClients>) {
+    let watch = &clients.watch;
     let mut head_lost = HeadLost::default();
     loop {
-        let error = watch.watch_once(&core, &mut head_lost).await;
+        let error = watch.watch_once(&clients.owner.ctx, &mut head_lost).await;
         if let Err(error) = head_lost.wait_or_fail(error).await {
             watch.give_up(&error);
             return;

@@ -58,12 +58,12 @@ async fn map_stored(context: &Arc<WorkerContext>, spec: &TaskSpec, stored: &v1::
 
 /// A stored object's bytes, straight from this node's shared memory.
 async fn map_object(context: &Arc<WorkerContext>, object: RawRef, at: StoredAt) -> Result<Bytes, ArgError> {
-    let core = context.core.clone();
+    let objects = context.core.shared_objects.clone();
     let mapped = context
         .core
         .ctx()
         .runtime
-        .spawn(async move { core.map_object(&object, &at).await })
+        .spawn(async move { objects.map_object(&object, &at).await })
         .await??;
     Ok(Bytes::from_owner(mapped))
 }

@@ -31,6 +31,7 @@ pub(super) async fn hand_over(
             Ok(data.len())
         };
         let stored = core
+            .shared_objects
             .write_object_async(id, data.len(), spec.owner_address.as_str().into(), copy)
             .await;
         let message = |e: crate::Error| format!("the return value could not be stored: {e}");

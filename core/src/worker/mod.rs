@@ -208,7 +208,7 @@ async fn start(
 
 /// Serves the objects this worker owns, on the cluster thread.
 fn serve_objects(core: Arc<CoreWorker>, token: AuthToken, listener: tokio::net::TcpListener) {
-    let owner = OwnerServiceServer::new(OwnerServiceImpl { core })
+    let owner = OwnerServiceServer::new(OwnerServiceImpl::new(core.owner.store.clone()))
         .max_decoding_message_size(MAX_DATA_MESSAGE)
         .max_encoding_message_size(MAX_DATA_MESSAGE);
     tokio::spawn(async move {
