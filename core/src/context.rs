@@ -12,8 +12,8 @@ use raylet_proto::channel::AuthedChannel;
 use raylet_proto::v1::WorkerBinary;
 
 use crate::Result;
-use crate::channels::Channels;
 use crate::links::Links;
+use crate::links::channels::Channels;
 
 pub(crate) struct Context {
     /// Where this process's owner service listens.

@@ -14,18 +14,18 @@ use raylet_proto::{JobId, ObjectId};
 use tokio::sync::mpsc;
 
 use crate::actor::client::ActorClients;
-use crate::borrows::Borrows;
 use crate::context::{Addresses, Context};
 use crate::generator::table::Generators;
 use crate::links::Links;
-use crate::memory_store::{MemoryStore, OwningHook};
-use crate::object_ref::handle::AnyObjectRef;
-use crate::owner::Owner;
-use crate::owner_error::OwnerError;
+use crate::objects::borrows::Borrows;
+use crate::objects::memory_store::{MemoryStore, OwningHook};
+use crate::objects::object_ref::handle::AnyObjectRef;
+use crate::objects::owner::Owner;
+use crate::objects::owner_error::OwnerError;
+use crate::objects::shared_objects::SharedObjects;
+use crate::observability::task_events::{Placement, TaskEvents};
 use crate::placement_group::session::GroupSession;
-use crate::shared_objects::SharedObjects;
 use crate::submitter::SubmitterEvent;
-use crate::task_events::{Placement, TaskEvents};
 use crate::value::{Outcome, outcome_from_proto};
 use crate::{Error, Result};
 
@@ -124,14 +124,20 @@ impl CoreWorker {
             actors: Arc::new(ActorClients::new(owner.clone())),
             placement_groups: GroupSession::default(),
         });
-        runtime.spawn(crate::borrows::send_changes(
+        runtime.spawn(crate::objects::borrows::send_changes(
             ctx.clone(),
             owner.borrows.clone(),
             borrower_changes,
         ));
-        runtime.spawn(crate::shared_objects::delete_freed(shared_objects, freed_objects));
-        runtime.spawn(crate::borrower_watch::watch_borrowers(ctx.clone(), owner.store.clone()));
-        runtime.spawn(crate::task_events::keep_flushing(
+        runtime.spawn(crate::objects::shared_objects::delete_freed(
+            shared_objects,
+            freed_objects,
+        ));
+        runtime.spawn(crate::objects::borrower_watch::watch_borrowers(
+            ctx.clone(),
+            owner.store.clone(),
+        ));
+        runtime.spawn(crate::observability::task_events::keep_flushing(
             ctx,
             owner.task_events.clone(),
             settings.place,

@@ -20,62 +20,40 @@
 //! started again: a hook that runs before `main` turns them into workers.
 
 mod actor;
-mod archived;
-mod borrower_watch;
-mod borrows;
-mod channels;
-mod chrome_trace;
 mod cluster;
-mod config;
 mod context;
 mod core_worker;
-mod embedded;
 pub mod error;
 mod generator;
-mod group_routes;
-mod head_retry;
 mod interner;
 mod job;
-mod kv;
-mod lent_objects;
 mod links;
-mod memory;
-mod memory_store;
-pub mod metrics;
-mod net;
-mod node_watch;
-mod object_ref;
-mod owner;
-mod owner_error;
-mod owner_service;
-mod pending_gate;
+mod objects;
+mod observability;
 mod placement_group;
 mod registry;
-mod resources;
-pub mod session;
-mod shared_objects;
 mod submitter;
-mod task;
 mod task_error;
-mod task_events;
-mod task_info;
-pub mod timeline;
 mod value;
 mod worker;
-mod worker_logs;
 
 pub use actor::{Actor, ActorBuilder, ActorHandle, ActorInfo, ActorOptions, ActorState, list_actors};
-pub use archived::{Archivable, ArchivedRef, Checkable};
-pub use chrome_trace::{ChromeTrace, chrome_trace};
+pub use cluster::config::Config;
+pub use cluster::kv::{KvNamespace, dashboard_entries};
+pub use cluster::session;
 pub use cluster::{Cluster, current, init, init_with};
-pub use config::Config;
 pub use error::{Error, Result};
 pub use generator::{DEFAULT_BACKPRESSURE, ObjectRefStream};
 pub use job::{DEFAULT_STOP_GRACE, Job, JobClient, JobHandle, JobInfo, JobOutput, JobStatus, Submitted};
-pub use kv::{KvNamespace, dashboard_entries};
-pub use memory::{NodeMemory, ObjectHolders, StoredObject, collect_memory};
-pub use net::local_ip_towards;
-pub use object_ref::handle::{AnyObjectRef, ObjectRef};
+pub use links::local_ip::local_ip_towards;
+pub use objects::archived::{Archivable, ArchivedRef, Checkable};
+pub use objects::object_ref::handle::{AnyObjectRef, ObjectRef};
+pub use observability::chrome_trace::{ChromeTrace, chrome_trace};
+pub use observability::memory::{NodeMemory, ObjectHolders, StoredObject, collect_memory};
+pub use observability::metrics;
+pub use observability::task_info::{FunctionSummary, TaskInfo, TaskListing, list_tasks, summarize_tasks};
+pub use observability::timeline;
+pub use observability::worker_logs::{LogSource, WorkerLogText, read_worker_log};
 pub use placement_group::handle::PlacementGroup;
 pub use placement_group::{Bundle, PlacementGroupInfo, PlacementGroupState, list_placement_groups};
 pub use raylet_cluster_status as status;
@@ -91,11 +69,9 @@ pub use raylet_proto::{
     SchedulingStrategy, TaskId, WorkerId,
 };
 pub use rkyv;
-pub use task::{Arg, IntoArg, TaskOptions};
+pub use submitter::task::{Arg, IntoArg, TaskOptions};
 pub use task_error::{TaskError, TaskErrorKind};
-pub use task_info::{FunctionSummary, TaskInfo, TaskListing, list_tasks, summarize_tasks};
 pub use worker::gpu_ids;
-pub use worker_logs::{LogSource, WorkerLogText, read_worker_log};
 
 /// The names of the resources every node has: `CPU`, `GPU`, `memory`,
 /// `object_store_memory` (custom resources are any other name).

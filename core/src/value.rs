@@ -13,7 +13,7 @@ use raylet_proto::v1;
 use serde::Serialize;
 
 use crate::interner::Interner;
-use crate::object_ref::handle::{AnyObjectRef, RawRef};
+use crate::objects::object_ref::handle::{AnyObjectRef, RawRef};
 use crate::task_error::TaskError;
 use crate::{Error, Result};
 

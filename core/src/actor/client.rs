@@ -28,16 +28,16 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::watch::ActorWatch;
 use crate::context::Context;
-use crate::head_retry::retrying;
-use crate::lent_objects::lend_contained;
 use crate::links::TaskOutlet;
-use crate::object_ref::handle::AnyObjectRef;
-use crate::owner::Owner;
-use crate::pending_gate::PendingPermit;
+use crate::links::head_retry::retrying;
+use crate::objects::lent_objects::lend_contained;
+use crate::objects::object_ref::handle::AnyObjectRef;
+use crate::objects::owner::Owner;
+use crate::observability::task_events::{Ending, Placement, TaskIdentity};
+use crate::submitter::pending_gate::PendingPermit;
+use crate::submitter::task::Arg;
 use crate::submitter::{complete_values, print_log_lines, resolve_arg};
-use crate::task::Arg;
 use crate::task_error::{TaskError, TaskErrorKind};
-use crate::task_events::{Ending, Placement, TaskIdentity};
 use crate::{Error, Result};
 
 /// One call of an actor method, as its caller made it.
@@ -367,7 +367,7 @@ impl ActorClient {
             actor_creation: None,
             method: call.method.to_string(),
             job_id: self.owner.task_events.job().as_bytes().to_vec(),
-            timeline: crate::timeline::is_on(),
+            timeline: crate::observability::timeline::is_on(),
             lent: lend_contained(&self.owner, &call.args),
             num_returns: call.num_returns,
             generator: None,

@@ -9,9 +9,9 @@ use raylet_proto::{ActorId, ResourceSet, SchedulingStrategy, TaskId};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 use crate::generator::{Caller, ObjectRefStream};
-use crate::object_ref::handle::{AnyObjectRef, RawRef};
-use crate::resources::Resources;
-use crate::task::{Arg, SchedulingOptions};
+use crate::objects::object_ref::handle::{AnyObjectRef, RawRef};
+use crate::submitter::resources::Resources;
+use crate::submitter::task::{Arg, SchedulingOptions};
 use crate::task_error::{TaskError, TaskErrorKind};
 use crate::{Cluster, ObjectRef, PlacementGroup, Result};
 

@@ -24,11 +24,11 @@ pub use handle::{Actor, ActorBuilder, ActorHandle, ActorOptions};
 pub use info::{ActorInfo, ActorState};
 
 use crate::context::Context;
-use crate::head_retry::retrying;
-use crate::object_ref::handle::AnyObjectRef;
-use crate::owner::Owner;
+use crate::links::head_retry::retrying;
+use crate::objects::object_ref::handle::AnyObjectRef;
+use crate::objects::owner::Owner;
+use crate::submitter::task::Arg;
 use crate::submitter::{pinned_by, resolve_arg};
-use crate::task::Arg;
 use crate::task_error::TaskError;
 use crate::{Cluster, Error, Result};
 

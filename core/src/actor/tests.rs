@@ -8,7 +8,7 @@ use raylet_proto::{ActorId, NodeId, TaskId};
 
 use super::client::ActorCall;
 use crate::links::virtual_cluster::{VirtualCluster, number, value};
-use crate::pending_gate::PendingGate;
+use crate::submitter::pending_gate::PendingGate;
 use crate::task_error::TaskErrorKind;
 use crate::value::Outcome;
 

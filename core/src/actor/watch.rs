@@ -16,8 +16,8 @@ use tokio::sync::mpsc;
 use super::client::{ActorClient, ActorClients};
 use crate::Error;
 use crate::context::Context;
-use crate::head_retry::HeadLost;
 use crate::links::Incoming;
+use crate::links::head_retry::HeadLost;
 
 /// The actors this process follows, and the stream that follows them.
 #[derive(Default)]

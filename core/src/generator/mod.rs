@@ -15,7 +15,7 @@ use raylet_proto::TaskId;
 
 use self::table::{GeneratorState, Next};
 use crate::core_worker::CoreWorker;
-use crate::object_ref::handle::AnyObjectRef;
+use crate::objects::object_ref::handle::AnyObjectRef;
 use crate::submitter::SubmitterEvent;
 use crate::value::Outcome;
 use crate::{Error, ObjectRef, Result};

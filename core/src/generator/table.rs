@@ -8,9 +8,9 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use raylet_proto::v1::{CancelTask, GeneratorAck, GeneratorCall, GeneratorItem, ObjectOutcome, TaskBatch};
 use raylet_proto::{IdMap, ObjectId, TaskId};
 
-use crate::memory_store::MemoryStore;
-use crate::object_ref::handle::{AnyObjectRef, RawRef};
-use crate::task_events::TaskEvents;
+use crate::objects::memory_store::MemoryStore;
+use crate::objects::object_ref::handle::{AnyObjectRef, RawRef};
+use crate::observability::task_events::TaskEvents;
 use crate::value::{Body, EncodedValue, Outcome};
 
 /// Items a generator may send ahead of its caller unless the call says

@@ -20,7 +20,7 @@ use raylet_proto::v1::{
 
 use super::{Job, JobInfo};
 use crate::Result;
-use crate::head_retry::HeadLost;
+use crate::links::head_retry::HeadLost;
 
 /// How long the head may take to answer a connection.
 const HEAD_PATIENCE: Duration = Duration::from_secs(5);

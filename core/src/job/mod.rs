@@ -18,7 +18,7 @@ use serde::Serialize;
 pub use client::{JobClient, JobOutput, Submitted};
 
 use crate::core_worker::CoreWorker;
-use crate::resources::Resources;
+use crate::submitter::resources::Resources;
 use crate::{Cluster, Error, Result};
 
 /// How long a driver has to exit after SIGTERM before SIGKILL, by default.

@@ -18,7 +18,7 @@ use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::{HeadLink, Incoming, Links, NodeDeath, NodeManagerLink, Reply, TaskOutlet, WorkerLink};
-use crate::channels::Channels;
+use crate::links::channels::Channels;
 
 /// A leased worker listens already when its lease is granted.
 const WORKER_CONNECT_PATIENCE: Duration = Duration::from_secs(2);

@@ -4,6 +4,11 @@
 //! unit tests put the in-process virtual cluster of `virtual_cluster.rs` in
 //! its place, so that leasing, retries, lineage and actor restarts run
 //! without processes or sockets.
+//!
+//! Beside them, what reaching another process takes: `channels.rs` (one
+//! authenticated gRPC channel per address), `head_retry.rs` (calls to the
+//! head that wait out its restart) and `local_ip.rs` (the local address a
+//! peer reaches this process on).
 
 use std::sync::Arc;
 
@@ -20,7 +25,10 @@ pub(crate) use self::grpc::grpc_links;
 
 use crate::Result;
 
+pub(crate) mod channels;
 mod grpc;
+pub(crate) mod head_retry;
+pub(crate) mod local_ip;
 #[cfg(test)]
 pub(crate) mod virtual_cluster;
 

@@ -23,8 +23,8 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::{HeadLink, Incoming, Links, NodeDeath, NodeManagerLink, Reply, TaskOutlet, WorkerLink};
 use crate::core_worker::{CoreSettings, CoreWorker};
+use crate::observability::task_events::Placement;
 use crate::submitter::{Submitter, SubmitterEvent};
-use crate::task_events::Placement;
 use crate::value::{Body, EncodedValue, Format, Outcome, StoredAt, outcome_to_proto};
 
 /// The node manager of the process under test.

@@ -22,7 +22,7 @@ use serde::Serialize;
 use tokio::sync::watch;
 
 use crate::placement_group::session::wait_for_group;
-use crate::resources::Resources;
+use crate::submitter::resources::Resources;
 use crate::{Cluster, Error, Result};
 
 use self::handle::Creation;

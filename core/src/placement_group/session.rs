@@ -19,7 +19,7 @@ use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::context::Context;
-use crate::head_retry::retrying;
+use crate::links::head_retry::retrying;
 use crate::{Error, Result};
 
 type Answer = raylet_proto::Result<PlacementGroupRecord>;

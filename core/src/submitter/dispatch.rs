@@ -24,10 +24,10 @@ use super::pipelining::RunTimes;
 use super::queued_task::QueuedTask;
 use super::worker_stream::connect_worker;
 use super::{LeasedWorker, PendingRequest, SchedulingClass, Submitter};
-use crate::group_routes::{GroupRoute, RouteTarget};
-use crate::owner::Owner;
+use crate::objects::owner::Owner;
+use crate::observability::task_events::Placement;
+use crate::submitter::group_routes::{GroupRoute, RouteTarget};
 use crate::task_error::TaskErrorKind;
-use crate::task_events::Placement;
 
 /// Lease requests outstanding per scheduling class.
 const MAX_PENDING_LEASES: usize = 10;

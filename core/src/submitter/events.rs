@@ -12,8 +12,8 @@ use tokio::sync::{mpsc, oneshot};
 
 use super::queued_task::QueuedTask;
 use super::{NotRebuilt, Submission, Submitter};
-use crate::group_routes::GroupRoute;
 use crate::links::NodeDeath;
+use crate::submitter::group_routes::GroupRoute;
 use crate::value::Outcome;
 
 /// What the submitter reacts to.

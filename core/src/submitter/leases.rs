@@ -18,7 +18,7 @@ use tokio::time::Instant;
 
 use super::events::SubmitterEvent;
 use super::{LeaseSession, Submitter};
-use crate::owner::Owner;
+use crate::objects::owner::Owner;
 use crate::task_error::TaskErrorKind;
 
 /// A leased worker with nothing to do is given back after this long.
@@ -29,7 +29,7 @@ impl Submitter {
     pub(super) fn session(&mut self, node: &Arc<str>) -> SessionSender<'_> {
         if !self.watching_nodes {
             self.watching_nodes = true;
-            crate::node_watch::spawn(self.owner.ctx.links.head.clone(), self.events.clone());
+            crate::submitter::node_watch::spawn(self.owner.ctx.links.head.clone(), self.events.clone());
         }
         if !self.sessions.contains_key(node) {
             let id = self.next_session;

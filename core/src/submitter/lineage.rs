@@ -60,8 +60,8 @@ mod tests {
 
     use super::{Lineage, TaskObject};
     use crate::submitter::queued_task::QueuedTask;
+    use crate::submitter::task::TaskOptions;
     use crate::submitter::tests::harness::queued;
-    use crate::task::TaskOptions;
 
     fn task() -> QueuedTask {
         queued(TaskOptions::new("tests::work").num_returns(3))

@@ -21,6 +21,13 @@
 //!   objects again, and that run;
 //! - `cancellation.rs`: a queued task dropped, a running one stopped.
 //!
+//! What it works with, beside it: `task.rs` (a call's options and
+//! arguments, as the user makes them) and `resources.rs` (the resources a
+//! call asks for), `pending_gate.rs` (the bound on pending tasks that
+//! holds back submission), `group_routes.rs` (where the lease requests of
+//! work in a placement group go) and `node_watch.rs` (node deaths, from the
+//! head).
+//!
 //! Node managers and workers are reached through `crate::links`, which unit
 //! tests replace with a virtual cluster (`tests/`).
 
@@ -39,21 +46,26 @@ use self::queued_task::QueuedTask;
 pub(crate) use self::queued_task::{QueuedOptions, TaskTemplate, TemplateCache};
 pub(crate) use self::submission::{pinned_by, resolve_arg};
 pub(crate) use self::worker_stream::{complete_values, print_log_lines};
-use crate::group_routes::GroupRoutes;
-use crate::owner::Owner;
-use crate::pending_gate::PendingPermit;
-use crate::task::Arg;
+use crate::objects::owner::Owner;
+use crate::submitter::group_routes::GroupRoutes;
+use crate::submitter::pending_gate::PendingPermit;
+use crate::submitter::task::Arg;
 
 mod cancellation;
 mod dispatch;
 mod events;
+pub(crate) mod group_routes;
 mod leases;
 mod lineage;
+mod node_watch;
+pub(crate) mod pending_gate;
 mod pipelining;
 mod queued_task;
 mod reconstruction;
+pub(crate) mod resources;
 mod retries;
 mod submission;
+pub(crate) mod task;
 mod worker_deaths;
 mod worker_stream;
 

@@ -67,8 +67,8 @@ mod tests {
 
     use super::{PIPELINE_BUDGET, PIPELINE_DEPTH, RunTimes};
     use crate::submitter::queued_task::QueuedTask;
+    use crate::submitter::task::TaskOptions;
     use crate::submitter::tests::harness::queued;
-    use crate::task::TaskOptions;
 
     fn task(function: &'static str) -> QueuedTask {
         queued(TaskOptions::new(function))

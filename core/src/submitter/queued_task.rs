@@ -11,11 +11,11 @@ use raylet_proto::{JobId, ObjectId, TaskId};
 
 use super::SchedulingClass;
 use crate::interner::Interner;
-use crate::object_ref::handle::AnyObjectRef;
-use crate::owner::Owner;
-use crate::pending_gate::PendingPermit;
-use crate::task::TaskOptions;
-use crate::task_events::TaskIdentity;
+use crate::objects::object_ref::handle::AnyObjectRef;
+use crate::objects::owner::Owner;
+use crate::observability::task_events::TaskIdentity;
+use crate::submitter::pending_gate::PendingPermit;
+use crate::submitter::task::TaskOptions;
 
 /// What the tasks of one function and options share.
 #[derive(Clone, PartialEq, Eq, Hash)]
@@ -94,7 +94,7 @@ impl QueuedTask {
             task_id,
             attempt: 0,
             job,
-            timeline: crate::timeline::is_on(),
+            timeline: crate::observability::timeline::is_on(),
             near: holder_of_most_bytes(&inputs.args),
             template,
             inputs: (!empty).then(|| Box::new(inputs)),

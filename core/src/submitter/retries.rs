@@ -16,9 +16,9 @@ use super::events::{SubmitterEvent, TaskFinished};
 use super::queued_task::QueuedTask;
 use super::worker_stream::print_log_lines;
 use super::{SchedulingClass, Submitter};
-use crate::owner::Owner;
+use crate::objects::owner::Owner;
+use crate::observability::task_events::Ending;
 use crate::task_error::{TaskError, TaskErrorKind};
-use crate::task_events::Ending;
 use crate::value::Outcome;
 
 /// The first pause before a task whose worker ran out of memory runs again.
@@ -173,8 +173,8 @@ mod tests {
 
     use super::{AfterFailure, MAX_OOM_RETRY_BACKOFF, OOM_RETRY_BACKOFF, after_worker_exit, runs_again_after};
     use crate::submitter::queued_task::QueuedTask;
+    use crate::submitter::task::TaskOptions;
     use crate::submitter::tests::harness::queued;
-    use crate::task::TaskOptions;
     use crate::task_error::{TaskError, TaskErrorKind};
 
     /// A task with `options`, at attempt `attempt`.

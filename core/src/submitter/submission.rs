@@ -9,12 +9,12 @@ use raylet_proto::v1::{self, TaskArg, TaskKind, task_arg};
 use super::events::SubmitterEvent;
 use super::queued_task::{QueuedTask, TaskInputs};
 use super::{Submission, Submitter};
-use crate::lent_objects::lend_contained;
-use crate::object_ref::handle::AnyObjectRef;
-use crate::owner::Owner;
-use crate::task::Arg;
+use crate::objects::lent_objects::lend_contained;
+use crate::objects::object_ref::handle::AnyObjectRef;
+use crate::objects::owner::Owner;
+use crate::observability::task_events::{Ending, TaskIdentity};
+use crate::submitter::task::Arg;
 use crate::task_error::{TaskError, TaskErrorKind};
-use crate::task_events::{Ending, TaskIdentity};
 use crate::value::{Body, EncodedValue};
 
 /// A submission's arguments as far as they resolve: those ready, the owned

@@ -12,8 +12,8 @@ use raylet_proto::{NodeId, ObjectId, TaskId, WorkerId};
 use tokio::sync::mpsc;
 
 use super::events::{SubmitterEvent, TaskFinished};
-use crate::owner::Owner;
-use crate::task_events::Ending;
+use crate::objects::owner::Owner;
+use crate::observability::task_events::Ending;
 use crate::value::Outcome;
 
 /// Opens the task stream to a leased worker, on a connection of its own: a
@@ -88,7 +88,7 @@ pub(crate) fn complete_values(owner: &Owner, results: Vec<v1::TaskResult>) -> Ve
             };
             owner.task_events.ended(task_id, result.attempt, ending);
             owner.task_events.spans(result.spans);
-            crate::metrics::absorb(result.metrics);
+            crate::observability::metrics::absorb(result.metrics);
             Some(TaskFinished {
                 task_id,
                 outcome,

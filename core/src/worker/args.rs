@@ -9,7 +9,7 @@ use raylet_proto::ObjectId;
 use raylet_proto::v1::{self, TaskSpec, task_arg};
 
 use super::WorkerContext;
-use crate::object_ref::handle::{AnyObjectRef, RawRef};
+use crate::objects::object_ref::handle::{AnyObjectRef, RawRef};
 use crate::task_error::{TaskError, TaskErrorKind};
 use crate::value::{Body, Format, StoredAt};
 

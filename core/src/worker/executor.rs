@@ -14,11 +14,11 @@ use super::actor_host::{ActorHost, QueuedCall, not_hosted};
 use super::hand_over::{hand_over, panic_error};
 use super::{WorkerContext, generator, logs};
 use crate::actor::instance::{MethodCall, lookup_class};
-use crate::lent_objects;
+use crate::objects::lent_objects;
+use crate::observability::timeline;
+use crate::observability::timeline::unix_micros;
 use crate::registry::{self, Invoke, Returned, TaskOutcome};
 use crate::task_error::{TaskError, TaskErrorKind};
-use crate::timeline;
-use crate::timeline::unix_micros;
 use crate::value::{EncodedValue, outcome_to_proto};
 
 /// Where a task's result and output go: the stream of the owner that pushed it.
@@ -100,7 +100,7 @@ pub(crate) async fn run_task(
         start_unix_micros,
         spans,
         attempt: spec.attempt,
-        metrics: crate::metrics::take_updates(),
+        metrics: crate::observability::metrics::take_updates(),
         more_returns,
     }
 }

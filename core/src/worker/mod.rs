@@ -34,9 +34,9 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::cluster::Cluster;
 use crate::core_worker::{CoreSettings, CoreWorker};
-use crate::owner_service::OwnerServiceImpl;
+use crate::objects::owner_service::OwnerServiceImpl;
+use crate::observability::task_events::Placement;
 use crate::submitter::Submitter;
-use crate::task_events::Placement;
 use crate::{Error, Result};
 
 /// The node manager that started this worker is listening already; if it
@@ -180,7 +180,7 @@ async fn start(
         },
         links: None,
     };
-    crate::timeline::set_node(node_id);
+    crate::observability::timeline::set_node(node_id);
     let core = CoreWorker::start(settings, submitter, runtime);
     Submitter::spawn(core.owner.clone(), core.submitter.clone(), submissions);
     serve_objects(core.clone(), token.clone(), owner_listener);

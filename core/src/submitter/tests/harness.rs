@@ -9,10 +9,10 @@ use raylet_proto::{JobId, ObjectId, TaskId};
 use tokio::sync::oneshot;
 
 use crate::links::virtual_cluster::VirtualCluster;
-use crate::pending_gate::PendingGate;
+use crate::submitter::pending_gate::PendingGate;
 use crate::submitter::queued_task::{QueuedTask, TaskInputs};
+use crate::submitter::task::TaskOptions;
 use crate::submitter::{NotRebuilt, QueuedOptions, SchedulingClass, Submission, SubmitterEvent, TaskTemplate};
-use crate::task::TaskOptions;
 
 pub(super) struct SubmitterTest {
     cluster: VirtualCluster,

@@ -17,7 +17,7 @@ use raylet_proto::v1::{LeaseSpillback, TaskSpec};
 
 use self::harness::{SubmitterTest, lease_request_ids};
 use crate::links::virtual_cluster::{LOCAL_NODE, Leased};
-use crate::task::TaskOptions;
+use crate::submitter::task::TaskOptions;
 use crate::task_error::TaskError;
 use crate::value::Outcome;
 

@@ -9,8 +9,8 @@ use prost::Message;
 use raylet_proto::ObjectId;
 use raylet_proto::v1::LentObject;
 
-use crate::owner::Owner;
-use crate::task::Arg;
+use crate::objects::owner::Owner;
+use crate::submitter::task::Arg;
 use crate::value::{Body, Outcome, outcome_from_proto, outcome_to_proto};
 
 /// Encoded bytes lent with one task at most; the objects past it are

@@ -17,11 +17,11 @@ use raylet_proto::v1::{AddCopiesRequest, DeleteObjectsRequest, ObjectCopy};
 use serde::de::DeserializeOwned;
 use tokio::sync::{OnceCell, mpsc, oneshot};
 
-use crate::archived::{ArchivedRef, Checkable};
 use crate::context::Context;
-use crate::memory_store::FreedObject;
-use crate::object_ref::handle::RawRef;
-use crate::owner::Owner;
+use crate::objects::archived::{ArchivedRef, Checkable};
+use crate::objects::memory_store::FreedObject;
+use crate::objects::object_ref::handle::RawRef;
+use crate::objects::owner::Owner;
 use crate::submitter::{NotRebuilt, SubmitterEvent};
 use crate::value::{Body, Expected, Format, Outcome, StoredAt};
 use crate::{Error, Result};

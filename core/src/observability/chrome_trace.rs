@@ -11,7 +11,7 @@ use serde::Serialize;
 use serde_json::{Value, json};
 
 use crate::Result;
-use crate::task_info::{TaskInfo, list_spans, list_tasks};
+use crate::observability::task_info::{TaskInfo, list_spans, list_tasks};
 
 /// A Chrome trace: its events and what went into them.
 #[derive(Debug, Serialize)]

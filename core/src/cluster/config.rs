@@ -8,7 +8,7 @@ use raylet_node::{GpuDetector, MemoryMonitorConfig, NvmlDetector};
 use raylet_proto::tls::TlsFiles;
 use raylet_proto::{JobId, ResourceSet};
 
-use crate::session::DEFAULT_TEMP_DIR;
+use crate::cluster::session::DEFAULT_TEMP_DIR;
 
 /// Settings for [`crate::init_with`]. `Config::from_env()` reads
 /// `RAYLET_ADDRESS`, `RAYLET_TOKEN`, `RAYLET_NODE_MANAGER` and
@@ -59,7 +59,7 @@ impl Default for Config {
             job_id: None,
             timeline: false,
             task_events: true,
-            max_pending_tasks: crate::pending_gate::DEFAULT_MAX_PENDING_TASKS,
+            max_pending_tasks: crate::submitter::pending_gate::DEFAULT_MAX_PENDING_TASKS,
             tls: None,
             gpu_detector: Arc::new(NvmlDetector::new()),
         }

@@ -10,7 +10,7 @@ use raylet_proto::v1::DescribeObjectsRequest;
 use raylet_proto::v1::owner_service_client::OwnerServiceClient;
 
 use crate::context::Context;
-use crate::memory_store::MemoryStore;
+use crate::objects::memory_store::MemoryStore;
 
 /// How often each borrower is asked whether it is alive.
 const CHECK_EVERY: Duration = Duration::from_secs(2);

@@ -8,13 +8,13 @@ use std::sync::{Arc, Weak};
 
 use raylet_proto::{ObjectId, v1};
 
-use crate::borrows::Borrows;
 use crate::context::Context;
 use crate::generator::table::Generators;
-use crate::memory_store::MemoryStore;
-use crate::object_ref::handle::{AnyObjectRef, HandleCounter, RawRef};
+use crate::objects::borrows::Borrows;
+use crate::objects::memory_store::MemoryStore;
+use crate::objects::object_ref::handle::{AnyObjectRef, HandleCounter, RawRef};
+use crate::observability::task_events::TaskEvents;
 use crate::task_error::TaskError;
-use crate::task_events::TaskEvents;
 use crate::value::{Outcome, outcome_from_proto};
 
 pub(crate) struct Owner {

@@ -13,7 +13,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 
-use crate::config::Config;
+use crate::cluster::config::Config;
 use crate::{Error, Result};
 
 /// The running head and node manager, and how to stop them.

@@ -1,5 +1,16 @@
 //! `Cluster`: the handle a program uses to submit tasks and put, get, wait
 //! for and cancel objects; `init` makes one, embedded or joined.
+//!
+//! Beside it: `config.rs` (how `init` starts or joins a cluster),
+//! `embedded.rs` (the head and node an embedded cluster runs in this
+//! process), `session.rs` (the session directory that `raylet start`
+//! writes and a joining driver reads) and `kv.rs` (the cluster's key-value
+//! store, as `Cluster` methods).
+
+pub(crate) mod config;
+mod embedded;
+pub(crate) mod kv;
+pub mod session;
 
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex, RwLock};
@@ -15,22 +26,22 @@ use serde::Serialize;
 use serde::de::DeserializeOwned;
 use tokio::sync::{mpsc, oneshot};
 
-use crate::archived::{Archivable, ArchivedRef, Checkable};
-use crate::config::Config;
+use crate::cluster::config::Config;
+use crate::cluster::embedded::Embedded;
+use crate::cluster::session::TempRoot;
 use crate::core_worker::{CoreSettings, CoreWorker};
-use crate::embedded::Embedded;
 use crate::generator::{Caller, ObjectRefStream};
-use crate::memory::NodeMemory;
-use crate::object_ref::handle::{AnyObjectRef, ObjectRef, RawRef};
-use crate::owner_service::OwnerServiceImpl;
-use crate::pending_gate::{DEFAULT_MAX_PENDING_TASKS, PendingGate, PendingPermit};
-use crate::session::TempRoot;
-use crate::shared_objects::store_error;
+use crate::objects::archived::{Archivable, ArchivedRef, Checkable};
+use crate::objects::object_ref::handle::{AnyObjectRef, ObjectRef, RawRef};
+use crate::objects::owner_service::OwnerServiceImpl;
+use crate::objects::shared_objects::store_error;
+use crate::observability::memory::NodeMemory;
+use crate::observability::task_events::Placement;
+use crate::submitter::pending_gate::{DEFAULT_MAX_PENDING_TASKS, PendingGate, PendingPermit};
+use crate::submitter::task::{Arg, TaskOptions};
 use crate::submitter::{
     QueuedOptions, SchedulingClass, Submission, Submitter, SubmitterEvent, TaskTemplate, TemplateCache,
 };
-use crate::task::{Arg, TaskOptions};
-use crate::task_events::Placement;
 use crate::value::{Body, EncodedValue, Format, collecting_refs};
 use crate::{Error, Result};
 
@@ -63,7 +74,7 @@ pub fn current() -> Result<Cluster> {
 }
 
 pub(crate) fn set_current(cluster: Cluster) {
-    crate::timeline::set_job(cluster.job_id());
+    crate::observability::timeline::set_job(cluster.job_id());
     *CURRENT.write().unwrap_or_else(|p| p.into_inner()) = Some(cluster);
 }
 
@@ -409,7 +420,7 @@ impl Cluster {
         let head = self.core().ctx().head_address.clone();
         let core = self.core().clone();
         core.clone()
-            .block_on(async move { crate::memory::collect_memory(&head, &core.ctx().token).await })
+            .block_on(async move { crate::observability::memory::collect_memory(&head, &core.ctx().token).await })
     }
 
     /// Ends this program's use of the cluster: its workers are killed, and an
@@ -520,7 +531,7 @@ async fn start_driver(config: Config, runtime: tokio::runtime::Handle) -> Result
                 Some(node_manager) => node_manager.clone(),
                 None => pick_node_manager(address, &token).await?,
             };
-            let ip = crate::net::local_ip_towards(address)?;
+            let ip = crate::links::local_ip::local_ip_towards(address)?;
             (None, address.clone(), node_manager, token, ip)
         }
     };
@@ -554,7 +565,7 @@ async fn start_driver(config: Config, runtime: tokio::runtime::Handle) -> Result
         },
         links: None,
     };
-    crate::timeline::set_on(config.timeline);
+    crate::observability::timeline::set_on(config.timeline);
     let core = CoreWorker::start(settings, submitter, runtime);
     Submitter::spawn(core.owner.clone(), core.submitter.clone(), submissions);
     let (stop_owner_service, stopped) = oneshot::channel::<()>();
@@ -602,7 +613,7 @@ fn resolve_token(config: &Config) -> Result<AuthToken> {
 /// The node manager on this machine, else the head's, else any alive one.
 async fn pick_node_manager(head: &str, token: &AuthToken) -> Result<String> {
     let status = ClusterStatus::fetch(head, token, Duration::from_secs(10)).await?;
-    let local_ip = crate::net::local_ip_towards(head)?.to_string();
+    let local_ip = crate::links::local_ip::local_ip_towards(head)?.to_string();
     let alive: Vec<_> = status.alive().collect();
     let same_host = alive
         .iter()

@@ -10,7 +10,7 @@ use std::time::Instant;
 use raylet_proto::{IdMap, ObjectId};
 use tokio::sync::{Notify, mpsc};
 
-use crate::object_ref::handle::{AnyObjectRef, HandleCounter, RawRef};
+use crate::objects::object_ref::handle::{AnyObjectRef, HandleCounter, RawRef};
 use crate::value::{Body, Outcome, StoredAt};
 use crate::{Error, Result};
 

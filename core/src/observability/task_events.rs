@@ -14,7 +14,7 @@ use raylet_proto::v1::{ReportTaskEventsRequest, Span, TaskEvent, TaskKind, TaskS
 use raylet_proto::{ActorId, JobId, NodeId, TaskId, WorkerId};
 
 use crate::context::Context;
-use crate::timeline::unix_micros;
+use crate::observability::timeline::unix_micros;
 
 /// How often buffered events go to the head.
 const FLUSH_PERIOD: Duration = Duration::from_secs(1);
@@ -117,9 +117,9 @@ impl TaskEvents {
     pub(crate) fn adopt(&self, job: &[u8], timeline: bool) {
         if let Ok(job) = JobId::from_wire(job) {
             *self.job.lock().unwrap_or_else(|p| p.into_inner()) = job;
-            crate::timeline::set_job(job);
+            crate::observability::timeline::set_job(job);
         }
-        crate::timeline::set_on(timeline);
+        crate::observability::timeline::set_on(timeline);
     }
 
     fn push(&self, event: TaskEvent) {
@@ -232,7 +232,7 @@ impl TaskEvents {
     }
 
     fn take(&self) -> Option<ReportTaskEventsRequest> {
-        let metrics = crate::metrics::take_updates();
+        let metrics = crate::observability::metrics::take_updates();
         let mut buffer = self.buffer();
         let yielded = std::mem::take(&mut buffer.yielded);
         buffer

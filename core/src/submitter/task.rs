@@ -7,7 +7,7 @@ use raylet_proto::{LabelSelector, ResourceSet, Scheduling, SchedulingStrategy};
 use serde::Serialize;
 
 use crate::placement_group::handle::PlacementGroup;
-use crate::resources::Resources;
+use crate::submitter::resources::Resources;
 use crate::{ObjectRef, Result};
 
 /// Options of one remote call. `#[raylet::remote(..)]` sets the defaults and

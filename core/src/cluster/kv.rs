@@ -12,7 +12,7 @@ use raylet_proto::auth::AuthToken;
 use serde::Serialize;
 
 use crate::core_worker::CoreWorker;
-use crate::head_retry::retrying;
+use crate::links::head_retry::retrying;
 use crate::{Cluster, Error, Result};
 
 /// The head's key-value namespace of what programs publish for the dashboard.

@@ -9,7 +9,7 @@ use serde::de::DeserializeOwned;
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 pub use self::handle::{AnyObjectRef, ObjectRef, RawRef};
-use crate::archived::{ArchivedRef, Checkable};
+use crate::objects::archived::{ArchivedRef, Checkable};
 use crate::{Result, current};
 
 pub(crate) mod handle;

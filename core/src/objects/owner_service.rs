@@ -13,8 +13,8 @@ use raylet_proto::v1::{
 use tonic::{Request, Response, Status};
 
 use crate::Error;
-use crate::memory_store::MemoryStore;
-use crate::owner_error::OwnerError;
+use crate::objects::memory_store::MemoryStore;
+use crate::objects::owner_error::OwnerError;
 use crate::value::outcome_to_proto;
 
 /// The longest a single `GetObject` call waits.

@@ -8,7 +8,7 @@
 //! [`Borrows::settled`] first.
 //!
 //! A task may arrive with the finished values of objects that references
-//! in its arguments name, lent by its caller (see [`crate::lent_objects`]):
+//! in its arguments name, lent by its caller (see [`crate::objects::lent_objects`]):
 //! they are kept while the task runs, and with each reference taken
 //! meanwhile for as long as this process holds it, so its gets need not
 //! ask the owner.
@@ -23,7 +23,7 @@ use tokio::sync::{mpsc, watch};
 use tokio::task::JoinSet;
 
 use crate::context::Context;
-use crate::object_ref::handle::{HandleCounter, RawRef};
+use crate::objects::object_ref::handle::{HandleCounter, RawRef};
 use crate::value::Outcome;
 
 /// One change of a borrower's count at an owner.
