@@ -86,7 +86,9 @@ pub struct ClusterTls {
     client: Arc<ClientConfig>,
 }
 
-static PROCESS_TLS: OnceLock<std::result::Result<Option<Arc<ClusterTls>>, String>> = OnceLock::new();
+/// What loading this process's TLS gave: its material, none, or why the
+/// files were refused (an invalid argument, kept to answer every caller).
+static PROCESS_TLS: OnceLock<Result<Option<Arc<ClusterTls>>>> = OnceLock::new();
 
 /// Sets this process's TLS (none for plaintext) before any connection is
 /// made. Setting it again to the same files is harmless; to other files, an
@@ -95,7 +97,7 @@ pub fn configure(files: Option<TlsFiles>) -> Result<()> {
     let wanted = files.clone();
     let loaded = PROCESS_TLS.get_or_init(|| load(files));
     match loaded {
-        Err(message) => Err(Error::InvalidArgument(message.clone())),
+        Err(error) => Err(error.clone()),
         Ok(current) if current.as_ref().map(|tls| &tls.files) == wanted.as_ref() => Ok(()),
         Ok(_) => Err(Error::InvalidArgument(
             "this process's TLS settings were already fixed by an earlier connection or by RAYLET_TLS_*".into(),
@@ -106,8 +108,8 @@ pub fn configure(files: Option<TlsFiles>) -> Result<()> {
 /// This process's TLS: what [`configure`] set, else what `RAYLET_TLS_*`
 /// name, else none.
 pub fn current() -> Result<Option<Arc<ClusterTls>>> {
-    let loaded = PROCESS_TLS.get_or_init(|| TlsFiles::from_env().map_err(|e| e.to_string()).and_then(load));
-    loaded.clone().map_err(Error::InvalidArgument)
+    let loaded = PROCESS_TLS.get_or_init(|| TlsFiles::from_env().and_then(load));
+    loaded.clone()
 }
 
 /// The variables that give a child process (a worker, a job's driver) this
@@ -119,10 +121,8 @@ pub fn child_env() -> Vec<(&'static str, PathBuf)> {
     }
 }
 
-fn load(files: Option<TlsFiles>) -> std::result::Result<Option<Arc<ClusterTls>>, String> {
-    files
-        .map(|files| ClusterTls::load(files).map(Arc::new).map_err(|e| e.to_string()))
-        .transpose()
+fn load(files: Option<TlsFiles>) -> Result<Option<Arc<ClusterTls>>> {
+    files.map(|files| ClusterTls::load(files).map(Arc::new)).transpose()
 }
 
 impl ClusterTls {
