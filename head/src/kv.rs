@@ -21,10 +21,10 @@ use raylet_proto::v1::{
     KvDeleteReply, KvDeleteRequest, KvEntry, KvGetReply, KvGetRequest, KvKeysReply, KvKeysRequest, KvPutReply,
     KvPutRequest,
 };
-use raylet_proto::{Error, Result};
-use tonic::{Request, Response, Status};
+use tonic::{Code, Request, Response, Status};
 
-use super::state_store::{Committed, StateStore, Table};
+use super::state_store::{Committed, StateError, StateStore, Table};
+use crate::wire::{Coded, on_the_wire};
 
 /// The longest key, in bytes.
 const MAX_KEY_BYTES: usize = 4096;
@@ -32,6 +32,38 @@ const MAX_KEY_BYTES: usize = 4096;
 const MAX_VALUE_BYTES: usize = 16 << 20;
 /// The largest request the service decodes: a largest key and value.
 pub(crate) const MAX_REQUEST_BYTES: usize = MAX_VALUE_BYTES + MAX_KEY_BYTES + 4096;
+
+/// What the key-value service answers a refused or failed call with.
+#[derive(Debug, thiserror::Error)]
+pub enum KvError {
+    #[error("a namespace cannot hold a zero byte")]
+    ZeroInNamespace,
+    #[error("a key is 1 to {MAX_KEY_BYTES} bytes long, not {len}")]
+    KeyLength { len: usize },
+    #[error("the value is {len} bytes; the key-value store takes at most {MAX_VALUE_BYTES}")]
+    ValueTooLarge { len: usize },
+    /// The change could not be written to the head's state.
+    #[error(transparent)]
+    State(#[from] StateError),
+    /// The task that waited for the change's commit ended abruptly.
+    #[error("settling a key-value change: {0}")]
+    Settling(#[from] tokio::task::JoinError),
+}
+
+impl Coded for KvError {
+    fn code(&self) -> Code {
+        match self {
+            KvError::ZeroInNamespace | KvError::KeyLength { .. } | KvError::ValueTooLarge { .. } => {
+                Code::InvalidArgument
+            }
+            KvError::State(_) | KvError::Settling(_) => Code::Internal,
+        }
+    }
+}
+
+on_the_wire!(KvError);
+
+type Result<T, E = KvError> = std::result::Result<T, E>;
 
 /// A namespace and a key.
 type Slot = (String, Vec<u8>);
@@ -66,11 +98,10 @@ pub struct KvTable {
 
 impl KvTable {
     /// The entries `store` holds; changes from here on are written to it.
-    pub fn recover(store: StateStore) -> Result<Self> {
+    pub fn recover(store: StateStore) -> Result<Self, StateError> {
         let mut committed = BTreeMap::new();
         for (_, bytes) in store.load(Table::Kv)? {
-            let entry = KvEntry::decode(bytes.as_slice())
-                .map_err(|e| Error::Internal(format!("a stored key-value entry is corrupt: {e}")))?;
+            let entry = KvEntry::decode(bytes.as_slice()).map_err(StateError::corrupt("a key-value entry"))?;
             committed.insert((entry.namespace, entry.key), entry.value);
         }
         Ok(KvTable {
@@ -87,10 +118,7 @@ impl KvTable {
     pub fn put(&mut self, namespace: &str, key: &[u8], value: Vec<u8>, overwrite: bool) -> Result<(bool, Settle)> {
         check_slot(namespace, key)?;
         if value.len() > MAX_VALUE_BYTES {
-            return Err(Error::InvalidArgument(format!(
-                "the value is {} bytes; the key-value store takes at most {MAX_VALUE_BYTES}",
-                value.len()
-            )));
+            return Err(KvError::ValueTooLarge { len: value.len() });
         }
         let slot = (namespace.to_string(), key.to_vec());
         let (latest, queued) = self.latest(&slot);
@@ -191,13 +219,10 @@ impl KvTable {
 
 fn check_slot(namespace: &str, key: &[u8]) -> Result<()> {
     if namespace.contains('\0') {
-        return Err(Error::InvalidArgument("a namespace cannot hold a zero byte".into()));
+        return Err(KvError::ZeroInNamespace);
     }
     if key.is_empty() || key.len() > MAX_KEY_BYTES {
-        return Err(Error::InvalidArgument(format!(
-            "a key is 1 to {MAX_KEY_BYTES} bytes long, not {}",
-            key.len()
-        )));
+        return Err(KvError::KeyLength { len: key.len() });
     }
     Ok(())
 }
@@ -233,9 +258,7 @@ impl KvServiceImpl {
             }
             result
         });
-        settling
-            .await
-            .unwrap_or_else(|e| Err(Error::Internal(format!("settling a key-value change: {e}"))))
+        Ok(settling.await??)
     }
 }
 
@@ -328,7 +351,10 @@ mod tests {
         assert!(empty.contains("1 to 4096 bytes"), "{empty}");
         let huge = kv.put("ns", b"k", vec![0; MAX_VALUE_BYTES + 1], true).err().unwrap();
         assert!(huge.to_string().contains("at most"), "{huge}");
-        assert!(kv.put("a\0b", b"k", vec![], true).is_err());
+        assert!(matches!(
+            kv.put("a\0b", b"k", vec![], true),
+            Err(KvError::ZeroInNamespace)
+        ));
     }
 
     #[tokio::test]

@@ -15,6 +15,7 @@ mod service;
 pub mod simulation;
 pub mod state_store;
 pub mod tasks;
+mod wire;
 
 use std::future::Future;
 use std::path::PathBuf;

@@ -16,7 +16,7 @@ use raylet_cluster_status::{ClusterStatus, NodeState, NodeStats, NodeStatus, Res
 use raylet_placement::{Choice, ClusterResources, LaunchableNodes, Placer, Request};
 use raylet_proto::v1;
 
-use super::state_store::{Committed, StateStore, Table};
+use super::state_store::{Committed, StateError, StateStore, Table};
 
 /// How many dead incarnations are kept for `raylet status`.
 const MAX_DEAD_RECORDS: usize = 1000;
@@ -119,12 +119,11 @@ impl NodeTable {
     /// The table as `store` last saw it: the nodes that were alive count as
     /// alive, heard from `now`, and must heartbeat within the timeout.
     /// Changes from here on are written to `store`.
-    pub fn recover(heartbeat_timeout: Duration, store: StateStore, now: Instant) -> raylet_proto::Result<Self> {
+    pub fn recover(heartbeat_timeout: Duration, store: StateStore, now: Instant) -> Result<Self, StateError> {
         let mut table = NodeTable::new(heartbeat_timeout);
         for (_, bytes) in store.load(Table::Nodes)? {
-            let record = v1::NodeRecord::decode(bytes.as_slice())
-                .map_err(|e| raylet_proto::Error::Internal(format!("a stored node record is corrupt: {e}")))?;
-            let status = NodeStatus::from_proto(record)?;
+            let record = v1::NodeRecord::decode(bytes.as_slice()).map_err(StateError::corrupt("a node record"))?;
+            let status = NodeStatus::from_proto(record).map_err(StateError::corrupt("a node record"))?;
             table.latest_incarnation.insert(status.node_id, status.incarnation);
             if status.state == NodeState::Alive && status.draining.is_none() {
                 let index = table

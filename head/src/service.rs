@@ -12,13 +12,47 @@ use raylet_proto::v1::{
     NodeDeath, NodeResources, RegisterNodeReply, RegisterNodeRequest, UnregisterNodeReply, UnregisterNodeRequest,
     WatchNodeDeathsRequest,
 };
-use raylet_proto::{Error, NodeId, ResourceSet, Result};
+use raylet_proto::{NodeId, ResourceSet};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::wrappers::ReceiverStream;
-use tonic::{Request, Response, Status};
+use tonic::{Code, Request, Response, Status};
 
 use super::node_table::{Heartbeat, HeartbeatOutcome, NodeResourcesView, NodeTable, Registration};
 use super::placement_groups::{GroupManager, NodeManagerBundles};
+use super::state_store::StateError;
+use super::wire::{Coded, TextTooLong, bounded_text, on_the_wire};
+
+/// What the head service answers a refused or failed call with.
+#[derive(Debug, thiserror::Error)]
+pub enum HeadError {
+    /// Only an alive node can be drained.
+    #[error("node {node_id} is not alive")]
+    NodeNotAlive { node_id: NodeId },
+    #[error(transparent)]
+    TextTooLong(#[from] TextTooLong),
+    /// A field of the request does not decode: an id, resources, labels or
+    /// an address.
+    #[error("{}", .0.message())]
+    Malformed(#[from] raylet_proto::Error),
+    /// The change could not be written to the head's state.
+    #[error(transparent)]
+    State(#[from] StateError),
+}
+
+impl Coded for HeadError {
+    fn code(&self) -> Code {
+        match self {
+            HeadError::NodeNotAlive { .. } => Code::NotFound,
+            HeadError::TextTooLong(_) => Code::InvalidArgument,
+            HeadError::Malformed(error) => error.code(),
+            HeadError::State(error) => error.code(),
+        }
+    }
+}
+
+on_the_wire!(HeadError);
+
+type Result<T, E = HeadError> = std::result::Result<T, E>;
 
 /// Serves [`HeadService`] over a shared [`NodeTable`].
 pub(crate) struct HeadServiceImpl {
@@ -98,7 +132,7 @@ impl HeadService for HeadServiceImpl {
             (table.drain(node_id, &reason), table.flushed())
         };
         if !drained {
-            return Err(Error::NotFound(format!("node {node_id} is not alive")).into());
+            return Err(HeadError::NodeNotAlive { node_id }.into());
         }
         stored.await?;
         Ok(Response::new(DrainNodeReply {}))
@@ -176,7 +210,7 @@ fn decode_heartbeat(request: HeartbeatRequest) -> Result<Heartbeat> {
             .iter()
             .take(MAX_DEMANDS)
             .map(ResourceDemand::from_proto)
-            .collect::<Result<_>>()?,
+            .collect::<Result<_, raylet_proto::Error>>()?,
     })
 }
 
@@ -190,19 +224,5 @@ fn encode_node_resources(node: NodeResourcesView) -> NodeResources {
     }
 }
 
-/// `text` if it is at most [`MAX_TEXT_LEN`] bytes long.
-pub(super) fn bounded_text(field: &str, text: String) -> Result<String> {
-    if text.len() > MAX_TEXT_LEN {
-        return Err(Error::InvalidArgument(format!(
-            "{field} is {} bytes long; the limit is {MAX_TEXT_LEN}",
-            text.len()
-        )));
-    }
-    Ok(text)
-}
-
 /// The most demand shapes one heartbeat may carry.
 const MAX_DEMANDS: usize = 100;
-
-/// The longest name, address or other text a request may carry.
-const MAX_TEXT_LEN: usize = 1024;

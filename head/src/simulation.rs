@@ -16,12 +16,12 @@ use raylet_placement::{Choice, ClusterResources, Demand, Placer, Request};
 use raylet_proto::resources::{CPU, GPU, MEMORY};
 use raylet_proto::v1::WorkerBinary;
 use raylet_proto::{
-    ActorId, Amount, LabelSelector, Labels, NodeId, PlacementGroupId, PlacementStrategy, ResourceSet, Result,
-    Scheduling, SchedulingStrategy, WorkerId,
+    ActorId, Amount, LabelSelector, Labels, NodeId, PlacementGroupId, PlacementStrategy, ResourceSet, Scheduling,
+    SchedulingStrategy, WorkerId,
 };
 
 use crate::actors::{ActorSpec, ActorTable, Grant};
-use crate::placement_groups::{BundleNodes, GroupManager, GroupSpec, GroupState};
+use crate::placement_groups::{BundleCallError, BundleNodes, GroupManager, GroupSpec, GroupState};
 use crate::{NodeTable, Registration};
 
 /// The size of the simulated cluster and workload.
@@ -75,15 +75,21 @@ impl SimulationReport {
 struct InstantNodes;
 
 impl BundleNodes for InstantNodes {
-    async fn reserve(&self, _: &str, _: PlacementGroupId, _: Vec<(u32, ResourceSet)>, _: bool) -> Result<()> {
+    async fn reserve(
+        &self,
+        _: &str,
+        _: PlacementGroupId,
+        _: Vec<(u32, ResourceSet)>,
+        _: bool,
+    ) -> Result<(), BundleCallError> {
         Ok(())
     }
 
-    async fn commit(&self, _: &str, _: PlacementGroupId, _: Vec<u32>) -> Result<()> {
+    async fn commit(&self, _: &str, _: PlacementGroupId, _: Vec<u32>) -> Result<(), BundleCallError> {
         Ok(())
     }
 
-    async fn release(&self, _: &str, _: PlacementGroupId, _: Vec<u32>) -> Result<()> {
+    async fn release(&self, _: &str, _: PlacementGroupId, _: Vec<u32>) -> Result<(), BundleCallError> {
         Ok(())
     }
 }

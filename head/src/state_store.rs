@@ -30,7 +30,51 @@ use std::task::{Context, Poll};
 use redb::{Database, ReadableDatabase, ReadableTable, TableDefinition};
 use tokio::sync::{mpsc, oneshot};
 
-use raylet_proto::{Error, Result};
+/// Why the head's state could not be read or written. Every variant
+/// travels as an internal error.
+#[derive(Clone, Debug, thiserror::Error)]
+pub enum StateError {
+    #[error("creating {}: {source}", .dir.display())]
+    CreateDir { dir: PathBuf, source: Arc<std::io::Error> },
+    /// The database could not be opened or read.
+    #[error("the head's state in {}: {reason}", .path.display())]
+    Storage { path: PathBuf, reason: String },
+    #[error("starting the state writer: {0}")]
+    StartWriter(Arc<std::io::Error>),
+    #[error("the head's state writer stopped")]
+    WriterStopped,
+    /// A commit failed: the writer takes no more changes (fail-stop).
+    #[error(
+        "the head's state in {} could not be written ({reason}); the head takes no more changes until it is \
+         restarted, and a restart with --recover comes back from the last change written",
+        .path.display()
+    )]
+    WriteFailed { path: PathBuf, reason: String },
+    /// A stored record does not decode: `record` says which.
+    #[error("{record} in the head's state store is corrupt: {reason}")]
+    Corrupt { record: String, reason: String },
+}
+
+impl StateError {
+    /// The error for the stored `record` that does not decode.
+    pub fn corrupt<E: std::fmt::Display>(record: impl Into<String>) -> impl FnOnce(E) -> StateError {
+        let record = record.into();
+        move |reason| StateError::Corrupt {
+            record,
+            reason: reason.to_string(),
+        }
+    }
+}
+
+impl crate::wire::Coded for StateError {
+    fn code(&self) -> tonic::Code {
+        tonic::Code::Internal
+    }
+}
+
+crate::wire::on_the_wire!(StateError);
+
+type Result<T, E = StateError> = std::result::Result<T, E>;
 
 /// The file in the head's state directory.
 pub const STATE_FILE: &str = "head.redb";
@@ -108,7 +152,7 @@ impl Future for Committed {
         };
         Pin::new(answer)
             .poll(cx)
-            .map(|answer| answer.unwrap_or_else(|_| Err(Error::Internal("the head's state writer stopped".into()))))
+            .map(|answer| answer.unwrap_or(Err(StateError::WriterStopped)))
     }
 }
 
@@ -135,7 +179,10 @@ struct Persisted {
 impl StateStore {
     /// Opens (or creates) the database in `dir` and starts its writer.
     pub fn open(dir: &Path) -> Result<Self> {
-        std::fs::create_dir_all(dir).map_err(|e| Error::Internal(format!("creating {}: {e}", dir.display())))?;
+        std::fs::create_dir_all(dir).map_err(|source| StateError::CreateDir {
+            dir: dir.to_path_buf(),
+            source: Arc::new(source),
+        })?;
         let path = dir.join(STATE_FILE);
         let database = Database::create(&path).map_err(|e| storage_error(&path, e))?;
         Self::start(database, path)
@@ -161,7 +208,7 @@ impl StateStore {
             std::thread::Builder::new()
                 .name("raylet-head-state".into())
                 .spawn(move || write_changes(&database, &path, queued, &commits))
-                .map_err(|e| Error::Internal(format!("starting the state writer: {e}")))?;
+                .map_err(|e| StateError::StartWriter(Arc::new(e)))?;
         }
         Ok(StateStore {
             inner: Some(Arc::new(Persisted {
@@ -248,7 +295,7 @@ impl StateStore {
 /// Commits the queued changes in batches until every sender is gone; after
 /// a failed commit, answers every change with its error and writes nothing.
 fn write_changes(database: &Database, path: &Path, mut queued: mpsc::UnboundedReceiver<Queued>, commits: &AtomicU64) {
-    let mut stopped: Option<Error> = None;
+    let mut stopped: Option<StateError> = None;
     while let Some(first) = queued.blocking_recv() {
         let mut batch = vec![first];
         while let Ok(more) = queued.try_recv() {
@@ -258,13 +305,9 @@ fn write_changes(database: &Database, path: &Path, mut queued: mpsc::UnboundedRe
         let result = match (&stopped, only_barriers) {
             (Some(error), _) => Err(error.clone()),
             (None, true) => Ok(()),
-            (None, false) => commit(database, &batch).map_err(|error| {
-                Error::Internal(format!(
-                    "the head's state in {} could not be written ({error}); the head takes no more \
-                     changes until it is restarted, and a restart with --recover comes back from \
-                     the last change written",
-                    path.display()
-                ))
+            (None, false) => commit(database, &batch).map_err(|error| StateError::WriteFailed {
+                path: path.to_path_buf(),
+                reason: error.to_string(),
             }),
         };
         match &result {
@@ -303,8 +346,11 @@ fn commit(database: &Database, batch: &[Queued]) -> std::result::Result<(), redb
     Ok(())
 }
 
-fn storage_error(path: &Path, error: impl std::fmt::Display) -> Error {
-    Error::Internal(format!("the head's state in {}: {error}", path.display()))
+fn storage_error(path: &Path, error: impl std::fmt::Display) -> StateError {
+    StateError::Storage {
+        path: path.to_path_buf(),
+        reason: error.to_string(),
+    }
 }
 
 #[cfg(test)]
@@ -472,13 +518,15 @@ pub(crate) mod tests {
         store.put(Table::Jobs, b"before", &"kept".to_string()).await.unwrap();
         disk.fail();
         let failed = store.put(Table::Jobs, b"lost", &"x".to_string()).await.unwrap_err();
-        assert!(matches!(failed, Error::Internal(_)), "{failed:?}");
+        assert!(matches!(failed, StateError::WriteFailed { .. }), "{failed:?}");
+        let failed = failed.to_string();
         assert!(
-            failed.to_string().contains("could not be written") && failed.to_string().contains("the test disk fails"),
+            failed.contains("could not be written") && failed.contains("the test disk fails"),
             "{failed}"
         );
-        assert_eq!(store.flush().await.unwrap_err(), failed, "a flush after it fails too");
+        let flushed = store.flush().await.unwrap_err();
+        assert_eq!(flushed.to_string(), failed, "a flush after it fails too");
         let after = store.delete(Table::Jobs, b"before").await.unwrap_err();
-        assert_eq!(after, failed, "the store stopped at the first failure");
+        assert_eq!(after.to_string(), failed, "the store stopped at the first failure");
     }
 }

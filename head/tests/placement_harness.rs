@@ -12,14 +12,14 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use raylet_cluster_status::NodeStats;
-use raylet_head::placement_groups::{BundleNodes, GroupManager, GroupRecord, GroupSpec, GroupState};
+use raylet_head::placement_groups::{BundleCallError, BundleNodes, GroupManager, GroupRecord, GroupSpec, GroupState};
 use raylet_head::state_store::StateStore;
 use raylet_head::{Heartbeat, NodeTable, Registration};
 use raylet_node::ResourceLedger;
 use raylet_placement::{Choice, Placer, Request};
 use raylet_proto::resources::{CPU, GPU};
 use raylet_proto::{
-    Amount, Error, LabelSelector, Labels, NodeId, PlacementGroupId, PlacementStrategy, ResourceSet, Result, Scheduling,
+    Amount, Error, LabelSelector, Labels, NodeId, PlacementGroupId, PlacementStrategy, ResourceSet, Scheduling,
     SchedulingStrategy,
 };
 
@@ -48,14 +48,21 @@ impl VirtualNodes {
         use_it(ledgers.get_mut(address).expect("a virtual node"))
     }
 
-    fn alive(&self, address: &str) -> Result<()> {
+    fn alive(&self, address: &str) -> Result<(), BundleCallError> {
         if self.refusing.lock().unwrap().contains(address) {
-            return Err(Error::Unavailable(format!("{address} is injected to fail")));
+            return Err(Error::Unavailable(format!("{address} is injected to fail")).into());
         }
         match self.ledgers.lock().unwrap().contains_key(address) {
             true => Ok(()),
-            false => Err(Error::Unavailable(format!("{address} is gone"))),
+            false => Err(Error::Unavailable(format!("{address} is gone")).into()),
         }
+    }
+}
+
+/// A ledger's refusal, as a node manager answers it.
+fn refused(error: impl std::fmt::Display) -> BundleCallError {
+    BundleCallError::Refused {
+        reason: error.to_string(),
     }
 }
 
@@ -66,34 +73,28 @@ impl BundleNodes for VirtualNodes {
         group: PlacementGroupId,
         bundles: Vec<(u32, ResourceSet)>,
         commit: bool,
-    ) -> Result<()> {
+    ) -> Result<(), BundleCallError> {
         self.calls.lock().unwrap().push(format!("reserve {address}"));
         self.alive(address)?;
         self.ledger(address, |ledger| {
-            ledger
-                .reserve_bundles(group, &bundles)
-                .map_err(|e| Error::FailedPrecondition(e.to_string()))?;
+            ledger.reserve_bundles(group, &bundles).map_err(refused)?;
             if commit {
                 let indexes: Vec<u32> = bundles.iter().map(|(index, _)| *index).collect();
-                ledger
-                    .commit_bundles(group, &indexes)
-                    .map_err(|e| Error::FailedPrecondition(e.to_string()))?;
+                ledger.commit_bundles(group, &indexes).map_err(refused)?;
             }
             Ok(())
         })
     }
 
-    async fn commit(&self, address: &str, group: PlacementGroupId, indexes: Vec<u32>) -> Result<()> {
+    async fn commit(&self, address: &str, group: PlacementGroupId, indexes: Vec<u32>) -> Result<(), BundleCallError> {
         self.calls.lock().unwrap().push(format!("commit {address}"));
         self.alive(address)?;
         self.ledger(address, |ledger| {
-            ledger
-                .commit_bundles(group, &indexes)
-                .map_err(|e| Error::FailedPrecondition(e.to_string()))
+            ledger.commit_bundles(group, &indexes).map_err(refused)
         })
     }
 
-    async fn release(&self, address: &str, group: PlacementGroupId, indexes: Vec<u32>) -> Result<()> {
+    async fn release(&self, address: &str, group: PlacementGroupId, indexes: Vec<u32>) -> Result<(), BundleCallError> {
         self.calls.lock().unwrap().push(format!("release {address}"));
         self.alive(address)?;
         self.ledger(address, |ledger| ledger.release_bundles(group, &indexes));

@@ -17,12 +17,25 @@ use raylet_proto::v1::{
     AdoptLease, CancelLeaseRequest, GetWorkerExitRequest, LeaseRefusalKind, LeaseSessionRequest, RequestLease,
     ResizeLease, ReturnLease, WorkerBinary,
 };
-use raylet_proto::{Error, NodeId, ResourceSet, Result, Scheduling, SchedulingStrategy, WorkerId};
+use raylet_proto::{NodeId, ResourceSet, Scheduling, SchedulingStrategy, WorkerId};
 use tokio::sync::{mpsc, oneshot};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
 /// How long the head waits for a node manager to answer a connection.
 const NODE_PATIENCE: Duration = Duration::from_secs(2);
+
+/// Why a lease call to a node manager failed.
+#[derive(Debug, thiserror::Error)]
+pub enum LeaseError {
+    /// The session ended before the request was answered.
+    #[error("the node manager at {node} closed the lease session")]
+    SessionClosed { node: String },
+    /// The node manager could not be reached, or refused the session.
+    #[error(transparent)]
+    NodeCall(#[from] raylet_proto::Error),
+}
+
+type Result<T, E = LeaseError> = std::result::Result<T, E>;
 
 /// A worker leased for an actor.
 #[derive(Clone, Debug)]
@@ -219,7 +232,7 @@ impl HeadLeases {
         let answer = awaited
             .get()
             .await
-            .ok_or_else(|| Error::Unavailable(format!("the node manager at {node} closed the lease session")))?;
+            .ok_or_else(|| LeaseError::SessionClosed { node: node.to_string() })?;
         Ok(match answer {
             LeaseAnswer::Granted(grant) => {
                 self.hosts(node, binary, |hosts| hosts.insert(grant.worker_id));
@@ -270,7 +283,7 @@ impl HeadLeases {
                 worker_id: grant.worker_id.as_bytes().to_vec(),
             };
             let reply = NodeManagerServiceClient::new(channel).get_worker_exit(request).await;
-            Ok::<_, Error>(reply.map_err(Error::from)?.into_inner())
+            Ok::<_, raylet_proto::Error>(reply?.into_inner())
         };
         match exit.await {
             Ok(exit) if exit.exited => format!("its worker (pid {}) {}", grant.pid, exit.description),
@@ -320,7 +333,7 @@ impl HeadLeases {
         let reply = NodeManagerServiceClient::new(channel)
             .lease_session(UnboundedReceiverStream::new(outbound))
             .await;
-        let mut events = reply.map_err(Error::from)?.into_inner();
+        let mut events = reply.map_err(raylet_proto::Error::from)?.into_inner();
         let session = Arc::new(LeaseSession {
             requests,
             pending: Mutex::new(HashMap::new()),

@@ -11,15 +11,16 @@ use raylet_proto::v1::{
     GetNamedActorRequest, KillActorReply, KillActorRequest, ListActorsReply, ListActorsRequest, OwnerSessionEvent,
     OwnerSessionMessage, WatchActorRequest,
 };
-use raylet_proto::{ActorId, Error, IdSet};
+use raylet_proto::{ActorId, IdSet};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::error::ActorError;
 use super::lifecycle::{ActorRuntime, run_actor};
 use super::table::{ActorSpec, KillOrder};
-use crate::service::bounded_text;
+use crate::wire::bounded_text;
 
 /// Records a watch stream holds for a caller that reads slower than the
 /// actors change; past it, the actors' forwarders wait (each keeps only
@@ -118,10 +119,7 @@ impl ActorService for ActorServiceImpl {
     ) -> Result<Response<OwnerStream>, Status> {
         let (events, receiver) = peer_stream("owner session events", peer_of(&request));
         let mut inbound = request.into_inner();
-        let first = inbound
-            .message()
-            .await?
-            .ok_or_else(|| Error::InvalidArgument("an owner session must start with the owner's address".into()))?;
+        let first = inbound.message().await?.ok_or(ActorError::NoOwnerAddress)?;
         let owner = bounded_text("owner_address", first.owner_address)?;
         self.runtime.table().owner_joined(&owner);
         let runtime = self.runtime.clone();
@@ -152,7 +150,8 @@ async fn follow_requested(runtime: Arc<ActorRuntime>, mut follows: Streaming<Wat
         let Ok(Some(request)) = request else {
             return;
         };
-        let watched = ActorId::from_wire(&request.actor_id).and_then(|id| match followed.insert(id) {
+        let id = ActorId::from_wire(&request.actor_id).map_err(ActorError::from);
+        let watched = id.and_then(|id| match followed.insert(id) {
             true => runtime.table().watch(id).map(Some),
             false => Ok(None),
         });
@@ -165,7 +164,7 @@ async fn follow_requested(runtime: Arc<ActorRuntime>, mut follows: Streaming<Wat
                 let event = ActorWatchEvent {
                     actor_id: request.actor_id,
                     record: None,
-                    error: error.to_string(),
+                    error: raylet_proto::Error::from(error).to_string(),
                 };
                 if !send_event(&runtime, &events, event).await {
                     return;

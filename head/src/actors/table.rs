@@ -10,12 +10,15 @@ use prost::Message;
 use raylet_proto::v1::{
     ActorDeathKind, ActorRecord, ActorState, CreateActorRequest, StoredActor, TaskArg, WorkerBinary,
 };
-use raylet_proto::{ActorId, Error, IdMap, NodeId, ResourceSet, Result, Scheduling, WorkerId};
+use raylet_proto::{ActorId, IdMap, NodeId, ResourceSet, Scheduling, WorkerId};
 use tokio::sync::watch;
 
+use super::error::ActorError;
 use super::leases::Grant;
-use crate::service::bounded_text;
-use crate::state_store::{Committed, StateStore, Table};
+use crate::state_store::{Committed, StateError, StateStore, Table};
+use crate::wire::bounded_text;
+
+type Result<T, E = ActorError> = std::result::Result<T, E>;
 
 /// How many dead actors are kept for `raylet list actors` and late watchers;
 /// older ones are forgotten, on disk too.
@@ -44,11 +47,9 @@ pub struct ActorSpec {
 impl ActorSpec {
     /// Decodes and checks a creation request.
     pub fn from_request(request: CreateActorRequest) -> Result<Self> {
-        let binary = request
-            .binary
-            .ok_or_else(|| Error::InvalidArgument("an actor needs the binary that hosts it".into()))?;
+        let binary = request.binary.ok_or(ActorError::NoBinary)?;
         if request.max_concurrency == 0 {
-            return Err(Error::InvalidArgument("max_concurrency must be at least 1".into()));
+            return Err(ActorError::NoConcurrency);
         }
         Ok(ActorSpec {
             id: ActorId::from_wire(&request.actor_id)?,
@@ -137,7 +138,7 @@ impl ActorTable {
     /// The table as `store` holds it, and the actors that are not dead, to
     /// be run again (their kill orders, if any were sent, are lost: a kill
     /// is asked for again by its caller).
-    pub fn recover(store: StateStore) -> Result<(Self, Vec<RecoveredActor>)> {
+    pub fn recover(store: StateStore) -> Result<(Self, Vec<RecoveredActor>), StateError> {
         let mut table = ActorTable {
             store: store.clone(),
             ..ActorTable::default()
@@ -145,10 +146,10 @@ impl ActorTable {
         let mut recovered = Vec::new();
         let mut dead = Vec::new();
         for (key, value) in store.load(Table::Actors)? {
-            let stored = StoredActor::decode(value.as_slice())
-                .map_err(|e| Error::Internal(format!("actor {key:02x?} in the state store is corrupt: {e}")))?;
+            let record = || format!("actor {key:02x?}");
+            let stored = StoredActor::decode(value.as_slice()).map_err(StateError::corrupt(record()))?;
             let created = stored.created;
-            match table.restore(stored)? {
+            match table.restore(stored).map_err(StateError::corrupt(record()))? {
                 Some(actor) => recovered.push(actor),
                 None => dead.push((created, key)),
             }
@@ -223,14 +224,14 @@ impl ActorTable {
     /// name is taken by a live actor of its namespace.
     pub fn create(&mut self, spec: ActorSpec) -> Result<(Arc<ActorSpec>, watch::Receiver<Option<KillOrder>>)> {
         if self.actors.contains_key(&spec.id) {
-            return Err(Error::AlreadyExists(format!("actor {} exists already", spec.id)));
+            return Err(ActorError::Exists { actor_id: spec.id });
         }
         let key = (spec.namespace.clone(), spec.name.clone());
         if !spec.name.is_empty() && self.names.contains_key(&key) {
-            return Err(Error::AlreadyExists(format!(
-                "an actor named '{}' lives in namespace '{}' already",
-                spec.name, spec.namespace
-            )));
+            return Err(ActorError::NameTaken {
+                name: spec.name,
+                namespace: spec.namespace,
+            });
         }
         if !spec.name.is_empty() {
             self.names.insert(key, spec.id);
@@ -277,7 +278,10 @@ impl ActorTable {
         let id = self
             .names
             .get(&(namespace.to_string(), name.to_string()))
-            .ok_or_else(|| Error::NotFound(format!("no live actor named '{name}' in namespace '{namespace}'")))?;
+            .ok_or_else(|| ActorError::NoLiveActorNamed {
+                name: name.to_string(),
+                namespace: namespace.to_string(),
+            })?;
         self.record(*id)
     }
 
@@ -426,9 +430,7 @@ impl ActorTable {
     }
 
     fn entry(&self, id: ActorId) -> Result<&ActorEntry> {
-        self.actors
-            .get(&id)
-            .ok_or_else(|| Error::NotFound(format!("no actor {id}")))
+        self.actors.get(&id).ok_or(ActorError::UnknownActor { actor_id: id })
     }
 
     /// Changes the actor's record; it has no host unless it is alive.
@@ -543,10 +545,16 @@ mod tests {
         let mut table = ActorTable::default();
         let (first, _) = table.create(spec("counter", 0, false)).unwrap();
         let error = table.create(spec("counter", 0, false)).unwrap_err();
-        assert!(error.to_string().contains("named 'counter'"), "{error}");
+        assert!(
+            matches!(&error, ActorError::NameTaken { name, namespace } if name == "counter" && namespace == "default"),
+            "{error}"
+        );
         assert_eq!(table.named("default", "counter").unwrap().actor_id, first.id.as_bytes());
         table.dead(first.id, ActorDeathKind::Killed, "killed");
-        assert!(table.named("default", "counter").is_err());
+        assert!(matches!(
+            table.named("default", "counter"),
+            Err(ActorError::NoLiveActorNamed { .. })
+        ));
         table.create(spec("counter", 0, false)).unwrap();
     }
 

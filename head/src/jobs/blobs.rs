@@ -15,9 +15,11 @@ use std::sync::Mutex;
 use raylet_proto::binary_hash::hash_file;
 use raylet_proto::blob::{BlobWriter, is_sha256};
 use raylet_proto::v1::BlobRef;
-use raylet_proto::{Error, Result};
 
-use crate::state_store::{StateStore, Table};
+use super::error::JobError;
+use crate::state_store::{StateError, StateStore, Table};
+
+type Result<T, E = JobError> = std::result::Result<T, E>;
 
 /// Blobs on the head's disk.
 pub struct BlobStore {
@@ -36,7 +38,7 @@ impl BlobStore {
         let mut by_build = HashMap::new();
         for (key, value) in store.load(Table::Binaries)? {
             let sha256 = <String as prost::Message>::decode(value.as_slice())
-                .map_err(|e| Error::Internal(format!("a stored binary index entry is corrupt: {e}")))?;
+                .map_err(StateError::corrupt("a binary index entry"))?;
             by_build.insert(String::from_utf8_lossy(&key).into_owned(), sha256);
         }
         index_unindexed(dir, &mut by_build, &store)?;
@@ -70,9 +72,8 @@ impl BlobStore {
         if self.path(&blob.sha256).is_some() {
             return Ok(None);
         }
-        std::fs::create_dir_all(&self.dir)
-            .map_err(|e| Error::Internal(format!("creating the blob directory {}: {e}", self.dir.display())))?;
-        BlobWriter::create(&self.dir, blob, self.max_blob_bytes).map(Some)
+        std::fs::create_dir_all(&self.dir).map_err(JobError::io("creating the blob directory", &self.dir))?;
+        Ok(BlobWriter::create(&self.dir, blob, self.max_blob_bytes).map(Some)?)
     }
 
     /// Checks and keeps a received blob; returns once the blob and its
@@ -115,7 +116,7 @@ fn index_unindexed(dir: &Path, by_build: &mut HashMap<String, String>, store: &S
 fn sync_dir(dir: &Path) -> Result<()> {
     std::fs::File::open(dir)
         .and_then(|dir| dir.sync_all())
-        .map_err(|e| Error::Internal(format!("syncing the blob directory {}: {e}", dir.display())))
+        .map_err(JobError::io("syncing the blob directory", dir))
 }
 
 #[cfg(test)]

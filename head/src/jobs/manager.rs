@@ -18,9 +18,11 @@ use raylet_proto::v1::{
     AttachJobDriverRequest, JobDriverEvent, JobDriverExit, JobRecord, JobSpec, JobStatus, RunJobDriverRequest,
     StopJobDriverRequest,
 };
-use raylet_proto::{Backoff, Error, JobId, NodeId, ResourceSet, Result, Scheduling};
+use raylet_proto::{Backoff, JobId, NodeId, ResourceSet, Scheduling};
+use tonic::Code;
 
 use super::blobs::BlobStore;
+use super::error::JobError;
 use super::table::{JobTable, WAITING_FOR_A_NODE, is_ended};
 use crate::NodeTable;
 use crate::state_store::StateStore;
@@ -60,6 +62,20 @@ enum Resume {
     Starting(NodeId),
     /// Follow its driver on this node.
     Running(NodeId),
+}
+
+type Result<T, E = JobError> = std::result::Result<T, E>;
+
+/// Why a job's driver cannot run, or can no longer be followed: the job
+/// fails with this.
+#[derive(Debug, thiserror::Error)]
+enum DriverFailure {
+    #[error("the driver can never be placed: {reason}")]
+    NeverPlaceable { reason: String },
+    #[error("the node {node_id} running the driver died")]
+    NodeDied { node_id: NodeId },
+    #[error("the node {node_id} lost the driver: {reason}")]
+    DriverLost { node_id: NodeId, reason: String },
 }
 
 /// How a job ended.
@@ -136,7 +152,7 @@ impl JobManager {
         if let Err(error) = committed.await {
             self.drivers().remove(&id);
             self.table.forget(id);
-            return Err(error);
+            return Err(error.into());
         }
         tokio::spawn(self.clone().drive(id, spec, demand, Resume::Place));
         Ok(record)
@@ -157,7 +173,10 @@ impl JobManager {
             driver.address.clone()
         };
         match address {
-            Some(address) => self.signal_driver(&address, id, grace).await?,
+            Some(address) => {
+                let signalled = self.signal_driver(&address, id, grace).await;
+                signalled.map_err(|error| JobError::SignalFailed { address, error })?;
+            }
             None => {
                 self.table.update(id, |record| {
                     record.set_status(JobStatus::Stopped);
@@ -172,36 +191,31 @@ impl JobManager {
 
     /// Checks the spec; returns what the driver holds.
     fn check_spec(&self, spec: &JobSpec) -> Result<ResourceSet> {
-        let binary = spec
-            .binary
-            .as_ref()
-            .ok_or_else(|| Error::InvalidArgument("a job needs a binary".into()))?;
+        let binary = spec.binary.as_ref().ok_or(JobError::NoBinary)?;
         check_relative(&spec.binary_name)?;
         if spec.files.len() > MAX_FILES {
-            return Err(Error::InvalidArgument(format!(
-                "a job may ship at most {MAX_FILES} files, got {}",
-                spec.files.len()
-            )));
+            return Err(JobError::TooManyFiles {
+                count: spec.files.len(),
+                limit: MAX_FILES,
+            });
         }
         let mut blobs = vec![binary];
         for file in &spec.files {
             check_relative(&file.path)?;
-            blobs.push(
-                file.blob
-                    .as_ref()
-                    .ok_or_else(|| Error::InvalidArgument(format!("the file {} names no blob", file.path)))?,
-            );
+            let without_blob = || JobError::FileWithoutBlob {
+                path: file.path.clone(),
+            };
+            blobs.push(file.blob.as_ref().ok_or_else(without_blob)?);
         }
         for blob in blobs {
             check_ref(blob)?;
             if self.blobs.path(&blob.sha256).is_none() {
-                return Err(Error::FailedPrecondition(format!(
-                    "the blob {} was not uploaded; upload it before submitting",
-                    blob.sha256
-                )));
+                return Err(JobError::BlobNotUploaded {
+                    sha256: blob.sha256.clone(),
+                });
             }
         }
-        ResourceSet::from_proto(&spec.resources.clone().unwrap_or_default())
+        Ok(ResourceSet::from_proto(&spec.resources.clone().unwrap_or_default())?)
     }
 
     /// Places and runs the driver, or follows the one a node runs, until
@@ -245,7 +259,7 @@ impl JobManager {
             self.nodes()
                 .set_waiting_driver(id, matches!(chosen, Ok(None)).then_some(demand));
             match chosen {
-                Err(reason) => return ended(JobStatus::Failed, reason, None),
+                Err(failure) => return ended(JobStatus::Failed, failure.to_string(), None),
                 Ok(None) => {}
                 Ok(Some((node_id, address))) => {
                     if let Some(end) = self.run_on(id, spec, node_id, &address).await {
@@ -267,7 +281,7 @@ impl JobManager {
 
     /// The node for the driver: `None` while no node has room, or while
     /// only a node type the autoscaler may launch fits it.
-    fn choose_node(&self, demand: &ResourceSet) -> Result<Option<(NodeId, String)>, String> {
+    fn choose_node(&self, demand: &ResourceSet) -> Result<Option<(NodeId, String)>, DriverFailure> {
         let mut nodes = self.nodes.lock().unwrap_or_else(|p| p.into_inner());
         let mut placer = self.placer.lock().unwrap_or_else(|p| p.into_inner());
         match nodes.choose(&mut placer, demand, &Scheduling::default()) {
@@ -276,9 +290,7 @@ impl JobManager {
                 Ok(Some((node.node_id, node.address.clone())))
             }
             Choice::Queue(_) | Choice::AwaitLaunch(_) => Ok(None),
-            Choice::Infeasible(reason) | Choice::Unschedulable(reason) => {
-                Err(format!("the driver can never be placed: {reason}"))
-            }
+            Choice::Infeasible(reason) | Choice::Unschedulable(reason) => Err(DriverFailure::NeverPlaceable { reason }),
         }
     }
 
@@ -306,7 +318,7 @@ impl JobManager {
         };
         let events = match NodeManagerServiceClient::new(channel).run_job_driver(request).await {
             Ok(events) => events.into_inner(),
-            Err(status) => return lost(Error::from(status).to_string()),
+            Err(status) => return lost(raylet_proto::Error::from(status).to_string()),
         };
         match self.follow(id, node_id, address, events).await {
             Following::Ended(end) => Some(end),
@@ -336,7 +348,7 @@ impl JobManager {
             let event = match events.message().await {
                 Ok(Some(event)) => event.kind,
                 Ok(None) => return Following::Broken("its stream ended before the driver exited".into()),
-                Err(status) => return Following::Broken(Error::from(status).to_string()),
+                Err(status) => return Following::Broken(raylet_proto::Error::from(status).to_string()),
             };
             match event {
                 Some(DriverEvent::Started(pid)) => self.started(id, node_id, address, pid).await,
@@ -367,7 +379,7 @@ impl JobManager {
                 None => (Vec::new(), WAITING_FOR_A_NODE.into()),
             };
         })?;
-        self.table.flushed().await
+        Ok(self.table.flushed().await?)
     }
 
     /// Follows the driver that runs on `node_id` until it ended; the job
@@ -375,31 +387,36 @@ impl JobManager {
     async fn attach(&self, id: JobId, node_id: NodeId) -> Ended {
         self.follow_driver_on(id, node_id)
             .await
-            .unwrap_or_else(|message| ended(JobStatus::Failed, message, None))
+            .unwrap_or_else(|failure| ended(JobStatus::Failed, failure.to_string(), None))
     }
 
     /// Follows the driver on `node_id` from the output the head has,
     /// attaching again whenever the stream breaks, until it ended; fails
     /// with why when its node died or does not know it.
-    async fn follow_driver_on(&self, id: JobId, node_id: NodeId) -> std::result::Result<Ended, String> {
+    async fn follow_driver_on(&self, id: JobId, node_id: NodeId) -> Result<Ended, DriverFailure> {
         let mut pending = Backoff::constant(PENDING_RETRY);
         loop {
             let Some(address) = self.alive_address(node_id) else {
-                return Err(format!("the node {node_id} running the driver died"));
+                return Err(DriverFailure::NodeDied { node_id });
             };
             self.drivers().entry(id).or_default().address = Some(address.clone());
             match self.attach_once(id, node_id, &address).await {
                 Ok(Following::Ended(end)) => return Ok(end),
                 Ok(Following::Busy) => {}
                 Ok(Following::Broken(reason)) => tracing::debug!(job = %id, %reason, "attaching again"),
-                Err(Error::NotFound(reason)) => return Err(format!("the node {node_id} lost the driver: {reason}")),
+                Err(error) if error.code() == Code::NotFound => {
+                    let reason = error.message().to_string();
+                    return Err(DriverFailure::DriverLost { node_id, reason });
+                }
                 Err(error) => tracing::debug!(job = %id, %error, "cannot attach to the driver yet"),
             }
             pending.wait().await;
         }
     }
 
-    async fn attach_once(&self, id: JobId, node_id: NodeId, address: &str) -> Result<Following> {
+    /// Follows the driver through one attach call; an error is the node's
+    /// or the connection's, or the job's when the head forgot it.
+    async fn attach_once(&self, id: JobId, node_id: NodeId, address: &str) -> raylet_proto::Result<Following> {
         let channel = raylet_proto::channel::connect(address, &self.token, NODE_PATIENCE).await?;
         let request = AttachJobDriverRequest {
             job_id: id.as_bytes().to_vec(),
@@ -453,7 +470,7 @@ impl JobManager {
         ended(status, message, Some(exit))
     }
 
-    async fn signal_driver(&self, address: &str, id: JobId, grace: Duration) -> Result<()> {
+    async fn signal_driver(&self, address: &str, id: JobId, grace: Duration) -> raylet_proto::Result<()> {
         let channel = raylet_proto::channel::connect(address, &self.token, NODE_PATIENCE).await?;
         let request = StopJobDriverRequest {
             job_id: id.as_bytes().to_vec(),
@@ -478,9 +495,7 @@ fn check_relative(path: &str) -> Result<()> {
             .all(|component| matches!(component, Component::Normal(_)));
     match inside {
         true => Ok(()),
-        false => Err(Error::InvalidArgument(format!(
-            "'{path}' must be a relative path inside the job's directory, without '..'"
-        ))),
+        false => Err(JobError::PathOutside { path: path.to_string() }),
     }
 }
 
@@ -500,7 +515,7 @@ mod tests {
 
     use super::*;
     use crate::state_store::tests::TestDisk;
-    use crate::state_store::{StateStore, Table};
+    use crate::state_store::{StateError, StateStore, Table};
     use crate::{Heartbeat, Registration};
     use raylet_cluster_status::NodeStats;
 
@@ -561,10 +576,13 @@ mod tests {
         let refused_id = JobId::random();
         let refused = manager.submit(refused_id, spec(binary, 0)).await.unwrap_err();
         assert!(
-            matches!(&refused, Error::Internal(message) if message.contains("could not be written")),
+            matches!(&refused, JobError::State(StateError::WriteFailed { .. })),
             "{refused:?}"
         );
-        assert!(manager.table.record(refused_id).is_err(), "a refused job is not known");
+        assert!(
+            matches!(manager.table.record(refused_id), Err(JobError::UnknownJob { job_id }) if job_id == refused_id),
+            "a refused job is not known"
+        );
         assert!(
             manager.drivers().get(&refused_id).is_none(),
             "and no driver is started for it"

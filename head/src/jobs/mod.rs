@@ -3,11 +3,13 @@
 //! runs each job's driver on a node.
 
 mod blobs;
+mod error;
 mod manager;
 mod service;
 mod table;
 
 pub use blobs::BlobStore;
+pub use error::JobError;
 pub use manager::JobManager;
 pub(crate) use service::JobServiceImpl;
 pub use table::is_ended;

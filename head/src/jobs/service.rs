@@ -5,6 +5,7 @@ use std::pin::Pin;
 use std::sync::Arc;
 use std::time::Duration;
 
+use raylet_proto::JobId;
 use raylet_proto::blob::{CHUNK_BYTES, is_sha256, receive_chunks, send_chunks};
 use raylet_proto::v1::fetch_blob_request::By;
 use raylet_proto::v1::job_service_server::JobService;
@@ -12,12 +13,12 @@ use raylet_proto::v1::{
     BlobChunk, BlobRef, FetchBlobRequest, JobLogChunk, JobRecord, ListJobsReply, ListJobsRequest, MissingBlobsReply,
     MissingBlobsRequest, ReadJobLogsRequest, StopJobRequest, SubmitJobRequest, UploadBlobReply, WatchJobRequest,
 };
-use raylet_proto::{Error, JobId, Result};
 use tokio::sync::{mpsc, watch};
 use tokio_stream::Stream;
 use tokio_stream::wrappers::ReceiverStream;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::error::JobError;
 use super::manager::JobManager;
 use super::table::is_ended;
 
@@ -47,10 +48,14 @@ impl JobService for JobServiceImpl {
     ) -> Result<Response<MissingBlobsReply>, Status> {
         let names = request.into_inner().sha256;
         if names.len() > MAX_NAMES {
-            return Err(Error::InvalidArgument(format!("ask about at most {MAX_NAMES} blobs at once")).into());
+            let too_many = JobError::TooManyBlobNames {
+                count: names.len(),
+                limit: MAX_NAMES,
+            };
+            return Err(too_many.into());
         }
         if let Some(bad) = names.iter().find(|name| !is_sha256(name)) {
-            return Err(Error::InvalidArgument(format!("'{bad}' is not a sha256")).into());
+            return Err(JobError::NotSha256 { name: bad.clone() }.into());
         }
         Ok(Response::new(MissingBlobsReply {
             sha256: self.jobs.blobs.missing(&names),
@@ -59,7 +64,8 @@ impl JobService for JobServiceImpl {
 
     async fn upload_blob(&self, request: Request<Streaming<BlobChunk>>) -> Result<Response<UploadBlobReply>, Status> {
         let blobs = &self.jobs.blobs;
-        let (blob, writer) = receive_chunks(request.into_inner(), |blob| blobs.receive(blob.clone())).await?;
+        let receive = |blob: &BlobRef| blobs.receive(blob.clone()).map_err(raylet_proto::Error::from);
+        let (blob, writer) = receive_chunks(request.into_inner(), receive).await?;
         let Some(writer) = writer else {
             return Ok(Response::new(UploadBlobReply { bytes_stored: 0 }));
         };
@@ -72,25 +78,24 @@ impl JobService for JobServiceImpl {
     async fn fetch_blob(&self, request: Request<FetchBlobRequest>) -> Result<Response<Self::FetchBlobStream>, Status> {
         let sha256 = match request.into_inner().by {
             Some(By::Sha256(sha256)) => sha256,
-            Some(By::BuildHash(build)) => self.jobs.blobs.by_build_hash(&build).ok_or_else(|| {
-                Error::NotFound(format!("no binary with build hash {build} was uploaded to the head"))
-            })?,
-            None => return Err(Error::InvalidArgument("a fetch must name a blob".into()).into()),
+            Some(By::BuildHash(build_hash)) => match self.jobs.blobs.by_build_hash(&build_hash) {
+                Some(sha256) => sha256,
+                None => return Err(JobError::UnknownBuildHash { build_hash }.into()),
+            },
+            None => return Err(JobError::NoBlobNamed.into()),
         };
-        let path = self
-            .jobs
-            .blobs
-            .path(&sha256)
-            .ok_or_else(|| Error::NotFound(format!("the head has no blob {sha256}")))?;
+        let Some(path) = self.jobs.blobs.path(&sha256) else {
+            return Err(JobError::UnknownBlob { sha256 }.into());
+        };
         let file = tokio::fs::File::open(&path)
             .await
-            .map_err(|e| Error::Internal(format!("opening {}: {e}", path.display())))?;
-        let size = file.metadata().await.map_err(|e| Error::Internal(e.to_string()))?.len();
+            .map_err(JobError::io("opening", &path))?;
+        let size = file.metadata().await.map_err(JobError::io("reading", &path))?.len();
         let (chunks, receiver) = mpsc::channel(4);
         tokio::spawn(async move {
             let sent = send_chunks(file, BlobRef { sha256, size }, &chunks, Ok).await;
             if let Err(error) = sent {
-                let _ = chunks.send(Err(Error::Internal(error.to_string()).into())).await;
+                let _ = chunks.send(Err(JobError::io("sending", path)(error).into())).await;
             }
         });
         Ok(Response::new(Box::pin(ReceiverStream::new(receiver))))
@@ -99,9 +104,7 @@ impl JobService for JobServiceImpl {
     async fn submit_job(&self, request: Request<SubmitJobRequest>) -> Result<Response<JobRecord>, Status> {
         let request = request.into_inner();
         let id = JobId::from_wire(&request.job_id)?;
-        let spec = request
-            .spec
-            .ok_or_else(|| Error::InvalidArgument("a job needs a spec".into()))?;
+        let spec = request.spec.ok_or(JobError::NoSpec)?;
         Ok(Response::new(self.jobs.submit(id, spec).await?))
     }
 

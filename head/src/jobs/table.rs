@@ -9,11 +9,14 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, MutexGuard};
 
 use prost::Message;
+use raylet_proto::JobId;
 use raylet_proto::v1::{JobRecord, JobSpec, JobStatus};
-use raylet_proto::{Error, JobId, Result};
 use tokio::sync::watch;
 
-use crate::state_store::{Committed, StateStore, Table};
+use super::error::JobError;
+use crate::state_store::{Committed, StateError, StateStore, Table};
+
+type Result<T, E = JobError> = std::result::Result<T, E>;
 
 /// What a pending job waits for, until a node takes its driver.
 pub const WAITING_FOR_A_NODE: &str = "waiting for a node to run the driver";
@@ -35,12 +38,12 @@ pub struct JobTable {
 
 impl JobTable {
     /// The jobs `store` holds, with their output under `dir`.
-    pub fn recover(dir: &Path, store: StateStore) -> Result<Self> {
+    pub fn recover(dir: &Path, store: StateStore) -> Result<Self, StateError> {
         let mut jobs = BTreeMap::new();
         for (key, bytes) in store.load(Table::Jobs)? {
-            let id = JobId::from_wire(&key)?;
-            let record = JobRecord::decode(bytes.as_slice())
-                .map_err(|e| Error::Internal(format!("the stored record of job {id} is corrupt: {e}")))?;
+            let id = JobId::from_wire(&key).map_err(StateError::corrupt(format!("job key {key:02x?}")))?;
+            let record =
+                JobRecord::decode(bytes.as_slice()).map_err(StateError::corrupt(format!("the record of job {id}")))?;
             let output = std::fs::metadata(output_path(dir, id)).map_or(0, |m| m.len());
             let entry = JobEntry {
                 record: watch::channel(record).0,
@@ -69,10 +72,10 @@ impl JobTable {
     pub fn create(&self, id: JobId, spec: JobSpec, now_ms: u64) -> Result<(JobRecord, Committed)> {
         let mut jobs = self.jobs();
         if jobs.contains_key(&id) {
-            return Err(Error::AlreadyExists(format!("job {id} was submitted before")));
+            return Err(JobError::Exists { job_id: id });
         }
         let dir = self.job_dir(id);
-        std::fs::create_dir_all(&dir).map_err(|e| Error::Internal(format!("creating {}: {e}", dir.display())))?;
+        std::fs::create_dir_all(&dir).map_err(JobError::io("creating", &dir))?;
         let record = JobRecord {
             job_id: id.as_bytes().to_vec(),
             spec: Some(spec),
@@ -165,11 +168,10 @@ impl JobTable {
                     .create(true)
                     .append(true)
                     .open(&path)
-                    .map_err(|e| Error::Internal(format!("opening {}: {e}", path.display())))?,
+                    .map_err(JobError::io("opening", &path))?,
             ),
         };
-        file.write_all(data)
-            .map_err(|e| Error::Internal(format!("writing {}: {e}", path.display())))?;
+        file.write_all(data).map_err(JobError::io("writing", &path))?;
         entry.output_bytes.send_modify(|bytes| *bytes += data.len() as u64);
         Ok(())
     }
@@ -182,11 +184,11 @@ impl JobTable {
             return Ok(Vec::new());
         };
         file.seek(SeekFrom::Start(offset))
-            .map_err(|e| Error::Internal(format!("reading {}: {e}", path.display())))?;
+            .map_err(JobError::io("reading", &path))?;
         let mut data = Vec::new();
         file.take(max as u64)
             .read_to_end(&mut data)
-            .map_err(|e| Error::Internal(format!("reading {}: {e}", path.display())))?;
+            .map_err(JobError::io("reading", &path))?;
         Ok(data)
     }
 }
@@ -200,6 +202,6 @@ fn output_path(dir: &Path, id: JobId) -> PathBuf {
     dir.join(id.to_string()).join("output.log")
 }
 
-fn unknown(id: JobId) -> Error {
-    Error::NotFound(format!("no job {id} was submitted to this cluster"))
+fn unknown(id: JobId) -> JobError {
+    JobError::UnknownJob { job_id: id }
 }

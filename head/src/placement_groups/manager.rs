@@ -14,12 +14,15 @@ use std::time::Duration;
 use futures_util::future::join_all;
 use raylet_cluster_status::{GroupShape, ResourceDemand};
 use raylet_placement::{BundlePlan, plan_bundles};
-use raylet_proto::{PlacementGroupId, ResourceSet, Result, Scheduling};
+use raylet_proto::{PlacementGroupId, ResourceSet, Scheduling};
 
-use crate::state_store::StateStore;
+use crate::state_store::{StateError, StateStore};
 
+use super::error::{BundleCallError, PlacementGroupError};
 use super::table::{BundleLocation, GroupRecord, GroupSpec, GroupState, GroupTable};
 use crate::NodeTable;
+
+type Result<T, E = PlacementGroupError> = std::result::Result<T, E>;
 
 /// The node managers that hold bundles, as the group manager calls them.
 pub trait BundleNodes: Send + Sync + 'static {
@@ -31,7 +34,7 @@ pub trait BundleNodes: Send + Sync + 'static {
         group: PlacementGroupId,
         bundles: Vec<(u32, ResourceSet)>,
         commit: bool,
-    ) -> impl Future<Output = Result<()>> + Send;
+    ) -> impl Future<Output = Result<(), BundleCallError>> + Send;
 
     /// Offers reserved bundles to work in the group.
     fn commit(
@@ -39,7 +42,7 @@ pub trait BundleNodes: Send + Sync + 'static {
         address: &str,
         group: PlacementGroupId,
         indexes: Vec<u32>,
-    ) -> impl Future<Output = Result<()>> + Send;
+    ) -> impl Future<Output = Result<(), BundleCallError>> + Send;
 
     /// Frees the group's bundles with these indexes on the node (all of
     /// them when `indexes` is empty) and ends the work in them.
@@ -48,7 +51,7 @@ pub trait BundleNodes: Send + Sync + 'static {
         address: &str,
         group: PlacementGroupId,
         indexes: Vec<u32>,
-    ) -> impl Future<Output = Result<()>> + Send;
+    ) -> impl Future<Output = Result<(), BundleCallError>> + Send;
 }
 
 /// The head's placement groups and how they are placed.
@@ -72,9 +75,9 @@ type NodeBundles = BTreeMap<String, Vec<(u32, ResourceSet)>>;
 #[derive(Debug, thiserror::Error)]
 enum NotPlaced {
     #[error("node {node} refused: {error}")]
-    Refused { node: String, error: raylet_proto::Error },
+    Refused { node: String, error: BundleCallError },
     #[error("node {node} failed to commit: {error}")]
-    CommitFailed { node: String, error: raylet_proto::Error },
+    CommitFailed { node: String, error: BundleCallError },
 }
 
 /// What planning a group decided.
@@ -103,7 +106,7 @@ impl<N: BundleNodes> GroupManager<N> {
     }
 
     /// A manager of the groups `store` holds, which keeps every change there.
-    pub fn recover(nodes: Arc<Mutex<NodeTable>>, bundle_nodes: N, store: StateStore) -> Result<Self> {
+    pub fn recover(nodes: Arc<Mutex<NodeTable>>, bundle_nodes: N, store: StateStore) -> Result<Self, StateError> {
         Ok(Self::with_table(GroupTable::recover(store)?, nodes, bundle_nodes))
     }
 
@@ -506,7 +509,7 @@ impl<N: BundleNodes> GroupManager<N> {
             })
         });
         if let Some(failure) = failure {
-            let all_ok: Vec<Result<()>> = by_node.keys().map(|_| Ok(())).collect();
+            let all_ok: Vec<Result<(), BundleCallError>> = by_node.keys().map(|_| Ok(())).collect();
             self.release_new(id, by_node, &all_ok).await;
             return Err(failure);
         }
@@ -523,7 +526,7 @@ impl<N: BundleNodes> GroupManager<N> {
 
     /// Releases the new bundles on the nodes whose reservation succeeded;
     /// bundles the group already held there stay.
-    async fn release_new(&self, id: PlacementGroupId, by_node: &NodeBundles, reserved: &[Result<()>]) {
+    async fn release_new(&self, id: PlacementGroupId, by_node: &NodeBundles, reserved: &[Result<(), BundleCallError>]) {
         let releases =
             by_node
                 .iter()

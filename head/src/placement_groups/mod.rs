@@ -2,6 +2,7 @@
 //! reserves their bundles on nodes all at once and places them again when a
 //! node dies, its calls to node managers, and the gRPC service.
 
+mod error;
 mod manager;
 mod node_calls;
 mod service;
@@ -10,6 +11,7 @@ mod table;
 use std::sync::Arc;
 use std::time::Duration;
 
+pub use error::{BundleCallError, PlacementGroupError};
 pub use manager::{BundleNodes, GroupManager};
 pub use node_calls::NodeManagerBundles;
 pub use table::{BundleLocation, GroupRecord, GroupSpec, GroupState};

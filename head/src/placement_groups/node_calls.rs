@@ -12,10 +12,13 @@ use raylet_proto::auth::AuthToken;
 use raylet_proto::channel::AuthedChannel;
 use raylet_proto::v1::node_manager_service_client::NodeManagerServiceClient;
 use raylet_proto::v1::{Bundle, BundleOp, BundleOpKind, BundleOpsRequest};
-use raylet_proto::{Error, PlacementGroupId, ResourceSet, Result};
+use raylet_proto::{PlacementGroupId, ResourceSet};
 use tokio::sync::{mpsc, oneshot};
 
+use super::error::BundleCallError;
 use super::manager::BundleNodes;
+
+type Result<T, E = BundleCallError> = std::result::Result<T, E>;
 
 /// How long a node manager may take to answer a connection.
 const NODE_PATIENCE: Duration = Duration::from_secs(2);
@@ -48,7 +51,9 @@ impl NodeManagerBundles {
 
     /// Queues `op` for the node at `address` and waits for its answer.
     async fn call(&self, address: &str, op: BundleOp) -> Result<()> {
-        let stopped = || Error::Unavailable(format!("the sender to node {address} has stopped"));
+        let stopped = || BundleCallError::SenderStopped {
+            address: address.to_string(),
+        };
         let (answer, answered) = oneshot::channel();
         if self.queue(address).send(QueuedOp { op, answer }).is_err() {
             return Err(stopped());
@@ -121,16 +126,23 @@ async fn send_batch(
     };
     let mut request = tonic::Request::new(BundleOpsRequest { ops });
     request.set_timeout(CALL_TIMEOUT);
-    let results = client.apply_bundle_ops(request).await?.into_inner().results;
+    let reply = client
+        .apply_bundle_ops(request)
+        .await
+        .map_err(raylet_proto::Error::from)?;
+    let results = reply.into_inner().results;
     if results.len() != count {
-        return Err(Error::Internal(format!(
-            "node {address} answered {} results for {count} bundle operations",
-            results.len()
-        )));
+        return Err(BundleCallError::WrongAnswerCount {
+            address: address.to_string(),
+            answered: results.len(),
+            asked: count,
+        });
     }
-    let answer = |error: String| match error.is_empty() {
-        true => Ok(()),
-        false => Err(Error::FailedPrecondition(error)),
+    let answer = |reason: String| {
+        if reason.is_empty() {
+            return Ok(());
+        }
+        Err(BundleCallError::Refused { reason })
     };
     Ok(results.into_iter().map(|result| answer(result.error)).collect())
 }

@@ -15,15 +15,18 @@ use raylet_proto::v1::{
     CreatePlacementGroupRequest, ListPlacementGroupsReply, ListPlacementGroupsRequest, PlacementGroupAnswer,
     PlacementGroupCall, PlacementGroupRecord, WaitPlacementGroupRequest,
 };
-use raylet_proto::{Error, PlacementGroupId, PlacementStrategy, ResourceSet, Result};
+use raylet_proto::{PlacementGroupId, PlacementStrategy, ResourceSet};
 use tokio::sync::watch;
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
+use super::error::PlacementGroupError;
 use super::manager::GroupManager;
 use super::node_calls::NodeManagerBundles;
 use super::table::GroupSpec;
-use crate::service::bounded_text;
+use crate::wire::bounded_text;
+
+type Result<T, E = PlacementGroupError> = std::result::Result<T, E>;
 
 /// The longest a `WaitPlacementGroup` call waits.
 const MAX_WAIT: Duration = Duration::from_secs(3600);
@@ -94,14 +97,11 @@ async fn answer_call(
     let outcome = match call.kind {
         Some(CallKind::Create(request)) => create(&groups, request).await,
         Some(CallKind::Remove(request)) => remove(&groups, &request.placement_group_id).await,
-        None => Err(Error::InvalidArgument(format!(
-            "placement group call {} names no operation",
-            call.call_id
-        ))),
+        None => Err(PlacementGroupError::NoOperation { call_id: call.call_id }),
     };
     let kind = match outcome {
         Ok(record) => AnswerKind::Record(record),
-        Err(error) => AnswerKind::Failure(error.into()),
+        Err(error) => AnswerKind::Failure(raylet_proto::Error::from(error).into()),
     };
     let answer = PlacementGroupAnswer {
         call_id: call.call_id,
@@ -128,16 +128,16 @@ async fn remove(groups: &GroupManager<NodeManagerBundles>, id: &[u8]) -> Result<
 
 fn decode_spec(request: CreatePlacementGroupRequest) -> Result<GroupSpec> {
     if request.bundles.len() > MAX_BUNDLES {
-        return Err(Error::InvalidArgument(format!(
-            "a placement group may have at most {MAX_BUNDLES} bundles, got {}",
-            request.bundles.len()
-        )));
+        return Err(PlacementGroupError::TooManyBundles {
+            count: request.bundles.len(),
+            limit: MAX_BUNDLES,
+        });
     }
     let bundles = request
         .bundles
         .iter()
         .map(ResourceSet::from_proto)
-        .collect::<Result<Vec<_>>>()?;
+        .collect::<raylet_proto::Result<Vec<_>>>()?;
     check_bundles(&bundles)?;
     let strategy = PlacementStrategy::from_proto(request.strategy());
     Ok(GroupSpec {

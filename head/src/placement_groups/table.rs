@@ -9,10 +9,13 @@ use std::time::SystemTime;
 
 use prost::Message;
 use raylet_cluster_status::unix_ms;
-use raylet_proto::{Error, IdMap, NodeId, PlacementGroupId, PlacementStrategy, ResourceSet, Result, v1};
+use raylet_proto::{IdMap, NodeId, PlacementGroupId, PlacementStrategy, ResourceSet, v1};
 use tokio::sync::watch;
 
-use crate::state_store::{Committed, StateStore, Table};
+use super::error::PlacementGroupError;
+use crate::state_store::{Committed, StateError, StateStore, Table};
+
+type Result<T, E = PlacementGroupError> = std::result::Result<T, E>;
 
 /// How many removed groups are kept for `raylet list placement-groups`.
 const MAX_REMOVED_RECORDS: usize = 10_000;
@@ -91,13 +94,13 @@ impl GroupRecord {
     }
 
     /// A record the state store kept, and its creation order.
-    fn from_stored(stored: v1::StoredPlacementGroup) -> Result<(Self, u64)> {
+    fn from_stored(stored: v1::StoredPlacementGroup) -> raylet_proto::Result<(Self, u64)> {
         let record = stored.record.unwrap_or_default();
         let bundles = record
             .bundles
             .iter()
             .map(ResourceSet::from_proto)
-            .collect::<Result<Vec<_>>>()?;
+            .collect::<raylet_proto::Result<Vec<_>>>()?;
         let mut locations = vec![None; bundles.len()];
         for placed in stored.placed {
             let location = placed.location.unwrap_or_default();
@@ -177,13 +180,12 @@ pub struct GroupTable {
 
 impl GroupTable {
     /// The table as `store` holds it.
-    pub fn recover(store: StateStore) -> Result<Self> {
+    pub fn recover(store: StateStore) -> Result<Self, StateError> {
         let mut stored = Vec::new();
         for (key, value) in store.load(Table::PlacementGroups)? {
-            let group = v1::StoredPlacementGroup::decode(value.as_slice()).map_err(|e| {
-                Error::Internal(format!("placement group {key:02x?} in the state store is corrupt: {e}"))
-            })?;
-            stored.push(GroupRecord::from_stored(group)?);
+            let record = || format!("placement group {key:02x?}");
+            let group = v1::StoredPlacementGroup::decode(value.as_slice()).map_err(StateError::corrupt(record()))?;
+            stored.push(GroupRecord::from_stored(group).map_err(StateError::corrupt(record()))?);
         }
         stored.sort_by_key(|(_, seq)| *seq);
         let mut table = GroupTable {
@@ -222,10 +224,7 @@ impl GroupTable {
     /// Adds a pending group; its id must be new.
     pub fn create(&mut self, spec: GroupSpec) -> Result<()> {
         if self.groups.contains_key(&spec.id) {
-            return Err(Error::AlreadyExists(format!(
-                "placement group {} exists already",
-                spec.id
-            )));
+            return Err(PlacementGroupError::Exists { group_id: spec.id });
         }
         let record = GroupRecord {
             locations: vec![None; spec.bundles.len()],
@@ -246,14 +245,14 @@ impl GroupTable {
         self.groups
             .get(&id)
             .map(|(_, group)| group.borrow().clone())
-            .ok_or_else(|| Error::NotFound(format!("placement group {id} does not exist")))
+            .ok_or(PlacementGroupError::UnknownGroup { group_id: id })
     }
 
     pub fn watch(&self, id: PlacementGroupId) -> Result<watch::Receiver<GroupRecord>> {
         self.groups
             .get(&id)
             .map(|(_, group)| group.subscribe())
-            .ok_or_else(|| Error::NotFound(format!("placement group {id} does not exist")))
+            .ok_or(PlacementGroupError::UnknownGroup { group_id: id })
     }
 
     /// Changes a group's record and tells those who watch it.
