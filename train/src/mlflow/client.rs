@@ -113,7 +113,7 @@ impl MlflowClient {
         let created = self.post("experiments/create", json!({ "name": name }));
         match created {
             Ok(answer) => {
-                string_field(&answer, "/experiment_id").map_err(|why| self.bad_answer("experiments/create", why))
+                string_field(&answer, "/experiment_id").map_err(|missing| self.failed("experiments/create", missing))
             }
             // Made by another tracker since it was looked up.
             Err(exists) if exists.code() == Some("RESOURCE_ALREADY_EXISTS") => self.find_experiment(name),
@@ -126,7 +126,7 @@ impl MlflowClient {
         let mut url = self.api_url(&["mlflow", "experiments", "get-by-name"]);
         url.query_pairs_mut().append_pair("experiment_name", name);
         let answer = self.send(call, self.http.get(url))?;
-        string_field(&answer, "/experiment/experiment_id").map_err(|why| self.bad_answer(call, why))
+        string_field(&answer, "/experiment/experiment_id").map_err(|missing| self.failed(call, missing))
     }
 
     /// Makes a run named `name` in `experiment_id`, started now, with `tags`.
@@ -144,7 +144,7 @@ impl MlflowClient {
             "tags": key_values(tags),
         });
         let answer = self.post(call, body)?;
-        let field = |pointer: &str| string_field(&answer, pointer).map_err(|why| self.bad_answer(call, why));
+        let field = |pointer: &str| string_field(&answer, pointer).map_err(|missing| self.failed(call, missing));
         Ok(RunHandle {
             run_id: field("/run/info/run_id")?,
             experiment_id: experiment_id.to_string(),
@@ -270,12 +270,15 @@ fn refusal(status: StatusCode, body: &[u8]) -> CallFailure {
 }
 
 /// The string at `pointer` in `answer`.
-fn string_field(answer: &Value, pointer: &str) -> Result<String, String> {
+fn string_field(answer: &Value, pointer: &str) -> Result<String, CallFailure> {
     answer
         .pointer(pointer)
         .and_then(Value::as_str)
         .map(str::to_string)
-        .ok_or_else(|| format!("no string at {pointer} in {answer}"))
+        .ok_or_else(|| CallFailure::MissingField {
+            pointer: pointer.to_string(),
+            answer: answer.to_string(),
+        })
 }
 
 /// The path of a proxied run's artifacts under the proxy
@@ -360,6 +363,18 @@ mod tests {
             client.api_url(&["mlflow", "runs", "create"]).as_str(),
             "https://tracking.example/prefix/api/2.0/mlflow/runs/create"
         );
+    }
+
+    #[test]
+    fn a_string_field_the_answer_lacks_names_where_it_was_looked_for() {
+        let answer = json!({ "run": { "info": { "run_id": 7 } } });
+        let missing = string_field(&answer, "/run/info/run_id").unwrap_err();
+        assert!(
+            matches!(&missing, CallFailure::MissingField { pointer, .. } if pointer == "/run/info/run_id"),
+            "{missing}"
+        );
+        let answer = json!({ "experiment_id": "12" });
+        assert_eq!(string_field(&answer, "/experiment_id").unwrap(), "12");
     }
 
     #[test]

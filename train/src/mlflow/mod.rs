@@ -72,6 +72,9 @@ pub enum CallFailure {
     Refused { status: u16, code: String, message: String },
     #[error("the answer is not what the API says: {0}")]
     BadAnswer(String),
+    /// The answer lacks a string the API promises.
+    #[error("the answer has no string at {pointer}: {answer}")]
+    MissingField { pointer: String, answer: String },
     #[error(
         "the run's artifact_uri `{0}` is not served by the tracking server: start it with artifact serving \
          (the default of `mlflow server`, or `--serve-artifacts`)"
