@@ -226,3 +226,45 @@ fn encode_node_resources(node: NodeResourcesView) -> NodeResources {
 
 /// The most demand shapes one heartbeat may carry.
 const MAX_DEMANDS: usize = 100;
+
+#[cfg(test)]
+mod tests {
+    use std::time::Duration;
+
+    use raylet_proto::auth::AuthToken;
+
+    use super::*;
+
+    fn service() -> HeadServiceImpl {
+        let table = Arc::new(Mutex::new(NodeTable::new(Duration::from_secs(5))));
+        let bundles = NodeManagerBundles::new(AuthToken::generate());
+        HeadServiceImpl {
+            groups: Arc::new(GroupManager::new(table.clone(), bundles)),
+            table,
+            stopping: watch::channel(false).1,
+        }
+    }
+
+    async fn drain(service: &HeadServiceImpl, node_id: Vec<u8>, reason: &str) -> Status {
+        let request = DrainNodeRequest {
+            node_id,
+            reason: reason.into(),
+        };
+        service.drain_node(Request::new(request)).await.unwrap_err()
+    }
+
+    #[tokio::test]
+    async fn a_drain_answers_each_refusal_with_its_code_and_its_text_once() {
+        let service = service();
+        let node_id = NodeId::random();
+        let unknown = drain(&service, node_id.as_bytes().to_vec(), "idle").await;
+        assert_eq!(unknown.code(), Code::NotFound);
+        assert_eq!(unknown.message(), format!("node {node_id} is not alive"));
+        let long = drain(&service, node_id.as_bytes().to_vec(), &"x".repeat(2000)).await;
+        assert_eq!(long.code(), Code::InvalidArgument);
+        assert_eq!(long.message(), "reason is 2000 bytes long; the limit is 1024");
+        let malformed = drain(&service, vec![1, 2, 3], "idle").await;
+        assert_eq!(malformed.code(), Code::InvalidArgument);
+        assert!(!malformed.message().starts_with("invalid argument"), "{malformed:?}");
+    }
+}
