@@ -35,6 +35,8 @@ use raylet_proto::v1::task_event_service_server::TaskEventServiceServer;
 use tokio::net::TcpListener;
 
 pub use node_table::{Heartbeat, HeartbeatOutcome, NodeResourcesView, NodeTable, Registration};
+pub use service::HeadError;
+pub use wire::TextTooLong;
 
 use actors::{ActorRuntime, ActorServiceImpl, ActorTable, HeadLeases, resume_actors};
 use jobs::{JobManager, JobServiceImpl};
