@@ -482,10 +482,16 @@ fn calling_a_function_the_worker_binary_lacks_is_a_clear_error() {
     assert_eq!(task.kind, TaskErrorKind::FunctionNotFound);
     assert!(
         task.message
-            .contains("no #[raylet::remote] function named no::such::function"),
+            .contains("the remote function `no::such::function` is not registered in this binary"),
         "{}",
         task.message
     );
+    assert!(
+        task.message.contains("remote function names registered: "),
+        "{}",
+        task.message
+    );
+    assert!(task.message.contains("::tasks::flaky"), "{}", task.message);
 }
 
 /// Fails with `Err` on its first attempt and succeeds on the next.

@@ -111,9 +111,7 @@ impl ActorPool {
     /// Starts the pool's minimum of actors; fails when the cluster cannot
     /// hold that many.
     pub fn start(cluster: Cluster, model: ModelSpec) -> Result<Self, DataError> {
-        if model_registry::find(&model.name).is_none() {
-            return Err(DataError::NotRegistered(model.name.clone()));
-        }
+        model_registry::find(&model.name)?;
         let cap = capacity(&cluster, &model.strategy)?;
         if cap < model.strategy.min {
             return Err(DataError::InvalidInput(format!(

@@ -6,13 +6,10 @@ use std::path::PathBuf;
 /// its functions, or writing its outputs.
 #[derive(Debug, thiserror::Error)]
 pub enum DataError {
-    /// A function given to a transform was not registered, so workers
-    /// cannot find it.
-    #[error(
-        "{0} is not registered: add register_map!/register_flat_map!/register_filter!/register_batch_fn! \
-         (or register_batch_model! for a model) for it"
-    )]
-    NotRegistered(String),
+    /// A function or model given to a transform was not registered, so
+    /// workers cannot find it.
+    #[error(transparent)]
+    NotRegistered(#[from] raylet::RegistryError),
     #[error("invalid input: {0}")]
     InvalidInput(String),
     /// An input file could not be read.

@@ -350,7 +350,7 @@ fn aggregate_groups(
             Ok(RowData::Arrow(vec![batch]))
         }
         GroupAggregate::Function(function) => {
-            let registered = registry::find(function).ok_or_else(|| RowsError::NotRegistered(function.clone()))?;
+            let registered = registry::find(function)?;
             let whole_groups = StageSpec {
                 function: function.clone(),
                 kind: StageKind::MapArrowBatches,

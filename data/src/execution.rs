@@ -297,8 +297,7 @@ impl Execution {
 /// Checks that every stage's function is registered as its kind.
 pub(crate) fn check_registered(stages: &[StageSpec]) -> Result<(), DataError> {
     for stage in stages.iter().filter(|stage| stage.kind != StageKind::Model) {
-        let registered =
-            registry::find(&stage.function).ok_or_else(|| DataError::NotRegistered(stage.function.clone()))?;
+        let registered = registry::find(&stage.function)?;
         if registered.kind != stage.kind {
             return Err(DataError::InvalidInput(format!(
                 "{} is registered for {:?} but used for {:?}",

@@ -5,11 +5,11 @@
 /// What the registration macros expand to. Not a public API.
 #[doc(hidden)]
 pub mod __private {
-    pub use linkme;
+    pub use raylet;
 
-    pub use crate::model_registry::{BATCH_MODELS, RegisteredModel};
+    pub use crate::model_registry::RegisteredModel;
     pub use crate::registry::{
-        DATA_FUNCTIONS, RegisteredFn, apply_arrow_batches, apply_batches, apply_filter, apply_flat_map, apply_map,
+        RegisteredFn, apply_arrow_batches, apply_batches, apply_filter, apply_flat_map, apply_map,
     };
     pub use crate::stage::StageKind;
 }
@@ -18,15 +18,14 @@ pub mod __private {
 #[macro_export]
 macro_rules! __register_data_fn {
     ($function:path, $kind:ident, $adapter:ident) => {
-        const _: () = {
-            #[$crate::__private::linkme::distributed_slice($crate::__private::DATA_FUNCTIONS)]
-            #[linkme(crate = $crate::__private::linkme)]
-            static REGISTRATION: $crate::__private::RegisteredFn = $crate::__private::RegisteredFn {
-                name: || ::std::any::type_name_of_val(&$function),
+        $crate::__private::raylet::__register!(
+            DataFunction,
+            || ::std::any::type_name_of_val(&$function),
+            &$crate::__private::RegisteredFn {
                 kind: $crate::__private::StageKind::$kind,
                 apply: |rows, run| $crate::__private::$adapter(rows, run, $function),
-            };
-        };
+            }
+        );
     };
 }
 
@@ -77,11 +76,10 @@ macro_rules! register_arrow_fn {
 #[macro_export]
 macro_rules! register_batch_model {
     ($model:ty) => {
-        const _: () = {
-            #[$crate::__private::linkme::distributed_slice($crate::__private::BATCH_MODELS)]
-            #[linkme(crate = $crate::__private::linkme)]
-            static REGISTRATION: $crate::__private::RegisteredModel =
-                $crate::__private::RegisteredModel::of::<$model>();
-        };
+        $crate::__private::raylet::__register!(
+            BatchModel,
+            ::std::any::type_name::<$model>,
+            &$crate::__private::RegisteredModel::of::<$model>()
+        );
     };
 }

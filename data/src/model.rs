@@ -30,8 +30,8 @@ pub type ModelError = Box<dyn std::error::Error + Send + Sync>;
 /// Why an actor could not load its model.
 #[derive(Debug, thiserror::Error)]
 pub enum LoadError {
-    #[error("{0} is not registered in this binary")]
-    NotRegistered(String),
+    #[error(transparent)]
+    NotRegistered(#[from] raylet::RegistryError),
     #[error("decoding {model}: {source}")]
     Config {
         model: &'static str,

@@ -1,9 +1,8 @@
-//! The models registered by type (with `register_batch_model!`), so that
-//! actors (this binary, started again) can find them by name, load them
+//! The models registered by type (with `register_batch_model!`, in
+//! raylet's registry), so that actors (this binary, started again) can find them by name, load them
 //! and apply them to blocks with their types erased.
 
-use std::collections::HashMap;
-use std::sync::OnceLock;
+use raylet::{EntryKind, RegistryError};
 
 use crate::model::{BatchModel, LoadError};
 use crate::registry::{self, BlockRows};
@@ -31,25 +30,19 @@ impl<M: BatchModel> LoadedModel for Loaded<M> {
 /// Decodes a model's configuration and loads it.
 type LoadFn = fn(&[u8]) -> Result<Box<dyn LoadedModel>, LoadError>;
 
-/// One registered model type. Not a public API.
+/// One registered model type, as raylet's registry holds it. Not a public API.
 #[doc(hidden)]
 pub struct RegisteredModel {
-    pub name: fn() -> &'static str,
     load: LoadFn,
 }
 
 impl RegisteredModel {
     pub const fn of<M: BatchModel>() -> Self {
         RegisteredModel {
-            name: std::any::type_name::<M>,
             load: load_encoded::<M>,
         }
     }
 }
-
-/// Every model type registered in this binary.
-#[linkme::distributed_slice]
-pub static BATCH_MODELS: [RegisteredModel];
 
 fn load_encoded<M: BatchModel>(config: &[u8]) -> Result<Box<dyn LoadedModel>, LoadError> {
     let name = std::any::type_name::<M>();
@@ -59,14 +52,11 @@ fn load_encoded<M: BatchModel>(config: &[u8]) -> Result<Box<dyn LoadedModel>, Lo
 }
 
 /// The registered model called `name`.
-pub(crate) fn find(name: &str) -> Option<&'static RegisteredModel> {
-    static BY_NAME: OnceLock<HashMap<&'static str, &'static RegisteredModel>> = OnceLock::new();
-    let table = BY_NAME.get_or_init(|| BATCH_MODELS.iter().map(|entry| ((entry.name)(), entry)).collect());
-    table.get(name).copied()
+pub(crate) fn find(name: &str) -> Result<&'static RegisteredModel, RegistryError> {
+    raylet::find_registered(EntryKind::BatchModel, name)
 }
 
 /// Loads the model called `name` from its encoded configuration.
 pub(crate) fn load(name: &str, config: &[u8]) -> Result<Box<dyn LoadedModel>, LoadError> {
-    let registered = find(name).ok_or_else(|| LoadError::NotRegistered(name.to_string()))?;
-    (registered.load)(config)
+    (find(name)?.load)(config)
 }

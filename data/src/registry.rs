@@ -1,15 +1,14 @@
 //! The functions transforms run, found by name in every worker (the same
-//! binary started again): each `register_*!` macro records a function with
-//! one of the adapters here, which decodes a block's rows, applies the
+//! binary started again): each `register_*!` macro records a function in
+//! raylet's registry with one of the adapters here, which decodes a block's rows, applies the
 //! function and encodes what it returns, keeping track of which input each
 //! row came from. Typed functions read Arrow rows too (a column per field);
 //! Arrow functions take and return record batches.
 
-use std::collections::HashMap;
 use std::fmt::Display;
-use std::sync::OnceLock;
 
 use arrow::array::RecordBatch;
+use raylet::{EntryKind, RegistryError};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -22,23 +21,16 @@ use crate::stage::{RowFailure, StageKind, StageRun};
 /// Applies a registered function to a block's rows.
 pub type ApplyFn = fn(&BlockRows, &mut StageRun) -> Result<BlockRows, RowFailure>;
 
-/// One registered function. Not a public API.
+/// One registered function, as raylet's registry holds it. Not a public API.
 #[doc(hidden)]
 pub struct RegisteredFn {
-    pub name: fn() -> &'static str,
     pub kind: StageKind,
     pub apply: ApplyFn,
 }
 
-/// Every function registered for transforms in this binary.
-#[linkme::distributed_slice]
-pub static DATA_FUNCTIONS: [RegisteredFn];
-
 /// The registered function called `name`.
-pub(crate) fn find(name: &str) -> Option<&'static RegisteredFn> {
-    static BY_NAME: OnceLock<HashMap<&'static str, &'static RegisteredFn>> = OnceLock::new();
-    let table = BY_NAME.get_or_init(|| DATA_FUNCTIONS.iter().map(|entry| ((entry.name)(), entry)).collect());
-    table.get(name).copied()
+pub(crate) fn find(name: &str) -> Result<&'static RegisteredFn, RegistryError> {
+    raylet::find_registered(EntryKind::DataFunction, name)
 }
 
 fn decode<T: DeserializeOwned>(rows: &BlockRows, run: &StageRun) -> Result<Vec<T>, RowFailure> {

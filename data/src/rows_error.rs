@@ -64,8 +64,8 @@ pub enum RowsError {
         #[source]
         source: ArrowError,
     },
-    #[error("{0} is not registered")]
-    NotRegistered(String),
+    #[error(transparent)]
+    NotRegistered(#[from] raylet::RegistryError),
     /// A groupby's function failed on a group: its message.
     #[error("{0}")]
     GroupFunction(String),

@@ -45,8 +45,8 @@ pub(crate) enum BlockError {
     Failed(RowError),
     #[error("{0} needs an actor pool")]
     NeedsActorPool(String),
-    #[error("{0} is not registered in this binary")]
-    NotRegistered(String),
+    #[error(transparent)]
+    NotRegistered(#[from] raylet::RegistryError),
     #[error("this sink writes Arrow rows, and the block's are typed")]
     TypedRowsForArrowSink,
     #[error(transparent)]
@@ -190,11 +190,7 @@ impl<'a> BlockRun<'a> {
             rows = match (stage.kind, model.as_deref_mut()) {
                 (StageKind::Model, Some(model)) => model.apply(&rows, &mut run),
                 (StageKind::Model, None) => return Err(BlockError::NeedsActorPool(stage.function.clone())),
-                _ => {
-                    let registered = registry::find(&stage.function)
-                        .ok_or_else(|| BlockError::NotRegistered(stage.function.clone()))?;
-                    (registered.apply)(&rows, &mut run)
-                }
+                _ => (registry::find(&stage.function)?.apply)(&rows, &mut run),
             }
             .map_err(|f| self.fatal(f))?;
             skipped.extend(run.skipped.into_iter().flat_map(|f| self.named(f)));

@@ -288,7 +288,7 @@ fn unregistered_functions_and_another_datasets_output_directory_are_refused() {
         .map(unregistered)
         .take_all()
         .unwrap_err();
-    assert!(error.to_string().contains("unregistered is not registered"), "{error}");
+    assert!(error.to_string().contains("unregistered` is not registered"), "{error}");
 
     let out = tempfile::tempdir().unwrap();
     let first = Dataset::from_items((0..10u64).collect())

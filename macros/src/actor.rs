@@ -398,12 +398,11 @@ fn expand_impl(mut item: ItemImpl) -> syn::Result<TokenStream> {
                 }
             }
 
-            #[::raylet::__private::linkme::distributed_slice(::raylet::__private::ACTOR_CLASSES)]
-            #[linkme(crate = ::raylet::__private::linkme)]
-            static REGISTRATION: ::raylet::__private::ActorClass = ::raylet::__private::ActorClass {
-                name: <#ident as ::raylet::Actor>::CLASS,
-                construct,
-            };
+            ::raylet::__register!(
+                ActorClass,
+                || <#ident as ::raylet::Actor>::CLASS,
+                &::raylet::__private::ActorClass { construct }
+            );
         }
     })
 }

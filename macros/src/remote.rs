@@ -242,10 +242,7 @@ pub(crate) fn expand(attr: TokenStream, item: TokenStream) -> syn::Result<TokenS
 
             #invoke
 
-            #[::raylet::__private::linkme::distributed_slice(::raylet::__private::REMOTE_FUNCTIONS)]
-            #[linkme(crate = ::raylet::__private::linkme)]
-            static REGISTRATION: ::raylet::__private::RemoteFunction =
-                ::raylet::__private::RemoteFunction { name: NAME, invoke: INVOKE };
+            ::raylet::__register!(RemoteFunction, || NAME, &INVOKE);
         }
     })
 }

@@ -170,9 +170,7 @@ impl DeploymentConfig {
         if self.health_check_period.is_zero() || self.health_check_timeout.is_zero() {
             return invalid("health check period and timeout must be above 0".into());
         }
-        if crate::registry::find(&self.class).is_none() {
-            return Err(ServeError::NotRegistered(self.class.clone()));
-        }
+        crate::registry::find(&self.class)?;
         Ok(())
     }
 }

@@ -123,14 +123,8 @@ pub fn parse(text: &str) -> Result<(Application, HttpOptions)> {
 }
 
 fn deployment(entry: DeploymentEntry) -> Result<DeploymentConfig> {
-    let Some(class) = registry::find(&entry.class) else {
-        return Err(ServeError::InvalidConfig(format!(
-            "deployment `{}`: class `{}` is not registered in this binary; it registers: {}",
-            entry.name,
-            entry.class,
-            registry::names().join(", ")
-        )));
-    };
+    let class = registry::find(&entry.class)
+        .map_err(|error| ServeError::InvalidConfig(format!("deployment `{}`: {error}", entry.name)))?;
     let invalid = |what: &str, error: registry::EncodeFromJsonError| {
         ServeError::InvalidConfig(format!(
             "deployment `{}`: its {what} is not a {}: {error}",

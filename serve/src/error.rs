@@ -8,8 +8,8 @@ use crate::http_messages::HttpError;
 /// What went wrong in deploying or in answering a request.
 #[derive(Debug, thiserror::Error)]
 pub enum ServeError {
-    #[error("the deployment class `{0}` is not registered in this binary: add register_deployment!({0})")]
-    NotRegistered(String),
+    #[error(transparent)]
+    NotRegistered(#[from] raylet::RegistryError),
     #[error("invalid serve configuration: {0}")]
     InvalidConfig(String),
     #[error("encoding {what}: {message}")]

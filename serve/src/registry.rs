@@ -1,16 +1,16 @@
-//! The deployments linked into this binary, by name: a replica (this same
-//! binary, started again as a worker) finds its class here, since actors
-//! cannot be generic. [`register_deployment!`](crate::register_deployment)
-//! adds one.
+//! The deployments linked into this binary, by name, in raylet's registry:
+//! a replica (this same binary, started again as a worker) finds its class
+//! there, since actors cannot be generic.
+//! [`register_deployment!`](crate::register_deployment) adds one.
 
-use std::collections::HashMap;
 use std::future::Future;
 use std::pin::Pin;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use bytes::Bytes;
 
 use futures_util::{Stream, StreamExt};
+use raylet::{EntryKind, RegistryError};
 
 use crate::deployment::{Body, BoxError, Deployment, ReplicaContext};
 use crate::error::ServeError;
@@ -79,10 +79,10 @@ type Construct = fn(&[u8], Option<&[u8]>, &ReplicaContext) -> Result<Arc<dyn Era
 /// value) becomes what a replica decodes.
 type EncodeFromJson = fn(serde_json::Value) -> Result<Vec<u8>, EncodeFromJsonError>;
 
-/// One registered deployment class. Not a public API.
+/// One registered deployment class, as raylet's registry holds it. Not a
+/// public API.
 #[doc(hidden)]
 pub struct RegisteredDeployment {
-    pub name: fn() -> &'static str,
     /// Whether HTTP requests are streamed ([`Deployment::STREAMING`]).
     pub streaming: bool,
     pub construct: Construct,
@@ -93,7 +93,6 @@ pub struct RegisteredDeployment {
 impl RegisteredDeployment {
     pub const fn of<D: Deployment>() -> Self {
         RegisteredDeployment {
-            name: std::any::type_name::<D>,
             streaming: D::STREAMING,
             construct: construct::<D>,
             encode_init: encode_from_json::<D::Init>,
@@ -110,45 +109,30 @@ fn encode_from_json<T: serde::Serialize + serde::de::DeserializeOwned>(
     Ok(raylet::codec::encode(&typed)?)
 }
 
-/// Every registered class name, sorted: what an error about a missing one
-/// lists.
-pub(crate) fn names() -> Vec<&'static str> {
-    let mut names: Vec<&'static str> = DEPLOYMENTS.iter().map(|entry| (entry.name)()).collect();
-    names.sort_unstable();
-    names
-}
-
-/// Every deployment class linked into this binary.
-#[linkme::distributed_slice]
-pub static DEPLOYMENTS: [RegisteredDeployment];
-
 /// What [`register_deployment!`](crate::register_deployment) expands to
 /// refers to. Not a public API.
 #[doc(hidden)]
 pub mod __private {
-    pub use linkme;
+    pub use raylet;
 
-    pub use super::{DEPLOYMENTS, RegisteredDeployment};
+    pub use super::RegisteredDeployment;
 }
 
 /// Registers a [`Deployment`] type so that replicas can build it.
 #[macro_export]
 macro_rules! register_deployment {
     ($deployment:ty) => {
-        const _: () = {
-            #[$crate::__private::linkme::distributed_slice($crate::__private::DEPLOYMENTS)]
-            #[linkme(crate = $crate::__private::linkme)]
-            static REGISTRATION: $crate::__private::RegisteredDeployment =
-                $crate::__private::RegisteredDeployment::of::<$deployment>();
-        };
+        $crate::__private::raylet::__register!(
+            Deployment,
+            ::std::any::type_name::<$deployment>,
+            &$crate::__private::RegisteredDeployment::of::<$deployment>()
+        );
     };
 }
 
 /// The registered class called `name`.
-pub(crate) fn find(name: &str) -> Option<&'static RegisteredDeployment> {
-    static BY_NAME: OnceLock<HashMap<&'static str, &'static RegisteredDeployment>> = OnceLock::new();
-    let table = BY_NAME.get_or_init(|| DEPLOYMENTS.iter().map(|entry| ((entry.name)(), entry)).collect());
-    table.get(name).copied()
+pub(crate) fn find(name: &str) -> Result<&'static RegisteredDeployment, RegistryError> {
+    raylet::find_registered(EntryKind::Deployment, name)
 }
 
 /// A deployment behind [`ErasedDeployment`].

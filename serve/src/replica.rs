@@ -144,7 +144,7 @@ impl Counts {
 #[raylet::actor]
 impl Replica {
     pub fn new(spec: ReplicaSpec) -> Result<Self, ServeError> {
-        let registered = registry::find(&spec.class).ok_or_else(|| ServeError::NotRegistered(spec.class.clone()))?;
+        let registered = registry::find(&spec.class)?;
         let user_config = spec.user_config.as_deref().map(Vec::as_slice);
         let deployment = (registered.construct)(&spec.init, user_config, &spec.context)?;
         let runtime = tokio::runtime::Builder::new_multi_thread()

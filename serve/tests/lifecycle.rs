@@ -41,7 +41,7 @@ fn a_replica_that_cannot_be_built_fails_the_deploy_and_nothing_stays() {
     let unregistered = DeploymentConfig::new::<Unregistered>("echo", ()).expect("a config");
     let app = Application::new("unregistered", "/").deployment(unregistered);
     let refused = raylet_serve::run_with(&cluster, app, HttpOptions::default().port(0));
-    assert!(matches!(refused, Err(ServeError::NotRegistered(ref class)) if class.ends_with("Unregistered")));
+    assert!(matches!(refused, Err(ServeError::NotRegistered(ref error)) if error.name().ends_with("Unregistered")));
 }
 
 #[test]

@@ -13,11 +13,9 @@ use crate::sharding::ShardingError;
 pub enum TrainError {
     #[error("invalid training configuration: {0}")]
     InvalidConfig(String),
-    #[error(
-        "the train loop `{0}` is not registered in this binary, so workers cannot run it: \
-         add `raylet_train::register_train_loop!(...)` with its type next to its `impl TrainLoop`"
-    )]
-    NotRegistered(String),
+    /// The train loop is not registered, so workers cannot run it.
+    #[error(transparent)]
+    NotRegistered(#[from] raylet::RegistryError),
     #[error(transparent)]
     Cluster(#[from] raylet::Error),
     #[error(transparent)]

@@ -1,9 +1,7 @@
-//! What a run executes on every worker, and the registry through which a
-//! worker (this same binary, started again) finds it by name.
+//! What a run executes on every worker, and its entry in raylet's registry,
+//! through which a worker (this same binary, started again) finds it by name.
 
-use std::collections::HashMap;
-use std::sync::OnceLock;
-
+use raylet::{EntryKind, RegistryError};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
@@ -38,45 +36,36 @@ pub fn config_json<T: Serialize>(config: &T) -> serde_json::Result<serde_json::V
     serde_json::from_str(&serde_json::to_string(config)?)
 }
 
-/// One registered train loop. Not a public API.
+/// One registered train loop, as raylet's registry holds it. Not a public API.
 #[doc(hidden)]
 pub struct RegisteredLoop {
-    pub name: fn() -> &'static str,
     pub run: fn(&[u8], &mut TrainContext) -> Result<(), TrainError>,
 }
 
 impl RegisteredLoop {
     pub const fn of<L: TrainLoop>() -> Self {
-        RegisteredLoop {
-            name: std::any::type_name::<L>,
-            run: run_encoded::<L>,
-        }
+        RegisteredLoop { run: run_encoded::<L> }
     }
 }
-
-/// Every train loop linked into this binary.
-#[linkme::distributed_slice]
-pub static TRAIN_LOOPS: [RegisteredLoop];
 
 /// What [`register_train_loop!`](crate::register_train_loop) expands to
 /// refers to. Not a public API.
 #[doc(hidden)]
 pub mod __private {
-    pub use linkme;
+    pub use raylet;
 
-    pub use super::{RegisteredLoop, TRAIN_LOOPS};
+    pub use super::RegisteredLoop;
 }
 
 /// Registers a [`TrainLoop`] type so that the workers of a run can run it.
 #[macro_export]
 macro_rules! register_train_loop {
     ($train_loop:ty) => {
-        const _: () = {
-            #[$crate::__private::linkme::distributed_slice($crate::__private::TRAIN_LOOPS)]
-            #[linkme(crate = $crate::__private::linkme)]
-            static REGISTRATION: $crate::__private::RegisteredLoop =
-                $crate::__private::RegisteredLoop::of::<$train_loop>();
-        };
+        $crate::__private::raylet::__register!(
+            TrainLoop,
+            ::std::any::type_name::<$train_loop>,
+            &$crate::__private::RegisteredLoop::of::<$train_loop>()
+        );
     };
 }
 
@@ -87,17 +76,12 @@ fn run_encoded<L: TrainLoop>(config: &[u8], context: &mut TrainContext) -> Resul
 }
 
 /// The name workers find `L` by, once it is known to be registered.
-pub(crate) fn registered_name<L: TrainLoop>() -> Result<&'static str, TrainError> {
+pub(crate) fn registered_name<L: TrainLoop>() -> Result<&'static str, RegistryError> {
     let name = std::any::type_name::<L>();
-    match find(name) {
-        Some(_) => Ok(name),
-        None => Err(TrainError::NotRegistered(name.to_string())),
-    }
+    find(name).map(|_| name)
 }
 
 /// The registered train loop called `name`.
-pub(crate) fn find(name: &str) -> Option<&'static RegisteredLoop> {
-    static BY_NAME: OnceLock<HashMap<&'static str, &'static RegisteredLoop>> = OnceLock::new();
-    let table = BY_NAME.get_or_init(|| TRAIN_LOOPS.iter().map(|entry| ((entry.name)(), entry)).collect());
-    table.get(name).copied()
+pub(crate) fn find(name: &str) -> Result<&'static RegisteredLoop, RegistryError> {
+    raylet::find_registered(EntryKind::TrainLoop, name)
 }

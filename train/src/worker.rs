@@ -41,8 +41,8 @@ pub struct WorkerSetup {
 pub enum WorkerError {
     #[error("this worker already runs a train loop")]
     AlreadyRunning,
-    #[error("the train loop `{0}` is not registered in the worker's binary")]
-    NotRegistered(String),
+    #[error(transparent)]
+    NotRegistered(#[from] raylet::RegistryError),
     #[error("starting the train loop's thread: {0}")]
     NoThread(std::io::Error),
     #[error("no train loop was started")]
@@ -69,8 +69,7 @@ impl TrainWorker {
         if self.events.is_some() {
             return Err(WorkerError::AlreadyRunning);
         }
-        let registered =
-            train_loop::find(&setup.train_loop).ok_or_else(|| WorkerError::NotRegistered(setup.train_loop.clone()))?;
+        let registered = train_loop::find(&setup.train_loop)?;
         let (events, receiver) = mpsc::channel();
         self.events = Some(Mutex::new(receiver));
         std::thread::Builder::new()

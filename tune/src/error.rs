@@ -14,11 +14,9 @@ pub enum TuneError {
     InvalidConfig(String),
     #[error("invalid search space: {0}")]
     InvalidSearchSpace(String),
-    #[error(
-        "the trainable `{0}` is not registered in this binary, so trial workers cannot run it: \
-         add `raylet_tune::register_trainable!(...)` with its name next to the function"
-    )]
-    NotRegistered(String),
+    /// The trainable is not registered, so trial workers cannot run it.
+    #[error(transparent)]
+    NotRegistered(#[from] raylet::RegistryError),
     #[error(transparent)]
     Cluster(#[from] raylet::Error),
     /// Training failed (a storage failure of Train's is [`TuneError::Storage`]).

@@ -59,8 +59,8 @@ struct RunningTrial {
 pub enum RunnerError {
     #[error("this trial actor already runs a trial")]
     AlreadyRunning,
-    #[error("the trainable `{0}` is not registered in the trial actor's binary")]
-    NotRegistered(String),
+    #[error(transparent)]
+    NotRegistered(#[from] raylet::RegistryError),
     #[error("starting the trial's thread: {0}")]
     NoThread(std::io::Error),
     #[error("no trial runs on this actor")]
@@ -85,8 +85,7 @@ impl TrialRunner {
         if self.running.is_some() {
             return Err(RunnerError::AlreadyRunning);
         }
-        let registered =
-            trainable::find(&setup.trainable).ok_or_else(|| RunnerError::NotRegistered(setup.trainable.clone()))?;
+        let registered = trainable::find(&setup.trainable)?;
         let (events, event_receiver) = mpsc::channel();
         let (decisions, decision_receiver) = mpsc::channel();
         self.running = Some(Mutex::new(RunningTrial {

@@ -1,14 +1,13 @@
-//! An actor as its worker holds it: the registry of actor types that
-//! `#[raylet::actor]` fills, the state behind the lock its methods take,
+//! An actor as its worker holds it: the entry of an actor type that
+//! `#[raylet::actor]` registers, the state behind the lock its methods take,
 //! and the calls of its methods.
 
-use std::collections::HashMap;
-use std::sync::{Arc, OnceLock};
+use std::sync::Arc;
 
 use bytes::Bytes;
 use tokio::sync::{RwLock, RwLockReadGuard, RwLockWriteGuard};
 
-use crate::registry::{TaskFuture, TaskOutcome};
+use crate::registry::{EntryKind, RegistryError, TaskFuture, TaskOutcome, find_registered};
 use crate::task_error::TaskError;
 
 /// How one call of an actor method runs.
@@ -76,19 +75,12 @@ pub fn host<T: Send + Sync + 'static>(state: T, dispatch: Dispatch<T>) -> Arc<dy
 /// What constructing an actor produces.
 pub type Constructed = Result<Arc<dyn ActorInstance>, TaskError>;
 
-/// One actor type made with `#[raylet::actor]`.
+/// One actor type made with `#[raylet::actor]`, as the registry holds it.
 pub struct ActorClass {
-    pub name: &'static str,
     pub construct: fn(Vec<Bytes>) -> Constructed,
 }
 
-/// Every actor type linked into this binary.
-#[linkme::distributed_slice]
-pub static ACTOR_CLASSES: [ActorClass];
-
-/// Finds a registered actor type by name.
-pub(crate) fn lookup_class(name: &str) -> Option<&'static ActorClass> {
-    static BY_NAME: OnceLock<HashMap<&'static str, &'static ActorClass>> = OnceLock::new();
-    let table = BY_NAME.get_or_init(|| ACTOR_CLASSES.iter().map(|class| (class.name, class)).collect());
-    table.get(name).copied()
+/// The registered actor type called `name`.
+pub(crate) fn lookup_class(name: &str) -> Result<&'static ActorClass, RegistryError> {
+    find_registered(EntryKind::ActorClass, name)
 }

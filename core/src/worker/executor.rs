@@ -17,7 +17,7 @@ use crate::actor::instance::{MethodCall, lookup_class};
 use crate::objects::lent_objects;
 use crate::observability::timeline;
 use crate::observability::timeline::unix_micros;
-use crate::registry::{self, Invoke, Returned, TaskOutcome};
+use crate::registry::{self, Invoke, RegistryError, Returned, TaskOutcome};
 use crate::task_error::{TaskError, TaskErrorKind};
 use crate::value::{EncodedValue, outcome_to_proto};
 
@@ -141,19 +141,18 @@ async fn execute(spec: &TaskSpec, args: Vec<Bytes>, context: &Arc<WorkerContext>
     if !spec.actor_id.is_empty() {
         return call_method(spec, args, context).await;
     }
-    let Some(invoke) = registry::lookup(&spec.function) else {
-        let message = format!(
-            "no #[raylet::remote] function named {} in {}",
-            spec.function,
-            context.core.ctx().binary.path
-        );
-        return Err(TaskError::new(TaskErrorKind::FunctionNotFound, &spec.function, message));
-    };
+    let invoke = registry::lookup(&spec.function).map_err(|e| not_found(spec, e, context))?;
     match invoke {
         Invoke::Sync(function) => catch_unwind(AssertUnwindSafe(|| function(args)))
             .unwrap_or_else(|payload| Err(panic_error(&spec.function, payload))),
         Invoke::Async(function) => joined(&spec.function, context.core.ctx().runtime.spawn(function(args))).await,
     }
+}
+
+/// The task error for a function or actor type this binary does not register.
+fn not_found(spec: &TaskSpec, error: RegistryError, context: &WorkerContext) -> TaskError {
+    let message = format!("{error} ({})", context.core.ctx().binary.path);
+    TaskError::new(TaskErrorKind::FunctionNotFound, &spec.function, message)
 }
 
 /// Runs an actor's constructor and makes this worker its host.
@@ -165,14 +164,7 @@ fn construct_actor(
 ) -> TaskOutcome {
     let id = ActorId::from_wire(&spec.actor_id)
         .map_err(|e| TaskError::new(TaskErrorKind::Argument, &spec.function, e.to_string()))?;
-    let Some(class) = lookup_class(&spec.function) else {
-        let message = format!(
-            "no #[raylet::actor] type named {} in {}",
-            spec.function,
-            context.core.ctx().binary.path
-        );
-        return Err(TaskError::new(TaskErrorKind::FunctionNotFound, &spec.function, message));
-    };
+    let class = lookup_class(&spec.function).map_err(|e| not_found(spec, e, context))?;
     let instance = catch_unwind(AssertUnwindSafe(|| (class.construct)(args)))
         .unwrap_or_else(|payload| Err(panic_error(&spec.function, payload)))?;
     let max_concurrency = creation.max_concurrency.max(1) as usize;

@@ -69,7 +69,7 @@ impl Reconciler {
                 route_prefix: app.config.route_prefix.clone(),
                 public: app.config.public,
                 ingress: app.config.deployments[0].name.clone(),
-                streaming: crate::registry::find(&app.config.deployments[0].class).is_some_and(|class| class.streaming),
+                streaming: crate::registry::find(&app.config.deployments[0].class).is_ok_and(|class| class.streaming),
             })
             .collect();
         let deployments = live
