@@ -55,6 +55,23 @@ fn checked_divide(a: u64, b: u64) -> Result<u64, String> {
     Ok(a / b)
 }
 
+/// An error of the user's own type, which displays and is nothing more.
+struct Overdrawn {
+    balance: u64,
+    amount: u64,
+}
+
+impl std::fmt::Display for Overdrawn {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "cannot take {} from a balance of {}", self.amount, self.balance)
+    }
+}
+
+#[raylet::remote]
+fn withdraw(balance: u64, amount: u64) -> Result<u64, Overdrawn> {
+    balance.checked_sub(amount).ok_or(Overdrawn { balance, amount })
+}
+
 #[raylet::remote]
 async fn async_double(x: u64) -> u64 {
     tokio::time::sleep(Duration::from_millis(1)).await;
@@ -244,6 +261,18 @@ fn a_task_returning_err_yields_the_error_message() {
     };
     assert_eq!(task.kind, TaskErrorKind::Application);
     assert_eq!(task.message, "cannot divide 9 by zero");
+}
+
+#[test]
+fn a_task_returning_an_error_type_of_its_own_yields_its_message() {
+    let cluster = cluster();
+    assert_eq!(withdraw::remote(&cluster, 9, 4).unwrap().get().unwrap(), 5);
+    let error = withdraw::remote(&cluster, 9, 10).unwrap().get().unwrap_err();
+    let Error::Task(task) = &error else {
+        panic!("expected a task error, got {error}")
+    };
+    assert_eq!(task.kind, TaskErrorKind::Application);
+    assert_eq!(task.message, "cannot take 10 from a balance of 9");
 }
 
 #[test]
