@@ -68,7 +68,7 @@ pub use raylet_proto::{
     ActorId, Amount, JobId, LabelSelector, Labels, NodeId, ObjectId, PlacementGroupId, PlacementStrategy, ResourceSet,
     SchedulingStrategy, TaskId, WorkerId,
 };
-pub use registry::{EntryKind, RegistryError, find_registered, registered_names};
+pub use registry::{EntryKind, RegistryError, find_registered};
 pub use rkyv;
 pub use submitter::task::{Arg, IntoArg, TaskOptions};
 pub use task_error::{TaskError, TaskErrorKind};
