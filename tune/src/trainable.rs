@@ -2,15 +2,27 @@
 //! entry in raylet's registry, through which a trial actor (this same
 //! binary, started again) finds it by name.
 
+use std::fmt::Display;
+
 use raylet::{EntryKind, RegistryError};
 
 use crate::{TrialConfig, TrialContext, TuneError};
 
-/// What a trainable returns: an error of any kind fails the trial.
+/// What a trainable returns when any error will do (`?` takes every error
+/// type, and `String`s): an error fails the trial with its message. A
+/// trainable may return `Result<(), E>` for any `E` that displays, too.
 pub type TrainableResult = Result<(), Box<dyn std::error::Error + Send + Sync>>;
 
-/// A trainable: it trains with `config` and reports through the context.
+/// A trainable as trial actors run it: it trains with `config` and reports
+/// through the context.
 pub type TrainableFn = fn(&TrialConfig, &mut TrialContext) -> TrainableResult;
+
+/// A trainable's outcome, its error (of any type that displays) kept as
+/// its message. Not a public API.
+#[doc(hidden)]
+pub fn trial_outcome<E: Display>(outcome: Result<(), E>) -> TrainableResult {
+    outcome.map_err(|error| error.to_string().into())
+}
 
 /// One registered trainable, as raylet's registry holds it. Not a public API.
 #[doc(hidden)]
@@ -24,7 +36,7 @@ pub struct RegisteredTrainable {
 pub mod __private {
     pub use raylet;
 
-    pub use super::RegisteredTrainable;
+    pub use super::{RegisteredTrainable, trial_outcome};
 }
 
 /// Registers a trainable function so that trial actors can run it:
@@ -35,7 +47,9 @@ macro_rules! register_trainable {
         $crate::__private::raylet::__register!(
             Trainable,
             || ::std::any::type_name_of_val(&$trainable),
-            &$crate::__private::RegisteredTrainable { run: $trainable }
+            &$crate::__private::RegisteredTrainable {
+                run: |config, context| $crate::__private::trial_outcome($trainable(config, context)),
+            }
         );
     };
 }

@@ -33,6 +33,25 @@ fn flaky(_config: &TrialConfig, ctx: &mut TrialContext) -> TrainableResult {
 }
 register_trainable!(flaky);
 
+/// An error of the trainable's own type, which displays and is nothing more.
+struct Diverged {
+    at: u64,
+}
+
+impl std::fmt::Display for Diverged {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "the loss diverged at step {}", self.at)
+    }
+}
+
+/// Fails with an error of its own type once it has reported once.
+fn diverging(_config: &TrialConfig, ctx: &mut TrialContext) -> Result<(), Diverged> {
+    ctx.report(Metrics::new().with("score", 1.0), None)
+        .map_err(|_| Diverged { at: 0 })?;
+    Err(Diverged { at: 1 })
+}
+register_trainable!(diverging);
+
 /// Counts to 6 with a checkpoint per step; the first run of each trial
 /// SIGKILLs its own actor process after 3 reports.
 fn dies_once(_config: &TrialConfig, ctx: &mut TrialContext) -> TrainableResult {
@@ -174,6 +193,20 @@ fn a_failing_trial_is_retried_max_failures_times_then_reported_with_its_error() 
         assert_eq!(result.error.as_deref(), Some("the trainable gives up on purpose"));
         assert_eq!(result.metrics_history.len(), 3, "one report per try, 3 tries");
     }
+}
+
+#[test]
+fn a_trainable_may_fail_with_an_error_type_of_its_own() {
+    init();
+    let storage = tempfile::tempdir().unwrap();
+    let results = Tuner::new(diverging)
+        .run_config(run_config(storage.path(), "diverging"))
+        .fit()
+        .unwrap();
+    let result = results.iter().next().unwrap();
+    assert_eq!(result.status, TrialStatus::Error);
+    assert_eq!(result.error.as_deref(), Some("the loss diverged at step 1"));
+    assert_eq!(result.metrics_history.len(), 1);
 }
 
 #[test]

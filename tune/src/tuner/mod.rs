@@ -10,6 +10,7 @@ mod experiment_state;
 mod progress;
 mod trial_state;
 
+use std::fmt::Display;
 use std::path::Path;
 use std::time::Instant;
 
@@ -27,7 +28,7 @@ use crate::callback::{Callback, Callbacks};
 use crate::schedulers::{Fifo, TrialScheduler};
 use crate::search::{BasicVariant, SearchSetup, SearchSpace, Searcher};
 use crate::stopper::Stopper;
-use crate::trainable::{TrainableResult, registered_name};
+use crate::trainable::registered_name;
 use crate::{ResultGrid, TrialConfig, TrialContext, TrialResult, TuneError};
 
 /// A hyperparameter search.
@@ -49,9 +50,10 @@ impl Tuner {
     /// A search over `trainable`, a function registered with
     /// [`register_trainable!`](crate::register_trainable). By default: one
     /// trial, random and grid search, FIFO, one CPU per trial.
-    pub fn new<F>(trainable: F) -> Self
+    pub fn new<F, E>(trainable: F) -> Self
     where
-        F: Fn(&TrialConfig, &mut TrialContext) -> TrainableResult,
+        F: Fn(&TrialConfig, &mut TrialContext) -> Result<(), E>,
+        E: Display,
     {
         Tuner {
             trainable: registered_name(&trainable),
@@ -75,9 +77,10 @@ impl Tuner {
     /// object storage where this node has no copy. Give it the same space,
     /// configs, searcher and scheduler as the first run (they are code, not
     /// saved state).
-    pub fn restore<F>(path: impl AsRef<Path>, trainable: F) -> Self
+    pub fn restore<F, E>(path: impl AsRef<Path>, trainable: F) -> Self
     where
-        F: Fn(&TrialConfig, &mut TrialContext) -> TrainableResult,
+        F: Fn(&TrialConfig, &mut TrialContext) -> Result<(), E>,
+        E: Display,
     {
         let path = path.as_ref();
         let mut tuner = Tuner::new(trainable);
