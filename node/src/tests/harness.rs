@@ -29,7 +29,7 @@ use super::super::worker_launcher::{LaunchError, LaunchedWorker, WorkerLauncher}
 use super::super::worker_process::{WorkerEnd, describe_exit};
 
 /// How long a lease that outlives its session waits to be adopted.
-pub(super) const ADOPTION_GRACE: Duration = Duration::from_secs(60);
+pub(crate) const ADOPTION_GRACE: Duration = Duration::from_secs(60);
 /// How far the clock moves each time the test lets the pool run.
 const SETTLE_STEP: Duration = Duration::from_millis(1);
 /// The virtual launcher's first pid.
@@ -37,9 +37,9 @@ const FIRST_PID: u32 = 1000;
 
 /// A worker the virtual launcher started.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(super) struct Launched {
-    pub(super) worker: WorkerId,
-    pub(super) pid: u32,
+pub(crate) struct Launched {
+    pub(crate) worker: WorkerId,
+    pub(crate) pid: u32,
 }
 
 #[derive(Default)]
@@ -110,21 +110,21 @@ impl WorkerLauncher for VirtualLauncher {
 }
 
 /// An owner's lease session with the pool.
-pub(super) struct OwnerSession {
-    pub(super) id: u64,
+pub(crate) struct OwnerSession {
+    pub(crate) id: u64,
     events: PeerStream<LeaseSessionEvent>,
 }
 
 impl OwnerSession {
     /// The lease events sent to the owner since last asked.
-    pub(super) fn events(&mut self) -> Vec<LeaseEvent> {
+    pub(crate) fn events(&mut self) -> Vec<LeaseEvent> {
         std::iter::from_fn(|| self.events.next().now_or_never().flatten())
             .filter_map(|event| event.expect("the pool sends no errors").kind)
             .collect()
     }
 
     /// A request for one CPU, neither retriable nor outliving the session.
-    pub(super) fn lease_request(&self, request_id: u64) -> PendingLease {
+    pub(crate) fn lease_request(&self, request_id: u64) -> PendingLease {
         PendingLease {
             session: self.id,
             request_id,
@@ -139,8 +139,8 @@ impl OwnerSession {
 }
 
 /// A node's worker pool with a virtual launcher.
-pub(super) struct WorkerPoolTest {
-    pub(super) leases: Arc<LeaseManager>,
+pub(crate) struct WorkerPoolTest {
+    pub(crate) leases: Arc<LeaseManager>,
     launcher: Arc<VirtualLauncher>,
     /// The file the sessions' binary is, hashed as they open.
     binary: tempfile::NamedTempFile,
@@ -148,7 +148,7 @@ pub(super) struct WorkerPoolTest {
 
 impl WorkerPoolTest {
     /// A pool on a node with `total` CPUs, on the current (paused) runtime.
-    pub(super) fn start(total: u64) -> Self {
+    pub(crate) fn start(total: u64) -> Self {
         let launcher = Arc::new(VirtualLauncher::default());
         let leases = LeaseManager::new(
             WorkerContext::for_tests(),
@@ -165,12 +165,12 @@ impl WorkerPoolTest {
         }
     }
 
-    pub(super) fn binary(&self) -> &Path {
+    pub(crate) fn binary(&self) -> &Path {
         self.binary.path()
     }
 
     /// Opens a lease session whose workers run the test's binary.
-    pub(super) fn open_session(&self) -> raylet_proto::Result<OwnerSession> {
+    pub(crate) fn open_session(&self) -> raylet_proto::Result<OwnerSession> {
         let binary = WorkerBinary {
             path: self.binary().to_string_lossy().into_owned(),
             hash: raylet_proto::binary_hash::hash_file(self.binary())?,
@@ -182,14 +182,14 @@ impl WorkerPoolTest {
     }
 
     /// Opens a session whose pre-started workers never register.
-    pub(super) fn open_session_with_unregistered_workers(&self) -> OwnerSession {
+    pub(crate) fn open_session_with_unregistered_workers(&self) -> OwnerSession {
         let session = self.open_session().expect("the session opens");
         self.launched();
         session
     }
 
     /// Opens a session whose pre-started workers have registered and wait idle.
-    pub(super) async fn open_session_with_idle_workers(&self) -> OwnerSession {
+    pub(crate) async fn open_session_with_idle_workers(&self) -> OwnerSession {
         let session = self.open_session().expect("the session opens");
         for worker in self.launched() {
             self.register(worker).expect("a started worker registers");
@@ -199,52 +199,52 @@ impl WorkerPoolTest {
     }
 
     /// The workers started since last asked.
-    pub(super) fn launched(&self) -> Vec<Launched> {
+    pub(crate) fn launched(&self) -> Vec<Launched> {
         std::mem::take(&mut self.launcher.launches().started)
     }
 
     /// The pids of the workers killed since last asked.
-    pub(super) fn killed(&self) -> Vec<u32> {
+    pub(crate) fn killed(&self) -> Vec<u32> {
         std::mem::take(&mut self.launcher.launches().killed)
     }
 
     /// The launches after the next `allowed` fail as `kind` says.
-    pub(super) fn refuse_launches_after(&self, allowed: usize, kind: io::ErrorKind) {
+    pub(crate) fn refuse_launches_after(&self, allowed: usize, kind: io::ErrorKind) {
         self.launcher.launches().refusal = Some((allowed, kind));
     }
 
     /// `worker` registers, as its worker session's first message does.
-    pub(super) fn register(&self, worker: Launched) -> raylet_proto::Result<()> {
+    pub(crate) fn register(&self, worker: Launched) -> raylet_proto::Result<()> {
         self.leases
             .register_worker(worker.worker, worker_address(worker.worker))
     }
 
     /// `worker`'s process ends as `end` says.
-    pub(super) fn exit(&self, worker: Launched, end: WorkerEnd) {
+    pub(crate) fn exit(&self, worker: Launched, end: WorkerEnd) {
         self.launcher.end(worker.pid, end);
     }
 
     /// How the pool says `worker` ended, if it knows.
-    pub(super) async fn exit_of(&self, worker: Launched) -> Option<WorkerEnd> {
+    pub(crate) async fn exit_of(&self, worker: Launched) -> Option<WorkerEnd> {
         self.leases.worker_exit(worker.worker, Duration::ZERO).await
     }
 
     /// Lets every task run until all wait, moving the clock by a millisecond.
-    pub(super) async fn settle(&self) {
+    pub(crate) async fn settle(&self) {
         tokio::time::sleep(SETTLE_STEP).await;
     }
 
     /// Moves the clock by `duration`, letting everything due run.
-    pub(super) async fn advance(&self, duration: Duration) {
+    pub(crate) async fn advance(&self, duration: Duration) {
         tokio::time::sleep(duration.saturating_sub(SETTLE_STEP)).await;
         self.settle().await;
     }
 }
 
-pub(super) fn cpus(n: u64) -> ResourceSet {
+pub(crate) fn cpus(n: u64) -> ResourceSet {
     ResourceSet::new().with(CPU, Amount::whole(n))
 }
 
-pub(super) fn worker_address(worker: WorkerId) -> String {
+pub(crate) fn worker_address(worker: WorkerId) -> String {
     format!("worker-{worker}:9000")
 }
