@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 use std::time::SystemTime;
 
-use raylet_proto::{Error, Result};
+use crate::NodeManagerError;
 
 /// Remembers each binary's hash by path, size and modification time.
 #[derive(Default)]
@@ -14,13 +14,10 @@ pub(crate) struct BinaryCache {
 }
 
 impl BinaryCache {
-    pub(crate) fn hash(&self, path: &Path) -> Result<String> {
-        let metadata = std::fs::metadata(path).map_err(|e| {
-            Error::NotFound(format!(
-                "the worker binary {} is not on this node: {e}; run the program on this node, \
-                 or submit it as a job",
-                path.display()
-            ))
+    pub(crate) fn hash(&self, path: &Path) -> Result<String, NodeManagerError> {
+        let metadata = std::fs::metadata(path).map_err(|e| NodeManagerError::BinaryMissing {
+            path: path.to_path_buf(),
+            reason: e.to_string(),
         })?;
         let modified = metadata.modified().unwrap_or(SystemTime::UNIX_EPOCH);
         let key = (path.to_path_buf(), metadata.len(), modified);

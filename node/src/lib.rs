@@ -14,6 +14,7 @@ mod job_layout;
 mod leasing;
 mod ledger;
 mod memory_monitor;
+mod node_manager_error;
 mod resources;
 mod service;
 mod stats;
@@ -47,6 +48,7 @@ pub use gpu_devices::{FakeGpus, GpuDetector, NvmlDetector};
 pub use leasing::NodeView;
 pub use ledger::ResourceLedger;
 pub use memory_monitor::MemoryMonitorConfig;
+pub use node_manager_error::NodeManagerError;
 pub use resources::{ResourceOverrides, resolve as resolve_resources};
 
 use job_drivers::JobDrivers;

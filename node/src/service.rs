@@ -14,14 +14,16 @@ use raylet_proto::v1::{
     LeaseSessionEvent, LeaseSessionRequest, ReadWorkerLogRequest, RunJobDriverRequest, StopJobDriverReply,
     StopJobDriverRequest, WorkerBinary, WorkerExit, WorkerLog, WorkerSessionEvent, WorkerSessionMessage,
 };
-use raylet_proto::{Error, JobId, ResourceSet, Scheduling, WorkerId};
+use raylet_proto::{JobId, ResourceSet, Scheduling, WorkerId};
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
-use super::NodeShared;
 use super::bundle_ops::{BundleError, BundleOperation};
 use super::job_drivers;
+use super::job_drivers::DriverEvents;
+use super::leasing::EventSender;
 use super::leasing::{LeaseManager, PendingLease};
+use super::{NodeManagerError, NodeShared};
 
 /// How long `GetWorkerExit` waits for a dying worker to be reaped.
 const EXIT_PATIENCE: Duration = Duration::from_secs(3);
@@ -48,27 +50,9 @@ impl NodeManagerService for NodeManagerServiceImpl {
     ) -> Result<Response<Self::LeaseSessionStream>, Status> {
         let (events, receiver) = peer_stream("lease session events", peer_of(&request));
         let mut inbound = request.into_inner();
-        let binary = match inbound.message().await?.and_then(|m| m.kind) {
-            Some(LeaseKind::Open(binary)) => binary,
-            _ => {
-                return Err(Error::InvalidArgument("a lease session must start with `open`".into()).into());
-            }
-        };
-        let binary = self.shared.job_drivers.lasting_binary(binary);
+        let first = inbound.message().await?;
+        let session = self.open_lease_session(first, events).await?;
         let leases = self.shared.leases.clone();
-        let session = match leases.open_session(binary.clone(), events.clone()) {
-            Ok(session) => session,
-            Err(not_here) => {
-                let Ok(path) = self.shared.job_drivers.binary_by_build(&binary.hash).await else {
-                    return Err(not_here.into());
-                };
-                let fetched = WorkerBinary {
-                    path: path.to_string_lossy().into_owned(),
-                    ..binary
-                };
-                leases.open_session(fetched, events)?
-            }
-        };
         tokio::spawn(async move {
             while let Ok(Some(message)) = inbound.message().await {
                 if let Some(kind) = message.kind {
@@ -86,15 +70,9 @@ impl NodeManagerService for NodeManagerServiceImpl {
     ) -> Result<Response<Self::WorkerSessionStream>, Status> {
         let (events, receiver) = peer_stream("worker session events", peer_of(&request));
         let mut inbound = request.into_inner();
-        let register = match inbound.message().await?.and_then(|m| m.kind) {
-            Some(WorkerKind::Register(register)) => register,
-            _ => {
-                return Err(Error::InvalidArgument("a worker session must start with `register`".into()).into());
-            }
-        };
-        let worker_id = WorkerId::from_wire(&register.worker_id)?;
+        let first = inbound.message().await?;
+        let worker_id = self.register_worker(first)?;
         let leases = self.shared.leases.clone();
-        leases.register_worker(worker_id, register.address)?;
         let welcome = WorkerSessionEvent {
             node_id: self.shared.config.node_id.as_bytes().to_vec(),
         };
@@ -136,12 +114,7 @@ impl NodeManagerService for NodeManagerServiceImpl {
         request: Request<RunJobDriverRequest>,
     ) -> Result<Response<EventStream<JobDriverEvent>>, Status> {
         let (events, receiver) = peer_stream("job driver events", peer_of(&request));
-        let request = request.into_inner();
-        let job = JobId::from_wire(&request.job_id)?;
-        let spec = request
-            .spec
-            .ok_or_else(|| Error::InvalidArgument("a job driver needs the job's spec".into()))?;
-        job_drivers::start(&self.shared, job, spec, events)?;
+        self.start_job_driver(request.into_inner(), events)?;
         Ok(Response::new(Box::pin(receiver)))
     }
 
@@ -150,9 +123,7 @@ impl NodeManagerService for NodeManagerServiceImpl {
         request: Request<AttachJobDriverRequest>,
     ) -> Result<Response<EventStream<JobDriverEvent>>, Status> {
         let (events, receiver) = peer_stream("job driver events", peer_of(&request));
-        let request = request.into_inner();
-        let job = JobId::from_wire(&request.job_id)?;
-        self.shared.job_drivers.attach(job, request.output_offset, events)?;
+        self.attach_to_job_driver(request.into_inner(), events)?;
         Ok(Response::new(Box::pin(receiver)))
     }
 
@@ -161,25 +132,82 @@ impl NodeManagerService for NodeManagerServiceImpl {
         request: Request<StopJobDriverRequest>,
     ) -> Result<Response<StopJobDriverReply>, Status> {
         let request = request.into_inner();
-        let job = JobId::from_wire(&request.job_id)?;
+        let job = JobId::from_wire(&request.job_id).map_err(NodeManagerError::from)?;
         let grace = Duration::from_millis(request.grace_ms).min(MAX_STOP_GRACE);
         let found = self.shared.job_drivers.stop(job, grace);
         Ok(Response::new(StopJobDriverReply { found }))
     }
 
     async fn read_worker_log(&self, request: Request<ReadWorkerLogRequest>) -> Result<Response<WorkerLog>, Status> {
-        let dir = self.shared.config.worker_log_dir();
-        let request = request.into_inner();
-        let log = tokio::task::spawn_blocking(move || super::worker_logs::read(&dir, &request))
-            .await
-            .map_err(|e| Error::Internal(e.to_string()))??;
-        Ok(Response::new(log))
+        Ok(Response::new(self.read_log(request.into_inner()).await?))
     }
 
     async fn get_worker_exit(&self, request: Request<GetWorkerExitRequest>) -> Result<Response<WorkerExit>, Status> {
-        let worker_id = WorkerId::from_wire(&request.into_inner().worker_id)?;
+        let worker_id = WorkerId::from_wire(&request.into_inner().worker_id).map_err(NodeManagerError::from)?;
         let exit = self.shared.leases.worker_exit(worker_id, EXIT_PATIENCE).await;
         Ok(Response::new(exit.map(|end| end.to_proto()).unwrap_or_default()))
+    }
+}
+
+impl NodeManagerServiceImpl {
+    /// Opens the lease session a stream's first message asks for; a binary
+    /// that is not at its path here is looked up by its build among the
+    /// binaries of the jobs this node runs.
+    async fn open_lease_session(
+        &self,
+        first: Option<LeaseSessionRequest>,
+        events: EventSender,
+    ) -> Result<u64, NodeManagerError> {
+        let Some(LeaseKind::Open(binary)) = first.and_then(|m| m.kind) else {
+            return Err(NodeManagerError::LeaseSessionWithoutOpen);
+        };
+        let binary = self.shared.job_drivers.lasting_binary(binary);
+        let leases = &self.shared.leases;
+        let not_here = match leases.open_session(binary.clone(), events.clone()) {
+            Ok(session) => return Ok(session),
+            Err(not_here) => not_here,
+        };
+        let Ok(path) = self.shared.job_drivers.binary_by_build(&binary.hash).await else {
+            return Err(not_here);
+        };
+        let fetched = WorkerBinary {
+            path: path.to_string_lossy().into_owned(),
+            ..binary
+        };
+        leases.open_session(fetched, events)
+    }
+
+    /// Registers the worker a worker session's first message names.
+    fn register_worker(&self, first: Option<WorkerSessionMessage>) -> Result<WorkerId, NodeManagerError> {
+        let Some(WorkerKind::Register(register)) = first.and_then(|m| m.kind) else {
+            return Err(NodeManagerError::WorkerSessionWithoutRegister);
+        };
+        let worker_id = WorkerId::from_wire(&register.worker_id)?;
+        self.shared.leases.register_worker(worker_id, register.address)?;
+        Ok(worker_id)
+    }
+
+    fn start_job_driver(&self, request: RunJobDriverRequest, events: DriverEvents) -> Result<(), NodeManagerError> {
+        let job = JobId::from_wire(&request.job_id)?;
+        let spec = request.spec.ok_or(NodeManagerError::JobSpecMissing)?;
+        Ok(job_drivers::start(&self.shared, job, spec, events)?)
+    }
+
+    fn attach_to_job_driver(
+        &self,
+        request: AttachJobDriverRequest,
+        events: DriverEvents,
+    ) -> Result<(), NodeManagerError> {
+        let job = JobId::from_wire(&request.job_id)?;
+        Ok(self.shared.job_drivers.attach(job, request.output_offset, events)?)
+    }
+
+    async fn read_log(&self, request: ReadWorkerLogRequest) -> Result<WorkerLog, NodeManagerError> {
+        let dir = self.shared.config.worker_log_dir();
+        let log = tokio::task::spawn_blocking(move || super::worker_logs::read(&dir, &request))
+            .await
+            .map_err(|e| NodeManagerError::LogReadFailed(e.to_string()))??;
+        Ok(log)
     }
 }
 

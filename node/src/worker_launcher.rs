@@ -30,12 +30,6 @@ pub(crate) struct LaunchError {
     pub(crate) source: io::Error,
 }
 
-impl From<LaunchError> for raylet_proto::Error {
-    fn from(error: LaunchError) -> Self {
-        raylet_proto::Error::Internal(error.to_string())
-    }
-}
-
 /// Starts and kills the node's workers.
 pub(crate) trait WorkerLauncher: Send + Sync {
     /// Starts a worker from `binary` that finds the node and learns who it

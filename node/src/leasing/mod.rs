@@ -34,6 +34,8 @@ use super::ledger::ResourceLedger;
 use super::worker_launcher::WorkerLauncher;
 use super::worker_process::WorkerEnd;
 
+pub(crate) use events::EventSender;
+
 use demand::RefusedDemand;
 use sessions::Session;
 use spillback::cluster_of;

@@ -5,12 +5,13 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use raylet_proto::WorkerId;
 use raylet_proto::v1::{LeaseRefusalKind, WorkerBinary};
 use raylet_proto::worker_env::WorkerBootstrap;
-use raylet_proto::{Error, Result, WorkerId};
 
 use super::events::{EventSender, refused_event, send};
 use super::{LeaseManager, LeaseState, PendingLease};
+use crate::NodeManagerError;
 
 /// Workers started at once for a new session, so its first tasks need not wait.
 const PRESTARTED_WORKERS: usize = 2;
@@ -43,16 +44,19 @@ impl LeaseManager {
     /// Opens a session whose workers run `binary`, after checking that the
     /// file there is the build the owner runs. Pre-starts a few workers; a
     /// session whose workers cannot be started is not opened.
-    pub(crate) fn open_session(self: &Arc<Self>, binary: WorkerBinary, events: EventSender) -> Result<u64> {
+    pub(crate) fn open_session(
+        self: &Arc<Self>,
+        binary: WorkerBinary,
+        events: EventSender,
+    ) -> Result<u64, NodeManagerError> {
         let path = PathBuf::from(&binary.path);
         let actual = self.binaries.hash(&path)?;
         if actual != binary.hash {
-            return Err(Error::FailedPrecondition(format!(
-                "the binary at {} has hash {actual}, but the caller runs a build with hash {}; \
-                 was it rebuilt while the program ran?",
-                path.display(),
-                binary.hash
-            )));
+            return Err(NodeManagerError::BinaryMismatch {
+                path,
+                actual,
+                expected: binary.hash,
+            });
         }
         let session = {
             let mut state = self.state();
@@ -113,12 +117,12 @@ impl LeaseManager {
         worker_id: WorkerId,
         session: u64,
         gpu_ids: Vec<u32>,
-    ) -> Result<(PathBuf, WorkerBootstrap)> {
+    ) -> Result<(PathBuf, WorkerBootstrap), NodeManagerError> {
         let state = self.state();
         let entry = state
             .sessions
             .get(&session)
-            .ok_or_else(|| Error::NotFound(format!("lease session {session} is closed")))?;
+            .ok_or(NodeManagerError::SessionClosed(session))?;
         let bootstrap = WorkerBootstrap {
             node_manager_address: self.context.node_manager_address.clone(),
             head_address: self.context.head_address.clone(),
@@ -215,7 +219,7 @@ mod tests {
         let (events, _) = raylet_proto::peer_stream::peer_stream("lease session events", "a test owner");
         let error = test.leases.open_session(binary, events).expect_err("the builds differ");
         assert!(
-            matches!(&error, Error::FailedPrecondition(text) if text.contains("another build")),
+            matches!(&error, NodeManagerError::BinaryMismatch { expected, .. } if expected == "another build"),
             "{error}"
         );
         assert!(test.launched().is_empty(), "no worker starts for a refused session");

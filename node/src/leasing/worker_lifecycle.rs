@@ -6,11 +6,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use raylet_proto::WorkerId;
 use raylet_proto::v1::WorkerExitKind;
-use raylet_proto::{Result, WorkerId};
 
 use super::worker_pool::{Worker, WorkerState};
 use super::{LeaseManager, PendingLease};
+use crate::NodeManagerError;
 use crate::worker_launcher::{LaunchedWorker, WorkerExited};
 use crate::worker_process::WorkerEnd;
 
@@ -29,7 +30,7 @@ impl LeaseManager {
         session: u64,
         request: Option<PendingLease>,
         gpu_ids: Vec<u32>,
-    ) -> Result<()> {
+    ) -> Result<(), NodeManagerError> {
         let (binary, bootstrap) = self.bootstrap(worker_id, session, gpu_ids.clone())?;
         let LaunchedWorker { pid, exited } = self.launcher.launch(&binary, &bootstrap)?;
         let worker = Worker::starting(session, pid, gpu_ids, request);

@@ -5,11 +5,12 @@
 
 use std::sync::Arc;
 
-use raylet_proto::{Error, Result, WorkerId};
+use raylet_proto::WorkerId;
 use tokio::time::Instant;
 
 use super::events::{granted, send, send_to_session};
 use super::{LeaseManager, LeaseState, PendingLease};
+use crate::NodeManagerError;
 
 /// Where a worker is in its life.
 pub(super) enum WorkerState {
@@ -84,13 +85,17 @@ impl Worker {
 impl LeaseManager {
     /// A started worker reports its address: it takes the request it was
     /// started for, or waits idle.
-    pub(crate) fn register_worker(self: &Arc<Self>, worker_id: WorkerId, address: String) -> Result<()> {
+    pub(crate) fn register_worker(
+        self: &Arc<Self>,
+        worker_id: WorkerId,
+        address: String,
+    ) -> Result<(), NodeManagerError> {
         let mut guard = self.state();
         let state = &mut *guard;
         let worker = state
             .workers
             .get_mut(&worker_id)
-            .ok_or_else(|| Error::NotFound(format!("worker {worker_id} was not started by this node manager")))?;
+            .ok_or(NodeManagerError::UnknownWorker(worker_id))?;
         let session = worker.session;
         let idle = WorkerState::Idle {
             address: address.clone(),

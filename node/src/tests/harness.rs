@@ -24,6 +24,7 @@ use raylet_proto::worker_env::WorkerBootstrap;
 use raylet_proto::{ResourceSet, Scheduling, WorkerId};
 use tokio::sync::oneshot;
 
+use super::super::NodeManagerError;
 use super::super::leasing::{LeaseManager, PendingLease, WorkerContext};
 use super::super::worker_launcher::{LaunchError, LaunchedWorker, WorkerLauncher};
 use super::super::worker_process::{WorkerEnd, describe_exit};
@@ -170,7 +171,7 @@ impl WorkerPoolTest {
     }
 
     /// Opens a lease session whose workers run the test's binary.
-    pub(crate) fn open_session(&self) -> raylet_proto::Result<OwnerSession> {
+    pub(crate) fn open_session(&self) -> Result<OwnerSession, NodeManagerError> {
         let binary = WorkerBinary {
             path: self.binary().to_string_lossy().into_owned(),
             hash: raylet_proto::binary_hash::hash_file(self.binary())?,
@@ -214,7 +215,7 @@ impl WorkerPoolTest {
     }
 
     /// `worker` registers, as its worker session's first message does.
-    pub(crate) fn register(&self, worker: Launched) -> raylet_proto::Result<()> {
+    pub(crate) fn register(&self, worker: Launched) -> Result<(), NodeManagerError> {
         self.leases
             .register_worker(worker.worker, worker_address(worker.worker))
     }

@@ -9,6 +9,7 @@ use raylet_proto::v1::LeaseRefusalKind;
 use raylet_proto::v1::lease_session_event::Kind as LeaseEvent;
 
 use self::harness::{Launched, OwnerSession, WorkerPoolTest, worker_address};
+use super::NodeManagerError;
 use super::leasing::PendingLease;
 
 /// The one event the owner got: a grant of `request_id`; the worker granted.
@@ -52,15 +53,15 @@ pub(crate) fn only_launched(test: &WorkerPoolTest) -> Launched {
 /// A late registration of `worker`, which the pool gave up, is refused.
 pub(crate) fn assert_unknown(test: &WorkerPoolTest, worker: Launched) {
     let late = test.register(worker).expect_err("the pool gave the worker up");
-    assert!(matches!(late, raylet_proto::Error::NotFound(_)), "{late}");
+    assert!(
+        matches!(late, NodeManagerError::UnknownWorker(id) if id == worker.worker),
+        "{late}"
+    );
 }
 
 /// The text of a launch that failed with "permission denied".
 pub(crate) fn permission_denied(test: &WorkerPoolTest) -> String {
-    format!(
-        "internal error: starting a worker from {}: permission denied",
-        test.binary().display()
-    )
+    format!("starting a worker from {}: permission denied", test.binary().display())
 }
 
 /// Leases a worker that outlives `owner`'s session, then closes the session.
