@@ -54,6 +54,12 @@ pub enum Error {
         timeout: Duration,
         reason: String,
     },
+    /// `init` without an address in a build with no embedded cluster.
+    #[error(
+        "this build of raylet has no embedded cluster (the feature `embedded` is off): set RAYLET_ADDRESS, \
+         or Config::address, to the head of a running cluster"
+    )]
+    NoEmbeddedCluster,
     /// No cluster is running in this process.
     #[error("no raylet cluster in this process: call raylet::init() first")]
     NotInitialized,

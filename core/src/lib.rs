@@ -58,6 +58,7 @@ pub use placement_group::handle::PlacementGroup;
 pub use placement_group::{Bundle, PlacementGroupInfo, PlacementGroupState, list_placement_groups};
 pub use raylet_cluster_status as status;
 pub use raylet_macros::{actor, remote};
+#[cfg(feature = "embedded")]
 pub use raylet_node::{FakeGpus, GpuDetector};
 pub use raylet_object_store::{ArchivedTensor, DType, INLINE_LIMIT, Tensor};
 /// The error a call to the cluster's services answers with: the

@@ -1,13 +1,13 @@
 //! How `raylet::init` starts or joins a cluster.
 
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::Duration;
 
-use raylet_node::{GpuDetector, MemoryMonitorConfig, NvmlDetector};
 use raylet_proto::tls::TlsFiles;
-use raylet_proto::{JobId, ResourceSet};
+use raylet_proto::JobId;
 
+#[cfg(feature = "embedded")]
+use crate::cluster::embedded::EmbeddedNode;
 use crate::cluster::session::DEFAULT_TEMP_DIR;
 
 /// Settings for [`crate::init_with`]. `Config::from_env()` reads
@@ -22,21 +22,17 @@ pub struct Config {
     pub(crate) token: Option<String>,
     pub(crate) temp_dir: PathBuf,
     pub(crate) namespace: String,
-    pub(crate) num_cpus: Option<f64>,
-    pub(crate) num_gpus: Option<f64>,
-    pub(crate) resources: ResourceSet,
-    pub(crate) object_store_memory: Option<u64>,
-    pub(crate) max_spill_bytes: Option<u64>,
     pub(crate) log_to_driver: bool,
     pub(crate) object_store_full_timeout: Duration,
     pub(crate) io_threads: usize,
-    pub(crate) memory_monitor: MemoryMonitorConfig,
     pub(crate) job_id: Option<JobId>,
     pub(crate) timeline: bool,
     pub(crate) task_events: bool,
     pub(crate) max_pending_tasks: usize,
     pub(crate) tls: Option<TlsFiles>,
-    pub(crate) gpu_detector: Arc<dyn GpuDetector>,
+    /// The embedded cluster's node, when there is no address to join.
+    #[cfg(feature = "embedded")]
+    pub(crate) embedded_node: EmbeddedNode,
 }
 
 impl Default for Config {
@@ -47,21 +43,16 @@ impl Default for Config {
             token: None,
             temp_dir: PathBuf::from(DEFAULT_TEMP_DIR),
             namespace: Self::DEFAULT_NAMESPACE.to_string(),
-            num_cpus: None,
-            num_gpus: None,
-            resources: ResourceSet::new(),
-            object_store_memory: None,
-            max_spill_bytes: None,
             log_to_driver: true,
             object_store_full_timeout: Self::DEFAULT_OBJECT_STORE_FULL_TIMEOUT,
             io_threads: 1,
-            memory_monitor: MemoryMonitorConfig::default(),
             job_id: None,
             timeline: false,
             task_events: true,
             max_pending_tasks: crate::submitter::pending_gate::DEFAULT_MAX_PENDING_TASKS,
             tls: None,
-            gpu_detector: Arc::new(NvmlDetector::new()),
+            #[cfg(feature = "embedded")]
+            embedded_node: EmbeddedNode::default(),
         }
     }
 }
@@ -142,54 +133,6 @@ impl Config {
 
     pub fn temp_dir(mut self, dir: impl Into<PathBuf>) -> Self {
         self.temp_dir = dir.into();
-        self
-    }
-
-    /// CPUs of the embedded node [default: detected].
-    pub fn num_cpus(mut self, cpus: f64) -> Self {
-        self.num_cpus = Some(cpus);
-        self
-    }
-
-    /// GPUs of the embedded node [default: detected].
-    pub fn num_gpus(mut self, gpus: f64) -> Self {
-        self.num_gpus = Some(gpus);
-        self
-    }
-
-    /// How the embedded node finds and reads its GPUs [default: NVML]. Tests
-    /// give a [`FakeGpus`](crate::FakeGpus) to have GPUs
-    /// without a device.
-    pub fn gpu_detector(mut self, detector: Arc<dyn GpuDetector>) -> Self {
-        self.gpu_detector = detector;
-        self
-    }
-
-    /// Custom resources of the embedded node.
-    pub fn resources(mut self, resources: ResourceSet) -> Self {
-        self.resources = resources;
-        self
-    }
-
-    /// Bytes of shared memory for the embedded node's object store
-    /// [default: 30% of RAM].
-    pub fn object_store_memory(mut self, bytes: u64) -> Self {
-        self.object_store_memory = Some(bytes);
-        self
-    }
-
-    /// Bytes of disk the embedded node may spill objects to [default: 90%
-    /// of the free space of the temp directory].
-    pub fn max_spill_bytes(mut self, bytes: u64) -> Self {
-        self.max_spill_bytes = Some(bytes);
-        self
-    }
-
-    /// The share of the machine's memory in use above which the embedded
-    /// node ends the newest task's worker (its task is retried) [default:
-    /// 0.95, checked every 250 ms].
-    pub fn memory_usage_threshold(mut self, share: f64) -> Self {
-        self.memory_monitor.threshold = share;
         self
     }
 

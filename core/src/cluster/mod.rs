@@ -4,11 +4,16 @@
 //! Beside it: `config.rs` (how `init` starts or joins a cluster),
 //! `start.rs` (a driver's start: the cluster it embeds or joins, its core
 //! and its owner service), `embedded.rs` (the head and node an embedded
-//! cluster runs in this process), `session.rs` (the session directory that `raylet start`
+//! cluster runs in this process, feature `embedded`; `no_embedded.rs`
+//! stands in without it), `session.rs` (the session directory that `raylet start`
 //! writes and a joining driver reads) and `kv.rs` (the cluster's key-value
 //! store, as `Cluster` methods).
 
 pub(crate) mod config;
+#[cfg(feature = "embedded")]
+mod embedded;
+#[cfg(not(feature = "embedded"))]
+#[path = "no_embedded.rs"]
 mod embedded;
 pub(crate) mod kv;
 pub mod session;

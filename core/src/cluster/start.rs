@@ -36,9 +36,9 @@ pub(super) async fn start_driver(config: Config, runtime: tokio::runtime::Handle
     let (embedded, head_address, node_manager, token, ip) = match &config.address {
         None => {
             let embedded = Embedded::start(&config).await?;
-            let node_manager = embedded.node_manager.clone();
-            let token = embedded.token.clone();
-            let head_address = embedded.head_address.clone();
+            let node_manager = embedded.node_manager().to_string();
+            let token = embedded.token().clone();
+            let head_address = embedded.head_address().to_string();
             (
                 Some(embedded),
                 head_address,
