@@ -5,7 +5,7 @@
 //!   (pre-norm blocks, causal self-attention, learned positions, an output
 //!   head tied to the token embedding), its configuration with named sizes,
 //!   its next-token loss and greedy generation.
-//! - [`tokenizer`]: a byte-level BPE tokenizer trained with Hugging Face's
+//! - [`tokenizer`] (feature `tokenizer`): a byte-level BPE tokenizer trained with Hugging Face's
 //!   `tokenizers`, which round-trips any text exactly.
 //! - [`corpus`]: the `.py` files of the Python standard library found on the
 //!   machine, with a train/validation split that never changes.
@@ -20,4 +20,5 @@ pub mod corpus;
 #[cfg(feature = "digits")]
 pub mod digits;
 pub mod gpt;
+#[cfg(feature = "tokenizer")]
 pub mod tokenizer;
