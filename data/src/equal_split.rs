@@ -10,12 +10,16 @@
 use crate::block_output::{BlockOutput, RowPayload};
 use crate::block_rows::RowData;
 use crate::rows_error::RowsError;
+use crate::stage::RowError;
 
 /// Cuts an epoch's blocks into equal parts, one per consumer.
 pub(crate) struct EqualDealer {
     consumers: usize,
     /// Rows of the blocks dealt so far that no consumer has yet.
     leftover: Option<RowData>,
+    /// Rows left out under `OnError::Skip` by blocks whose rows have not
+    /// been dealt yet: they go with the next first part.
+    skipped: Vec<RowError>,
 }
 
 impl EqualDealer {
@@ -23,6 +27,7 @@ impl EqualDealer {
         EqualDealer {
             consumers: consumers.max(1),
             leftover: None,
+            skipped: Vec::new(),
         }
     }
 
@@ -42,7 +47,11 @@ impl EqualDealer {
         if dealt < rows.len() {
             self.leftover = Some(rows.select(&indices(dealt, rows.len()))?);
         }
-        let mut skipped = block.skipped;
+        self.skipped.extend(block.skipped);
+        let mut skipped = match each {
+            0 => Vec::new(),
+            _ => std::mem::take(&mut self.skipped),
+        };
         (0..self.consumers)
             .filter(|_| each > 0)
             .map(|consumer| {
@@ -100,6 +109,21 @@ mod tests {
         assert_eq!(dealer.undealt(), 1);
         assert_eq!(rows_of(&dealer.deal(block(7..9)).unwrap()), [vec![6], vec![7], vec![8]]);
         assert_eq!(dealer.undealt(), 0);
+    }
+
+    #[test]
+    fn rows_left_out_by_a_block_too_small_to_deal_go_with_the_next_first_part() {
+        let mut dealer = EqualDealer::new(3);
+        let mut small = block(0..1);
+        small.skipped.push(RowError {
+            function: "parse".into(),
+            source: "item 7".into(),
+            message: "not a number".into(),
+        });
+        assert!(dealer.deal(small).unwrap().is_empty());
+        let parts = dealer.deal(block(1..3)).unwrap();
+        assert_eq!(parts[0].skipped.len(), 1, "the left-out row is kept");
+        assert!(parts[1..].iter().all(|part| part.skipped.is_empty()));
     }
 
     #[test]
