@@ -42,7 +42,7 @@ CORPUS=target/gpt-example/data
 
 build() {
     [ -f "$CORPUS/preparation.json" ] || {
-        echo "no prepared GPT corpus in $CORPUS: run 'cargo run --release --example gpt -- --steps 1' first" >&2
+        echo "no prepared GPT corpus in $CORPUS: run 'cargo run --release -p raylet-lm --example gpt -- --steps 1' first" >&2
         exit 1
     }
     cargo build --release -p raylet-lm --features cuda --example gpu_check

@@ -4,7 +4,7 @@
 //! from the run's checkpoint once, writes the predictions as JSONL (one
 //! file per block, with a manifest) and prints the accuracy.
 //!
-//! `cargo run --release --example batch_inference -- [--epochs 10] [--dir DIR]`
+//! `cargo run --release -p raylet-data --example batch_inference -- [--epochs 10] [--dir DIR]`
 
 use std::path::PathBuf;
 use std::time::Instant;

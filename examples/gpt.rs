@@ -11,7 +11,7 @@
 //! 3. the last checkpoint continues a few prompts, and with `--score` an
 //!    actor pool scores every validation file into Parquet.
 //!
-//! `cargo run --release --example gpt -- [--model small] [--steps 60] [--score]`
+//! `cargo run --release -p raylet-lm --example gpt -- [--model small] [--steps 60] [--score]`
 //!
 //! With `MLFLOW_TRACKING_URI` set, the run is tracked there.
 

@@ -8,7 +8,7 @@
 //! under FIFO, and the two are compared by the training they needed (total
 //! epochs) and the test accuracy of the trial each chose.
 //!
-//! `cargo run --release --example tune_digits -- [--samples 16] [--epochs 20] [--compare] [--storage DIR]`
+//! `cargo run --release -p raylet-tune --example tune_digits -- [--samples 16] [--epochs 20] [--compare] [--storage DIR]`
 //!
 //! Results go to a temporary directory unless `--storage DIR` keeps them
 //! (`DIR/tune_digits_asha/results.csv`, ...).

@@ -175,6 +175,9 @@ def main():
     over = []
     for crate in crates:
         src = root / crate / "src"
+        # A package of examples only (the quickstart) has no modules.
+        if not src.is_dir():
+            continue
         found, edges = dependencies(src)
         largest = max(components(list(found), edges), key=len)
         files = ", ".join(sorted("::".join(m) or "(root)" for m in largest)) if len(largest) > 1 else ""

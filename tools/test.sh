@@ -85,8 +85,16 @@ fi
 left_out_log=$PWD/target/left-out-tests.txt
 mkdir -p target && : >"$left_out_log"
 status=0
-# Every crate's tests, unless the arguments choose (`-p raylet-data`).
-[[ $# -gt 0 ]] || set -- --workspace
+# Every crate's tests, unless the arguments choose packages (`-p
+# raylet-data`): a filter alone (`-E 'test(equal)'`) runs over the whole
+# workspace, not the default members (the CLI and the quickstart).
+chooses_packages=false
+for arg in "$@"; do
+    case $arg in
+        -p | -p* | --package | --package=* | --workspace | --all) chooses_packages=true ;;
+    esac
+done
+$chooses_packages || set -- --workspace "$@"
 RAYLET_TEST_LEFT_OUT_LOG=$left_out_log cargo nextest run "$@" || status=$?
 if [[ -s $left_out_log ]]; then
     echo "tools/test.sh: tests left out at your request (RAYLET_TEST_LEAVE_OUT=$leave_out):"

@@ -17,6 +17,7 @@ use crate::encoded_rows::EncodedRows;
 use crate::exchange::Reducer;
 use crate::files::FileList;
 use crate::image_source::ImageOptions;
+#[cfg(feature = "parquet")]
 use crate::parquet_source::{ParquetOptions, PlannedGroups, RowGroups};
 use crate::stage::StageSpec;
 use raylet_storage::StorageOptions;
@@ -59,6 +60,7 @@ pub(crate) enum BlockInput {
         storage: StorageOptions,
     },
     /// Row groups of a Parquet file.
+    #[cfg(feature = "parquet")]
     Parquet {
         groups: RowGroups,
         options: ParquetOptions,
@@ -156,6 +158,7 @@ impl BlockInput {
     fn inputs(&self) -> u64 {
         match self {
             BlockInput::Files { paths, .. } => paths.len() as u64,
+            #[cfg(feature = "parquet")]
             BlockInput::Parquet { groups, .. } => groups.rows,
             BlockInput::Items { rows, .. } => rows.len() as u64,
             BlockInput::Exchanged { .. } => 1,
@@ -165,6 +168,7 @@ impl BlockInput {
     fn describe(&self) -> String {
         match self {
             BlockInput::Files { paths, .. } => paths.join(", "),
+            #[cfg(feature = "parquet")]
             BlockInput::Parquet { groups, .. } => groups.describe(),
             BlockInput::Items { rows, first } => format!("items {first}..{}", first + rows.len() as u64),
             BlockInput::Exchanged { block, parts, .. } => {
@@ -317,6 +321,7 @@ pub(crate) fn merged_blocks(
 }
 
 /// The blocks of row groups planned for a Parquet source, in order.
+#[cfg(feature = "parquet")]
 pub(crate) fn parquet_blocks(
     planned: Vec<PlannedGroups>,
     options: &ParquetOptions,

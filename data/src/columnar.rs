@@ -7,10 +7,7 @@ use arrow::array::RecordBatch;
 use arrow::buffer::Buffer;
 use arrow::ipc::reader::StreamDecoder;
 use arrow::ipc::writer::StreamWriter;
-use arrow_schema::FieldRef;
-use serde::Serialize;
 use serde::de::DeserializeOwned;
-use serde_arrow::schema::{SchemaLike, TracingOptions};
 
 use crate::rows_error::{RowsError, column_names};
 
@@ -64,7 +61,11 @@ pub(crate) fn batches_to_rows<T: DeserializeOwned>(batches: &[RecordBatch]) -> R
 
 /// `rows` as one record batch, a column per field (the types traced from
 /// the rows themselves).
-pub(crate) fn rows_to_batch<T: Serialize>(rows: &[T]) -> Result<RecordBatch, RowsError> {
+#[cfg(feature = "parquet")]
+pub(crate) fn rows_to_batch<T: serde::Serialize>(rows: &[T]) -> Result<RecordBatch, RowsError> {
+    use arrow_schema::FieldRef;
+    use serde_arrow::schema::{SchemaLike, TracingOptions};
+
     let options = TracingOptions::default().allow_null_fields(true);
     let fields = Vec::<FieldRef>::from_samples(rows, options).map_err(|source| RowsError::ColumnTypes {
         type_name: std::any::type_name::<T>(),

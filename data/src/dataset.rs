@@ -20,6 +20,7 @@ use crate::execution::{Execution, LocalShuffle};
 use crate::image_source::{Image, ImageOptions};
 use crate::manifest::Manifest;
 use crate::model::BatchModel;
+#[cfg(feature = "parquet")]
 use crate::parquet_source::ParquetOptions;
 use crate::plan::{Plan, Shard, Source, Step, Unencodable};
 use crate::row::Row;
@@ -224,12 +225,14 @@ impl Dataset<Arrow> {
     /// The row groups of Parquet files: a path, a directory, a glob, or an
     /// object storage prefix (`s3://bucket/prefix`). Consecutive row groups
     /// of a file make a block, up to `block_bytes`.
+    #[cfg(feature = "parquet")]
     pub fn read_parquet(files: impl Into<FileSet>) -> Self {
         Self::read_parquet_with(files, ParquetOptions::default())
     }
 
     /// `read_parquet` of some columns only, or of the rows that match a
     /// filter (row groups that cannot match are skipped by their statistics).
+    #[cfg(feature = "parquet")]
     pub fn read_parquet_with(files: impl Into<FileSet>, options: ParquetOptions) -> Self {
         Self::from_source(Source::Parquet {
             files: files.into(),
@@ -241,6 +244,7 @@ impl Dataset<Arrow> {
     /// `s3://` URL): its data files, found by replaying its transaction
     /// log, read as Parquet with `options`. Tables with deletion vectors,
     /// column mapping or partition columns are refused, naming what.
+    #[cfg(feature = "parquet")]
     pub fn read_delta(location: &str, options: ParquetOptions) -> Self {
         Self::from_source(Source::Delta {
             location: location.to_string(),
@@ -319,6 +323,7 @@ impl Dataset<Arrow> {
     /// (`block_NNNNNN.parquet`, Snappy) to `location`: a directory or an
     /// object storage prefix. Each block's task writes its file, so the
     /// rows never pass through the driver; a rerun skips the blocks written.
+    #[cfg(feature = "parquet")]
     pub fn write_parquet(&self, location: impl AsRef<Path>) -> Result<WriteSummary, DataError> {
         self.write_arrow(location.as_ref(), ArrowFormat::Parquet)
     }
@@ -566,6 +571,7 @@ impl<T: Row> Dataset<T> {
 
     /// Writes each block's rows as a Parquet file of its own in `dir`, a
     /// column per field (through Arrow, with the types the rows hold).
+    #[cfg(feature = "parquet")]
     pub fn write_parquet(&self, dir: impl AsRef<Path>) -> Result<WriteSummary, DataError> {
         self.write_table(dir.as_ref(), Table::Parquet)
     }

@@ -84,7 +84,9 @@ impl FileList {
         list
     }
 
-    /// These files (names relative to `root`, and sizes), sorted.
+    /// These files (names relative to `root`, and sizes), sorted: a Delta
+    /// table's data files.
+    #[cfg(feature = "parquet")]
     pub fn under(root: impl Into<PathBuf>, files: impl IntoIterator<Item = (String, u64)>) -> Self {
         let mut list = FileList {
             root: root.into(),

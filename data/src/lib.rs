@@ -37,6 +37,7 @@ mod block_rows;
 mod columnar;
 mod csv_source;
 mod dataset;
+#[cfg(feature = "parquet")]
 mod delta_source;
 #[cfg(feature = "digits")]
 pub mod digits;
@@ -52,8 +53,10 @@ mod macros;
 mod manifest;
 mod model;
 mod model_registry;
+#[cfg(feature = "parquet")]
 mod parquet_source;
 mod plan;
+#[cfg(feature = "parquet")]
 mod predicate;
 mod progress;
 mod registry;
@@ -80,7 +83,9 @@ pub use execution::StageMemory;
 pub use files::FileSet;
 pub use image_source::{Image, ImageMode, ImageOptions};
 pub use model::{BatchModel, LoadError, ModelError};
+#[cfg(feature = "parquet")]
 pub use parquet_source::ParquetOptions;
+#[cfg(feature = "parquet")]
 pub use predicate::{Comparison, Predicate, Value};
 pub use raylet_storage::StorageOptions;
 pub use row::Row;

@@ -14,8 +14,10 @@ use crate::block::{self, Block, BlockSizing, ReadKind};
 use crate::exchange::{Exchange, GroupAggregate};
 use crate::exchange_phase;
 use crate::execution::{Execution, ExecutionOptions, check_registered};
+#[cfg(feature = "parquet")]
 use crate::files::FileList;
 use crate::image_source;
+#[cfg(feature = "parquet")]
 use crate::parquet_source::{self, ParquetOptions};
 use crate::sink::Format;
 use crate::stage::{StageKind, StageSpec};
@@ -30,11 +32,13 @@ pub(crate) enum Source {
         read: ReadKind,
     },
     /// Row groups of Parquet files.
+    #[cfg(feature = "parquet")]
     Parquet {
         files: FileSet,
         options: ParquetOptions,
     },
     /// Row groups of the Parquet files of a Delta Lake table's current version.
+    #[cfg(feature = "parquet")]
     Delta {
         location: String,
         options: ParquetOptions,
@@ -185,7 +189,9 @@ impl Plan {
     fn source_blocks(&self) -> Result<Vec<Block>, DataError> {
         match &self.source {
             Source::Files { files, read } => self.file_blocks(files, read),
+            #[cfg(feature = "parquet")]
             Source::Parquet { files, options } => self.parquet_blocks(files, options),
+            #[cfg(feature = "parquet")]
             Source::Delta { location, options } => self.delta_blocks(location, options),
             Source::Items(Ok(items)) => Ok(block::item_blocks(items, self.sizing)),
             Source::Items(Err(e)) => Err(DataError::InvalidInput(e.to_string())),
@@ -242,6 +248,7 @@ impl Plan {
         Ok(block::file_blocks(list, &read, &self.storage, self.sizing))
     }
 
+    #[cfg(feature = "parquet")]
     fn delta_blocks(&self, location: &str, options: &ParquetOptions) -> Result<Vec<Block>, DataError> {
         let files = crate::delta_source::table_files(location, &self.storage)?;
         if files.len() == 0 {
@@ -252,10 +259,12 @@ impl Plan {
         self.parquet_list_blocks(&files, options)
     }
 
+    #[cfg(feature = "parquet")]
     fn parquet_blocks(&self, files: &FileSet, options: &ParquetOptions) -> Result<Vec<Block>, DataError> {
         self.parquet_list_blocks(&files.resolve(&self.storage)?, options)
     }
 
+    #[cfg(feature = "parquet")]
     fn parquet_list_blocks(&self, list: &FileList, options: &ParquetOptions) -> Result<Vec<Block>, DataError> {
         let mut planned = Vec::new();
         for index in 0..list.len() {
@@ -342,7 +351,7 @@ mod tests {
             config: config.to_vec(),
             strategy: ActorPoolStrategy::fixed(1),
         }));
-        plan.fingerprint(&[], Format::Table(Table::Parquet))
+        plan.fingerprint(&[], Format::Table(Table::Csv))
     }
 
     /// A write rerun with another model config (another tokenizer, another

@@ -18,6 +18,7 @@ use serde::de::DeserializeOwned;
 
 use crate::DataError;
 use crate::block::{Block, FileBytes};
+#[cfg(feature = "parquet")]
 use crate::columnar;
 use crate::execution::{Execution, StageMemory};
 use crate::manifest::{Entry, MANIFEST, Manifest};
@@ -42,6 +43,7 @@ pub(crate) enum Table {
     Jsonl,
     Csv,
     /// Through Arrow columns named as the rows' fields.
+    #[cfg(feature = "parquet")]
     Parquet,
 }
 
@@ -50,6 +52,7 @@ impl Table {
         match self {
             Table::Jsonl => "jsonl",
             Table::Csv => "csv",
+            #[cfg(feature = "parquet")]
             Table::Parquet => "parquet",
         }
     }
@@ -71,6 +74,7 @@ impl Table {
                 }
                 writer.into_inner().map_err(|e| SinkError::CsvBuffer(e.into_error()))
             }
+            #[cfg(feature = "parquet")]
             Table::Parquet => ArrowFormat::Parquet.encode(&[columnar::rows_to_batch(rows)?]),
         }
     }
@@ -171,6 +175,7 @@ pub(crate) fn write_table<T: Serialize>(
     block: &Block,
     rows: &[T],
 ) -> Result<Vec<String>, DataError> {
+    #[cfg(feature = "parquet")]
     if format == Table::Parquet && rows.is_empty() {
         return Ok(Vec::new());
     }

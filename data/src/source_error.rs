@@ -4,6 +4,7 @@
 //! is not UTF-8, a column that is not there).
 
 use arrow::error::ArrowError;
+#[cfg(feature = "parquet")]
 use parquet::errors::ParquetError;
 
 use crate::rows_error::RowsError;
@@ -13,12 +14,16 @@ use crate::rows_error::RowsError;
 pub(crate) enum SourceError {
     #[error(transparent)]
     Storage(#[from] raylet_storage::StorageError),
+    #[cfg(feature = "parquet")]
     #[error("{0}")]
     Open(#[source] std::io::Error),
+    #[cfg(feature = "parquet")]
     #[error("not a readable Parquet file: {0}")]
     NotParquet(#[source] ParquetError),
+    #[cfg(feature = "parquet")]
     #[error("{0}")]
     Parquet(#[from] ParquetError),
+    #[cfg(feature = "parquet")]
     #[error("no column {0}")]
     NoColumn(String),
     #[error(transparent)]

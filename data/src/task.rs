@@ -17,6 +17,7 @@ use crate::encoded_rows::EncodedRows;
 use crate::exchange::{self, Partitioner, Reducer};
 use crate::image_source;
 use crate::model_registry::LoadedModel;
+#[cfg(feature = "parquet")]
 use crate::parquet_source;
 use crate::registry::{self, BlockRows, RowData};
 use crate::rows_error::RowsError;
@@ -274,6 +275,7 @@ fn whole_block(stages: &[StageSpec], message: String) -> RowFailure {
 fn sources(input: &BlockInput) -> Vec<String> {
     match input {
         BlockInput::Files { paths, .. } => paths.clone(),
+        #[cfg(feature = "parquet")]
         BlockInput::Parquet { groups, .. } => vec![groups.describe()],
         BlockInput::Items { rows, first } => (*first..first + rows.len() as u64)
             .map(|i| format!("item {i}"))
@@ -294,6 +296,7 @@ fn describe_all(sources: &[String]) -> String {
 fn reader(input: &BlockInput) -> &'static str {
     match input {
         BlockInput::Items { .. } => "from_items",
+        #[cfg(feature = "parquet")]
         BlockInput::Parquet { .. } => "read_parquet",
         BlockInput::Exchanged { .. } => "exchange",
         BlockInput::Files {
@@ -364,6 +367,7 @@ fn read_inputs(input: &BlockInput, run: &mut StageRun) -> Result<BlockRows, RowF
                 Ok(arrow_rows(read_each(paths, storage, run, parse)?))
             }
         },
+        #[cfg(feature = "parquet")]
         BlockInput::Parquet {
             groups,
             options,

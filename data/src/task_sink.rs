@@ -5,10 +5,6 @@
 
 use arrow::array::RecordBatch;
 use bytes::Bytes;
-use parquet::arrow::ArrowWriter;
-use parquet::basic::Compression;
-use parquet::file::properties::WriterProperties;
-use parquet::schema::types::ColumnPath;
 use serde::{Deserialize, Serialize};
 
 use raylet_storage::{Storage, StorageError, StorageOptions};
@@ -24,6 +20,7 @@ pub(crate) enum SinkError {
         #[source]
         source: arrow::error::ArrowError,
     },
+    #[cfg(feature = "parquet")]
     #[error("encoding Parquet: {0}")]
     Parquet(#[from] parquet::errors::ParquetError),
     #[error("encoding JSON: {0}")]
@@ -42,6 +39,7 @@ pub(crate) enum SinkError {
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub(crate) enum ArrowFormat {
     /// Snappy-compressed Parquet.
+    #[cfg(feature = "parquet")]
     Parquet,
     /// A header line, then a line per row.
     Csv,
@@ -52,6 +50,7 @@ pub(crate) enum ArrowFormat {
 impl ArrowFormat {
     fn extension(self) -> &'static str {
         match self {
+            #[cfg(feature = "parquet")]
             ArrowFormat::Parquet => "parquet",
             ArrowFormat::Csv => "csv",
             ArrowFormat::Jsonl => "jsonl",
@@ -60,12 +59,13 @@ impl ArrowFormat {
 
     /// `batches` as a file of this format.
     pub fn encode(self, batches: &[RecordBatch]) -> Result<Vec<u8>, SinkError> {
-        let Some(first) = batches.first() else {
+        if batches.is_empty() {
             return Ok(Vec::new());
-        };
+        }
         let error = |source| SinkError::Arrow { format: self, source };
         match self {
-            ArrowFormat::Parquet => Ok(parquet_bytes(first, batches)?),
+            #[cfg(feature = "parquet")]
+            ArrowFormat::Parquet => Ok(parquet_bytes(batches)?),
             ArrowFormat::Csv => {
                 let mut writer = arrow::csv::WriterBuilder::new().with_header(true).build(Vec::new());
                 for batch in batches {
@@ -108,19 +108,27 @@ impl TaskSink {
     }
 }
 
-/// The rows as a Snappy-compressed Parquet file. Floating-point columns
-/// are written without a dictionary: their values rarely repeat, and
-/// building a dictionary of them before giving up on it took a tenth of a
-/// write's time.
-fn parquet_bytes(first: &RecordBatch, batches: &[RecordBatch]) -> Result<Vec<u8>, parquet::errors::ParquetError> {
+/// The rows of `batches` (at least one, all of the first one's schema) as
+/// a Snappy-compressed Parquet file. Floating-point columns are written
+/// without a dictionary: their values rarely repeat, and building a
+/// dictionary of them before giving up on it took a tenth of a write's
+/// time.
+#[cfg(feature = "parquet")]
+fn parquet_bytes(batches: &[RecordBatch]) -> Result<Vec<u8>, parquet::errors::ParquetError> {
+    use parquet::arrow::ArrowWriter;
+    use parquet::basic::Compression;
+    use parquet::file::properties::WriterProperties;
+    use parquet::schema::types::ColumnPath;
+
+    let schema = batches[0].schema();
     let mut properties = WriterProperties::builder().set_compression(Compression::SNAPPY);
-    for field in first.schema().fields() {
+    for field in schema.fields() {
         if field.data_type().is_floating() {
             properties = properties.set_column_dictionary_enabled(ColumnPath::from(field.name().as_str()), false);
         }
     }
     let properties = properties.build();
-    let mut writer = ArrowWriter::try_new(Vec::new(), first.schema(), Some(properties))?;
+    let mut writer = ArrowWriter::try_new(Vec::new(), schema, Some(properties))?;
     for batch in batches {
         writer.write(batch)?;
     }
