@@ -379,12 +379,16 @@ fn a_deployed_application_heals_after_each_replica_and_its_proxy_are_killed_unde
     let proxy_pid = serve_actor_pid(temp.path(), &proxy_name).expect("the proxy runs");
     sigkill(proxy_pid);
     let began = Instant::now();
+    let auth = format!("Authorization: Bearer {token}\r\nContent-Type: application/json\r\n");
     let restarted = loop {
         let proxies = serve_status(temp.path())["proxies"].clone();
         let pid = serve_actor_pid(temp.path(), &proxy_name);
         let listed = proxies[0]["address"].as_str().map(str::to_string);
+        // The status may still list the killed proxy's address until the
+        // controller sees it die; the new one has healed once it answers.
         if let (Some(pid), Some(address)) = (pid, listed)
             && pid != proxy_pid
+            && greet(&address, &auth) == 200
         {
             break address;
         }
@@ -413,7 +417,6 @@ fn a_deployed_application_heals_after_each_replica_and_its_proxy_are_killed_unde
     );
     assert!(failed.iter().all(|status| *status == 503), "{failed:?}");
 
-    let auth = format!("Authorization: Bearer {token}\r\nContent-Type: application/json\r\n");
     let after: Vec<u16> = (0..50).map(|_| greet(&restarted, &auth)).collect();
     assert!(after.iter().all(|status| *status == 200), "after healing: {after:?}");
 
