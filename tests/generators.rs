@@ -422,7 +422,7 @@ fn generator_tasks_show_their_items_in_the_task_list_and_the_timeline() {
     let deadline = Instant::now() + Duration::from_secs(30);
     let record = loop {
         let listing = runtime
-            .block_on(raylet::list_tasks(&cluster.head_address(), &token, None, 100))
+            .block_on(raylet_state::list_tasks(&cluster.head_address(), &token, None, 100))
             .unwrap();
         let finished = listing
             .tasks
@@ -436,7 +436,7 @@ fn generator_tasks_show_their_items_in_the_task_list_and_the_timeline() {
     };
     assert_eq!(record.items_yielded, Some(7));
     let trace = runtime
-        .block_on(raylet::chrome_trace(&cluster.head_address(), &token, None))
+        .block_on(raylet_state::chrome_trace(&cluster.head_address(), &token, None))
         .unwrap();
     let run = trace
         .trace_events

@@ -5,7 +5,7 @@
 use std::fmt::Write;
 
 use anyhow::Context;
-use raylet::{FunctionSummary, TaskInfo};
+use raylet_state::{FunctionSummary, TaskInfo};
 
 use crate::args::{ListTasksArgs, LogsArgs, OutputFormat, StatusArgs, SummaryCommand, TimelineArgs};
 use crate::row_filter;
@@ -26,7 +26,7 @@ pub fn list(args: ListTasksArgs) -> anyhow::Result<()> {
 pub fn summary(command: SummaryCommand) -> anyhow::Result<()> {
     let SummaryCommand::Tasks(args) = command;
     let listing = fetch(&args.status, args.job)?;
-    let summary = raylet::summarize_tasks(&listing.tasks);
+    let summary = raylet_state::summarize_tasks(&listing.tasks);
     let output = match args.status.format {
         OutputFormat::Json => serde_json::to_string_pretty(&summary)?,
         OutputFormat::Text => render_summary(&summary, listing.tasks.len()),
@@ -38,7 +38,7 @@ pub fn summary(command: SummaryCommand) -> anyhow::Result<()> {
 pub fn timeline(args: TimelineArgs) -> anyhow::Result<()> {
     let (address, token) = args.status.cluster.head()?;
     let trace = crate::runtime()?
-        .block_on(raylet::chrome_trace(&address, &token, args.job))
+        .block_on(raylet_state::chrome_trace(&address, &token, args.job))
         .with_context(|| format!("reading the task records of the cluster at {address}"))?;
     let file = std::fs::File::create(&args.output).with_context(|| format!("creating {}", args.output.display()))?;
     serde_json::to_writer(std::io::BufWriter::new(file), &trace)?;
@@ -59,15 +59,15 @@ pub fn timeline(args: TimelineArgs) -> anyhow::Result<()> {
 
 pub fn logs(args: LogsArgs) -> anyhow::Result<()> {
     let source = match (args.worker, args.pid, args.actor, args.task) {
-        (Some(id), ..) => raylet::LogSource::Worker { id, node: args.node },
-        (_, Some(pid), ..) => raylet::LogSource::Pid { pid, node: args.node },
-        (.., Some(actor), _) => raylet::LogSource::Actor(actor),
-        (.., Some(task)) => raylet::LogSource::Task(task),
+        (Some(id), ..) => raylet_state::LogSource::Worker { id, node: args.node },
+        (_, Some(pid), ..) => raylet_state::LogSource::Pid { pid, node: args.node },
+        (.., Some(actor), _) => raylet_state::LogSource::Actor(actor),
+        (.., Some(task)) => raylet_state::LogSource::Task(task),
         (None, None, None, None) => unreachable!("clap requires one source"),
     };
     let (address, token) = args.cluster.head()?;
     let log = crate::runtime()?
-        .block_on(raylet::read_worker_log(&address, &token, &source, args.err))
+        .block_on(raylet_state::read_worker_log(&address, &token, &source, args.err))
         .with_context(|| format!("reading logs from the cluster at {address}"))?;
     let lines: Vec<&str> = log.text.lines().collect();
     let shown = &lines[lines.len().saturating_sub(args.tail.unwrap_or(usize::MAX))..];
@@ -81,10 +81,10 @@ pub fn logs(args: LogsArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn fetch(status: &StatusArgs, job: Option<raylet::JobId>) -> anyhow::Result<raylet::TaskListing> {
+fn fetch(status: &StatusArgs, job: Option<raylet::JobId>) -> anyhow::Result<raylet_state::TaskListing> {
     let (address, token) = status.cluster.head()?;
     crate::runtime()?
-        .block_on(raylet::list_tasks(&address, &token, job, u32::MAX))
+        .block_on(raylet_state::list_tasks(&address, &token, job, u32::MAX))
         .with_context(|| format!("listing the tasks of the cluster at {address}"))
 }
 

@@ -48,12 +48,9 @@ pub use job::{DEFAULT_STOP_GRACE, Job, JobClient, JobHandle, JobInfo, JobOutput,
 pub use links::local_ip::local_ip_towards;
 pub use objects::archived::{Archivable, ArchivedRef, Checkable};
 pub use objects::object_ref::handle::{AnyObjectRef, ObjectRef};
-pub use observability::chrome_trace::{ChromeTrace, chrome_trace};
 pub use observability::memory::{NodeMemory, ObjectHolders, StoredObject, collect_memory};
 pub use observability::metrics;
-pub use observability::task_info::{FunctionSummary, TaskInfo, TaskListing, list_tasks, summarize_tasks};
 pub use observability::timeline;
-pub use observability::worker_logs::{LogSource, WorkerLogText, read_worker_log};
 pub use placement_group::handle::PlacementGroup;
 pub use placement_group::{Bundle, PlacementGroupInfo, PlacementGroupState, list_placement_groups};
 pub use raylet_cluster_status as status;

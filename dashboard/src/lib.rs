@@ -247,17 +247,23 @@ async fn tasks(State(head): State<Head>, Query(query): Query<TaskQuery>) -> Resp
     let limit = query.limit.unwrap_or(DEFAULT_TASK_ROWS);
     json(
         &head,
-        raylet::list_tasks(&head.address, &head.token, query.job, limit).await,
+        raylet_state::list_tasks(&head.address, &head.token, query.job, limit).await,
     )
 }
 
 async fn task_summary(State(head): State<Head>, Query(query): Query<TaskQuery>) -> Response {
-    let listing = raylet::list_tasks(&head.address, &head.token, query.job, u32::MAX).await;
-    json(&head, listing.map(|listing| raylet::summarize_tasks(&listing.tasks)))
+    let listing = raylet_state::list_tasks(&head.address, &head.token, query.job, u32::MAX).await;
+    json(
+        &head,
+        listing.map(|listing| raylet_state::summarize_tasks(&listing.tasks)),
+    )
 }
 
 async fn timeline(State(head): State<Head>, Query(query): Query<TaskQuery>) -> Response {
-    json(&head, raylet::chrome_trace(&head.address, &head.token, query.job).await)
+    json(
+        &head,
+        raylet_state::chrome_trace(&head.address, &head.token, query.job).await,
+    )
 }
 
 async fn train_runs(State(head): State<Head>) -> Response {

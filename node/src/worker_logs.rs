@@ -19,7 +19,7 @@ pub(crate) fn read(dir: &Path, request: &ReadWorkerLogRequest) -> Result<WorkerL
     let extension = if request.stderr { "err" } else { "out" };
     let matches: Box<dyn Fn(&str) -> bool> = match request.worker_id.is_empty() {
         false => {
-            let prefix = format!("worker-{}-", WorkerId::from_wire(&request.worker_id)?);
+            let prefix = raylet_proto::worker_logs::file_prefix(WorkerId::from_wire(&request.worker_id)?);
             Box::new(move |name: &str| name.starts_with(&prefix))
         }
         true if request.pid != 0 => {

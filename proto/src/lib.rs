@@ -23,6 +23,7 @@ pub mod service_error;
 pub mod task_stream;
 pub mod tls;
 pub mod worker_env;
+pub mod worker_logs;
 
 pub use backoff::Backoff;
 pub use error::{Error, Result};

@@ -19,6 +19,7 @@ use std::time::{Duration, Instant};
 use nix::poll::{PollFd, PollFlags, PollTimeout, poll};
 use raylet_proto::TaskId;
 use raylet_proto::v1::{LogLine, WorkerEvents};
+use raylet_proto::worker_logs::{TASK_END, TASK_START};
 
 use raylet_proto::task_stream::EventSender as ResultSender;
 
@@ -64,11 +65,6 @@ fn bytes_in_pipe(fd: RawFd) -> i32 {
         Err(_) => 0,
     }
 }
-
-/// The line in a worker's log files before a task's output.
-pub(crate) const TASK_START: &str = ":task_start:";
-/// The line in a worker's log files after a task's output.
-pub(crate) const TASK_END: &str = ":task_end:";
 
 /// Sends the lines that follow to `results`, tagged with `function`.
 pub(crate) fn attach(task_id: Option<TaskId>, function: &str, results: ResultSender) {
@@ -149,7 +145,7 @@ fn destination(log_dir: Option<&Path>, stem: &str, stderr: bool) -> std::io::Res
 /// Replaces fds 1 and 2 with pipes read by two forwarding threads, which
 /// write to `worker-<worker_id>-<pid>.out|.err` in `log_dir` when given.
 pub(crate) fn capture(log_dir: Option<&Path>, worker_id: &str) -> std::io::Result<()> {
-    let stem = format!("worker-{worker_id}-{}", std::process::id());
+    let stem = raylet_proto::worker_logs::file_stem(worker_id, std::process::id());
     let mut pipes = Vec::new();
     for stderr in [false, true] {
         let original = destination(log_dir, &stem, stderr)?;

@@ -10,7 +10,7 @@ use raylet_proto::v1::{ListSpansRequest, ListTasksRequest, Span, TaskKind, TaskR
 use raylet_proto::{ActorId, JobId, NodeId, TaskId, WorkerId};
 use serde::Serialize;
 
-use crate::Result;
+use crate::error::Result;
 
 /// How long a listing waits for the head to answer a connection.
 const HEAD_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);

@@ -10,8 +10,10 @@ use raylet_proto::v1::ReadWorkerLogRequest;
 use raylet_proto::v1::node_manager_service_client::NodeManagerServiceClient;
 use raylet_proto::{ActorId, NodeId, TaskId, WorkerId};
 
-use crate::worker::logs::{TASK_END, TASK_START};
-use crate::{Error, Result};
+use raylet_proto::worker_logs::{TASK_END, TASK_START};
+
+use crate::error::{Result, StateError};
+use crate::tasks::list_tasks;
 
 /// How long a lookup waits for the head or a node to answer.
 const PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
@@ -72,11 +74,10 @@ pub async fn read_worker_log(head: &str, token: &AuthToken, source: &LogSource, 
         Some(node) => format!("on node {node}, which is not alive or has no such worker"),
         None => "on any alive node".to_string(),
     };
-    Err(not_found(format!("no log file of {source:?} {where_}")))
-}
-
-fn not_found(message: String) -> Error {
-    Error::Cluster(raylet_proto::Error::NotFound(message))
+    Err(StateError::NoLogFile {
+        what: format!("{source:?}"),
+        place: where_,
+    })
 }
 
 /// The request that names `source`'s worker file, the node to ask (any
@@ -97,23 +98,23 @@ async fn locate(
         LogSource::Worker { id, node } => Ok((request(Some(*id), 0), *node, None)),
         LogSource::Pid { pid, node } => Ok((request(None, *pid), *node, None)),
         LogSource::Actor(id) => {
-            let actors = crate::list_actors(head, token).await?;
+            let actors = raylet::list_actors(head, token).await?;
             let actor = actors
                 .iter()
                 .find(|actor| actor.id == *id)
-                .ok_or_else(|| not_found(format!("the cluster has no actor {id}")))?;
+                .ok_or(StateError::NoActor(*id))?;
             if actor.pid == 0 {
-                return Err(not_found(format!("actor {id} has not started on a worker yet")));
+                return Err(StateError::ActorNotStarted(*id));
             }
             Ok((request(None, actor.pid), actor.node_id, None))
         }
         LogSource::Task(id) => {
-            let listing = crate::list_tasks(head, token, None, u32::MAX).await?;
+            let listing = list_tasks(head, token, None, u32::MAX).await?;
             let task = listing
                 .tasks
                 .iter()
                 .find(|task| task.task_id == *id && task.worker_pid.is_some())
-                .ok_or_else(|| not_found(format!("no recorded attempt of task {id} reached a worker")))?;
+                .ok_or(StateError::TaskNeverRan(*id))?;
             let pid = task.worker_pid.unwrap_or_default();
             Ok((request(task.worker_id, pid), task.node_id, Some(*id)))
         }

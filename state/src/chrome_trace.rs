@@ -10,8 +10,8 @@ use raylet_proto::{JobId, NodeId};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::Result;
-use crate::observability::task_info::{TaskInfo, list_spans, list_tasks};
+use crate::error::Result;
+use crate::tasks::{TaskInfo, list_spans, list_tasks};
 
 /// A Chrome trace: its events and what went into them.
 #[derive(Debug, Serialize)]

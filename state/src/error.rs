@@ -1,0 +1,27 @@
+//! What can go wrong reading the cluster's state.
+
+use raylet_proto::{ActorId, TaskId};
+
+/// A read of the cluster's state that failed.
+#[derive(Debug, thiserror::Error)]
+pub enum StateError {
+    /// The head or a node manager could not be reached, or refused the
+    /// request (its token, its limits).
+    #[error(transparent)]
+    ControlPlane(#[from] raylet_proto::Error),
+    /// The actor table could not be read.
+    #[error(transparent)]
+    Actors(#[from] raylet::Error),
+    #[error("the cluster has no actor {0}")]
+    NoActor(ActorId),
+    #[error("actor {0} has not started on a worker yet")]
+    ActorNotStarted(ActorId),
+    #[error("no recorded attempt of task {0} reached a worker")]
+    TaskNeverRan(TaskId),
+    /// No alive node (or not the node named) has the worker's log file.
+    #[error("no log file of {what} {place}")]
+    NoLogFile { what: String, place: String },
+}
+
+/// What reads of the cluster's state return.
+pub type Result<T, E = StateError> = std::result::Result<T, E>;
