@@ -17,9 +17,10 @@ use raylet_train::{
 use serde::{Deserialize, Serialize};
 
 const EPOCHS: u64 = 15;
-/// Epochs of the run a worker is killed in after its third report: enough
-/// that it is still training then (an epoch of the digits takes a few ms).
-const KILLED_RUN_EPOCHS: u64 = 60;
+/// Epochs of the run a worker is killed in once its third checkpoint is
+/// on disk: enough that it is still training then (an epoch of the digits
+/// takes about 10 ms here, so about a second is left).
+const KILLED_RUN_EPOCHS: u64 = 100;
 
 fn run_config(storage: &Path, name: &str, max_failures: u32) -> RunConfig {
     RunConfig {
@@ -125,12 +126,16 @@ fn a_worker_killed_mid_training_restarts_the_group_from_the_latest_checkpoint() 
         .fit()
         .unwrap();
 
+    let earlier_workers = alive_train_workers(&cluster);
     let run = std::thread::spawn({
         let storage = storage.path().to_path_buf();
         move || digits_trainer(&storage, "killed", KILLED_RUN_EPOCHS, 2).fit()
     });
-    wait_for_reports(&storage.path().join("killed"), 3);
-    let victim = alive_train_workers(&cluster).pop().expect("a worker to kill");
+    wait_for_checkpoint(&storage.path().join("killed"), 2);
+    let victim = alive_train_workers(&cluster)
+        .into_iter()
+        .find(|pid| !earlier_workers.contains(pid))
+        .expect("a worker of the run to kill");
     nix::sys::signal::kill(
         nix::unistd::Pid::from_raw(victim as i32),
         nix::sys::signal::Signal::SIGKILL,
@@ -301,15 +306,25 @@ fn bad_runs_fail_with_errors_that_say_why() {
 }
 
 /// Waits until the run in `directory` has reported `count` times.
-fn wait_for_reports(directory: &Path, count: usize) {
+/// Waits until rank 0 has committed the checkpoint of report `index` (or
+/// a later one) in the run `directory`. Rank 0 commits it before the
+/// driver hears of the report: a driver that polls late can see reports
+/// long after the workers made them (or finished), so the driver's metrics
+/// file would be too late a sign that the run is still training.
+fn wait_for_checkpoint(directory: &Path, index: u64) {
     let deadline = Instant::now() + Duration::from_secs(120);
-    loop {
-        let reported = std::fs::read_to_string(directory.join("metrics.jsonl")).unwrap_or_default();
-        if reported.lines().count() >= count {
-            return;
-        }
-        assert!(Instant::now() < deadline, "the run never reported {count} times");
-        std::thread::sleep(Duration::from_millis(10));
+    let committed = || {
+        let entries = std::fs::read_dir(directory).into_iter().flatten().flatten();
+        entries
+            .filter_map(|entry| {
+                let name = entry.file_name().into_string().ok()?;
+                name.strip_prefix("checkpoint_")?.parse::<u64>().ok()
+            })
+            .any(|committed| committed >= index)
+    };
+    while !committed() {
+        assert!(Instant::now() < deadline, "the run never committed checkpoint {index}");
+        std::thread::sleep(Duration::from_millis(5));
     }
 }
 
