@@ -61,7 +61,7 @@ pub struct UpCluster {
 impl UpCluster {
     /// Writes `autoscaler` (YAML, under `autoscaler:`) into a config for the
     /// local provider with rounds every half second, and runs `raylet up`.
-    fn up(head_cpus: u32, autoscaler: &str, binary: Option<&str>) -> Self {
+    pub fn up(head_cpus: u32, autoscaler: &str, binary: Option<&str>) -> Self {
         let binary = binary.map_or(String::new(), |path| format!("\n  binary: {path}"));
         let head_cpus = head_cpus.to_string();
         UpCluster::up_with(

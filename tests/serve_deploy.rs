@@ -57,6 +57,11 @@ impl Deployment for Greeter {
     }
 }
 
+/// The class name a deploy file gives for [`Greeter`].
+pub fn greeter_class() -> &'static str {
+    std::any::type_name::<Greeter>()
+}
+
 /// A deploy file for this binary, with `class` as the deployment's class.
 fn deploy_file(dir: &std::path::Path, class: &str) -> std::path::PathBuf {
     deploy_file_with(dir, class, 2, 0.5, 0)
@@ -259,7 +264,7 @@ impl Load {
 
 /// One `POST /greet "world"`: its status, 0 when no answer came; any 200
 /// must greet the world.
-fn greet(address: &str, auth: &str) -> u16 {
+pub fn greet(address: &str, auth: &str) -> u16 {
     use std::io::{Read, Write};
     let Ok(mut stream) = std::net::TcpStream::connect(address) else {
         return 0;
@@ -551,7 +556,7 @@ fn slow_uploads_to_a_public_application_leave_its_proxy_within_the_body_budget()
 }
 
 /// The proxy's address that a deploy printed (`... RUNNING at http://ADDRESS/greet`).
-fn proxy_address(deployed: &str) -> String {
+pub fn proxy_address(deployed: &str) -> String {
     let url = deployed
         .split_whitespace()
         .find_map(|word| word.strip_prefix("http://"))

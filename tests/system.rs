@@ -22,6 +22,7 @@ mod introspection;
 mod jobs;
 mod limits;
 mod placement_groups;
+mod prometheus;
 mod scheduling;
 mod serve_cli;
 mod serve_deploy;

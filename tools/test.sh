@@ -10,6 +10,7 @@
 #   iproute2                 network namespaces for the multi-host and chaos suites
 #   slurm-wlm, munge         the one-machine Slurm (.ci/slurm.sh)
 #   chromium                 the dashboard's browser test
+#   prometheus               the scrape test of the head's target list
 #   python3-venv             the tests' Python venvs, made under target/:
 #     target/mlflow-venv     mlflow (MLflow tests of Train and Tune)
 #     target/openai-venv     openai (the OpenAI-compatible server's client test)
@@ -20,7 +21,7 @@
 # how to provide it. On a machine where some need cannot be had (no root),
 # leave the tests that need it out by name, and this script neither
 # installs it nor hides that they were left out:
-#   RAYLET_TEST_LEAVE_OUT=chromium,slurm,netns,shm-mount tools/test.sh
+#   RAYLET_TEST_LEAVE_OUT=chromium,slurm,netns,shm-mount,prometheus tools/test.sh
 # (raylet-test-support lists the names; CI leaves nothing out).
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -46,6 +47,9 @@ if ! left_out slurm; then
 fi
 if ! left_out chromium && ! command -v chromium >/dev/null 2>&1; then
     apt_install chromium fonts-dejavu-core
+fi
+if ! left_out prometheus && [ ! -x /usr/bin/prometheus ]; then
+    apt_install prometheus
 fi
 # tune/tests/results_in_pandas.rs makes a venv with pandas on its first run.
 if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then

@@ -26,11 +26,19 @@ pub enum Need {
     NetworkNamespaces,
     /// Mounting a small `/dev/shm` in a mount namespace (root).
     ShmMount,
+    /// Debian's Prometheus server, for the scrape test.
+    Prometheus,
 }
 
 impl Need {
     /// Every need, in the order `tools/test.sh` lists them.
-    pub const ALL: [Need; 4] = [Need::Chromium, Need::Slurm, Need::NetworkNamespaces, Need::ShmMount];
+    pub const ALL: [Need; 5] = [
+        Need::Chromium,
+        Need::Slurm,
+        Need::NetworkNamespaces,
+        Need::ShmMount,
+        Need::Prometheus,
+    ];
 
     /// Its name in `RAYLET_TEST_LEAVE_OUT`.
     pub fn name(self) -> &'static str {
@@ -39,6 +47,7 @@ impl Need {
             Need::Slurm => "slurm",
             Need::NetworkNamespaces => "netns",
             Need::ShmMount => "shm-mount",
+            Need::Prometheus => "prometheus",
         }
     }
 
@@ -49,6 +58,7 @@ impl Need {
             Need::Slurm => "tools/test.sh installs and starts a one-machine Slurm (.ci/slurm.sh)",
             Need::NetworkNamespaces => "run the tests as root (`ip netns` needs CAP_SYS_ADMIN)",
             Need::ShmMount => "run the tests as root (mounting needs CAP_SYS_ADMIN)",
+            Need::Prometheus => "tools/test.sh installs it (Debian's prometheus package)",
         }
     }
 }
