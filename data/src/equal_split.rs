@@ -3,7 +3,8 @@
 //! before it, is cut into one part per consumer, all of the same number of
 //! rows; what does not divide evenly waits for the next block, and at an
 //! epoch's end those rows (at most one fewer than the consumers) are
-//! dropped. Every consumer so reads exactly as many rows as the others, and
+//! dropped, while the row errors that waited with them go to a consumer in
+//! a part without rows. Every consumer so reads exactly as many rows as the others, and
 //! a training loop that allreduces at every batch cannot wait on a shard
 //! that ran dry (the hazard Ray's `equal=True` split guards against).
 
@@ -20,6 +21,9 @@ pub(crate) struct EqualDealer {
     /// Rows left out under `OnError::Skip` by blocks whose rows have not
     /// been dealt yet: they go with the next first part.
     skipped: Vec<RowError>,
+    /// No rows, of the kind the epoch's blocks hold: the part that carries
+    /// the last row errors at the epoch's end.
+    empty: Option<RowData>,
 }
 
 impl EqualDealer {
@@ -28,6 +32,7 @@ impl EqualDealer {
             consumers: consumers.max(1),
             leftover: None,
             skipped: Vec::new(),
+            empty: None,
         }
     }
 
@@ -42,6 +47,9 @@ impl EqualDealer {
             Some(leftover) => RowData::concat(vec![leftover, rows])?,
             None => rows,
         };
+        if self.empty.is_none() {
+            self.empty = Some(rows.select(&[])?);
+        }
         let each = rows.len() / self.consumers;
         let dealt = each * self.consumers;
         if dealt < rows.len() {
@@ -71,6 +79,25 @@ impl EqualDealer {
     /// block is dealt.
     pub fn undealt(&self) -> usize {
         self.leftover.as_ref().map_or(0, RowData::len)
+    }
+
+    /// Once the epoch's last block is dealt: a part without rows that
+    /// carries the row errors of the blocks whose rows were never dealt
+    /// (too few to go round), or none when there are none.
+    pub fn finish(&mut self) -> Result<Option<BlockOutput>, RowsError> {
+        if self.skipped.is_empty() {
+            return Ok(None);
+        }
+        let Some(empty) = self.empty.take() else {
+            return Ok(None);
+        };
+        Ok(Some(BlockOutput {
+            rows: RowPayload::of(empty)?,
+            count: 0,
+            skipped: std::mem::take(&mut self.skipped),
+            files: Vec::new(),
+            held: Vec::new(),
+        }))
     }
 }
 
@@ -124,6 +151,24 @@ mod tests {
         let parts = dealer.deal(block(1..3)).unwrap();
         assert_eq!(parts[0].skipped.len(), 1, "the left-out row is kept");
         assert!(parts[1..].iter().all(|part| part.skipped.is_empty()));
+    }
+
+    #[test]
+    fn row_errors_waiting_with_the_undealt_rows_at_the_epochs_end_go_in_a_part_without_rows() {
+        let mut dealer = EqualDealer::new(3);
+        assert_eq!(dealer.deal(block(0..3)).unwrap().len(), 3);
+        assert!(dealer.finish().unwrap().is_none(), "no row error, no extra part");
+        let mut small = block(3..4);
+        small.skipped.push(RowError {
+            function: "parse".into(),
+            source: "item 9".into(),
+            message: "not a number".into(),
+        });
+        assert!(dealer.deal(small).unwrap().is_empty());
+        let last = dealer.finish().unwrap().expect("a part for the row error");
+        assert_eq!((last.count, last.skipped.len()), (0, 1));
+        assert!(rows_of(&[last])[0].is_empty());
+        assert_eq!(dealer.undealt(), 1, "the undealt row itself is still dropped");
     }
 
     #[test]

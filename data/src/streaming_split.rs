@@ -254,6 +254,10 @@ impl EpochState {
                 dropped = dealing.dealer.undealt(),
                 "an equal split's epoch is dealt; the rows that did not divide evenly are dropped"
             );
+            let unfinished = dealing.queued.iter_mut().zip(&finished).find(|(_, done)| !**done);
+            if let (Some(last), Some((queued, _))) = (dealing.dealer.finish()?, unfinished) {
+                queued.push_back(last);
+            }
             return Ok(());
         };
         let parts = dealing.dealer.deal(block)?;
