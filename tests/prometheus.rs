@@ -55,22 +55,51 @@ impl Prometheus {
              \x20       authorization: {{type: Bearer, credentials: \"{token}\"}}\n"
         );
         std::fs::write(&config, text).unwrap();
-        let port = std::net::TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        let address = format!("127.0.0.1:{port}");
-        let log = std::fs::File::create(dir.join("prometheus.log")).unwrap();
-        let child = Command::new(PROMETHEUS)
-            .arg(format!("--config.file={}", config.display()))
-            .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
-            .arg(format!("--web.listen-address={address}"))
-            .stdout(Stdio::null())
-            .stderr(log)
-            .spawn()
-            .expect("prometheus starts");
-        Prometheus { child, address }
+        // A free port may be taken by another test before Prometheus binds
+        // it: then it exits at once, saying so, and another port is tried.
+        for _ in 0..5 {
+            let port = std::net::TcpListener::bind("127.0.0.1:0")
+                .unwrap()
+                .local_addr()
+                .unwrap()
+                .port();
+            let address = format!("127.0.0.1:{port}");
+            let log_path = dir.join("prometheus.log");
+            let log = std::fs::File::create(&log_path).unwrap();
+            let child = Command::new(PROMETHEUS)
+                .arg(format!("--config.file={}", config.display()))
+                .arg(format!("--storage.tsdb.path={}", dir.join("tsdb").display()))
+                .arg(format!("--web.listen-address={address}"))
+                .stdout(Stdio::null())
+                .stderr(log)
+                .spawn()
+                .expect("prometheus starts");
+            let mut prometheus = Prometheus { child, address };
+            if prometheus.ready() {
+                return prometheus;
+            }
+            let said = std::fs::read_to_string(&log_path).unwrap_or_default();
+            assert!(
+                said.contains("address already in use"),
+                "Prometheus did not start:\n{said}"
+            );
+        }
+        panic!("Prometheus found no free port in 5 tries");
+    }
+
+    /// Waits until it answers; false if it exited first.
+    fn ready(&mut self) -> bool {
+        let deadline = std::time::Instant::now() + Duration::from_secs(30);
+        while std::time::Instant::now() < deadline {
+            if self.child.try_wait().ok().flatten().is_some() {
+                return false;
+            }
+            if self.api("/api/v1/status/buildinfo").is_some() {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        panic!("Prometheus at {} did not answer within 30 s", self.address);
     }
 
     /// `GET path` of its HTTP API, as JSON (`data` of a success).
