@@ -123,6 +123,32 @@ impl Prometheus {
         })
     }
 
+    /// Its targets once it scrapes at least 3 (the head and two nodes' own
+    /// `/metrics`) of both components, every one up; fails with the
+    /// targets it saw last and its log (in `dir`) after 60 s.
+    fn every_target_up(&self, dir: &Path) -> Vec<Value> {
+        let deadline = std::time::Instant::now() + Duration::from_secs(60);
+        loop {
+            let seen = self
+                .api("/api/v1/targets")
+                .map_or(Value::Null, |data| data["activeTargets"].clone());
+            let targets = seen.as_array().cloned().unwrap_or_default();
+            let components: BTreeSet<&str> = targets
+                .iter()
+                .filter_map(|t| t["labels"]["component"].as_str())
+                .collect();
+            let all_up = targets.iter().all(|target| target["health"] == "up");
+            if targets.len() >= 3 && all_up && components.len() == 2 {
+                return targets;
+            }
+            if std::time::Instant::now() > deadline {
+                let log = std::fs::read_to_string(dir.join("prometheus.log")).unwrap_or_default();
+                panic!("not every target was scraped within 60 s; the last seen: {seen:#}\nits log:\n{log}");
+            }
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    }
+
     /// The names of every series it holds.
     fn series_names(&self) -> BTreeSet<String> {
         let names = self
@@ -222,28 +248,7 @@ fn prometheus_scrapes_every_target_the_head_lists_and_the_grafana_dashboard_name
         .collect();
 
     let prometheus = Prometheus::start(cluster.path(), &dashboard_address, &token);
-    let last_seen = std::cell::RefCell::new(Value::Null);
-    let every_target = || {
-        let targets = prometheus.api("/api/v1/targets")?["activeTargets"].clone();
-        last_seen.replace(targets.clone());
-        let targets = targets.as_array().cloned().unwrap_or_default();
-        let components: BTreeSet<&str> = targets
-            .iter()
-            .filter_map(|t| t["labels"]["component"].as_str())
-            .collect();
-        let all_up = targets.iter().all(|target| target["health"] == "up");
-        (targets.len() >= 3 && all_up && components.len() == 2).then_some(targets)
-    };
-    let targets = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
-        wait_for(Duration::from_secs(60), "every target to be scraped", every_target)
-    }))
-    .unwrap_or_else(|_| {
-        let log = std::fs::read_to_string(cluster.path().join("prometheus.log")).unwrap_or_default();
-        panic!(
-            "the targets Prometheus saw last: {:#}\nits log:\n{log}",
-            last_seen.borrow()
-        )
-    });
+    let targets = prometheus.every_target_up(cluster.path());
     println!(
         "Prometheus scrapes {} targets: {:?}",
         targets.len(),

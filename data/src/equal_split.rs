@@ -122,6 +122,15 @@ mod tests {
         }
     }
 
+    /// The error of a row left out because it did not parse.
+    fn unparsed(source: &str) -> RowError {
+        RowError {
+            function: "parse".into(),
+            source: source.into(),
+            message: "not a number".into(),
+        }
+    }
+
     fn rows_of(parts: &[BlockOutput]) -> Vec<Vec<u64>> {
         parts.iter().map(|part| part.decode_rows::<u64>().unwrap()).collect()
     }
@@ -142,11 +151,7 @@ mod tests {
     fn rows_left_out_by_a_block_too_small_to_deal_go_with_the_next_first_part() {
         let mut dealer = EqualDealer::new(3);
         let mut small = block(0..1);
-        small.skipped.push(RowError {
-            function: "parse".into(),
-            source: "item 7".into(),
-            message: "not a number".into(),
-        });
+        small.skipped.push(unparsed("item 7"));
         assert!(dealer.deal(small).unwrap().is_empty());
         let parts = dealer.deal(block(1..3)).unwrap();
         assert_eq!(parts[0].skipped.len(), 1, "the left-out row is kept");
@@ -159,11 +164,7 @@ mod tests {
         assert_eq!(dealer.deal(block(0..3)).unwrap().len(), 3);
         assert!(dealer.finish().unwrap().is_none(), "no row error, no extra part");
         let mut small = block(3..4);
-        small.skipped.push(RowError {
-            function: "parse".into(),
-            source: "item 9".into(),
-            message: "not a number".into(),
-        });
+        small.skipped.push(unparsed("item 9"));
         assert!(dealer.deal(small).unwrap().is_empty());
         let last = dealer.finish().unwrap().expect("a part for the row error");
         assert_eq!((last.count, last.skipped.len()), (0, 1));

@@ -7,7 +7,7 @@
 
 use std::path::PathBuf;
 
-use raylet_data::{DataShard, Dataset, register_filter, register_map};
+use raylet_data::{DataShard, Dataset, OnError, register_filter, register_map};
 use raylet_train::collective::ReduceOp;
 use raylet_train::{RunConfig, ScalingConfig, TrainContext, TrainError, TrainLoop, Trainer, register_train_loop};
 use serde::{Deserialize, Serialize};
@@ -203,6 +203,45 @@ fn a_failing_row_of_a_streaming_split_reaches_its_consumers_naming_the_input() {
             "{error}"
         );
     }
+}
+
+/// Fails on the last item, 20, so that the last block has no rows.
+fn fails_on_20(x: u64) -> Result<u64, Unlucky> {
+    match x {
+        20 => Err(Unlucky(x)),
+        _ => Ok(x),
+    }
+}
+register_map!(fails_on_20);
+
+#[test]
+fn a_row_left_out_by_an_equal_splits_last_block_reaches_a_consumer() {
+    raylet::init_with(raylet::Config::default().num_cpus(2.0)).expect("an embedded cluster");
+    // One block at a time, so the last block (item 20 alone) is dealt last.
+    let split = Dataset::from_items((0..21u64).collect())
+        .items_per_block(10)
+        .max_blocks_in_flight(1)
+        .map(fails_on_20)
+        .on_error(OnError::Skip)
+        .streaming_split_equal(2)
+        .unwrap();
+    let readers: Vec<_> = split
+        .shards()
+        .into_iter()
+        .map(|mut shard| {
+            std::thread::spawn(move || {
+                let mut batches = shard.iter_batches(4);
+                let rows: usize = batches.by_ref().map(|batch| batch.unwrap().len()).sum();
+                let skipped: Vec<String> = batches.skipped().iter().map(|e| e.source.clone()).collect();
+                (rows, skipped)
+            })
+        })
+        .collect();
+    let read: Vec<(usize, Vec<String>)> = readers.into_iter().map(|r| r.join().unwrap()).collect();
+    assert_eq!((read[0].0, read[1].0), (10, 10), "{read:?}");
+    let skipped: Vec<&String> = read.iter().flat_map(|(_, skipped)| skipped).collect();
+    assert_eq!(skipped.len(), 1, "the row error is kept, once: {read:?}");
+    assert!(skipped[0].contains("20"), "{skipped:?}");
 }
 
 #[test]
