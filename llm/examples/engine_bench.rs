@@ -35,6 +35,9 @@ struct Args {
     vocab_size: usize,
     #[arg(long, default_value_t = 128)]
     context_length: usize,
+    /// The most prompt tokens a step reads.
+    #[arg(long, default_value_t = EngineOptions::default().max_prefill_tokens)]
+    max_prefill_tokens: usize,
 }
 
 /// Token `id` is the letter `a + id % 26`: text the engine can send.
@@ -79,7 +82,10 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
     let engine = Arc::new(Engine::start(
         GptModel::new(gpt, device),
         tokenizer,
-        EngineOptions::default(),
+        EngineOptions {
+            max_prefill_tokens: args.max_prefill_tokens,
+            ..EngineOptions::default()
+        },
         Arc::new(ServingStats::unlabelled()),
     )?);
     let started = Instant::now();

@@ -40,6 +40,10 @@ struct Args {
     /// The most sequences a replica decodes at once.
     #[arg(long, default_value_t = 64)]
     max_batch_size: usize,
+    /// The most prompt tokens a step reads; longer prompts are read in
+    /// parts over several steps.
+    #[arg(long, default_value_t = EngineOptions::default().max_prefill_tokens)]
+    max_prefill_tokens: usize,
 }
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
@@ -51,6 +55,7 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         engine: EngineOptions {
             kv_cache_bytes: args.kv_cache_mib << 20,
             max_batch_size: args.max_batch_size,
+            max_prefill_tokens: args.max_prefill_tokens,
             ..EngineOptions::default()
         },
     };

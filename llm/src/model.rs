@@ -1,5 +1,6 @@
-//! The seam between the engine and a model: [`LanguageModel`] reads a
-//! prompt into a cache and decodes a batch of sequences one token each;
+//! The seam between the engine and a model: [`LanguageModel`] feeds a
+//! batch of sequences their next tokens (a prompt for a sequence that
+//! starts, one token for one that decodes) in one step;
 //! [`Tokenizer`] turns text into token ids and ids into bytes.
 //! [`GptModel`] is a GPT of raylet-models read from a checkpoint of its
 //! training run (raylet-lm), on the device the process uses.
@@ -28,14 +29,15 @@ pub trait LanguageModel: Send + 'static {
     /// Bytes the cache of one token takes.
     fn cache_bytes_per_token(&self) -> usize;
 
-    /// Reads a prompt into a cache of `capacity` tokens (the prompt and
-    /// those decoded after it): the logits of the token after it, and the
-    /// cache.
-    fn prefill(&self, prompt: &[u32], capacity: usize) -> (Vec<f32>, Self::Cache);
+    /// An empty cache for `capacity` tokens (a prompt and those decoded
+    /// after it).
+    fn new_cache(&self, capacity: usize) -> Self::Cache;
 
-    /// Feeds each sequence its next token; the logits of the token after
-    /// each, `vocab_size` per sequence, in order.
-    fn decode(&self, batch: &mut [(u32, &mut Self::Cache)]) -> Vec<f32>;
+    /// Feeds each sequence its tokens after those its cache holds (its
+    /// prompt when it starts, else the token it made last); the logits of
+    /// the token after each sequence's last, `vocab_size` per sequence, in
+    /// order.
+    fn step(&self, batch: &mut [(&[u32], &mut Self::Cache)]) -> Vec<f32>;
 }
 
 /// Text to token ids and token ids to bytes.
@@ -55,8 +57,8 @@ pub struct GptModel {
     model: Gpt,
     device: Device,
     cache_bytes_per_token: usize,
-    /// The threads a decoding step is split among: [`cpu_threads`] on the
-    /// CPU, one on a GPU.
+    /// The threads a step is split among: [`cpu_threads`] on the CPU, one
+    /// on a GPU.
     cores: usize,
 }
 
@@ -118,31 +120,64 @@ impl LanguageModel for GptModel {
         self.cache_bytes_per_token
     }
 
-    fn prefill(&self, prompt: &[u32], capacity: usize) -> (Vec<f32>, KvCache) {
-        let (logits, cache) = self.model.prefill(prompt, capacity, &self.device);
-        (values(logits.into_data()), cache)
+    fn new_cache(&self, capacity: usize) -> KvCache {
+        self.model.new_cache(capacity, &self.device)
     }
 
-    /// On the CPU, a batch of at least [`MIN_SEQUENCES_PER_THREAD`] per
-    /// core is split among the cores, each decoding its part: burn's CPU
-    /// kernels run a decoding step's small products on one core.
-    fn decode(&self, batch: &mut [(u32, &mut KvCache)]) -> Vec<f32> {
-        let parts = self.cores.min(batch.len() / MIN_SEQUENCES_PER_THREAD).max(1);
-        if parts == 1 {
-            return values(self.model.decode(batch, &self.device).into_data());
+    /// On the CPU, a step of at least [`MIN_COST_PER_THREAD`] per core is
+    /// cut into runs of neighbouring sequences of about equal cost, each
+    /// run on a core of its own: burn's CPU kernels run a decoding step's
+    /// small products on one core.
+    fn step(&self, batch: &mut [(&[u32], &mut KvCache)]) -> Vec<f32> {
+        let costs: Vec<usize> = batch.iter().map(|(tokens, _)| step_cost(tokens)).collect();
+        let parts = self.cores.min(costs.iter().sum::<usize>() / MIN_COST_PER_THREAD).max(1);
+        let runs = balanced_runs(&costs, parts);
+        if runs.len() == 1 {
+            return values(self.model.step(batch, &self.device).into_data());
         }
-        let per_part = batch.len().div_ceil(parts);
         std::thread::scope(|scope| {
-            let decoding: Vec<_> = batch
-                .chunks_mut(per_part)
-                .map(|part| scope.spawn(|| values(self.model.decode(part, &self.device).into_data())))
-                .collect();
-            decoding
+            let mut rest = &mut batch[..];
+            let mut stepping = Vec::with_capacity(runs.len());
+            for run in runs {
+                let (part, after) = rest.split_at_mut(run);
+                rest = after;
+                stepping.push(scope.spawn(|| values(self.model.step(part, &self.device).into_data())));
+            }
+            stepping
                 .into_iter()
                 .flat_map(|part| part.join().unwrap_or_else(|panic| std::panic::resume_unwind(panic)))
                 .collect()
         })
     }
+}
+
+/// What a sequence adds to a step, in tokens: those it reads, and one more
+/// for its own attention and logits.
+fn step_cost(tokens: &[u32]) -> usize {
+    tokens.len() + 1
+}
+
+/// The least cost worth a core of its own: four decoding sequences.
+const MIN_COST_PER_THREAD: usize = 8;
+
+/// Cuts `costs` into at most `parts` runs of neighbours whose costs are as
+/// even as such a cut allows: each cut falls before the item whose middle
+/// passes the next equal share. Returns the runs' lengths.
+fn balanced_runs(costs: &[usize], parts: usize) -> Vec<usize> {
+    let total: usize = costs.iter().sum();
+    let mut runs = Vec::with_capacity(parts);
+    let (mut run, mut before) = (0, 0);
+    for &cost in costs {
+        let share = total * (runs.len() + 1) / parts;
+        if run > 0 && runs.len() + 1 < parts && 2 * before + cost > 2 * share {
+            runs.push(run);
+            run = 0;
+        }
+        run += 1;
+        before += cost;
+    }
+    runs.push(run);
+    runs
 }
 
 /// The threads a decoding step may use on the CPU: `RAYON_NUM_THREADS`
@@ -154,9 +189,6 @@ fn cpu_threads() -> usize {
         .filter(|&n: &usize| n > 0)
         .unwrap_or_else(|| std::thread::available_parallelism().map_or(1, usize::from))
 }
-
-/// The fewest sequences a core decodes when a batch is split among cores.
-const MIN_SEQUENCES_PER_THREAD: usize = 4;
 
 fn values(data: burn::tensor::TensorData) -> Vec<f32> {
     data.try_to_vec::<f32>().expect("a float tensor")
@@ -180,5 +212,26 @@ impl Tokenizer for GptTokenizer {
 
     fn end_of_text(&self) -> u32 {
         self.tokenizer.eot_id()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::balanced_runs;
+
+    #[test]
+    fn a_step_is_cut_into_runs_of_about_equal_cost() {
+        assert_eq!(balanced_runs(&[2; 16], 2), [8, 8]);
+        assert_eq!(balanced_runs(&[2; 15], 2), [8, 7]);
+        assert_eq!(balanced_runs(&[2, 2, 2, 2, 2, 2, 30], 2), [6, 1]);
+        assert_eq!(balanced_runs(&[30, 2, 2, 2, 2, 2, 2, 2], 2), [1, 7]);
+        assert_eq!(balanced_runs(&[2, 2, 2, 2, 2, 2], 3), [2, 2, 2]);
+    }
+
+    #[test]
+    fn a_step_has_no_empty_run() {
+        assert_eq!(balanced_runs(&[50, 2], 2), [1, 1]);
+        assert_eq!(balanced_runs(&[2], 2), [1]);
+        assert_eq!(balanced_runs(&[2, 2, 2], 1), [3]);
     }
 }

@@ -4,15 +4,19 @@
 //!
 //! **A step.** New requests are taken in; those whose clients went away
 //! are dropped. Waiting requests join the batch, first come first served,
-//! while the batch has room (`max_batch_size`), the cache budget has room
-//! for all the tokens each may hold ([`budget`]), and the prompts read in
-//! this step stay within `max_prefill_tokens` (so a flood of long prompts
-//! delays the running sequences by a bounded amount). Each joining prompt
-//! is read once (prefill), which gives its first token. Then every running
-//! sequence decodes one token in one batched call; sequences that are
-//! done (their `max_tokens`, end of text, a stop sequence) leave at once
-//! and give back their cache. A long request therefore never holds back a
-//! short one that arrives after it.
+//! while the batch has room (`max_batch_size`) and the cache budget has
+//! room for all the tokens each may hold ([`budget`]). Then one batched
+//! call feeds the sequences: each decoding one its last token, and those
+//! still reading their prompts (prefill) as much of the rest as
+//! `max_prefill_tokens` leaves, first come first served, so a long prompt
+//! is read in parts over several steps (chunked prefill) and a flood of
+//! prompts delays the decoding sequences by a bounded amount. The prompts
+//! ride on the same pass over the weights as the decoding, and keep a step
+//! split among cores even. A sequence's first token comes from the step
+//! that reads the end of its prompt. Sequences that are done (their
+//! `max_tokens`, end of text, a stop sequence) leave at once and give back
+//! their cache. A long request therefore never holds back a short one that
+//! arrives after it.
 //!
 //! **Requests** are refused at once, not queued, when they can never run:
 //! an empty prompt, a prompt and `max_tokens` beyond the context, a cache
@@ -55,21 +59,21 @@ pub struct EngineOptions {
     pub kv_cache_bytes: usize,
     /// The most sequences decoding at once.
     pub max_batch_size: usize,
-    /// The most prompt tokens read in one step (a single longer prompt is
-    /// still read, alone).
+    /// The most prompt tokens read in one step, over all sequences; a
+    /// longer prompt is read in parts over several steps.
     pub max_prefill_tokens: usize,
     /// The most requests waiting to join; more are refused.
     pub max_waiting: usize,
 }
 
 impl Default for EngineOptions {
-    /// 256 MiB of cache, 64 sequences, 1024 prompt tokens a step, 1024
+    /// 256 MiB of cache, 64 sequences, 256 prompt tokens a step, 1024
     /// waiting.
     fn default() -> Self {
         EngineOptions {
             kv_cache_bytes: 256 << 20,
             max_batch_size: 64,
-            max_prefill_tokens: 1024,
+            max_prefill_tokens: 256,
             max_waiting: 1024,
         }
     }
@@ -160,7 +164,7 @@ impl Engine {
         stats: Arc<ServingStats>,
     ) -> Result<Self, LlmError> {
         let capacity = options.kv_cache_bytes / model.cache_bytes_per_token().max(1);
-        if capacity == 0 || options.max_batch_size == 0 {
+        if capacity == 0 || options.max_batch_size == 0 || options.max_prefill_tokens == 0 {
             return Err(LlmError::HoldsNothing {
                 kv_cache_bytes: options.kv_cache_bytes,
                 bytes_per_token: model.cache_bytes_per_token(),
@@ -309,8 +313,9 @@ struct Arrival {
 /// A sequence in the batch.
 struct Sequence<C> {
     cache: C,
-    /// The token to feed at the next step.
-    next: u32,
+    /// The tokens it has still to read: the rest of its prompt, then the
+    /// token it made last.
+    feed: Vec<u32>,
     made: usize,
     max_tokens: usize,
     reservation: usize,
@@ -318,6 +323,7 @@ struct Sequence<C> {
     sampler: Sampler,
     text: TextOutput,
     events: UnboundedSender<Event>,
+    /// When its request arrived, then when it made its last token.
     last_token_at: Instant,
 }
 
@@ -379,27 +385,20 @@ impl<M: LanguageModel> Decoder<M> {
         });
     }
 
-    /// Moves waiting requests into the batch while they fit; reads each
-    /// one's prompt.
+    /// Moves waiting requests into the batch while they fit.
     fn admit(&mut self) {
-        let mut prefilled = 0;
         while let Some(front) = self.waiting.front() {
-            let prompt = front.request.prompt.len();
-            let over_prefill = prefilled > 0 && prefilled + prompt > self.options.max_prefill_tokens;
-            if self.running.len() >= self.options.max_batch_size || over_prefill {
-                return;
-            }
-            if !self.budget.try_reserve(front.reservation) {
+            if self.running.len() >= self.options.max_batch_size || !self.budget.try_reserve(front.reservation) {
                 return;
             }
             let arrival = self.waiting.pop_front().expect("the front is there");
             self.load.leave_waiting(&arrival);
-            prefilled += prompt;
             self.start(arrival);
         }
     }
 
-    /// Reads an admitted request's prompt and sends its first token.
+    /// An admitted request's sequence, with an empty cache of its
+    /// reservation; it reads its prompt at the next step.
     fn start(&mut self, arrival: Arrival) {
         let Arrival {
             request,
@@ -407,22 +406,9 @@ impl<M: LanguageModel> Decoder<M> {
             events,
             arrived_at,
         } = arrival;
-        let read = std::panic::catch_unwind(AssertUnwindSafe(|| self.model.prefill(&request.prompt, reservation)));
-        let (logits, cache) = match read {
-            Ok(read) => read,
-            Err(panic) => {
-                self.budget.release(reservation);
-                let _ = events.send(Event::Failed(format!(
-                    "reading the prompt: {}",
-                    panic_message(panic.as_ref())
-                )));
-                return;
-            }
-        };
-        self.stats.first_token(arrived_at.elapsed());
-        let mut sequence = Sequence {
-            cache,
-            next: 0,
+        self.running.push(Sequence {
+            cache: self.model.new_cache(reservation),
+            feed: request.prompt,
             made: 0,
             max_tokens: request.max_tokens,
             reservation,
@@ -430,42 +416,75 @@ impl<M: LanguageModel> Decoder<M> {
             sampler: Sampler::new(request.sampling),
             text: TextOutput::new(request.stop),
             events,
-            last_token_at: Instant::now(),
-        };
-        let token = sequence.sampler.sample(&logits);
-        self.stats.tokens_made(1);
-        if self.emit(&mut sequence, token) {
-            self.running.push(sequence);
-        }
+            last_token_at: arrived_at,
+        });
     }
 
-    /// One decoding step of every running sequence.
+    /// One step: the sequences [`Decoder::reads`] gives tokens read them;
+    /// each that has read all it had makes its next token.
     fn step(&mut self) {
-        let mut batch: Vec<(u32, &mut M::Cache)> = self
+        let reads = self.reads();
+        let mut batch: Vec<(&[u32], &mut M::Cache)> = self
             .running
             .iter_mut()
-            .map(|sequence| (sequence.next, &mut sequence.cache))
+            .zip(&reads)
+            .filter(|(_, read)| **read > 0)
+            .map(|(sequence, &read)| (&sequence.feed[..read], &mut sequence.cache))
             .collect();
-        let decoded = std::panic::catch_unwind(AssertUnwindSafe(|| self.model.decode(&mut batch)));
+        let stepped = std::panic::catch_unwind(AssertUnwindSafe(|| self.model.step(&mut batch)));
         drop(batch);
-        let logits = match decoded {
+        let logits = match stepped {
             Ok(logits) => logits,
             Err(panic) => return self.fail_running(&panic_message(panic.as_ref())),
         };
-        let vocab = self.model.vocab_size();
+        let mut rows = logits.chunks_exact(self.model.vocab_size());
         let now = Instant::now();
         let mut running = std::mem::take(&mut self.running);
-        self.stats.tokens_made(running.len() as u64);
         let mut kept = Vec::with_capacity(running.len());
-        for (index, mut sequence) in running.drain(..).enumerate() {
-            let token = sequence.sampler.sample(&logits[index * vocab..(index + 1) * vocab]);
-            self.stats.inter_token(now - sequence.last_token_at);
+        let mut made = 0;
+        for (mut sequence, read) in running.drain(..).zip(reads) {
+            if read == 0 {
+                kept.push(sequence);
+                continue;
+            }
+            let row = rows.next().expect("the model gives a row of logits per sequence");
+            sequence.feed.drain(..read);
+            if !sequence.feed.is_empty() {
+                kept.push(sequence);
+                continue;
+            }
+            made += 1;
+            match sequence.made {
+                0 => self.stats.first_token(now - sequence.last_token_at),
+                _ => self.stats.inter_token(now - sequence.last_token_at),
+            }
             sequence.last_token_at = now;
+            let token = sequence.sampler.sample(row);
             if self.emit(&mut sequence, token) {
                 kept.push(sequence);
             }
         }
+        self.stats.tokens_made(made);
         self.running = kept;
+    }
+
+    /// The tokens each running sequence reads this step: a decoding one its
+    /// last token; one reading its prompt as much of the rest as the step's
+    /// `max_prefill_tokens` leaves, first come first served (none once it
+    /// is spent).
+    fn reads(&self) -> Vec<usize> {
+        let mut allowance = self.options.max_prefill_tokens;
+        self.running
+            .iter()
+            .map(|sequence| match sequence.made {
+                0 => {
+                    let read = sequence.feed.len().min(allowance);
+                    allowance -= read;
+                    read
+                }
+                _ => 1,
+            })
+            .collect()
     }
 
     /// Sends `token`'s text; false when the sequence is done or its client
@@ -473,7 +492,8 @@ impl<M: LanguageModel> Decoder<M> {
     /// client that saw the end sees the cache free).
     fn emit(&self, sequence: &mut Sequence<M::Cache>, token: u32) -> bool {
         sequence.made += 1;
-        sequence.next = token;
+        sequence.feed.clear();
+        sequence.feed.push(token);
         let end_of_text = token == self.tokenizer.end_of_text() && !sequence.ignore_eos;
         let added = match end_of_text {
             true => Added::Stopped(sequence.text.finish()),

@@ -24,6 +24,8 @@ struct CountingModel {
     context_length: usize,
     step_delay: Duration,
     batch_sizes: Arc<Mutex<Vec<usize>>>,
+    /// Per step, the tokens each sequence read.
+    reads: Arc<Mutex<Vec<Vec<usize>>>>,
 }
 
 impl CountingModel {
@@ -32,6 +34,7 @@ impl CountingModel {
             context_length,
             step_delay,
             batch_sizes: Arc::default(),
+            reads: Arc::default(),
         }
     }
 
@@ -65,21 +68,24 @@ impl LanguageModel for CountingModel {
         1
     }
 
-    fn prefill(&self, prompt: &[u32], capacity: usize) -> (Vec<f32>, Vec<u32>) {
-        let mut cache = Vec::with_capacity(capacity);
-        cache.extend_from_slice(prompt);
-        (Self::logits_after(*prompt.last().unwrap()), cache)
+    fn new_cache(&self, capacity: usize) -> Vec<u32> {
+        Vec::with_capacity(capacity)
     }
 
-    fn decode(&self, batch: &mut [(u32, &mut Vec<u32>)]) -> Vec<f32> {
+    fn step(&self, batch: &mut [(&[u32], &mut Vec<u32>)]) -> Vec<f32> {
         std::thread::sleep(self.step_delay);
         self.batch_sizes.lock().unwrap().push(batch.len());
+        let reads = batch.iter().map(|(tokens, _)| tokens.len()).collect();
+        self.reads.lock().unwrap().push(reads);
         let mut logits = Vec::new();
-        for (token, cache) in batch.iter_mut() {
+        for (tokens, cache) in batch.iter_mut() {
+            assert!(
+                cache.len() + tokens.len() <= cache.capacity(),
+                "decoding past the cache's capacity"
+            );
+            cache.extend_from_slice(tokens);
             assert!(cache[0] != POISON, "a prompt that starts with the poison token");
-            assert!(cache.len() < cache.capacity(), "decoding past the cache's capacity");
-            cache.push(*token);
-            logits.extend(Self::logits_after(*token));
+            logits.extend(Self::logits_after(*cache.last().unwrap()));
         }
         logits
     }
@@ -259,19 +265,55 @@ fn the_cache_budget_is_never_exceeded_and_requests_that_do_not_fit_wait() {
 }
 
 #[test]
-fn the_batch_and_the_prefill_per_step_stay_within_their_limits() {
+fn the_batch_and_the_prompt_tokens_per_step_stay_within_their_limits() {
     let model = CountingModel::new(64, Duration::from_millis(1));
     let limited = EngineOptions {
         max_batch_size: 3,
-        max_prefill_tokens: 4,
+        max_prefill_tokens: 5,
         ..options(10_000)
     };
     let engine = engine(model.clone(), limited);
-    let mut generations: Vec<Generation> = (0..7).map(|_| engine.submit(request("ab", 20)).unwrap()).collect();
+    let mut generations: Vec<Generation> = (0..7).map(|_| engine.submit(request("abc", 20)).unwrap()).collect();
     for generation in &mut generations {
         assert_eq!(finish(generation).1, finished(FinishReason::Length, 20));
     }
     assert_eq!(model.largest_batch(), 3);
+    for step in model.reads.lock().unwrap().iter() {
+        let prompt_tokens: usize = step.iter().filter(|&&read| read > 1).sum();
+        assert!(prompt_tokens <= 5, "a step read {step:?}");
+    }
+}
+
+#[test]
+fn a_prompt_beyond_a_steps_allowance_is_read_in_parts_and_gives_the_same_text() {
+    let model = CountingModel::new(64, Duration::ZERO);
+    let chunked = EngineOptions {
+        max_prefill_tokens: 4,
+        ..options(1000)
+    };
+    let engine = engine(model.clone(), chunked);
+
+    let (text, end) = finish(&mut engine.submit(request("abcdefghij", 3)).unwrap());
+
+    assert_eq!((text.as_str(), end), ("klm", finished(FinishReason::Length, 3)));
+    let reads = model.reads.lock().unwrap().clone();
+    assert_eq!(reads, [[4], [4], [2], [1], [1]]);
+}
+
+#[test]
+fn an_engine_that_reads_no_prompt_token_a_step_is_refused() {
+    let none = EngineOptions {
+        max_prefill_tokens: 0,
+        ..options(1000)
+    };
+    let refused = Engine::start(
+        CountingModel::new(64, Duration::ZERO),
+        ByteTokenizer::shared(),
+        none,
+        Arc::new(ServingStats::unlabelled()),
+    );
+    let message = refused.err().unwrap().to_string();
+    assert!(message.contains("max_prefill_tokens is 0"), "{message}");
 }
 
 #[test]
@@ -384,10 +426,16 @@ fn a_gpt_decodes_in_a_batch_what_it_decodes_alone() {
         })
         .collect();
 
+    // Three prompt tokens a step: the longer prompts are read in parts,
+    // beside sequences already decoding.
+    let chunked = EngineOptions {
+        max_prefill_tokens: 3,
+        ..EngineOptions::default()
+    };
     let engine = Engine::start(
         GptModel::new(gpt, device),
         tokenizer.clone(),
-        EngineOptions::default(),
+        chunked,
         Arc::new(ServingStats::unlabelled()),
     )
     .unwrap();

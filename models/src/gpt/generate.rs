@@ -1,7 +1,7 @@
 //! Greedy decoding: the model's most likely next token, appended and fed
 //! back, one full forward pass over the last `context_length` tokens per new
 //! token (no key/value cache: generation here is for samples and tests;
-//! serving decodes with one, see [`Gpt::prefill`] and [`Gpt::decode`]).
+//! serving decodes with one, see [`Gpt::step`]).
 
 use burn::prelude::*;
 

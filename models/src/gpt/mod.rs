@@ -6,8 +6,8 @@
 //!
 //! [`GptConfig`] sizes the model and has named presets; [`Gpt::loss`] is the
 //! mean next-token cross-entropy a trainer minimizes, and
-//! [`Gpt::generate_greedy`] continues a prompt; [`Gpt::prefill`] and
-//! [`Gpt::decode`] decode many sequences at once with a [`KvCache`] each;
+//! [`Gpt::generate_greedy`] continues a prompt; [`Gpt::step`] reads prompts
+//! and decodes many sequences at once with a [`KvCache`] each;
 //! [`Gpt::save_safetensors`] writes the weights as PyTorch names them.
 
 mod cached;
