@@ -310,7 +310,7 @@ def report(results, path=None):
         "- **raylet's side:** raylet-llm's `llm_serve` (Rust) on an embedded raylet cluster, continuous batching, "
         + (f"with `{info['raylet_args']}`." if info.get("raylet_args") else
            "with its default engine options (when this was written: 1 replica, at most 64 sequences decoded at "
-           "once, 256 MiB of key/value cache)."),
+           "once, 256 MiB of key/value cache, 256 prompt tokens read a step, longer prompts in parts)."),
         f"- **Versions:** Ray {vers.get('ray', '?')}, torch {vers.get('torch', '?')}, Python {vers.get('python', '?')}; "
         f"raylet {vers.get('raylet', '?')}.",
         "",
