@@ -11,7 +11,7 @@ use std::time::Duration;
 use common::{Daemons, head_address, raylet};
 use prost::Message;
 use raylet::Config;
-use raylet_proto::auth::{AuthToken, ClientAuth, PROTOCOL_HEADER};
+use raylet_common::auth::{AuthToken, ClientAuth, PROTOCOL_HEADER};
 use raylet_proto::{FILE_DESCRIPTOR_SET, PROTOCOL_VERSION};
 use tonic::codegen::http::uri::PathAndQuery;
 use tonic::metadata::AsciiMetadataValue;

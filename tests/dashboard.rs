@@ -280,7 +280,7 @@ pub fn login_cookie(head: &str) -> String {
 /// The login cookie's value, presented as the token over gRPC, is refused.
 fn assert_cookie_is_no_grpc_credential(head: &str, cookie: &str) {
     let runtime = tokio::runtime::Runtime::new().unwrap();
-    let token = raylet_proto::auth::AuthToken::parse(cookie).unwrap();
+    let token = raylet_common::auth::AuthToken::parse(cookie).unwrap();
     let refused = runtime.block_on(async {
         let mut client = raylet_proto::channel::connect_head(head, &token, Duration::from_secs(5)).await?;
         let status = client.get_cluster_status(raylet_proto::v1::GetClusterStatusRequest::default());

@@ -417,7 +417,7 @@ fn generator_tasks_show_their_items_in_the_task_list_and_the_timeline() {
     let cluster = raylet::init_with(Config::new().num_cpus(2.0).num_gpus(0.0).timeline(true)).unwrap();
     let items = seven::remote(&cluster).unwrap();
     assert_eq!(items.count(), 7);
-    let token = raylet_proto::auth::AuthToken::parse(&cluster.token()).unwrap();
+    let token = raylet_common::auth::AuthToken::parse(&cluster.token()).unwrap();
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let deadline = Instant::now() + Duration::from_secs(30);
     let record = loop {

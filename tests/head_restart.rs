@@ -641,7 +641,7 @@ fn kill_head_right_after<T>(temp: &Path, write: impl FnOnce() -> T) -> T {
 /// A gRPC channel to the head, with the session's token.
 async fn head_channel(temp: &Path) -> raylet_proto::channel::AuthedChannel {
     let text = std::fs::read_to_string(temp.join("session_latest/token")).unwrap();
-    let token = raylet_proto::auth::AuthToken::parse(text.trim()).unwrap();
+    let token = raylet_common::auth::AuthToken::parse(text.trim()).unwrap();
     raylet_proto::channel::connect(&common::head_address(temp), &token, PATIENCE)
         .await
         .unwrap()

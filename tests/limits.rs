@@ -17,7 +17,7 @@ use std::time::{Duration, Instant};
 
 use common::{Daemons, RAYLET, Tally, daemon_pids, head_address};
 use raylet::{Bundle, Config, Error, PlacementGroup, PlacementStrategy};
-use raylet_proto::auth::{AuthToken, ClientAuth};
+use raylet_common::auth::{AuthToken, ClientAuth};
 use raylet_proto::v1::job_service_client::JobServiceClient;
 use raylet_proto::v1::kv_service_client::KvServiceClient;
 use raylet_proto::v1::placement_group_service_client::PlacementGroupServiceClient;

@@ -12,8 +12,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{Daemons, RAYLET, head_address};
-use raylet_proto::auth::AuthToken;
-use raylet_proto::tls::TlsFiles;
+use raylet_common::auth::AuthToken;
+use raylet_common::tls::TlsFiles;
 use raylet_proto::v1::GetClusterStatusRequest;
 use raylet_proto::v1::head_service_client::HeadServiceClient;
 use raylet_serve::{Application, BoxError, Bytes, Deployment, DeploymentConfig, ReplicaContext, register_deployment};
@@ -198,7 +198,7 @@ fn a_cluster_with_tls_runs_tasks_moves_objects_and_serves_https_and_refuses_plai
 /// Asks the head for the cluster's status with `token` over `channel`.
 async fn cluster_status(channel: Channel, token: &AuthToken) -> Result<(), tonic::Status> {
     let authed =
-        tonic::service::interceptor::InterceptedService::new(channel, raylet_proto::auth::ClientAuth::new(token));
+        tonic::service::interceptor::InterceptedService::new(channel, raylet_common::auth::ClientAuth::new(token));
     HeadServiceClient::new(authed)
         .get_cluster_status(GetClusterStatusRequest::default())
         .await?;

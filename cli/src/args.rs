@@ -8,11 +8,11 @@ use std::time::Duration;
 use anyhow::{Context, bail};
 use clap::{ArgGroup, Args, Parser, Subcommand, ValueEnum};
 use raylet::session::{DEFAULT_TEMP_DIR, Session, TempRoot};
+use raylet_common::auth::AuthToken;
+use raylet_common::tls::TlsFiles;
 use raylet_head::HeadConfig;
 use raylet_node::{MemoryMonitorConfig, NodeConfig, NvmlDetector, ResourceOverrides};
 use raylet_placement::LaunchableNodes;
-use raylet_proto::auth::AuthToken;
-use raylet_proto::tls::TlsFiles;
 use raylet_proto::{ActorId, JobId, Labels, NodeId, ResourceSet, TaskId, WorkerId};
 
 use crate::flag_values::{parse_duration, parse_duration_or_zero, parse_key_value, parse_labels};
@@ -67,7 +67,7 @@ impl TlsArgs {
     /// Makes every connection of this process use TLS, if the files are given.
     pub fn configure(&self) -> anyhow::Result<()> {
         let files = TlsFiles::from_options(self.tls_cert.clone(), self.tls_key.clone(), self.tls_ca.clone())?;
-        Ok(raylet_proto::tls::configure(files)?)
+        Ok(raylet_common::tls::configure(files)?)
     }
 }
 

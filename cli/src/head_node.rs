@@ -12,8 +12,8 @@ use anyhow::Context;
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
 use raylet::session::{ProcessRecord, ProcessRole, Session};
+use raylet_common::auth::AuthToken;
 use raylet_proto::NodeId;
-use raylet_proto::auth::AuthToken;
 
 use crate::args::StartArgs;
 use crate::daemon::{self, TOKEN_VARIABLE};
@@ -131,7 +131,7 @@ fn node_command(
         .args(["start", "--address", head_address, "--head-node"])
         .args(args.head_node_flags())
         .env(TOKEN_VARIABLE, token.expose())
-        .envs(raylet_proto::tls::child_env());
+        .envs(raylet_common::tls::child_env());
     if let Some(node_id) = node_id {
         command.arg("--node-id").arg(node_id.to_string());
     }

@@ -20,7 +20,7 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use anyhow::{Context, bail, ensure};
 use raylet::{Job, JobStatus};
-use raylet_proto::auth::AuthToken;
+use raylet_common::auth::AuthToken;
 use raylet_proto::v1::KvDeleteRequest;
 use raylet_proto::v1::kv_service_client::KvServiceClient;
 use serde::Deserialize;

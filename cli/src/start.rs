@@ -11,9 +11,9 @@ use std::sync::Arc;
 use anyhow::{Context, bail};
 use raylet::session::{ProcessRecord, ProcessRole, Session};
 use raylet_autoscaler::{ClusterConfig, Monitor, MonitorConfig, NodeProvider};
+use raylet_common::auth::AuthToken;
 use raylet_node::NodeManager;
 use raylet_proto::ResourceSet;
-use raylet_proto::auth::AuthToken;
 use tokio::net::TcpListener;
 use tokio::signal::unix::{SignalKind, signal};
 
@@ -423,7 +423,7 @@ fn print_head_started(args: &StartArgs, session: &Session, started: &Started) {
     println!();
     println!("  To see the status of the cluster, use");
     println!("    raylet status{flag}");
-    let tls = matches!(raylet_proto::tls::current(), Ok(Some(_)));
+    let tls = matches!(raylet_common::tls::current(), Ok(Some(_)));
     if let Ok(Some(dashboard)) = session.read_dashboard_address() {
         let scheme = if tls { "https" } else { "http" };
         println!("  Metrics and the JSON API (with the token as a bearer token) are at");

@@ -38,7 +38,7 @@ pub fn status(args: StatusArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-pub(crate) async fn fetch(address: &str, token: &raylet_proto::auth::AuthToken) -> anyhow::Result<ClusterStatus> {
+pub(crate) async fn fetch(address: &str, token: &raylet_common::auth::AuthToken) -> anyhow::Result<ClusterStatus> {
     ClusterStatus::fetch(address, token, PATIENCE)
         .await
         .with_context(|| format!("asking the raylet head at {address}"))

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
-use raylet_proto::auth::AuthToken;
+use raylet_common::auth::AuthToken;
 use raylet_proto::scheduling::{labels_from_proto, labels_to_proto};
 use raylet_proto::v1;
 use raylet_proto::{Labels, NodeId, PlacementStrategy, ResourceSet, Result, Scheduling};

@@ -7,7 +7,7 @@
 use std::future::Future;
 use std::sync::Arc;
 
-use raylet_proto::auth::AuthToken;
+use raylet_common::auth::AuthToken;
 use raylet_proto::channel::AuthedChannel;
 use raylet_proto::v1::WorkerBinary;
 

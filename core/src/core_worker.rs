@@ -5,7 +5,7 @@ use std::future::Future;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use raylet_proto::auth::AuthToken;
+use raylet_common::auth::AuthToken;
 use raylet_proto::server::MAX_DATA_MESSAGE;
 use raylet_proto::service_error::from_status;
 use raylet_proto::v1::owner_service_client::OwnerServiceClient;

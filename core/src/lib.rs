@@ -54,6 +54,7 @@ pub use observability::timeline;
 pub use placement_group::handle::PlacementGroup;
 pub use placement_group::{Bundle, PlacementGroupInfo, PlacementGroupState, list_placement_groups};
 pub use raylet_cluster_status as status;
+pub use raylet_common::tls::TlsFiles;
 pub use raylet_macros::{actor, remote};
 #[cfg(feature = "embedded")]
 pub use raylet_node::{FakeGpus, GpuDetector};
@@ -61,7 +62,6 @@ pub use raylet_object_store::{ArchivedTensor, DType, INLINE_LIMIT, Tensor};
 /// The error a call to the cluster's services answers with: the
 /// `Error::Cluster` of [`Error`].
 pub use raylet_proto::Error as ClusterError;
-pub use raylet_proto::tls::TlsFiles;
 pub use raylet_proto::{
     ActorId, Amount, JobId, LabelSelector, Labels, NodeId, ObjectId, PlacementGroupId, PlacementStrategy, ResourceSet,
     SchedulingStrategy, TaskId, WorkerId,
@@ -81,8 +81,8 @@ pub mod resource_names {
 /// The value codec (serde with postcard) that every value crossing a
 /// process boundary goes through: task arguments, results, `put` objects.
 pub mod codec {
+    pub use raylet_common::codec::{decode, encode, encode_into, encoded_len};
     pub use raylet_proto::Error;
-    pub use raylet_proto::codec::{decode, encode, encode_into, encoded_len};
 }
 
 /// What the `#[raylet::remote]` and `#[raylet::actor]` expansions refer

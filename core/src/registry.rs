@@ -246,7 +246,7 @@ pub fn check_arity(function: &str, args: &[Bytes], expected: usize) -> Result<()
 }
 
 pub fn decode_arg<T: DeserializeOwned>(function: &str, index: usize, bytes: &[u8]) -> Result<T, TaskError> {
-    raylet_proto::codec::decode(bytes).map_err(|e| {
+    raylet_common::codec::decode(bytes).map_err(|e| {
         TaskError::new(
             TaskErrorKind::Argument,
             function,

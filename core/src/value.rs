@@ -131,7 +131,7 @@ impl PartialEq for EncodedValue {
 impl EncodedValue {
     /// Encodes a value inline, keeping the references it contains.
     pub fn encode<T: Serialize>(value: &T) -> Result<Self> {
-        let (data, contained) = collecting_refs(|| raylet_proto::codec::encode(value));
+        let (data, contained) = collecting_refs(|| raylet_common::codec::encode(value));
         Ok(EncodedValue::new::<T>(
             Format::Postcard,
             Body::Inline(data?.into()),

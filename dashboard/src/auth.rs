@@ -11,8 +11,8 @@ use axum::extract::{Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Redirect, Response};
-use raylet_proto::auth::AuthToken;
-use raylet_proto::connection_admission::prove_connection;
+use raylet_common::auth::AuthToken;
+use raylet_common::connection_admission::prove_connection;
 use serde::Deserialize;
 
 use super::assets::LOGIN_PAGE;
@@ -98,7 +98,7 @@ pub(super) async fn log_in(State(head): State<Head>, Form(form): Form<LoginForm>
         );
         return (StatusCode::UNAUTHORIZED, Html(page)).into_response();
     }
-    let https = matches!(raylet_proto::tls::current(), Ok(Some(_)));
+    let https = matches!(raylet_common::tls::current(), Ok(Some(_)));
     let cookie = login_cookie(&head.token, https);
     ([(header::SET_COOKIE, cookie)], Redirect::to("/ui/")).into_response()
 }

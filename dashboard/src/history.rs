@@ -7,7 +7,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use raylet_cluster_status::{ClusterStatus, GpuStats};
-use raylet_proto::auth::AuthToken;
+use raylet_common::auth::AuthToken;
 use serde::Serialize;
 
 /// How often the nodes are sampled.

@@ -51,9 +51,9 @@ use axum::middleware;
 use axum::response::{IntoResponse, Json, Redirect, Response};
 use axum::routing::{MethodRouter, get};
 use raylet_cluster_status::ClusterStatus;
+use raylet_common::auth::AuthToken;
+use raylet_common::http_listener;
 use raylet_proto::JobId;
-use raylet_proto::auth::AuthToken;
-use raylet_proto::http_listener;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
 
@@ -293,7 +293,7 @@ async fn serve_status(State(head): State<Head>) -> Response {
 /// nodes' `component="node"`.
 async fn prometheus_targets(State(head): State<Head>) -> Response {
     let status = ClusterStatus::fetch(&head.address, &head.token, PATIENCE).await;
-    let scheme = match raylet_proto::tls::current() {
+    let scheme = match raylet_common::tls::current() {
         Ok(Some(_)) => "https",
         _ => "http",
     };
@@ -325,7 +325,7 @@ pub async fn serve_node_metrics(
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let text = || async {
-        let text = raylet_proto::metrics::encode_text();
+        let text = raylet_common::metrics::encode_text();
         ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], text)
     };
     let app = Router::new()

@@ -5,7 +5,7 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::thread::JoinHandle;
 
 use raylet::Cluster;
-use raylet_proto::auth::AuthToken;
+use raylet_common::auth::AuthToken;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 

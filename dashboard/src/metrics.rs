@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use prometheus::{GaugeVec, Opts, Registry, TextEncoder};
 use raylet_cluster_status::ClusterStatus;
-use raylet_proto::auth::AuthToken;
+use raylet_common::auth::AuthToken;
 
 use raylet::JobClient;
 
@@ -81,7 +81,7 @@ pub(super) async fn render(head: &str, token: &AuthToken, patience: Duration) ->
     store_families(&scrape, &stores);
 
     let mut out = scrape.encode();
-    out.push_str(&raylet_proto::metrics::encode_text());
+    out.push_str(&raylet_common::metrics::encode_text());
     Ok(out)
 }
 

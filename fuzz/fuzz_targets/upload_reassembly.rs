@@ -184,7 +184,7 @@ fuzz_target!(|upload: Upload| {
             assert_eq!(names, std::slice::from_ref(&blob.sha256), "only the blob is left");
             let path = dir.join(&blob.sha256);
             assert_eq!(std::fs::read(&path).expect("the kept blob"), arrived);
-            assert_eq!(raylet_proto::binary_hash::hash_file(&path).expect("it hashes"), build);
+            assert_eq!(raylet_common::binary_hash::hash_file(&path).expect("it hashes"), build);
         }
         Ok(None) => {
             assert!(upload.present && claim.is_some(), "nothing kept and nothing there");

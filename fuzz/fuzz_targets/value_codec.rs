@@ -1,4 +1,4 @@
-//! Decodes arbitrary bytes with the value codec (`raylet_proto::codec`,
+//! Decodes arbitrary bytes with the value codec (`raylet_common::codec`,
 //! postcard) as one of the kinds of value raylet moves, picked by the first
 //! byte: scalars, text, lists, maps, ids, tensors, object references. A
 //! value that decodes must encode to bytes that decode to a value encoding
@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use libfuzzer_sys::fuzz_target;
 use raylet_object_store::{DType, Tensor};
-use raylet_proto::codec::{decode, encode, encode_into, encode_list_of_encoded, encoded_len};
+use raylet_common::codec::{decode, encode, encode_into, encode_list_of_encoded, encoded_len};
 use raylet_proto::{JobId, Labels, NodeId, ObjectId};
 use serde::de::DeserializeOwned;
 use serde::{Deserialize, Serialize};

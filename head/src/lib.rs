@@ -22,9 +22,9 @@ use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use raylet_common::auth::AuthToken;
 use raylet_placement::{LaunchableNodes, Placer};
 use raylet_proto::Result;
-use raylet_proto::auth::AuthToken;
 use raylet_proto::server::{MAX_DATA_MESSAGE, authenticated, bounded_shutdown, incoming};
 use raylet_proto::v1::actor_service_server::ActorServiceServer;
 use raylet_proto::v1::head_service_server::HeadServiceServer;

@@ -14,7 +14,7 @@ use std::collections::HashMap;
 
 use prometheus::core::Collector;
 use prometheus::{CounterVec, GaugeVec, Opts};
-use raylet_proto::metrics::registry;
+use raylet_common::metrics::registry;
 use raylet_proto::v1::{MetricKind, MetricUpdate};
 
 use histogram::PushedHistogram;
@@ -155,7 +155,7 @@ mod tests {
         metrics.apply(update("test_pushed_total", MetricKind::Gauge, &["a"], 100.0));
         metrics.apply(update("test_pushed_seconds", MetricKind::Histogram, &["a"], 0.5));
         metrics.apply(update("test_pushed_seconds", MetricKind::Histogram, &["a"], 0.05));
-        let text = raylet_proto::metrics::encode_text();
+        let text = raylet_common::metrics::encode_text();
         assert!(text.contains("test_pushed_total{run=\"a\"} 5"), "{text}");
         assert!(text.contains("test_pushed_seconds_count{run=\"a\"} 2"), "{text}");
         assert!(
@@ -177,7 +177,7 @@ mod tests {
         second.sum = 30_000.25;
         metrics.apply(first);
         metrics.apply(second);
-        let text = raylet_proto::metrics::encode_text();
+        let text = raylet_common::metrics::encode_text();
         let expected = [
             r#"test_pushed_many_seconds_bucket{run="a",le="0.1"} 10000"#,
             r#"test_pushed_many_seconds_bucket{run="a",le="1"} 30000"#,
@@ -202,7 +202,7 @@ mod tests {
             }
             metrics.apply(update(&name, kind, &["a"], 1.0));
         }
-        let text = raylet_proto::metrics::encode_text();
+        let text = raylet_common::metrics::encode_text();
         assert!(text.contains("test_pushed_cardinality_counter{run=\"a\"} 1"), "{text}");
     }
 
@@ -216,13 +216,13 @@ mod tests {
         metrics.apply(bad);
         assert!(metrics.families.is_empty());
         metrics.apply(update("test_pushed_bad_buckets", MetricKind::Histogram, &["a"], 1.0));
-        let text = raylet_proto::metrics::encode_text();
+        let text = raylet_common::metrics::encode_text();
         assert!(text.contains("test_pushed_bad_buckets_count{run=\"a\"} 1"), "{text}");
     }
 
     #[test]
     fn a_name_the_head_uses_itself_is_refused() {
-        let own = raylet_proto::metrics::counter("test_head_own_total", "the head's own", &["run"]);
+        let own = raylet_common::metrics::counter("test_head_own_total", "the head's own", &["run"]);
         own.with_label_values(&["x"]).inc();
         let mut metrics = PushedMetrics::default();
         metrics.apply(update("test_head_own_total", MetricKind::Counter, &["x"], 5.0));

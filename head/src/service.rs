@@ -231,7 +231,7 @@ const MAX_DEMANDS: usize = 100;
 mod tests {
     use std::time::Duration;
 
-    use raylet_proto::auth::AuthToken;
+    use raylet_common::auth::AuthToken;
 
     use super::*;
 

@@ -9,7 +9,7 @@ use std::collections::{HashMap, VecDeque};
 use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 
 use prometheus::{HistogramVec, IntCounterVec, IntGaugeVec};
-use raylet_proto::metrics::{self, LATENCY_BUCKETS};
+use raylet_common::metrics::{self, LATENCY_BUCKETS};
 use raylet_proto::v1::task_event_service_server::TaskEventService;
 use raylet_proto::v1::{
     ListSpansReply, ListSpansRequest, ListTasksReply, ListTasksRequest, ReportTaskEventsReply, ReportTaskEventsRequest,

@@ -5,9 +5,9 @@ use std::future::Future;
 use std::time::{Duration, Instant};
 
 use raylet_cluster_status::ClusterStatus;
+use raylet_common::auth::AuthToken;
 use raylet_head::HeadConfig;
 use raylet_node::{NodeConfig, NodeManager};
-use raylet_proto::auth::AuthToken;
 use raylet_proto::channel::{HeadClient, connect_head};
 use raylet_proto::resources::CPU;
 use raylet_proto::v1::GetClusterStatusRequest;

@@ -4,8 +4,8 @@
 use std::time::{Duration, Instant};
 
 use raylet_cluster_status::NodeState;
+use raylet_common::auth::{AuthToken, ClientAuth};
 use raylet_node::{NodeConfig, NodeManager};
-use raylet_proto::auth::{AuthToken, ClientAuth};
 use raylet_proto::channel::endpoint;
 use raylet_proto::resources::CPU;
 use raylet_proto::v1::head_service_client::HeadServiceClient;
@@ -194,7 +194,7 @@ async fn a_lease_session_for_another_build_of_the_binary_is_refused_naming_both_
     let sandbox = sandbox(1).await;
     let claimed = "0".repeat(32);
     let error = refused_lease_session(&sandbox, "/bin/sh", &claimed).await;
-    let actual = raylet_proto::binary_hash::hash_file(std::path::Path::new("/bin/sh")).unwrap();
+    let actual = raylet_common::binary_hash::hash_file(std::path::Path::new("/bin/sh")).unwrap();
     assert!(error.contains(&claimed) && error.contains(&actual), "{error}");
     assert!(error.contains("rebuilt"), "{error}");
     sandbox.shutdown().await.unwrap();
@@ -213,7 +213,7 @@ async fn a_worker_binary_missing_on_a_node_is_fetched_from_the_head_when_a_job_b
     let sandbox = sandbox(1).await;
     let binary = std::path::Path::new("/bin/true");
     let blob = raylet_proto::blob::blob_of_file(binary).unwrap();
-    let build_hash = raylet_proto::binary_hash::hash_file(binary).unwrap();
+    let build_hash = raylet_common::binary_hash::hash_file(binary).unwrap();
     let missing = "/no/such/dir/true";
     let refused = refused_lease_session(&sandbox, missing, &build_hash).await;
     assert!(refused.contains("is not on this node"), "{refused}");

@@ -25,7 +25,7 @@ impl BinaryCache {
         if let Some(hash) = hashes.get(&key) {
             return Ok(hash.clone());
         }
-        let hash = raylet_proto::binary_hash::hash_file(path)?;
+        let hash = raylet_common::binary_hash::hash_file(path)?;
         hashes.insert(key, hash.clone());
         Ok(hash)
     }

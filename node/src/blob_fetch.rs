@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use raylet_proto::auth::AuthToken;
+use raylet_common::auth::AuthToken;
 use raylet_proto::blob::{BlobWriter, check_ref};
 use raylet_proto::v1::fetch_blob_request::By;
 use raylet_proto::v1::job_service_client::JobServiceClient;

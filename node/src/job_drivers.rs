@@ -72,7 +72,7 @@ pub(crate) struct JobDrivers {
 }
 
 impl JobDrivers {
-    pub(crate) fn new(work_dir: &Path, head_address: String, token: raylet_proto::auth::AuthToken) -> Self {
+    pub(crate) fn new(work_dir: &Path, head_address: String, token: raylet_common::auth::AuthToken) -> Self {
         JobDrivers {
             blobs: BlobFetch::new(work_dir.join("blobs"), head_address, token),
             jobs_dir: work_dir.join("jobs"),
@@ -233,7 +233,7 @@ async fn supervise(shared: &Arc<NodeShared>, job: JobId, spec: &JobSpec, driver:
         .args(&spec.args)
         .current_dir(&dir)
         .envs(driver_env(shared, job))
-        .envs(raylet_proto::tls::child_env())
+        .envs(raylet_common::tls::child_env())
         .envs(&spec.env)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())

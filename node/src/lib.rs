@@ -33,8 +33,8 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use raylet_cluster_status::NodeStats;
+use raylet_common::auth::AuthToken;
 use raylet_object_store::{ObjectStoreServiceImpl, SharedStore, StoreConfig, owner_watch};
-use raylet_proto::auth::AuthToken;
 use raylet_proto::channel::HeadClient;
 use raylet_proto::resources::OBJECT_STORE_MEMORY;
 use raylet_proto::server::{MAX_DATA_MESSAGE, authenticated, bounded_shutdown, incoming};

@@ -9,7 +9,7 @@ use std::io;
 use std::path::{Path, PathBuf};
 use std::pin::Pin;
 
-use raylet_proto::worker_env::WorkerBootstrap;
+use raylet_common::worker_env::WorkerBootstrap;
 
 use super::worker_process::WorkerEnd;
 

@@ -8,8 +8,8 @@ use std::process::{ExitStatus, Stdio};
 
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
+use raylet_common::worker_env::{WORKER_ENV, WorkerBootstrap};
 use raylet_proto::v1::{WorkerExit, WorkerExitKind};
-use raylet_proto::worker_env::{WORKER_ENV, WorkerBootstrap};
 
 use super::gpu_devices::visible_devices;
 use super::worker_launcher::{LaunchError, LaunchedWorker, WorkerLauncher};
@@ -53,7 +53,7 @@ impl WorkerLauncher for ProcessLauncher {
                 CUDA_VISIBLE_DEVICES,
                 gpu_list(&bootstrap.gpu_ids, visible_devices().as_deref()),
             )
-            .envs(raylet_proto::tls::child_env())
+            .envs(raylet_common::tls::child_env())
             .stdin(Stdio::null())
             .spawn()
             .map_err(|source| LaunchError {

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use raylet_proto::auth::AuthToken;
+use raylet_common::auth::AuthToken;
 use raylet_proto::channel::AuthedChannel;
 use raylet_proto::v1::DescribeObjectsRequest;
 use raylet_proto::v1::owner_service_client::OwnerServiceClient;

@@ -8,8 +8,8 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
+use raylet_common::auth::AuthToken;
 use raylet_proto::ObjectId;
-use raylet_proto::auth::AuthToken;
 use raylet_proto::peer_stream::{PeerSender, peer_of, peer_stream};
 use raylet_proto::v1::object_store_service_server::ObjectStoreService;
 use raylet_proto::v1::{

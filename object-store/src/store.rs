@@ -13,7 +13,7 @@ use crate::segment::Segment;
 
 /// Bytes this process's stores wrote to disk and read back from it.
 static SPILL_BYTES: std::sync::LazyLock<prometheus::IntCounterVec> = std::sync::LazyLock::new(|| {
-    raylet_proto::metrics::counter(
+    raylet_common::metrics::counter(
         "raylet_object_store_disk_bytes_total",
         "Bytes of objects spilled to disk, and restored from it, by this node's store",
         &["direction"],

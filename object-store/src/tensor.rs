@@ -269,11 +269,11 @@ mod tests {
             dtype: DType::F32,
             data: vec![0; 4],
         };
-        let bytes = raylet_proto::codec::encode(&wrong).unwrap();
-        assert!(raylet_proto::codec::decode::<Tensor>(&bytes).is_err());
+        let bytes = raylet_common::codec::encode(&wrong).unwrap();
+        assert!(raylet_common::codec::decode::<Tensor>(&bytes).is_err());
         let right = Tensor::from_f32(&[2], &[1.0, 2.0]).unwrap();
-        let bytes = raylet_proto::codec::encode(&right).unwrap();
-        assert_eq!(raylet_proto::codec::decode::<Tensor>(&bytes).unwrap(), right);
+        let bytes = raylet_common::codec::encode(&right).unwrap();
+        assert_eq!(raylet_common::codec::decode::<Tensor>(&bytes).unwrap(), right);
 
         let len = archived_len(&wrong).unwrap();
         let mut buffer = AlignedVec::<64>::with_capacity(len);
@@ -286,8 +286,8 @@ mod tests {
     #[test]
     fn a_tensor_round_trips_through_serde() {
         let tensor = Tensor::from_f32(&[3], &[1.0, 2.0, 3.0]).unwrap();
-        let bytes = raylet_proto::codec::encode(&tensor).unwrap();
-        let back: Tensor = raylet_proto::codec::decode(&bytes).unwrap();
+        let bytes = raylet_common::codec::encode(&tensor).unwrap();
+        let back: Tensor = raylet_common::codec::decode(&bytes).unwrap();
         assert_eq!(back.to_f32().unwrap(), vec![1.0, 2.0, 3.0]);
     }
 }

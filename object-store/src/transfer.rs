@@ -14,8 +14,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 use std::time::Duration;
 
 use bytes::Bytes;
+use raylet_common::auth::AuthToken;
 use raylet_proto::ObjectId;
-use raylet_proto::auth::AuthToken;
 use raylet_proto::channel::AuthedChannel;
 use raylet_proto::server::MAX_DATA_MESSAGE;
 use raylet_proto::v1::object_store_service_client::ObjectStoreServiceClient;

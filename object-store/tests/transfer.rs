@@ -7,9 +7,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{MIB, Node, OWNER, Serving, WAIT, cluster};
+use raylet_common::auth::AuthToken;
 use raylet_object_store::StoreError;
 use raylet_proto::ObjectId;
-use raylet_proto::auth::AuthToken;
 use raylet_proto::channel::AuthedChannel;
 use raylet_proto::v1::ReadChunksRequest;
 use raylet_proto::v1::object_store_service_client::ObjectStoreServiceClient;
@@ -204,7 +204,7 @@ async fn a_source_that_dies_mid_pull_leaves_the_rest_to_another() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
 async fn a_store_without_a_transfer_port_is_read_through_grpc() {
-    let token = raylet_proto::auth::AuthToken::generate();
+    let token = raylet_common::auth::AuthToken::generate();
     let a = Node::serving(&token, 1 << 30, Serving::GrpcOnly).await;
     let b = Node::start(&token, 1 << 30).await;
     let size = 40 * MIB + 7;

@@ -7,9 +7,9 @@ mod common;
 use std::time::{Duration, Instant};
 
 use common::{MIB, Node, OWNER, WAIT, connect_client, fill, follows_pattern};
+use raylet_common::auth::AuthToken;
 use raylet_object_store::StoreClient;
 use raylet_proto::ObjectId;
-use raylet_proto::auth::AuthToken;
 
 /// Writes an object of `size` bytes; returns its id and where this process
 /// mapped it for writing.

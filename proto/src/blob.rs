@@ -36,7 +36,7 @@ pub fn check_ref(blob: &BlobRef) -> Result<()> {
 /// The sha256 and size of the file at `path`.
 pub fn blob_of_file(path: &Path) -> Result<BlobRef> {
     let mut hasher = Sha256::new();
-    let size = crate::binary_hash::for_each_chunk(path, |chunk| hasher.update(chunk))?;
+    let size = raylet_common::binary_hash::for_each_chunk(path, |chunk| hasher.update(chunk))?;
     Ok(BlobRef {
         sha256: hex(&hasher.finalize()),
         size,
@@ -242,7 +242,7 @@ mod tests {
         writer.write(b"blob").unwrap();
         let build = writer.finish(0o644).unwrap();
         assert_eq!(std::fs::read(dir.join(&blob.sha256)).unwrap(), b"hello blob");
-        assert_eq!(build, crate::binary_hash::hash_file(&source).unwrap());
+        assert_eq!(build, raylet_common::binary_hash::hash_file(&source).unwrap());
 
         let mut corrupt = BlobWriter::create(&dir, blob.clone(), 1 << 20).unwrap();
         corrupt.write(b"hello BLOB").unwrap();

@@ -21,12 +21,12 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 use tower_service::Service;
 
-use crate::Backoff;
-use crate::auth::{AuthToken, ClientAuth};
 use crate::error::error_chain;
-use crate::tls;
 use crate::v1::head_service_client::HeadServiceClient;
 use crate::{Error, Result};
+use raylet_common::Backoff;
+use raylet_common::auth::{AuthToken, ClientAuth};
+use raylet_common::tls;
 
 /// A channel whose every call carries the token and protocol version.
 pub type AuthedChannel = InterceptedService<PeerChannel, ClientAuth>;

@@ -138,7 +138,7 @@ pub fn peer_stream<T>(stream: &'static str, peer: impl Into<Arc<str>>) -> (PeerS
 
 /// Who sent a request, for naming it in the log.
 pub fn peer_of<R>(request: &tonic::Request<R>) -> String {
-    crate::connection_admission::connection_of(request.extensions())
+    raylet_common::connection_admission::connection_of(request.extensions())
         .and_then(|connection| connection.remote_addr())
         .map_or_else(|| "an unknown peer".to_string(), |address| address.to_string())
 }

@@ -1,6 +1,6 @@
 //! Serving gRPC: every server authenticates each call with the cluster token,
 //! checks the protocol version, times the call and bounds what each client
-//! may hold (see [`crate::limits`]); with TLS configured it serves TLS only.
+//! may hold (see [`raylet_common::limits`]); with TLS configured it serves TLS only.
 
 use std::future::Future;
 use std::time::Duration;
@@ -11,10 +11,11 @@ use tonic::transport::Server;
 use tower_layer::Identity;
 use tower_layer::Stack;
 
-use crate::auth::{AuthToken, ServerAuth};
-use crate::limits::{ClientRequestLimitLayer, LimitedIncoming, ServerLimits};
-use crate::metrics::RpcTimingLayer;
-use crate::{Error, Result, tls};
+use crate::{Error, Result};
+use raylet_common::auth::{AuthToken, ServerAuth};
+use raylet_common::limits::{ClientRequestLimitLayer, LimitedIncoming, ServerLimits};
+use raylet_common::metrics::RpcTimingLayer;
+use raylet_common::tls;
 
 /// The largest message a data-carrying service (tasks, objects) accepts.
 pub const MAX_DATA_MESSAGE: usize = 1 << 30;

@@ -38,8 +38,8 @@ struct Envelope {
 /// The status a server returns for `error`.
 pub fn to_status<E: ServiceError>(error: &E) -> Status {
     let message = error.to_string();
-    let envelope = crate::codec::encode(error).and_then(|error| {
-        crate::codec::encode(&Envelope {
+    let envelope = raylet_common::codec::encode(error).and_then(|error| {
+        raylet_common::codec::encode(&Envelope {
             service: E::SERVICE.to_string(),
             error,
         })
@@ -57,11 +57,11 @@ pub fn from_status<E: ServiceError>(status: Status) -> E {
 
 /// The error in `details` if it is one of service `E`'s.
 fn decode_details<E: ServiceError>(details: &[u8]) -> Option<E> {
-    let envelope: Envelope = crate::codec::decode(details).ok()?;
+    let envelope: Envelope = raylet_common::codec::decode(details).ok()?;
     if envelope.service != E::SERVICE {
         return None;
     }
-    crate::codec::decode(&envelope.error).ok()
+    raylet_common::codec::decode(&envelope.error).ok()
 }
 
 #[cfg(test)]

@@ -20,12 +20,12 @@ use tokio::sync::Notify;
 use tokio_rustls::TlsStream;
 use tonic::{Code, Status};
 
-use crate::auth::AuthToken;
 use crate::channel::{host_and_port, host_of, with_backoff};
 use crate::server::MAX_DATA_MESSAGE;
-use crate::tls;
 use crate::v1::{TaskBatch, TaskStreamHello, TaskStreamWelcome, WorkerEvents};
 use crate::{Error, PROTOCOL_VERSION, Result};
+use raylet_common::auth::AuthToken;
+use raylet_common::tls;
 
 /// How long either side waits for the other's opening frame.
 const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);

@@ -5,7 +5,7 @@
 use std::collections::BTreeMap;
 
 use proptest::prelude::*;
-use raylet_proto::codec::{decode, encode, encode_into, encoded_len};
+use raylet_common::codec::{decode, encode, encode_into, encoded_len};
 use serde::{Deserialize, Serialize};
 
 /// A value with the shapes task arguments and results take.

@@ -5,7 +5,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
-use raylet_proto::auth::AuthToken;
+use raylet_common::auth::AuthToken;
 use raylet_proto::channel::{connect_head, speaks_tls};
 use raylet_proto::v1::GetClusterStatusRequest;
 use rustls_pki_types::{PrivateKeyDer, PrivatePkcs8KeyDer};

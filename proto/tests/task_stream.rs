@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use prost::Message;
-use raylet_proto::auth::AuthToken;
+use raylet_common::auth::AuthToken;
 use raylet_proto::task_stream::{self, TaskReader};
 use raylet_proto::v1::{TaskBatch, TaskSpec, TaskStreamHello, TaskStreamWelcome, WorkerEvents};
 use raylet_proto::{Error, PROTOCOL_VERSION};

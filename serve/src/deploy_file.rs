@@ -196,7 +196,7 @@ fn duration(seconds: f64) -> Result<Duration> {
 /// worker), then exits.
 #[ctor::ctor(unsafe)]
 fn deploy_from_environment() {
-    if std::env::var_os(raylet_proto::worker_env::WORKER_ENV).is_some() {
+    if std::env::var_os(raylet_common::worker_env::WORKER_ENV).is_some() {
         return;
     }
     let text = match (std::env::var_os(DEPLOY_FILE_ENV), std::env::var_os(DEPLOY_ENV)) {

@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use raylet_proto::auth::AuthToken;
+use raylet_common::auth::AuthToken;
 use raylet_proto::v1::Span;
 use raylet_proto::{JobId, NodeId};
 use serde::Serialize;

@@ -5,7 +5,7 @@
 //! those between its markers in its worker's file.
 
 use raylet_cluster_status::{ClusterStatus, NodeStatus};
-use raylet_proto::auth::AuthToken;
+use raylet_common::auth::AuthToken;
 use raylet_proto::v1::ReadWorkerLogRequest;
 use raylet_proto::v1::node_manager_service_client::NodeManagerServiceClient;
 use raylet_proto::{ActorId, NodeId, TaskId, WorkerId};

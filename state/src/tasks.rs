@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use raylet_proto::auth::AuthToken;
+use raylet_common::auth::AuthToken;
 use raylet_proto::v1::task_event_service_client::TaskEventServiceClient;
 use raylet_proto::v1::{ListSpansRequest, ListTasksRequest, Span, TaskKind, TaskRecord, TaskState};
 use raylet_proto::{ActorId, JobId, NodeId, TaskId, WorkerId};

@@ -15,8 +15,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use raylet_cluster_status::ClusterStatus;
+use raylet_common::auth::AuthToken;
 use raylet_placement::autoscaler::{Autoscaler, Plan, RemovalCause};
-use raylet_proto::auth::AuthToken;
 use raylet_proto::{NodeId, Result};
 
 pub use report::{AutoscalerReport, Event, ManagedNode, REPORT_KEY, REPORT_NAMESPACE};

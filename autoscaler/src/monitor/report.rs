@@ -9,7 +9,7 @@ use std::time::{Duration, SystemTime};
 
 use prometheus::{IntCounterVec, IntGaugeVec};
 use raylet_cluster_status::unix_ms;
-use raylet_proto::auth::AuthToken;
+use raylet_common::auth::AuthToken;
 use raylet_proto::v1::kv_service_client::KvServiceClient;
 use raylet_proto::v1::{KvGetRequest, KvPutRequest};
 use raylet_proto::{Error, Result};
@@ -112,7 +112,7 @@ impl AutoscalerReport {
 
 /// Nodes launched, by type.
 pub(crate) static LAUNCHES: LazyLock<IntCounterVec> = LazyLock::new(|| {
-    raylet_proto::metrics::counter(
+    raylet_common::metrics::counter(
         "raylet_autoscaler_launches_total",
         "Nodes the autoscaler asked its provider for, by node type",
         &["node_type"],
@@ -121,7 +121,7 @@ pub(crate) static LAUNCHES: LazyLock<IntCounterVec> = LazyLock::new(|| {
 
 /// Launches that failed, and nodes that did not join in time, by type.
 pub(crate) static LAUNCH_FAILURES: LazyLock<IntCounterVec> = LazyLock::new(|| {
-    raylet_proto::metrics::counter(
+    raylet_common::metrics::counter(
         "raylet_autoscaler_launch_failures_total",
         "Launches that failed or whose node did not join in time, by node type",
         &["node_type"],
@@ -130,7 +130,7 @@ pub(crate) static LAUNCH_FAILURES: LazyLock<IntCounterVec> = LazyLock::new(|| {
 
 /// Nodes removed, by type and cause (idle, did_not_join, failed).
 pub(crate) static REMOVALS: LazyLock<IntCounterVec> = LazyLock::new(|| {
-    raylet_proto::metrics::counter(
+    raylet_common::metrics::counter(
         "raylet_autoscaler_removals_total",
         "Nodes the autoscaler removed, by node type and cause",
         &["node_type", "cause"],
@@ -139,7 +139,7 @@ pub(crate) static REMOVALS: LazyLock<IntCounterVec> = LazyLock::new(|| {
 
 /// Managed nodes now, by type and state.
 pub(crate) static NODES: LazyLock<IntGaugeVec> = LazyLock::new(|| {
-    raylet_proto::metrics::gauge(
+    raylet_common::metrics::gauge(
         "raylet_autoscaler_nodes",
         "Nodes the autoscaler manages, by node type and state (launching, running, idle, draining)",
         &["node_type", "state"],
@@ -148,7 +148,7 @@ pub(crate) static NODES: LazyLock<IntGaugeVec> = LazyLock::new(|| {
 
 /// Tasks, actors and bundles no launch holds.
 pub(crate) static WAITING: LazyLock<IntGaugeVec> = LazyLock::new(|| {
-    raylet_proto::metrics::gauge(
+    raylet_common::metrics::gauge(
         "raylet_autoscaler_waiting_demand",
         "Tasks, actors and placement groups that no node or launch holds, by reason",
         &["reason"],

@@ -12,7 +12,7 @@ mod watch;
 
 use std::time::Duration;
 
-use raylet_proto::auth::AuthToken;
+use raylet_common::auth::AuthToken;
 use raylet_proto::channel::AuthedChannel;
 use raylet_proto::v1::actor_service_client::ActorServiceClient;
 use raylet_proto::v1::{CreateActorRequest, GetNamedActorRequest, KillActorRequest, ListActorsRequest, TaskArg};

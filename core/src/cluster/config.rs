@@ -3,8 +3,8 @@
 use std::path::PathBuf;
 use std::time::Duration;
 
+use raylet_common::tls::TlsFiles;
 use raylet_proto::JobId;
-use raylet_proto::tls::TlsFiles;
 
 #[cfg(feature = "embedded")]
 use crate::cluster::embedded::EmbeddedNode;

@@ -8,12 +8,12 @@ use std::net::{Ipv4Addr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
+use raylet_common::auth::AuthToken;
 use raylet_head::HeadConfig;
 use raylet_node::{
     GpuDetector, MemoryMonitorConfig, NodeConfig, NodeManager, NvmlDetector, ResourceOverrides, resolve_resources,
 };
 use raylet_proto::ResourceSet;
-use raylet_proto::auth::AuthToken;
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;

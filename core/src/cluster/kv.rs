@@ -8,7 +8,7 @@ use raylet_proto::channel::AuthedChannel;
 use raylet_proto::v1::kv_service_client::KvServiceClient;
 use raylet_proto::v1::{KvDeleteRequest, KvGetRequest, KvKeysRequest, KvPutRequest};
 
-use raylet_proto::auth::AuthToken;
+use raylet_common::auth::AuthToken;
 use serde::Serialize;
 
 use crate::core_worker::CoreWorker;

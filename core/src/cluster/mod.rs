@@ -139,7 +139,7 @@ impl Cluster {
     fn start(config: Config) -> Result<Cluster> {
         let pending = PendingGate::new(config.max_pending_tasks);
         if let Some(files) = &config.tls {
-            raylet_proto::tls::configure(Some(files.clone()))?;
+            raylet_common::tls::configure(Some(files.clone()))?;
         }
         let runtime = tokio::runtime::Builder::new_multi_thread()
             .worker_threads(config.io_threads)
@@ -259,14 +259,14 @@ impl Cluster {
     pub fn put<T: Serialize>(&self, value: &T) -> Result<ObjectRef<T>> {
         let core = self.core();
         let id = ObjectId::random();
-        let size = raylet_proto::codec::encoded_len(value)?;
+        let size = raylet_common::codec::encoded_len(value)?;
         let (body, contained) = collecting_refs(|| -> Result<Body> {
             if size < crate::INLINE_LIMIT {
                 let mut data = vec![0; size];
-                raylet_proto::codec::encode_into(value, &mut data)?;
+                raylet_common::codec::encode_into(value, &mut data)?;
                 return Ok(Body::Inline(data.into()));
             }
-            let encode = |out: &mut [u8]| Ok(raylet_proto::codec::encode_into(value, out)?);
+            let encode = |out: &mut [u8]| Ok(raylet_common::codec::encode_into(value, out)?);
             Ok(Body::Stored(core.shared_objects.write_object(
                 id,
                 size,

@@ -2,7 +2,7 @@
 //! the driver joins a running cluster, and `raylet::init()` without an
 //! address says how to give one.
 
-use raylet_proto::auth::AuthToken;
+use raylet_common::auth::AuthToken;
 
 use crate::cluster::config::Config;
 use crate::{Error, Result};

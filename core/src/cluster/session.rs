@@ -23,7 +23,7 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
 use std::time::SystemTime;
 
-use raylet_proto::auth::AuthToken;
+use raylet_common::auth::AuthToken;
 use serde::{Deserialize, Serialize};
 
 use crate::{Error, Result};

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use raylet_cluster_status::ClusterStatus;
+use raylet_common::auth::AuthToken;
 use raylet_proto::JobId;
-use raylet_proto::auth::AuthToken;
 use raylet_proto::server::{MAX_DATA_MESSAGE, authenticated, incoming};
 use raylet_proto::v1::WorkerBinary;
 use raylet_proto::v1::owner_service_server::OwnerServiceServer;
@@ -111,7 +111,7 @@ pub(super) async fn start_driver(config: Config, runtime: tokio::runtime::Handle
 /// This executable and its content hash: workers run it.
 fn own_binary() -> Result<WorkerBinary> {
     let path = std::env::current_exe()?;
-    let hash = raylet_proto::binary_hash::hash_file(&path)?;
+    let hash = raylet_common::binary_hash::hash_file(&path)?;
     Ok(WorkerBinary {
         path: path.to_string_lossy().into_owned(),
         hash,

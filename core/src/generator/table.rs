@@ -264,7 +264,7 @@ impl GeneratorState {
 /// The items a generator call yielded, from its outcome.
 pub(crate) fn items_in(outcome: &EncodedValue) -> Option<u64> {
     match &outcome.body {
-        Body::Inline(data) => raylet_proto::codec::decode(data).ok(),
+        Body::Inline(data) => raylet_common::codec::decode(data).ok(),
         Body::Stored(_) => None,
     }
 }

@@ -7,8 +7,8 @@
 use std::path::Path;
 use std::time::Duration;
 
+use raylet_common::auth::AuthToken;
 use raylet_proto::JobId;
-use raylet_proto::auth::AuthToken;
 use raylet_proto::blob::{blob_of_file, send_chunks};
 use raylet_proto::channel::AuthedChannel;
 use raylet_proto::server::MAX_DATA_MESSAGE;

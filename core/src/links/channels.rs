@@ -5,7 +5,7 @@ use std::collections::HashMap;
 use std::sync::Mutex;
 use std::time::Duration;
 
-use raylet_proto::auth::AuthToken;
+use raylet_common::auth::AuthToken;
 use raylet_proto::channel::AuthedChannel;
 
 use crate::Result;

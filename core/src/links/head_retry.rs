@@ -6,7 +6,7 @@
 use std::future::Future;
 use std::time::{Duration, Instant};
 
-use raylet_proto::backoff::jittered;
+use raylet_common::backoff::jittered;
 
 use crate::{Error, Result};
 

@@ -9,7 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use raylet_proto::auth::AuthToken;
+use raylet_common::auth::AuthToken;
 use raylet_proto::task_stream::StreamClosed;
 use raylet_proto::v1::lease_session_event::Kind as LeaseEvent;
 use raylet_proto::v1::lease_session_request::Kind as LeaseRequest;
@@ -402,7 +402,7 @@ pub(crate) fn stored_value(node: &str) -> Outcome {
 pub(crate) fn number(outcome: Option<Outcome>) -> u64 {
     let value = outcome.expect("the object is ready").expect("the task succeeded");
     match value.body {
-        Body::Inline(bytes) => raylet_proto::codec::decode(&bytes).expect("a number"),
+        Body::Inline(bytes) => raylet_common::codec::decode(&bytes).expect("a number"),
         Body::Stored(_) => panic!("the value is stored"),
     }
 }

@@ -498,7 +498,7 @@ mod tests {
         let Body::Inline(data) = &value.body else {
             panic!("the test value is inline");
         };
-        Ok(raylet_proto::codec::decode(data)?)
+        Ok(raylet_common::codec::decode(data)?)
     }
 
     fn store() -> (Arc<MemoryStore>, mpsc::UnboundedReceiver<FreedObject>) {

@@ -292,7 +292,7 @@ impl SharedObjects {
         outcome: Outcome,
     ) -> Result<T> {
         let bytes = self.value_bytes_blocking(object, outcome, Expected::of::<T>(Format::Postcard))?;
-        let decoded = raylet_proto::codec::decode(&bytes)?;
+        let decoded = raylet_common::codec::decode(&bytes)?;
         if !self.owner.borrows.is_settled() {
             let borrows = self.owner.borrows.clone();
             self.ctx().block_on(async move { borrows.settled().await });
@@ -305,7 +305,7 @@ impl SharedObjects {
         let bytes = self
             .value_bytes(object, outcome, Expected::of::<T>(Format::Postcard))
             .await?;
-        let decoded = raylet_proto::codec::decode(&bytes)?;
+        let decoded = raylet_common::codec::decode(&bytes)?;
         self.owner.borrows.settled().await;
         Ok(decoded)
     }

@@ -6,7 +6,7 @@ use std::collections::HashMap;
 use std::time::Duration;
 
 use raylet_cluster_status::ClusterStatus;
-use raylet_proto::auth::AuthToken;
+use raylet_common::auth::AuthToken;
 use raylet_proto::v1::object_store_service_client::ObjectStoreServiceClient;
 use raylet_proto::v1::owner_service_client::OwnerServiceClient;
 use raylet_proto::v1::{DescribeObjectsRequest, GetStoreStatsRequest, StoreStats, StoredObject as Wire};

@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Duration;
 
-use raylet_proto::auth::AuthToken;
+use raylet_common::auth::AuthToken;
 use raylet_proto::resources::{CPU, GPU, MEMORY};
 use raylet_proto::v1::placement_group_call::Kind as CallKind;
 use raylet_proto::v1::placement_group_service_client::PlacementGroupServiceClient;

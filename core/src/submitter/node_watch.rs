@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use futures_util::StreamExt;
-use raylet_proto::Backoff;
+use raylet_common::Backoff;
 use tokio::sync::mpsc;
 
 use crate::links::HeadLink;

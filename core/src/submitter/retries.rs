@@ -8,8 +8,9 @@
 
 use std::time::Duration;
 
+use raylet_common::Backoff;
+use raylet_proto::WorkerId;
 use raylet_proto::v1::{self, WorkerExit, WorkerExitKind};
-use raylet_proto::{Backoff, WorkerId};
 use tokio::time::Instant;
 
 use super::events::{SubmitterEvent, TaskFinished};

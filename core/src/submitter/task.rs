@@ -210,7 +210,7 @@ pub trait IntoArg<T> {
 
 impl<T: Serialize> IntoArg<T> for T {
     fn into_arg(self) -> Result<Arg> {
-        let (data, contained) = crate::value::collecting_refs(|| raylet_proto::codec::encode(&self));
+        let (data, contained) = crate::value::collecting_refs(|| raylet_common::codec::encode(&self));
         Ok(Arg::Value {
             data: data?.into(),
             contained,

@@ -2,7 +2,7 @@
 //! the bootstrap variable is set, the process becomes a worker and exits
 //! without running `main`.
 
-use raylet_proto::worker_env::{WORKER_ENV, WorkerBootstrap};
+use raylet_common::worker_env::{WORKER_ENV, WorkerBootstrap};
 
 #[ctor::ctor(unsafe)]
 fn enter_worker_mode() {

@@ -21,13 +21,13 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::{Arc, Mutex, OnceLock};
 
-use raylet_proto::auth::AuthToken;
+use raylet_common::auth::AuthToken;
+use raylet_common::worker_env::WorkerBootstrap;
 use raylet_proto::server::{MAX_DATA_MESSAGE, authenticated, incoming};
 use raylet_proto::v1::node_manager_service_client::NodeManagerServiceClient;
 use raylet_proto::v1::owner_service_server::OwnerServiceServer;
 use raylet_proto::v1::worker_session_message::Kind as SessionKind;
 use raylet_proto::v1::{RegisterWorker, WorkerBinary, WorkerSessionMessage};
-use raylet_proto::worker_env::WorkerBootstrap;
 use raylet_proto::{JobId, NodeId, TaskId, WorkerId};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;

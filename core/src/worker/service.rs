@@ -7,8 +7,8 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use raylet_common::auth::AuthToken;
 use raylet_proto::TaskId;
-use raylet_proto::auth::AuthToken;
 use raylet_proto::task_stream::{self, TaskReader};
 use raylet_proto::v1::{TaskSpec, WorkerEvents};
 use tokio::sync::mpsc;

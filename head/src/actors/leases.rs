@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
-use raylet_proto::auth::AuthToken;
+use raylet_common::auth::AuthToken;
 use raylet_proto::v1::lease_session_event::Kind as LeaseEvent;
 use raylet_proto::v1::lease_session_request::Kind as LeaseRequest;
 use raylet_proto::v1::node_manager_service_client::NodeManagerServiceClient;

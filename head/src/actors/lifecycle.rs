@@ -10,14 +10,15 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
+use raylet_common::Backoff;
+use raylet_common::auth::AuthToken;
 use raylet_placement::{Choice, Placer};
-use raylet_proto::auth::AuthToken;
 use raylet_proto::task_stream::{self, EventReader, TaskSender};
 use raylet_proto::v1::{
     ActorCreation, ActorDeathKind, FailureKind, LeaseRefusalKind, ObjectOutcome, TaskBatch, TaskFailure, TaskSpec,
     object_outcome,
 };
-use raylet_proto::{Backoff, PlacementGroupId, SchedulingStrategy, TaskId};
+use raylet_proto::{PlacementGroupId, SchedulingStrategy, TaskId};
 use tokio::sync::watch;
 
 use super::leases::{Grant, HeadLeases, LeaseAnswer};

@@ -12,7 +12,7 @@ use std::collections::{HashMap, HashSet};
 use std::path::{Path, PathBuf};
 use std::sync::Mutex;
 
-use raylet_proto::binary_hash::hash_file;
+use raylet_common::binary_hash::hash_file;
 use raylet_proto::blob::{BlobWriter, is_sha256};
 use raylet_proto::v1::BlobRef;
 

@@ -9,8 +9,9 @@ use std::path::{Component, Path};
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use raylet_common::Backoff;
+use raylet_common::auth::AuthToken;
 use raylet_placement::{Choice, Placer};
-use raylet_proto::auth::AuthToken;
 use raylet_proto::blob::check_ref;
 use raylet_proto::v1::job_driver_event::Kind as DriverEvent;
 use raylet_proto::v1::node_manager_service_client::NodeManagerServiceClient;
@@ -18,7 +19,7 @@ use raylet_proto::v1::{
     AttachJobDriverRequest, JobDriverEvent, JobDriverExit, JobRecord, JobSpec, JobStatus, RunJobDriverRequest,
     StopJobDriverRequest,
 };
-use raylet_proto::{Backoff, JobId, NodeId, ResourceSet, Scheduling};
+use raylet_proto::{JobId, NodeId, ResourceSet, Scheduling};
 use tonic::Code;
 
 use super::blobs::BlobStore;

@@ -16,7 +16,7 @@ pub(crate) type EventSender = PeerSender<LeaseSessionEvent>;
 
 /// Lease requests this process's node manager answered, by how.
 static LEASE_REPLIES: std::sync::LazyLock<prometheus::IntCounterVec> = std::sync::LazyLock::new(|| {
-    raylet_proto::metrics::counter(
+    raylet_common::metrics::counter(
         "raylet_node_lease_replies_total",
         "Lease requests this node answered: granted, refused or spilled back to another node",
         &["outcome"],

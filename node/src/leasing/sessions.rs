@@ -5,9 +5,9 @@
 use std::path::PathBuf;
 use std::sync::Arc;
 
+use raylet_common::worker_env::WorkerBootstrap;
 use raylet_proto::WorkerId;
 use raylet_proto::v1::{LeaseRefusalKind, WorkerBinary};
-use raylet_proto::worker_env::WorkerBootstrap;
 
 use super::events::{EventSender, refused_event, send};
 use super::{LeaseManager, LeaseState, PendingLease};

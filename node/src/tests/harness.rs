@@ -15,12 +15,12 @@ use std::time::Duration;
 
 use futures_util::{FutureExt, StreamExt};
 use nix::sys::signal::Signal;
+use raylet_common::worker_env::WorkerBootstrap;
 use raylet_proto::Amount;
 use raylet_proto::peer_stream::{PeerStream, peer_stream};
 use raylet_proto::resources::CPU;
 use raylet_proto::v1::lease_session_event::Kind as LeaseEvent;
 use raylet_proto::v1::{LeaseSessionEvent, WorkerBinary};
-use raylet_proto::worker_env::WorkerBootstrap;
 use raylet_proto::{ResourceSet, Scheduling, WorkerId};
 use tokio::sync::oneshot;
 
@@ -174,7 +174,7 @@ impl WorkerPoolTest {
     pub(crate) fn open_session(&self) -> Result<OwnerSession, NodeManagerError> {
         let binary = WorkerBinary {
             path: self.binary().to_string_lossy().into_owned(),
-            hash: raylet_proto::binary_hash::hash_file(self.binary())?,
+            hash: raylet_common::binary_hash::hash_file(self.binary())?,
             namespace: String::new(),
         };
         let (sender, events) = peer_stream("lease session events", "a test owner");

@@ -33,7 +33,7 @@ use std::sync::{Arc, Mutex, OnceLock};
 use std::time::Duration;
 
 use nix::fcntl::{FcntlArg, OFlag, SpliceFFlags, fcntl, splice};
-use raylet_proto::connection_admission::{Admission, ConnectionBounds, CountedStream};
+use raylet_common::connection_admission::{Admission, ConnectionBounds, CountedStream};
 use raylet_proto::v1::TransferTicket;
 use tokio::io::{AsyncReadExt, AsyncWriteExt, Interest};
 use tokio::net::{TcpListener, TcpStream};
@@ -429,5 +429,5 @@ async fn within<T>(limit: Duration, io: impl Future<Output = io::Result<T>>) -> 
 
 /// Whether this process speaks TLS, or was told to and cannot.
 pub(super) fn tls_is_on() -> bool {
-    !matches!(raylet_proto::tls::current(), Ok(None))
+    !matches!(raylet_common::tls::current(), Ok(None))
 }

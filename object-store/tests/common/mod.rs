@@ -6,9 +6,9 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use raylet_common::auth::AuthToken;
 use raylet_object_store::{ObjectStoreServiceImpl, SharedStore, StoreClient, StoreConfig};
 use raylet_proto::ObjectId;
-use raylet_proto::auth::AuthToken;
 use raylet_proto::server::{MAX_DATA_MESSAGE, authenticated, incoming};
 use raylet_proto::v1::object_store_service_server::ObjectStoreServiceServer;
 use tokio::net::TcpListener;

@@ -19,7 +19,7 @@
 
 use std::time::{Duration, Instant};
 
-use raylet_proto::Backoff;
+use raylet_common::Backoff;
 
 use crate::config::DeploymentConfig;
 use crate::figures::Figure;

@@ -11,7 +11,7 @@
 use std::net::SocketAddr;
 use std::time::{Duration, Instant};
 
-use raylet_proto::Backoff;
+use raylet_common::Backoff;
 
 use crate::proxy::HttpProxyHandle;
 use crate::routes::QueueReport;

@@ -21,9 +21,9 @@ use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
 use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
-use raylet_proto::auth::AuthToken;
-use raylet_proto::connection_admission::prove_connection;
-use raylet_proto::http_listener::{self, HttpBounds};
+use raylet_common::auth::AuthToken;
+use raylet_common::connection_admission::prove_connection;
+use raylet_common::http_listener::{self, HttpBounds};
 use tokio::net::TcpListener;
 
 use super::errors;

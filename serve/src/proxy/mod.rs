@@ -14,7 +14,7 @@ mod http;
 use std::net::SocketAddr;
 use std::thread::JoinHandle;
 
-use raylet_proto::auth::AuthToken;
+use raylet_common::auth::AuthToken;
 use tokio::sync::oneshot;
 
 use crate::config::HttpOptions;

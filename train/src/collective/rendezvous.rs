@@ -9,7 +9,7 @@ use std::net::{SocketAddr, TcpListener, TcpStream};
 use std::time::{Duration, Instant};
 
 use raylet::Cluster;
-use raylet_proto::Backoff;
+use raylet_common::Backoff;
 
 use super::CollectiveError;
 

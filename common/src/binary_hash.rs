@@ -17,7 +17,7 @@ pub fn hash_file(path: &Path) -> Result<String> {
 
 /// Reads the file at `path` in 1 MiB chunks, handing each to `use_chunk`;
 /// returns the file's size.
-pub(crate) fn for_each_chunk(path: &Path, mut use_chunk: impl FnMut(&[u8])) -> Result<u64> {
+pub fn for_each_chunk(path: &Path, mut use_chunk: impl FnMut(&[u8])) -> Result<u64> {
     let mut file =
         std::fs::File::open(path).map_err(|e| Error::NotFound(format!("{} cannot be opened: {e}", path.display())))?;
     let mut buffer = vec![0u8; 1 << 20];

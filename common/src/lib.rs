@@ -1,0 +1,27 @@
+//! What every raylet process needs beside the wire format: token
+//! authentication and the protocol-version check ([`auth`]), TLS ([`tls`]),
+//! connection and request limits ([`limits`], [`connection_admission`]),
+//! the HTTP listener the head, the dashboard and Serve's proxies share
+//! ([`http_listener`]), Prometheus metrics ([`metrics`]), retry pacing
+//! ([`backoff`]), the value codec ([`codec`]), file hashing
+//! ([`binary_hash`]), the environment a worker process starts with
+//! ([`worker_env`]) and the control plane's error ([`error`]).
+
+pub mod auth;
+pub mod backoff;
+pub mod binary_hash;
+pub mod codec;
+pub mod connection_admission;
+pub mod error;
+pub mod http_listener;
+pub mod limits;
+pub mod metrics;
+pub mod tls;
+pub mod worker_env;
+
+pub use backoff::Backoff;
+pub use error::{Error, Result};
+
+/// The version of the wire protocol. Peers that speak another version are
+/// rejected with both versions named.
+pub const PROTOCOL_VERSION: u32 = 1;
