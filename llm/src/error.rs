@@ -8,13 +8,15 @@ pub enum LlmError {
     #[error("loading the model: {0}")]
     Load(#[from] raylet_lm::LmError),
     #[error(
-        "the engine can run no sequence: kv_cache_bytes {kv_cache_bytes} holds no token of \
-         {bytes_per_token} bytes, or max_batch_size or max_prefill_tokens is 0"
+        "the engine can hold no sequence: kv_cache_bytes {kv_cache_bytes} holds no token of \
+         {bytes_per_token} bytes, or max_batch_size is 0"
     )]
     HoldsNothing {
         kv_cache_bytes: usize,
         bytes_per_token: usize,
     },
+    #[error("max_prefill_tokens is 0: the engine could never read a prompt")]
+    ReadsNoPrompt,
     #[error("starting the engine thread: {0}")]
     Thread(std::io::Error),
     #[error("the text does not tokenize: {0}")]

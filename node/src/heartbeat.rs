@@ -7,9 +7,9 @@ use std::sync::atomic::Ordering;
 use std::time::Duration;
 
 use raylet_cluster_status::ResourceDemand;
+use raylet_common::error::error_chain;
 use raylet_placement::LaunchableNodes;
 use raylet_proto::channel::HeadClient;
-use raylet_proto::error::error_chain;
 use raylet_proto::scheduling::{labels_from_proto, labels_to_proto};
 use raylet_proto::v1::{HeartbeatReply, HeartbeatRequest, NodeResources, RegisterNodeRequest, UnregisterNodeRequest};
 use raylet_proto::{NodeId, ResourceSet, Result};

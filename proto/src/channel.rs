@@ -21,11 +21,11 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint};
 use tower_service::Service;
 
-use crate::error::error_chain;
 use crate::v1::head_service_client::HeadServiceClient;
 use crate::{Error, Result};
 use raylet_common::Backoff;
 use raylet_common::auth::{AuthToken, ClientAuth};
+use raylet_common::error::error_chain;
 use raylet_common::tls;
 
 /// A channel whose every call carries the token and protocol version.

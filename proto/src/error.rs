@@ -3,7 +3,7 @@
 
 use tonic::{Code, Status};
 
-pub use raylet_common::error::{Error, Result, error_chain};
+pub use raylet_common::error::{Error, Result};
 
 impl From<Error> for crate::v1::CallFailure {
     fn from(error: Error) -> Self {

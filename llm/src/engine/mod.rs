@@ -164,11 +164,14 @@ impl Engine {
         stats: Arc<ServingStats>,
     ) -> Result<Self, LlmError> {
         let capacity = options.kv_cache_bytes / model.cache_bytes_per_token().max(1);
-        if capacity == 0 || options.max_batch_size == 0 || options.max_prefill_tokens == 0 {
+        if capacity == 0 || options.max_batch_size == 0 {
             return Err(LlmError::HoldsNothing {
                 kv_cache_bytes: options.kv_cache_bytes,
                 bytes_per_token: model.cache_bytes_per_token(),
             });
+        }
+        if options.max_prefill_tokens == 0 {
+            return Err(LlmError::ReadsNoPrompt);
         }
         let limits = Limits {
             context_length: model.context_length(),
