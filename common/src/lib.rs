@@ -5,7 +5,8 @@
 //! ([`http_listener`]), Prometheus metrics ([`metrics`]), retry pacing
 //! ([`backoff`]), the value codec ([`codec`]), file hashing
 //! ([`binary_hash`]), the environment a worker process starts with
-//! ([`worker_env`]) and the control plane's error ([`error`]).
+//! ([`worker_env`]), the control plane's error ([`error`]) and the probes
+//! that time a call's hops between processes ([`hop_probe`]).
 
 pub mod auth;
 pub mod backoff;
@@ -13,6 +14,7 @@ pub mod binary_hash;
 pub mod codec;
 pub mod connection_admission;
 pub mod error;
+pub mod hop_probe;
 pub mod http_listener;
 pub mod limits;
 pub mod metrics;

@@ -190,7 +190,8 @@ pub(super) fn actor_metrics(cluster: &Cluster) -> Vec<Metric<'_>> {
             "1:1 actor calls sync",
             1.0,
             Box::new(move || once(&mut sync_actor, || echo(cluster))?.small_value().get().map(drop)),
-        ),
+        )
+        .with_latency(),
         metric(
             "1:1 actor calls async",
             1000.0,
@@ -249,7 +250,8 @@ pub(super) fn actor_metrics(cluster: &Cluster) -> Vec<Metric<'_>> {
                 let actor = once(&mut async_sync_actor, || AsyncEcho::remote(cluster).spawn())?;
                 actor.small_value().get().map(drop)
             }),
-        ),
+        )
+        .with_latency(),
         metric(
             "1:1 async-actor calls async",
             1000.0,

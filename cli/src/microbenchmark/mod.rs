@@ -20,6 +20,7 @@ mod actors;
 mod generators;
 mod loopback;
 mod objects;
+mod ping_pong;
 mod scheduler;
 
 #[raylet::remote]
@@ -93,6 +94,16 @@ struct Metric<'a> {
     name: String,
     multiplier: f64,
     run: Box<dyn FnMut() -> raylet::Result<()> + 'a>,
+    /// Whether each run is one call whose latency is printed too.
+    latency: bool,
+}
+
+impl Metric<'_> {
+    /// Prints the median and 99th percentile of a run's time beside the rate.
+    fn with_latency(mut self) -> Self {
+        self.latency = true;
+        self
+    }
 }
 
 pub fn microbenchmark(args: MicrobenchmarkArgs) -> anyhow::Result<()> {
@@ -121,8 +132,12 @@ pub fn microbenchmark(args: MicrobenchmarkArgs) -> anyhow::Result<()> {
         if !args.filter.as_ref().is_none_or(|f| metric.name.contains(f.as_str())) {
             continue;
         }
-        let (mean, deviation) = measure(&mut metric, &timing)?;
+        let measured = measure(&mut metric, &timing)?;
+        let (mean, deviation) = mean_and_deviation(&measured.rates);
         println!("{} per second {mean:.2} +- {deviation:.2}", metric.name);
+        if let Some((p50, p99)) = measured.latency_percentiles() {
+            println!("{} latency p50 {p50:.1} us p99 {p99:.1} us", metric.name);
+        }
         ran += 1;
     }
     if args
@@ -150,22 +165,52 @@ pub fn microbenchmark(args: MicrobenchmarkArgs) -> anyhow::Result<()> {
     Ok(())
 }
 
-fn measure(metric: &mut Metric<'_>, timing: &Timing) -> raylet::Result<(f64, f64)> {
+/// A metric's rate in each trial, and each run's time in microseconds when
+/// it asks for its latency.
+struct Measured {
+    rates: Vec<f64>,
+    run_micros: Vec<f32>,
+}
+
+impl Measured {
+    /// The median and the 99th percentile of a run's time.
+    fn latency_percentiles(mut self) -> Option<(f32, f32)> {
+        if self.run_micros.is_empty() {
+            return None;
+        }
+        self.run_micros.sort_by(f32::total_cmp);
+        let at = |share: f64| self.run_micros[((self.run_micros.len() - 1) as f64 * share).round() as usize];
+        Some((at(0.5), at(0.99)))
+    }
+}
+
+fn measure(metric: &mut Metric<'_>, timing: &Timing) -> raylet::Result<Measured> {
     let started = Instant::now();
     while started.elapsed() < timing.warmup {
         (metric.run)()?;
     }
-    let mut rates = Vec::with_capacity(timing.trials);
+    let mut measured = Measured {
+        rates: Vec::with_capacity(timing.trials),
+        run_micros: Vec::new(),
+    };
     for _ in 0..timing.trials {
         let started = Instant::now();
         let mut count = 0u64;
-        while started.elapsed() < timing.trial {
+        let mut run_started = started;
+        while run_started - started < timing.trial {
             (metric.run)()?;
+            let run_ended = Instant::now();
+            if metric.latency {
+                measured.run_micros.push((run_ended - run_started).as_secs_f32() * 1e6);
+            }
+            run_started = run_ended;
             count += 1;
         }
-        rates.push(metric.multiplier * count as f64 / started.elapsed().as_secs_f64());
+        measured
+            .rates
+            .push(metric.multiplier * count as f64 / started.elapsed().as_secs_f64());
     }
-    Ok(mean_and_deviation(&rates))
+    Ok(measured)
 }
 
 fn mean_and_deviation(rates: &[f64]) -> (f64, f64) {
@@ -291,7 +336,8 @@ fn metrics(cluster: &Cluster) -> raylet::Result<Vec<Metric<'_>>> {
             "single client tasks sync",
             1.0,
             Box::new(|| small_value::remote(cluster)?.get().map(drop)),
-        ),
+        )
+        .with_latency(),
         metric(
             "single client tasks async",
             1000.0,
@@ -310,6 +356,7 @@ fn metrics(cluster: &Cluster) -> raylet::Result<Vec<Metric<'_>>> {
     metrics.extend(objects::object_metrics(cluster));
     metrics.extend(actors::actor_metrics(cluster));
     metrics.extend(generators::generator_metrics(cluster));
+    metrics.extend(ping_pong::ping_pong_metrics());
     metrics.push(metric(
         "placement group create/removal",
         PLACEMENT_GROUPS as f64,
@@ -352,6 +399,7 @@ fn metric<'a>(
         name: name.into(),
         multiplier,
         run,
+        latency: false,
     }
 }
 

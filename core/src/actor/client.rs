@@ -419,6 +419,7 @@ impl ActorClient {
         }
         if !batch.tasks.is_empty() {
             let _ = tasks.send(&batch);
+            raylet_common::hop_probe::mark(raylet_common::hop_probe::Hop::CallerWrote);
         }
     }
 
@@ -532,6 +533,7 @@ impl ActorClient {
                 let (tasks, mut inbound) = client.owner.ctx.links.workers.task_stream(address.clone()).await?;
                 client.stream_opened(id, tasks);
                 while let Some(batch) = inbound.next().await.transpose()? {
+                    raylet_common::hop_probe::mark(raylet_common::hop_probe::Hop::CallerRead);
                     if client.owner.ctx.log_to_driver {
                         print_log_lines(pid, node_id, &batch.logs);
                     }
@@ -563,7 +565,9 @@ impl ActorClient {
             return;
         }
         self.owner.absorb_items(events.items);
-        for finished in complete_values(&self.owner, events.results) {
+        let finished = complete_values(&self.owner, events.results);
+        raylet_common::hop_probe::mark(raylet_common::hop_probe::Hop::CallerStored);
+        for finished in finished {
             let Some(index) = state.in_flight.iter().position(|call| call.task_id == finished.task_id) else {
                 continue;
             };

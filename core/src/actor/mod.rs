@@ -87,6 +87,7 @@ impl Cluster {
         args: Result<Vec<Arg>, TaskError>,
         shape: CallShape,
     ) -> (TaskId, Vec<AnyObjectRef>) {
+        raylet_common::hop_probe::mark(raylet_common::hop_probe::Hop::CallerSubmits);
         let core = self.core();
         let task_id = TaskId::random();
         let permit = self.admit_pending();

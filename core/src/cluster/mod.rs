@@ -197,6 +197,7 @@ impl Cluster {
     /// Queues a task with the submitter; its return objects (and a
     /// generator's stream) exist before it is sent.
     fn enqueue_task(&self, options: TaskOptions, args: Vec<Arg>) -> Result<(TaskId, Vec<AnyObjectRef>)> {
+        raylet_common::hop_probe::mark(raylet_common::hop_probe::Hop::CallerSubmits);
         let class = SchedulingClass {
             demand: options.demand()?,
             scheduling: options.scheduling.to_scheduling()?,
@@ -309,9 +310,13 @@ impl Cluster {
     /// Waits for the object and returns its value, or its task's error.
     pub fn get<T: DeserializeOwned>(&self, object: &ObjectRef<T>) -> Result<T> {
         let outcome = self.core().wait_outcome_blocking(object.as_untyped(), None)?;
-        self.core()
+        raylet_common::hop_probe::mark(raylet_common::hop_probe::Hop::CallerWoke);
+        let value = self
+            .core()
             .shared_objects
-            .decode_blocking(object.as_untyped().raw(), outcome.expect("waiting without a timeout"))
+            .decode_blocking(object.as_untyped().raw(), outcome.expect("waiting without a timeout"));
+        raylet_common::hop_probe::mark(raylet_common::hop_probe::Hop::CallerGot);
+        value
     }
 
     /// Like [`Cluster::get`], but fails with `Error::GetTimeout` after `timeout`.

@@ -41,12 +41,15 @@ pub(super) fn connect_worker(
                     if outlet.send(&batch).is_err() {
                         return;
                     }
+                    raylet_common::hop_probe::mark(raylet_common::hop_probe::Hop::CallerWrote);
                 }
             });
             while let Some(batch) = inbound.next().await {
                 let batch = batch?;
+                raylet_common::hop_probe::mark(raylet_common::hop_probe::Hop::CallerRead);
                 owner.absorb_items(batch.items);
                 let finished = complete_values(&owner, batch.results);
+                raylet_common::hop_probe::mark(raylet_common::hop_probe::Hop::CallerStored);
                 let _ = events.send(SubmitterEvent::Results {
                     worker,
                     lease,

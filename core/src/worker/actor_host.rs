@@ -134,6 +134,7 @@ impl FinishedCalls {
                 results,
                 ..WorkerEvents::default()
             });
+            raylet_common::hop_probe::mark(raylet_common::hop_probe::Hop::WorkerWrote);
         }
         self.count = 0;
     }

@@ -58,6 +58,7 @@ pub(crate) async fn run_task(
             Err(error) => Err(error),
         }
     };
+    raylet_common::hop_probe::mark(raylet_common::hop_probe::Hop::WorkerRan);
     let values = match outcome {
         Ok(returned) => hand_over_all(context, &spec, returned, results).await,
         Err(error) => Err(error),
@@ -179,7 +180,9 @@ fn construct_actor(
 /// Runs one queued actor call; its result goes to its caller's stream.
 pub(crate) async fn run_call(context: Arc<WorkerContext>, call: QueuedCall) -> (TaskResult, ResultSender) {
     let QueuedCall { spec, results } = call;
+    raylet_common::hop_probe::mark(raylet_common::hop_probe::Hop::WorkerDequeued);
     let args = super::args::resolve_args(&context, &spec).await;
+    raylet_common::hop_probe::mark(raylet_common::hop_probe::Hop::WorkerArgsReady);
     (run_task(&context, spec, args, &results).await, results)
 }
 

@@ -59,7 +59,9 @@ async fn run_stream(context: Arc<WorkerContext>, inbound: TaskReader, results: e
     let reader = tokio::spawn(read_batches(context.clone(), inbound, queued, results.clone()));
     let mut finished = Vec::new();
     while let Some(spec) = queue.recv().await {
+        raylet_common::hop_probe::mark(raylet_common::hop_probe::Hop::WorkerDequeued);
         let args = resolve_args(&context, &spec).await;
+        raylet_common::hop_probe::mark(raylet_common::hop_probe::Hop::WorkerArgsReady);
         finished.push(executor::run_task(&context, spec, args, &results).await);
         if finished.len() >= MAX_RESULTS_PER_MESSAGE || queue.is_empty() {
             let events = WorkerEvents {
@@ -69,6 +71,7 @@ async fn run_stream(context: Arc<WorkerContext>, inbound: TaskReader, results: e
             if results.send(&events).is_err() {
                 break;
             }
+            raylet_common::hop_probe::mark(raylet_common::hop_probe::Hop::WorkerWrote);
         }
     }
     reader.abort();
@@ -84,6 +87,7 @@ async fn read_batches(
     results: executor::ResultSender,
 ) {
     while let Ok(Some(batch)) = inbound.message().await {
+        raylet_common::hop_probe::mark(raylet_common::hop_probe::Hop::WorkerRead);
         for cancel in batch.cancel {
             if let Ok(task_id) = TaskId::from_wire(&cancel.task_id) {
                 context.cancel(task_id);
