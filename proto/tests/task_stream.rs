@@ -8,24 +8,17 @@ use std::time::Duration;
 
 use prost::Message;
 use raylet_common::auth::AuthToken;
-use raylet_proto::task_stream::{self, TaskReader};
-use raylet_proto::v1::{TaskBatch, TaskSpec, TaskStreamHello, TaskStreamWelcome, WorkerEvents};
+use raylet_proto::task_stream::{self, StreamSocket, TaskReader};
+use raylet_proto::v1::{TaskStreamHello, TaskStreamWelcome, WorkerEvents};
 use raylet_proto::{Error, PROTOCOL_VERSION};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
-const PATIENCE: Duration = Duration::from_secs(2);
+mod support;
 
-fn batch(function: &str, payload: usize) -> TaskBatch {
-    TaskBatch {
-        tasks: vec![TaskSpec {
-            function: function.to_string(),
-            task_id: vec![7; payload],
-            ..TaskSpec::default()
-        }],
-        ..TaskBatch::default()
-    }
-}
+use support::batch;
+
+const PATIENCE: Duration = Duration::from_secs(2);
 
 /// A listener and the result of admitting the first stream opened on it.
 async fn listen(token: &AuthToken) -> (String, tokio::task::JoinHandle<raylet_proto::Result<TaskReader>>) {
@@ -34,7 +27,7 @@ async fn listen(token: &AuthToken) -> (String, tokio::task::JoinHandle<raylet_pr
     let token = token.clone();
     let accepted = tokio::spawn(async move {
         let (socket, _) = listener.accept().await.unwrap();
-        let (tasks, _results) = task_stream::accept(socket, &token).await?;
+        let (tasks, _results) = task_stream::accept(StreamSocket::Tcp(socket), &token).await?;
         Ok(tasks)
     });
     (address, accepted)
@@ -86,7 +79,9 @@ async fn results_come_back_on_the_same_stream() {
     let worker_token = token.clone();
     tokio::spawn(async move {
         let (socket, _) = listener.accept().await.unwrap();
-        let (mut tasks, results) = task_stream::accept(socket, &worker_token).await.unwrap();
+        let (mut tasks, results) = task_stream::accept(StreamSocket::Tcp(socket), &worker_token)
+            .await
+            .unwrap();
         while let Some(batch) = tasks.message().await.unwrap() {
             let echoed = WorkerEvents {
                 logs: vec![raylet_proto::v1::LogLine {

@@ -2,13 +2,18 @@
 //! echoes a 64-byte message back over a Unix socket or loopback TCP, or
 //! answers through a word of shared memory with futex wake-ups, with
 //! nothing else in the way, so that every call row reads as a fraction of
-//! one of these round trips, measured in the same run.
+//! one of these round trips, measured in the same run. The Unix socket is
+//! measured twice: each side sleeping in `read` at once, and each side
+//! polling for [`task_stream::SPIN`] first, as same-node task streams do.
 
 use std::io;
 use std::net::{TcpListener, TcpStream};
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream;
 use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+use raylet_proto::task_stream;
 
 use super::{Metric, metric};
 
@@ -20,15 +25,22 @@ pub(super) fn ping_pong_metrics() -> Vec<Metric<'static>> {
     vec![
         round_trips("ping-pong round trips, Unix socket (the machine)", || {
             let (ours, theirs) = UnixStream::pair()?;
-            SocketPeer::fork(ours.into(), theirs.into())
+            SocketPeer::fork(ours.into(), theirs.into(), Duration::ZERO)
         }),
+        round_trips(
+            "ping-pong round trips, Unix socket polled 50 us before sleeping (the machine)",
+            || {
+                let (ours, theirs) = UnixStream::pair()?;
+                SocketPeer::fork(ours.into(), theirs.into(), task_stream::SPIN)
+            },
+        ),
         round_trips("ping-pong round trips, loopback TCP (the machine)", || {
             let listener = TcpListener::bind("127.0.0.1:0")?;
             let ours = TcpStream::connect(listener.local_addr()?)?;
             let (theirs, _) = listener.accept()?;
             ours.set_nodelay(true)?;
             theirs.set_nodelay(true)?;
-            SocketPeer::fork(ours.into(), theirs.into())
+            SocketPeer::fork(ours.into(), theirs.into(), Duration::ZERO)
         }),
         futex_round_trips(),
     ]
@@ -54,10 +66,12 @@ fn round_trips(name: &str, start: impl Fn() -> io::Result<SocketPeer> + 'static)
 struct SocketPeer {
     socket: OwnedFd,
     child: libc::pid_t,
+    /// How long each side polls for the answer before it sleeps.
+    spin: Duration,
 }
 
 impl SocketPeer {
-    fn fork(ours: OwnedFd, theirs: OwnedFd) -> io::Result<SocketPeer> {
+    fn fork(ours: OwnedFd, theirs: OwnedFd, spin: Duration) -> io::Result<SocketPeer> {
         // SAFETY: the child calls only read, write and _exit, which are
         // async-signal-safe, so the locks other threads held at the fork
         // do not matter to it.
@@ -65,16 +79,20 @@ impl SocketPeer {
             -1 => Err(io::Error::last_os_error()),
             0 => {
                 drop(ours);
-                echo(theirs.as_raw_fd())
+                echo(theirs.as_raw_fd(), spin)
             }
-            child => Ok(SocketPeer { socket: ours, child }),
+            child => Ok(SocketPeer {
+                socket: ours,
+                child,
+                spin,
+            }),
         }
     }
 
     fn round_trip(&self) -> io::Result<()> {
         let mut message = [7u8; MESSAGE];
         transfer(self.socket.as_raw_fd(), &mut message, Direction::Write)?;
-        transfer(self.socket.as_raw_fd(), &mut message, Direction::Read)
+        transfer(self.socket.as_raw_fd(), &mut message, Direction::Read(self.spin))
     }
 }
 
@@ -89,9 +107,9 @@ impl Drop for SocketPeer {
 
 /// The child's loop: reads a message and writes it back, until the socket
 /// closes; never returns.
-fn echo(socket: i32) -> ! {
+fn echo(socket: i32, spin: Duration) -> ! {
     let mut message = [0u8; MESSAGE];
-    while transfer(socket, &mut message, Direction::Read).is_ok()
+    while transfer(socket, &mut message, Direction::Read(spin)).is_ok()
         && transfer(socket, &mut message, Direction::Write).is_ok()
     {}
     // SAFETY: ends the forked child without running the parent's exit handlers.
@@ -100,19 +118,24 @@ fn echo(socket: i32) -> ! {
 
 #[derive(Clone, Copy)]
 enum Direction {
-    Read,
+    /// Reading, polling for this long before sleeping in `read`.
+    Read(Duration),
     Write,
 }
 
 /// Reads or writes all of `message` on `socket` with plain system calls.
 fn transfer(socket: i32, message: &mut [u8; MESSAGE], direction: Direction) -> io::Result<()> {
+    let started = Instant::now();
     let mut done = 0;
     while done < MESSAGE {
         let rest = &mut message[done..];
         // SAFETY: `rest` is valid for its length, for reading or writing.
         let count = unsafe {
             match direction {
-                Direction::Read => libc::read(socket, rest.as_mut_ptr().cast(), rest.len()),
+                Direction::Read(spin) if started.elapsed() < spin => {
+                    libc::recv(socket, rest.as_mut_ptr().cast(), rest.len(), libc::MSG_DONTWAIT)
+                }
+                Direction::Read(_) => libc::read(socket, rest.as_mut_ptr().cast(), rest.len()),
                 Direction::Write => libc::write(socket, rest.as_ptr().cast(), rest.len()),
             }
         };
@@ -120,7 +143,7 @@ fn transfer(socket: i32, message: &mut [u8; MESSAGE], direction: Direction) -> i
             0 => return Err(io::ErrorKind::UnexpectedEof.into()),
             count if count < 0 => {
                 let error = io::Error::last_os_error();
-                if error.kind() != io::ErrorKind::Interrupted {
+                if !matches!(error.kind(), io::ErrorKind::Interrupted | io::ErrorKind::WouldBlock) {
                     return Err(error);
                 }
             }

@@ -16,7 +16,6 @@ use std::future::Future;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, Weak};
 
-use futures_util::StreamExt;
 use raylet_proto::v1::actor_service_client::ActorServiceClient;
 use raylet_proto::v1::{
     ActorDeathKind, ActorRecord, ActorState, OwnerSessionEvent, OwnerSessionMessage, TaskBatch, TaskKind, TaskSpec,
@@ -28,8 +27,8 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use super::watch::ActorWatch;
 use crate::context::Context;
-use crate::links::TaskOutlet;
 use crate::links::head_retry::retrying;
+use crate::links::{EventHandler, TaskOutlet};
 use crate::objects::lent_objects::lend_contained;
 use crate::objects::object_ref::handle::AnyObjectRef;
 use crate::objects::owner::Owner;
@@ -528,27 +527,35 @@ impl ActorClient {
             },
         });
         let client = self.clone();
-        self.owner.ctx.runtime.spawn(async move {
-            let streamed = async {
-                let (tasks, mut inbound) = client.owner.ctx.links.workers.task_stream(address.clone()).await?;
-                client.stream_opened(id, tasks);
-                while let Some(batch) = inbound.next().await.transpose()? {
-                    raylet_common::hop_probe::mark(raylet_common::hop_probe::Hop::CallerRead);
-                    if client.owner.ctx.log_to_driver {
-                        print_log_lines(pid, node_id, &batch.logs);
-                    }
-                    client.on_results(id, batch);
+        let reader = self.clone();
+        let handler: EventHandler = Box::new(move |batch| match batch {
+            Ok(Some(batch)) => {
+                raylet_common::hop_probe::mark(raylet_common::hop_probe::Hop::CallerRead);
+                if reader.owner.ctx.log_to_driver {
+                    print_log_lines(pid, node_id, &batch.logs);
                 }
-                Ok::<_, Error>(())
-            };
-            if let Err(error) = streamed.await {
-                tracing::debug!(%address, %error, "an actor's task stream ended");
+                reader.on_results(id, batch);
             }
-            let mut state = client.state();
-            if state.connection.as_ref().is_some_and(|c| c.id == id) {
-                state.connection = None;
+            ended => reader.stream_ended(id, ended.err().map(Error::from)),
+        });
+        self.owner.ctx.runtime.spawn(async move {
+            match client.owner.ctx.links.workers.task_stream(address, handler).await {
+                Ok(tasks) => client.stream_opened(id, tasks),
+                Err(error) => client.stream_ended(id, Some(error)),
             }
         });
+    }
+
+    /// The stream of connection `connection` ended, or did not open: the
+    /// actor's record says what comes next.
+    fn stream_ended(&self, connection: u64, error: Option<Error>) {
+        if let Some(error) = error {
+            tracing::debug!(actor = %self.actor, %error, "an actor's task stream ended");
+        }
+        let mut state = self.state();
+        if state.connection.as_ref().is_some_and(|c| c.id == connection) {
+            state.connection = None;
+        }
     }
 
     fn stream_opened(&self, connection: u64, tasks: Box<dyn TaskOutlet>) {

@@ -11,13 +11,13 @@ use raylet_proto::v1::head_service_client::HeadServiceClient;
 use raylet_proto::v1::node_manager_service_client::NodeManagerServiceClient;
 use raylet_proto::v1::{
     ActorWatchEvent, GetWorkerExitRequest, LeaseSessionEvent, LeaseSessionRequest, TaskBatch, WatchActorRequest,
-    WatchNodeDeathsRequest, WorkerEvents, WorkerExit,
+    WatchNodeDeathsRequest, WorkerExit,
 };
 use raylet_proto::{NodeId, WorkerId};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use super::{HeadLink, Incoming, Links, NodeDeath, NodeManagerLink, Reply, TaskOutlet, WorkerLink};
+use super::{EventHandler, HeadLink, Incoming, Links, NodeDeath, NodeManagerLink, Reply, TaskOutlet, WorkerLink};
 use crate::links::channels::Channels;
 
 /// A leased worker listens already when its lease is granted.
@@ -102,19 +102,12 @@ impl HeadLink for GrpcLinks {
 }
 
 impl WorkerLink for GrpcLinks {
-    fn task_stream(&self, address: String) -> Reply<(Box<dyn TaskOutlet>, Incoming<WorkerEvents>)> {
+    fn task_stream(&self, address: String, events: EventHandler) -> Reply<Box<dyn TaskOutlet>> {
         let channels = self.channels.clone();
         Box::pin(async move {
-            let (tasks, events) = task_stream::open(&address, channels.token(), WORKER_CONNECT_PATIENCE).await?;
-            let events = stream::unfold(Some(events), |reader| async move {
-                let mut reader = reader?;
-                match reader.message().await {
-                    Ok(Some(message)) => Some((Ok(message), Some(reader))),
-                    Ok(None) => None,
-                    Err(error) => Some((Err(error.into()), None)),
-                }
-            });
-            Ok((Box::new(tasks) as Box<dyn TaskOutlet>, events.boxed()))
+            let (tasks, reader) = task_stream::open(&address, channels.token(), WORKER_CONNECT_PATIENCE).await?;
+            reader.deliver(events);
+            Ok(Box::new(tasks) as Box<dyn TaskOutlet>)
         })
     }
 }

@@ -75,9 +75,15 @@ pub(crate) trait TaskOutlet: Send + Sync {
     fn send(&self, batch: &TaskBatch) -> std::result::Result<(), StreamClosed>;
 }
 
-/// Reaching a worker's task stream: tasks out, results in.
+/// What a task stream's reader does with each batch of a worker's events,
+/// then once with the stream's end: `Ok(None)`, or why it failed. It runs
+/// where the stream is read (for a worker on this machine, the same-node
+/// reader thread), so it must not block.
+pub(crate) type EventHandler = raylet_proto::task_stream::EventHandler<WorkerEvents>;
+
+/// Reaching a worker's task stream: tasks out, results to `events`.
 pub(crate) trait WorkerLink: Send + Sync {
-    fn task_stream(&self, address: String) -> Reply<(Box<dyn TaskOutlet>, Incoming<WorkerEvents>)>;
+    fn task_stream(&self, address: String, events: EventHandler) -> Reply<Box<dyn TaskOutlet>>;
 }
 
 /// The links a process's core reaches the cluster through.

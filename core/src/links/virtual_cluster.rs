@@ -21,7 +21,7 @@ use raylet_proto::{ActorId, JobId, NodeId, ObjectId, TaskId, WorkerId};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
-use super::{HeadLink, Incoming, Links, NodeDeath, NodeManagerLink, Reply, TaskOutlet, WorkerLink};
+use super::{EventHandler, HeadLink, Incoming, Links, NodeDeath, NodeManagerLink, Reply, TaskOutlet, WorkerLink};
 use crate::core_worker::{CoreSettings, CoreWorker};
 use crate::observability::task_events::Placement;
 use crate::submitter::{Submitter, SubmitterEvent};
@@ -104,17 +104,26 @@ impl HeadLink for VirtualLinks {
 }
 
 impl WorkerLink for VirtualLinks {
-    fn task_stream(&self, address: String) -> Reply<(Box<dyn TaskOutlet>, Incoming<WorkerEvents>)> {
+    fn task_stream(&self, address: String, mut handler: EventHandler) -> Reply<Box<dyn TaskOutlet>> {
         let (outlet, batches) = mpsc::unbounded_channel();
-        let (events, incoming) = test_held();
+        let (events, mut incoming) = test_held();
         let _ = self.opened.send(Opened::Stream {
             address,
             batches,
             events,
         });
+        tokio::spawn(async move {
+            while let Some(event) = incoming.next().await {
+                match event {
+                    Ok(events) => handler(Ok(Some(events))),
+                    Err(error) => return handler(Err(raylet_proto::Error::Unavailable(error.to_string()))),
+                }
+            }
+            handler(Ok(None));
+        });
         Box::pin(async move {
             let outlet: Box<dyn TaskOutlet> = Box::new(outlet);
-            Ok((outlet, incoming))
+            Ok(outlet)
         })
     }
 }

@@ -4,6 +4,7 @@
 //! and no borrowing process refers to it any more; a freed object that
 //! lives in a node's store is handed to the deleter.
 
+use raylet_proto::task_stream;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
@@ -283,8 +284,18 @@ impl MemoryStore {
         }
     }
 
-    /// Blocks until the object is finished or `deadline` passes.
+    /// Blocks until the object is finished or `deadline` passes. A
+    /// result that comes back on the same-node stream this thread last sent
+    /// a call on is read here for a moment first (see
+    /// [`task_stream::read_last_sent_until`]), before this thread sleeps.
     pub fn wait_blocking(&self, id: ObjectId, deadline: Option<Instant>) -> Result<Option<Outcome>> {
+        let spin = deadline.map_or(task_stream::SPIN, |deadline| {
+            deadline
+                .saturating_duration_since(Instant::now())
+                .min(task_stream::SPIN)
+        });
+        let finished = || !matches!(self.objects().get(&id).map(|e| &e.slot), Some(Slot::Pending(_)));
+        task_stream::read_last_sent_until(&finished, spin);
         let mut objects = self.objects();
         loop {
             match objects.get(&id).map(|e| &e.slot) {

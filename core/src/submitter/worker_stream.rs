@@ -6,12 +6,12 @@
 
 use std::sync::Arc;
 
-use futures_util::StreamExt;
 use raylet_proto::v1::{self, TaskBatch, WorkerExit, WorkerExitKind};
 use raylet_proto::{NodeId, ObjectId, TaskId, WorkerId};
 use tokio::sync::mpsc;
 
 use super::events::{SubmitterEvent, TaskFinished};
+use crate::links::EventHandler;
 use crate::objects::owner::Owner;
 use crate::observability::task_events::Ending;
 use crate::value::Outcome;
@@ -28,44 +28,61 @@ pub(super) fn connect_worker(
 ) -> mpsc::UnboundedSender<TaskBatch> {
     // At most PIPELINE_DEPTH tasks are sent ahead to a worker.
     let (tasks, mut outbound) = mpsc::unbounded_channel::<TaskBatch>();
-    let opening = owner.ctx.links.workers.task_stream(address);
+    let opening = owner
+        .ctx
+        .links
+        .workers
+        .task_stream(address, results_handler(owner.clone(), events.clone(), (worker, lease)));
     tokio::spawn(async move {
-        let result: crate::Result<()> = async {
-            let (outlet, mut inbound) = opening.await?;
-            tokio::spawn(async move {
-                while let Some(mut batch) = outbound.recv().await {
-                    while let Ok(more) = outbound.try_recv() {
-                        batch.tasks.extend(more.tasks);
-                        batch.cancel.extend(more.cancel);
-                    }
-                    if outlet.send(&batch).is_err() {
-                        return;
-                    }
-                    raylet_common::hop_probe::mark(raylet_common::hop_probe::Hop::CallerWrote);
-                }
-            });
-            while let Some(batch) = inbound.next().await {
-                let batch = batch?;
-                raylet_common::hop_probe::mark(raylet_common::hop_probe::Hop::CallerRead);
-                owner.absorb_items(batch.items);
-                let finished = complete_values(&owner, batch.results);
-                raylet_common::hop_probe::mark(raylet_common::hop_probe::Hop::CallerStored);
-                let _ = events.send(SubmitterEvent::Results {
-                    worker,
-                    lease,
-                    finished,
-                    logs: batch.logs,
-                });
+        let outlet = match opening.await {
+            Ok(outlet) => outlet,
+            Err(error) => {
+                tracing::debug!(%worker, %error, "worker stream did not open");
+                let _ = events.send(SubmitterEvent::WorkerStreamClosed { worker, lease });
+                return;
             }
-            Ok(())
+        };
+        while let Some(mut batch) = outbound.recv().await {
+            while let Ok(more) = outbound.try_recv() {
+                batch.tasks.extend(more.tasks);
+                batch.cancel.extend(more.cancel);
+            }
+            if outlet.send(&batch).is_err() {
+                return;
+            }
+            raylet_common::hop_probe::mark(raylet_common::hop_probe::Hop::CallerWrote);
         }
-        .await;
-        if let Err(error) = result {
-            tracing::debug!(%worker, %error, "worker stream ended");
-        }
-        let _ = events.send(SubmitterEvent::WorkerStreamClosed { worker, lease });
     });
     tasks
+}
+
+/// Stores each result as it arrives and tells the submitter; tells it too
+/// when the stream ends.
+fn results_handler(
+    owner: Arc<Owner>,
+    events: mpsc::UnboundedSender<SubmitterEvent>,
+    (worker, lease): (WorkerId, u64),
+) -> EventHandler {
+    Box::new(move |batch| match batch {
+        Ok(Some(batch)) => {
+            raylet_common::hop_probe::mark(raylet_common::hop_probe::Hop::CallerRead);
+            owner.absorb_items(batch.items);
+            let finished = complete_values(&owner, batch.results);
+            raylet_common::hop_probe::mark(raylet_common::hop_probe::Hop::CallerStored);
+            let _ = events.send(SubmitterEvent::Results {
+                worker,
+                lease,
+                finished,
+                logs: batch.logs,
+            });
+        }
+        ended => {
+            if let Err(error) = ended {
+                tracing::debug!(%worker, %error, "worker stream ended");
+            }
+            let _ = events.send(SubmitterEvent::WorkerStreamClosed { worker, lease });
+        }
+    })
 }
 
 /// Decodes results, reports how each attempt ended, and stores values (all

@@ -90,7 +90,10 @@ pub(crate) fn run(bootstrap: WorkerBootstrap) -> i32 {
         .thread_name("raylet-worker")
         .enable_all()
         .build();
-    let task_thread = tokio::runtime::Builder::new_current_thread().enable_all().build();
+    let task_thread = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .on_thread_park(raylet_proto::task_stream::spin_before_parking)
+        .build();
     let (cluster_thread, task_thread) = match (cluster_thread, task_thread) {
         (Ok(cluster), Ok(tasks)) => (cluster, tasks),
         (Err(error), _) | (_, Err(error)) => {
@@ -125,7 +128,7 @@ pub(crate) fn run(bootstrap: WorkerBootstrap) -> i32 {
 async fn start(
     bootstrap: WorkerBootstrap,
     runtime: tokio::runtime::Handle,
-) -> Result<(Arc<WorkerContext>, AuthToken, std::net::TcpListener)> {
+) -> Result<(Arc<WorkerContext>, AuthToken, service::TaskListeners)> {
     let token = AuthToken::parse(&bootstrap.token)?;
     let worker_id: WorkerId = bootstrap.worker_id.parse()?;
     let node_id: NodeId = bootstrap.node_id.parse()?;
@@ -133,8 +136,7 @@ async fn start(
         .bind_ip
         .parse()
         .map_err(|e| Error::Cluster(raylet_proto::Error::InvalidArgument(format!("bind ip: {e}"))))?;
-    let task_listener = std::net::TcpListener::bind(SocketAddr::new(ip, 0))?;
-    task_listener.set_nonblocking(true)?;
+    let task_listeners = service::TaskListeners::bind(ip)?;
     let owner_listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, 0)).await?;
 
     // One message per change of the blocked or owning state, which the
@@ -196,14 +198,14 @@ async fn start(
 
     let register = RegisterWorker {
         worker_id: worker_id.as_bytes().to_vec(),
-        address: task_listener.local_addr()?.to_string(),
+        address: task_listeners.address()?.to_string(),
         pid: std::process::id(),
     };
     let _ = session.send(WorkerSessionMessage {
         kind: Some(SessionKind::Register(register)),
     });
     join_node_manager(&core, session_outbound).await?;
-    Ok((context, token, task_listener))
+    Ok((context, token, task_listeners))
 }
 
 /// Serves the objects this worker owns, on the cluster thread.

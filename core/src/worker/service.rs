@@ -4,12 +4,14 @@
 //! this worker hosts go to the actor's queue instead, which answers on the
 //! caller's stream.
 
+use std::net::{IpAddr, SocketAddr};
 use std::sync::Arc;
 use std::time::Duration;
 
 use raylet_common::auth::AuthToken;
 use raylet_proto::TaskId;
-use raylet_proto::task_stream::{self, TaskReader};
+use raylet_proto::local_socket;
+use raylet_proto::task_stream::{self, StreamSocket, TaskReader};
 use raylet_proto::v1::{TaskSpec, WorkerEvents};
 use tokio::sync::mpsc;
 
@@ -18,17 +20,65 @@ use super::actor_host::not_hosted;
 use super::args::resolve_args;
 use super::executor;
 
-/// Serves the task streams that owners open on `listener`, each on a task
+/// Where owners open task streams: a TCP port, and beside it, for owners
+/// on this machine, a Unix socket named after it (none with TLS, or where
+/// the machine's socket folder is unsound).
+pub(super) struct TaskListeners {
+    tcp: std::net::TcpListener,
+    unix: Option<std::os::unix::net::UnixListener>,
+}
+
+impl TaskListeners {
+    pub(super) fn bind(ip: IpAddr) -> crate::Result<Self> {
+        let tcp = std::net::TcpListener::bind(SocketAddr::new(ip, 0))?;
+        tcp.set_nonblocking(true)?;
+        let unix = match raylet_common::tls::current()? {
+            Some(_) => None,
+            None => bind_local(tcp.local_addr()?),
+        };
+        Ok(TaskListeners { tcp, unix })
+    }
+
+    /// The TCP address owners are told.
+    pub(super) fn address(&self) -> crate::Result<SocketAddr> {
+        Ok(self.tcp.local_addr()?)
+    }
+}
+
+/// The Unix socket beside the TCP port `address`, in place of one a dead
+/// worker left.
+fn bind_local(address: SocketAddr) -> Option<std::os::unix::net::UnixListener> {
+    let path = local_socket::socket_for(address)?;
+    let _ = std::fs::remove_file(&path);
+    let bound = std::os::unix::net::UnixListener::bind(&path).and_then(|listener| {
+        listener.set_nonblocking(true)?;
+        Ok(listener)
+    });
+    match bound {
+        Ok(listener) => Some(listener),
+        Err(error) => {
+            tracing::warn!(path = %path.display(), %error, "task streams from this machine take TCP");
+            None
+        }
+    }
+}
+
+/// Serves the task streams that owners open on `listeners`, each on a task
 /// of its own.
 pub(super) async fn serve(
     context: Arc<WorkerContext>,
     token: AuthToken,
-    listener: std::net::TcpListener,
+    listeners: TaskListeners,
 ) -> crate::Result<()> {
-    let listener = tokio::net::TcpListener::from_std(listener)?;
+    let tcp = tokio::net::TcpListener::from_std(listeners.tcp)?;
+    let unix = listeners.unix.map(tokio::net::UnixListener::from_std).transpose()?;
     loop {
-        let socket = match listener.accept().await {
-            Ok((socket, _)) => socket,
+        let accepted = tokio::select! {
+            accepted = tcp.accept() => accepted.map(|(socket, _)| StreamSocket::Tcp(socket)),
+            accepted = accept_local(unix.as_ref()) => accepted.map(StreamSocket::Unix),
+        };
+        let socket = match accepted {
+            Ok(socket) => socket,
             Err(error) => {
                 tracing::warn!(%error, "cannot accept a task stream");
                 tokio::time::sleep(Duration::from_millis(100)).await;
@@ -42,6 +92,14 @@ pub(super) async fn serve(
                 Err(error) => tracing::debug!(%error, "a task stream was refused"),
             }
         });
+    }
+}
+
+/// The next connection on the Unix socket; never, without one.
+async fn accept_local(listener: Option<&tokio::net::UnixListener>) -> std::io::Result<tokio::net::UnixStream> {
+    match listener {
+        Some(listener) => listener.accept().await.map(|(socket, _)| socket),
+        None => std::future::pending().await,
     }
 }
 

@@ -1,0 +1,89 @@
+//! Where a worker's task stream also listens on a Unix socket, for callers
+//! on the same machine: a folder of the machine's temporary directory, one
+//! per user and network namespace (so that hosts simulated in namespaces
+//! stay apart), made by the first process that needs it with mode 0700 so
+//! that only the cluster's user can connect. A socket is named after the
+//! TCP address of the same worker, which no other live process of the
+//! namespace holds; a caller that finds none there, or whose connect is
+//! refused (a worker that died), opens the stream over TCP.
+
+use std::fs::DirBuilder;
+use std::io;
+use std::net::SocketAddr;
+use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+/// The longest path a Unix socket address holds on Linux.
+const MAX_SOCKET_PATH: usize = 107;
+
+/// The same-node socket of the worker whose task stream listens on
+/// `address`, if the folder for this user and namespace is sound; `None`
+/// means TCP only.
+pub fn socket_for(address: SocketAddr) -> Option<PathBuf> {
+    let folder = folder().ok()?;
+    let path = folder.join(format!("{}_{}.sock", address.ip(), address.port()));
+    (path.as_os_str().len() <= MAX_SOCKET_PATH).then_some(path)
+}
+
+/// The folder for this user and network namespace, made if missing; an
+/// error if it exists with another owner or more permissions than 0700,
+/// which another user could have set up to listen in.
+fn folder() -> io::Result<PathBuf> {
+    // SAFETY: getuid has no preconditions and cannot fail.
+    let uid = unsafe { libc::getuid() };
+    let namespace = std::fs::metadata("/proc/self/ns/net")?.ino();
+    let folder = std::env::temp_dir().join(format!("raylet-{uid}-net{namespace}"));
+    match DirBuilder::new().mode(0o700).create(&folder) {
+        Ok(()) => {}
+        Err(error) if error.kind() == io::ErrorKind::AlreadyExists => {}
+        Err(error) => return Err(error),
+    }
+    check_private(&folder, uid)?;
+    Ok(folder)
+}
+
+fn check_private(folder: &Path, uid: u32) -> io::Result<()> {
+    let metadata = std::fs::symlink_metadata(folder)?;
+    let mode = metadata.permissions().mode() & 0o777;
+    if !metadata.is_dir() || metadata.uid() != uid || mode != 0o700 {
+        return Err(io::Error::new(
+            io::ErrorKind::PermissionDenied,
+            format!(
+                "{} is not a folder of user {uid} with mode 0700 (uid {}, mode {mode:o})",
+                folder.display(),
+                metadata.uid()
+            ),
+        ));
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_workers_socket_is_named_after_its_tcp_address_in_a_private_folder() {
+        let path = socket_for("127.0.0.1:4567".parse().unwrap()).unwrap();
+        assert!(path.ends_with("127.0.0.1_4567.sock"), "{}", path.display());
+        let folder = path.parent().unwrap();
+        let mode = std::fs::metadata(folder).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o700);
+    }
+
+    #[test]
+    fn a_folder_others_may_enter_is_refused() {
+        let dir = tempfile::tempdir().unwrap();
+        let folder = dir.path().join("shared");
+        DirBuilder::new().mode(0o755).create(&folder).unwrap();
+        std::fs::set_permissions(&folder, std::fs::Permissions::from_mode(0o755)).unwrap();
+        // SAFETY: getuid has no preconditions.
+        let uid = unsafe { libc::getuid() };
+        let refused = check_private(&folder, uid).unwrap_err();
+        assert_eq!(refused.kind(), io::ErrorKind::PermissionDenied);
+        assert!(refused.to_string().contains("mode 755"), "{refused}");
+        std::fs::set_permissions(&folder, std::fs::Permissions::from_mode(0o700)).unwrap();
+        check_private(&folder, uid).unwrap();
+        assert!(check_private(&folder, uid + 1).is_err());
+    }
+}
