@@ -239,7 +239,7 @@ pub fn read_last_sent_until(done: &dyn Fn() -> bool, spin: Duration) -> bool {
         open = delivery
             .as_mut()
             .is_some_and(|delivery| delivery.on_readable(&stream.socket));
-        std::hint::spin_loop();
+        std::thread::yield_now();
     };
     if !open {
         *delivery = None;
