@@ -5,7 +5,8 @@
 //! that only the cluster's user can connect. A socket is named after the
 //! TCP address of the same worker, which no other live process of the
 //! namespace holds; a caller that finds none there, or whose connect is
-//! refused (a worker that died), opens the stream over TCP.
+//! refused (a worker that died), opens the stream over TCP. The node
+//! manager removes a worker's socket file once the worker has exited.
 
 use std::fs::DirBuilder;
 use std::io;
@@ -23,6 +24,19 @@ pub fn socket_for(address: SocketAddr) -> Option<PathBuf> {
     let folder = folder().ok()?;
     let path = folder.join(format!("{}_{}.sock", address.ip(), address.port()));
     (path.as_os_str().len() <= MAX_SOCKET_PATH).then_some(path)
+}
+
+/// Removes the socket file of the worker whose task stream listened on
+/// `address`, once it is gone (a worker killed cannot remove its own).
+pub fn remove_socket_of(address: &str) {
+    let Some(path) = address.parse().ok().and_then(socket_for) else {
+        return;
+    };
+    if let Err(error) = std::fs::remove_file(&path)
+        && error.kind() != io::ErrorKind::NotFound
+    {
+        tracing::debug!(path = %path.display(), %error, "a dead worker's socket file stays");
+    }
 }
 
 /// The folder for this user and network namespace, made if missing; an
@@ -69,6 +83,19 @@ mod tests {
         let folder = path.parent().unwrap();
         let mode = std::fs::metadata(folder).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o700);
+    }
+
+    #[test]
+    fn a_dead_workers_socket_file_is_removed_and_a_missing_one_is_no_error() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let path = socket_for(address).unwrap();
+        drop(std::os::unix::net::UnixListener::bind(&path).unwrap());
+        assert!(path.exists());
+        remove_socket_of(&address.to_string());
+        assert!(!path.exists());
+        remove_socket_of(&address.to_string());
+        remove_socket_of("not an address");
     }
 
     #[test]

@@ -204,7 +204,7 @@ async fn start(
     let _ = session.send(WorkerSessionMessage {
         kind: Some(SessionKind::Register(register)),
     });
-    join_node_manager(&core, session_outbound).await?;
+    join_node_manager(&core, session_outbound, task_listeners.address()?).await?;
     Ok((context, token, task_listeners))
 }
 
@@ -231,8 +231,13 @@ fn serve_objects(core: Arc<CoreWorker>, token: AuthToken, listener: tokio::net::
 
 /// Serves task streams on the main thread, which also runs the tasks.
 /// Opens the worker session with the node manager; the process exits when
-/// that session ends, so a worker never outlives its node or its driver.
-async fn join_node_manager(core: &CoreWorker, outbound: mpsc::UnboundedReceiver<WorkerSessionMessage>) -> Result<()> {
+/// that session ends (removing its same-node socket file), so a worker
+/// never outlives its node or its driver.
+async fn join_node_manager(
+    core: &CoreWorker,
+    outbound: mpsc::UnboundedReceiver<WorkerSessionMessage>,
+    task_address: SocketAddr,
+) -> Result<()> {
     let channel =
         raylet_proto::channel::connect(&core.ctx().node_manager, &core.ctx().token, NODE_MANAGER_PATIENCE).await?;
     let mut client = NodeManagerServiceClient::new(channel);
@@ -241,6 +246,7 @@ async fn join_node_manager(core: &CoreWorker, outbound: mpsc::UnboundedReceiver<
     inbound.message().await.map_err(raylet_proto::Error::from)?;
     tokio::spawn(async move {
         while let Ok(Some(_)) = inbound.message().await {}
+        raylet_proto::local_socket::remove_socket_of(&task_address.to_string());
         std::process::exit(0);
     });
     Ok(())

@@ -7,6 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use raylet_proto::WorkerId;
+use raylet_proto::local_socket;
 use raylet_proto::v1::WorkerExitKind;
 
 use super::worker_pool::{Worker, WorkerState};
@@ -76,6 +77,9 @@ impl LeaseManager {
             return;
         };
         tracing::debug!(%worker_id, pid = worker.pid, %description, "worker exited");
+        if let Some(address) = worker.state.address() {
+            local_socket::remove_socket_of(address);
+        }
         if let WorkerState::Starting { request } = worker.state {
             self.startup_failed(&mut state, worker.session, request, &description);
         }

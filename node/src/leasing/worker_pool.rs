@@ -32,6 +32,14 @@ pub(super) enum WorkerState {
 }
 
 impl WorkerState {
+    /// The address of its task stream, once it registered.
+    pub(super) fn address(&self) -> Option<&str> {
+        match self {
+            WorkerState::Starting { .. } => None,
+            WorkerState::Idle { address } | WorkerState::Leased { address, .. } => Some(address),
+        }
+    }
+
     /// Leased, for `pending`, at `address`, from now on.
     fn leased(address: String, pending: &PendingLease) -> Self {
         WorkerState::Leased {
@@ -185,11 +193,15 @@ impl LeaseManager {
     }
 
     /// Ends every lease session (their owners see their streams end) and
-    /// kills every worker, as the node shuts down.
+    /// kills every worker, as the node shuts down, removing their
+    /// same-node socket files (no exit of theirs is recorded after this).
     pub(crate) fn shut_down(&self) {
         let pids: Vec<u32> = {
             let mut state = self.state();
             state.sessions.clear();
+            for address in state.workers.values().filter_map(|w| w.state.address()) {
+                raylet_proto::local_socket::remove_socket_of(address);
+            }
             state.workers.values().map(|w| w.pid).collect()
         };
         pids.into_iter().for_each(|pid| self.launcher.kill(pid));
