@@ -4,10 +4,10 @@
 //! and no borrowing process refers to it any more; a freed object that
 //! lives in a node's store is handed to the deleter.
 
-use raylet_proto::task_stream;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard, Weak};
 use std::time::Instant;
 
+use raylet_proto::task_stream;
 use raylet_proto::{IdMap, ObjectId};
 use tokio::sync::{Notify, mpsc};
 

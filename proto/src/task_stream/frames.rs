@@ -175,10 +175,11 @@ pub(super) enum Reading {
 
 /// Where a reader's bytes come from.
 pub(super) enum ReadSide {
-    /// TCP, TLS or a worker's end of a Unix socket, through the runtime.
+    /// TCP or TLS, through the runtime.
     Async(Box<dyn AsyncRead + Send + Unpin>),
-    /// A caller's end of a same-node Unix socket, nonblocking: watched by
-    /// the runtime once awaited, or handed to the same-node reader thread.
+    /// Either end of a same-node Unix socket, nonblocking: watched by the
+    /// runtime once awaited (a worker's end), or handed to the same-node
+    /// reader thread (a caller's, see [`FrameReader::deliver`]).
     Local(LocalSocket),
 }
 

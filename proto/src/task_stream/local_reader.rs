@@ -213,11 +213,14 @@ pub(super) fn sent_on(stream: &Weak<LocalStream>) {
 /// up to `spin`, until `done` holds: the result of the call this thread
 /// waits for likely comes back on it. Returns whether `done` held.
 pub fn read_last_sent_until(done: &dyn Fn() -> bool, spin: Duration) -> bool {
-    let Some(stream) = LAST_SENT.with(|last| last.borrow().upgrade()) else {
+    if done() || spin.is_zero() {
         return done();
+    }
+    let Some(stream) = LAST_SENT.with(|last| last.borrow().upgrade()) else {
+        return false;
     };
     let Some(reader) = READER.get().and_then(Option::as_ref) else {
-        return done();
+        return false;
     };
     let _runtime = reader.runtime.as_ref().map(tokio::runtime::Handle::enter);
     let mut delivery = stream.delivery();

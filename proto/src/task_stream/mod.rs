@@ -11,6 +11,7 @@
 
 use std::net::SocketAddr;
 use std::os::unix::net::UnixStream as StdUnixStream;
+use std::sync::Arc;
 use std::time::Duration;
 
 use tokio::io::AsyncWriteExt;
@@ -96,11 +97,8 @@ async fn open_local(address: &str, mut socket: UnixStream, token: &AuthToken) ->
     let mut frames = FrameBuffer::opening();
     welcomed(within_handshake(address, frames.read_message(&mut socket)).await?)?;
     frames.admit();
-    let socket: StdUnixStream = socket.into_std()?;
-    socket.set_nonblocking(true)?;
-    let write = PlainWriter::local(&socket)?;
-    let stream = LocalStream::new(socket);
-    let sender = FrameSender::new(Writer::Plain(write)).sending_on(&stream);
+    let (stream, write) = local_ends(socket)?;
+    let sender = FrameSender::new(write).sending_on(&stream);
     Ok((
         sender,
         FrameReader::new(ReadSide::Local(LocalSocket::new(stream)), frames),
@@ -125,7 +123,11 @@ pub enum StreamSocket {
 /// and protocol version, and tells it whether it may send tasks.
 pub async fn accept(socket: StreamSocket, token: &AuthToken) -> Result<(TaskReader, EventSender)> {
     let (peer, (read, mut write)) = match socket {
-        StreamSocket::Unix(socket) => ("a caller on this machine".to_string(), split_unix(socket)?),
+        StreamSocket::Unix(socket) => {
+            let (stream, write) = local_ends(socket)?;
+            let read = ReadSide::Local(LocalSocket::new(stream));
+            ("a caller on this machine".to_string(), (read, write))
+        }
         StreamSocket::Tcp(socket) => {
             socket.set_nodelay(true)?;
             let peer = socket
@@ -155,6 +157,9 @@ pub async fn accept(socket: StreamSocket, token: &AuthToken) -> Result<(TaskRead
     write.write_all(&encode_frame(&welcome)).await?;
     admitted?;
     tasks.frames.admit();
+    if let ReadSide::Local(local) = &tasks.socket {
+        spin::poll_before_parking(&local.stream.socket);
+    }
     Ok((tasks, FrameSender::new(write)))
 }
 
@@ -178,17 +183,13 @@ fn split_tcp(socket: TcpStream) -> (ReadSide, Writer) {
     (ReadSide::Async(Box::new(read)), Writer::Plain(PlainWriter::Tcp(write)))
 }
 
-/// A same-node socket's ends, both out of the runtime's watch until used
-/// (see [`PlainWriter::Local`]).
-fn split_unix(socket: UnixStream) -> Result<(ReadSide, Writer)> {
-    let socket = socket.into_std()?;
+/// A same-node socket's ends, out of the runtime's watch until used (see
+/// [`PlainWriter::Local`]): the stream its readers share, and its writer.
+fn local_ends(socket: UnixStream) -> Result<(Arc<LocalStream>, Writer)> {
+    let socket: StdUnixStream = socket.into_std()?;
     socket.set_nonblocking(true)?;
-    spin::poll_before_parking(&socket);
     let write = PlainWriter::local(&socket)?;
-    Ok((
-        ReadSide::Local(LocalSocket::new(LocalStream::new(socket))),
-        Writer::Plain(write),
-    ))
+    Ok((LocalStream::new(socket), Writer::Plain(write)))
 }
 
 fn split_tls(stream: TlsStream<TcpStream>) -> (ReadSide, Writer) {
