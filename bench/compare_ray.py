@@ -278,6 +278,17 @@ CROSS_PROCESS = [Row(*row) for row in [
         "",
         "objects",
     ),
+    (
+        "single client get in another process, one by one, small objects not sent along",
+        "10,000 × `ray.put(i)` and `listed = ray.put(those refs)` once; then per round one call of the same "
+        "actor, handed `[listed]`, that `ray.get`s the list and then each value one at a time (from plasma); "
+        "10,000 ops per round",
+        "10,000 × `cluster.put(&i)` and `listed = cluster.put(&those refs)` once; then per round one call of "
+        "the same actor, handed `vec![listed]`, that `get`s the list and then each value one at a time; no "
+        "value is sent along, so each get asks the driver, their owner; 10,000 ops per round",
+        "",
+        "objects",
+    ),
 ] + [
     (
         f"single client put and get in another process, {size}",

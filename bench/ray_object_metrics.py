@@ -10,7 +10,8 @@ bench/compare_ray.py reads them as it reads ray_perf's:
   plasma store above Ray's 100 KiB inline limit);
 - gets alone in another worker process: one call per round to the same
   actor, which gets 10,000 small objects the driver put once, one
-  `ray.get` at a time;
+  `ray.get` at a time; and the same gets of refs inside a list the driver
+  put, which the actor gets first;
 - put gigabytes from written memory: `ray.put` of an 800 MiB array of
   written bytes (ray_perf's row puts `np.zeros`, whose pages were never
   written);
@@ -37,6 +38,9 @@ class Reader:
 
     def get_each(self, refs):
         return sum(ray.get(ref) for ref in refs)
+
+    def get_each_nested(self, lists):
+        return sum(ray.get(ref) for ref in ray.get(lists[0]))
 
     def length(self, refs):
         return len(ray.get(refs[0]))
@@ -70,6 +74,12 @@ def put_and_get_in_another_process(reader):
     results += timeit(
         "single client get in another process, one by one, small objects",
         lambda: ray.get(reader.get_each.remote(got)),
+        10000,
+    )
+    listed = ray.put(got)
+    results += timeit(
+        "single client get in another process, one by one, small objects not sent along",
+        lambda: ray.get(reader.get_each_nested.remote([listed])),
         10000,
     )
     for label, size in OBJECT_SIZES:

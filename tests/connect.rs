@@ -100,6 +100,12 @@ fn a_driver_joins_a_cli_cluster_and_spills_tasks_to_the_node_that_fits() {
         node_pid,
         "only the second node has the resource"
     );
+    // Without TLS, each worker takes task streams and gets from this machine
+    // on Unix sockets beside its TCP ports, and the driver takes gets.
+    for pid in [head_node_pid, node_pid].into_iter().flat_map(common::children_of) {
+        assert_eq!(common::same_node_sockets(pid).len(), 2, "worker {pid}");
+    }
+    assert_eq!(common::same_node_sockets(std::process::id()).len(), 1);
     cluster.shutdown().unwrap();
 }
 

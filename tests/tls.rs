@@ -2,7 +2,8 @@
 //! started with `--tls-cert/--tls-key/--tls-ca`, a driver (this test) that
 //! runs tasks on the node and moves objects both ways, the CLI and the
 //! dashboard and a Serve application's proxy over HTTPS. Plaintext clients, clients without a certificate
-//! and clients whose certificate another CA signed are all refused.
+//! and clients whose certificate another CA signed are all refused, and
+//! no process of the cluster listens on a same-node Unix socket.
 
 use crate::common;
 
@@ -181,6 +182,15 @@ fn a_cluster_with_tls_runs_tasks_moves_objects_and_serves_https_and_refuses_plai
         assert_eq!(sum, i as u64 * (4 << 20));
         assert_eq!(echoed.len(), 4 << 20);
         assert!(echoed.iter().all(|&b| b == 3));
+    }
+    let workers: Vec<u32> = common::daemon_records(temp.path())
+        .iter()
+        .flat_map(|record| common::children_of(record["pid"].as_u64().unwrap() as u32))
+        .collect();
+    assert!(!workers.is_empty(), "the tasks ran in workers of the node");
+    for pid in workers.into_iter().chain([std::process::id()]) {
+        let sockets = common::same_node_sockets(pid);
+        assert!(sockets.is_empty(), "with TLS, process {pid} listens on {sockets:?}");
     }
     let runtime = tokio::runtime::Runtime::new().unwrap();
     let token = std::fs::read_to_string(temp.path().join("session_latest/token")).unwrap();

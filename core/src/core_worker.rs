@@ -6,6 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use raylet_common::auth::AuthToken;
+use raylet_proto::local_gets::LocalGets;
 use raylet_proto::server::MAX_DATA_MESSAGE;
 use raylet_proto::service_error::from_status;
 use raylet_proto::v1::owner_service_client::OwnerServiceClient;
@@ -52,6 +53,9 @@ pub(crate) struct CoreWorker {
     pub(crate) actors: Arc<ActorClients>,
     /// Placement group creates and removes go to the head through this.
     pub(crate) placement_groups: GroupSession,
+    /// Gets from owners on this machine, through their same-node sockets;
+    /// none over virtual links.
+    local_gets: Option<LocalGets>,
 }
 
 /// Where a process's owner service listens and how it reaches its node.
@@ -90,6 +94,7 @@ impl CoreWorker {
             head_address: settings.head_address,
             node_manager: settings.node_manager,
         };
+        let local_gets = settings.links.is_none().then(|| LocalGets::new(settings.token.clone()));
         let ctx = Arc::new(Context::new(
             addresses,
             settings.token,
@@ -123,6 +128,7 @@ impl CoreWorker {
             blocked_hook: settings.blocked_hook,
             actors: Arc::new(ActorClients::new(owner.clone())),
             placement_groups: GroupSession::default(),
+            local_gets,
         });
         runtime.spawn(crate::objects::borrows::send_changes(
             ctx.clone(),
@@ -223,7 +229,7 @@ impl CoreWorker {
             true => self.owner.store.try_get(object.id())?,
             false => self.owner.borrows.lent_outcome(object.id()),
         };
-        if let Some(outcome) = at_hand {
+        if let Some(outcome) = at_hand.or_else(|| self.finished_on_this_machine(object, owned)) {
             return Ok(Some(outcome));
         }
         let _blocked = BlockedGuard::new(self.blocked_hook.as_ref());
@@ -235,6 +241,20 @@ impl CoreWorker {
         let object = object.clone();
         let deadline = timeout.map(|t| tokio::time::Instant::now() + t);
         self.block_on(async move { core.wait_outcome(&object, deadline).await })
+    }
+
+    /// A borrowed object's outcome, when its owner runs on this machine and
+    /// has it finished: asked on this thread, without the runtime, and
+    /// without telling the node that the task waits (it does not).
+    fn finished_on_this_machine(&self, object: &AnyObjectRef, owned: bool) -> Option<Outcome> {
+        if owned {
+            return None;
+        }
+        let outcome = self
+            .local_gets
+            .as_ref()?
+            .finished(object.owner_address(), object.id())?;
+        Some(outcome_from_proto(outcome).0)
     }
 
     /// Blocks this thread until one of these owned objects is there; a

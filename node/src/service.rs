@@ -183,7 +183,9 @@ impl NodeManagerServiceImpl {
             return Err(NodeManagerError::WorkerSessionWithoutRegister);
         };
         let worker_id = WorkerId::from_wire(&register.worker_id)?;
-        self.shared.leases.register_worker(worker_id, register.address)?;
+        self.shared
+            .leases
+            .register_worker(worker_id, register.address, register.owner_address)?;
         Ok(worker_id)
     }
 

@@ -8,6 +8,7 @@ pub mod blob;
 pub mod channel;
 pub mod error;
 pub mod ids;
+pub mod local_gets;
 pub mod local_socket;
 pub mod peer_stream;
 pub mod placement_group;

@@ -1,17 +1,20 @@
-//! Where a worker's task stream also listens on a Unix socket, for callers
-//! on the same machine: a folder of the machine's temporary directory, one
+//! Where a worker's task stream, and an owner's gets (see
+//! [`crate::local_gets`]), also listen on a Unix socket, for peers on the
+//! same machine: a folder of the machine's temporary directory, one
 //! per user and network namespace (so that hosts simulated in namespaces
 //! stay apart), made by the first process that needs it with mode 0700 so
 //! that only the cluster's user can connect. A socket is named after the
-//! TCP address of the same worker, which no other live process of the
-//! namespace holds; a caller that finds none there, or whose connect is
-//! refused (a worker that died), opens the stream over TCP. The node
-//! manager removes a worker's socket file once the worker has exited.
+//! TCP port it stands beside (a worker's task port, a process's owner
+//! port), which no other live process of the namespace holds; a peer that
+//! finds none there, or whose connect is refused (a process that died),
+//! takes TCP. The node manager removes a worker's socket files once the
+//! worker has exited.
 
 use std::fs::DirBuilder;
 use std::io;
 use std::net::SocketAddr;
 use std::os::unix::fs::{DirBuilderExt, MetadataExt, PermissionsExt};
+use std::os::unix::net::UnixListener;
 use std::path::{Path, PathBuf};
 
 /// The longest path a Unix socket address holds on Linux.
@@ -24,6 +27,25 @@ pub fn socket_for(address: SocketAddr) -> Option<PathBuf> {
     let folder = folder().ok()?;
     let path = folder.join(format!("{}_{}.sock", address.ip(), address.port()));
     (path.as_os_str().len() <= MAX_SOCKET_PATH).then_some(path)
+}
+
+/// Listens on the same-node socket beside the TCP port `address`, in place
+/// of a file a dead process left; `None` (logged, with `purpose`) means
+/// TCP only.
+pub fn bind(address: SocketAddr, purpose: &str) -> Option<UnixListener> {
+    let path = socket_for(address)?;
+    let _ = std::fs::remove_file(&path);
+    let bound = UnixListener::bind(&path).and_then(|listener| {
+        listener.set_nonblocking(true)?;
+        Ok(listener)
+    });
+    match bound {
+        Ok(listener) => Some(listener),
+        Err(error) => {
+            tracing::warn!(path = %path.display(), %error, "{purpose} from this machine take TCP");
+            None
+        }
+    }
 }
 
 /// Removes the socket file of the worker whose task stream listened on

@@ -57,6 +57,54 @@ pub fn head_address(temp: &Path) -> String {
     text.trim().to_string()
 }
 
+/// The processes that any thread of process `pid` started.
+pub fn children_of(pid: u32) -> Vec<u32> {
+    let Ok(threads) = std::fs::read_dir(format!("/proc/{pid}/task")) else {
+        return Vec::new();
+    };
+    threads
+        .flatten()
+        .filter_map(|thread| std::fs::read_to_string(thread.path().join("children")).ok())
+        .flat_map(|children| {
+            children
+                .split_whitespace()
+                .map(|child| child.parse().unwrap())
+                .collect::<Vec<u32>>()
+        })
+        .collect()
+}
+
+/// The same-node sockets (see `raylet_proto::local_socket`) that process
+/// `pid` listens on: every listening Unix socket of its descriptors bound
+/// in a `raylet-<uid>-net<namespace>` folder.
+pub fn same_node_sockets(pid: u32) -> Vec<String> {
+    /// `__SO_ACCEPTCON` in /proc/net/unix's flags: a listening socket.
+    const LISTENING: &str = "00010000";
+    let table = std::fs::read_to_string("/proc/net/unix").unwrap();
+    let listening: std::collections::HashMap<String, String> = table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (flags, inode, path) = (fields.get(3)?, fields.get(6)?, fields.get(7)?);
+            (*flags == LISTENING).then(|| (inode.to_string(), path.to_string()))
+        })
+        .collect();
+    let Ok(descriptors) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    descriptors
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter_map(|target| {
+            let target = target.to_string_lossy().into_owned();
+            let inode = target.strip_prefix("socket:[")?.strip_suffix(']')?.to_string();
+            listening.get(&inode).cloned()
+        })
+        .filter(|path| path.contains("/raylet-") && path.contains("-net"))
+        .collect()
+}
+
 /// Stops the test's daemons even when an assertion fails.
 pub struct Daemons<'a>(pub &'a Path);
 

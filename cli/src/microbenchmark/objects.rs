@@ -5,7 +5,9 @@
 //! driver, and travel from it on request; or one value of 100 KiB, 1 MiB or
 //! 10 MiB, above the inline limit, so written into the node's shared-memory
 //! store and mapped by the reader; and gets alone, one by one, of 10,000
-//! small values put once. Beside them, a memcpy of the same bytes.
+//! small values put once, sent along with the call or reached through an
+//! object the reader gets first, so that each get asks the owner. Beside
+//! them, a memcpy of the same bytes.
 
 use raylet::{Cluster, ObjectRef};
 use serde_bytes::ByteBuf;
@@ -42,6 +44,13 @@ impl Reader {
         refs.iter().map(|r| r.get().expect("the owner serves its values")).sum()
     }
 
+    /// Gets the list of refs the first ref names, then each value one `get`
+    /// at a time, and returns their sum.
+    pub fn get_each_nested(&self, lists: Vec<ObjectRef<Vec<ObjectRef<u64>>>>) -> u64 {
+        let refs = lists[0].get().expect("the owner serves the list");
+        refs.iter().map(|r| r.get().expect("the owner serves its values")).sum()
+    }
+
     /// Gets the first buffer and returns its length.
     pub fn length(&self, refs: Vec<ObjectRef<ByteBuf>>) -> usize {
         refs[0].get().expect("the store serves the buffer").len()
@@ -61,7 +70,8 @@ pub(super) fn object_metrics(cluster: &Cluster) -> Vec<Metric<'_>> {
             reader.get_all(refs).get().map(drop)
         }),
     )];
-    metrics.push(get_one_by_one(cluster));
+    metrics.push(get_one_by_one(cluster, true));
+    metrics.push(get_one_by_one(cluster, false));
     for (label, size) in OBJECT_SIZES {
         metrics.push(sized_put_and_get(cluster, label, size));
     }
@@ -76,20 +86,31 @@ fn reader(cluster: &Cluster) -> raylet::Result<ReaderHandle> {
 }
 
 /// Rounds of one call that gets 10,000 small values its driver put before
-/// the first round, one `get` at a time: a rate of gets per second.
-fn get_one_by_one(cluster: &Cluster) -> Metric<'_> {
+/// the first round, one `get` at a time: a rate of gets per second. Either
+/// the call's argument names the values, which the driver then sends along
+/// with it, or it names a list of them the driver put, so that it sends
+/// none and each `get` asks the driver, their owner.
+fn get_one_by_one(cluster: &Cluster, sent_along: bool) -> Metric<'_> {
+    let name = match sent_along {
+        true => "single client get in another process, one by one, small objects",
+        false => "single client get in another process, one by one, small objects not sent along",
+    };
     let mut state = None;
     metric(
-        "single client get in another process, one by one, small objects",
+        name,
         GOT_ONE_BY_ONE as f64,
         Box::new(move || {
-            let (reader, refs) = once(&mut state, || {
+            let (reader, refs, list) = once(&mut state, || {
                 let refs = (0..GOT_ONE_BY_ONE as u64)
                     .map(|i| cluster.put(&i))
                     .collect::<raylet::Result<Vec<_>>>()?;
-                Ok((reader(cluster)?, refs))
+                let list = cluster.put(&refs)?;
+                Ok((reader(cluster)?, refs, list))
             })?;
-            reader.get_each(refs.clone()).get().map(drop)
+            match sent_along {
+                true => reader.get_each(refs.clone()).get().map(drop),
+                false => reader.get_each_nested(vec![list.clone()]).get().map(drop),
+            }
         }),
     )
 }

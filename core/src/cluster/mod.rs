@@ -85,7 +85,7 @@ struct ClusterInner {
     core: Arc<CoreWorker>,
     runtime: Mutex<Option<tokio::runtime::Runtime>>,
     embedded: Mutex<Option<Embedded>>,
-    stop_owner_service: Mutex<Option<oneshot::Sender<()>>>,
+    owner_services: Mutex<Option<start::OwnerServices>>,
     /// The shared options of the tasks this process submits.
     templates: TemplateCache,
     /// Its tasks and actor calls submitted and not finished.
@@ -129,7 +129,7 @@ impl Cluster {
                 core,
                 runtime: Mutex::new(None),
                 embedded: Mutex::new(None),
-                stop_owner_service: Mutex::new(None),
+                owner_services: Mutex::new(None),
                 templates: TemplateCache::default(),
                 pending: PendingGate::new(DEFAULT_MAX_PENDING_TASKS),
             }),
@@ -158,7 +158,7 @@ impl Cluster {
                 core: started.core,
                 runtime: Mutex::new(Some(runtime)),
                 embedded: Mutex::new(started.embedded),
-                stop_owner_service: Mutex::new(Some(started.stop_owner_service)),
+                owner_services: Mutex::new(Some(started.owner_services)),
                 templates: TemplateCache::default(),
                 pending,
             }),
@@ -437,15 +437,13 @@ impl Cluster {
         let last_events = async move { flushing.owner.task_events.flush(flushing.ctx()).await };
         let _ = core.block_on(async move { tokio::time::timeout(Duration::from_secs(2), last_events).await });
         core.shared_objects.close();
-        if let Some(stop) = self
-            .inner
-            .stop_owner_service
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .take()
-        {
-            let _ = stop.send(());
-        }
+        drop(
+            self.inner
+                .owner_services
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .take(),
+        );
         core.actors.close();
         let embedded = self.inner.embedded.lock().unwrap_or_else(|p| p.into_inner()).take();
         if let Some(embedded) = embedded {

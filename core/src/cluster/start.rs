@@ -19,16 +19,24 @@ use crate::cluster::config::Config;
 use crate::cluster::embedded::Embedded;
 use crate::cluster::session::TempRoot;
 use crate::core_worker::{CoreSettings, CoreWorker};
-use crate::objects::owner_service::OwnerServiceImpl;
+use crate::objects::owner_service::{OwnerServiceImpl, serve_local_gets};
 use crate::observability::task_events::Placement;
 use crate::submitter::Submitter;
 use crate::{Error, Result};
+use raylet_proto::local_gets::OwnerGetServer;
 
 /// What starting a driver produces.
 pub(super) struct StartedDriver {
     pub(super) core: Arc<CoreWorker>,
     pub(super) embedded: Option<Embedded>,
-    pub(super) stop_owner_service: oneshot::Sender<()>,
+    pub(super) owner_services: OwnerServices,
+}
+
+/// The driver's owner services, over gRPC and for its machine; they stop
+/// when this is dropped.
+pub(super) struct OwnerServices {
+    _stop_grpc: oneshot::Sender<()>,
+    _local_gets: Option<OwnerGetServer>,
 }
 
 pub(super) async fn start_driver(config: Config, runtime: tokio::runtime::Handle) -> Result<StartedDriver> {
@@ -90,7 +98,8 @@ pub(super) async fn start_driver(config: Config, runtime: tokio::runtime::Handle
     crate::observability::timeline::set_on(config.timeline);
     let core = CoreWorker::start(settings, submitter, runtime);
     Submitter::spawn(core.owner.clone(), core.submitter.clone(), submissions);
-    let (stop_owner_service, stopped) = oneshot::channel::<()>();
+    let local_gets = serve_local_gets(&core.ctx().address, &token, core.owner.store.clone());
+    let (stop_grpc, stopped) = oneshot::channel::<()>();
     let service = OwnerServiceServer::new(OwnerServiceImpl::new(core.owner.store.clone()))
         .max_decoding_message_size(MAX_DATA_MESSAGE)
         .max_encoding_message_size(MAX_DATA_MESSAGE);
@@ -104,7 +113,10 @@ pub(super) async fn start_driver(config: Config, runtime: tokio::runtime::Handle
     Ok(StartedDriver {
         core,
         embedded,
-        stop_owner_service,
+        owner_services: OwnerServices {
+            _stop_grpc: stop_grpc,
+            _local_gets: local_gets,
+        },
     })
 }
 

@@ -1,10 +1,14 @@
 //! The owner service of a process: other processes fetch the values of the
-//! objects this process owns, and say when they take and drop references.
+//! objects this process owns, and say when they take and drop references;
+//! those on its machine also get its finished objects through a socket
+//! beside it (see [`raylet_proto::local_gets`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
+use raylet_common::auth::AuthToken;
 use raylet_proto::ObjectId;
+use raylet_proto::local_gets::OwnerGetServer;
 use raylet_proto::v1::owner_service_server::OwnerService;
 use raylet_proto::v1::{
     AddCopiesReply, AddCopiesRequest, DescribeObjectsReply, DescribeObjectsRequest, GetObjectReply, GetObjectRequest,
@@ -29,6 +33,17 @@ impl OwnerServiceImpl {
     pub(crate) fn new(store: Arc<MemoryStore>) -> Self {
         OwnerServiceImpl { store }
     }
+}
+
+/// Serves same-node gets of the finished objects in `store` beside the
+/// owner service at `address`; `None` when gets take gRPC only.
+pub(crate) fn serve_local_gets(address: &str, token: &AuthToken, store: Arc<MemoryStore>) -> Option<OwnerGetServer> {
+    let address = address.parse().ok()?;
+    let lookup = move |id| {
+        let outcome = store.try_get(id).ok()??;
+        Some(outcome_to_proto(&outcome, false))
+    };
+    OwnerGetServer::start(address, token.clone(), Box::new(lookup))
 }
 
 #[tonic::async_trait]

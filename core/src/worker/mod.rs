@@ -34,7 +34,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::cluster::Cluster;
 use crate::core_worker::{CoreSettings, CoreWorker};
-use crate::objects::owner_service::OwnerServiceImpl;
+use crate::objects::owner_service::{OwnerServiceImpl, serve_local_gets};
 use crate::observability::task_events::Placement;
 use crate::submitter::Submitter;
 use crate::{Error, Result};
@@ -200,6 +200,7 @@ async fn start(
         worker_id: worker_id.as_bytes().to_vec(),
         address: task_listeners.address()?.to_string(),
         pid: std::process::id(),
+        owner_address: core.ctx().address.to_string(),
     };
     let _ = session.send(WorkerSessionMessage {
         kind: Some(SessionKind::Register(register)),
@@ -208,12 +209,15 @@ async fn start(
     Ok((context, token, task_listeners))
 }
 
-/// Serves the objects this worker owns, on the cluster thread.
+/// Serves the objects this worker owns, on the cluster thread, and to
+/// processes of its machine on a thread of their own.
 fn serve_objects(core: Arc<CoreWorker>, token: AuthToken, listener: tokio::net::TcpListener) {
     let owner = OwnerServiceServer::new(OwnerServiceImpl::new(core.owner.store.clone()))
         .max_decoding_message_size(MAX_DATA_MESSAGE)
         .max_encoding_message_size(MAX_DATA_MESSAGE);
+    let local_gets = serve_local_gets(&core.ctx().address, &token, core.owner.store.clone());
     tokio::spawn(async move {
+        let _local_gets = local_gets;
         let served = match authenticated(token) {
             Ok(mut server) => server
                 .add_service(owner)
@@ -231,7 +235,7 @@ fn serve_objects(core: Arc<CoreWorker>, token: AuthToken, listener: tokio::net::
 
 /// Serves task streams on the main thread, which also runs the tasks.
 /// Opens the worker session with the node manager; the process exits when
-/// that session ends (removing its same-node socket file), so a worker
+/// that session ends (removing its same-node socket files), so a worker
 /// never outlives its node or its driver.
 async fn join_node_manager(
     core: &CoreWorker,
@@ -244,9 +248,11 @@ async fn join_node_manager(
     let reply = client.worker_session(UnboundedReceiverStream::new(outbound)).await;
     let mut inbound = reply.map_err(raylet_proto::Error::from)?.into_inner();
     inbound.message().await.map_err(raylet_proto::Error::from)?;
+    let owner_address = core.ctx().address.clone();
     tokio::spawn(async move {
         while let Ok(Some(_)) = inbound.message().await {}
         raylet_proto::local_socket::remove_socket_of(&task_address.to_string());
+        raylet_proto::local_socket::remove_socket_of(&owner_address);
         std::process::exit(0);
     });
     Ok(())

@@ -34,7 +34,7 @@ impl TaskListeners {
         tcp.set_nonblocking(true)?;
         let unix = match raylet_common::tls::current()? {
             Some(_) => None,
-            None => bind_local(tcp.local_addr()?),
+            None => local_socket::bind(tcp.local_addr()?, "task streams"),
         };
         Ok(TaskListeners { tcp, unix })
     }
@@ -42,24 +42,6 @@ impl TaskListeners {
     /// The TCP address owners are told.
     pub(super) fn address(&self) -> crate::Result<SocketAddr> {
         Ok(self.tcp.local_addr()?)
-    }
-}
-
-/// The Unix socket beside the TCP port `address`, in place of one a dead
-/// worker left.
-fn bind_local(address: SocketAddr) -> Option<std::os::unix::net::UnixListener> {
-    let path = local_socket::socket_for(address)?;
-    let _ = std::fs::remove_file(&path);
-    let bound = std::os::unix::net::UnixListener::bind(&path).and_then(|listener| {
-        listener.set_nonblocking(true)?;
-        Ok(listener)
-    });
-    match bound {
-        Ok(listener) => Some(listener),
-        Err(error) => {
-            tracing::warn!(path = %path.display(), %error, "task streams from this machine take TCP");
-            None
-        }
     }
 }
 

@@ -7,7 +7,6 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use raylet_proto::WorkerId;
-use raylet_proto::local_socket;
 use raylet_proto::v1::WorkerExitKind;
 
 use super::worker_pool::{Worker, WorkerState};
@@ -77,9 +76,7 @@ impl LeaseManager {
             return;
         };
         tracing::debug!(%worker_id, pid = worker.pid, %description, "worker exited");
-        if let Some(address) = worker.state.address() {
-            local_socket::remove_socket_of(address);
-        }
+        worker.remove_socket_files();
         if let WorkerState::Starting { request } = worker.state {
             self.startup_failed(&mut state, worker.session, request, &description);
         }

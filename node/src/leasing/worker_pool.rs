@@ -74,6 +74,8 @@ pub(super) struct Worker {
     pub(super) state: WorkerState,
     /// It owns objects still referenced: ending it would lose them.
     owns_objects: bool,
+    /// Its owner service's address, once it registered.
+    owner_address: Option<String>,
 }
 
 impl Worker {
@@ -86,17 +88,27 @@ impl Worker {
             gpu_ids,
             state: WorkerState::Starting { request },
             owns_objects: false,
+            owner_address: None,
         }
+    }
+
+    /// Removes its same-node socket files, once it is gone (a worker
+    /// killed cannot remove its own).
+    pub(super) fn remove_socket_files(&self) {
+        let addresses = self.state.address().into_iter().chain(self.owner_address.as_deref());
+        addresses.for_each(raylet_proto::local_socket::remove_socket_of);
     }
 }
 
 impl LeaseManager {
-    /// A started worker reports its address: it takes the request it was
-    /// started for, or waits idle.
+    /// A started worker reports its addresses (its task stream's, its
+    /// owner service's): it takes the request it was started for, or waits
+    /// idle.
     pub(crate) fn register_worker(
         self: &Arc<Self>,
         worker_id: WorkerId,
         address: String,
+        owner_address: String,
     ) -> Result<(), NodeManagerError> {
         let mut guard = self.state();
         let state = &mut *guard;
@@ -105,6 +117,7 @@ impl LeaseManager {
             .get_mut(&worker_id)
             .ok_or(NodeManagerError::UnknownWorker(worker_id))?;
         let session = worker.session;
+        worker.owner_address = Some(owner_address);
         let idle = WorkerState::Idle {
             address: address.clone(),
         };
@@ -199,9 +212,7 @@ impl LeaseManager {
         let pids: Vec<u32> = {
             let mut state = self.state();
             state.sessions.clear();
-            for address in state.workers.values().filter_map(|w| w.state.address()) {
-                raylet_proto::local_socket::remove_socket_of(address);
-            }
+            state.workers.values().for_each(Worker::remove_socket_files);
             state.workers.values().map(|w| w.pid).collect()
         };
         pids.into_iter().for_each(|pid| self.launcher.kill(pid));

@@ -216,8 +216,11 @@ impl WorkerPoolTest {
 
     /// `worker` registers, as its worker session's first message does.
     pub(crate) fn register(&self, worker: Launched) -> Result<(), NodeManagerError> {
-        self.leases
-            .register_worker(worker.worker, worker_address(worker.worker))
+        self.leases.register_worker(
+            worker.worker,
+            worker_address(worker.worker),
+            format!("owner-{}:9001", worker.worker),
+        )
     }
 
     /// `worker`'s process ends as `end` says.

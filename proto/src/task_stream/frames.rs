@@ -31,7 +31,7 @@ const READ_CHUNK: usize = 64 << 10;
 const READ_BUDGET: usize = 1 << 20;
 
 /// A message as a frame.
-pub(super) fn encode_frame(message: &impl Message) -> Vec<u8> {
+pub(crate) fn encode_frame(message: &impl Message) -> Vec<u8> {
     let length = message.encoded_len();
     let mut frame = Vec::with_capacity(LENGTH_PREFIX + length);
     frame.put_u32(length as u32);
@@ -62,7 +62,7 @@ pub fn messages_of<M: Message + Default>(chunks: &[&[u8]]) -> (Vec<M>, Option<Er
 }
 
 /// The bytes read from a stream and not yet taken as frames.
-pub(super) struct FrameBuffer {
+pub(crate) struct FrameBuffer {
     bytes: BytesMut,
     max_frame: usize,
     /// The peer closed the stream: what is left is all there will be.
@@ -71,7 +71,7 @@ pub(super) struct FrameBuffer {
 
 impl FrameBuffer {
     /// A buffer that takes only an opening frame until [`Self::admit`].
-    pub(super) fn opening() -> Self {
+    pub(crate) fn opening() -> Self {
         FrameBuffer {
             bytes: BytesMut::new(),
             max_frame: MAX_OPENING_FRAME,
@@ -80,16 +80,16 @@ impl FrameBuffer {
     }
 
     /// Takes frames up to [`MAX_DATA_MESSAGE`] from now on.
-    pub(super) fn admit(&mut self) {
+    pub(crate) fn admit(&mut self) {
         self.max_frame = MAX_DATA_MESSAGE;
     }
 
-    pub(super) fn extend(&mut self, bytes: &[u8]) {
+    pub(crate) fn extend(&mut self, bytes: &[u8]) {
         self.bytes.extend_from_slice(bytes);
     }
 
     /// The next whole message, if its bytes are all here.
-    pub(super) fn next_message<T: Message + Default>(&mut self) -> Result<Option<T>> {
+    pub(crate) fn next_message<T: Message + Default>(&mut self) -> Result<Option<T>> {
         let Some(frame) = self.next_frame()? else {
             return Ok(None);
         };
@@ -116,7 +116,7 @@ impl FrameBuffer {
 
     /// What the end of the stream means here: a clean end between frames,
     /// or an error inside one.
-    pub(super) fn ended<T>(&self) -> Result<Option<T>> {
+    pub(crate) fn ended<T>(&self) -> Result<Option<T>> {
         match self.bytes.is_empty() {
             true => Ok(None),
             false => Err(Error::Unavailable("the task stream ended inside a frame".into())),
@@ -144,7 +144,7 @@ impl FrameBuffer {
     }
 
     /// Reads what `socket` has without blocking, up to [`READ_BUDGET`].
-    pub(super) fn read_some(&mut self, socket: &StdUnixStream) -> std::io::Result<Reading> {
+    pub(crate) fn read_some(&mut self, socket: &StdUnixStream) -> std::io::Result<Reading> {
         let mut chunk = [0u8; READ_CHUNK];
         let mut read = 0;
         while read < READ_BUDGET {
@@ -164,7 +164,7 @@ impl FrameBuffer {
 }
 
 /// What a read of a nonblocking socket found.
-pub(super) enum Reading {
+pub(crate) enum Reading {
     /// It would block now: everything that had arrived was read.
     Drained,
     /// The budget was read; more may be there.

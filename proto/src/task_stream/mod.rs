@@ -26,7 +26,8 @@ use crate::{Error, PROTOCOL_VERSION, Result};
 use raylet_common::auth::AuthToken;
 use raylet_common::tls;
 
-use self::frames::{FrameBuffer, LocalSocket, ReadSide, encode_frame};
+pub(crate) use self::frames::{FrameBuffer, Reading, encode_frame};
+use self::frames::{LocalSocket, ReadSide};
 use self::local_reader::LocalStream;
 use self::sender::{PlainWriter, Writer};
 
@@ -74,15 +75,34 @@ pub async fn open(address: &str, token: &AuthToken, patience: Duration) -> Resul
     Ok((FrameSender::new(write), events))
 }
 
-fn hello(token: &AuthToken) -> TaskStreamHello {
+pub(crate) fn hello(token: &AuthToken) -> TaskStreamHello {
     TaskStreamHello {
         token: token.expose().to_string(),
         protocol_version: PROTOCOL_VERSION,
     }
 }
 
+/// The answer to an opening frame, and whether it was admitted: the
+/// cluster's token and this protocol version, else a refusal that says
+/// which is wrong.
+pub(crate) fn welcome_for(hello: &TaskStreamHello, token: &AuthToken) -> (TaskStreamWelcome, Result<()>) {
+    let version = hello.protocol_version.to_string();
+    let admitted = token.admit(Some(hello.token.as_bytes()), Some(&version));
+    let welcome = match &admitted {
+        Ok(()) => TaskStreamWelcome::default(),
+        Err(error) => {
+            let status = Status::from(error.clone());
+            TaskStreamWelcome {
+                refusal_code: status.code() as i32,
+                refusal: status.message().to_string(),
+            }
+        }
+    };
+    (welcome, admitted)
+}
+
 /// The worker's refusal as an error, if it refused.
-fn welcomed(welcome: TaskStreamWelcome) -> Result<()> {
+pub(crate) fn welcomed(welcome: TaskStreamWelcome) -> Result<()> {
     match welcome.refusal_code {
         0 => Ok(()),
         code => Err(Status::new(Code::from(code), welcome.refusal).into()),
@@ -142,18 +162,7 @@ pub async fn accept(socket: StreamSocket, token: &AuthToken) -> Result<(TaskRead
     };
     let mut tasks = FrameReader::new(read, FrameBuffer::opening());
     let hello: TaskStreamHello = within_handshake(&peer, tasks.next_as()).await?;
-    let version = hello.protocol_version.to_string();
-    let admitted = token.admit(Some(hello.token.as_bytes()), Some(&version));
-    let welcome = match &admitted {
-        Ok(()) => TaskStreamWelcome::default(),
-        Err(error) => {
-            let status = Status::from(error.clone());
-            TaskStreamWelcome {
-                refusal_code: status.code() as i32,
-                refusal: status.message().to_string(),
-            }
-        }
-    };
+    let (welcome, admitted) = welcome_for(&hello, token);
     write.write_all(&encode_frame(&welcome)).await?;
     admitted?;
     tasks.frames.admit();
