@@ -4,12 +4,14 @@
 //! stream then only says whether the peer lives). Every message is framed
 //! with the sequence number of the collective call it belongs to and its
 //! length, so ranks that call different collectives fail instead of
-//! mixing them up.
+//! mixing them up. A rank polls a TCP link briefly before it sleeps on
+//! it, as MPI's ranks do.
 
 use std::io::{Read, Write};
 use std::net::{Shutdown, TcpStream};
+use std::os::fd::AsRawFd;
 use std::sync::Arc;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytemuck::cast_slice_mut;
 
@@ -19,9 +21,21 @@ use super::shared_memory::{Mapping, PeerLink, PipePair, PipeReader, PipeWriter, 
 
 /// Bytes of a frame header: sequence number and payload length.
 const HEADER: usize = 16;
-/// TCP payloads up to this many bytes fit in a socket's buffer, so a rank
-/// may write them before it reads without waiting for its peer.
-const INLINE_TCP_SEND: usize = 4096;
+/// The largest message a rank should write before it reads, without a
+/// second thread: a ring step of a 1 MiB buffer on 2 ranks.
+const INLINE_TARGET: usize = 512 << 10;
+/// The send buffer a link asks the kernel for, which doubles it (within
+/// `net.core.wmem_max`): room for two messages of [`INLINE_TARGET`] in
+/// half of it (see [`inline_limit`]).
+const SEND_BUFFER: usize = 2 * (INLINE_TARGET + 4096);
+/// TCP payloads up to this many bytes are written before reading whatever
+/// the send buffer's size: they fit even the kernel's smallest default.
+const MIN_INLINE_TCP_SEND: usize = 4096;
+/// TCP payloads up to this many bytes go out with their header in one
+/// write, so that the peer does not wake for the header alone.
+const ONE_WRITE: usize = 64 << 10;
+/// How long a rank polls a TCP link for the next bytes before it sleeps.
+const POLL: Duration = Duration::from_micros(50);
 
 /// The read and write halves of the streams to every peer; `None` at this
 /// rank's own index.
@@ -40,6 +54,8 @@ pub(crate) struct Reader {
 pub(crate) struct Writer {
     peer: usize,
     stream: TcpStream,
+    /// The largest payload written before reading (see [`inline_limit`]).
+    inline_tcp_send: usize,
     /// The pipe this rank writes to, when the peer is on this host.
     pipe: Option<PipeWriter>,
 }
@@ -111,6 +127,7 @@ impl Links {
             };
             writers.push(Some(Writer {
                 peer,
+                inline_tcp_send: inline_limit(&stream),
                 stream: clone()?,
                 pipe: outgoing,
             }));
@@ -184,7 +201,7 @@ impl Writer {
     pub(crate) fn sends_without_waiting(&self, len: usize, world: usize) -> bool {
         match self.pipe {
             Some(_) => 2 * world * (len + HEADER) <= RING_BYTES,
-            None => len <= INLINE_TCP_SEND,
+            None => len <= self.inline_tcp_send,
         }
     }
 
@@ -198,10 +215,14 @@ impl Writer {
             pipe.write_all(&header)?;
             return pipe.write_all(payload);
         }
-        self.stream
-            .write_all(&header)
-            .and_then(|()| self.stream.write_all(payload))
-            .map_err(|e| CollectiveError::from_io(peer, e))
+        let written = match payload.len() <= ONE_WRITE {
+            true => self.stream.write_all(&[&header[..], payload].concat()),
+            false => self
+                .stream
+                .write_all(&header)
+                .and_then(|()| self.stream.write_all(payload)),
+        };
+        written.map_err(|e| CollectiveError::from_io(peer, e))
     }
 }
 
@@ -253,9 +274,7 @@ impl Reader {
         if let Some(pipe) = &mut self.pipe {
             return pipe.read_exact(into);
         }
-        self.stream
-            .read_exact(into)
-            .map_err(|e| CollectiveError::from_io(peer, e))
+        read_polling(&mut self.stream, into).map_err(|e| CollectiveError::from_io(peer, e))
     }
 
     /// Combines the next `part.len()` elements of the link into `part`:
@@ -280,10 +299,82 @@ impl Reader {
     }
 }
 
+/// Fills `into` from `stream`: polling it without blocking while bytes
+/// keep coming, for up to [`POLL`] since the last ones, then blocking.
+/// Waking a thread that slept costs about 20 us here, more than a small
+/// message's whole trip, and a collective call is a chain of such trips.
+fn read_polling(stream: &mut TcpStream, into: &mut [u8]) -> std::io::Result<()> {
+    let mut filled = 0;
+    let mut last_bytes = Instant::now();
+    while filled < into.len() && last_bytes.elapsed() < POLL {
+        let rest = &mut into[filled..];
+        // SAFETY: `rest` is valid for writes of its length; the descriptor
+        // is open while `stream` is borrowed.
+        let read = unsafe {
+            libc::recv(
+                stream.as_raw_fd(),
+                rest.as_mut_ptr().cast(),
+                rest.len(),
+                libc::MSG_DONTWAIT,
+            )
+        };
+        match read {
+            0 => return Err(std::io::ErrorKind::UnexpectedEof.into()),
+            count if count > 0 => {
+                filled += count as usize;
+                last_bytes = Instant::now();
+            }
+            _ => match std::io::Error::last_os_error() {
+                error if error.kind() == std::io::ErrorKind::WouldBlock => std::thread::yield_now(),
+                error if error.kind() == std::io::ErrorKind::Interrupted => {}
+                error => return Err(error),
+            },
+        }
+    }
+    stream.read_exact(&mut into[filled..])
+}
+
 fn set_up(stream: &TcpStream, timeout: Duration) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
+    let requested = SEND_BUFFER as libc::c_int;
+    // SAFETY: sets an int option from a valid int of the given size on an
+    // open descriptor.
+    let set = unsafe {
+        libc::setsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&requested as *const libc::c_int).cast(),
+            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
+        )
+    };
+    if set != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))
+}
+
+/// The largest payload a rank may write on `stream` before it reads: two
+/// messages (a peer is at most one call behind) in half the send buffer
+/// the kernel gave (it counts its own overhead against the other half),
+/// whatever the peer's receive buffer holds.
+fn inline_limit(stream: &TcpStream) -> usize {
+    let mut buffer: libc::c_int = 0;
+    let mut size = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
+    // SAFETY: reads an int option into a valid int of the given size from
+    // an open descriptor.
+    let got = unsafe {
+        libc::getsockopt(
+            stream.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_SNDBUF,
+            (&mut buffer as *mut libc::c_int).cast(),
+            &mut size,
+        )
+    };
+    let granted = if got == 0 { buffer.max(0) as usize } else { 0 };
+    (granted / 4).saturating_sub(HEADER).max(MIN_INLINE_TCP_SEND)
 }
 
 /// Pipes with the peers whose streams join this host to itself (both ends
