@@ -250,7 +250,14 @@ async fn join_node_manager(
     inbound.message().await.map_err(raylet_proto::Error::from)?;
     let owner_address = core.ctx().address.clone();
     tokio::spawn(async move {
-        while let Ok(Some(_)) = inbound.message().await {}
+        let ended = loop {
+            match inbound.message().await {
+                Ok(Some(_)) => continue,
+                Ok(None) => break "the node manager closed it".to_string(),
+                Err(status) => break format!("it failed: {status}"),
+            }
+        };
+        eprintln!("raylet worker: exiting, as its session with its node ended: {ended}");
         raylet_proto::local_socket::remove_socket_of(&task_address.to_string());
         raylet_proto::local_socket::remove_socket_of(&owner_address);
         std::process::exit(0);
