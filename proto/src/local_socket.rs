@@ -20,10 +20,14 @@ use std::path::{Path, PathBuf};
 /// The longest path a Unix socket address holds on Linux.
 const MAX_SOCKET_PATH: usize = 107;
 
-/// The same-node socket of the worker whose task stream listens on
-/// `address`, if the folder for this user and namespace is sound; `None`
-/// means TCP only.
+/// The same-node socket beside the TCP port `address`, if this process
+/// runs without TLS (with TLS every byte between processes is encrypted,
+/// so none is bound or used) and the folder for this user and namespace
+/// is sound; `None` means TCP only.
 pub fn socket_for(address: SocketAddr) -> Option<PathBuf> {
+    if !matches!(raylet_common::tls::current(), Ok(None)) {
+        return None;
+    }
     let folder = folder().ok()?;
     let path = folder.join(format!("{}_{}.sock", address.ip(), address.port()));
     (path.as_os_str().len() <= MAX_SOCKET_PATH).then_some(path)

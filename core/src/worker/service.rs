@@ -32,10 +32,7 @@ impl TaskListeners {
     pub(super) fn bind(ip: IpAddr) -> crate::Result<Self> {
         let tcp = std::net::TcpListener::bind(SocketAddr::new(ip, 0))?;
         tcp.set_nonblocking(true)?;
-        let unix = match raylet_common::tls::current()? {
-            Some(_) => None,
-            None => local_socket::bind(tcp.local_addr()?, "task streams"),
-        };
+        let unix = local_socket::bind(tcp.local_addr()?, "task streams");
         Ok(TaskListeners { tcp, unix })
     }
 

@@ -23,6 +23,10 @@ const ANSWER_PATIENCE: Duration = Duration::from_secs(5);
 
 /// Idle connections kept per owner; more are closed as they come back.
 const MAX_IDLE_PER_OWNER: usize = 16;
+/// Owners remembered at most: past it the table starts afresh (closing
+/// the idle connections), so that a long-lived process that got from many
+/// short-lived owners does not keep one entry for each.
+const MAX_OWNERS: usize = 4096;
 
 /// The owners this process got from, by their gRPC address.
 pub struct LocalGets {
@@ -79,7 +83,7 @@ impl LocalGets {
             Ok(connection) => Some(connection),
             Err(error) => {
                 tracing::debug!(%owner, %error, "gets from this owner take gRPC");
-                self.owners().insert(owner.to_string(), OwnerLink::Remote);
+                self.remember(owner, OwnerLink::Remote);
                 None
             }
         }
@@ -87,14 +91,23 @@ impl LocalGets {
 
     fn put_back(&self, owner: &str, connection: Connection) {
         let mut owners = self.owners();
-        let link = owners
-            .entry(owner.to_string())
-            .or_insert_with(|| OwnerLink::Idle(Vec::new()));
-        if let OwnerLink::Idle(idle) = link
-            && idle.len() < MAX_IDLE_PER_OWNER
-        {
-            idle.push(connection);
+        match owners.get_mut(owner) {
+            Some(OwnerLink::Idle(idle)) if idle.len() < MAX_IDLE_PER_OWNER => idle.push(connection),
+            Some(_) => {}
+            None => {
+                drop(owners);
+                self.remember(owner, OwnerLink::Idle(vec![connection]));
+            }
         }
+    }
+
+    /// Records how `owner` is reached, within [`MAX_OWNERS`].
+    fn remember(&self, owner: &str, link: OwnerLink) {
+        let mut owners = self.owners();
+        if owners.len() >= MAX_OWNERS {
+            owners.clear();
+        }
+        owners.insert(owner.to_string(), link);
     }
 }
 

@@ -49,9 +49,6 @@ impl OwnerGetServer {
     /// `lookup`; `None` (logged) when gets take gRPC only: with TLS, or
     /// when the socket or the thread cannot be had.
     pub fn start(address: SocketAddr, token: AuthToken, lookup: Lookup) -> Option<Self> {
-        if !matches!(raylet_common::tls::current(), Ok(None)) {
-            return None;
-        }
         let path = local_socket::socket_for(address)?;
         let listener = local_socket::bind(address, "object gets")?;
         match Self::spawn(listener, token, lookup, path.clone()) {

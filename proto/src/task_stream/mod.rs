@@ -56,12 +56,10 @@ pub type EventSender = FrameSender<WorkerEvents>;
 /// until `patience` has passed.
 pub async fn open(address: &str, token: &AuthToken, patience: Duration) -> Result<(TaskSender, EventReader)> {
     let bare = host_and_port(address)?;
-    let tls = tls::current()?;
-    if tls.is_none()
-        && let Some(socket) = connect_local(bare).await
-    {
+    if let Some(socket) = connect_local(bare).await {
         return open_local(address, socket, token).await;
     }
+    let tls = tls::current()?;
     let socket = with_backoff(address, patience, || TcpStream::connect(bare)).await?;
     socket.set_nodelay(true)?;
     let (read, mut write) = match tls {

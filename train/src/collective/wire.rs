@@ -336,21 +336,7 @@ fn read_polling(stream: &mut TcpStream, into: &mut [u8]) -> std::io::Result<()> 
 
 fn set_up(stream: &TcpStream, timeout: Duration) -> std::io::Result<()> {
     stream.set_nodelay(true)?;
-    let requested = SEND_BUFFER as libc::c_int;
-    // SAFETY: sets an int option from a valid int of the given size on an
-    // open descriptor.
-    let set = unsafe {
-        libc::setsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_SNDBUF,
-            (&requested as *const libc::c_int).cast(),
-            std::mem::size_of::<libc::c_int>() as libc::socklen_t,
-        )
-    };
-    if set != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
+    socket2::SockRef::from(stream).set_send_buffer_size(SEND_BUFFER)?;
     stream.set_read_timeout(Some(timeout))?;
     stream.set_write_timeout(Some(timeout))
 }
@@ -360,20 +346,7 @@ fn set_up(stream: &TcpStream, timeout: Duration) -> std::io::Result<()> {
 /// the kernel gave (it counts its own overhead against the other half),
 /// whatever the peer's receive buffer holds.
 fn inline_limit(stream: &TcpStream) -> usize {
-    let mut buffer: libc::c_int = 0;
-    let mut size = std::mem::size_of::<libc::c_int>() as libc::socklen_t;
-    // SAFETY: reads an int option into a valid int of the given size from
-    // an open descriptor.
-    let got = unsafe {
-        libc::getsockopt(
-            stream.as_raw_fd(),
-            libc::SOL_SOCKET,
-            libc::SO_SNDBUF,
-            (&mut buffer as *mut libc::c_int).cast(),
-            &mut size,
-        )
-    };
-    let granted = if got == 0 { buffer.max(0) as usize } else { 0 };
+    let granted = socket2::SockRef::from(stream).send_buffer_size().unwrap_or(0);
     (granted / 4).saturating_sub(HEADER).max(MIN_INLINE_TCP_SEND)
 }
 
