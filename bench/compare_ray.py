@@ -194,9 +194,9 @@ METRICS = [Row(*row) for row in [
         "as *n:n actor calls with arg async*, with `ray.put(np.ones(1 << 20, dtype=np.uint8))` in place of "
         "`ray.put(0)` (`bench/ray_object_metrics.py`): each call's worker reads the 1 MiB from plasma "
         "(zero-copy numpy)",
-        "as *n:n actor calls with arg async*, with `cluster.put(&ByteBuf(vec![1u8; 1 MiB]))`: above the "
-        "inline limit, so each call's worker maps it from the node's shared-memory store and decodes it "
-        "into a `ByteBuf` (one copy)",
+        "as *n:n actor calls with arg async*, with `cluster.put(&SharedBytes::from(vec![1u8; 1 MiB]))`: "
+        "above the inline limit, so each call's worker maps it from the node's shared-memory store and "
+        "reads it as `SharedBytes`, a view of the mapping (zero-copy)",
         "",
         "objects",
     ),
@@ -294,8 +294,9 @@ CROSS_PROCESS = [Row(*row) for row in [
         f"single client put and get in another process, {size}",
         f"`ray.put` of a {size} `np.ones` array (plasma), then an actor call that `ray.get`s it from a "
         "list and returns its length (a zero-copy numpy view); 1 op per object",
-        f"`cluster.put` of a {size} `ByteBuf` of ones (the node's shared-memory store), then an actor call "
-        "that `get`s it (maps it and decodes it into a `ByteBuf`: one copy) and returns its length; "
+        f"`cluster.put` of {size} of ones as `SharedBytes` (the node's shared-memory store), then an actor "
+        "call that `get`s it (maps it; the `SharedBytes` are a view of the mapping, zero-copy) and returns "
+        "its length; "
         "1 op per object",
         "",
         "objects",

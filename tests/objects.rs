@@ -7,7 +7,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use raylet::prelude::*;
-use raylet::{DType, Error, NodeMemory, current};
+use raylet::{DType, Error, NodeMemory, SharedBytes, current};
 use serde_bytes::ByteBuf;
 
 const MIB: usize = 1 << 20;
@@ -201,6 +201,89 @@ fn a_gigabyte_tensor_is_read_in_place_by_another_process() {
     assert!(rss_anon().saturating_sub(before) < 64 * MIB as u64);
     drop(archived);
     drop(stored);
+    wait_until_store_empty(&cluster);
+}
+
+/// What a worker saw of shared bytes it read.
+#[derive(serde::Serialize, serde::Deserialize, Debug)]
+struct SharedBytesView {
+    hash: u64,
+    len: u64,
+    in_shared_memory: bool,
+    rss_anon_growth: u64,
+}
+
+impl SharedBytesView {
+    fn of(bytes: &SharedBytes, before: u64) -> Self {
+        SharedBytesView {
+            hash: xxhash_rust::xxh3::xxh3_64(bytes),
+            len: bytes.len() as u64,
+            in_shared_memory: maps_a_memfd_at(bytes.as_ptr() as usize),
+            rss_anon_growth: rss_anon().saturating_sub(before),
+        }
+    }
+}
+
+/// Whether this process maps a memfd (the store's shared memory) at `address`.
+fn maps_a_memfd_at(address: usize) -> bool {
+    let maps = std::fs::read_to_string("/proc/self/maps").unwrap();
+    maps.lines().any(|line| {
+        let range = line.split_whitespace().next().unwrap();
+        let (start, end) = range.split_once('-').unwrap();
+        let (start, end) = (
+            usize::from_str_radix(start, 16).unwrap(),
+            usize::from_str_radix(end, 16).unwrap(),
+        );
+        (start..end).contains(&address) && line.contains("/memfd:")
+    })
+}
+
+#[raylet::remote]
+fn view_shared_bytes(bytes: ObjectRef<SharedBytes>) -> SharedBytesView {
+    let before = rss_anon();
+    SharedBytesView::of(&bytes.get().unwrap(), before)
+}
+
+#[raylet::remote]
+fn view_shared_bytes_argument(bytes: SharedBytes) -> SharedBytesView {
+    SharedBytesView::of(&bytes, rss_anon())
+}
+
+#[test]
+fn shared_bytes_are_read_as_a_view_of_shared_memory_by_get_and_as_an_argument() {
+    let cluster = cluster_with(Config::new().object_store_memory(1 << 30));
+    let data = pattern(256 * MIB);
+    let expected = xxhash_rust::xxh3::xxh3_64(&data);
+    let stored = cluster.put(&SharedBytes::from(data)).unwrap();
+
+    for view in [
+        view_shared_bytes::remote(&cluster, &stored).unwrap().get().unwrap(),
+        view_shared_bytes_argument::remote(&cluster, &stored)
+            .unwrap()
+            .get()
+            .unwrap(),
+    ] {
+        assert_eq!((view.hash, view.len), (expected, 256 * MIB as u64), "the same bytes");
+        assert!(view.in_shared_memory, "the worker's bytes point into the store's memfd");
+        assert!(
+            view.rss_anon_growth < 64 * MIB as u64,
+            "reading 256 MiB as a view grew the worker's private memory by {} B",
+            view.rss_anon_growth
+        );
+    }
+
+    let before = rss_anon();
+    let local = stored.get().unwrap();
+    assert_eq!(xxhash_rust::xxh3::xxh3_64(&local), expected);
+    assert!(
+        maps_a_memfd_at(local.as_ptr() as usize),
+        "the owner's get is a view too"
+    );
+    assert!(rss_anon().saturating_sub(before) < 64 * MIB as u64);
+
+    drop(stored);
+    assert_eq!(&local[..8], &0u64.to_le_bytes(), "a view outlives the ref");
+    drop(local);
     wait_until_store_empty(&cluster);
 }
 

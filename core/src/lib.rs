@@ -32,6 +32,7 @@ mod objects;
 mod observability;
 mod placement_group;
 mod registry;
+mod shared_bytes;
 mod submitter;
 mod task_error;
 mod value;
@@ -68,6 +69,7 @@ pub use raylet_proto::{
 };
 pub use registry::{EntryKind, RegistryError, find_registered};
 pub use rkyv;
+pub use shared_bytes::SharedBytes;
 pub use submitter::task::{Arg, IntoArg, TaskOptions};
 pub use task_error::{TaskError, TaskErrorKind};
 pub use worker::gpu_ids;

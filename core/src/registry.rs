@@ -245,8 +245,10 @@ pub fn check_arity(function: &str, args: &[Bytes], expected: usize) -> Result<()
     ))
 }
 
-pub fn decode_arg<T: DeserializeOwned>(function: &str, index: usize, bytes: &[u8]) -> Result<T, TaskError> {
-    raylet_common::codec::decode(bytes).map_err(|e| {
+/// Argument `index` of a call as a `T`; the [`crate::SharedBytes`] in it
+/// view `bytes` (the task's message, or the object's shared memory).
+pub fn decode_arg<T: DeserializeOwned>(function: &str, index: usize, bytes: &Bytes) -> Result<T, TaskError> {
+    crate::shared_bytes::viewing(bytes, raylet_common::codec::decode).map_err(|e| {
         TaskError::new(
             TaskErrorKind::Argument,
             function,

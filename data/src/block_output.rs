@@ -3,8 +3,8 @@
 //! with the rows left out.
 
 use arrow::array::RecordBatch;
+use raylet::SharedBytes;
 use serde::{Deserialize, Serialize};
-use serde_bytes::ByteBuf;
 
 use crate::DataError;
 use crate::block_rows::RowData;
@@ -18,8 +18,9 @@ use crate::stage::RowError;
 pub(crate) enum RowPayload {
     /// Rows of the plan's output type, each encoded alone.
     Typed(EncodedRows),
-    /// Arrow record batches as one IPC stream.
-    Arrow(ByteBuf),
+    /// Arrow record batches as one IPC stream; read from a stored block,
+    /// a view of the node's shared memory.
+    Arrow(SharedBytes),
 }
 
 impl RowPayload {
@@ -27,7 +28,9 @@ impl RowPayload {
     pub fn of(data: RowData) -> Result<RowPayload, RowsError> {
         match data {
             RowData::Encoded(rows) => Ok(RowPayload::Typed(rows)),
-            RowData::Arrow(batches) => columnar::encode_ipc(&batches).map(|ipc| RowPayload::Arrow(ByteBuf::from(ipc))),
+            RowData::Arrow(batches) => {
+                columnar::encode_ipc(&batches).map(|ipc| RowPayload::Arrow(SharedBytes::from(ipc)))
+            }
         }
     }
 
@@ -43,7 +46,7 @@ impl RowPayload {
     pub fn into_data(self) -> Result<RowData, RowsError> {
         match self {
             RowPayload::Typed(rows) => Ok(RowData::Encoded(rows)),
-            RowPayload::Arrow(ipc) => columnar::decode_ipc(ipc.into_vec()).map(RowData::Arrow),
+            RowPayload::Arrow(ipc) => columnar::decode_ipc(ipc).map(RowData::Arrow),
         }
     }
 }
@@ -67,7 +70,7 @@ impl BlockOutput {
     pub fn decode_rows<T: serde::de::DeserializeOwned>(&self) -> Result<Vec<T>, DataError> {
         let rows = match &self.rows {
             RowPayload::Typed(rows) => rows.decode(),
-            RowPayload::Arrow(ipc) => columnar::decode_ipc(ipc.as_slice()).and_then(|b| columnar::batches_to_rows(&b)),
+            RowPayload::Arrow(ipc) => columnar::decode_ipc(ipc.clone()).and_then(|b| columnar::batches_to_rows(&b)),
         };
         rows.map_err(DataError::from)
     }
@@ -75,7 +78,7 @@ impl BlockOutput {
     /// The rows as Arrow record batches.
     pub fn into_batches(self) -> Result<Vec<RecordBatch>, DataError> {
         match self.rows {
-            RowPayload::Arrow(ipc) => Ok(columnar::decode_ipc(ipc.into_vec())?),
+            RowPayload::Arrow(ipc) => Ok(columnar::decode_ipc(ipc)?),
             RowPayload::Typed(_) => Err(DataError::InvalidInput(
                 "a block of typed rows was read as Arrow batches".into(),
             )),

@@ -7,6 +7,7 @@ use arrow::array::RecordBatch;
 use arrow::buffer::Buffer;
 use arrow::ipc::reader::StreamDecoder;
 use arrow::ipc::writer::StreamWriter;
+use bytes::Bytes;
 use serde::de::DeserializeOwned;
 
 use crate::rows_error::{RowsError, column_names};
@@ -32,10 +33,12 @@ pub(crate) fn encode_ipc(batches: &[RecordBatch]) -> Result<Vec<u8>, RowsError> 
 }
 
 /// The record batches of an Arrow IPC stream. Their columns are the
-/// stream's own bytes where aligned (given a `Vec`, without a copy).
-pub(crate) fn decode_ipc(bytes: impl Into<Vec<u8>>) -> Result<Vec<RecordBatch>, RowsError> {
+/// stream's own bytes (a `Vec`, or `SharedBytes` viewing the node's shared
+/// memory) without a copy, except those whose start is not aligned for
+/// their type, which Arrow copies to an aligned buffer.
+pub(crate) fn decode_ipc(bytes: impl Into<Bytes>) -> Result<Vec<RecordBatch>, RowsError> {
     let error = RowsError::arrow("reading an Arrow IPC block");
-    let mut buffer = Buffer::from_vec(bytes.into());
+    let mut buffer = Buffer::from(bytes.into());
     let (mut decoder, mut batches) = (StreamDecoder::new(), Vec::new());
     while !buffer.is_empty() {
         batches.extend(decoder.decode(&mut buffer).map_err(error)?);
@@ -96,12 +99,12 @@ mod tests {
         ])
         .unwrap();
         let bytes = encode_ipc(&[batch.clone(), batch.clone()]).unwrap();
-        let decoded = decode_ipc(bytes.as_slice()).unwrap();
+        let decoded = decode_ipc(bytes).unwrap();
         assert_eq!(decoded, vec![batch.clone(), batch]);
         let rows: Vec<Point> = batches_to_rows(&decoded).unwrap();
         assert_eq!(rows[1], Point { id: 2, x: 1.5 });
         assert!(decode_ipc(Vec::new()).unwrap().is_empty());
-        let error = decode_ipc(b"garbage!".as_slice()).unwrap_err();
+        let error = decode_ipc(&b"garbage!"[..]).unwrap_err();
         assert!(matches!(error, RowsError::Arrow { .. }), "{error}");
         assert!(error.to_string().contains("Arrow IPC"), "{error}");
     }

@@ -202,7 +202,7 @@ fn key_column(data: &RowData, name: &str) -> Result<ArrayRef, RowsError> {
 }
 
 fn boundary_column(boundaries: &[u8]) -> Result<ArrayRef, RowsError> {
-    let batches = columnar::decode_ipc(boundaries)?;
+    let batches = columnar::decode_ipc(boundaries.to_vec())?;
     match batches.first() {
         Some(batch) => Ok(batch.column(0).clone()),
         None => Ok(Arc::new(Int64Array::from(Vec::<i64>::new()))),

@@ -110,7 +110,7 @@ fn sorted_ranges(
     let samples = kept
         .iter()
         .map(|(_, _, summary)| {
-            columnar::decode_ipc(summary.sample.as_slice()).map(|batches| batches.first().map(|b| b.column(0).clone()))
+            columnar::decode_ipc(summary.sample.to_vec()).map(|batches| batches.first().map(|b| b.column(0).clone()))
         })
         .collect::<Result<Vec<_>, _>>()?;
     let boundaries = exchange::boundaries(samples.into_iter().flatten().collect(), outputs, descending)?;

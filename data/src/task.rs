@@ -209,7 +209,7 @@ impl<'a> BlockRun<'a> {
                 let files = sink
                     .write(self.job.index, &batches)
                     .map_err(|e| self.fatal_message(e))?;
-                (RowPayload::Arrow(ByteBuf::new()), files)
+                (RowPayload::Arrow(raylet::SharedBytes::new()), files)
             }
             (RowData::Encoded(_), Some(_)) => {
                 return Err(BlockError::TypedRowsForArrowSink);

@@ -2,7 +2,7 @@
 //! actor that uses no CPU, an async actor, and client actors that call
 //! them. Each metric makes its actors on its first run, in the warm-up.
 
-use raylet::{ActorHandle, Cluster, ObjectRef};
+use raylet::{ActorHandle, Cluster, ObjectRef, SharedBytes};
 use serde_bytes::ByteBuf;
 
 use super::{Metric, metric, once, small_value};
@@ -25,7 +25,7 @@ impl Echo {
         ByteBuf::from(b"ok".to_vec())
     }
 
-    pub fn small_value_big_arg(&self, _x: ByteBuf) -> ByteBuf {
+    pub fn small_value_big_arg(&self, _x: SharedBytes) -> ByteBuf {
         ByteBuf::from(b"ok".to_vec())
     }
 
@@ -95,10 +95,10 @@ impl Caller {
 
     /// As `small_value_batch_arg`, with a 1 MiB buffer put instead of `0`:
     /// above the inline limit, so each call's worker maps it from the
-    /// node's store.
+    /// node's store and reads it as `SharedBytes`, without a copy.
     pub fn small_value_batch_big_arg(&self, n: usize) -> usize {
         let cluster = raylet::current().expect("actors run in a cluster");
-        let x = cluster.put(&ByteBuf::from(vec![1u8; 1 << 20])).expect("put");
+        let x = cluster.put(&SharedBytes::from(vec![1u8; 1 << 20])).expect("put");
         let results: Vec<ObjectRef<ByteBuf>> = self
             .servers
             .iter()
@@ -106,7 +106,7 @@ impl Caller {
                 (0..n).map(|_| {
                     server.call(
                         "small_value_big_arg",
-                        raylet::IntoArg::<ByteBuf>::into_arg(&x).map(|a| vec![a]),
+                        raylet::IntoArg::<SharedBytes>::into_arg(&x).map(|a| vec![a]),
                     )
                 })
             })

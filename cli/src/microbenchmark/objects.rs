@@ -4,13 +4,13 @@
 //! the call): 1,000 small values per round, which live with their owner, the
 //! driver, and travel from it on request; or one value of 100 KiB, 1 MiB or
 //! 10 MiB, above the inline limit, so written into the node's shared-memory
-//! store and mapped by the reader; and gets alone, one by one, of 10,000
-//! small values put once, sent along with the call or reached through an
-//! object the reader gets first, so that each get asks the owner. Beside
-//! them, a memcpy of the same bytes.
+//! store and read by the reader as `SharedBytes`, a view of the mapping
+//! with no copy, as Ray's reader gets a numpy view of plasma; and gets
+//! alone, one by one, of 10,000 small values put once, sent along with the
+//! call or reached through an object the reader gets first, so that each
+//! get asks the owner. Beside them, a memcpy of the same bytes.
 
-use raylet::{Cluster, ObjectRef};
-use serde_bytes::ByteBuf;
+use raylet::{Cluster, ObjectRef, SharedBytes};
 
 use super::{Metric, metric, once};
 
@@ -51,8 +51,9 @@ impl Reader {
         refs.iter().map(|r| r.get().expect("the owner serves its values")).sum()
     }
 
-    /// Gets the first buffer and returns its length.
-    pub fn length(&self, refs: Vec<ObjectRef<ByteBuf>>) -> usize {
+    /// Gets the first buffer, a view of the store's mapping, and returns
+    /// its length.
+    pub fn length(&self, refs: Vec<ObjectRef<SharedBytes>>) -> usize {
         refs[0].get().expect("the store serves the buffer").len()
     }
 }
@@ -123,7 +124,9 @@ fn sized_put_and_get<'a>(cluster: &'a Cluster, label: &str, size: usize) -> Metr
         name,
         1.0,
         Box::new(move || {
-            let (reader, bytes) = once(&mut state, || Ok((reader(cluster)?, ByteBuf::from(vec![1u8; size]))))?;
+            let (reader, bytes) = once(&mut state, || {
+                Ok((reader(cluster)?, SharedBytes::from(vec![1u8; size])))
+            })?;
             let stored = cluster.put(bytes)?;
             reader.length(vec![stored]).get().map(drop)
         }),

@@ -22,6 +22,7 @@ use crate::objects::archived::{ArchivedRef, Checkable};
 use crate::objects::memory_store::FreedObject;
 use crate::objects::object_ref::handle::RawRef;
 use crate::objects::owner::Owner;
+use crate::shared_bytes::viewing;
 use crate::submitter::{NotRebuilt, SubmitterEvent};
 use crate::value::{Body, Expected, Format, Outcome, StoredAt};
 use crate::{Error, Result};
@@ -292,7 +293,7 @@ impl SharedObjects {
         outcome: Outcome,
     ) -> Result<T> {
         let bytes = self.value_bytes_blocking(object, outcome, Expected::of::<T>(Format::Postcard))?;
-        let decoded = raylet_common::codec::decode(&bytes)?;
+        let decoded = bytes.decode()?;
         if !self.owner.borrows.is_settled() {
             let borrows = self.owner.borrows.clone();
             self.ctx().block_on(async move { borrows.settled().await });
@@ -305,7 +306,7 @@ impl SharedObjects {
         let bytes = self
             .value_bytes(object, outcome, Expected::of::<T>(Format::Postcard))
             .await?;
-        let decoded = raylet_common::codec::decode(&bytes)?;
+        let decoded = bytes.decode()?;
         self.owner.borrows.settled().await;
         Ok(decoded)
     }
@@ -330,6 +331,17 @@ impl SharedObjects {
 enum ValueBytes {
     Inline(Bytes),
     Mapped(MappedObject),
+}
+
+impl ValueBytes {
+    /// The value as a `T`; the [`crate::SharedBytes`] in it view these bytes.
+    fn decode<T: DeserializeOwned>(self) -> Result<T> {
+        let source = match self {
+            ValueBytes::Inline(data) => data,
+            ValueBytes::Mapped(mapped) => Bytes::from_owner(mapped),
+        };
+        Ok(viewing(&source, raylet_common::codec::decode)?)
+    }
 }
 
 impl Deref for ValueBytes {
