@@ -6,7 +6,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use raylet_common::auth::AuthToken;
-use raylet_proto::local_gets::LocalGets;
+use raylet_proto::owner_calls::LocalOwners;
 use raylet_proto::server::MAX_DATA_MESSAGE;
 use raylet_proto::service_error::from_status;
 use raylet_proto::v1::owner_service_client::OwnerServiceClient;
@@ -55,7 +55,7 @@ pub(crate) struct CoreWorker {
     pub(crate) placement_groups: GroupSession,
     /// Gets from owners on this machine, through their same-node sockets;
     /// none over virtual links.
-    local_gets: Option<LocalGets>,
+    local_owners: Option<Arc<LocalOwners>>,
 }
 
 /// Where a process's owner service listens and how it reaches its node.
@@ -94,7 +94,10 @@ impl CoreWorker {
             head_address: settings.head_address,
             node_manager: settings.node_manager,
         };
-        let local_gets = settings.links.is_none().then(|| LocalGets::new(settings.token.clone()));
+        let local_owners = settings
+            .links
+            .is_none()
+            .then(|| Arc::new(LocalOwners::new(settings.token.clone())));
         let ctx = Arc::new(Context::new(
             addresses,
             settings.token,
@@ -128,12 +131,13 @@ impl CoreWorker {
             blocked_hook: settings.blocked_hook,
             actors: Arc::new(ActorClients::new(owner.clone())),
             placement_groups: GroupSession::default(),
-            local_gets,
+            local_owners: local_owners.clone(),
         });
         runtime.spawn(crate::objects::borrows::send_changes(
             ctx.clone(),
             owner.borrows.clone(),
             borrower_changes,
+            local_owners,
         ));
         runtime.spawn(crate::objects::shared_objects::delete_freed(
             shared_objects,
@@ -251,7 +255,7 @@ impl CoreWorker {
             return None;
         }
         let outcome = self
-            .local_gets
+            .local_owners
             .as_ref()?
             .finished(object.owner_address(), object.id())?;
         Some(outcome_from_proto(outcome).0)

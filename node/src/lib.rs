@@ -316,6 +316,9 @@ impl NodeManager {
         })
         .max_decoding_message_size(MAX_DATA_MESSAGE)
         .max_encoding_message_size(MAX_DATA_MESSAGE);
+        let store_calls = shared
+            .store
+            .serve_same_node(shared.address, shared.config.token.clone());
         let stopping = shared.clone();
         let (shutdown, clients_waited_for) = bounded_shutdown(async move {
             shutdown.await;
@@ -337,6 +340,7 @@ impl NodeManager {
             never = shared.store.clone().serve_transfers(transfer_listener) => match never {},
         };
         shared.leases.shut_down();
+        drop(store_calls);
         remove_spill_dir(&shared.config.spill_dir());
         heartbeat::unregister(&mut head, &shared, "node manager shut down").await;
         result

@@ -23,30 +23,33 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 use raylet_proto::service_error::from_status;
 
 use crate::error::{Result, StoreError};
+use crate::same_node::SameNodeStore;
 use crate::segment::{map_readonly, map_writable, proc_path};
 
 /// A session with the store of this process's node.
 pub struct StoreClient {
     rpc: ObjectStoreServiceClient<AuthedChannel>,
-    session: u64,
+    pub(crate) session: u64,
     releases: mpsc::UnboundedSender<StoreSessionMessage>,
     /// Ends the session even while mappings are left.
     closed: Arc<Notify>,
-    written: Arc<WrittenSegments>,
+    pub(crate) written: Arc<WrittenSegments>,
+    /// The store's same-node socket, for the calls a thread makes itself.
+    pub(crate) same_node: Option<SameNodeStore>,
 }
 
 /// The segments this client wrote and still maps writable, by number,
 /// until the store hands them to another session or drops them.
 #[derive(Default)]
-struct WrittenSegments(Mutex<HashMap<u64, MmapMut>>);
+pub(crate) struct WrittenSegments(Mutex<HashMap<u64, MmapMut>>);
 
 impl WrittenSegments {
-    fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, MmapMut>> {
+    pub(crate) fn lock(&self) -> std::sync::MutexGuard<'_, HashMap<u64, MmapMut>> {
         self.0.lock().unwrap_or_else(|p| p.into_inner())
     }
 
     /// The mapping of `segment` if this client still has it, `size` long.
-    fn take(&self, segment: u64, size: u64) -> Option<MmapMut> {
+    pub(crate) fn take(&self, segment: u64, size: u64) -> Option<MmapMut> {
         self.lock().remove(&segment).filter(|map| map.len() as u64 == size)
     }
 
@@ -59,9 +62,14 @@ impl WrittenSegments {
 }
 
 impl StoreClient {
-    /// Opens a session for the process at `owner_address`. Fails when the
-    /// store is on another machine, whose memory this process cannot map.
-    pub async fn connect(channel: AuthedChannel, owner_address: &str) -> Result<Arc<StoreClient>> {
+    /// Opens a session for the process at `owner_address`, which makes the
+    /// calls it can through `same_node`. Fails when the store is on another
+    /// machine, whose memory this process cannot map.
+    pub async fn connect(
+        channel: AuthedChannel,
+        owner_address: &str,
+        same_node: Option<SameNodeStore>,
+    ) -> Result<Arc<StoreClient>> {
         let mut rpc = ObjectStoreServiceClient::new(channel);
         let (releases, outbound) = mpsc::unbounded_channel();
         let first = StoreSessionMessage {
@@ -92,6 +100,7 @@ impl StoreClient {
             releases,
             closed,
             written,
+            same_node,
         }))
     }
 
@@ -128,14 +137,25 @@ impl StoreClient {
         Ok(ObjectWriter { id, segment, map })
     }
 
-    /// Seals a written object at the first `written` bytes. A segment
-    /// written whole stays mapped, from before the store may tell this
-    /// client to forget it; one that the seal shrinks is unmapped first.
+    /// Seals a written object at the first `written` bytes.
     pub async fn seal(&self, writer: ObjectWriter, written: u64) -> Result<()> {
+        self.seal_unsealed(self.keep_or_unmap(writer, written)).await
+    }
+
+    /// The writer's mapping kept when the segment was written whole, from
+    /// before the store may tell this client to forget it; one that the
+    /// seal shrinks is unmapped first.
+    pub(crate) fn keep_or_unmap(&self, writer: ObjectWriter, written: u64) -> Unsealed {
         let ObjectWriter { id, segment, map } = writer;
         if map.len() as u64 == written {
             self.written.lock().insert(segment, map);
         }
+        Unsealed { id, segment, written }
+    }
+
+    /// Seals what [`Self::keep_or_unmap`] left, over gRPC.
+    pub async fn seal_unsealed(&self, unsealed: Unsealed) -> Result<()> {
+        let Unsealed { id, segment, written } = unsealed;
         let request = SealObjectRequest {
             session_id: self.session,
             object_id: id.as_bytes().to_vec(),
@@ -163,12 +183,18 @@ impl StoreClient {
             .map_err(from_status::<StoreError>)?;
         let location = location.into_inner();
         let mapped = map_readonly(&proc_path(location.pid, location.fd), location.size);
-        let release = Release {
-            id,
-            releases: self.releases.clone(),
-        };
+        let release = self.release_of(id);
         let map = mapped.map_err(StoreError::io(format!("mapping object {id}")))?;
         Ok(MappedObject { map, _release: release })
+    }
+
+    /// What tells the store, once dropped, that this client's mapping of
+    /// `id` is gone.
+    pub(crate) fn release_of(&self, id: ObjectId) -> Release {
+        Release {
+            id,
+            releases: self.releases.clone(),
+        }
     }
 
     /// Has this node's store fetch an object of `size` bytes from the
@@ -250,9 +276,9 @@ fn check_same_machine(location: ObjectLocation, expected: &[u8]) -> Result<()> {
 
 /// A new object's memory, mapped writable until it is sealed.
 pub struct ObjectWriter {
-    id: ObjectId,
-    segment: u64,
-    map: MmapMut,
+    pub(crate) id: ObjectId,
+    pub(crate) segment: u64,
+    pub(crate) map: MmapMut,
 }
 
 impl ObjectWriter {
@@ -274,10 +300,17 @@ impl DerefMut for ObjectWriter {
     }
 }
 
+/// An object written and not sealed yet, its writer's mapping kept or gone.
+pub struct Unsealed {
+    id: ObjectId,
+    segment: u64,
+    written: u64,
+}
+
 /// A sealed object mapped read-only, page-aligned and immutable.
 pub struct MappedObject {
-    map: Mmap,
-    _release: Release,
+    pub(crate) map: Mmap,
+    pub(crate) _release: Release,
 }
 
 impl AsRef<[u8]> for MappedObject {
@@ -294,7 +327,7 @@ impl Deref for MappedObject {
 }
 
 /// Tells the store that a mapping is gone, so the object may be spilled.
-struct Release {
+pub(crate) struct Release {
     id: ObjectId,
     releases: mpsc::UnboundedSender<StoreSessionMessage>,
 }

@@ -8,6 +8,7 @@ pub mod archive;
 pub mod client;
 pub mod error;
 pub mod owner_watch;
+pub mod same_node;
 pub mod segment;
 pub mod service;
 pub mod store;
@@ -15,8 +16,9 @@ pub mod tensor;
 pub mod transfer;
 
 pub use archive::{Archivable, Checkable};
-pub use client::{MappedObject, ObjectWriter, StoreClient};
+pub use client::{MappedObject, ObjectWriter, StoreClient, Unsealed};
 pub use error::{Result, StoreError};
+pub use same_node::SameNodeStore;
 pub use service::{ObjectStoreServiceImpl, SharedStore};
 pub use store::{ObjectInfo, StoreConfig, StoreUsage, bytes};
 pub use tensor::{ArchivedTensor, DType, Tensor};

@@ -5,7 +5,7 @@
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard};
+use std::sync::{Arc, Mutex, MutexGuard, TryLockError};
 use std::time::Duration;
 
 use raylet_common::auth::AuthToken;
@@ -72,6 +72,16 @@ impl SharedStore {
         self.store.lock().unwrap_or_else(|p| p.into_inner())
     }
 
+    /// The store when nobody holds it, as an async caller may take it: a
+    /// holder may be spilling or restoring, which takes long.
+    pub(crate) fn lock_if_free(&self) -> Option<MutexGuard<'_, ObjectStore>> {
+        match self.store.try_lock() {
+            Ok(store) => Some(store),
+            Err(TryLockError::Poisoned(poisoned)) => Some(poisoned.into_inner()),
+            Err(TryLockError::WouldBlock) => None,
+        }
+    }
+
     pub fn usage(&self) -> StoreUsage {
         let mut usage = self.lock().usage();
         usage.served = self.served.load(Ordering::Relaxed);
@@ -93,7 +103,8 @@ impl SharedStore {
     }
 
     /// Reserves room for a new object written under `session`, waiting up
-    /// to `wait` for frees when the store is full.
+    /// to `wait` for frees when the store is full. A create runs on a
+    /// blocking thread only when it has to spill, or the store is busy.
     pub(crate) async fn create(
         self: &Arc<Self>,
         session: u64,
@@ -103,6 +114,11 @@ impl SharedStore {
         wait: Duration,
     ) -> Result<Location> {
         let deadline = tokio::time::Instant::now() + wait.min(MAX_CREATE_WAIT);
+        if let Some(mut store) = self.lock_if_free()
+            && let Some(location) = store.create_in_memory(session, id, size, owner)?
+        {
+            return Ok(location);
+        }
         let owner: Arc<str> = owner.into();
         loop {
             let freed = self.freed.notified();
@@ -119,7 +135,14 @@ impl SharedStore {
         }
     }
 
+    /// Pins an object for `session`, on a blocking thread only when it has
+    /// to be restored from disk, or the store is busy.
     async fn get(self: &Arc<Self>, session: u64, id: ObjectId) -> Result<Location> {
+        if let Some(mut store) = self.lock_if_free()
+            && let Some(location) = store.get_in_memory(session, id)?
+        {
+            return Ok(location);
+        }
         let store = self.clone();
         join(tokio::task::spawn_blocking(move || store.lock().get(session, id))).await
     }
@@ -139,7 +162,7 @@ fn rand_bytes() -> [u8; 16] {
     *raylet_proto::ObjectId::random().as_bytes()
 }
 
-fn location_to_proto(location: Location) -> ObjectLocation {
+pub(crate) fn location_to_proto(location: Location) -> ObjectLocation {
     ObjectLocation {
         pid: location.pid,
         fd: location.fd,

@@ -249,6 +249,25 @@ impl ObjectStore {
         Ok(())
     }
 
+    /// [`Self::create`] when it writes nothing to disk: `None` when making
+    /// room for `size` bytes would spill objects.
+    pub fn create_in_memory(&mut self, session: u64, id: ObjectId, size: u64, owner: &str) -> Result<Option<Location>> {
+        let reusable = self.reusable.iter().any(|kept| kept.segment.size() == size);
+        match reusable || self.used + size <= self.config.high_water() {
+            true => self.create(session, id, size, owner).map(Some),
+            false => Ok(None),
+        }
+    }
+
+    /// [`Self::get`] when it reads nothing from disk: `None` when the
+    /// object was spilled.
+    pub fn get_in_memory(&mut self, session: u64, id: ObjectId) -> Result<Option<Location>> {
+        match self.objects.get(&id).map(|entry| &entry.state) {
+            Some(State::Spilled(_)) => Ok(None),
+            _ => self.get(session, id).map(Some),
+        }
+    }
+
     /// Pins a sealed object for the session, restoring it if it was spilled.
     pub fn get(&mut self, session: u64, id: ObjectId) -> Result<Location> {
         self.check_session(session)?;
@@ -661,6 +680,34 @@ mod tests {
         store.delete(&ids);
         assert_eq!((store.usage().used, store.usage().spilled), (0, 0));
         assert_eq!(std::fs::read_dir(dir.path().join("spill")).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn the_in_memory_calls_decline_what_would_touch_the_disk() {
+        let (mut store, _dir) = store(10 * MIB, 100 * MIB);
+        let session = store.open_session("owner:1", None);
+        let ids: Vec<ObjectId> = (0..7).map(|i| put(&mut store, session, i, MIB).unwrap()).collect();
+        let declined = store.create_in_memory(session, ObjectId::random(), MIB, "owner:1");
+        assert!(declined.unwrap().is_none(), "an eighth MiB passes the high-water mark");
+        assert_eq!(store.usage().spilled, 0, "and nothing was spilled for it");
+        put(&mut store, session, 7, MIB).unwrap();
+        assert_eq!(store.usage().spilled, MIB, "the blocking create spills");
+        assert!(
+            store.get_in_memory(session, ids[0]).unwrap().is_none(),
+            "a spilled object is declined"
+        );
+        let location = store
+            .get_in_memory(session, ids[6])
+            .unwrap()
+            .expect("one in memory is pinned");
+        assert_eq!(location.size, MIB);
+        store.release(session, ids[6]);
+
+        store.delete(&ids[1..2]);
+        let reused = store.create_in_memory(session, ObjectId::random(), MIB, "owner:1");
+        assert!(reused.unwrap().is_some(), "a kept segment of the size needs no room");
+        let missing = store.get_in_memory(session, ObjectId::random()).unwrap_err();
+        assert!(matches!(missing, StoreError::NotFound(_)), "{missing}");
     }
 
     #[test]

@@ -1,11 +1,11 @@
-//! Where a worker's task stream, and an owner's gets (see
-//! [`crate::local_gets`]), also listen on a Unix socket, for peers on the
-//! same machine: a folder of the machine's temporary directory, one
+//! Where a worker's task stream, an owner's calls (see
+//! [`crate::owner_calls`]) and a node's store calls also listen on a Unix
+//! socket, for peers on the same machine: a folder of the machine's temporary directory, one
 //! per user and network namespace (so that hosts simulated in namespaces
 //! stay apart), made by the first process that needs it with mode 0700 so
 //! that only the cluster's user can connect. A socket is named after the
 //! TCP port it stands beside (a worker's task port, a process's owner
-//! port), which no other live process of the namespace holds; a peer that
+//! port, a node manager's port), which no other live process of the namespace holds; a peer that
 //! finds none there, or whose connect is refused (a process that died),
 //! takes TCP. The node manager removes a worker's socket files once the
 //! worker has exited.

@@ -111,12 +111,14 @@ pub const METHODS: &[Method] = methods![
 ];
 
 /// The frames of a task stream (see [`crate::task_stream`]), which a worker
-/// and an owner decode off their own TCP connection.
+/// and an owner decode off their own TCP connection, and those of the
+/// same-node calls ([`crate::same_node_calls`]) that a store answers.
 pub const TASK_STREAM_FRAMES: &[Method] = methods![
     "task stream: the owner's hello" => TaskStreamHello,
     "task stream: the worker's welcome" => TaskStreamWelcome,
     "task stream: tasks to a worker" => TaskBatch,
     "task stream: a worker's results" => WorkerEvents,
+    "same-node calls: a store call" => StoreCall,
 ];
 
 /// The method or frame whose input message is `input` (a full name such as
@@ -414,6 +416,18 @@ impl Convert for v1::SealObjectRequest {
 impl Convert for v1::GetStoredObjectRequest {
     fn convert(&self) -> Result<()> {
         ObjectId::from_wire(&self.object_id).map(drop)
+    }
+}
+
+impl Convert for v1::StoreCall {
+    fn convert(&self) -> Result<()> {
+        match &self.call {
+            Some(v1::store_call::Call::Create(create)) => create.convert(),
+            Some(v1::store_call::Call::Seal(seal)) => seal.convert(),
+            Some(v1::store_call::Call::Get(get)) => get.convert(),
+            Some(v1::store_call::Call::Delete(delete)) => delete.convert(),
+            None => Err(Error::InvalidArgument("an empty store call".into())),
+        }
     }
 }
 

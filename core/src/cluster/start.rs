@@ -19,11 +19,11 @@ use crate::cluster::config::Config;
 use crate::cluster::embedded::Embedded;
 use crate::cluster::session::TempRoot;
 use crate::core_worker::{CoreSettings, CoreWorker};
-use crate::objects::owner_service::{OwnerServiceImpl, serve_local_gets};
+use crate::objects::owner_service::{OwnerServiceImpl, serve_owner_calls};
 use crate::observability::task_events::Placement;
 use crate::submitter::Submitter;
 use crate::{Error, Result};
-use raylet_proto::local_gets::OwnerGetServer;
+use raylet_proto::owner_calls::OwnerCallServer;
 
 /// What starting a driver produces.
 pub(super) struct StartedDriver {
@@ -36,7 +36,7 @@ pub(super) struct StartedDriver {
 /// when this is dropped.
 pub(super) struct OwnerServices {
     _stop_grpc: oneshot::Sender<()>,
-    _local_gets: Option<OwnerGetServer>,
+    _owner_calls: Option<OwnerCallServer>,
 }
 
 pub(super) async fn start_driver(config: Config, runtime: tokio::runtime::Handle) -> Result<StartedDriver> {
@@ -98,7 +98,7 @@ pub(super) async fn start_driver(config: Config, runtime: tokio::runtime::Handle
     crate::observability::timeline::set_on(config.timeline);
     let core = CoreWorker::start(settings, submitter, runtime);
     Submitter::spawn(core.owner.clone(), core.submitter.clone(), submissions);
-    let local_gets = serve_local_gets(&core.ctx().address, &token, core.owner.store.clone());
+    let owner_calls = serve_owner_calls(&core.ctx().address, &token, core.owner.store.clone());
     let (stop_grpc, stopped) = oneshot::channel::<()>();
     let service = OwnerServiceServer::new(OwnerServiceImpl::new(core.owner.store.clone()))
         .max_decoding_message_size(MAX_DATA_MESSAGE)
@@ -115,7 +115,7 @@ pub(super) async fn start_driver(config: Config, runtime: tokio::runtime::Handle
         embedded,
         owner_services: OwnerServices {
             _stop_grpc: stop_grpc,
-            _local_gets: local_gets,
+            _owner_calls: owner_calls,
         },
     })
 }

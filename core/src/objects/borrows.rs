@@ -16,6 +16,7 @@
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, MutexGuard};
 
+use raylet_proto::owner_calls::LocalOwners;
 use raylet_proto::v1::owner_service_client::OwnerServiceClient;
 use raylet_proto::v1::{BorrowerChange, UpdateBorrowersRequest};
 use raylet_proto::{IdMap, ObjectId};
@@ -212,11 +213,13 @@ impl Drop for LentForTask {
 }
 
 /// Delivers borrower changes to their owners, in batches: one call per
-/// owner for everything that queued up meanwhile.
+/// owner for everything that queued up meanwhile, through the owner's
+/// same-node socket when it runs on this machine (`local`), else gRPC.
 pub(crate) async fn send_changes(
     ctx: Arc<Context>,
     borrows: Arc<Borrows>,
     mut changes: mpsc::UnboundedReceiver<Change>,
+    local: Option<Arc<LocalOwners>>,
 ) {
     while let Some(first) = changes.recv().await {
         let mut batch = vec![first];
@@ -226,8 +229,12 @@ pub(crate) async fn send_changes(
         let registrations = batch.iter().filter(|c| c.delta > 0).count();
         let mut calls = JoinSet::new();
         for (owner, request) in by_owner(batch) {
-            let ctx = ctx.clone();
-            calls.spawn(async move { update_owner(&ctx, &owner, request).await });
+            let (ctx, local) = (ctx.clone(), local.clone());
+            calls.spawn(async move {
+                if !update_owner_here(local, &owner, &request).await {
+                    update_owner(&ctx, &owner, request).await;
+                }
+            });
         }
         calls.join_all().await;
         borrows
@@ -251,6 +258,21 @@ fn by_owner(batch: Vec<Change>) -> HashMap<Arc<str>, UpdateBorrowersRequest> {
         });
     }
     requests
+}
+
+/// Delivers `request` through the owner's same-node socket, on a blocking
+/// thread; `false` means send it over gRPC.
+async fn update_owner_here(
+    local: Option<Arc<LocalOwners>>,
+    owner: &Arc<str>,
+    request: &UpdateBorrowersRequest,
+) -> bool {
+    let Some(local) = local else {
+        return false;
+    };
+    let (owner, request) = (owner.clone(), request.clone());
+    let updated = tokio::task::spawn_blocking(move || local.update_borrowers(&owner, &request)).await;
+    updated.unwrap_or(false)
 }
 
 async fn update_owner(ctx: &Context, owner: &str, request: UpdateBorrowersRequest) {

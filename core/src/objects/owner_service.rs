@@ -1,14 +1,14 @@
 //! The owner service of a process: other processes fetch the values of the
 //! objects this process owns, and say when they take and drop references;
-//! those on its machine also get its finished objects through a socket
-//! beside it (see [`raylet_proto::local_gets`]).
+//! those on its machine also get its finished objects and say so through a
+//! socket beside it (see [`raylet_proto::owner_calls`]).
 
 use std::sync::Arc;
 use std::time::Duration;
 
 use raylet_common::auth::AuthToken;
 use raylet_proto::ObjectId;
-use raylet_proto::local_gets::OwnerGetServer;
+use raylet_proto::owner_calls::{OwnerCallServer, OwnerTable};
 use raylet_proto::v1::owner_service_server::OwnerService;
 use raylet_proto::v1::{
     AddCopiesReply, AddCopiesRequest, DescribeObjectsReply, DescribeObjectsRequest, GetObjectReply, GetObjectRequest,
@@ -35,15 +35,24 @@ impl OwnerServiceImpl {
     }
 }
 
-/// Serves same-node gets of the finished objects in `store` beside the
-/// owner service at `address`; `None` when gets take gRPC only.
-pub(crate) fn serve_local_gets(address: &str, token: &AuthToken, store: Arc<MemoryStore>) -> Option<OwnerGetServer> {
-    let address = address.parse().ok()?;
-    let lookup = move |id| {
-        let outcome = store.try_get(id).ok()??;
+/// Serves same-node calls to the objects in `store` beside the owner
+/// service at `address`; `None` when they take gRPC only.
+pub(crate) fn serve_owner_calls(address: &str, token: &AuthToken, store: Arc<MemoryStore>) -> Option<OwnerCallServer> {
+    OwnerCallServer::start(address.parse().ok()?, token.clone(), OwnedObjects(store))
+}
+
+/// The owner's table as its same-node calls read and count it.
+struct OwnedObjects(Arc<MemoryStore>);
+
+impl OwnerTable for OwnedObjects {
+    fn finished(&self, id: ObjectId) -> Option<raylet_proto::v1::ObjectOutcome> {
+        let outcome = self.0.try_get(id).ok()??;
         Some(outcome_to_proto(&outcome, false))
-    };
-    OwnerGetServer::start(address, token.clone(), Box::new(lookup))
+    }
+
+    fn update_borrower(&self, id: ObjectId, borrower: &str, delta: i32) {
+        self.0.update_borrower(id, borrower, delta);
+    }
 }
 
 #[tonic::async_trait]

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 
-use raylet_object_store::{MappedObject, ObjectWriter, StoreClient, StoreError};
+use raylet_object_store::{MappedObject, ObjectWriter, SameNodeStore, StoreClient, StoreError};
 use raylet_proto::ObjectId;
 use raylet_proto::v1::object_store_service_client::ObjectStoreServiceClient;
 use raylet_proto::v1::owner_service_client::OwnerServiceClient;
@@ -74,8 +74,10 @@ impl SharedObjects {
         let client = self
             .session
             .get_or_try_init(|| async {
-                let channel = self.ctx().channel(&self.ctx().node_manager).await?;
-                StoreClient::connect(channel, &self.ctx().address)
+                let ctx = self.ctx();
+                let channel = ctx.channel(&ctx.node_manager).await?;
+                let same_node = SameNodeStore::new(&ctx.node_manager, ctx.token.clone());
+                StoreClient::connect(channel, &ctx.address, Some(same_node))
                     .await
                     .map_err(store_error)
             })
@@ -86,6 +88,9 @@ impl SharedObjects {
     /// Writes a new object of `size` bytes into this node's store: `fill`
     /// writes it in place on this thread and says how many bytes it used.
     /// Blocks while the store makes room, up to the store-full timeout.
+    /// Once this process has a session with the store, a create and seal
+    /// that need nothing of the disk are made on this thread, through the
+    /// store's same-node socket.
     pub(crate) fn write_object(
         self: &Arc<Self>,
         id: ObjectId,
@@ -93,6 +98,12 @@ impl SharedObjects {
         owner: Arc<str>,
         fill: impl FnOnce(&mut [u8]) -> Result<usize>,
     ) -> Result<StoredAt> {
+        if let Some(store) = self.session.get()
+            && let Some(mut writer) = store.create_here(id, size as u64, &owner)
+        {
+            let written = fill(&mut writer);
+            return self.seal_here(store.clone(), writer, written);
+        }
         let objects = self.clone();
         let mut writer = self
             .ctx()
@@ -139,6 +150,28 @@ impl SharedObjects {
         .map_err(store_error)
     }
 
+    /// Seals what `fill` wrote on this thread through the same-node socket,
+    /// else over gRPC; deletes the object when `fill` failed.
+    fn seal_here(&self, store: Arc<StoreClient>, writer: ObjectWriter, written: Result<usize>) -> Result<StoredAt> {
+        let stored = |written: usize| StoredAt::new(&self.ctx().node_manager, written as u64);
+        let Ok(written) = written else {
+            let id = writer.id();
+            drop(writer);
+            self.ctx()
+                .block_on(async move { store.delete(&[id]).await.map_err(store_error) })?;
+            return written.map(stored);
+        };
+        match store.seal_here(writer, written as u64) {
+            Ok(()) => Ok(stored(written)),
+            Err(unsealed) => {
+                let sealed = self
+                    .ctx()
+                    .block_on(async move { store.seal_unsealed(unsealed).await.map_err(store_error) });
+                sealed.map(|()| stored(written))
+            }
+        }
+    }
+
     /// Seals what `fill` wrote, or deletes the object when it failed.
     async fn seal_object(&self, writer: ObjectWriter, written: Result<usize>) -> Result<StoredAt> {
         let store = self.node_store().await?;
@@ -178,6 +211,26 @@ impl SharedObjects {
                 }
             }
         }
+    }
+
+    /// Maps an object in this node's store on this thread, through the
+    /// store's same-node socket; `None` means take [`Self::map_object`].
+    fn map_here(&self, id: ObjectId, at: &StoredAt) -> Option<MappedObject> {
+        let store = self.session.get()?;
+        let here = at.holders().any(|holder| **holder == *self.ctx().node_manager);
+        here.then(|| store.get_here(id))?
+    }
+
+    /// Deletes objects from this node's store through its same-node socket,
+    /// on a blocking thread; the ids come back when `node` is another node
+    /// or the store declined, for gRPC.
+    async fn delete_here(&self, node: &str, object_ids: Vec<Vec<u8>>) -> Option<Vec<Vec<u8>>> {
+        let Some(store) = self.session.get().filter(|_| node == self.ctx().node_manager) else {
+            return Some(object_ids);
+        };
+        let store = store.clone();
+        let deleted = tokio::task::spawn_blocking(move || store.delete_here(object_ids)).await;
+        deleted.ok()?.err()
     }
 
     /// Copies an object from the nodes that hold it into this node's store,
@@ -249,11 +302,19 @@ impl SharedObjects {
         outcome: Outcome,
         expected: Expected,
     ) -> Result<ValueBytes> {
-        if let Ok(value) = &outcome
-            && let Body::Inline(data) = &value.body
-        {
-            value.check(object.id, expected)?;
-            return Ok(ValueBytes::Inline(data.clone()));
+        if let Ok(value) = &outcome {
+            match &value.body {
+                Body::Inline(data) => {
+                    value.check(object.id, expected)?;
+                    return Ok(ValueBytes::Inline(data.clone()));
+                }
+                Body::Stored(at) => {
+                    value.check(object.id, expected)?;
+                    if let Some(mapped) = self.map_here(object.id, at) {
+                        return Ok(ValueBytes::Mapped(mapped));
+                    }
+                }
+            }
         }
         let (objects, object) = (self.clone(), object.clone());
         self.ctx()
@@ -373,6 +434,9 @@ pub(crate) async fn delete_freed(objects: Arc<SharedObjects>, mut freed: mpsc::U
         }
         let _ = objects.submitter.send(SubmitterEvent::ForgetLineage(ids));
         for (node, object_ids) in by_node {
+            let Some(object_ids) = objects.delete_here(&node, object_ids).await else {
+                continue;
+            };
             match delete_on(objects.ctx(), &node, object_ids).await {
                 Ok(()) => {}
                 Err(Error::Cluster(raylet_proto::Error::Unavailable(error))) => {

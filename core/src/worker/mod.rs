@@ -34,7 +34,7 @@ use tokio_stream::wrappers::UnboundedReceiverStream;
 
 use crate::cluster::Cluster;
 use crate::core_worker::{CoreSettings, CoreWorker};
-use crate::objects::owner_service::{OwnerServiceImpl, serve_local_gets};
+use crate::objects::owner_service::{OwnerServiceImpl, serve_owner_calls};
 use crate::observability::task_events::Placement;
 use crate::submitter::Submitter;
 use crate::{Error, Result};
@@ -215,9 +215,9 @@ fn serve_objects(core: Arc<CoreWorker>, token: AuthToken, listener: tokio::net::
     let owner = OwnerServiceServer::new(OwnerServiceImpl::new(core.owner.store.clone()))
         .max_decoding_message_size(MAX_DATA_MESSAGE)
         .max_encoding_message_size(MAX_DATA_MESSAGE);
-    let local_gets = serve_local_gets(&core.ctx().address, &token, core.owner.store.clone());
+    let owner_calls = serve_owner_calls(&core.ctx().address, &token, core.owner.store.clone());
     tokio::spawn(async move {
-        let _local_gets = local_gets;
+        let _owner_calls = owner_calls;
         let served = match authenticated(token) {
             Ok(mut server) => server
                 .add_service(owner)

@@ -141,5 +141,5 @@ pub fn follows_pattern(bytes: &[u8], seed: u64) -> bool {
 /// node would open.
 pub async fn connect_client(address: &str, token: &AuthToken) -> Arc<StoreClient> {
     let channel = raylet_proto::channel::connect(address, token, WAIT).await.unwrap();
-    StoreClient::connect(channel, OWNER).await.unwrap()
+    StoreClient::connect(channel, OWNER, None).await.unwrap()
 }

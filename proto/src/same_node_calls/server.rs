@@ -1,8 +1,8 @@
-//! The owner's end: a thread with an epoll set of its own over the socket
-//! and its connections, answering each request from the owner's table at
-//! once. A connection's answers are written before more of its requests
-//! are read, so a getter that does not read them is not read either, and
-//! holds at most one answer here.
+//! The server's end: a thread with an epoll set of its own over the socket
+//! and its connections, answering each request at once. A connection's
+//! answers are written before more of its requests are read, so a caller
+//! that does not read them is not read either, and holds at most one
+//! answer here.
 
 use std::collections::HashMap;
 use std::io::Write;
@@ -19,49 +19,68 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use raylet_common::auth::AuthToken;
 
-use crate::ids::ObjectId;
 use crate::task_stream::{FrameBuffer, Reading, SPIN, encode_frame, welcome_for};
-use crate::v1::{GetObjectReply, GetObjectRequest, ObjectOutcome, TaskStreamHello};
+use crate::v1::TaskStreamHello;
 use crate::{Result, local_socket};
 
-/// What the owner has finished for an object, if anything, as it goes on
-/// the wire. Called on the server's thread: it must not block.
-pub type Lookup = Box<dyn Fn(ObjectId) -> Option<ObjectOutcome> + Send>;
+/// The reply to a request, made on the server's thread: it must not block.
+/// An error closes the caller's connection.
+pub type Answer<Request, Reply> = Box<dyn Fn(Request) -> Result<Reply> + Send>;
 
 /// Connections served at once at most; more are closed as they come, and
-/// their getters ask over gRPC.
+/// their callers take gRPC.
 const MAX_CONNECTIONS: usize = 1024;
 
 const WAKER: Token = Token(0);
 const LISTENER: Token = Token(1);
 
-/// An owner's same-node get service; it stops, and its socket file goes,
-/// when dropped.
-pub struct OwnerGetServer {
+/// A same-node call service; it stops, and its socket file goes, when
+/// dropped.
+pub struct CallServer {
     stop: Arc<AtomicBool>,
     waker: Waker,
     thread: Option<JoinHandle<()>>,
     path: PathBuf,
 }
 
-impl OwnerGetServer {
-    /// Serves same-node gets beside the owner's gRPC port `address` with
-    /// `lookup`; `None` (logged) when gets take gRPC only: with TLS, or
-    /// when the socket or the thread cannot be had.
-    pub fn start(address: SocketAddr, token: AuthToken, lookup: Lookup) -> Option<Self> {
+impl CallServer {
+    /// Serves `purpose` (calls named for the log, such as "object gets")
+    /// beside the gRPC port `address` on a thread named `thread`, with
+    /// `answer`; `None` (logged) when those calls take gRPC only: with TLS,
+    /// or when the socket or the thread cannot be had.
+    pub fn start<Request, Reply>(
+        address: SocketAddr,
+        token: AuthToken,
+        (purpose, thread): (&str, &str),
+        answer: Answer<Request, Reply>,
+    ) -> Option<Self>
+    where
+        Request: prost::Message + Default + 'static,
+        Reply: prost::Message + 'static,
+    {
         let path = local_socket::socket_for(address)?;
-        let listener = local_socket::bind(address, "object gets")?;
-        match Self::spawn(listener, token, lookup, path.clone()) {
+        let listener = local_socket::bind(address, purpose)?;
+        match Self::spawn(listener, token, answer, path.clone(), thread) {
             Ok(server) => Some(server),
             Err(error) => {
-                tracing::warn!(%error, "object gets from this machine take gRPC");
+                tracing::warn!(%error, "{purpose} from this machine take gRPC");
                 let _ = std::fs::remove_file(&path);
                 None
             }
         }
     }
 
-    fn spawn(listener: UnixListener, token: AuthToken, lookup: Lookup, path: PathBuf) -> std::io::Result<Self> {
+    fn spawn<Request, Reply>(
+        listener: UnixListener,
+        token: AuthToken,
+        answer: Answer<Request, Reply>,
+        path: PathBuf,
+        thread: &str,
+    ) -> std::io::Result<Self>
+    where
+        Request: prost::Message + Default + 'static,
+        Reply: prost::Message + 'static,
+    {
         let poll = Poll::new()?;
         let waker = Waker::new(poll.registry(), WAKER)?;
         let fd = listener.as_raw_fd();
@@ -71,15 +90,15 @@ impl OwnerGetServer {
         let serving = Serving {
             listener,
             token,
-            lookup,
+            answer,
             connections: HashMap::new(),
             next_token: LISTENER.0 + 1,
         };
         let thread_stop = stop.clone();
         let thread = std::thread::Builder::new()
-            .name("raylet-owner-gets".into())
+            .name(thread.into())
             .spawn(move || serving.run(poll, &thread_stop))?;
-        Ok(OwnerGetServer {
+        Ok(CallServer {
             stop,
             waker,
             thread: Some(thread),
@@ -88,7 +107,7 @@ impl OwnerGetServer {
     }
 }
 
-impl Drop for OwnerGetServer {
+impl Drop for CallServer {
     fn drop(&mut self) {
         self.stop.store(true, Ordering::Release);
         if self.waker.wake().is_ok()
@@ -101,17 +120,17 @@ impl Drop for OwnerGetServer {
 }
 
 /// The server thread's state.
-struct Serving {
+struct Serving<Request, Reply> {
     listener: UnixListener,
     token: AuthToken,
-    lookup: Lookup,
+    answer: Answer<Request, Reply>,
     connections: HashMap<Token, Connection>,
     next_token: usize,
 }
 
-impl Serving {
+impl<Request: prost::Message + Default, Reply: prost::Message> Serving<Request, Reply> {
     /// Serves until `stop`; after each request it polls for [`SPIN`]
-    /// before it sleeps, as the getter's next request likely follows.
+    /// before it sleeps, as the caller's next request likely follows.
     fn run(mut self, mut poll: Poll, stop: &AtomicBool) {
         let mut events = Events::with_capacity(256);
         let mut busy_since: Option<Instant> = None;
@@ -119,7 +138,7 @@ impl Serving {
             let timeout = busy_since.map(|_| std::time::Duration::ZERO);
             if let Err(error) = poll.poll(&mut events, timeout) {
                 if error.kind() != std::io::ErrorKind::Interrupted {
-                    tracing::error!(%error, "the owner's get thread cannot wait; gets take gRPC");
+                    tracing::error!(%error, "a same-node call thread cannot wait; its calls take gRPC");
                     return;
                 }
                 continue;
@@ -146,7 +165,7 @@ impl Serving {
                 Ok((socket, _)) => socket,
                 Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => return,
                 Err(error) => {
-                    tracing::debug!(%error, "cannot accept a same-node get connection");
+                    tracing::debug!(%error, "cannot accept a same-node call connection");
                     return;
                 }
             };
@@ -169,12 +188,12 @@ impl Serving {
         let Some(connection) = self.connections.get_mut(&token) else {
             return;
         };
-        let open = match connection.serve(&self.token, &self.lookup) {
+        let open = match connection.serve(&self.token, &self.answer) {
             Ok(Progress::Open) => connection.watch(registry, token, Interest::READABLE),
             Ok(Progress::Blocked) => connection.watch(registry, token, Interest::READABLE | Interest::WRITABLE),
             Ok(Progress::Closed) => false,
             Err(error) => {
-                tracing::debug!(%error, "a same-node get connection is closed");
+                tracing::debug!(%error, "a same-node call connection is closed");
                 false
             }
         };
@@ -194,7 +213,7 @@ enum Progress {
     Closed,
 }
 
-/// One getter's connection.
+/// One caller's connection.
 struct Connection {
     socket: UnixStream,
     frames: FrameBuffer,
@@ -220,7 +239,11 @@ impl Connection {
 
     /// Writes what waits, then answers the requests read, then reads more,
     /// until the socket has nothing more or an answer waits for room.
-    fn serve(&mut self, token: &AuthToken, lookup: &Lookup) -> Result<Progress> {
+    fn serve<Request: prost::Message + Default, Reply: prost::Message>(
+        &mut self,
+        token: &AuthToken,
+        answer: &Answer<Request, Reply>,
+    ) -> Result<Progress> {
         let mut drained = false;
         loop {
             if !self.flush()? {
@@ -229,7 +252,7 @@ impl Connection {
             if self.refused {
                 return Ok(Progress::Closed);
             }
-            if self.answer_next(token, lookup)? {
+            if self.answer_next(token, answer)? {
                 continue;
             }
             if drained {
@@ -244,9 +267,12 @@ impl Connection {
     }
 
     /// Answers the next whole frame read, if there is one: the opening
-    /// frame with a welcome or a refusal, then each request with what the
-    /// owner has.
-    fn answer_next(&mut self, token: &AuthToken, lookup: &Lookup) -> Result<bool> {
+    /// frame with a welcome or a refusal, then each request.
+    fn answer_next<Request: prost::Message + Default, Reply: prost::Message>(
+        &mut self,
+        token: &AuthToken,
+        answer: &Answer<Request, Reply>,
+    ) -> Result<bool> {
         if !self.admitted {
             let Some(hello) = self.frames.next_message::<TaskStreamHello>()? else {
                 return Ok(false);
@@ -257,11 +283,10 @@ impl Connection {
             self.refused = admitted.is_err();
             return Ok(true);
         }
-        let Some(request) = self.frames.next_message::<GetObjectRequest>()? else {
+        let Some(request) = self.frames.next_message::<Request>()? else {
             return Ok(false);
         };
-        let outcome = lookup(ObjectId::from_wire(&request.object_id)?);
-        self.unsent = encode_frame(&GetObjectReply { outcome });
+        self.unsent = encode_frame(&answer(request)?);
         Ok(true)
     }
 

@@ -1,7 +1,8 @@
-//! Same-node gets between real threads over a real Unix socket: answered
-//! from the owner's table, refused without the token, a stale socket or a
-//! dead owner sending the getter to gRPC at once, garbage closing only its
-//! own connection, and a getter that does not read its answers held back.
+//! Same-node owner calls between real threads over a real Unix socket:
+//! gets answered from the owner's table and borrower updates counted in
+//! it, refused without the token, a stale socket or a dead owner sending
+//! the caller to gRPC at once, garbage closing only its own connection,
+//! and a caller that does not read its answers held back.
 
 use std::collections::HashMap;
 use std::io::{Read, Write};
@@ -12,12 +13,28 @@ use std::time::{Duration, Instant};
 
 use raylet_common::auth::AuthToken;
 use raylet_proto::ObjectId;
-use raylet_proto::local_gets::{LocalGets, OwnerGetServer};
 use raylet_proto::local_socket::socket_for;
-use raylet_proto::v1::{EncodedValue, ObjectOutcome, object_outcome};
+use raylet_proto::owner_calls::{LocalOwners, OwnerCallServer, OwnerTable};
+use raylet_proto::v1::{
+    BorrowerChange, EncodedValue, ObjectOutcome, OwnerCall, UpdateBorrowersRequest, object_outcome, owner_call,
+};
 
-/// An owner's table of finished objects.
-type Table = Arc<Mutex<HashMap<ObjectId, ObjectOutcome>>>;
+/// An owner's table of finished objects, and the borrower changes it was told.
+#[derive(Clone, Default)]
+struct Table {
+    finished: Arc<Mutex<HashMap<ObjectId, ObjectOutcome>>>,
+    borrowers: Arc<Mutex<Vec<(ObjectId, String, i32)>>>,
+}
+
+impl OwnerTable for Table {
+    fn finished(&self, id: ObjectId) -> Option<ObjectOutcome> {
+        self.finished.lock().unwrap().get(&id).cloned()
+    }
+
+    fn update_borrower(&self, id: ObjectId, borrower: &str, delta: i32) {
+        self.borrowers.lock().unwrap().push((id, borrower.to_string(), delta));
+    }
+}
 
 /// An owner at a TCP address of its own (held, so that no other process
 /// takes the port its socket is named after), serving `table`.
@@ -25,7 +42,7 @@ struct Owner {
     _port: TcpListener,
     address: SocketAddr,
     table: Table,
-    server: Option<OwnerGetServer>,
+    server: Option<OwnerCallServer>,
 }
 
 impl Owner {
@@ -33,9 +50,7 @@ impl Owner {
         let port = TcpListener::bind("127.0.0.1:0").unwrap();
         let address = port.local_addr().unwrap();
         let table = Table::default();
-        let lookup_table = table.clone();
-        let lookup = move |id| lookup_table.lock().unwrap().get(&id).cloned();
-        let server = OwnerGetServer::start(address, token.clone(), Box::new(lookup)).expect("the socket is bound");
+        let server = OwnerCallServer::start(address, token.clone(), table.clone()).expect("the socket is bound");
         Owner {
             _port: port,
             address,
@@ -47,7 +62,7 @@ impl Owner {
     /// Finishes a new object with `data`.
     fn finish(&self, data: &[u8]) -> ObjectId {
         let id = ObjectId::random();
-        self.table.lock().unwrap().insert(id, value(data));
+        self.table.finished.lock().unwrap().insert(id, value(data));
         id
     }
 
@@ -70,7 +85,7 @@ fn value(data: &[u8]) -> ObjectOutcome {
 fn finished_objects_are_answered_and_others_send_the_getter_to_grpc() {
     let token = AuthToken::generate();
     let owner = Owner::start(&token);
-    let gets = LocalGets::new(token);
+    let gets = LocalOwners::new(token);
     let small = owner.finish(b"small");
     let large = owner.finish(&vec![7u8; 1 << 20]);
     for _ in 0..1000 {
@@ -85,11 +100,60 @@ fn finished_objects_are_answered_and_others_send_the_getter_to_grpc() {
     );
 }
 
+fn change(id: ObjectId, borrower: &str, delta: i32) -> BorrowerChange {
+    BorrowerChange {
+        object_id: id.as_bytes().to_vec(),
+        borrower_address: borrower.into(),
+        delta,
+    }
+}
+
+#[test]
+fn borrower_updates_are_counted_in_order_and_one_with_a_bad_id_not_at_all() {
+    let token = AuthToken::generate();
+    let owner = Owner::start(&token);
+    let calls = LocalOwners::new(token);
+    let (first, second) = (ObjectId::random(), ObjectId::random());
+    let update = UpdateBorrowersRequest {
+        changes: vec![change(first, "w:1", 1), change(second, "w:2", 2)],
+    };
+    assert!(calls.update_borrowers(&owner.name(), &update));
+    let update = UpdateBorrowersRequest {
+        changes: vec![change(first, "w:1", -1)],
+    };
+    assert!(calls.update_borrowers(&owner.name(), &update));
+    let expected = vec![
+        (first, "w:1".to_string(), 1),
+        (second, "w:2".to_string(), 2),
+        (first, "w:1".to_string(), -1),
+    ];
+    assert_eq!(*owner.table.borrowers.lock().unwrap(), expected);
+
+    let mut bad = change(second, "w:2", -2);
+    bad.object_id = vec![1, 2, 3];
+    let update = UpdateBorrowersRequest {
+        changes: vec![change(second, "w:2", -2), bad],
+    };
+    assert!(
+        !calls.update_borrowers(&owner.name(), &update),
+        "the caller sends it over gRPC"
+    );
+    assert_eq!(
+        owner.table.borrowers.lock().unwrap().len(),
+        3,
+        "no change of it was counted"
+    );
+    assert!(
+        calls.finished(&owner.name(), owner.finish(b"v")).is_some(),
+        "later calls are answered"
+    );
+}
+
 #[test]
 fn threads_get_at_once_each_on_a_connection_of_its_own() {
     let token = AuthToken::generate();
     let owner = Owner::start(&token);
-    let gets = Arc::new(LocalGets::new(token));
+    let gets = Arc::new(LocalOwners::new(token));
     let ids: Vec<_> = (0..8u8).map(|i| (i, owner.finish(&[i]))).collect();
     let threads: Vec<_> = ids
         .into_iter()
@@ -109,7 +173,7 @@ fn threads_get_at_once_each_on_a_connection_of_its_own() {
 fn a_getter_without_the_clusters_token_gets_nothing() {
     let owner = Owner::start(&AuthToken::generate());
     let id = owner.finish(b"secret");
-    let stranger = LocalGets::new(AuthToken::generate());
+    let stranger = LocalOwners::new(AuthToken::generate());
     assert_eq!(stranger.finished(&owner.name(), id), None);
 }
 
@@ -118,7 +182,7 @@ fn a_stale_socket_or_a_dead_owner_sends_the_getter_to_grpc_at_once() {
     let token = AuthToken::generate();
     let mut owner = Owner::start(&token);
     let id = owner.finish(b"v");
-    let gets = LocalGets::new(token.clone());
+    let gets = LocalOwners::new(token.clone());
     assert!(gets.finished(&owner.name(), id).is_some());
     drop(owner.server.take());
     let path = socket_for(owner.address).unwrap();
@@ -130,7 +194,7 @@ fn a_stale_socket_or_a_dead_owner_sends_the_getter_to_grpc_at_once() {
     let stale_port = TcpListener::bind("127.0.0.1:0").unwrap();
     let stale = stale_port.local_addr().unwrap();
     drop(std::os::unix::net::UnixListener::bind(socket_for(stale).unwrap()).unwrap());
-    assert_eq!(LocalGets::new(token).finished(&stale.to_string(), id), None);
+    assert_eq!(LocalOwners::new(token).finished(&stale.to_string(), id), None);
     assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());
     let _ = std::fs::remove_file(socket_for(stale).unwrap());
 }
@@ -140,7 +204,7 @@ fn garbage_closes_its_own_connection_and_no_other() {
     let token = AuthToken::generate();
     let owner = Owner::start(&token);
     let id = owner.finish(b"v");
-    let gets = LocalGets::new(token);
+    let gets = LocalOwners::new(token);
     assert!(gets.finished(&owner.name(), id).is_some());
     for garbage in [
         &b"\xff\xff\xff\xff"[..],
@@ -161,7 +225,7 @@ fn a_getter_that_reads_no_answers_is_not_read_either() {
     let token = AuthToken::generate();
     let owner = Owner::start(&token);
     let id = owner.finish(&vec![1u8; 64 << 10]);
-    let gets = LocalGets::new(token.clone());
+    let gets = LocalOwners::new(token.clone());
     assert!(gets.finished(&owner.name(), id).is_some());
 
     let mut flood = UnixStream::connect(socket_for(owner.address).unwrap()).unwrap();
@@ -172,9 +236,11 @@ fn a_getter_that_reads_no_answers_is_not_read_either() {
         }))
         .unwrap();
     flood.set_nonblocking(true).unwrap();
-    let request = frame(&raylet_proto::v1::GetObjectRequest {
-        object_id: id.as_bytes().to_vec(),
-        timeout_ms: 0,
+    let request = frame(&OwnerCall {
+        call: Some(owner_call::Call::Get(raylet_proto::v1::GetObjectRequest {
+            object_id: id.as_bytes().to_vec(),
+            timeout_ms: 0,
+        })),
     });
     let mut sent = 0usize;
     let started = Instant::now();
