@@ -11,6 +11,7 @@ use std::os::unix::net::UnixStream;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
+use prost::Message;
 use raylet_common::auth::AuthToken;
 use raylet_proto::ObjectId;
 use raylet_proto::local_socket::socket_for;
@@ -117,11 +118,11 @@ fn borrower_updates_are_counted_in_order_and_one_with_a_bad_id_not_at_all() {
     let update = UpdateBorrowersRequest {
         changes: vec![change(first, "w:1", 1), change(second, "w:2", 2)],
     };
-    assert!(calls.update_borrowers(&owner.name(), &update));
+    assert!(calls.update_borrowers(&owner.name(), update).is_ok());
     let update = UpdateBorrowersRequest {
         changes: vec![change(first, "w:1", -1)],
     };
-    assert!(calls.update_borrowers(&owner.name(), &update));
+    assert!(calls.update_borrowers(&owner.name(), update).is_ok());
     let expected = vec![
         (first, "w:1".to_string(), 1),
         (second, "w:2".to_string(), 2),
@@ -134,10 +135,8 @@ fn borrower_updates_are_counted_in_order_and_one_with_a_bad_id_not_at_all() {
     let update = UpdateBorrowersRequest {
         changes: vec![change(second, "w:2", -2), bad],
     };
-    assert!(
-        !calls.update_borrowers(&owner.name(), &update),
-        "the caller sends it over gRPC"
-    );
+    let back = calls.update_borrowers(&owner.name(), update.clone());
+    assert_eq!(back, Err(update), "it comes back whole, to be sent over gRPC");
     assert_eq!(
         owner.table.borrowers.lock().unwrap().len(),
         3,
@@ -147,6 +146,21 @@ fn borrower_updates_are_counted_in_order_and_one_with_a_bad_id_not_at_all() {
         calls.finished(&owner.name(), owner.finish(b"v")).is_some(),
         "later calls are answered"
     );
+}
+
+#[test]
+fn a_borrower_update_larger_than_the_sockets_buffer_arrives_whole() {
+    let token = AuthToken::generate();
+    let owner = Owner::start(&token);
+    let calls = LocalOwners::new(token);
+    let changes: Vec<_> = (0..20_000).map(|_| change(ObjectId::random(), "w:1", -1)).collect();
+    let update = UpdateBorrowersRequest { changes };
+    assert!(update.encoded_len() > 512 << 10, "over what a Unix socket buffers");
+    assert!(
+        calls.update_borrowers(&owner.name(), update).is_ok(),
+        "sent through the socket, not gRPC"
+    );
+    assert_eq!(owner.table.borrowers.lock().unwrap().len(), 20_000);
 }
 
 #[test]
@@ -193,6 +207,7 @@ fn a_stale_socket_or_a_dead_owner_sends_the_getter_to_grpc_at_once() {
 
     let stale_port = TcpListener::bind("127.0.0.1:0").unwrap();
     let stale = stale_port.local_addr().unwrap();
+    let _ = std::fs::remove_file(socket_for(stale).unwrap());
     drop(std::os::unix::net::UnixListener::bind(socket_for(stale).unwrap()).unwrap());
     assert_eq!(LocalOwners::new(token).finished(&stale.to_string(), id), None);
     assert!(started.elapsed() < Duration::from_secs(2), "{:?}", started.elapsed());

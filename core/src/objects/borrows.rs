@@ -231,7 +231,7 @@ pub(crate) async fn send_changes(
         for (owner, request) in by_owner(batch) {
             let (ctx, local) = (ctx.clone(), local.clone());
             calls.spawn(async move {
-                if !update_owner_here(local, &owner, &request).await {
+                if let Some(request) = update_owner_here(local, &owner, request).await {
                     update_owner(&ctx, &owner, request).await;
                 }
             });
@@ -261,18 +261,24 @@ fn by_owner(batch: Vec<Change>) -> HashMap<Arc<str>, UpdateBorrowersRequest> {
 }
 
 /// Delivers `request` through the owner's same-node socket, on a blocking
-/// thread; `false` means send it over gRPC.
+/// thread; it comes back when it is to be sent over gRPC.
 async fn update_owner_here(
     local: Option<Arc<LocalOwners>>,
     owner: &Arc<str>,
-    request: &UpdateBorrowersRequest,
-) -> bool {
+    request: UpdateBorrowersRequest,
+) -> Option<UpdateBorrowersRequest> {
     let Some(local) = local else {
-        return false;
+        return Some(request);
     };
-    let (owner, request) = (owner.clone(), request.clone());
-    let updated = tokio::task::spawn_blocking(move || local.update_borrowers(&owner, &request)).await;
-    updated.unwrap_or(false)
+    let owner = owner.clone();
+    let updated = tokio::task::spawn_blocking(move || local.update_borrowers(&owner, request)).await;
+    match updated {
+        Ok(sent) => sent.err(),
+        Err(error) => {
+            tracing::warn!(%error, "a borrower update was lost with its thread");
+            None
+        }
+    }
 }
 
 async fn update_owner(ctx: &Context, owner: &str, request: UpdateBorrowersRequest) {

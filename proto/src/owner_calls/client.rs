@@ -50,22 +50,31 @@ impl LocalOwners {
             object_id: object.as_bytes().to_vec(),
             timeout_ms: 0,
         };
-        match self.call(owner, owner_call::Call::Get(get))? {
+        let call = OwnerCall {
+            call: Some(owner_call::Call::Get(get)),
+        };
+        match self.call(owner, &call)? {
             owner_call_reply::Reply::Got(got) => got.outcome,
             owner_call_reply::Reply::Updated(_) => None,
         }
     }
 
-    /// Delivers `update` to the owner at `owner`; `false` means send it
-    /// over gRPC (not on this machine, or the socket failed).
-    pub fn update_borrowers(&self, owner: &str, update: &UpdateBorrowersRequest) -> bool {
-        let updated = self.call(owner, owner_call::Call::UpdateBorrowers(update.clone()));
-        matches!(updated, Some(owner_call_reply::Reply::Updated(_)))
+    /// Delivers `update` to the owner at `owner`; it comes back when it is
+    /// to be sent over gRPC (not on this machine, or the socket failed).
+    pub fn update_borrowers(&self, owner: &str, update: UpdateBorrowersRequest) -> Result<(), UpdateBorrowersRequest> {
+        let call = OwnerCall {
+            call: Some(owner_call::Call::UpdateBorrowers(update)),
+        };
+        match (self.call(owner, &call), call.call) {
+            (Some(owner_call_reply::Reply::Updated(_)), _) => Ok(()),
+            (_, Some(owner_call::Call::UpdateBorrowers(update))) => Err(update),
+            _ => unreachable!("the call holds the update"),
+        }
     }
 
-    fn call(&self, owner: &str, call: owner_call::Call) -> Option<owner_call_reply::Reply> {
+    fn call(&self, owner: &str, call: &OwnerCall) -> Option<owner_call_reply::Reply> {
         let mut connection = self.connection(owner)?;
-        match connection.call::<OwnerCallReply>(&OwnerCall { call: Some(call) }) {
+        match connection.call::<OwnerCallReply>(call) {
             Ok(reply) => {
                 self.put_back(owner, connection);
                 reply.reply

@@ -51,10 +51,28 @@ impl CallConnection {
         self.answer()
     }
 
-    /// Writes a whole frame; the socket has room, as the server answered
-    /// every frame before.
+    /// Writes a whole frame, waiting for room as the server reads a large
+    /// one, for up to [`ANSWER_PATIENCE`].
     fn send(&mut self, frame: &[u8]) -> Result<()> {
-        Ok(self.socket.write_all(frame)?)
+        let started = Instant::now();
+        let mut written = 0;
+        while written < frame.len() {
+            match self.socket.write(&frame[written..]) {
+                Ok(count) => written += count,
+                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => {
+                    let waited = started.elapsed();
+                    if waited >= ANSWER_PATIENCE {
+                        return Err(Error::DeadlineExceeded(format!(
+                            "the server read no part of a same-node call within {ANSWER_PATIENCE:?}"
+                        )));
+                    }
+                    wait_for(&self.socket, libc::POLLOUT, ANSWER_PATIENCE - waited);
+                }
+                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(error) => return Err(error.into()),
+            }
+        }
+        Ok(())
     }
 
     /// Reads the next frame: polling for [`SPIN`], then sleeping until it
@@ -75,7 +93,7 @@ impl CallConnection {
             if waited < SPIN {
                 std::thread::yield_now();
             } else if waited < ANSWER_PATIENCE {
-                wait_readable(&self.socket, ANSWER_PATIENCE - waited);
+                wait_for(&self.socket, libc::POLLIN, ANSWER_PATIENCE - waited);
             } else {
                 return Err(Error::DeadlineExceeded(format!(
                     "no answer to a same-node call within {ANSWER_PATIENCE:?}"
@@ -85,11 +103,12 @@ impl CallConnection {
     }
 }
 
-/// Sleeps until `socket` has something to read or `timeout` passes.
-fn wait_readable(socket: &UnixStream, timeout: Duration) {
+/// Sleeps until `socket` is ready for `events` (`POLLIN` or `POLLOUT`) or
+/// `timeout` passes.
+fn wait_for(socket: &UnixStream, events: libc::c_short, timeout: Duration) {
     let mut poll = libc::pollfd {
         fd: socket.as_raw_fd(),
-        events: libc::POLLIN,
+        events,
         revents: 0,
     };
     let millis = timeout.as_millis().clamp(1, i32::MAX as u128) as i32;

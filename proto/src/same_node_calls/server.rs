@@ -281,6 +281,9 @@ impl Connection {
             self.unsent = encode_frame(&welcome);
             self.admitted = admitted.is_ok();
             self.refused = admitted.is_err();
+            if self.admitted {
+                self.frames.admit();
+            }
             return Ok(true);
         }
         let Some(request) = self.frames.next_message::<Request>()? else {

@@ -4,6 +4,7 @@
 //! them from a socket, through the async runtime or, for a same-node
 //! socket handed to [`super::local_reader`], on its thread.
 
+use std::cell::RefCell;
 use std::io::Read;
 use std::marker::PhantomData;
 use std::os::unix::net::UnixStream as StdUnixStream;
@@ -143,23 +144,29 @@ impl FrameBuffer {
         Ok(Some(self.bytes.split_to(length).freeze()))
     }
 
-    /// Reads what `socket` has without blocking, up to [`READ_BUDGET`].
+    /// Reads what `socket` has without blocking, up to [`READ_BUDGET`],
+    /// through this thread's chunk (zeroed once, not at every read: a
+    /// small frame's read costs no 64 KiB of zeroing).
     pub(crate) fn read_some(&mut self, socket: &StdUnixStream) -> std::io::Result<Reading> {
-        let mut chunk = [0u8; READ_CHUNK];
-        let mut read = 0;
-        while read < READ_BUDGET {
-            match (&*socket).read(&mut chunk) {
-                Ok(0) => return Ok(Reading::Ended),
-                Ok(count) => {
-                    self.extend(&chunk[..count]);
-                    read += count;
-                }
-                Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => return Ok(Reading::Drained),
-                Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
-                Err(error) => return Err(error),
-            }
+        thread_local! {
+            static CHUNK: RefCell<Box<[u8]>> = RefCell::new(vec![0u8; READ_CHUNK].into_boxed_slice());
         }
-        Ok(Reading::More)
+        CHUNK.with_borrow_mut(|chunk| {
+            let mut read = 0;
+            while read < READ_BUDGET {
+                match (&*socket).read(chunk) {
+                    Ok(0) => return Ok(Reading::Ended),
+                    Ok(count) => {
+                        self.extend(&chunk[..count]);
+                        read += count;
+                    }
+                    Err(error) if error.kind() == std::io::ErrorKind::WouldBlock => return Ok(Reading::Drained),
+                    Err(error) if error.kind() == std::io::ErrorKind::Interrupted => {}
+                    Err(error) => return Err(error),
+                }
+            }
+            Ok(Reading::More)
+        })
     }
 }
 
