@@ -10,6 +10,7 @@
 //! takes TCP. The node manager removes a worker's socket files once the
 //! worker has exited.
 
+use std::collections::HashMap;
 use std::fs::DirBuilder;
 use std::io;
 use std::net::SocketAddr;
@@ -62,6 +63,49 @@ pub fn remove_socket_of(address: &str) {
         && error.kind() != io::ErrorKind::NotFound
     {
         tracing::debug!(path = %path.display(), %error, "a dead worker's socket file stays");
+    }
+}
+
+/// The same-node sockets that process `pid` listens on in this user's
+/// folder, read from `/proc` (its descriptors, and `/proc/net/unix` of this
+/// namespace); none once it is gone.
+pub fn listening_sockets_of(pid: u32) -> Vec<PathBuf> {
+    /// `__SO_ACCEPTCON` in /proc/net/unix's flags: a listening socket.
+    const LISTENING: &str = "00010000";
+    let (Ok(folder), Ok(table)) = (folder(), std::fs::read_to_string("/proc/net/unix")) else {
+        return Vec::new();
+    };
+    let listening: HashMap<&str, &str> = table
+        .lines()
+        .skip(1)
+        .filter_map(|line| {
+            let fields: Vec<&str> = line.split_whitespace().collect();
+            let (flags, inode, path) = (fields.get(3)?, fields.get(6)?, fields.get(7)?);
+            (*flags == LISTENING).then_some((*inode, *path))
+        })
+        .collect();
+    let Ok(descriptors) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
+        return Vec::new();
+    };
+    descriptors
+        .flatten()
+        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
+        .filter_map(|target| {
+            let target = target.to_string_lossy();
+            let inode = target.strip_prefix("socket:[")?.strip_suffix(']')?;
+            listening.get(inode).map(PathBuf::from)
+        })
+        .filter(|path| path.parent() == Some(folder.as_path()))
+        .collect()
+}
+
+/// Removes the socket files that process `pid` listens on, before it is
+/// killed: a worker that had not told its node manager its addresses yet.
+pub fn remove_sockets_of_process(pid: u32) {
+    for path in listening_sockets_of(pid) {
+        if let Err(error) = std::fs::remove_file(&path) {
+            tracing::debug!(path = %path.display(), %error, "a killed worker's socket file stays");
+        }
     }
 }
 
@@ -122,6 +166,27 @@ mod tests {
         assert!(!path.exists());
         remove_socket_of(&address.to_string());
         remove_socket_of("not an address");
+    }
+
+    #[test]
+    fn the_sockets_a_process_listens_on_are_found_and_removed_and_no_others() {
+        let listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+        let address = listener.local_addr().unwrap();
+        let socket = bind(address, "test calls").unwrap();
+        let path = socket_for(address).unwrap();
+        let elsewhere = tempfile::tempdir().unwrap();
+        let _outside = UnixListener::bind(elsewhere.path().join("outside.sock")).unwrap();
+        let found = listening_sockets_of(std::process::id());
+        assert!(found.contains(&path), "{found:?}");
+        assert!(
+            found.iter().all(|p| p.parent() == path.parent()),
+            "only this user's folder: {found:?}"
+        );
+        remove_sockets_of_process(std::process::id());
+        assert!(!path.exists());
+        assert!(elsewhere.path().join("outside.sock").exists());
+        drop(socket);
+        assert!(listening_sockets_of(u32::MAX).is_empty(), "no such process");
     }
 
     #[test]

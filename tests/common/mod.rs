@@ -77,32 +77,8 @@ pub fn children_of(pid: u32) -> Vec<u32> {
 /// The same-node sockets (see `raylet_proto::local_socket`) that process
 /// `pid` listens on: every listening Unix socket of its descriptors bound
 /// in a `raylet-<uid>-net<namespace>` folder.
-pub fn same_node_sockets(pid: u32) -> Vec<String> {
-    /// `__SO_ACCEPTCON` in /proc/net/unix's flags: a listening socket.
-    const LISTENING: &str = "00010000";
-    let table = std::fs::read_to_string("/proc/net/unix").unwrap();
-    let listening: std::collections::HashMap<String, String> = table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let (flags, inode, path) = (fields.get(3)?, fields.get(6)?, fields.get(7)?);
-            (*flags == LISTENING).then(|| (inode.to_string(), path.to_string()))
-        })
-        .collect();
-    let Ok(descriptors) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
-        return Vec::new();
-    };
-    descriptors
-        .flatten()
-        .filter_map(|fd| std::fs::read_link(fd.path()).ok())
-        .filter_map(|target| {
-            let target = target.to_string_lossy().into_owned();
-            let inode = target.strip_prefix("socket:[")?.strip_suffix(']')?.to_string();
-            listening.get(&inode).cloned()
-        })
-        .filter(|path| path.contains("/raylet-") && path.contains("-net"))
-        .collect()
+pub fn same_node_sockets(pid: u32) -> Vec<std::path::PathBuf> {
+    raylet_proto::local_socket::listening_sockets_of(pid)
 }
 
 /// Stops the test's daemons even when an assertion fails.

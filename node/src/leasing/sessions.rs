@@ -75,9 +75,10 @@ impl LeaseManager {
         Ok(session)
     }
 
-    /// Kills the session's workers, frees their resources and drops its
-    /// requests; leases that outlive the session are held for adoption for
-    /// the adoption grace instead.
+    /// Kills the session's workers (no exit of theirs is recorded after
+    /// this, so their socket files go first), frees their resources and
+    /// drops its requests; leases that outlive the session are held for
+    /// adoption for the adoption grace instead.
     pub(crate) fn close_session(self: &Arc<Self>, session: u64) {
         let doomed: Vec<u32> = {
             let mut state = self.state();
@@ -101,7 +102,9 @@ impl LeaseManager {
             ids.iter()
                 .filter_map(|id| {
                     state.ledger.release(*id);
-                    state.workers.remove(id).map(|w| w.pid)
+                    let worker = state.workers.remove(id)?;
+                    worker.remove_socket_files_before_kill();
+                    Some(worker.pid)
                 })
                 .collect()
         };

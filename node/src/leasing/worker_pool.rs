@@ -98,6 +98,16 @@ impl Worker {
         let addresses = self.state.address().into_iter().chain(self.owner_address.as_deref());
         addresses.for_each(raylet_proto::local_socket::remove_socket_of);
     }
+
+    /// Removes its same-node socket files before it is killed: those it
+    /// told its addresses for, and, while it is still starting and has not
+    /// told them, those it listens on already.
+    pub(super) fn remove_socket_files_before_kill(&self) {
+        self.remove_socket_files();
+        if self.state.address().is_none() {
+            raylet_proto::local_socket::remove_sockets_of_process(self.pid);
+        }
+    }
 }
 
 impl LeaseManager {
@@ -212,7 +222,7 @@ impl LeaseManager {
         let pids: Vec<u32> = {
             let mut state = self.state();
             state.sessions.clear();
-            state.workers.values().for_each(Worker::remove_socket_files);
+            state.workers.values().for_each(Worker::remove_socket_files_before_kill);
             state.workers.values().map(|w| w.pid).collect()
         };
         pids.into_iter().for_each(|pid| self.launcher.kill(pid));
