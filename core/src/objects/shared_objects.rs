@@ -3,7 +3,6 @@
 //! deleting the stored copies of freed objects in batches.
 
 use std::collections::HashMap;
-use std::ops::Deref;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -229,8 +228,13 @@ impl SharedObjects {
             return Some(object_ids);
         };
         let store = store.clone();
-        let deleted = tokio::task::spawn_blocking(move || store.delete_here(object_ids)).await;
-        deleted.ok()?.err()
+        match tokio::task::spawn_blocking(move || store.delete_here(object_ids)).await {
+            Ok(deleted) => deleted.err(),
+            Err(error) => {
+                tracing::warn!(%error, "freed objects stay in the store: their delete was lost with its thread");
+                None
+            }
+        }
     }
 
     /// Copies an object from the nodes that hold it into this node's store,
@@ -402,17 +406,6 @@ impl ValueBytes {
             ValueBytes::Mapped(mapped) => Bytes::from_owner(mapped),
         };
         Ok(viewing(&source, raylet_common::codec::decode)?)
-    }
-}
-
-impl Deref for ValueBytes {
-    type Target = [u8];
-
-    fn deref(&self) -> &[u8] {
-        match self {
-            ValueBytes::Inline(data) => data,
-            ValueBytes::Mapped(mapped) => mapped,
-        }
     }
 }
 

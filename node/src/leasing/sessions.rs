@@ -200,6 +200,33 @@ mod tests {
     use crate::worker_process::describe_exit;
 
     #[tokio::test(start_paused = true)]
+    async fn closing_a_session_removes_the_socket_files_of_the_workers_it_kills() {
+        let test = WorkerPoolTest::start(4);
+        let owner = test.open_session().expect("the session opens");
+        let ports: Vec<std::net::TcpListener> = (0..2)
+            .map(|_| std::net::TcpListener::bind("127.0.0.1:0").unwrap())
+            .collect();
+        let addresses: Vec<String> = ports.iter().map(|p| p.local_addr().unwrap().to_string()).collect();
+        let files: Vec<_> = ports
+            .iter()
+            .map(|p| raylet_proto::local_socket::socket_for(p.local_addr().unwrap()).unwrap())
+            .collect();
+        files
+            .iter()
+            .for_each(|file| drop(std::os::unix::net::UnixListener::bind(file).unwrap()));
+        let worker = test.launched().remove(0);
+        test.leases
+            .register_worker(worker.worker, addresses[0].clone(), addresses[1].clone())
+            .expect("a started worker registers");
+        test.settle().await;
+        test.leases.close_session(owner.id);
+        assert!(test.killed().contains(&worker.pid));
+        for file in &files {
+            assert!(!file.exists(), "{} is left behind", file.display());
+        }
+    }
+
+    #[tokio::test(start_paused = true)]
     async fn a_session_whose_workers_cannot_be_started_is_not_opened_and_keeps_no_worker() {
         let test = WorkerPoolTest::start(4);
         test.refuse_launches_after(1, io::ErrorKind::PermissionDenied);

@@ -45,7 +45,7 @@ impl SameNodeStore {
 
     /// The store's answer to `call`; `None` when it is to be made over
     /// gRPC: declined, or the socket failed.
-    fn call(&self, call: store_call::Call) -> Option<store_call_reply::Reply> {
+    fn call(&self, call: &StoreCall) -> Option<store_call_reply::Reply> {
         if self.unreachable.load(Ordering::Relaxed) {
             return None;
         }
@@ -61,7 +61,7 @@ impl SameNodeStore {
                 }
             },
         };
-        let reply = connection.call::<StoreCallReply>(&StoreCall { call: Some(call) });
+        let reply = connection.call::<StoreCallReply>(call);
         match reply {
             Ok(reply) => {
                 let mut idle = self.idle();
@@ -119,7 +119,7 @@ impl StoreClient {
         let sealed = self
             .same_node
             .as_ref()
-            .and_then(|store| store.call(store_call::Call::Seal(seal)));
+            .and_then(|store| store.call(&wrapped(store_call::Call::Seal(seal))));
         match sealed {
             Some(store_call_reply::Reply::Sealed(_)) => Ok(()),
             _ => Err(unsealed),
@@ -145,17 +145,23 @@ impl StoreClient {
         let Some(same_node) = &self.same_node else {
             return Err(object_ids);
         };
-        let delete = DeleteObjectsRequest { object_ids };
-        match same_node.call(store_call::Call::Delete(delete.clone())) {
-            Some(store_call_reply::Reply::Deleted(_)) => Ok(()),
-            _ => Err(delete.object_ids),
+        let call = wrapped(store_call::Call::Delete(DeleteObjectsRequest { object_ids }));
+        match (same_node.call(&call), call.call) {
+            (Some(store_call_reply::Reply::Deleted(_)), _) => Ok(()),
+            (_, Some(store_call::Call::Delete(delete))) => Err(delete.object_ids),
+            _ => unreachable!("the call holds the delete"),
         }
     }
 
     fn location(&self, call: store_call::Call) -> Option<ObjectLocation> {
-        match self.same_node.as_ref()?.call(call)? {
+        match self.same_node.as_ref()?.call(&wrapped(call))? {
             store_call_reply::Reply::Location(location) => Some(location),
             _ => None,
         }
     }
+}
+
+/// `call` as the frame that carries it.
+fn wrapped(call: store_call::Call) -> StoreCall {
+    StoreCall { call: Some(call) }
 }
