@@ -26,7 +26,7 @@ use crate::objects::owner_error::OwnerError;
 use crate::objects::shared_objects::SharedObjects;
 use crate::observability::task_events::{Placement, TaskEvents};
 use crate::placement_group::session::GroupSession;
-use crate::submitter::SubmitterEvent;
+use crate::submitter::SubmitterHandle;
 use crate::value::{Outcome, outcome_from_proto};
 use crate::{Error, Result};
 
@@ -47,7 +47,7 @@ pub(crate) struct CoreWorker {
     /// Large values in this node's shared-memory store: written, read and
     /// deleted through it.
     pub(crate) shared_objects: Arc<SharedObjects>,
-    pub(crate) submitter: mpsc::UnboundedSender<SubmitterEvent>,
+    pub(crate) submitter: SubmitterHandle,
     pub(crate) blocked_hook: Option<BlockedHook>,
     /// The actors this process calls.
     pub(crate) actors: Arc<ActorClients>,
@@ -86,7 +86,7 @@ impl CoreWorker {
     /// watch over borrowers.
     pub(crate) fn start(
         settings: CoreSettings,
-        submitter: mpsc::UnboundedSender<SubmitterEvent>,
+        submitter: SubmitterHandle,
         runtime: tokio::runtime::Handle,
     ) -> Arc<Self> {
         let addresses = Addresses {

@@ -226,7 +226,7 @@ impl Cluster {
             permit,
         };
         core.submitter
-            .send(SubmitterEvent::Submit(Box::new(submission)))
+            .handle_now(SubmitterEvent::Submit(Box::new(submission)))
             .map_err(|_| shut_down())?;
         Ok((task_id, returns))
     }

@@ -13,7 +13,7 @@ use raylet_proto::JobId;
 use raylet_proto::server::{MAX_DATA_MESSAGE, authenticated, incoming};
 use raylet_proto::v1::WorkerBinary;
 use raylet_proto::v1::owner_service_server::OwnerServiceServer;
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
 use crate::cluster::config::Config;
 use crate::cluster::embedded::Embedded;
@@ -75,7 +75,7 @@ pub(super) async fn start_driver(config: Config, runtime: tokio::runtime::Handle
     // Unbounded, yet bounded: each submission holds a place in the pending
     // gate (`Config::max_pending_tasks`); the other events answer leases,
     // workers and nodes that the submitter itself asked for.
-    let (submitter, submissions) = mpsc::unbounded_channel();
+    let (submitter, submissions) = crate::submitter::submitter_channel();
     let settings = CoreSettings {
         address: listener.local_addr()?.to_string(),
         token: token.clone(),
@@ -97,7 +97,7 @@ pub(super) async fn start_driver(config: Config, runtime: tokio::runtime::Handle
     };
     crate::observability::timeline::set_on(config.timeline);
     let core = CoreWorker::start(settings, submitter, runtime);
-    Submitter::spawn(core.owner.clone(), core.submitter.clone(), submissions);
+    Submitter::spawn(core.owner.clone(), submissions);
     let owner_calls = serve_owner_calls(&core.ctx().address, &token, core.owner.store.clone());
     let (stop_grpc, stopped) = oneshot::channel::<()>();
     let service = OwnerServiceServer::new(OwnerServiceImpl::new(core.owner.store.clone()))

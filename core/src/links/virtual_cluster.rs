@@ -178,9 +178,9 @@ impl VirtualCluster {
             exits: exits.clone(),
             deaths: Mutex::new(Some(deaths_receiver)),
         });
-        let (submitter, submissions) = mpsc::unbounded_channel();
+        let (submitter, submissions) = crate::submitter::submitter_channel();
         let core = CoreWorker::start(settings(links), submitter, tokio::runtime::Handle::current());
-        Submitter::spawn(core.owner.clone(), core.submitter.clone(), submissions);
+        Submitter::spawn(core.owner.clone(), submissions);
         VirtualCluster {
             core,
             opened,

@@ -22,7 +22,7 @@ use crate::objects::memory_store::FreedObject;
 use crate::objects::object_ref::handle::RawRef;
 use crate::objects::owner::Owner;
 use crate::shared_bytes::viewing;
-use crate::submitter::{NotRebuilt, SubmitterEvent};
+use crate::submitter::{NotRebuilt, SubmitterEvent, SubmitterHandle};
 use crate::value::{Body, Expected, Format, Outcome, StoredAt};
 use crate::{Error, Result};
 
@@ -40,15 +40,11 @@ pub(crate) struct SharedObjects {
     /// How long a write waits for room in a full store.
     store_full_timeout: Duration,
     /// Lost objects are rebuilt, and freed ones forgotten, through it.
-    submitter: mpsc::UnboundedSender<SubmitterEvent>,
+    submitter: SubmitterHandle,
 }
 
 impl SharedObjects {
-    pub(crate) fn new(
-        owner: Arc<Owner>,
-        store_full_timeout: Duration,
-        submitter: mpsc::UnboundedSender<SubmitterEvent>,
-    ) -> Self {
+    pub(crate) fn new(owner: Arc<Owner>, store_full_timeout: Duration, submitter: SubmitterHandle) -> Self {
         SharedObjects {
             owner,
             session: OnceCell::new(),

@@ -58,7 +58,7 @@ impl Submitter {
         let Some((worker_id, node, tasks, task_id, returns)) = pushed else {
             return false;
         };
-        let _ = tasks.send(TaskBatch {
+        tasks.send(TaskBatch {
             cancel: vec![CancelTask {
                 task_id: task_id.as_bytes().to_vec(),
             }],

@@ -265,7 +265,7 @@ impl Submitter {
         }
         let tasks = connect_worker(
             self.owner.clone(),
-            self.events.clone(),
+            (self.handle.clone(), self.events.clone()),
             (worker_id, lease),
             granted.worker_address,
         );
@@ -308,7 +308,7 @@ fn send_ahead(
         owner.task_events.dispatched(task.task_id, task.attempt, &place);
         if task.options().generator {
             let worker_tasks = worker.tasks.clone();
-            let sink = Arc::new(move |batch| drop(worker_tasks.send(batch)));
+            let sink = Arc::new(move |batch| worker_tasks.send(batch));
             owner.generators.dispatched(task.task_id, sink);
         }
         batch.tasks.push(task.spec(owner));
@@ -316,7 +316,7 @@ fn send_ahead(
     }
     if !batch.tasks.is_empty() {
         worker.idle_since = None;
-        let _ = worker.tasks.send(batch);
+        worker.tasks.send(batch);
     }
 }
 

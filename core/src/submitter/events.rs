@@ -8,8 +8,9 @@ use std::sync::Arc;
 
 use raylet_proto::v1::{self, LeaseSessionEvent, WorkerExit};
 use raylet_proto::{ObjectId, PlacementGroupId, TaskId, WorkerId};
-use tokio::sync::{mpsc, oneshot};
+use tokio::sync::oneshot;
 
+use super::handle::{Handling, SubmitterInbox};
 use super::queued_task::QueuedTask;
 use super::{NotRebuilt, Submission, Submitter};
 use crate::links::NodeDeath;
@@ -62,33 +63,48 @@ pub(crate) enum SubmitterEvent {
     Shutdown(oneshot::Sender<()>),
 }
 
-impl Submitter {
-    /// Takes events until the process shuts the submitter down.
-    pub(super) async fn run(mut self, mut events: mpsc::UnboundedReceiver<SubmitterEvent>) {
-        loop {
-            let next_linger = self.next_linger_deadline();
-            let event = tokio::select! {
-                event = events.recv() => event,
-                _ = tokio::time::sleep_until(next_linger) => {
-                    self.return_idle_leases();
-                    continue;
+/// Takes events until the process shuts the submitter down, giving back
+/// idle leases between them.
+pub(super) async fn run(inbox: SubmitterInbox) {
+    let SubmitterInbox {
+        mut received, state, ..
+    } = inbox;
+    loop {
+        let Some(next_linger) = state.lock().as_mut().map(Submitter::arm_linger) else {
+            return;
+        };
+        let event = tokio::select! {
+            event = received.recv() => event,
+            _ = state.rearm.notified() => continue,
+            _ = tokio::time::sleep_until(next_linger) => {
+                if let Some(submitter) = state.lock().as_mut() {
+                    submitter.return_idle_leases();
                 }
-            };
-            match event {
-                None => return,
-                Some(SubmitterEvent::Shutdown(done)) => {
-                    self.sessions.clear();
-                    self.workers.clear();
-                    let _ = done.send(());
-                    return;
+                continue;
+            }
+        };
+        let mut slot = state.lock();
+        match event {
+            None => return,
+            Some(SubmitterEvent::Shutdown(done)) => {
+                slot.take();
+                drop(slot);
+                let _ = done.send(());
+                return;
+            }
+            Some(event) => {
+                if let Some(submitter) = slot.as_mut() {
+                    let _handling = Handling::start();
+                    submitter.handle(event);
                 }
-                Some(event) => self.handle(event),
             }
         }
     }
+}
 
+impl Submitter {
     /// Reacts to one event; the loop handles `Shutdown`.
-    fn handle(&mut self, event: SubmitterEvent) {
+    pub(super) fn handle(&mut self, event: SubmitterEvent) {
         match event {
             SubmitterEvent::Submit(submission) => self.submit(*submission),
             SubmitterEvent::Cancel { object, force } => self.cancel(object, force),

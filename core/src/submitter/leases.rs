@@ -85,6 +85,23 @@ impl Submitter {
         )
     }
 
+    /// The deadline the loop sleeps until next, noted.
+    pub(super) fn arm_linger(&mut self) -> Instant {
+        self.armed_linger = self.next_linger_deadline();
+        self.armed_linger
+    }
+
+    /// Whether the next idle lease is now due before the loop wakes; if
+    /// so, that deadline is noted as armed, for the loop to wake for.
+    pub(super) fn linger_moved_earlier(&mut self) -> bool {
+        let due = self.next_linger_deadline();
+        let earlier = due < self.armed_linger;
+        if earlier {
+            self.armed_linger = due;
+        }
+        earlier
+    }
+
     /// Gives back the leases idle for [`LEASE_LINGER`] whose class has no
     /// task queued.
     pub(super) fn return_idle_leases(&mut self) {

@@ -2,10 +2,13 @@
 //! from node managers per resource shape, pushes tasks to leased workers over
 //! one stream each with several in flight, retries tasks whose worker or
 //! node died, and returns leases that stay idle. One tokio task owns all of
-//! its state and reacts to one [`SubmitterEvent`] at a time.
+//! its state and reacts to one [`SubmitterEvent`] at a time; a caller's
+//! submission and a worker's results are handled at once on the thread
+//! they come from, under the same lock (`handle.rs`).
 //!
 //! Its parts, each an `impl Submitter` over that state:
 //! - `events.rs`: the events and the loop that takes them;
+//! - `handle.rs`: how the process reaches the submitter, by event or at once;
 //! - `submission.rs`: a submitted task's arguments resolved, then queued;
 //! - `dispatch.rs`: queued tasks sent to the leased workers of their
 //!   class, in order, and the lease requests (and backlog) the rest need;
@@ -34,17 +37,19 @@
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::Arc;
 
-use raylet_proto::v1::{LeaseSessionRequest, TaskBatch};
+use raylet_proto::v1::LeaseSessionRequest;
 use raylet_proto::{NodeId, ObjectId, PlacementGroupId, ResourceSet, Scheduling, SchedulingStrategy, TaskId, WorkerId};
 use tokio::sync::mpsc;
 use tokio::time::Instant;
 
 pub(crate) use self::events::SubmitterEvent;
+pub(crate) use self::handle::{SubmitterHandle, SubmitterInbox, submitter_channel};
 use self::lineage::Lineage;
 use self::pipelining::RunTimes;
 use self::queued_task::QueuedTask;
 pub(crate) use self::queued_task::{QueuedOptions, TaskTemplate, TemplateCache};
 pub(crate) use self::submission::{pinned_by, resolve_arg};
+use self::worker_stream::WorkerOutbox;
 pub(crate) use self::worker_stream::{complete_values, print_log_lines};
 use crate::objects::owner::Owner;
 use crate::submitter::group_routes::GroupRoutes;
@@ -55,6 +60,7 @@ mod cancellation;
 mod dispatch;
 mod events;
 pub(crate) mod group_routes;
+mod handle;
 mod leases;
 mod lineage;
 mod node_watch;
@@ -135,7 +141,7 @@ struct LeasedWorker {
     /// The node's incarnation when it granted the lease: the worker dies with it.
     incarnation: u64,
     pid: u32,
-    tasks: mpsc::UnboundedSender<TaskBatch>,
+    tasks: WorkerOutbox,
     in_flight: HashMap<TaskId, QueuedTask>,
     idle_since: Option<Instant>,
     dying: bool,
@@ -163,6 +169,10 @@ pub(crate) struct Submitter {
     owner: Arc<Owner>,
     run_times: RunTimes,
     events: mpsc::UnboundedSender<SubmitterEvent>,
+    /// Handed to the readers of worker streams, which handle results at once.
+    handle: SubmitterHandle,
+    /// When the loop wakes next to give back idle leases.
+    armed_linger: Instant,
     shapes: HashMap<SchedulingClass, Shape>,
     workers: HashMap<WorkerId, LeasedWorker>,
     sessions: HashMap<Arc<str>, LeaseSession>,
@@ -180,15 +190,13 @@ pub(crate) struct Submitter {
 }
 
 impl Submitter {
-    /// Starts the submitter of `owner`'s tasks, which takes `received`,
-    /// sent on `events`.
-    pub(crate) fn spawn(
-        owner: Arc<Owner>,
-        events: mpsc::UnboundedSender<SubmitterEvent>,
-        received: mpsc::UnboundedReceiver<SubmitterEvent>,
-    ) {
+    /// Starts the submitter of `owner`'s tasks, which takes the events of
+    /// `inbox`.
+    pub(crate) fn spawn(owner: Arc<Owner>, inbox: SubmitterInbox) {
         let submitter = Submitter {
-            events,
+            events: inbox.handle.events(),
+            handle: inbox.handle.clone(),
+            armed_linger: Instant::now(),
             owner: owner.clone(),
             run_times: RunTimes::default(),
             shapes: HashMap::new(),
@@ -203,7 +211,8 @@ impl Submitter {
             lineage: Lineage::default(),
             groups: GroupRoutes::default(),
         };
-        owner.ctx.runtime.spawn(submitter.run(received));
+        *inbox.state.lock() = Some(submitter);
+        owner.ctx.runtime.spawn(events::run(inbox));
     }
 
     /// The state of the tasks of `class`, made on first use (without

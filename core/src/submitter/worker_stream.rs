@@ -1,75 +1,115 @@
-//! The task stream to a leased worker: tasks go out in frames (those sent
-//! before it connects merged into one), results come back and are stored
-//! at once so that a waiting `get` wakes without a detour through the
-//! submitter; failures, which may be retried, go to the submitter. When
+//! The task stream to a leased worker: tasks go out in frames written by
+//! the thread that sends them (those sent before it connects merged into
+//! one), results come back and are stored at once so that a waiting `get`
+//! wakes without a detour through the submitter, which takes them on the
+//! same thread. When
 //! the stream ends, the worker's node manager is asked how it exited.
 
-use std::sync::Arc;
+use std::sync::{Arc, Mutex, MutexGuard};
 
 use raylet_proto::v1::{self, TaskBatch, WorkerExit, WorkerExitKind};
 use raylet_proto::{NodeId, ObjectId, TaskId, WorkerId};
 use tokio::sync::mpsc;
 
 use super::events::{SubmitterEvent, TaskFinished};
-use crate::links::EventHandler;
+use super::handle::SubmitterHandle;
+use crate::links::{EventHandler, TaskOutlet};
 use crate::objects::owner::Owner;
 use crate::observability::task_events::Ending;
 use crate::value::Outcome;
 
+/// Where a leased worker's frames go: held back, merged, while its stream
+/// opens, then written at once by the thread that sends them.
+#[derive(Clone)]
+pub(super) struct WorkerOutbox(Arc<Mutex<Outbox>>);
+
+enum Outbox {
+    /// The stream is opening; what was sent meanwhile, in order.
+    Opening(TaskBatch),
+    Open(Box<dyn TaskOutlet>),
+    /// The stream failed or never opened.
+    Closed,
+}
+
+impl WorkerOutbox {
+    fn lock(&self) -> MutexGuard<'_, Outbox> {
+        self.0.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    /// Sends `batch` in order after those sent before; a stream that failed
+    /// takes nothing, and its reader tells the submitter that it ended.
+    pub(super) fn send(&self, batch: TaskBatch) {
+        let mut outbox = self.lock();
+        match &mut *outbox {
+            Outbox::Opening(waiting) => {
+                waiting.tasks.extend(batch.tasks);
+                waiting.cancel.extend(batch.cancel);
+            }
+            Outbox::Open(outlet) => {
+                if outlet.send(&batch).is_err() {
+                    *outbox = Outbox::Closed;
+                    return;
+                }
+                raylet_common::hop_probe::mark(raylet_common::hop_probe::Hop::CallerWrote);
+            }
+            Outbox::Closed => {}
+        }
+    }
+
+    /// The stream opened: what waited goes out first.
+    fn opened(&self, outlet: Box<dyn TaskOutlet>) {
+        let mut outbox = self.lock();
+        let Outbox::Opening(waiting) = std::mem::replace(&mut *outbox, Outbox::Closed) else {
+            return;
+        };
+        let nothing_waited = waiting.tasks.is_empty() && waiting.cancel.is_empty();
+        if nothing_waited || outlet.send(&waiting).is_ok() {
+            *outbox = Outbox::Open(outlet);
+        }
+    }
+}
+
 /// Opens the task stream to a leased worker, on a connection of its own: a
 /// port may have served an earlier worker, so cached connections are not
-/// reused. Tasks sent before it connects wait in the channel, and go in
-/// order, those that waited merged into one frame.
+/// reused. Tasks sent before it connects wait in the outbox, and go in
+/// order, merged into one frame.
 pub(super) fn connect_worker(
     owner: Arc<Owner>,
-    events: mpsc::UnboundedSender<SubmitterEvent>,
+    submitter: (SubmitterHandle, mpsc::UnboundedSender<SubmitterEvent>),
     (worker, lease): (WorkerId, u64),
     address: String,
-) -> mpsc::UnboundedSender<TaskBatch> {
-    // At most PIPELINE_DEPTH tasks are sent ahead to a worker.
-    let (tasks, mut outbound) = mpsc::unbounded_channel::<TaskBatch>();
+) -> WorkerOutbox {
+    let (handle, events) = submitter;
+    let outbox = WorkerOutbox(Arc::new(Mutex::new(Outbox::Opening(TaskBatch::default()))));
     let opening = owner
         .ctx
         .links
         .workers
-        .task_stream(address, results_handler(owner.clone(), events.clone(), (worker, lease)));
+        .task_stream(address, results_handler(owner.clone(), handle, (worker, lease)));
+    let opened = outbox.clone();
     tokio::spawn(async move {
-        let outlet = match opening.await {
-            Ok(outlet) => outlet,
+        match opening.await {
+            Ok(outlet) => opened.opened(outlet),
             Err(error) => {
                 tracing::debug!(%worker, %error, "worker stream did not open");
+                *opened.lock() = Outbox::Closed;
                 let _ = events.send(SubmitterEvent::WorkerStreamClosed { worker, lease });
-                return;
             }
-        };
-        while let Some(mut batch) = outbound.recv().await {
-            while let Ok(more) = outbound.try_recv() {
-                batch.tasks.extend(more.tasks);
-                batch.cancel.extend(more.cancel);
-            }
-            if outlet.send(&batch).is_err() {
-                return;
-            }
-            raylet_common::hop_probe::mark(raylet_common::hop_probe::Hop::CallerWrote);
         }
     });
-    tasks
+    outbox
 }
 
-/// Stores each result as it arrives and tells the submitter; tells it too
-/// when the stream ends.
-fn results_handler(
-    owner: Arc<Owner>,
-    events: mpsc::UnboundedSender<SubmitterEvent>,
-    (worker, lease): (WorkerId, u64),
-) -> EventHandler {
+/// Stores each result as it arrives and has the submitter take it at once
+/// on the reading thread; tells it too when the stream ends.
+fn results_handler(owner: Arc<Owner>, submitter: SubmitterHandle, (worker, lease): (WorkerId, u64)) -> EventHandler {
     Box::new(move |batch| match batch {
         Ok(Some(batch)) => {
             raylet_common::hop_probe::mark(raylet_common::hop_probe::Hop::CallerRead);
             owner.absorb_items(batch.items);
             let finished = complete_values(&owner, batch.results);
             raylet_common::hop_probe::mark(raylet_common::hop_probe::Hop::CallerStored);
-            let _ = events.send(SubmitterEvent::Results {
+            let _ = submitter.handle_now(SubmitterEvent::Results {
                 worker,
                 lease,
                 finished,
@@ -80,7 +120,7 @@ fn results_handler(
             if let Err(error) = ended {
                 tracing::debug!(%worker, %error, "worker stream ended");
             }
-            let _ = events.send(SubmitterEvent::WorkerStreamClosed { worker, lease });
+            let _ = submitter.handle_now(SubmitterEvent::WorkerStreamClosed { worker, lease });
         }
     })
 }

@@ -157,7 +157,7 @@ async fn start(
     // Unbounded, yet bounded: each submission holds a place in the pending
     // gate (`Config::max_pending_tasks`); the other events answer leases,
     // workers and nodes that the submitter itself asked for.
-    let (submitter, submissions) = mpsc::unbounded_channel();
+    let (submitter, submissions) = crate::submitter::submitter_channel();
     let binary = WorkerBinary {
         path: std::env::current_exe()?.to_string_lossy().into_owned(),
         hash: bootstrap.binary_hash.clone(),
@@ -184,7 +184,7 @@ async fn start(
     };
     crate::observability::timeline::set_node(node_id);
     let core = CoreWorker::start(settings, submitter, runtime);
-    Submitter::spawn(core.owner.clone(), core.submitter.clone(), submissions);
+    Submitter::spawn(core.owner.clone(), submissions);
     serve_objects(core.clone(), token.clone(), owner_listener);
     crate::cluster::set_current(Cluster::for_worker(core.clone()));
     let context = Arc::new(WorkerContext {

@@ -189,3 +189,23 @@ async fn a_task_run_again_goes_ahead_of_those_queued_after_it() {
     test.settle().await;
     assert_eq!(ids(&test.tasks(&next.address)), [second]);
 }
+
+#[tokio::test(start_paused = true)]
+async fn a_task_submitted_to_an_idle_lease_is_sent_by_the_submitting_thread_unless_it_is_handling_an_event() {
+    let mut test = SubmitterTest::start();
+    let (_, worker) = super::finished(&mut test, options(), value(1)).await;
+    test.submit(options());
+    let sent = test.tasks(&worker.address);
+    assert_eq!(sent.len(), 1, "written before submit returned, without the loop");
+    test.answer(&worker.address, &sent[0], value(2));
+    test.settle().await;
+    let handling = crate::submitter::handle::Handling::start();
+    test.submit(options());
+    drop(handling);
+    assert!(
+        test.tasks(&worker.address).is_empty(),
+        "a thread already handling an event leaves the next to the loop"
+    );
+    test.settle().await;
+    assert_eq!(test.tasks(&worker.address).len(), 1, "the loop sends it");
+}

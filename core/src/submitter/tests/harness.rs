@@ -64,7 +64,10 @@ impl SubmitterTest {
             args: Vec::new(),
             permit: self.gate.admit(),
         };
-        self.send(SubmitterEvent::Submit(Box::new(submission)));
+        self.core
+            .submitter
+            .handle_now(SubmitterEvent::Submit(Box::new(submission)))
+            .expect("the submitter runs");
         task_id
     }
 
