@@ -316,6 +316,10 @@ impl NodeManager {
         })
         .max_decoding_message_size(MAX_DATA_MESSAGE)
         .max_encoding_message_size(MAX_DATA_MESSAGE);
+        let swept = raylet_proto::local_socket::remove_stale_sockets();
+        if swept > 0 {
+            tracing::info!(swept, "removed the same-node socket files of processes that are gone");
+        }
         let store_calls = shared
             .store
             .serve_same_node(shared.address, shared.config.token.clone());

@@ -109,6 +109,43 @@ pub fn remove_sockets_of_process(pid: u32) {
     }
 }
 
+/// Socket files younger than this are never swept: their process may be
+/// between binding and listening.
+const SWEEP_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Removes the socket files in this user's folder that no socket of the
+/// namespace is bound to any more: those of processes killed before they
+/// could remove their own (a driver or node ended by SIGKILL). A node
+/// manager sweeps when it starts. Returns how many it removed.
+pub fn remove_stale_sockets() -> usize {
+    let (Ok(folder), Ok(table)) = (folder(), std::fs::read_to_string("/proc/net/unix")) else {
+        return 0;
+    };
+    let bound: std::collections::HashSet<&str> = table
+        .lines()
+        .skip(1)
+        .filter_map(|line| line.split_whitespace().nth(7))
+        .collect();
+    let Ok(entries) = std::fs::read_dir(&folder) else {
+        return 0;
+    };
+    entries
+        .flatten()
+        .map(|entry| entry.path())
+        .filter(|path| path.extension().is_some_and(|extension| extension == "sock"))
+        .filter(|path| !bound.contains(path.to_string_lossy().as_ref()))
+        .filter(|path| older_than(path, SWEEP_GRACE))
+        .filter(|path| std::fs::remove_file(path).is_ok())
+        .count()
+}
+
+/// Whether the file at `path` was last changed more than `age` ago.
+fn older_than(path: &Path, age: std::time::Duration) -> bool {
+    std::fs::symlink_metadata(path)
+        .and_then(|metadata| metadata.modified())
+        .is_ok_and(|modified| modified.elapsed().is_ok_and(|elapsed| elapsed > age))
+}
+
 /// The folder for this user and network namespace, made if missing; an
 /// error if it exists with another owner or more permissions than 0700,
 /// which another user could have set up to listen in.
@@ -187,6 +224,42 @@ mod tests {
         assert!(elsewhere.path().join("outside.sock").exists());
         drop(socket);
         assert!(listening_sockets_of(u32::MAX).is_empty(), "no such process");
+    }
+
+    #[test]
+    fn a_sweep_removes_old_socket_files_nobody_is_bound_to_and_keeps_the_others() {
+        let folder = socket_for("127.0.0.1:1".parse().unwrap()).unwrap();
+        let folder = folder.parent().unwrap();
+        let stale = folder.join("127.0.0.254_1.sock");
+        drop(UnixListener::bind(&stale).unwrap());
+        let live = folder.join("127.0.0.254_2.sock");
+        let _listening = UnixListener::bind(&live).unwrap();
+        let young = folder.join("127.0.0.254_3.sock");
+        drop(UnixListener::bind(&young).unwrap());
+        for old in [&stale, &live] {
+            made_an_hour_ago(old);
+        }
+        assert!(remove_stale_sockets() >= 1);
+        assert!(!stale.exists(), "nothing is bound to it");
+        assert!(live.exists(), "a listener is bound to it");
+        assert!(young.exists(), "it may be about to listen");
+        std::fs::remove_file(&young).unwrap();
+    }
+
+    /// Sets the times of the socket file at `path` an hour back (a socket
+    /// cannot be opened, so through its path).
+    fn made_an_hour_ago(path: &Path) {
+        let path = std::ffi::CString::new(path.as_os_str().as_encoded_bytes()).unwrap();
+        let now = std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap();
+        let then = libc::timespec {
+            tv_sec: now.as_secs() as libc::time_t - 3600,
+            tv_nsec: 0,
+        };
+        // SAFETY: a valid NUL-terminated path and two timespecs.
+        let set = unsafe { libc::utimensat(libc::AT_FDCWD, path.as_ptr(), [then, then].as_ptr(), 0) };
+        assert_eq!(set, 0, "{}", io::Error::last_os_error());
     }
 
     #[test]

@@ -281,3 +281,31 @@ fn frame(message: &impl prost::Message) -> Vec<u8> {
     message.encode(&mut bytes).unwrap();
     bytes
 }
+
+#[test]
+fn a_connection_that_sends_no_opening_frame_is_closed_after_the_handshake_timeout() {
+    let token = AuthToken::generate();
+    let owner = Owner::start(&token);
+    let id = owner.finish(b"v");
+    let mut silent = UnixStream::connect(socket_for(owner.address).unwrap()).unwrap();
+    let mut half_said = UnixStream::connect(socket_for(owner.address).unwrap()).unwrap();
+    half_said.write_all(&[0, 0]).unwrap();
+    let started = Instant::now();
+    for peer in [&mut silent, &mut half_said] {
+        peer.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+        let mut answer = Vec::new();
+        peer.read_to_end(&mut answer)
+            .expect("closed by the owner, not timed out here");
+        assert!(answer.is_empty(), "no welcome without an opening frame");
+    }
+    let waited = started.elapsed();
+    assert!(
+        waited >= Duration::from_secs(9),
+        "closed after {waited:?}, before its timeout"
+    );
+    let gets = LocalOwners::new(token);
+    assert!(
+        gets.finished(&owner.name(), id).is_some(),
+        "the owner still answers others"
+    );
+}

@@ -2,9 +2,10 @@
 //! and its connections, answering each request at once. A connection's
 //! answers are written before more of its requests are read, so a caller
 //! that does not read them is not read either, and holds at most one
-//! answer here.
+//! answer here. A connection that has not sent its opening frame within
+//! the handshake timeout is closed, so a silent one holds no place for long.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, VecDeque};
 use std::io::Write;
 use std::net::SocketAddr;
 use std::os::fd::AsRawFd;
@@ -19,7 +20,7 @@ use mio::unix::SourceFd;
 use mio::{Events, Interest, Poll, Registry, Token, Waker};
 use raylet_common::auth::AuthToken;
 
-use crate::task_stream::{FrameBuffer, Reading, SPIN, encode_frame, welcome_for};
+use crate::task_stream::{FrameBuffer, HANDSHAKE_TIMEOUT, Reading, SPIN, encode_frame, welcome_for};
 use crate::v1::TaskStreamHello;
 use crate::{Result, local_socket};
 
@@ -92,6 +93,7 @@ impl CallServer {
             token,
             answer,
             connections: HashMap::new(),
+            awaiting_hello: VecDeque::new(),
             next_token: LISTENER.0 + 1,
         };
         let thread_stop = stop.clone();
@@ -125,6 +127,9 @@ struct Serving<Request, Reply> {
     token: AuthToken,
     answer: Answer<Request, Reply>,
     connections: HashMap<Token, Connection>,
+    /// The connections accepted, in order, with when each must have sent
+    /// its opening frame.
+    awaiting_hello: VecDeque<(Instant, Token)>,
     next_token: usize,
 }
 
@@ -135,7 +140,10 @@ impl<Request: prost::Message + Default, Reply: prost::Message> Serving<Request, 
         let mut events = Events::with_capacity(256);
         let mut busy_since: Option<Instant> = None;
         while !stop.load(Ordering::Acquire) {
-            let timeout = busy_since.map(|_| std::time::Duration::ZERO);
+            let timeout = match busy_since {
+                Some(_) => Some(std::time::Duration::ZERO),
+                None => self.next_hello_due(),
+            };
             if let Err(error) = poll.poll(&mut events, timeout) {
                 if error.kind() != std::io::ErrorKind::Interrupted {
                     tracing::error!(%error, "a same-node call thread cannot wait; its calls take gRPC");
@@ -143,6 +151,7 @@ impl<Request: prost::Message + Default, Reply: prost::Message> Serving<Request, 
                 }
                 continue;
             }
+            self.close_silent(poll.registry());
             if events.is_empty() {
                 busy_since = busy_since.filter(|since| since.elapsed() < SPIN);
                 std::thread::yield_now();
@@ -177,8 +186,39 @@ impl<Request: prost::Message + Default, Reply: prost::Message> Serving<Request, 
             let fd = socket.as_raw_fd();
             if registry.register(&mut SourceFd(&fd), token, Interest::READABLE).is_ok() {
                 self.connections.insert(token, Connection::new(socket));
+                self.awaiting_hello
+                    .push_back((Instant::now() + HANDSHAKE_TIMEOUT, token));
                 self.serve(registry, token);
             }
+        }
+    }
+
+    /// How long until the oldest connection that may still owe its
+    /// opening frame is due.
+    fn next_hello_due(&self) -> Option<std::time::Duration> {
+        let (due, _) = self.awaiting_hello.front()?;
+        Some(due.saturating_duration_since(Instant::now()))
+    }
+
+    /// Closes the connections past their handshake timeout that have not
+    /// sent their opening frame.
+    fn close_silent(&mut self, registry: &Registry) {
+        let now = Instant::now();
+        while let Some(&(due, token)) = self.awaiting_hello.front() {
+            if due > now {
+                return;
+            }
+            self.awaiting_hello.pop_front();
+            if self.connections.get(&token).is_some_and(|c| !c.admitted) {
+                tracing::debug!("a same-node call connection sent no opening frame in time; it is closed");
+                self.close(registry, token);
+            }
+        }
+    }
+
+    fn close(&mut self, registry: &Registry, token: Token) {
+        if let Some(connection) = self.connections.remove(&token) {
+            let _ = registry.deregister(&mut SourceFd(&connection.socket.as_raw_fd()));
         }
     }
 
@@ -197,8 +237,8 @@ impl<Request: prost::Message + Default, Reply: prost::Message> Serving<Request, 
                 false
             }
         };
-        if !open && let Some(connection) = self.connections.remove(&token) {
-            let _ = registry.deregister(&mut SourceFd(&connection.socket.as_raw_fd()));
+        if !open {
+            self.close(registry, token);
         }
     }
 }

@@ -43,7 +43,7 @@ mod sender;
 mod spin;
 
 /// How long either side waits for the other's opening frame.
-const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
+pub(crate) const HANDSHAKE_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// The owner's end: tasks out, results in.
 pub type TaskSender = FrameSender<TaskBatch>;
