@@ -17,7 +17,9 @@ use raylet_common::auth::AuthToken;
 use raylet_common::tls::TlsFiles;
 use raylet_proto::v1::GetClusterStatusRequest;
 use raylet_proto::v1::head_service_client::HeadServiceClient;
-use raylet_serve::{Application, BoxError, Bytes, Deployment, DeploymentConfig, ReplicaContext, register_deployment};
+use raylet_serve::{
+    Application, BoxError, Bytes, Deployment, DeploymentConfig, HttpOptions, ReplicaContext, register_deployment,
+};
 use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
 use rustls_pki_types::CertificateDer;
 use rustls_pki_types::pem::PemObject;
@@ -306,7 +308,8 @@ async fn https_exchange(address: &str, request: &str, ca: &Path) -> String {
 /// token, refuses a wrong token, and serves no plain HTTP.
 async fn serve_answers_over_https_only(driver: &raylet::Cluster, token: &str, authority: &Authority) {
     let shout = DeploymentConfig::new::<Shout>("shout", ()).unwrap().num_cpus(0.5);
-    let app = raylet_serve::run(driver, Application::new("shout", "/shout").deployment(shout)).unwrap();
+    let app = Application::new("shout", "/shout").deployment(shout);
+    let app = raylet_serve::run_with(driver, app, HttpOptions::default().port(0)).unwrap();
     let proxy = app.address().to_string();
     let ca = &authority.files.ca;
     let answer = https_request(&proxy, "POST", "/shout", token, "quiet please", ca).await;
