@@ -207,6 +207,7 @@ impl Cluster {
         let template = TaskTemplate {
             options: QueuedOptions::new(options),
             class,
+            job: self.core().owner.task_events.job(),
         };
         let template = self
             .inner
@@ -268,12 +269,10 @@ impl Cluster {
                 return Ok(Body::Inline(data.into()));
             }
             let encode = |out: &mut [u8]| Ok(raylet_common::codec::encode_into(value, out)?);
-            Ok(Body::Stored(core.shared_objects.write_object(
-                id,
-                size,
-                core.ctx().address.clone(),
-                encode,
-            )?))
+            let at = core
+                .shared_objects
+                .write_object(id, size, core.ctx().address.clone(), encode)?;
+            Ok(Body::Stored(at))
         });
         core.owner
             .store

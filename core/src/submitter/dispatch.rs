@@ -135,7 +135,7 @@ impl Submitter {
             }
             SchedulingStrategy::Default => {
                 let next = self.shapes.get(shape).and_then(|s| s.queue.front());
-                match next.and_then(|task| task.near.clone()) {
+                match next.and_then(|task| task.near().cloned()) {
                     Some(node) => RouteTarget::Node(node),
                     None => local(),
                 }

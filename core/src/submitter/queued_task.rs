@@ -22,6 +22,8 @@ use crate::submitter::task::TaskOptions;
 pub(crate) struct TaskTemplate {
     pub(crate) options: QueuedOptions,
     pub(crate) class: SchedulingClass,
+    /// The job the tasks belong to.
+    pub(crate) job: JobId,
 }
 
 /// The templates of a process's calls, one shared copy of each.
@@ -65,39 +67,39 @@ pub(crate) struct TaskInputs {
     pub(crate) pinned: Vec<AnyObjectRef>,
 }
 
+/// A queued task's inputs, with where most of their bytes are.
+struct HeldInputs {
+    inputs: TaskInputs,
+    /// The node manager whose store holds most of the arguments' bytes.
+    near: Option<Arc<str>>,
+}
+
+/// 48 bytes: what every task shares is in its template, and its inputs
+/// are boxed, `None` for the many tasks without arguments.
 pub(crate) struct QueuedTask {
     pub(crate) task_id: TaskId,
     pub(crate) attempt: u32,
-    pub(crate) job: JobId,
     /// Whether the worker records timeline spans of it.
     pub(crate) timeline: bool,
     pub(crate) template: Arc<TaskTemplate>,
-    /// The node manager whose store holds most of the arguments' bytes.
-    pub(crate) near: Option<Arc<str>>,
-    /// `None` for a task without arguments.
-    inputs: Option<Box<TaskInputs>>,
+    inputs: Option<Box<HeldInputs>>,
     /// Its place among the process's pending tasks; given up when it is
     /// done, even if it is kept to run again.
     permit: Option<PendingPermit>,
 }
 
 impl QueuedTask {
-    pub(crate) fn new(
-        task_id: TaskId,
-        job: JobId,
-        template: Arc<TaskTemplate>,
-        inputs: TaskInputs,
-        permit: PendingPermit,
-    ) -> Self {
+    pub(crate) fn new(task_id: TaskId, template: Arc<TaskTemplate>, inputs: TaskInputs, permit: PendingPermit) -> Self {
         let empty = inputs.args.is_empty() && inputs.lent.is_empty() && inputs.pinned.is_empty();
         QueuedTask {
             task_id,
             attempt: 0,
-            job,
             timeline: crate::observability::timeline::is_on(),
-            near: holder_of_most_bytes(&inputs.args),
             template,
-            inputs: (!empty).then(|| Box::new(inputs)),
+            inputs: (!empty).then(|| {
+                let near = holder_of_most_bytes(&inputs.args);
+                Box::new(HeldInputs { inputs, near })
+            }),
             permit: Some(permit),
         }
     }
@@ -106,6 +108,11 @@ impl QueuedTask {
     pub(crate) fn done(mut self) -> Self {
         self.permit = None;
         self
+    }
+
+    /// The node manager whose store holds most of the arguments' bytes.
+    pub(crate) fn near(&self) -> Option<&Arc<str>> {
+        self.inputs.as_ref()?.near.as_ref()
     }
 
     pub(crate) fn options(&self) -> &QueuedOptions {
@@ -144,7 +151,7 @@ impl QueuedTask {
     /// The spec a worker runs, for this attempt.
     pub(crate) fn spec(&self, owner: &Owner) -> TaskSpec {
         let (args, lent) = match &self.inputs {
-            Some(inputs) => (inputs.args.clone(), inputs.lent.clone()),
+            Some(held) => (held.inputs.args.clone(), held.inputs.lent.clone()),
             None => (Vec::new(), Vec::new()),
         };
         TaskSpec {
@@ -154,7 +161,7 @@ impl QueuedTask {
             args,
             attempt: self.attempt,
             owner_address: owner.ctx.address.to_string(),
-            job_id: self.job.as_bytes().to_vec(),
+            job_id: self.template.job.as_bytes().to_vec(),
             timeline: self.timeline,
             lent,
             num_returns: self.template.options.num_returns,
@@ -186,4 +193,14 @@ fn holder_of_most_bytes(args: &[TaskArg]) -> Option<Arc<str>> {
         .into_iter()
         .max_by_key(|(node, size)| (*size, std::cmp::Reverse(*node)))
         .map(|(node, _)| node.into())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_queued_task_takes_48_bytes_so_that_a_million_fit_in_48_mib() {
+        assert_eq!(std::mem::size_of::<QueuedTask>(), 48);
+    }
 }

@@ -67,9 +67,8 @@ impl Submitter {
             pinned: pinned_by(submission.args),
             args,
         };
-        let job = self.owner.task_events.job();
         let template = submission.template.clone();
-        let task = QueuedTask::new(submission.task_id, job, submission.template, inputs, submission.permit);
+        let task = QueuedTask::new(submission.task_id, submission.template, inputs, submission.permit);
         self.shape_mut(&template.class).queue.push_back(task);
         self.dispatch(&template.class);
     }

@@ -114,6 +114,7 @@ fn template(options: TaskOptions) -> Arc<TaskTemplate> {
     Arc::new(TaskTemplate {
         options: QueuedOptions::new(options),
         class,
+        job: JobId::random(),
     })
 }
 
@@ -126,5 +127,5 @@ pub(in crate::submitter) fn queued(options: TaskOptions) -> QueuedTask {
         pinned: Vec::new(),
     };
     let permit = PendingGate::new(1).admit();
-    QueuedTask::new(TaskId::random(), JobId::random(), template(options), inputs, permit)
+    QueuedTask::new(TaskId::random(), template(options), inputs, permit)
 }
