@@ -335,11 +335,15 @@ impl Cluster {
     /// Waits for the object without blocking a thread.
     pub async fn get_async<T: DeserializeOwned>(&self, object: &ObjectRef<T>) -> Result<T> {
         let outcome = self.core().wait_outcome(object.as_untyped(), None).await?;
+        raylet_common::hop_probe::mark(raylet_common::hop_probe::Hop::CallerWoke);
         let outcome = outcome.expect("waiting without a deadline");
-        self.core()
+        let value = self
+            .core()
             .shared_objects
             .decode_async(object.as_untyped().raw(), outcome)
-            .await
+            .await;
+        raylet_common::hop_probe::mark(raylet_common::hop_probe::Hop::CallerGot);
+        value
     }
 
     /// Waits for an archived object and returns a validated view of it in
