@@ -188,8 +188,8 @@ fn double(x: u64) -> u64 {
 /// included (a million results and references held: about 330 bytes each,
 /// and the head's 100,000 task records); the bound leaves room for the
 /// allocator's spread when the whole suite loads the machine. The release
-/// `scale_envelope tasks_1m`, with every task pending at once, peaked at
-/// 551-601 MiB over five runs.
+/// `scale_envelope tasks_1m` driver, with every task pending at once and
+/// the head in another process, peaked at 393-416 MiB over five runs.
 #[test]
 fn a_driver_submitting_a_million_tasks_waits_for_room_and_stays_under_its_memory_bound() {
     const TASKS: u64 = 1_000_000;
