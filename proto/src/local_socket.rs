@@ -72,17 +72,12 @@ pub fn remove_socket_of(address: &str) {
 pub fn listening_sockets_of(pid: u32) -> Vec<PathBuf> {
     /// `__SO_ACCEPTCON` in /proc/net/unix's flags: a listening socket.
     const LISTENING: &str = "00010000";
-    let (Ok(folder), Ok(table)) = (folder(), std::fs::read_to_string("/proc/net/unix")) else {
+    let (Ok(folder), Ok(table)) = (folder(), unix_sockets()) else {
         return Vec::new();
     };
-    let listening: HashMap<&str, &str> = table
-        .lines()
-        .skip(1)
-        .filter_map(|line| {
-            let fields: Vec<&str> = line.split_whitespace().collect();
-            let (flags, inode, path) = (fields.get(3)?, fields.get(6)?, fields.get(7)?);
-            (*flags == LISTENING).then_some((*inode, *path))
-        })
+    let listening: HashMap<&str, &str> = socket_rows(&table)
+        .filter(|row| row.flags == LISTENING)
+        .map(|row| (row.inode, row.path))
         .collect();
     let Ok(descriptors) = std::fs::read_dir(format!("/proc/{pid}/fd")) else {
         return Vec::new();
@@ -118,14 +113,10 @@ const SWEEP_GRACE: std::time::Duration = std::time::Duration::from_secs(10);
 /// could remove their own (a driver or node ended by SIGKILL). A node
 /// manager sweeps when it starts. Returns how many it removed.
 pub fn remove_stale_sockets() -> usize {
-    let (Ok(folder), Ok(table)) = (folder(), std::fs::read_to_string("/proc/net/unix")) else {
+    let (Ok(folder), Ok(table)) = (folder(), unix_sockets()) else {
         return 0;
     };
-    let bound: std::collections::HashSet<&str> = table
-        .lines()
-        .skip(1)
-        .filter_map(|line| line.split_whitespace().nth(7))
-        .collect();
+    let bound: std::collections::HashSet<&str> = socket_rows(&table).map(|row| row.path).collect();
     let Ok(entries) = std::fs::read_dir(&folder) else {
         return 0;
     };
@@ -137,6 +128,31 @@ pub fn remove_stale_sockets() -> usize {
         .filter(|path| older_than(path, SWEEP_GRACE))
         .filter(|path| std::fs::remove_file(path).is_ok())
         .count()
+}
+
+/// The Unix sockets of this network namespace bound to a path, as
+/// `/proc/net/unix` lists them.
+fn unix_sockets() -> io::Result<String> {
+    std::fs::read_to_string("/proc/net/unix")
+}
+
+/// A bound socket's row of `/proc/net/unix`.
+struct SocketRow<'a> {
+    flags: &'a str,
+    inode: &'a str,
+    path: &'a str,
+}
+
+/// The rows of `table` (from [`unix_sockets`]) of sockets bound to a path.
+fn socket_rows(table: &str) -> impl Iterator<Item = SocketRow<'_>> {
+    table.lines().skip(1).filter_map(|line| {
+        let fields: Vec<&str> = line.split_whitespace().collect();
+        Some(SocketRow {
+            flags: fields.get(3)?,
+            inode: fields.get(6)?,
+            path: fields.get(7)?,
+        })
+    })
 }
 
 /// Whether the file at `path` was last changed more than `age` ago.

@@ -269,10 +269,12 @@ impl Cluster {
                 return Ok(Body::Inline(data.into()));
             }
             let encode = |out: &mut [u8]| Ok(raylet_common::codec::encode_into(value, out)?);
-            let at = core
-                .shared_objects
-                .write_object(id, size, core.ctx().address.clone(), encode)?;
-            Ok(Body::Stored(at))
+            Ok(Body::Stored(core.shared_objects.write_object(
+                id,
+                size,
+                core.ctx().address.clone(),
+                encode,
+            )?))
         });
         core.owner
             .store

@@ -372,18 +372,19 @@ impl TaskEvents {
         let Some(batches) = self.take() else {
             return;
         };
-        let mut lost = None;
+        let mut head_lost = false;
         for batch in batches {
             let events = (batch.tasks.len() + batch.spans.len()) as u64;
-            if lost.is_some() {
-                self.buffer().dropped += events;
-                continue;
+            if !head_lost {
+                match report(ctx, batch).await {
+                    Ok(()) => continue,
+                    Err(error) => {
+                        tracing::debug!(%error, events, "task events could not reach the head");
+                        head_lost = true;
+                    }
+                }
             }
-            if let Err(error) = report(ctx, batch).await {
-                tracing::debug!(%error, events, "task events could not reach the head");
-                self.buffer().dropped += events;
-                lost = Some(error);
-            }
+            self.buffer().dropped += events;
         }
     }
 }

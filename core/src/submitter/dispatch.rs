@@ -131,7 +131,7 @@ impl Submitter {
         let local = || RouteTarget::Node(self.owner.ctx.node_manager.as_str().into());
         match shape.scheduling.strategy {
             SchedulingStrategy::PlacementGroup { group, bundle } => {
-                self.groups.target(&self.owner.ctx, &self.events, group, bundle)
+                self.groups.target(&self.owner.ctx, &self.handle.events, group, bundle)
             }
             SchedulingStrategy::Default => {
                 let next = self.shapes.get(shape).and_then(|s| s.queue.front());
@@ -227,7 +227,7 @@ impl Submitter {
         if let Some(group) = request.shape.group()
             && kind != TaskErrorKind::WorkerCrashed
         {
-            return self.groups.relocate(&self.owner.ctx, &self.events, group);
+            return self.groups.relocate(&self.owner.ctx, &self.handle.events, group);
         }
         self.fail_queued(&request.shape, kind, &refused.reason);
     }
@@ -265,7 +265,7 @@ impl Submitter {
         }
         let tasks = connect_worker(
             self.owner.clone(),
-            (self.handle.clone(), self.events.clone()),
+            self.handle.clone(),
             (worker_id, lease),
             granted.worker_address,
         );

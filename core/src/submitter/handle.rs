@@ -33,7 +33,7 @@ impl SubmitterState {
 /// A way to the submitter, which any thread may hold.
 #[derive(Clone)]
 pub(crate) struct SubmitterHandle {
-    events: mpsc::UnboundedSender<SubmitterEvent>,
+    pub(super) events: mpsc::UnboundedSender<SubmitterEvent>,
     state: Weak<SubmitterState>,
 }
 
@@ -86,11 +86,6 @@ impl Drop for Handling {
 }
 
 impl SubmitterHandle {
-    /// The loop's channel, for the submitter's own parts.
-    pub(super) fn events(&self) -> mpsc::UnboundedSender<SubmitterEvent> {
-        self.events.clone()
-    }
-
     /// Sends `event` to the submitter's loop; fails once it stopped.
     pub(crate) fn send(&self, event: SubmitterEvent) -> Result<(), SendError<SubmitterEvent>> {
         self.events.send(event)

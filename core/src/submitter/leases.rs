@@ -29,14 +29,14 @@ impl Submitter {
     pub(super) fn session(&mut self, node: &Arc<str>) -> SessionSender<'_> {
         if !self.watching_nodes {
             self.watching_nodes = true;
-            crate::submitter::node_watch::spawn(self.owner.ctx.links.head.clone(), self.events.clone());
+            crate::submitter::node_watch::spawn(self.owner.ctx.links.head.clone(), self.handle.events.clone());
         }
         if !self.sessions.contains_key(node) {
             let id = self.next_session;
             self.next_session += 1;
             let session = LeaseSession {
                 id,
-                requests: open_lease_session(&self.owner, self.events.clone(), (node.clone(), id)),
+                requests: open_lease_session(&self.owner, self.handle.events.clone(), (node.clone(), id)),
                 granted_by: None,
             };
             self.sessions.insert(node.clone(), session);
@@ -68,7 +68,7 @@ impl Submitter {
         let message = format!("the node manager at {node} is unreachable: {reason}");
         for shape in shapes {
             if let Some(group) = shape.group() {
-                self.groups.relocate(&self.owner.ctx, &self.events, group);
+                self.groups.relocate(&self.owner.ctx, &self.handle.events, group);
             } else if *node == *self.owner.ctx.node_manager {
                 self.fail_queued(&shape, TaskErrorKind::WorkerCrashed, &message);
             } else {

@@ -168,8 +168,8 @@ struct PendingRequest {
 pub(crate) struct Submitter {
     owner: Arc<Owner>,
     run_times: RunTimes,
-    events: mpsc::UnboundedSender<SubmitterEvent>,
-    /// Handed to the readers of worker streams, which handle results at once.
+    /// Its own way in: the loop's channel for its parts' events, and the
+    /// handle the readers of worker streams take results in through.
     handle: SubmitterHandle,
     /// When the loop wakes next to give back idle leases.
     armed_linger: Instant,
@@ -194,7 +194,6 @@ impl Submitter {
     /// `inbox`.
     pub(crate) fn spawn(owner: Arc<Owner>, inbox: SubmitterInbox) {
         let submitter = Submitter {
-            events: inbox.handle.events(),
             handle: inbox.handle.clone(),
             armed_linger: Instant::now(),
             owner: owner.clone(),

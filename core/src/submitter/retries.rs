@@ -153,7 +153,7 @@ impl Submitter {
     pub(super) fn requeue_after(&mut self, mut task: QueuedTask, delay: Duration) {
         task.attempt += 1;
         self.owner.task_events.submitted(task.identity(), false);
-        let events = self.events.clone();
+        let events = self.handle.events.clone();
         tokio::spawn(async move {
             tokio::time::sleep(delay).await;
             let _ = events.send(SubmitterEvent::Retry(Box::new(task)));

@@ -75,7 +75,7 @@ impl Submitter {
 
     fn resubmit_when_ready(&self, submission: Submission, waiting: Vec<ObjectId>) {
         let store = self.owner.store.clone();
-        let events = self.events.clone();
+        let events = self.handle.events.clone();
         tokio::spawn(async move {
             for id in waiting {
                 let _ = store.wait(id, None).await;

@@ -29,7 +29,7 @@ impl Submitter {
         worker.dying = true;
         let node = worker.node.clone();
         let owner = self.owner.clone();
-        let events = self.events.clone();
+        let events = self.handle.events.clone();
         tokio::spawn(async move {
             let exit = worker_exit(&owner, node, worker_id).await;
             let _ = events.send(SubmitterEvent::WorkerDied {

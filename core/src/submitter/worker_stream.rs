@@ -2,14 +2,13 @@
 //! the thread that sends them (those sent before it connects merged into
 //! one), results come back and are stored at once so that a waiting `get`
 //! wakes without a detour through the submitter, which takes them on the
-//! same thread. When
-//! the stream ends, the worker's node manager is asked how it exited.
+//! same thread. When the stream ends, the worker's node manager is asked
+//! how it exited.
 
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use raylet_proto::v1::{self, TaskBatch, WorkerExit, WorkerExitKind};
 use raylet_proto::{NodeId, ObjectId, TaskId, WorkerId};
-use tokio::sync::mpsc;
 
 use super::events::{SubmitterEvent, TaskFinished};
 use super::handle::SubmitterHandle;
@@ -75,17 +74,15 @@ impl WorkerOutbox {
 /// order, merged into one frame.
 pub(super) fn connect_worker(
     owner: Arc<Owner>,
-    submitter: (SubmitterHandle, mpsc::UnboundedSender<SubmitterEvent>),
+    submitter: SubmitterHandle,
     (worker, lease): (WorkerId, u64),
     address: String,
 ) -> WorkerOutbox {
-    let (handle, events) = submitter;
     let outbox = WorkerOutbox(Arc::new(Mutex::new(Outbox::Opening(TaskBatch::default()))));
-    let opening = owner
-        .ctx
-        .links
-        .workers
-        .task_stream(address, results_handler(owner.clone(), handle, (worker, lease)));
+    let opening = owner.ctx.links.workers.task_stream(
+        address,
+        results_handler(owner.clone(), submitter.clone(), (worker, lease)),
+    );
     let opened = outbox.clone();
     tokio::spawn(async move {
         match opening.await {
@@ -93,7 +90,7 @@ pub(super) fn connect_worker(
             Err(error) => {
                 tracing::debug!(%worker, %error, "worker stream did not open");
                 *opened.lock() = Outbox::Closed;
-                let _ = events.send(SubmitterEvent::WorkerStreamClosed { worker, lease });
+                let _ = submitter.send(SubmitterEvent::WorkerStreamClosed { worker, lease });
             }
         }
     });

@@ -186,11 +186,24 @@ impl<Request: prost::Message + Default, Reply: prost::Message> Serving<Request, 
             let fd = socket.as_raw_fd();
             if registry.register(&mut SourceFd(&fd), token, Interest::READABLE).is_ok() {
                 self.connections.insert(token, Connection::new(socket));
-                self.awaiting_hello
-                    .push_back((Instant::now() + HANDSHAKE_TIMEOUT, token));
+                self.await_hello(token);
                 self.serve(registry, token);
             }
         }
+    }
+
+    /// Gives the connection of `token` until the handshake timeout to send
+    /// its opening frame. Connections that closed or were admitted leave
+    /// the queue before it holds more than [`MAX_CONNECTIONS`], so callers
+    /// that connect and hang up at once cannot grow it.
+    fn await_hello(&mut self, token: Token) {
+        if self.awaiting_hello.len() >= MAX_CONNECTIONS {
+            let connections = &self.connections;
+            self.awaiting_hello
+                .retain(|(_, waiting)| connections.get(waiting).is_some_and(|c| !c.admitted));
+        }
+        self.awaiting_hello
+            .push_back((Instant::now() + HANDSHAKE_TIMEOUT, token));
     }
 
     /// How long until the oldest connection that may still owe its
