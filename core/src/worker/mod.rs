@@ -14,6 +14,7 @@ mod generator;
 mod hand_over;
 mod hook;
 pub(crate) mod logs;
+mod owning_report;
 mod service;
 
 use std::collections::HashSet;
@@ -32,6 +33,7 @@ use raylet_proto::{JobId, NodeId, TaskId, WorkerId};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 
+use self::owning_report::OwningReport;
 use crate::cluster::Cluster;
 use crate::core_worker::{CoreSettings, CoreWorker};
 use crate::objects::owner_service::{OwnerServiceImpl, serve_owner_calls};
@@ -139,8 +141,9 @@ async fn start(
     let task_listeners = service::TaskListeners::bind(ip)?;
     let owner_listener = tokio::net::TcpListener::bind(SocketAddr::new(ip, 0)).await?;
 
-    // One message per change of the blocked or owning state, which the
-    // running task's thread makes one at a time.
+    // One message per change of the blocked state, which the running
+    // task's thread makes one at a time; the owning state's changes are
+    // coalesced (see `owning_report`).
     let (session, session_outbound) = mpsc::unbounded_channel::<WorkerSessionMessage>();
     let blocked_session = session.clone();
     let blocked_hook = Box::new(move |blocked: bool| {
@@ -148,12 +151,9 @@ async fn start(
             kind: Some(SessionKind::Blocked(blocked)),
         });
     });
-    let owning_session = session.clone();
-    let owning_hook = Box::new(move |owns: bool| {
-        let _ = owning_session.send(WorkerSessionMessage {
-            kind: Some(SessionKind::OwnsObjects(owns)),
-        });
-    });
+    let owning = Arc::new(OwningReport::default());
+    tokio::spawn(owning.clone().run(session.clone()));
+    let owning_hook = Box::new(move |owns: bool| owning.set(owns));
     // Unbounded, yet bounded: each submission holds a place in the pending
     // gate (`Config::max_pending_tasks`); the other events answer leases,
     // workers and nodes that the submitter itself asked for.
