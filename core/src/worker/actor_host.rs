@@ -80,8 +80,8 @@ async fn run_one_at_a_time(context: Arc<WorkerContext>, mut queued: mpsc::Unboun
 
 /// Runs up to `max_concurrency` calls at once. Results of calls that end
 /// together go back together: each goes into an outbox, and the call that
-/// ended, after letting the other ready tasks of this thread run, sends
-/// what the outbox holds.
+/// ended sends what the outbox holds, at once when no other call runs, and
+/// otherwise after letting the other ready tasks of this thread run.
 async fn run_concurrently(
     context: Arc<WorkerContext>,
     mut queued: mpsc::UnboundedReceiver<QueuedCall>,
@@ -94,12 +94,14 @@ async fn run_concurrently(
             return;
         };
         let running = executor::run_call(context.clone(), call);
-        let outbox = outbox.clone();
+        let (outbox, slots) = (outbox.clone(), slots.clone());
         tokio::spawn(async move {
             let (result, results) = running.await;
             drop(slot);
             lock(&outbox).add(result, results);
-            tokio::task::yield_now().await;
+            if slots.available_permits() < max_concurrency {
+                tokio::task::yield_now().await;
+            }
             lock(&outbox).send();
         });
     }
