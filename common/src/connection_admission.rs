@@ -236,7 +236,7 @@ fn closed_to_make_room() -> io::Error {
 }
 
 /// Accepted connections, with Nagle's algorithm off, within one listener's
-/// bounds.
+/// bounds (or bounds it shares with the other listeners of one server).
 pub struct LimitedIncoming {
     listener: TcpListener,
     admission: Arc<Admission>,
@@ -244,10 +244,12 @@ pub struct LimitedIncoming {
 
 impl LimitedIncoming {
     pub fn new(listener: TcpListener, bounds: ConnectionBounds) -> Self {
-        LimitedIncoming {
-            listener,
-            admission: Admission::new(bounds),
-        }
+        LimitedIncoming::sharing(listener, Admission::new(bounds))
+    }
+
+    /// Accepts within `admission`, which other listeners may count in too.
+    pub fn sharing(listener: TcpListener, admission: Arc<Admission>) -> Self {
+        LimitedIncoming { listener, admission }
     }
 
     fn admit(&self, stream: TcpStream, peer: SocketAddr) -> Option<CountedStream> {

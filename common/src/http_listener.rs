@@ -32,7 +32,7 @@ use std::sync::{Arc, LazyLock, Mutex, MutexGuard};
 use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
-use crate::connection_admission::{ConnectionInfo, CountedStream, LimitedIncoming, Slot};
+use crate::connection_admission::{Admission, ConnectionInfo, CountedStream, LimitedIncoming, Slot};
 use crate::limits::ServerLimits;
 use crate::tls::{self, ClusterTls};
 use axum::Router;
@@ -104,8 +104,22 @@ pub async fn serve_with(
     bounds: HttpBounds,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> io::Result<()> {
+    let admission = Admission::new(ServerLimits::process().connection_bounds());
+    serve_admitted(listener, app, bounds, admission, shutdown).await
+}
+
+/// [`serve_with`], counting connections in `admission`: one server that
+/// accepts on several threads, each with its own runtime and a clone of
+/// the listener, shares the process's connection bounds between them.
+pub async fn serve_admitted(
+    listener: TcpListener,
+    app: Router,
+    bounds: HttpBounds,
+    admission: Arc<Admission>,
+    shutdown: impl Future<Output = ()> + Send + 'static,
+) -> io::Result<()> {
     let tls = tls::current().map_err(|e| io::Error::other(e.to_string()))?;
-    let mut connections = HttpListener::start(listener, tls)?;
+    let mut connections = HttpListener::start(listener, tls, admission)?;
     let (stopping, stop) = watch::channel(false);
     let mut served = JoinSet::new();
     tokio::pin!(shutdown);
@@ -146,9 +160,9 @@ struct HttpListener {
 }
 
 impl HttpListener {
-    fn start(listener: TcpListener, tls: Option<Arc<ClusterTls>>) -> io::Result<Self> {
+    fn start(listener: TcpListener, tls: Option<Arc<ClusterTls>>, admission: Arc<Admission>) -> io::Result<Self> {
         let (admitted, ready) = mpsc::channel(64);
-        let incoming = LimitedIncoming::new(listener, ServerLimits::process().connection_bounds());
+        let incoming = LimitedIncoming::sharing(listener, admission);
         let accepting = tokio::spawn(accept_all(incoming, tls, admitted));
         Ok(HttpListener { ready, accepting })
     }

@@ -17,12 +17,15 @@
 //! routers (a deployment that calls another through a handle queues its
 //! requests here while the other has no replica, scaled to zero).
 
+use std::any::Any;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
 use bytes::Bytes;
-use futures_util::{Stream, StreamExt};
+use futures_util::{FutureExt, Stream, StreamExt};
 use serde::{Deserialize, Serialize};
 use tokio::runtime::{Handle, Runtime};
 use tokio::sync::{OwnedSemaphorePermit, Semaphore};
@@ -182,10 +185,7 @@ impl Replica {
             return self.reply(Outcome::Rejected);
         };
         let outcome = self.deployment.clone().call(request.head, Bytes::from(request.body));
-        let outcome = match self.runtime.handle.spawn(outcome).await {
-            Ok(outcome) => outcome,
-            Err(e) => Outcome::UserError(panic_message(e)),
-        };
+        let outcome = self.runtime.run(outcome).await;
         drop(permit);
         self.counts.touch();
         self.counts.count(outcome.is_failure());
@@ -292,6 +292,25 @@ struct UserRuntime {
     runtime: Option<Runtime>,
 }
 
+impl UserRuntime {
+    /// Runs a deployment's call on this runtime and hands its outcome back
+    /// (a panic as a user error). The outcome comes over a channel whose
+    /// send wakes the actor's thread, which is then told to stop polling
+    /// before it sleeps ([`wake_spinning`](raylet_proto::task_stream::wake_spinning)):
+    /// an answer ready within the poll costs the actor no sleep.
+    async fn run(&self, call: impl Future<Output = Outcome> + Send + 'static) -> Outcome {
+        let (sender, outcome) = tokio::sync::oneshot::channel();
+        self.handle.spawn(async move {
+            let outcome = AssertUnwindSafe(call).catch_unwind().await;
+            let _ = sender.send(outcome.unwrap_or_else(|panic| Outcome::UserError(panic_message(panic))));
+            raylet_proto::task_stream::wake_spinning();
+        });
+        outcome
+            .await
+            .unwrap_or_else(|_| Outcome::UserError("the call was cancelled".to_string()))
+    }
+}
+
 impl Drop for UserRuntime {
     fn drop(&mut self) {
         if let Some(runtime) = self.runtime.take() {
@@ -301,10 +320,7 @@ impl Drop for UserRuntime {
 }
 
 /// What a panic in user code said.
-fn panic_message(error: tokio::task::JoinError) -> String {
-    let Ok(payload) = error.try_into_panic() else {
-        return "the call was cancelled".to_string();
-    };
+fn panic_message(payload: Box<dyn Any + Send>) -> String {
     let text = payload
         .downcast_ref::<&str>()
         .map(|s| s.to_string())

@@ -6,7 +6,7 @@ use crate::common;
 
 use std::time::{Duration, Instant};
 
-use common::{Adder, Broken, Client, Reverser, Sleeper, deploy, init, runtime, small};
+use common::{Adder, Broken, Client, Panicking, Reverser, Sleeper, deploy, init, runtime, small};
 use raylet_serve::{Application, HttpOptions, ServeInstance};
 
 fn serve(app: Application) -> ServeInstance {
@@ -99,6 +99,22 @@ fn a_user_error_is_a_500_naming_deployment_and_replica() {
         assert_eq!(body["deployment"], "broken");
         assert_eq!(body["replica"], "replica:faulty:broken:0");
         assert_eq!(body["error"], "the weights are corrupt");
+    });
+}
+
+#[test]
+fn a_panic_in_user_code_is_a_500_that_quotes_it_and_the_replica_answers_on() {
+    let panicking = small::<Panicking>("panicking", "the tokenizer is missing".to_string());
+    let instance = serve(Application::new("panics", "/").deployment(panicking));
+    runtime().block_on(async {
+        let client = Client::new(instance.address(), token());
+        for _ in 0..2 {
+            let failed = client.post("/", "application/octet-stream", b"x".to_vec()).await;
+            assert_eq!(failed.status, 500, "{}", failed.text());
+            let body = failed.json();
+            assert_eq!(body["error"], "panicked: the tokenizer is missing");
+            assert_eq!(body["replica"], "replica:panics:panicking:0");
+        }
     });
 }
 

@@ -8,6 +8,10 @@
 //! Between polls it yields its core to any thread waiting for one, so that
 //! on a busy machine polling takes no time from work (without the yield,
 //! tasks async ran at 0.88 of the throughput before polling on 2 cores).
+//! A thread that hands work to another runtime and awaits it (Serve's
+//! replica runs user code on a runtime of its own) is woken from there: the
+//! other side calls [`wake_spinning`] after it wakes the waiting task, and
+//! the polling thread stops at once instead of polling out its time.
 
 use std::os::fd::{AsRawFd, OwnedFd};
 use std::os::unix::net::UnixStream as StdUnixStream;
@@ -19,6 +23,18 @@ use std::time::{Duration, Instant};
 pub const SPIN: Duration = Duration::from_micros(50);
 /// A thread polls only if a frame arrived this recently.
 const RECENT: Duration = Duration::from_millis(2);
+
+/// How many times another thread said it woke a task here
+/// ([`wake_spinning`]).
+static WAKES_FROM_ELSEWHERE: AtomicU64 = AtomicU64::new(0);
+
+/// Tells a runtime thread polling before it parks that another thread has
+/// just woken one of its tasks: it stops polling, and its runtime then
+/// finds the task (the wake already signalled the runtime) without
+/// sleeping. Call it after the wake (a channel's send, say), never before.
+pub fn wake_spinning() {
+    WAKES_FROM_ELSEWHERE.fetch_add(1, Ordering::Release);
+}
 
 /// The same-node streams that this process's runtime reads, in an epoll
 /// set of their own (level-triggered) that a parking thread polls, and
@@ -80,7 +96,8 @@ pub(super) fn frame_arrived() {
 
 /// Before a runtime thread parks: if a same-node frame arrived in the last
 /// [`RECENT`], polls the streams for up to [`SPIN`] and returns as soon as
-/// one has bytes (the runtime's own poll then finds them without sleeping).
+/// one has bytes or another thread woke a task ([`wake_spinning`]); the
+/// runtime's own poll then finds them without sleeping.
 pub fn spin_before_parking() {
     let Some(watched) = watched() else {
         return;
@@ -90,8 +107,9 @@ pub fn spin_before_parking() {
         return;
     }
     let started = Instant::now();
+    let wakes = WAKES_FROM_ELSEWHERE.load(Ordering::Acquire);
     let mut event = libc::epoll_event { events: 0, u64: 0 };
-    while started.elapsed() < SPIN {
+    while started.elapsed() < SPIN && WAKES_FROM_ELSEWHERE.load(Ordering::Acquire) == wakes {
         // SAFETY: polls the set without waiting into one event's room.
         let ready = unsafe { libc::epoll_wait(watched.epoll.as_raw_fd(), &mut event, 1, 0) };
         if ready != 0 {

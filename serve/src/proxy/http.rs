@@ -22,10 +22,11 @@ use axum::middleware::{self, Next};
 use axum::response::{IntoResponse, Response};
 use futures_util::StreamExt;
 use raylet_common::auth::AuthToken;
-use raylet_common::connection_admission::prove_connection;
+use raylet_common::connection_admission::{Admission, prove_connection};
 use raylet_common::http_listener::{self, HttpBounds};
 use tokio::net::TcpListener;
 
+use super::answers::AwaitingAnswer;
 use super::errors;
 use crate::config::HttpOptions;
 use crate::error::ServeError;
@@ -49,10 +50,11 @@ impl Proxy {
 }
 
 /// Serves `listener` until `shutdown` completes, then drains; over TLS
-/// when the cluster has it, within the process's connection limit.
+/// when the cluster has it, within the connection bounds of `admission`.
 pub(super) async fn run(
     listener: TcpListener,
     proxy: Proxy,
+    admission: Arc<Admission>,
     shutdown: impl Future<Output = ()> + Send + 'static,
 ) -> std::io::Result<()> {
     let bounds = HttpBounds {
@@ -64,7 +66,7 @@ pub(super) async fn run(
         .layer(DefaultBodyLimit::max(proxy.0.options.max_body_bytes))
         .layer(middleware::from_fn_with_state(proxy.clone(), require_token))
         .with_state(proxy);
-    http_listener::serve_with(listener, app, bounds, shutdown).await
+    http_listener::serve_admitted(listener, app, bounds, admission, shutdown).await
 }
 
 /// The proxy's own health check, open to all.
@@ -109,10 +111,12 @@ async fn serve_request(
     };
     let started = Instant::now();
     let timeout = proxy.0.options.request_timeout;
+    let awaiting = AwaitingAnswer::new();
     let response = match route.streaming {
         true => stream_request(&router, &body, &head, timeout).await,
         false => call_request(&router, &body, &head, timeout).await,
     };
+    drop(awaiting);
     let (app, deployment) = router.names();
     let seconds = started.elapsed().as_secs_f64();
     crate::metrics::record_request(app, deployment, response.status().as_u16(), seconds);

@@ -1,6 +1,10 @@
 //! The HTTP ingress: one [`HttpProxy`] actor per node, serving axum on a
 //! thread and runtime of its own (the actor's async methods share the
-//! worker's single task thread, which HTTP must not wait on).
+//! worker's single task thread, which HTTP must not wait on). It serves on
+//! [`PROXY_THREADS`] threads, each a current-thread runtime accepting on a
+//! clone of the listener within shared connection bounds, so that a
+//! request stays on one thread, which reads its call's answer itself
+//! before it sleeps (see [`answers`]).
 //!
 //! The proxy binds in its constructor, so a port in use fails the actor's
 //! creation with the bind error, and [`HttpProxy::address`] reports the
@@ -8,14 +12,18 @@
 //! not in the head: workers run only the build that created them, and the
 //! head stays off the request path.
 
+mod answers;
 mod errors;
 mod http;
 
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::thread::JoinHandle;
 
 use raylet_common::auth::AuthToken;
-use tokio::sync::oneshot;
+use raylet_common::connection_admission::Admission;
+use raylet_common::limits::ServerLimits;
+use tokio::sync::watch;
 
 use crate::config::HttpOptions;
 use crate::error::ServeError;
@@ -25,8 +33,41 @@ use crate::routes::{self, QueueReport, RoutingTable};
 #[raylet::actor]
 pub struct HttpProxy {
     address: SocketAddr,
-    stop: Option<oneshot::Sender<()>>,
-    server: Option<JoinHandle<()>>,
+    stop: watch::Sender<bool>,
+    servers: Vec<JoinHandle<()>>,
+}
+
+/// Threads serving HTTP, each with a runtime and a clone of the listener.
+const PROXY_THREADS: usize = 2;
+
+/// Serves HTTP on a thread of its own, in a current-thread runtime whose
+/// thread reads its calls' answers before it sleeps, until `stopped` says
+/// so or its sender is dropped.
+fn serve_on_thread(
+    listener: std::net::TcpListener,
+    proxy: http::Proxy,
+    admission: Arc<Admission>,
+    mut stopped: watch::Receiver<bool>,
+) -> std::io::Result<JoinHandle<()>> {
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .on_thread_park(answers::read_answers_before_parking)
+        .build()?;
+    let address = listener.local_addr()?;
+    std::thread::Builder::new().name("serve-proxy".into()).spawn(move || {
+        runtime.block_on(async move {
+            let shutdown = async move {
+                let _ = stopped.wait_for(|stop| *stop).await;
+            };
+            let served = match tokio::net::TcpListener::from_std(listener) {
+                Ok(listener) => http::run(listener, proxy, admission, shutdown).await,
+                Err(e) => Err(e),
+            };
+            if let Err(e) = served {
+                tracing::error!("the serve proxy at {address} stopped: {e}");
+            }
+        });
+    })
 }
 
 #[raylet::actor]
@@ -38,32 +79,14 @@ impl HttpProxy {
         let listener = std::net::TcpListener::bind(SocketAddr::new(host, options.port))?;
         listener.set_nonblocking(true)?;
         let address = listener.local_addr()?;
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(2)
-            .thread_name("serve-proxy")
-            .enable_all()
-            .build()?;
-        let (stop, stopped) = oneshot::channel::<()>();
-        let server = std::thread::Builder::new().name("serve-proxy".into()).spawn(move || {
-            runtime.block_on(async move {
-                let shutdown = async {
-                    let _ = stopped.await;
-                };
-                let served = match tokio::net::TcpListener::from_std(listener) {
-                    Ok(listener) => http::run(listener, http::Proxy::new(token, options), shutdown).await,
-                    Err(e) => Err(e),
-                };
-                if let Err(e) = served {
-                    tracing::error!("the serve proxy at {address} stopped: {e}");
-                }
-            });
-        })?;
+        let proxy = http::Proxy::new(token, options);
+        let admission = Admission::new(ServerLimits::process().connection_bounds());
+        let (stop, stopped) = watch::channel(false);
+        let servers = (0..PROXY_THREADS)
+            .map(|_| serve_on_thread(listener.try_clone()?, proxy.clone(), admission.clone(), stopped.clone()))
+            .collect::<std::io::Result<Vec<_>>>()?;
         tracing::info!(%address, "serve proxy listening");
-        Ok(HttpProxy {
-            address,
-            stop: Some(stop),
-            server: Some(server),
-        })
+        Ok(HttpProxy { address, stop, servers })
     }
 
     /// Where the proxy listens.
@@ -86,10 +109,8 @@ impl HttpProxy {
 
 impl Drop for HttpProxy {
     fn drop(&mut self) {
-        if let Some(stop) = self.stop.take() {
-            let _ = stop.send(());
-        }
-        if let Some(server) = self.server.take() {
+        self.stop.send_replace(true);
+        for server in self.servers.drain(..) {
             let _ = server.join();
         }
     }

@@ -94,6 +94,27 @@ impl Deployment for Broken {
     }
 }
 
+/// Panics in every call with its init message.
+pub struct Panicking {
+    message: String,
+}
+register_deployment!(Panicking);
+
+impl Deployment for Panicking {
+    type Init = String;
+    type UserConfig = ();
+    type Request = Bytes;
+    type Response = Bytes;
+
+    fn new(message: String, _: &ReplicaContext) -> Result<Self, BoxError> {
+        Ok(Panicking { message })
+    }
+
+    async fn call(&self, _: Bytes) -> Result<Bytes, BoxError> {
+        panic!("{}", self.message);
+    }
+}
+
 /// Cannot be built: its checkpoint is missing.
 pub struct Unbuildable;
 register_deployment!(Unbuildable);
