@@ -21,11 +21,11 @@ pub(crate) type FreedObject = (ObjectId, StoredAt);
 /// it loses its last one: a worker that owns objects must stay alive.
 pub(crate) type OwningHook = Box<dyn Fn(bool) + Send + Sync>;
 
-/// An object's state. Both arms are one pointer wide, so that an owner
-/// with a million pending objects keeps its table small.
+/// An object's state, one pointer wide, so that an owner with a million
+/// pending objects keeps its table small. Async waiters' wake-ups live
+/// beside the table ([`ObjectTable::waiters`]): few objects have any.
 enum Slot {
-    /// Async waiters' wake-up, made when the first of them comes.
-    Pending(Option<Arc<Notify>>),
+    Pending,
     Ready(Box<Outcome>),
 }
 
@@ -47,6 +47,10 @@ struct Borrowers(Option<Box<Vec<Registrations>>>);
 
 /// A borrowing process and how often it registered.
 type Registrations = (Arc<str>, u32);
+
+// Three words: an owner's table of a million pending objects is the
+// largest part of its memory.
+const _: () = assert!(size_of::<Entry>() == 24);
 
 impl Borrowers {
     fn is_empty(&self) -> bool {
@@ -120,6 +124,9 @@ const SHARDS: usize = 16;
 #[derive(Default)]
 struct ObjectTable {
     shards: [IdMap<ObjectId, Entry>; SHARDS],
+    /// The wake-up of each pending object's async waiters, made when the
+    /// first of them comes and taken when the object finishes or goes.
+    waiters: IdMap<ObjectId, Arc<Notify>>,
 }
 
 impl ObjectTable {
@@ -139,8 +146,18 @@ impl ObjectTable {
         self.shards[Self::shard(&id)].insert(id, entry);
     }
 
+    /// Removes an entry; its async waiters wake to find it gone.
     fn remove(&mut self, id: &ObjectId) -> Option<Entry> {
+        self.wake_waiters(id);
         self.shards[Self::shard(id)].remove(id)
+    }
+
+    fn wake_waiters(&mut self, id: &ObjectId) {
+        if !self.waiters.is_empty()
+            && let Some(notify) = self.waiters.remove(id)
+        {
+            notify.notify_waiters();
+        }
     }
 
     fn len(&self) -> usize {
@@ -199,7 +216,7 @@ impl MemoryStore {
 
     /// Adds an object whose value is not there yet.
     pub fn add_pending(&self, id: ObjectId) {
-        self.add_entry(id, Entry::new(Slot::Pending(None)));
+        self.add_entry(id, Entry::new(Slot::Pending));
     }
 
     /// Stores a finished object and wakes its waiters. The first outcome
@@ -217,15 +234,14 @@ impl MemoryStore {
         let mut any = false;
         let mut unwanted = Vec::new();
         for (id, outcome) in outcomes {
-            let Some(entry) = objects.get_mut(&id).filter(|e| matches!(e.slot, Slot::Pending(_))) else {
+            let Some(entry) = objects.get_mut(&id).filter(|e| matches!(e.slot, Slot::Pending)) else {
                 if !objects.get(&id).is_some_and(Entry::holds_stored_value) {
                     unwanted.push((id, outcome));
                 }
                 continue;
             };
-            if let Slot::Pending(Some(notify)) = std::mem::replace(&mut entry.slot, Slot::Ready(Box::new(outcome))) {
-                notify.notify_waiters();
-            }
+            entry.slot = Slot::Ready(Box::new(outcome));
+            objects.wake_waiters(&id);
             any = true;
         }
         drop(objects);
@@ -257,7 +273,7 @@ impl MemoryStore {
     /// its references and borrowers stay.
     pub fn reset_pending(&self, id: ObjectId) {
         if let Some(entry) = self.objects().get_mut(&id) {
-            entry.slot = Slot::Pending(None);
+            entry.slot = Slot::Pending;
         }
     }
 
@@ -265,7 +281,7 @@ impl MemoryStore {
     pub fn ensure_pending(&self, id: ObjectId) {
         let mut objects = self.objects();
         if objects.get(&id).is_none() {
-            self.add_entry_to(&mut objects, id, Entry::new(Slot::Pending(None)));
+            self.add_entry_to(&mut objects, id, Entry::new(Slot::Pending));
         }
     }
 
@@ -279,7 +295,7 @@ impl MemoryStore {
     pub fn try_get(&self, id: ObjectId) -> Result<Option<Outcome>> {
         match self.objects().get(&id).map(|e| &e.slot) {
             Some(Slot::Ready(outcome)) => Ok(Some((**outcome).clone())),
-            Some(Slot::Pending(_)) => Ok(None),
+            Some(Slot::Pending) => Ok(None),
             None => Err(Error::not_owned(id)),
         }
     }
@@ -294,14 +310,14 @@ impl MemoryStore {
                 .saturating_duration_since(Instant::now())
                 .min(task_stream::SPIN)
         });
-        let finished = || !matches!(self.objects().get(&id).map(|e| &e.slot), Some(Slot::Pending(_)));
+        let finished = || !matches!(self.objects().get(&id).map(|e| &e.slot), Some(Slot::Pending));
         task_stream::read_last_sent_until(&finished, spin);
         let mut objects = self.objects();
         loop {
             match objects.get(&id).map(|e| &e.slot) {
                 Some(Slot::Ready(outcome)) => return Ok(Some((**outcome).clone())),
                 None => return Err(Error::not_owned(id)),
-                Some(Slot::Pending(_)) => {}
+                Some(Slot::Pending) => {}
             }
             objects = match deadline {
                 None => self.completed.wait(objects).unwrap_or_else(|p| p.into_inner()),
@@ -328,7 +344,7 @@ impl MemoryStore {
             let finished: Vec<bool> = ids
                 .iter()
                 .map(|id| {
-                    let done = found < wanted && !matches!(objects.get(id).map(|e| &e.slot), Some(Slot::Pending(_)));
+                    let done = found < wanted && !matches!(objects.get(id).map(|e| &e.slot), Some(Slot::Pending));
                     found += usize::from(done);
                     done
                 })
@@ -354,16 +370,21 @@ impl MemoryStore {
     /// Waits until the object is finished or `deadline` passes.
     pub async fn wait(&self, id: ObjectId, deadline: Option<tokio::time::Instant>) -> Result<Option<Outcome>> {
         loop {
-            let notify = match self.objects().get_mut(&id).map(|e| &mut e.slot) {
-                Some(Slot::Ready(outcome)) => return Ok(Some((**outcome).clone())),
-                Some(Slot::Pending(notify)) => notify.get_or_insert_with(|| Arc::new(Notify::new())).clone(),
-                None => return Err(Error::not_owned(id)),
+            let notify = {
+                let mut objects = self.objects();
+                match objects.get(&id).map(|e| &e.slot) {
+                    Some(Slot::Ready(outcome)) => return Ok(Some((**outcome).clone())),
+                    Some(Slot::Pending) => objects.waiters.entry(id).or_default().clone(),
+                    None => return Err(Error::not_owned(id)),
+                }
             };
             let notified = notify.notified();
             tokio::pin!(notified);
             notified.as_mut().enable();
-            if let Some(Slot::Ready(outcome)) = self.objects().get(&id).map(|e| &e.slot) {
-                return Ok(Some((**outcome).clone()));
+            match self.objects().get(&id).map(|e| &e.slot) {
+                Some(Slot::Ready(outcome)) => return Ok(Some((**outcome).clone())),
+                None => return Err(Error::not_owned(id)),
+                Some(Slot::Pending) => {}
             }
             match deadline {
                 None => notified.await,
@@ -558,6 +579,24 @@ mod tests {
         });
         let outcome = store.wait(id, None).await.unwrap().unwrap().unwrap();
         assert_eq!(decode::<String>(&outcome, id).unwrap(), "done");
+    }
+
+    #[tokio::test]
+    async fn an_async_waiter_of_an_object_freed_while_pending_is_told_it_is_gone() {
+        let (store, _freed) = store();
+        let id = ObjectId::random();
+        store.add_pending(id);
+        store.add_local_ref(id);
+        let waiter = tokio::spawn({
+            let store = store.clone();
+            async move { store.wait(id, None).await }
+        });
+        while store.objects().waiters.is_empty() {
+            tokio::task::yield_now().await;
+        }
+        store.remove_local_ref(id);
+        assert!(matches!(waiter.await.unwrap(), Err(Error::ObjectLost { object, .. }) if object == id));
+        assert!(store.objects().waiters.is_empty());
     }
 
     #[test]
