@@ -38,6 +38,10 @@ struct Entry {
     borrowers: Borrowers,
 }
 
+// Three words: an owner's table of a million pending objects is the
+// largest part of its memory.
+const _: () = assert!(size_of::<Entry>() == 24);
+
 /// The processes that borrow one object, with their registrations: a few
 /// at most, usually none, so a list, boxed so that an entry without any
 /// stays one pointer wide.
@@ -47,10 +51,6 @@ struct Borrowers(Option<Box<Vec<Registrations>>>);
 
 /// A borrowing process and how often it registered.
 type Registrations = (Arc<str>, u32);
-
-// Three words: an owner's table of a million pending objects is the
-// largest part of its memory.
-const _: () = assert!(size_of::<Entry>() == 24);
 
 impl Borrowers {
     fn is_empty(&self) -> bool {
@@ -595,7 +595,10 @@ mod tests {
             tokio::task::yield_now().await;
         }
         store.remove_local_ref(id);
-        assert!(matches!(waiter.await.unwrap(), Err(Error::ObjectLost { object, .. }) if object == id));
+        let told = tokio::time::timeout(Duration::from_secs(10), waiter)
+            .await
+            .expect("the waiter is woken when its object goes");
+        assert!(matches!(told.unwrap(), Err(Error::ObjectLost { object, .. }) if object == id));
         assert!(store.objects().waiters.is_empty());
     }
 
