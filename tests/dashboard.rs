@@ -9,7 +9,7 @@ use crate::common;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use common::http::{get, metrics, metrics_when, request, session_file, total};
+use common::http::{get, metrics, metrics_when, request, session_file, start_head_with_dashboard, total};
 use common::{Daemons, head_address, raylet};
 use raylet::Config;
 use serde_json::Value;
@@ -17,7 +17,10 @@ use serde_json::Value;
 /// A route's path with its parameters filled in: a page, a job that is
 /// not there.
 fn concrete(path: &str) -> String {
-    path.replace("{page}", "jobs").replace("{id}", &"0".repeat(32))
+    path.replace("{page}", "jobs")
+        .replace("{id}", &"0".repeat(32))
+        .replace("{protocol}", "gcs")
+        .replace("{name}", "_ray_pkg_0000000000000000.zip")
 }
 
 /// Whether the route is a page, which sends a browser to the login page.
@@ -95,7 +98,11 @@ fn the_heads_http_routes_need_the_token_and_metrics_follow_the_cluster() {
         }
         let expected = match path.as_str() {
             "/" => 303,
-            "/api/jobs/00000000000000000000000000000000/logs" => 404,
+            "/api/jobs/00000000000000000000000000000000"
+            | "/api/jobs/00000000000000000000000000000000/logs"
+            | "/api/packages/gcs/_ray_pkg_0000000000000000.zip" => 404,
+            "/api/jobs/00000000000000000000000000000000/stop" => 405,
+            "/api/jobs/00000000000000000000000000000000/logs/tail" => 400,
             _ => 200,
         };
         assert_eq!(get(&dashboard, &path, Some(&token)).0, expected, "{path}");
@@ -116,7 +123,7 @@ fn the_heads_http_routes_need_the_token_and_metrics_follow_the_cluster() {
     println!("an unknown job's logs: {} {}", unknown.0, unknown.1.trim());
     assert!(unknown.1.contains("00000000000000000000000000000000"), "{}", unknown.1);
     assert_cookie_is_no_grpc_credential(&head_address(temp.path()), &cookie);
-    assert_eq!(routes.len(), 20, "every route of the head's HTTP server: {routes:?}");
+    assert_eq!(routes.len(), 26, "every route of the head's HTTP server: {routes:?}");
     println!(
         "{} HTTP routes refuse requests without the cluster's token",
         routes.len()
@@ -195,30 +202,11 @@ fn the_heads_http_routes_need_the_token_and_metrics_follow_the_cluster() {
     every_node_serves_its_metrics(&dashboard, &token);
 }
 
-/// Starts a head of one CPU with its dashboard; the dashboard's address
-/// and the cluster token.
-fn start_head_with_dashboard(temp: &std::path::Path) -> (String, String) {
-    raylet(
-        temp,
-        &[
-            "start",
-            "--head",
-            "--port",
-            "0",
-            "--dashboard-port",
-            "0",
-            "--num-cpus",
-            "1",
-        ],
-    );
-    (session_file(temp, "dashboard_address"), session_file(temp, "token"))
-}
-
 #[test]
 fn the_serve_api_returns_the_controllers_status_only_with_the_token() {
     let temp = tempfile::tempdir().unwrap();
     let _daemons = Daemons(temp.path());
-    let (dashboard, token) = start_head_with_dashboard(temp.path());
+    let (dashboard, token) = start_head_with_dashboard(temp.path(), "1");
     assert_eq!(
         get(&dashboard, "/api/serve", Some(&token)),
         (200, "null".to_string()),
@@ -366,7 +354,7 @@ fn process_memory(pid: u32, field: &str) -> u64 {
 fn a_large_jobs_logs_view_reads_only_the_end_and_the_heads_memory_stays_flat() {
     let temp = tempfile::tempdir().unwrap();
     let _daemons = Daemons(temp.path());
-    let (dashboard, token) = start_head_with_dashboard(temp.path());
+    let (dashboard, token) = start_head_with_dashboard(temp.path(), "1");
     let head_pid = common::daemon_pids(temp.path(), "head")[0];
     let seq = format!("seq 1 {LARGE_OUTPUT_LINES}");
     let submitted = std::process::Command::new(common::RAYLET)
@@ -395,7 +383,7 @@ fn a_large_jobs_logs_view_reads_only_the_end_and_the_heads_memory_stays_flat() {
         .unwrap()
         .stdout;
     let expected = String::from_utf8(output[output.len() - (64 << 10)..].to_vec()).unwrap();
-    let path = format!("/api/jobs/{id}/logs");
+    let path = format!("/api/jobs/{id}/logs?tail_bytes={}", 64 << 10);
 
     let before = process_memory(head_pid, "VmRSS");
     let peak = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(before));
@@ -428,8 +416,10 @@ fn a_large_jobs_logs_view_reads_only_the_end_and_the_heads_memory_stays_flat() {
     for view in views {
         for (status, body, took) in view.join().unwrap() {
             assert_eq!(status, 200, "{body}");
-            assert_eq!(body.len(), 64 << 10, "exactly the last 64 KiB");
-            assert!(body == expected, "the view is the output's last 64 KiB");
+            let view: Value = serde_json::from_str(&body).unwrap();
+            let logs = view["logs"].as_str().unwrap();
+            assert_eq!(logs.len(), 64 << 10, "exactly the last 64 KiB");
+            assert!(logs == expected, "the view is the output's last 64 KiB");
             slowest = slowest.max(took);
         }
     }

@@ -1,9 +1,9 @@
 //! The process-level system tests, one binary (each test still runs in a
 //! process of its own under nextest): each starts `raylet` daemons, so they
 //! are built by the package of the `raylet` binary. The CLI, the dashboard,
-//! auth, TLS and limits, jobs, scheduling, placement groups, head restarts,
-//! chaos on network-namespace hosts, elastic Train, Serve and the
-//! autoscaler's node providers.
+//! auth, TLS and limits, jobs (with Ray's job CLI and SDK), scheduling,
+//! placement groups, head restarts, chaos on network-namespace hosts,
+//! elastic Train, Serve and the autoscaler's node providers.
 
 mod common;
 
@@ -23,6 +23,7 @@ mod jobs;
 mod limits;
 mod placement_groups;
 mod prometheus;
+mod ray_job_api;
 mod scheduling;
 mod serve_cli;
 mod serve_deploy;

@@ -14,6 +14,7 @@
 #   python3-venv             the tests' Python venvs, made under target/:
 #     target/mlflow-venv     mlflow (MLflow tests of Train and Tune)
 #     target/openai-venv     openai (the OpenAI-compatible server's client test)
+#     target/ray-venv        ray, aiohttp, pydantic (Ray's job CLI and SDK test)
 #   s3s-fs                   an S3-compatible server (cargo install)
 #   cargo-nextest            the test runner (cargo install)
 #
@@ -56,19 +57,25 @@ if ! python3 -c 'import ensurepip, venv' >/dev/null 2>&1; then
     apt_install python3 python3-venv
 fi
 
-# A venv under target/ with one pinned Python package, made or fixed only
-# when that version is not there already.
+# pip_venv VENV MODULE PACKAGE VERSION [REQUIREMENT...]: a venv under
+# target/ with PACKAGE==VERSION and the requirements, made or fixed only
+# when MODULE's version is not VERSION already.
 pip_venv() {
     local venv=$1 module=$2 package=$3 version=$4
+    shift 4
     if ! "$venv/bin/python" -c "import $module, sys; sys.exit($module.__version__ != '$version')" >/dev/null 2>&1; then
         [ -x "$venv/bin/python" ] || python3 -m venv "$venv"
-        "$venv/bin/pip" install --quiet --disable-pip-version-check "$package==$version"
+        "$venv/bin/pip" install --quiet --disable-pip-version-check "$package==$version" "$@"
     fi
 }
 # raylet_train::testing::MLFLOW_VERSION
 pip_venv target/mlflow-venv mlflow mlflow 3.17.2
 # llm/tests/openai_client.rs's OPENAI_VERSION
 pip_venv target/openai-venv openai openai 3.57.0
+# tests/ray_job_api.rs's RAY_VERSION: Ray's job CLI and SDK without Ray's
+# dashboard extras, with what its job client imports (aiohttp for the log
+# tail, pydantic for job details).
+pip_venv target/ray-venv ray ray 2.60.0 aiohttp==3.14.5 pydantic==2.14.4
 
 # raylet_storage::testing::S3S_FS_VERSION
 if ! command -v s3s-fs >/dev/null 2>&1 && [ ! -x "${CARGO_HOME:-$HOME/.cargo}/bin/s3s-fs" ]; then

@@ -581,6 +581,9 @@ pub enum JobCommand {
     Logs(JobLogsArgs),
     /// Stop a job: SIGTERM to its driver, then SIGKILL after the grace period.
     Stop(JobStopArgs),
+    /// Forget an ended job: the head drops its record and its output. A job
+    /// that has not ended is refused; stop it first.
+    Delete(JobIdArgs),
     /// List every job of the cluster, ended ones included.
     List(StatusArgs),
 }

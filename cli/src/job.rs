@@ -1,5 +1,5 @@
-//! `raylet job submit|status|logs|stop|list`: Ray's job CLI over the head's
-//! job service.
+//! `raylet job submit|status|logs|stop|delete|list`: Ray's job CLI over the
+//! head's job service.
 
 use std::fmt::Write as _;
 use std::io::Write as _;
@@ -10,7 +10,8 @@ use raylet::{Job, JobClient, JobInfo, JobStatus};
 use raylet_proto::JobId;
 
 use crate::args::{
-    ClusterArgs, JobCommand, JobLogsArgs, JobStatusArgs, JobStopArgs, JobSubmitArgs, OutputFormat, StatusArgs,
+    ClusterArgs, JobCommand, JobIdArgs, JobLogsArgs, JobStatusArgs, JobStopArgs, JobSubmitArgs, OutputFormat,
+    StatusArgs,
 };
 
 pub fn job(command: JobCommand) -> anyhow::Result<ExitCode> {
@@ -21,6 +22,7 @@ pub fn job(command: JobCommand) -> anyhow::Result<ExitCode> {
             JobCommand::Status(args) => status(args).await.map(|()| ExitCode::SUCCESS),
             JobCommand::Logs(args) => logs(args).await.map(|()| ExitCode::SUCCESS),
             JobCommand::Stop(args) => stop(args).await.map(|()| ExitCode::SUCCESS),
+            JobCommand::Delete(args) => delete(args).await.map(|()| ExitCode::SUCCESS),
             JobCommand::List(args) => list(args).await.map(|()| ExitCode::SUCCESS),
         }
     })
@@ -143,6 +145,13 @@ async fn stop(args: JobStopArgs) -> anyhow::Result<()> {
     client.stop(id, args.grace_period).await?;
     let info = client.wait(id).await?;
     println!("job {id} {}: {}", info.status, info.message);
+    Ok(())
+}
+
+async fn delete(args: JobIdArgs) -> anyhow::Result<()> {
+    let client = connect(&args.cluster).await?;
+    client.delete(args.job_id).await?;
+    println!("job {} deleted", args.job_id);
     Ok(())
 }
 

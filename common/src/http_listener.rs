@@ -76,6 +76,19 @@ const MAX_HEADER_LIST: u32 = 64 << 10;
 pub struct HttpBounds {
     /// The largest request body, announced or received.
     pub max_body_bytes: u64,
+    /// An upload route that takes larger bodies than the rest.
+    pub upload_route: Option<UploadRoute>,
+}
+
+/// Requests of `method` whose path starts with `path_prefix`: a route
+/// that takes bodies of up to `max_body_bytes`, bounding them tighter
+/// itself where it can say why (it is behind the server's token check, so
+/// only a client that has the token sends it a byte).
+#[derive(Clone, Copy, Debug)]
+pub struct UploadRoute {
+    pub method: &'static str,
+    pub path_prefix: &'static str,
+    pub max_body_bytes: u64,
 }
 
 impl Default for HttpBounds {
@@ -83,6 +96,21 @@ impl Default for HttpBounds {
     fn default() -> Self {
         HttpBounds {
             max_body_bytes: 64 << 10,
+            upload_route: None,
+        }
+    }
+}
+
+impl HttpBounds {
+    /// The largest body `request` may send.
+    fn for_request<B>(&self, request: &Request<B>) -> u64 {
+        match self.upload_route {
+            Some(route)
+                if request.method().as_str() == route.method && request.uri().path().starts_with(route.path_prefix) =>
+            {
+                route.max_body_bytes
+            }
+            _ => self.max_body_bytes,
         }
     }
 }
@@ -405,16 +433,17 @@ async fn handle(
     bounds: HttpBounds,
 ) -> Result<Response<Body>, Infallible> {
     let in_flight = activity.begin();
+    let max_body_bytes = bounds.for_request(&request);
     if let Some(announced) = announced_length(&request)
-        && announced > bounds.max_body_bytes
+        && announced > max_body_bytes
     {
-        return Ok(too_large(announced, bounds.max_body_bytes));
+        return Ok(too_large(announced, max_body_bytes));
     }
     let client = info.remote.map_or(IpAddr::V4(Ipv4Addr::UNSPECIFIED), |peer| peer.ip());
     let charge = Arc::new(BodyCharge::new(client));
     let (mut parts, body) = request.into_parts();
     parts.extensions.insert(info);
-    let body = BoundedBody::new(body, charge.clone(), bounds.max_body_bytes);
+    let body = BoundedBody::new(body, charge.clone(), max_body_bytes);
     let request = Request::from_parts(parts, Body::new(body));
     let response = app.call(request).await?;
     Ok(response.map(|body| {
@@ -701,6 +730,7 @@ mod tests {
     async fn a_body_announced_over_the_bound_gets_413_before_it_is_read() {
         let (address, _stop) = body_length_server(HttpBounds {
             max_body_bytes: 1 << 20,
+            upload_route: None,
         })
         .await;
         let mut stream = TcpStream::connect(address).await.unwrap();
@@ -717,7 +747,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_body_that_grows_past_the_bound_is_cut_off() {
-        let (address, _stop) = body_length_server(HttpBounds { max_body_bytes: 1000 }).await;
+        let (address, _stop) = body_length_server(HttpBounds {
+            max_body_bytes: 1000,
+            upload_route: None,
+        })
+        .await;
         let mut stream = TcpStream::connect(address).await.unwrap();
         let head = "POST / HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n";
         stream.write_all(head.as_bytes()).await.unwrap();
@@ -727,6 +761,50 @@ mod tests {
         let answer = read_until_closed(&mut stream, Duration::from_secs(5)).await;
         let status = answer.split_whitespace().nth(1).unwrap_or_default();
         assert!(status.starts_with('4'), "{answer}");
+    }
+
+    /// The answer to a POST of `length` bytes to `path`.
+    async fn post_of(address: SocketAddr, path: &str, length: usize) -> String {
+        let mut stream = TcpStream::connect(address).await.unwrap();
+        let head = format!("POST {path} HTTP/1.1\r\nHost: x\r\nContent-Length: {length}\r\nConnection: close\r\n\r\n");
+        stream.write_all(head.as_bytes()).await.unwrap();
+        let _ = stream.write_all(&vec![b'a'; length]).await;
+        read_until_closed(&mut stream, Duration::from_secs(5)).await
+    }
+
+    #[tokio::test]
+    async fn only_the_upload_route_takes_bodies_over_the_servers_bound() {
+        let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let address = listener.local_addr().unwrap();
+        let length = |body: Bytes| async move { body.len().to_string() };
+        let app = Router::new()
+            .route("/", post(length))
+            .route("/upload/{name}", post(length))
+            .layer(axum::extract::DefaultBodyLimit::disable());
+        let bounds = HttpBounds {
+            max_body_bytes: 1000,
+            upload_route: Some(UploadRoute {
+                method: "POST",
+                path_prefix: "/upload/",
+                max_body_bytes: 100_000,
+            }),
+        };
+        let (_stop, stopped) = tokio::sync::oneshot::channel::<()>();
+        tokio::spawn(serve_with(listener, app, bounds, async {
+            let _ = stopped.await;
+        }));
+        let uploaded = post_of(address, "/upload/a", 50_000).await;
+        assert!(
+            uploaded.starts_with("HTTP/1.1 200") && uploaded.ends_with("50000"),
+            "{uploaded}"
+        );
+        let elsewhere = post_of(address, "/", 50_000).await;
+        assert!(elsewhere.starts_with("HTTP/1.1 413"), "{elsewhere}");
+        let too_large = post_of(address, "/upload/a", 200_000).await;
+        assert!(
+            too_large.contains("200000 bytes is over this server's limit of 100000"),
+            "{too_large}"
+        );
     }
 
     #[tokio::test(start_paused = true)]

@@ -14,7 +14,6 @@
 //! | `GET /api/cluster_history` | each alive node's CPU, memory and GPU use every 2 s over 10 min |
 //! | `GET /api/nodes` | every node incarnation, as `raylet list nodes --format json` |
 //! | `GET /api/jobs` | every job |
-//! | `GET /api/jobs/{id}/logs` | the end (64 KiB) of a job's output, as text (the head reads only that end); 404 for a job it does not know |
 //! | `GET /api/actors` | every actor |
 //! | `GET /api/placement_groups` | every placement group |
 //! | `GET /api/objects` | each node's object store and its objects |
@@ -25,6 +24,7 @@
 //! | `GET /api/tune` | Tune experiments: status, metric and each trial's config, status and results |
 //! | `GET /api/serve` | the Serve controller's status (applications, deployments, replicas, autoscaling, proxies), or `null` without Serve |
 //! | `GET /api/prometheus_targets` | the head's `/metrics` and every alive node's, in Prometheus's HTTP service discovery format |
+//! | `/api/version`, `/api/packages/...`, `/api/jobs/...` | Ray's Jobs REST API, for Ray's job CLI and SDK (see [`ray_jobs`]) |
 //!
 //! A joining node serves only `/metrics`, its own process's metrics, from
 //! [`serve_node_metrics`]; a program's embedded cluster serves the
@@ -38,6 +38,7 @@ mod auth;
 mod history;
 mod local;
 mod metrics;
+mod ray_jobs;
 
 pub use local::LocalDashboard;
 
@@ -45,14 +46,14 @@ use std::future::Future;
 use std::time::Duration;
 
 use axum::Router;
-use axum::extract::{DefaultBodyLimit, Path, Query, State};
+use axum::extract::{DefaultBodyLimit, Query, State};
 use axum::http::{StatusCode, header};
 use axum::middleware;
 use axum::response::{IntoResponse, Json, Redirect, Response};
 use axum::routing::{MethodRouter, get};
 use raylet_cluster_status::ClusterStatus;
 use raylet_common::auth::AuthToken;
-use raylet_common::http_listener;
+use raylet_common::http_listener::{self, HttpBounds, UploadRoute};
 use raylet_proto::JobId;
 use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
@@ -63,8 +64,9 @@ use raylet::JobClient;
 const PATIENCE: Duration = Duration::from_secs(2);
 /// The largest login form: a token is at most 256 characters.
 const LOGIN_BODY_BYTES: usize = 4 << 10;
-/// The most of a job's output the jobs page shows: its end.
-const LOG_TAIL_BYTES: usize = 64 << 10;
+/// The largest body a working_dir package upload may announce; the route
+/// itself refuses one over 60 MiB, saying why (`ray_jobs::packages`).
+const MAX_UPLOAD_BYTES: u64 = 1 << 30;
 
 /// What the handlers need: where the head is, its token, and the samples
 /// of the overview's charts.
@@ -75,6 +77,8 @@ struct Head {
     dashboard: String,
     token: AuthToken,
     history: history::History,
+    /// The working_dir packages uploaded through Ray's job API.
+    packages: ray_jobs::Packages,
 }
 
 /// Every route of the head's HTTP server but [`PUBLIC_PATHS`], with its
@@ -93,7 +97,6 @@ fn guarded_routes() -> Vec<(&'static str, MethodRouter<Head>)> {
         ("/api/cluster_history", get(cluster_history)),
         ("/api/nodes", get(nodes)),
         ("/api/jobs", get(jobs)),
-        ("/api/jobs/{id}/logs", get(job_logs)),
         ("/api/actors", get(actors)),
         ("/api/placement_groups", get(placement_groups)),
         ("/api/objects", get(objects)),
@@ -105,6 +108,9 @@ fn guarded_routes() -> Vec<(&'static str, MethodRouter<Head>)> {
         ("/api/serve", get(serve_status)),
         ("/api/prometheus_targets", get(prometheus_targets)),
     ]
+    .into_iter()
+    .chain(ray_jobs::routes())
+    .collect()
 }
 
 /// The paths of every route of the head's HTTP server that needs the
@@ -135,6 +141,7 @@ pub async fn run(
         dashboard: listener.local_addr()?.to_string(),
         token,
         history: Default::default(),
+        packages: ray_jobs::Packages::new()?,
     };
     let sampler = tokio::spawn(history::keep_sampling(
         head.address.clone(),
@@ -153,7 +160,15 @@ pub async fn run(
         )
         .layer(middleware::from_fn_with_state(head.clone(), auth::require_token))
         .with_state(head);
-    let served = http_listener::serve(listener, app, shutdown).await;
+    let bounds = HttpBounds {
+        upload_route: Some(UploadRoute {
+            method: "PUT",
+            path_prefix: ray_jobs::PACKAGES_PATH,
+            max_body_bytes: MAX_UPLOAD_BYTES,
+        }),
+        ..HttpBounds::default()
+    };
+    let served = http_listener::serve_with(listener, app, bounds, shutdown).await;
     sampler.abort();
     served
 }
@@ -197,28 +212,6 @@ async fn nodes(State(head): State<Head>) -> Response {
 async fn jobs(State(head): State<Head>) -> Response {
     let jobs = async { JobClient::connect(&head.address, &head.token).await?.list().await };
     json(&head, jobs.await)
-}
-
-/// The end of a job's output, as text.
-async fn job_logs(State(head): State<Head>, Path(id): Path<String>) -> Response {
-    let Ok(id) = id.parse::<JobId>() else {
-        return (StatusCode::BAD_REQUEST, format!("{id:?} is not a job id\n")).into_response();
-    };
-    let logs = async {
-        let client = JobClient::connect(&head.address, &head.token).await?;
-        client.tail_logs(id, LOG_TAIL_BYTES as u64).await
-    };
-    match logs.await {
-        Ok(bytes) => {
-            let tail = &bytes[bytes.len().saturating_sub(LOG_TAIL_BYTES)..];
-            let text = String::from_utf8_lossy(tail).into_owned();
-            ([(header::CONTENT_TYPE, "text/plain; charset=utf-8")], text).into_response()
-        }
-        Err(raylet::Error::Cluster(raylet_proto::Error::NotFound(message))) => {
-            (StatusCode::NOT_FOUND, format!("{message}\n")).into_response()
-        }
-        Err(e) => unreachable(&head, e),
-    }
 }
 
 async fn actors(State(head): State<Head>) -> Response {

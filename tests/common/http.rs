@@ -1,5 +1,5 @@
-//! Reading a head's HTTP routes in tests: plain HTTP/1.1 requests, and
-//! Prometheus text parsed strictly.
+//! Reading a head's HTTP routes in tests: a head started with its
+//! dashboard, plain HTTP/1.1 requests, and Prometheus text parsed strictly.
 
 use std::collections::BTreeMap;
 use std::io::{Read, Write};
@@ -124,4 +124,23 @@ pub fn session_file(temp: &Path, name: &str) -> String {
         .unwrap()
         .trim()
         .to_string()
+}
+
+/// Starts a head of `cpus` CPUs with its dashboard; the dashboard's address
+/// and the cluster token.
+pub fn start_head_with_dashboard(temp: &Path, cpus: &str) -> (String, String) {
+    super::raylet(
+        temp,
+        &[
+            "start",
+            "--head",
+            "--port",
+            "0",
+            "--dashboard-port",
+            "0",
+            "--num-cpus",
+            cpus,
+        ],
+    );
+    (session_file(temp, "dashboard_address"), session_file(temp, "token"))
 }

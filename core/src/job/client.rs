@@ -14,8 +14,8 @@ use raylet_proto::channel::AuthedChannel;
 use raylet_proto::server::MAX_DATA_MESSAGE;
 use raylet_proto::v1::job_service_client::JobServiceClient;
 use raylet_proto::v1::{
-    BlobRef, JobFile, JobLogChunk, JobSpec, ListJobsRequest, MissingBlobsRequest, ReadJobLogsRequest, StopJobRequest,
-    SubmitJobRequest, WatchJobRequest,
+    BlobRef, DeleteJobRequest, JobFile, JobLogChunk, JobSpec, ListJobsRequest, MissingBlobsRequest, ReadJobLogsRequest,
+    StopJobRequest, SubmitJobRequest, WatchJobRequest,
 };
 
 use super::{Job, JobInfo};
@@ -49,6 +49,12 @@ impl JobClient {
 
     /// Uploads the job's binary and files that the head lacks, then submits it.
     pub async fn submit(&self, job: &Job) -> Result<Submitted> {
+        self.submit_as(JobId::random(), job).await
+    }
+
+    /// [`JobClient::submit`] under the id `id`; the head refuses an id it
+    /// knows (`AlreadyExists`).
+    pub async fn submit_as(&self, id: JobId, job: &Job) -> Result<Submitted> {
         let shipped = job.shipped_files()?;
         let paths: Vec<&Path> = std::iter::once(job.binary.as_path())
             .chain(shipped.iter().map(|(path, _)| path.as_path()))
@@ -69,7 +75,6 @@ impl JobClient {
             files,
             ..job.spec()?
         };
-        let id = JobId::random();
         let request = SubmitJobRequest {
             job_id: id.as_bytes().to_vec(),
             spec: Some(spec),
@@ -177,6 +182,16 @@ impl JobClient {
             grace_ms: grace.as_millis() as u64,
         };
         JobInfo::from_record(self.client.clone().stop_job(request).await?.into_inner())
+    }
+
+    /// Forgets an ended job: the head drops its record and output. A job
+    /// that has not ended is refused (`FailedPrecondition`).
+    pub async fn delete(&self, id: JobId) -> Result<()> {
+        let request = DeleteJobRequest {
+            job_id: id.as_bytes().to_vec(),
+        };
+        self.client.clone().delete_job(request).await?;
+        Ok(())
     }
 
     /// The job's output from `offset`; with `follow`, until the job ends.

@@ -183,7 +183,7 @@ let selectedJob = null;
 async function jobsPage() {
   const jobs = (await api("/api/jobs")).sort((a, b) => b.submitted_unix_ms - a.submitted_unix_ms);
   if (!selectedJob && jobs.length) selectedJob = jobs[0].id;
-  const logs = selectedJob ? await api(`/api/jobs/${selectedJob}/logs`) : "";
+  const logs = selectedJob ? (await api(`/api/jobs/${selectedJob}/logs?tail_bytes=65536`)).logs : "";
   return [
     el("h2", {}, `Jobs (${jobs.length})`),
     table([

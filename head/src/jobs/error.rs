@@ -38,6 +38,8 @@ pub enum JobError {
     Exists { job_id: JobId },
     #[error("no job {job_id} was submitted to this cluster")]
     UnknownJob { job_id: JobId },
+    #[error("job {job_id} is {status} and cannot be deleted until it ends: stop it first")]
+    NotEnded { job_id: JobId, status: &'static str },
     /// The node that runs the driver did not take the stop signal.
     #[error("signalling the driver on the node at {address}: {}", .error.message())]
     SignalFailed {
@@ -83,7 +85,7 @@ impl Coded for JobError {
             JobError::UnknownBuildHash { .. } | JobError::UnknownBlob { .. } | JobError::UnknownJob { .. } => {
                 Code::NotFound
             }
-            JobError::BlobNotUploaded { .. } => Code::FailedPrecondition,
+            JobError::BlobNotUploaded { .. } | JobError::NotEnded { .. } => Code::FailedPrecondition,
             JobError::Exists { .. } => Code::AlreadyExists,
             JobError::SignalFailed { error, .. } | JobError::Malformed(error) => error.code(),
             JobError::Io { .. } => Code::Internal,

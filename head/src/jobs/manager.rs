@@ -190,6 +190,13 @@ impl JobManager {
         self.table.record(id)
     }
 
+    /// Forgets an ended job, its record and output, once that is on disk.
+    pub async fn delete(&self, id: JobId) -> Result<()> {
+        let committed = self.table.delete(id)?;
+        self.drivers().remove(&id);
+        Ok(committed.await?)
+    }
+
     /// Checks the spec; returns what the driver holds.
     fn check_spec(&self, spec: &JobSpec) -> Result<ResourceSet> {
         let binary = spec.binary.as_ref().ok_or(JobError::NoBinary)?;
@@ -517,6 +524,7 @@ mod tests {
     use super::*;
     use crate::state_store::tests::TestDisk;
     use crate::state_store::{StateError, StateStore, Table};
+    use crate::wire::Coded;
     use crate::{Heartbeat, Registration};
     use raylet_cluster_status::NodeStats;
 
@@ -641,19 +649,47 @@ mod tests {
         );
     }
 
+    /// A manager under `dir` with a job that waits for a CPU no node has.
+    async fn a_pending_job(dir: &Path, store: StateStore) -> (Arc<JobManager>, JobId) {
+        let (manager, nodes) = manager(dir, store);
+        add_node(&nodes, "127.0.0.1:1", 0);
+        let binary = binary(&manager, dir).await;
+        let id = JobId::random();
+        manager.submit(id, spec(binary, 1)).await.unwrap();
+        (manager, id)
+    }
+
     #[tokio::test]
     async fn a_pending_job_that_is_stopped_is_stopped_on_disk_before_the_answer() {
         let dir = tempfile::tempdir().unwrap();
         let store = StateStore::open(&dir.path().join("state")).unwrap();
-        let (manager, nodes) = manager(dir.path(), store.clone());
-        add_node(&nodes, "127.0.0.1:1", 0);
-        let binary = binary(&manager, dir.path()).await;
-        let id = JobId::random();
-        manager.submit(id, spec(binary, 1)).await.unwrap();
+        let (manager, id) = a_pending_job(dir.path(), store.clone()).await;
         let stopped = manager.stop(id, Duration::from_secs(1)).await.unwrap();
         assert_eq!(stopped.status(), JobStatus::Stopped, "{stopped:?}");
         let stored = on_disk(&store, id).expect("the job is on disk");
         assert_eq!(stored.status(), JobStatus::Stopped, "{stored:?}");
+    }
+
+    #[tokio::test]
+    async fn only_an_ended_job_is_deleted_and_then_it_is_gone_from_disk_with_its_output() {
+        let dir = tempfile::tempdir().unwrap();
+        let store = StateStore::open(&dir.path().join("state")).unwrap();
+        let (manager, id) = a_pending_job(dir.path(), store.clone()).await;
+        manager.table.append_output(id, b"first words").unwrap();
+        let refused = manager.delete(id).await.unwrap_err();
+        assert!(
+            refused
+                .to_string()
+                .contains("is PENDING and cannot be deleted until it ends"),
+            "{refused}"
+        );
+        assert_eq!(refused.code(), Code::FailedPrecondition);
+        manager.stop(id, Duration::from_secs(1)).await.unwrap();
+        manager.delete(id).await.unwrap();
+        assert!(on_disk(&store, id).is_none(), "the record is gone from disk");
+        assert!(!dir.path().join(id.to_string()).exists(), "and so is the output");
+        let unknown = manager.delete(id).await.unwrap_err();
+        assert!(matches!(unknown, JobError::UnknownJob { .. }), "{unknown:?}");
     }
 
     #[test]

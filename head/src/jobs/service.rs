@@ -10,8 +10,9 @@ use raylet_proto::blob::{CHUNK_BYTES, is_sha256, receive_chunks, send_chunks};
 use raylet_proto::v1::fetch_blob_request::By;
 use raylet_proto::v1::job_service_server::JobService;
 use raylet_proto::v1::{
-    BlobChunk, BlobRef, FetchBlobRequest, JobLogChunk, JobRecord, ListJobsReply, ListJobsRequest, MissingBlobsReply,
-    MissingBlobsRequest, ReadJobLogsRequest, StopJobRequest, SubmitJobRequest, UploadBlobReply, WatchJobRequest,
+    BlobChunk, BlobRef, DeleteJobReply, DeleteJobRequest, FetchBlobRequest, JobLogChunk, JobRecord, ListJobsReply,
+    ListJobsRequest, MissingBlobsReply, MissingBlobsRequest, ReadJobLogsRequest, StopJobRequest, SubmitJobRequest,
+    UploadBlobReply, WatchJobRequest,
 };
 use tokio::sync::{mpsc, watch};
 use tokio_stream::Stream;
@@ -140,6 +141,12 @@ impl JobService for JobServiceImpl {
         let id = JobId::from_wire(&request.job_id)?;
         let grace = Duration::from_millis(request.grace_ms).min(MAX_GRACE);
         Ok(Response::new(self.jobs.stop(id, grace).await?))
+    }
+
+    async fn delete_job(&self, request: Request<DeleteJobRequest>) -> Result<Response<DeleteJobReply>, Status> {
+        let id = JobId::from_wire(&request.into_inner().job_id)?;
+        self.jobs.delete(id).await?;
+        Ok(Response::new(DeleteJobReply {}))
     }
 
     async fn read_job_logs(

@@ -100,6 +100,30 @@ impl JobTable {
         self.jobs().remove(&id);
     }
 
+    /// Forgets an ended job and removes its output; its record is gone from
+    /// disk once the returned commit resolves. Followers of the job see
+    /// their streams end.
+    pub fn delete(&self, id: JobId) -> Result<Committed> {
+        let mut jobs = self.jobs();
+        let entry = jobs.get(&id).ok_or_else(|| unknown(id))?;
+        let status = entry.record.borrow().status();
+        if !is_ended(status) {
+            return Err(JobError::NotEnded {
+                job_id: id,
+                status: status.as_str_name().trim_start_matches("JOB_STATUS_"),
+            });
+        }
+        jobs.remove(&id);
+        let dir = self.job_dir(id);
+        match std::fs::remove_dir_all(&dir) {
+            Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
+                tracing::warn!("removing the output of deleted job {id} at {}: {error}", dir.display());
+            }
+            _ => {}
+        }
+        Ok(self.store.delete(Table::Jobs, id.as_bytes()))
+    }
+
     /// Resolves once every change so far is on disk.
     pub fn flushed(&self) -> Committed {
         self.store.flush()

@@ -59,6 +59,7 @@ pub(super) async fn run(
 ) -> std::io::Result<()> {
     let bounds = HttpBounds {
         max_body_bytes: proxy.0.options.max_body_bytes as u64,
+        upload_route: None,
     };
     let app = Router::new()
         .route(HEALTHZ, axum::routing::get(|| async { "ok\n" }))
