@@ -77,6 +77,7 @@ pub const METHODS: &[Method] = methods![
     "/raylet.v1.JobService/ListJobs" => ListJobsRequest,
     "/raylet.v1.JobService/StopJob" => StopJobRequest,
     "/raylet.v1.JobService/ReadJobLogs" => ReadJobLogsRequest,
+    "/raylet.v1.JobService/DeleteJob" => DeleteJobRequest,
     "/raylet.v1.KvService/KvPut" => KvPutRequest,
     "/raylet.v1.KvService/KvGet" => KvGetRequest,
     "/raylet.v1.KvService/KvDelete" => KvDeleteRequest,
@@ -302,6 +303,12 @@ impl Convert for v1::StopJobRequest {
 }
 
 impl Convert for v1::ReadJobLogsRequest {
+    fn convert(&self) -> Result<()> {
+        JobId::from_wire(&self.job_id).map(drop)
+    }
+}
+
+impl Convert for v1::DeleteJobRequest {
     fn convert(&self) -> Result<()> {
         JobId::from_wire(&self.job_id).map(drop)
     }
@@ -618,7 +625,7 @@ mod tests {
     #[test]
     fn every_method_of_every_service_is_decoded_by_its_input_type() {
         let described = described_methods();
-        assert_eq!(described.len(), 51, "{described:#?}");
+        assert_eq!(described.len(), 52, "{described:#?}");
         let listed: BTreeSet<(String, String)> = METHODS
             .iter()
             .map(|method| (method.path.to_string(), method.input.to_string()))
