@@ -1,8 +1,9 @@
 //! The head's HTTP server on a CLI cluster: every route refuses a missing
-//! or wrong token, `/metrics` parses as Prometheus text and its gauges move
-//! as nodes join, actors and objects come and lease requests wait or are
-//! refused, the JSON API lists what `raylet list` does, and `/api/serve`
-//! and the Serve page show the status the Serve controller publishes.
+//! or wrong token, the login cookie reads but changes nothing, `/metrics`
+//! parses as Prometheus text and its gauges move as nodes join, actors and
+//! objects come and lease requests wait or are refused, the JSON API lists
+//! what `raylet list` does, and `/api/serve` and the Serve page show the
+//! status the Serve controller publishes.
 
 use crate::common;
 
@@ -123,6 +124,26 @@ fn the_heads_http_routes_need_the_token_and_metrics_follow_the_cluster() {
     println!("an unknown job's logs: {} {}", unknown.0, unknown.1.trim());
     assert!(unknown.1.contains("00000000000000000000000000000000"), "{}", unknown.1);
     assert_cookie_is_no_grpc_credential(&head_address(temp.path()), &cookie);
+    let json = "Content-Type: application/json\r\n";
+    let submit_with_cookie = request(&dashboard, "POST", "/api/jobs/", &format!("{with_cookie}{json}"), "{}");
+    assert_eq!(submit_with_cookie.status, 401, "{}", submit_with_cookie.body);
+    assert!(
+        submit_with_cookie
+            .body
+            .contains("the login cookie opens only requests that read")
+    );
+    let bearer = format!("Authorization: Bearer {token}\r\n{json}");
+    let submit_with_token = request(&dashboard, "POST", "/api/jobs/", &bearer, "{}");
+    assert_eq!(submit_with_token.status, 400, "{}", submit_with_token.body);
+    assert!(
+        submit_with_token.body.contains("missing field `entrypoint`"),
+        "{}",
+        submit_with_token.body
+    );
+    let zeros = "0".repeat(32);
+    let delete_with_cookie = request(&dashboard, "DELETE", &format!("/api/jobs/{zeros}"), &with_cookie, "");
+    assert_eq!(delete_with_cookie.status, 401, "a cookie changes nothing");
+    println!("the login cookie reads but cannot submit or delete a job; the token can");
     assert_eq!(routes.len(), 26, "every route of the head's HTTP server: {routes:?}");
     println!(
         "{} HTTP routes refuse requests without the cluster's token",

@@ -3,12 +3,15 @@
 //! `/login` and then carries an HttpOnly, same-site cookie (`Secure` when
 //! the server speaks HTTPS). The cookie holds not the token but a value
 //! derived from it ([`AuthToken::derive`]), so a stolen cookie opens the
-//! dashboard and nothing else: it is no credential for gRPC. Pages
-//! without the token redirect to the login page; everything else is a 401.
+//! dashboard and nothing else: it is no credential for gRPC, and it opens
+//! only requests that read (GET, HEAD), so the routes that change the
+//! cluster (Ray's job API: submit, upload, stop, delete) need the token
+//! itself. Pages without the token redirect to the login page; everything
+//! else is a 401.
 
 use axum::Form;
 use axum::extract::{Request, State};
-use axum::http::{HeaderMap, StatusCode, header};
+use axum::http::{HeaderMap, Method, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{Html, IntoResponse, Redirect, Response};
 use raylet_common::auth::AuthToken;
@@ -23,13 +26,15 @@ const COOKIE: &str = "raylet_token";
 /// What the cookie's value is derived for.
 const COOKIE_LABEL: &str = "raylet dashboard login cookie v1";
 
-/// Whether the request carries the cluster token, as a bearer token or in
-/// the login cookie.
-fn authenticated(head: &Head, headers: &HeaderMap) -> bool {
+/// Whether the request carries the cluster token: as a bearer token, or,
+/// for a request that only reads, in the login cookie.
+fn authenticated(head: &Head, method: &Method, headers: &HeaderMap) -> bool {
     let bearer = headers
         .get(header::AUTHORIZATION)
         .is_some_and(|value| head.token.admits_bearer(value.as_bytes()));
-    bearer || cookie_token(headers).is_some_and(|value| head.token.admits_derived(COOKIE_LABEL, value.as_bytes()))
+    let reads = matches!(*method, Method::GET | Method::HEAD);
+    bearer
+        || reads && cookie_token(headers).is_some_and(|value| head.token.admits_derived(COOKIE_LABEL, value.as_bytes()))
 }
 
 /// The value of the login cookie, if the request has one.
@@ -50,7 +55,7 @@ fn cookie_token(headers: &HeaderMap) -> Option<String> {
 /// It wraps the whole server, so it runs before routing.
 pub(super) async fn require_token(State(head): State<Head>, request: Request, next: Next) -> Response {
     let path = request.uri().path();
-    if authenticated(&head, request.headers()) {
+    if authenticated(&head, request.method(), request.headers()) {
         prove_connection(request.extensions());
         return next.run(request).await;
     }
@@ -60,7 +65,11 @@ pub(super) async fn require_token(State(head): State<Head>, request: Request, ne
     if path == "/" || (path.starts_with("/ui") && !path.starts_with("/ui/assets/")) {
         return Redirect::to("/login").into_response();
     }
-    refusal(", or log in at /login")
+    let alternative = match request.method() {
+        &Method::GET | &Method::HEAD => ", or log in at /login",
+        _ => " (the login cookie opens only requests that read)",
+    };
+    refusal(alternative)
 }
 
 /// A 401 that says how to present the token, never showing it.
