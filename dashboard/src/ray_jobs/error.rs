@@ -12,9 +12,24 @@ pub(crate) enum RayJobsError {
     UnknownJob(String),
     #[error("Job with submission_id {0} already exists. Please use a different submission_id.")]
     Exists(String),
-    /// A field of the request is missing, unknown or of the wrong type.
+    #[error("the job submission is not one raylet can read: {0}")]
+    Unreadable(serde_json::Error),
+    #[error("the entrypoint is empty: name a command to run")]
+    EmptyEntrypoint,
+    #[error("submission_id {id:?} must be 1 to {max} letters, digits, '_', '-' or '.'")]
+    BadSubmissionId { id: String, max: usize },
+    #[error("runtime_env.env_vars must map names to strings: {0}")]
+    BadEnvVars(serde_json::Error),
+    #[error("runtime_env.working_dir must be a string")]
+    WorkingDirNotText,
+    #[error("{name:?} is not a package name")]
+    BadPackageName { name: String },
+    #[error("the package did not arrive whole: {0}")]
+    Incomplete(axum::Error),
+    /// The head refused the call on the job's state (deleting one that
+    /// has not ended), in its words.
     #[error("{0}")]
-    BadRequest(String),
+    HeadRefused(String),
     /// A field raylet cannot honour; refused rather than ignored.
     #[error("raylet cannot honour {field}: {why}")]
     Unsupported { field: String, why: &'static str },
@@ -47,7 +62,14 @@ impl RayJobsError {
         match self {
             RayJobsError::UnknownJob(_) => StatusCode::NOT_FOUND,
             RayJobsError::Exists(_)
-            | RayJobsError::BadRequest(_)
+            | RayJobsError::Unreadable(_)
+            | RayJobsError::EmptyEntrypoint
+            | RayJobsError::BadSubmissionId { .. }
+            | RayJobsError::BadEnvVars(_)
+            | RayJobsError::WorkingDirNotText
+            | RayJobsError::BadPackageName { .. }
+            | RayJobsError::Incomplete(_)
+            | RayJobsError::HeadRefused(_)
             | RayJobsError::Unsupported { .. }
             | RayJobsError::PackageMissing { .. }
             | RayJobsError::BadPackage { .. } => StatusCode::BAD_REQUEST,

@@ -89,7 +89,7 @@ fn head_error(error: raylet::Error, id: &str) -> RayJobsError {
     match error {
         raylet::Error::Cluster(raylet::ClusterError::NotFound(_)) => RayJobsError::UnknownJob(id.to_string()),
         raylet::Error::Cluster(raylet::ClusterError::AlreadyExists(_)) => RayJobsError::Exists(id.to_string()),
-        raylet::Error::Cluster(raylet::ClusterError::FailedPrecondition(message)) => RayJobsError::BadRequest(message),
+        raylet::Error::Cluster(raylet::ClusterError::FailedPrecondition(message)) => RayJobsError::HeadRefused(message),
         error => RayJobsError::Head(error),
     }
 }
@@ -115,22 +115,22 @@ async fn submit(State(head): State<Head>, body: Bytes) -> Result<Json<Value>, Ra
         .prefix("raylet-ray-job-")
         .tempdir()
         .map_err(RayJobsError::io("making a folder for the job"))?;
+    let submission_id = ray_job.submission_id.clone();
     let job = {
-        let (scratch, ray_job) = (scratch.path().to_path_buf(), ray_job.clone());
+        let scratch = scratch.path().to_path_buf();
         let built = tokio::task::spawn_blocking(move || job_of(&ray_job, package.as_deref(), &scratch));
         built
             .await
             .map_err(|e| RayJobsError::io("unpacking the package")(std::io::Error::other(e)))??
     };
-    let id = request::job_id_of(&ray_job.submission_id);
     let client = connect(&head).await?;
     client
-        .submit_as(id, &job)
+        .submit_as(request::job_id_of(&submission_id), &job)
         .await
-        .map_err(|e| head_error(e, &ray_job.submission_id))?;
+        .map_err(|e| head_error(e, &submission_id))?;
     Ok(Json(json!({
-        "job_id": ray_job.submission_id,
-        "submission_id": ray_job.submission_id,
+        "job_id": submission_id,
+        "submission_id": submission_id,
     })))
 }
 

@@ -3,8 +3,10 @@
 //! that names them. Each is checked to unpack safely (no path out of its
 //! folder, no links, bounded in entries and bytes) and kept in a folder of
 //! the dashboard's until the head stops, the least recently asked for
-//! dropped once they hold more than [`KEPT_BYTES`]. A submission unpacks
-//! its package into a scratch folder whose files ship with the job.
+//! dropped once they hold more than [`KEPT_BYTES`]. Uploads in progress
+//! are written beside it, in [`INCOMING`], so that dropping kept packages
+//! never removes one. A submission unpacks its package into a scratch
+//! folder whose files ship with the job.
 
 use std::fs::File;
 use std::io::{Read, Write};
@@ -33,6 +35,8 @@ const MAX_UNPACKED_BYTES: u64 = 1 << 30;
 const MAX_ENTRIES: usize = 100_000;
 /// The only scheme of uploaded packages, in Ray's URL form.
 const PROTOCOL: &str = "gcs";
+/// The subfolder of uploads still arriving or being checked.
+const INCOMING: &str = "incoming";
 
 /// The folder of uploaded packages.
 #[derive(Clone)]
@@ -43,7 +47,13 @@ pub(crate) struct Packages {
 impl Packages {
     pub(crate) fn new() -> std::io::Result<Packages> {
         let dir = tempfile::Builder::new().prefix("raylet-packages-").tempdir()?;
+        std::fs::create_dir(dir.path().join(INCOMING))?;
         Ok(Packages { dir: Arc::new(dir) })
+    }
+
+    /// A file for an upload to arrive in, removed unless it is kept.
+    fn incoming(&self) -> std::io::Result<tempfile::NamedTempFile> {
+        tempfile::NamedTempFile::new_in(self.dir.path().join(INCOMING))
     }
 
     /// Where the package `name` is kept; refuses a name Ray's client would
@@ -51,7 +61,7 @@ impl Packages {
     fn path(&self, name: &str) -> Result<PathBuf, RayJobsError> {
         let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
         if name.starts_with('.') || !name.chars().all(allowed) || name.len() > 255 {
-            return Err(RayJobsError::BadRequest(format!("{name:?} is not a package name")));
+            return Err(RayJobsError::BadPackageName { name: name.to_string() });
         }
         if !name.ends_with(".zip") {
             return Err(RayJobsError::Unsupported {
@@ -75,9 +85,9 @@ impl Packages {
         }
     }
 
-    /// Keeps at most [`KEPT_BYTES`] of packages, dropping the least
+    /// Keeps at most `kept_bytes` of packages, dropping the least
     /// recently used first, but never `newest`.
-    fn drop_oldest(&self, newest: &Path) -> std::io::Result<()> {
+    fn drop_oldest(&self, newest: &Path, kept_bytes: u64) -> std::io::Result<()> {
         let mut kept = Vec::new();
         for entry in std::fs::read_dir(self.dir.path())? {
             let entry = entry?;
@@ -89,7 +99,7 @@ impl Packages {
         let mut total: u64 = std::fs::metadata(newest)?.len() + kept.iter().map(|(_, len, _)| len).sum::<u64>();
         kept.sort();
         for (_, len, path) in kept {
-            if total <= KEPT_BYTES {
+            if total <= kept_bytes {
                 break;
             }
             std::fs::remove_file(&path)?;
@@ -128,7 +138,9 @@ pub(crate) async fn upload(
     if announced.is_some_and(|bytes| bytes > MAX_PACKAGE_BYTES) {
         return Err(too_large());
     }
-    let partial = tempfile::NamedTempFile::new_in(head.packages.dir.path())
+    let partial = head
+        .packages
+        .incoming()
         .map_err(RayJobsError::io("creating a file for the package"))?;
     receive(body, partial.reopen().map_err(RayJobsError::io("opening the package"))?).await?;
     let packages = head.packages.clone();
@@ -139,7 +151,7 @@ pub(crate) async fn upload(
             .map_err(|e| RayJobsError::io("keeping the package")(e.error))?;
         drop(kept);
         packages
-            .drop_oldest(&path)
+            .drop_oldest(&path, KEPT_BYTES)
             .map_err(RayJobsError::io("dropping the oldest packages"))
     });
     kept.await
@@ -169,8 +181,7 @@ async fn receive(body: Body, file: File) -> Result<(), RayJobsError> {
     let mut chunks = body.into_data_stream();
     let mut received = 0u64;
     while let Some(chunk) = chunks.next().await {
-        let chunk: Bytes =
-            chunk.map_err(|e| RayJobsError::BadRequest(format!("the package did not arrive whole: {e}")))?;
+        let chunk: Bytes = chunk.map_err(RayJobsError::Incomplete)?;
         received += chunk.len() as u64;
         if received > MAX_PACKAGE_BYTES {
             return Err(too_large());
@@ -321,6 +332,23 @@ mod tests {
         assert!(
             refused.contains("text.zip is not a zip archive raylet can unpack"),
             "{refused}"
+        );
+    }
+
+    #[test]
+    fn dropping_the_oldest_packages_keeps_the_newest_and_every_upload_still_arriving() {
+        let packages = Packages::new().unwrap();
+        let old = packages.path("_ray_pkg_old.zip").unwrap();
+        std::fs::write(&old, [0; 100]).unwrap();
+        let mut arriving = packages.incoming().unwrap();
+        arriving.write_all(&[0; 100]).unwrap();
+        let newest = packages.path("_ray_pkg_new.zip").unwrap();
+        std::fs::write(&newest, [0; 100]).unwrap();
+        packages.drop_oldest(&newest, 100).unwrap();
+        assert!(!old.exists(), "the least recently used package is dropped");
+        assert!(
+            newest.exists() && arriving.path().exists(),
+            "the newest and the upload arriving stay"
         );
     }
 

@@ -56,7 +56,7 @@ struct Submission {
 }
 
 /// A submission raylet can run.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub(crate) struct RayJob {
     pub submission_id: String,
     pub entrypoint: String,
@@ -70,8 +70,7 @@ pub(crate) struct RayJob {
 
 /// Reads a submission's body; refuses what raylet cannot honour, saying why.
 pub(crate) fn read(body: &[u8]) -> Result<RayJob, RayJobsError> {
-    let submission: Submission = serde_json::from_slice(body)
-        .map_err(|e| RayJobsError::BadRequest(format!("the job submission is not one raylet can read: {e}")))?;
+    let submission: Submission = serde_json::from_slice(body).map_err(RayJobsError::Unreadable)?;
     if submission.job_id.is_some() {
         return Err(unsupported(
             "job_id",
@@ -88,9 +87,7 @@ pub(crate) fn read(body: &[u8]) -> Result<RayJob, RayJobsError> {
         ));
     }
     if submission.entrypoint.trim().is_empty() {
-        return Err(RayJobsError::BadRequest(
-            "the entrypoint is empty: name a command to run".into(),
-        ));
+        return Err(RayJobsError::EmptyEntrypoint);
     }
     let submission_id = match submission.submission_id {
         Some(id) => checked_submission_id(id)?,
@@ -134,9 +131,10 @@ fn unsupported(field: &str, why: &'static str) -> RayJobsError {
 fn checked_submission_id(id: String) -> Result<String, RayJobsError> {
     let allowed = |c: char| c.is_ascii_alphanumeric() || matches!(c, '_' | '-' | '.');
     if id.is_empty() || id.len() > MAX_SUBMISSION_ID || !id.chars().all(allowed) {
-        return Err(RayJobsError::BadRequest(format!(
-            "submission_id {id:?} must be 1 to {MAX_SUBMISSION_ID} letters, digits, '_', '-' or '.'"
-        )));
+        return Err(RayJobsError::BadSubmissionId {
+            id,
+            max: MAX_SUBMISSION_ID,
+        });
     }
     Ok(id)
 }
@@ -157,11 +155,7 @@ fn read_runtime_env(
     for (key, value) in runtime_env {
         match key.as_str() {
             "working_dir" => package = Some(package_of(value)?),
-            "env_vars" => {
-                env = serde_json::from_value(value).map_err(|e| {
-                    RayJobsError::BadRequest(format!("runtime_env.env_vars must map names to strings: {e}"))
-                })?
-            }
+            "env_vars" => env = serde_json::from_value(value).map_err(RayJobsError::BadEnvVars)?,
             // The client applied the excludes; raylet has no setup for
             // `config` to time; `_ray_commit` comes only with pip or conda,
             // which are refused by name.
@@ -193,9 +187,7 @@ fn read_runtime_env(
 /// The package name of a `working_dir` URI uploaded to this head.
 fn package_of(working_dir: Value) -> Result<String, RayJobsError> {
     let Value::String(uri) = working_dir else {
-        return Err(RayJobsError::BadRequest(
-            "runtime_env.working_dir must be a string".into(),
-        ));
+        return Err(RayJobsError::WorkingDirNotText);
     };
     match uri.strip_prefix(PACKAGE_SCHEME) {
         Some(name) => Ok(name.to_string()),

@@ -114,6 +114,7 @@ impl JobTable {
             });
         }
         jobs.remove(&id);
+        drop(jobs);
         let dir = self.job_dir(id);
         match std::fs::remove_dir_all(&dir) {
             Err(error) if error.kind() != std::io::ErrorKind::NotFound => {
