@@ -12,7 +12,7 @@
 //! peer ends it, sends garbage or whose handler panics is dropped after
 //! its handler hears why.
 
-use std::cell::{Cell, RefCell};
+use std::cell::RefCell;
 use std::collections::HashMap;
 use std::os::fd::AsRawFd;
 use std::os::unix::net::UnixStream as StdUnixStream;
@@ -140,7 +140,6 @@ async fn read_on_runtime(stream: Arc<LocalStream>) {
 impl<M: Message + Default + Send + 'static> Handing<M> {
     /// Hands `event` to the handler; `false` if it panicked.
     fn hand_over(&mut self, event: Result<Option<M>>) -> bool {
-        HANDED_HERE.with(|handed| handed.set(handed.get() + 1));
         let handler = &mut self.handler;
         let handled = catch_unwind(AssertUnwindSafe(|| handler(event)));
         if handled.is_err() {
@@ -195,8 +194,6 @@ impl<M: Message + Default + Send + 'static> Delivery for Handing<M> {
 thread_local! {
     /// The same-node stream this thread last sent a frame on.
     static LAST_SENT: RefCell<Weak<LocalStream>> = const { RefCell::new(Weak::new()) };
-    /// How many messages and ends this thread has handed to handlers.
-    static HANDED_HERE: Cell<u64> = const { Cell::new(0) };
 }
 
 /// Notes that this thread just sent a frame whose answer comes back on
@@ -259,17 +256,6 @@ pub fn read_last_sent_until(done: &dyn Fn() -> bool, spin: Duration) -> bool {
         }
     }
     held
-}
-
-/// Reads the same-node stream this thread last sent a call on, here, for
-/// up to `spin` or until it has handed a message to the stream's handler:
-/// for a runtime thread about to park while one of its tasks awaits an
-/// answer. The handler then wakes the task on this thread, which the
-/// runtime runs without sleeping (a current-thread runtime's park hook may
-/// schedule work). Returns whether a message was handed over.
-pub fn read_answer_before_parking(spin: Duration) -> bool {
-    let before = HANDED_HERE.with(Cell::get);
-    read_last_sent_until(&|| HANDED_HERE.with(Cell::get) != before, spin)
 }
 
 /// Streams handed to the reader thread that it has not taken yet.

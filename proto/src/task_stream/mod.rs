@@ -32,7 +32,7 @@ use self::local_reader::LocalStream;
 use self::sender::{PlainWriter, Writer};
 
 pub use self::frames::{FrameReader, messages_of};
-pub use self::local_reader::{EventHandler, read_answer_before_parking, read_last_sent_until};
+pub use self::local_reader::{EventHandler, read_last_sent_until};
 pub use self::sender::{FrameSender, StreamClosed};
 
 pub use self::spin::{SPIN, spin_before_parking, wake_spinning};

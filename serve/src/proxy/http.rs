@@ -26,7 +26,6 @@ use raylet_common::connection_admission::{Admission, prove_connection};
 use raylet_common::http_listener::{self, HttpBounds};
 use tokio::net::TcpListener;
 
-use super::answers::AwaitingAnswer;
 use super::errors;
 use crate::config::HttpOptions;
 use crate::error::ServeError;
@@ -112,12 +111,10 @@ async fn serve_request(
     };
     let started = Instant::now();
     let timeout = proxy.0.options.request_timeout;
-    let awaiting = AwaitingAnswer::new();
     let response = match route.streaming {
         true => stream_request(&router, &body, &head, timeout).await,
         false => call_request(&router, &body, &head, timeout).await,
     };
-    drop(awaiting);
     let (app, deployment) = router.names();
     let seconds = started.elapsed().as_secs_f64();
     crate::metrics::record_request(app, deployment, response.status().as_u16(), seconds);
