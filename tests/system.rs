@@ -21,6 +21,7 @@ mod head_restart;
 mod introspection;
 mod jobs;
 mod limits;
+mod log_rotation;
 mod placement_groups;
 mod prometheus;
 mod ray_job_api;

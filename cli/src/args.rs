@@ -229,6 +229,10 @@ pub struct LogsArgs {
     /// Print only the last N lines.
     #[arg(long, value_name = "N")]
     pub tail: Option<usize>,
+    /// Keep printing what the log gets, across its rotations, until
+    /// interrupted.
+    #[arg(long, short = 'f')]
+    pub follow: bool,
 }
 
 #[derive(Debug, Clone, Args)]
@@ -445,6 +449,10 @@ pub struct StartArgs {
     /// Where the daemon reports that it is ready; set by the starting process.
     #[arg(long, hide = true)]
     pub ready_file: Option<PathBuf>,
+    /// The log the daemon writes its output to, rotating it by size; set
+    /// by the starting process.
+    #[arg(long, hide = true)]
+    pub log_file: Option<PathBuf>,
     /// This node manager is the one of the head's machine; set by the head.
     #[arg(long, hide = true, requires = "address")]
     pub head_node: bool,

@@ -89,6 +89,8 @@ pub fn start_daemon(
         .arg(session.dir())
         .arg("--ready-file")
         .arg(&ready_file)
+        .arg("--log-file")
+        .arg(&log)
         .stdin(Stdio::null())
         .stdout(log_file.try_clone()?)
         .stderr(log_file)

@@ -12,6 +12,8 @@ use anyhow::{Context, bail};
 use raylet::session::{ProcessRecord, ProcessRole, Session};
 use raylet_autoscaler::{ClusterConfig, Monitor, MonitorConfig, NodeProvider};
 use raylet_common::auth::AuthToken;
+use raylet_common::log_rotation::RotationSettings;
+use raylet_common::output_capture;
 use raylet_node::NodeManager;
 use raylet_proto::ResourceSet;
 use tokio::net::TcpListener;
@@ -26,6 +28,7 @@ pub(crate) const READY_SLACK: std::time::Duration = std::time::Duration::from_se
 
 pub fn start(args: StartArgs) -> anyhow::Result<()> {
     let resources = args.resolve_resources()?;
+    RotationSettings::process()?;
     if args.block {
         return run_foreground(args, resources);
     }
@@ -90,6 +93,10 @@ fn prepare_session(args: &StartArgs) -> anyhow::Result<(Session, bool)> {
 }
 
 fn run_foreground(args: StartArgs, resources: ResourceSet) -> anyhow::Result<()> {
+    let rotation = RotationSettings::process()?;
+    if let Some(log) = &args.log_file {
+        output_capture::capture_into_log(log, rotation).with_context(|| format!("writing to {}", log.display()))?;
+    }
     crate::init_logging("info");
     let ready_file = args.ready_file.clone();
     let result = crate::runtime()?.block_on(async {

@@ -66,19 +66,39 @@ pub fn logs(args: LogsArgs) -> anyhow::Result<()> {
         (None, None, None, None) => unreachable!("clap requires one source"),
     };
     let (address, token) = args.cluster.head()?;
-    let log = crate::runtime()?
+    let runtime = crate::runtime()?;
+    let log = runtime
         .block_on(raylet_state::read_worker_log(&address, &token, &source, args.err))
         .with_context(|| format!("reading logs from the cluster at {address}"))?;
     let lines: Vec<&str> = log.text.lines().collect();
     let shown = &lines[lines.len().saturating_sub(args.tail.unwrap_or(usize::MAX))..];
     eprintln!("--- {} on node {} ---", log.file, log.node_id.short());
     if log.truncated {
-        eprintln!("(the file is longer: its end is shown)");
+        eprintln!("(the log is longer: its end is shown)");
     }
     for line in shown {
         println!("{line}");
     }
+    if args.follow {
+        runtime.block_on(follow(log.follower))?;
+    }
     Ok(())
+}
+
+/// How often `raylet logs --follow` asks for more.
+const FOLLOW_EVERY: std::time::Duration = std::time::Duration::from_millis(200);
+
+/// Prints what the log gets, until interrupted or the node stops answering.
+async fn follow(mut follower: raylet_state::LogFollower) -> anyhow::Result<()> {
+    loop {
+        let next = follower.next().await.context("following the log")?;
+        if next.lines_lost {
+            eprintln!("(lines were lost: the log rotated past them before they were read)");
+        }
+        print!("{}", next.text);
+        std::io::Write::flush(&mut std::io::stdout())?;
+        tokio::time::sleep(FOLLOW_EVERY).await;
+    }
 }
 
 fn fetch(status: &StatusArgs, job: Option<raylet::JobId>) -> anyhow::Result<raylet_state::TaskListing> {

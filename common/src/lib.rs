@@ -3,7 +3,9 @@
 //! connection and request limits ([`limits`], [`connection_admission`]),
 //! the HTTP listener the head, the dashboard and Serve's proxies share
 //! ([`http_listener`]), Prometheus metrics ([`metrics`]), retry pacing
-//! ([`backoff`]), the value codec ([`codec`]), file hashing
+//! ([`backoff`]), log files that rotate by size ([`log_rotation`]), a
+//! process's captured output ([`output_capture`]), the value codec
+//! ([`codec`]), file hashing
 //! ([`binary_hash`]), the environment a worker process starts with
 //! ([`worker_env`]), the control plane's error ([`error`]) and the probes
 //! that time a call's hops between processes ([`hop_probe`]).
@@ -17,7 +19,9 @@ pub mod error;
 pub mod hop_probe;
 pub mod http_listener;
 pub mod limits;
+pub mod log_rotation;
 pub mod metrics;
+pub mod output_capture;
 pub mod tls;
 pub mod worker_env;
 

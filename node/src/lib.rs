@@ -34,6 +34,7 @@ use std::time::Duration;
 
 use raylet_cluster_status::NodeStats;
 use raylet_common::auth::AuthToken;
+use raylet_common::log_rotation::RotationSettings;
 use raylet_object_store::{ObjectStoreServiceImpl, SharedStore, StoreConfig, owner_watch};
 use raylet_proto::channel::HeadClient;
 use raylet_proto::resources::OBJECT_STORE_MEMORY;
@@ -243,6 +244,7 @@ impl NodeManager {
     /// and registers. Returns once the node is a member of the cluster.
     pub async fn start(config: NodeConfig, listener: TcpListener) -> Result<Self> {
         config.memory_monitor.validate()?;
+        RotationSettings::process().map_err(|e| raylet_proto::Error::InvalidArgument(e.to_string()))?;
         let address = listener.local_addr()?;
         let mut head =
             raylet_proto::channel::connect_head(&config.head_address, &config.token, config.connect_timeout).await?;

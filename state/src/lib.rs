@@ -14,5 +14,5 @@ mod tasks;
 
 pub use chrome_trace::{ChromeTrace, chrome_trace};
 pub use error::StateError;
-pub use logs::{LogSource, WorkerLogText, read_worker_log};
+pub use logs::{FollowedText, LogFollower, LogSource, WorkerLogText, read_worker_log};
 pub use tasks::{FunctionSummary, TaskInfo, TaskListing, list_tasks, summarize_tasks};

@@ -2,12 +2,14 @@
 //! log files that workers write on their nodes (`worker-<id>-<pid>.out|.err`
 //! in the node's work directory). An actor's worker is found through the
 //! head's actor table, a task's through its task record; a task's lines are
-//! those between its markers in its worker's file.
+//! those between its markers in its worker's file. A [`LogFollower`] then
+//! reads what the log gets next, across its rotations.
 
 use raylet_cluster_status::{ClusterStatus, NodeStatus};
 use raylet_common::auth::AuthToken;
-use raylet_proto::v1::ReadWorkerLogRequest;
+use raylet_proto::channel::AuthedChannel;
 use raylet_proto::v1::node_manager_service_client::NodeManagerServiceClient;
+use raylet_proto::v1::{LogPosition, ReadWorkerLogRequest};
 use raylet_proto::{ActorId, NodeId, TaskId, WorkerId};
 
 use raylet_proto::worker_logs::{TASK_END, TASK_START};
@@ -38,8 +40,65 @@ pub struct WorkerLogText {
     /// `worker-<id>-<pid>.out` or `.err`.
     pub file: String,
     pub text: String,
-    /// Whether the file is longer than what was read (its end).
+    /// Whether the log is longer than what was read (its end).
     pub truncated: bool,
+    /// Reads what the log gets after this text.
+    pub follower: LogFollower,
+}
+
+/// Reads what a worker's log gets after a first read, from the node that
+/// has it, following the log's parts as it rotates.
+#[derive(Clone, Debug)]
+pub struct LogFollower {
+    node: NodeManagerServiceClient<AuthedChannel>,
+    request: ReadWorkerLogRequest,
+    end: Option<LogPosition>,
+    /// A line read only in part, kept until its end arrives.
+    partial: Vec<u8>,
+    task: Option<TaskLines>,
+}
+
+/// What a follower read next.
+#[derive(Clone, Debug, Default)]
+pub struct FollowedText {
+    /// Whole lines (of the task, for a task's log).
+    pub text: String,
+    /// Whether the follower fell so far behind that parts of the log it
+    /// had not read were removed.
+    pub lines_lost: bool,
+}
+
+/// The most a follower reads at a time.
+const FOLLOW_BYTES: u64 = 1 << 20;
+
+impl LogFollower {
+    /// The whole lines written since the last read; empty when there are
+    /// none yet.
+    pub async fn next(&mut self) -> Result<FollowedText> {
+        let mut followed = FollowedText::default();
+        loop {
+            let request = ReadWorkerLogRequest {
+                follow_from: self.end,
+                max_bytes: FOLLOW_BYTES,
+                ..self.request.clone()
+            };
+            let reply = self.node.read_worker_log(request).await;
+            let log = reply.map_err(raylet_proto::Error::from)?.into_inner();
+            followed.lines_lost |= log.lines_lost;
+            self.end = log.end.or(self.end);
+            if log.data.is_empty() {
+                return Ok(followed);
+            }
+            self.partial.extend_from_slice(&log.data);
+            let whole = self.partial.iter().rposition(|b| *b == b'\n').map_or(0, |end| end + 1);
+            let lines: Vec<u8> = self.partial.drain(..whole).collect();
+            let text = String::from_utf8_lossy(&lines);
+            match &mut self.task {
+                Some(task) => followed.text.push_str(&task.keep(&text)),
+                None => followed.text.push_str(&text),
+            }
+        }
+    }
 }
 
 /// The stdout (or `stderr`) of `source` in the cluster whose head is at `head`.
@@ -52,7 +111,7 @@ pub async fn read_worker_log(head: &str, token: &AuthToken, source: &LogSource, 
         .collect();
     for candidate in nodes {
         let channel = raylet_proto::channel::connect(&candidate.address, token, PATIENCE).await?;
-        let reply = NodeManagerServiceClient::new(channel)
+        let reply = NodeManagerServiceClient::new(channel.clone())
             .read_worker_log(request.clone())
             .await;
         let log = reply.map_err(raylet_proto::Error::from)?.into_inner();
@@ -60,14 +119,23 @@ pub async fn read_worker_log(head: &str, token: &AuthToken, source: &LogSource, 
             continue;
         }
         let text = String::from_utf8_lossy(&log.data).into_owned();
+        let mut task = task.map(TaskLines::of);
+        let text = match &mut task {
+            Some(task) => task.keep(&text),
+            None => text,
+        };
         return Ok(WorkerLogText {
             node_id: candidate.node_id,
             file: log.file,
-            text: match task {
-                Some(task) => lines_of_task(&text, &task.to_string()),
-                None => text,
-            },
+            text,
             truncated: log.size > log.data.len() as u64,
+            follower: LogFollower {
+                node: NodeManagerServiceClient::new(channel),
+                request,
+                end: log.end,
+                partial: Vec::new(),
+                task,
+            },
         });
     }
     let where_ = match node {
@@ -93,6 +161,7 @@ async fn locate(
         pid,
         stderr,
         max_bytes: 0,
+        follow_from: None,
     };
     match source {
         LogSource::Worker { id, node } => Ok((request(Some(*id), 0), *node, None)),
@@ -121,25 +190,41 @@ async fn locate(
     }
 }
 
-/// The lines of `text` between the start and end markers of `task`.
-fn lines_of_task(text: &str, task: &str) -> String {
-    let mut inside = false;
-    let mut kept = String::new();
-    for line in text.lines() {
-        if let Some(rest) = line.strip_prefix(TASK_START) {
-            inside = rest.split_whitespace().next() == Some(task);
-            continue;
-        }
-        if line.starts_with(TASK_END) {
-            inside = false;
-            continue;
-        }
-        if inside {
-            kept.push_str(line);
-            kept.push('\n');
+/// Keeps the lines of one task: those between its start and end markers.
+#[derive(Clone, Debug)]
+struct TaskLines {
+    task: String,
+    /// Whether the lines read last were inside the task's markers.
+    inside: bool,
+}
+
+impl TaskLines {
+    fn of(task: TaskId) -> Self {
+        TaskLines {
+            task: task.to_string(),
+            inside: false,
         }
     }
-    kept
+
+    /// The task's lines in `text`, which follows the text read before.
+    fn keep(&mut self, text: &str) -> String {
+        let mut kept = String::new();
+        for line in text.lines() {
+            if let Some(rest) = line.strip_prefix(TASK_START) {
+                self.inside = rest.split_whitespace().next() == Some(self.task.as_str());
+                continue;
+            }
+            if line.starts_with(TASK_END) {
+                self.inside = false;
+                continue;
+            }
+            if self.inside {
+                kept.push_str(line);
+                kept.push('\n');
+            }
+        }
+        kept
+    }
 }
 
 #[cfg(test)]
@@ -147,11 +232,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn a_tasks_lines_are_those_between_its_markers() {
+    fn a_tasks_lines_are_those_between_its_markers_also_when_read_in_pieces() {
+        let lines = |task: &str| TaskLines {
+            task: task.to_string(),
+            inside: false,
+        };
         let text = "startup\n:task_start: aa f\none\n:task_end: aa\n:task_start: bb g\nother\n\
                     :task_end: bb\n:task_start: aa f\ntwo\n";
-        assert_eq!(lines_of_task(text, "aa"), "one\ntwo\n");
-        assert_eq!(lines_of_task(text, "bb"), "other\n");
-        assert_eq!(lines_of_task(text, "cc"), "");
+        assert_eq!(lines("aa").keep(text), "one\ntwo\n");
+        assert_eq!(lines("bb").keep(text), "other\n");
+        assert_eq!(lines("cc").keep(text), "");
+        let mut followed = lines("aa");
+        assert_eq!(followed.keep("x\n:task_start: aa f\none\n"), "one\n");
+        assert_eq!(followed.keep("two\n:task_end: aa\nthree\n"), "two\n");
     }
 }
