@@ -133,3 +133,53 @@ pub fn capture_into_log(path: &Path, settings: RotationSettings) -> std::io::Res
     }));
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::log_rotation::rotated_path;
+
+    /// Set in the child process this test starts: the log to capture into.
+    const CHILD_LOG: &str = "RAYLET_TEST_CAPTURED_LOG";
+
+    #[test]
+    fn a_captured_process_writes_its_output_to_a_log_that_rotates_and_keeps_its_panic_message() {
+        if let Ok(path) = std::env::var(CHILD_LOG) {
+            let settings = RotationSettings {
+                max_bytes: 4096,
+                backup_count: 2,
+            };
+            capture_into_log(Path::new(&path), settings).unwrap();
+            for n in 0..1000 {
+                println!("out {n:04}");
+                eprintln!("err {n:04}");
+            }
+            panic!("the daemon's last words");
+        }
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("daemon.log");
+        let name = "output_capture::tests::a_captured_process_writes_its_output_to_a_log_that_rotates_and_keeps_its_panic_message";
+        let status = std::process::Command::new(std::env::current_exe().unwrap())
+            .args(["--exact", name, "--nocapture"])
+            .env(CHILD_LOG, &log)
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .status()
+            .unwrap();
+        assert!(!status.success(), "the child panicked");
+        let parts: Vec<_> = (0..4)
+            .map(|n| rotated_path(&log, n))
+            .filter(|part| part.exists())
+            .collect();
+        assert_eq!(parts.len(), 3, "the log and its 2 kept parts: {parts:?}");
+        let on_disk: u64 = parts.iter().map(|part| std::fs::metadata(part).unwrap().len()).sum();
+        assert!(on_disk <= 3 * 4096 + 512, "{on_disk} bytes");
+        let text: String = parts
+            .iter()
+            .rev()
+            .map(|part| std::fs::read_to_string(part).unwrap())
+            .collect();
+        assert!(text.contains("out 0999") && text.contains("err 0999"), "{text}");
+        assert!(text.contains("the daemon's last words"), "{text}");
+    }
+}
