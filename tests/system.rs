@@ -29,4 +29,5 @@ mod scheduling;
 mod serve_cli;
 mod serve_deploy;
 mod session_dir;
+mod stack_dump;
 mod tls;

@@ -104,6 +104,13 @@ pub enum Command {
     /// Examples: raylet logs --actor ID; raylet logs --task ID --err;
     /// raylet logs --worker ID; raylet logs --pid 4242 --node NODE_ID.
     Logs(LogsArgs),
+    /// Print every thread's backtrace of the cluster's workers, to see
+    /// where a hung job waits (as `ray stack` does with py-spy).
+    ///
+    /// The workers run on: each thread stops only for the microseconds it
+    /// takes to record its return addresses. Examples: raylet stack;
+    /// raylet stack --node NODE_ID; raylet stack --worker 4242.
+    Stack(StackArgs),
     /// Submit jobs and follow, stop and list them.
     ///
     /// A job is a binary that links raylet, run as a driver on a node of the
@@ -233,6 +240,19 @@ pub struct LogsArgs {
     /// interrupted.
     #[arg(long, short = 'f')]
     pub follow: bool,
+}
+
+#[derive(Debug, Clone, Args)]
+pub struct StackArgs {
+    #[command(flatten)]
+    pub cluster: ClusterArgs,
+    /// Only the workers of this node [default: every alive node].
+    #[arg(long, value_name = "NODE_ID")]
+    pub node: Option<NodeId>,
+    /// Only the worker process with this pid (`raylet list tasks` shows
+    /// them).
+    #[arg(long, value_name = "PID")]
+    pub worker: Option<u32>,
 }
 
 #[derive(Debug, Clone, Args)]

@@ -45,6 +45,7 @@ fn run(command: Command) -> anyhow::Result<ExitCode> {
         Command::Summary(command) => done(tasks::summary(command)),
         Command::Timeline(args) => done(tasks::timeline(args)),
         Command::Logs(args) => done(tasks::logs(args)),
+        Command::Stack(args) => done(tasks::stack(args)),
         Command::Job(command) => job::job(command),
         Command::Serve(command) => serve::serve(command),
         Command::Stop(args) => done(stop::stop(args)),

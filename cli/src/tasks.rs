@@ -1,13 +1,14 @@
-//! `raylet list tasks`, `raylet summary tasks`, `raylet timeline` and
-//! `raylet logs`: the head's record of tasks and actor calls, as rows,
-//! counts and a Chrome trace, and what they printed.
+//! `raylet list tasks`, `raylet summary tasks`, `raylet timeline`,
+//! `raylet logs` and `raylet stack`: the head's record of tasks and actor
+//! calls, as rows, counts and a Chrome trace, what they printed, and where
+//! the workers' threads are now.
 
 use std::fmt::Write;
 
 use anyhow::Context;
 use raylet_state::{FunctionSummary, TaskInfo};
 
-use crate::args::{ListTasksArgs, LogsArgs, OutputFormat, StatusArgs, SummaryCommand, TimelineArgs};
+use crate::args::{ListTasksArgs, LogsArgs, OutputFormat, StackArgs, StatusArgs, SummaryCommand, TimelineArgs};
 use crate::row_filter;
 
 pub fn list(args: ListTasksArgs) -> anyhow::Result<()> {
@@ -99,6 +100,34 @@ async fn follow(mut follower: raylet_state::LogFollower) -> anyhow::Result<()> {
         std::io::Write::flush(&mut std::io::stdout())?;
         tokio::time::sleep(FOLLOW_EVERY).await;
     }
+}
+
+pub fn stack(args: StackArgs) -> anyhow::Result<()> {
+    let (address, token) = args.cluster.head()?;
+    let dumps = crate::runtime()?
+        .block_on(raylet_state::dump_worker_stacks(
+            &address,
+            &token,
+            args.node,
+            args.worker,
+        ))
+        .with_context(|| format!("dumping the stacks of the workers of the cluster at {address}"))?;
+    if dumps.is_empty() {
+        eprintln!("(no workers are running)");
+    }
+    for dump in dumps {
+        let worker = dump.worker_id.map_or_else(|| "?".to_string(), |id| id.to_string());
+        println!(
+            "======== worker {worker}, pid {}, on node {} ========",
+            dump.pid,
+            dump.node_id.short()
+        );
+        match dump.error {
+            Some(error) => println!("(no dump: {error})\n"),
+            None => println!("{}", dump.text),
+        }
+    }
+    Ok(())
 }
 
 fn fetch(status: &StatusArgs, job: Option<raylet::JobId>) -> anyhow::Result<raylet_state::TaskListing> {

@@ -21,6 +21,7 @@ mod stats;
 mod worker_launcher;
 mod worker_logs;
 mod worker_process;
+mod worker_stacks;
 
 #[cfg(test)]
 mod tests;

@@ -48,6 +48,9 @@ pub enum NodeManagerError {
     /// Reading a worker's log failed before it could answer.
     #[error("reading a worker log failed: {0}")]
     LogReadFailed(String),
+    /// A stack dump named a process that is not one of this node's workers.
+    #[error("process {pid} is not a worker of node {node}; `raylet list tasks` shows the workers' pids")]
+    NotAWorker { pid: u32, node: String },
     /// A control-plane error: a malformed id, or one from the job drivers
     /// or the worker logs.
     #[error(transparent)]
@@ -64,6 +67,7 @@ impl ServiceError for NodeManagerError {
             | NodeManagerError::JobSpecMissing => Code::InvalidArgument,
             NodeManagerError::BinaryMissing { .. }
             | NodeManagerError::UnknownWorker(_)
+            | NodeManagerError::NotAWorker { .. }
             | NodeManagerError::SessionClosed(_) => Code::NotFound,
             NodeManagerError::BinaryMismatch { .. } => Code::FailedPrecondition,
             NodeManagerError::LaunchFailed { .. } | NodeManagerError::LogReadFailed(_) => Code::Internal,

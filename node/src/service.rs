@@ -10,9 +10,10 @@ use raylet_proto::v1::lease_session_request::Kind as LeaseKind;
 use raylet_proto::v1::node_manager_service_server::NodeManagerService;
 use raylet_proto::v1::worker_session_message::Kind as WorkerKind;
 use raylet_proto::v1::{
-    AttachJobDriverRequest, BundleOpResult, BundleOpsReply, BundleOpsRequest, GetWorkerExitRequest, JobDriverEvent,
-    LeaseSessionEvent, LeaseSessionRequest, ReadWorkerLogRequest, RunJobDriverRequest, StopJobDriverReply,
-    StopJobDriverRequest, WorkerBinary, WorkerExit, WorkerLog, WorkerSessionEvent, WorkerSessionMessage,
+    AttachJobDriverRequest, BundleOpResult, BundleOpsReply, BundleOpsRequest, DumpWorkerStacksRequest,
+    GetWorkerExitRequest, JobDriverEvent, LeaseSessionEvent, LeaseSessionRequest, ReadWorkerLogRequest,
+    RunJobDriverRequest, StopJobDriverReply, StopJobDriverRequest, WorkerBinary, WorkerExit, WorkerLog,
+    WorkerSessionEvent, WorkerSessionMessage, WorkerStacks,
 };
 use raylet_proto::{JobId, ResourceSet, Scheduling, WorkerId};
 use tokio_stream::Stream;
@@ -140,6 +141,18 @@ impl NodeManagerService for NodeManagerServiceImpl {
 
     async fn read_worker_log(&self, request: Request<ReadWorkerLogRequest>) -> Result<Response<WorkerLog>, Status> {
         Ok(Response::new(self.read_log(request.into_inner()).await?))
+    }
+
+    async fn dump_worker_stacks(
+        &self,
+        request: Request<DumpWorkerStacksRequest>,
+    ) -> Result<Response<WorkerStacks>, Status> {
+        let pid = request.into_inner().pid;
+        let config = &self.shared.config;
+        let workers = self.shared.leases.workers();
+        let node = config.node_id.to_string();
+        let stacks = super::worker_stacks::dump(&config.worker_log_dir(), workers, pid, &node).await?;
+        Ok(Response::new(stacks))
     }
 
     async fn get_worker_exit(&self, request: Request<GetWorkerExitRequest>) -> Result<Response<WorkerExit>, Status> {

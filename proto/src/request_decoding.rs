@@ -90,6 +90,7 @@ pub const METHODS: &[Method] = methods![
     "/raylet.v1.NodeManagerService/AttachJobDriver" => AttachJobDriverRequest,
     "/raylet.v1.NodeManagerService/StopJobDriver" => StopJobDriverRequest,
     "/raylet.v1.NodeManagerService/ReadWorkerLog" => ReadWorkerLogRequest,
+    "/raylet.v1.NodeManagerService/DumpWorkerStacks" => DumpWorkerStacksRequest,
     "/raylet.v1.ObjectStoreService/Session" => StoreSessionMessage,
     "/raylet.v1.ObjectStoreService/CreateObject" => CreateObjectRequest,
     "/raylet.v1.ObjectStoreService/SealObject" => SealObjectRequest,
@@ -393,6 +394,12 @@ impl Convert for v1::StopJobDriverRequest {
     }
 }
 
+impl Convert for v1::DumpWorkerStacksRequest {
+    fn convert(&self) -> Result<()> {
+        Ok(())
+    }
+}
+
 impl Convert for v1::ReadWorkerLogRequest {
     fn convert(&self) -> Result<()> {
         match self.worker_id.is_empty() {
@@ -625,7 +632,7 @@ mod tests {
     #[test]
     fn every_method_of_every_service_is_decoded_by_its_input_type() {
         let described = described_methods();
-        assert_eq!(described.len(), 52, "{described:#?}");
+        assert_eq!(described.len(), 53, "{described:#?}");
         let listed: BTreeSet<(String, String)> = METHODS
             .iter()
             .map(|method| (method.path.to_string(), method.input.to_string()))

@@ -18,6 +18,11 @@ pub enum StateError {
     ActorNotStarted(ActorId),
     #[error("no recorded attempt of task {0} reached a worker")]
     TaskNeverRan(TaskId),
+    #[error("node {0} is not an alive node of the cluster")]
+    NoAliveNode(raylet_proto::NodeId),
+    /// A stack dump named a process that no node has as a worker.
+    #[error("process {pid} is not a worker {place}; `raylet list tasks` shows the workers' pids")]
+    NotAWorker { pid: u32, place: String },
     /// No alive node (or not the node named) has the worker's log file.
     #[error("no log file of {what} {place}")]
     NoLogFile { what: String, place: String },

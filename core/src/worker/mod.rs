@@ -16,6 +16,7 @@ mod hook;
 pub(crate) mod logs;
 mod owning_report;
 mod service;
+mod stacks;
 
 use std::collections::HashSet;
 use std::net::{IpAddr, SocketAddr};
@@ -106,6 +107,11 @@ pub(crate) fn run(bootstrap: WorkerBootstrap) -> i32 {
     let log_dir = Some(Path::new(&bootstrap.log_dir)).filter(|dir| !dir.as_os_str().is_empty());
     if let Err(error) = logs::capture(log_dir, &bootstrap.worker_id) {
         eprintln!("raylet worker: output will not reach the driver: {error}");
+    }
+    if let Some(dir) = log_dir
+        && let Err(error) = stacks::install(dir, &bootstrap.worker_id)
+    {
+        eprintln!("raylet worker: `raylet stack` cannot dump this worker: {error}");
     }
     let handle = cluster_thread.handle().clone();
     let started = cluster_thread.block_on(start(bootstrap, handle));

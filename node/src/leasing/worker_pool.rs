@@ -228,6 +228,15 @@ impl LeaseManager {
         pids.into_iter().for_each(|pid| self.launcher.kill(pid));
     }
 
+    /// The id and pid of every worker of this node.
+    pub(crate) fn workers(&self) -> Vec<(WorkerId, u32)> {
+        self.state()
+            .workers
+            .iter()
+            .map(|(id, worker)| (*id, worker.pid))
+            .collect()
+    }
+
     /// Kills every worker, keeping the sessions: the node's old incarnation
     /// was counted dead and its work failed or retried elsewhere. Returns
     /// how many there were.
