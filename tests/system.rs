@@ -29,5 +29,6 @@ mod scheduling;
 mod serve_cli;
 mod serve_deploy;
 mod session_dir;
+mod spill_to_bucket;
 mod stack_dump;
 mod tls;

@@ -419,8 +419,13 @@ pub struct StartArgs {
     pub object_store_memory: Option<f64>,
     /// Where the object store spills objects when memory runs short
     /// [default: spill/ in the session directory].
-    #[arg(long, value_name = "DIR")]
+    #[arg(long, value_name = "DIR", conflicts_with = "spill_to")]
     pub spill_dir: Option<PathBuf>,
+    /// Spill to a bucket of object storage instead, under
+    /// `<prefix>/<node id>/`: `s3://bucket/prefix`, with the endpoint and
+    /// credentials in the usual AWS_* variables. Checked at start.
+    #[arg(long, value_name = "URL")]
+    pub spill_to: Option<String>,
     /// Bytes of disk that spilled objects may use; past it, `put` waits and
     /// then fails with ObjectStoreFull [default: 90% of the free space].
     #[arg(long, value_name = "BYTES")]
@@ -553,6 +558,9 @@ impl StartArgs {
         );
         if let Some(dir) = &self.spill_dir {
             flags.push(("--spill-dir", dir.display().to_string()));
+        }
+        if let Some(url) = &self.spill_to {
+            flags.push(("--spill-to", url.clone()));
         }
         if let Some(bytes) = self.max_spill_bytes {
             flags.push(("--max-spill-bytes", bytes.to_string()));

@@ -11,6 +11,7 @@ mod memory;
 mod microbenchmark;
 mod row_filter;
 mod serve;
+mod spill_bucket;
 mod start;
 mod status;
 mod stop;

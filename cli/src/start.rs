@@ -22,6 +22,7 @@ use tokio::signal::unix::{SignalKind, signal};
 use crate::args::StartArgs;
 use crate::daemon::{self, ReadyReport, Started};
 use crate::head_node::HeadNode;
+use crate::spill_bucket::BucketSpill;
 
 /// How much longer than the connect timeout the CLI waits for a daemon.
 pub(crate) const READY_SLACK: std::time::Duration = std::time::Duration::from_secs(10);
@@ -29,6 +30,9 @@ pub(crate) const READY_SLACK: std::time::Duration = std::time::Duration::from_se
 pub fn start(args: StartArgs) -> anyhow::Result<()> {
     let resources = args.resolve_resources()?;
     RotationSettings::process()?;
+    if let Some(url) = &args.spill_to {
+        BucketSpill::open(url, raylet_proto::NodeId::random())?;
+    }
     if args.block {
         return run_foreground(args, resources);
     }
@@ -313,6 +317,10 @@ async fn run_node(args: &StartArgs, resources: ResourceSet, session: &Session) -
     let listener = bind(SocketAddr::new(ip, 0)).await?;
     let (stop_metrics, metrics) = start_node_metrics(args, ip, &token).await?;
     let mut node_config = args.node_config(&head_address, token, resources, session.dir());
+    if let Some(url) = &args.spill_to {
+        let bucket = BucketSpill::open(url, node_config.node_id)?;
+        node_config = node_config.spill_to(bucket);
+    }
     if let Some(metrics) = metrics {
         node_config = node_config.metrics_address(metrics);
     }

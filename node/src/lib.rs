@@ -36,7 +36,7 @@ use std::time::Duration;
 use raylet_cluster_status::NodeStats;
 use raylet_common::auth::AuthToken;
 use raylet_common::log_rotation::RotationSettings;
-use raylet_object_store::{ObjectStoreServiceImpl, SharedStore, StoreConfig, owner_watch};
+use raylet_object_store::{ObjectStoreServiceImpl, SharedStore, SpillDirectory, SpillTarget, StoreConfig, owner_watch};
 use raylet_proto::channel::HeadClient;
 use raylet_proto::resources::OBJECT_STORE_MEMORY;
 use raylet_proto::server::{MAX_DATA_MESSAGE, authenticated, bounded_shutdown, incoming};
@@ -78,8 +78,11 @@ pub struct NodeConfig {
     /// The object store spills into `<spill_root>/<node id>`, which is
     /// removed when the node stops.
     pub spill_root: PathBuf,
-    /// Bytes of disk the spilled objects may use [default: 90% of the
-    /// space free in the spill directory's file system at start].
+    /// Where the object store spills instead of `<spill_root>/<node id>`:
+    /// a bucket of object storage, say.
+    pub spill_to: Option<Arc<dyn SpillTarget>>,
+    /// Bytes the spilled objects may take [default: 90% of the space free
+    /// in the spill directory's file system at start; no bound elsewhere].
     pub spill_limit: Option<u64>,
     pub memory_monitor: MemoryMonitorConfig,
     /// Job drivers run in, and blobs are cached under, `<work_root>/<node id>`.
@@ -109,6 +112,7 @@ impl NodeConfig {
             connect_timeout: Self::DEFAULT_CONNECT_TIMEOUT,
             adoption_grace: Self::DEFAULT_ADOPTION_GRACE,
             spill_root: std::env::temp_dir().join("raylet-spill"),
+            spill_to: None,
             spill_limit: None,
             memory_monitor: MemoryMonitorConfig::default(),
             work_root: std::env::temp_dir().join("raylet-work"),
@@ -169,6 +173,12 @@ impl NodeConfig {
         self
     }
 
+    /// Spills to `target` instead of the spill directory.
+    pub fn spill_to(mut self, target: Arc<dyn SpillTarget>) -> Self {
+        self.spill_to = Some(target);
+        self
+    }
+
     pub fn spill_limit(mut self, bytes: Option<u64>) -> Self {
         self.spill_limit = bytes;
         self
@@ -176,11 +186,23 @@ impl NodeConfig {
 
     fn store_config(&self) -> StoreConfig {
         let capacity = self.resources.get(OBJECT_STORE_MEMORY).as_f64().max(0.0) as u64;
-        let spill_dir = self.spill_dir();
+        let spill_limit = self.spill_limit.unwrap_or_else(|| match self.spill_to {
+            Some(_) => u64::MAX,
+            None => default_spill_limit(&self.spill_dir()),
+        });
         StoreConfig {
             capacity,
-            spill_limit: self.spill_limit.unwrap_or_else(|| default_spill_limit(&spill_dir)),
-            spill_dir,
+            spill_limit,
+            spill_to: self.spill_target(),
+        }
+    }
+
+    /// Where the object store spills: `spill_to`, or this node's spill
+    /// directory.
+    fn spill_target(&self) -> Arc<dyn SpillTarget> {
+        match &self.spill_to {
+            Some(target) => target.clone(),
+            None => Arc::new(SpillDirectory(self.spill_dir())),
         }
     }
 
@@ -348,7 +370,7 @@ impl NodeManager {
         };
         shared.leases.shut_down();
         drop(store_calls);
-        remove_spill_dir(&shared.config.spill_dir());
+        remove_spilled_objects(&shared.config.spill_target());
         heartbeat::unregister(&mut head, &shared, "node manager shut down").await;
         result
     }
@@ -363,11 +385,9 @@ fn default_spill_limit(spill_dir: &std::path::Path) -> u64 {
     }
 }
 
-fn remove_spill_dir(dir: &std::path::Path) {
-    match std::fs::remove_dir_all(dir) {
-        Ok(()) => {}
-        Err(error) if error.kind() == std::io::ErrorKind::NotFound => {}
-        Err(error) => tracing::warn!(dir = %dir.display(), %error, "cannot remove the spill directory"),
+fn remove_spilled_objects(target: &Arc<dyn SpillTarget>) {
+    if let Err(error) = target.remove_all() {
+        tracing::warn!(place = %target.location_of(""), %error, "cannot remove the spilled objects");
     }
 }
 

@@ -146,6 +146,15 @@ impl Segment {
         Ok(())
     }
 
+    /// The segment's bytes, read into memory (to send them elsewhere).
+    pub fn contents(&self) -> io::Result<Vec<u8>> {
+        let mut source = self.file.try_clone()?;
+        std::io::Seek::rewind(&mut source)?;
+        let mut bytes = Vec::with_capacity(self.size as usize);
+        io::Read::read_to_end(&mut source, &mut bytes)?;
+        Ok(bytes)
+    }
+
     /// Writes the segment's bytes to a new file at `path`.
     pub fn spill_to(&self, path: &Path) -> io::Result<()> {
         let mut target = OpenOptions::new().write(true).create_new(true).open(path)?;

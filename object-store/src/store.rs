@@ -3,13 +3,13 @@
 //! Plain synchronous code; the service serializes calls with a lock.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::path::PathBuf;
 use std::sync::Arc;
 
 use raylet_proto::{IdMap, ObjectId};
 
 use crate::error::{Result, StoreError};
 use crate::segment::Segment;
+use crate::spill::SpillTarget;
 
 /// Bytes this process's stores wrote to disk and read back from it.
 static SPILL_BYTES: std::sync::LazyLock<prometheus::IntCounterVec> = std::sync::LazyLock::new(|| {
@@ -26,8 +26,8 @@ pub struct StoreConfig {
     /// Bytes of shared memory that objects may use.
     pub capacity: u64,
     /// Where objects go when memory is short.
-    pub spill_dir: PathBuf,
-    /// Bytes of disk that spilled objects may use.
+    pub spill_to: Arc<dyn SpillTarget>,
+    /// Bytes that spilled objects may take there.
     pub spill_limit: u64,
 }
 
@@ -51,9 +51,13 @@ pub struct Location {
 }
 
 enum State {
-    Writing { segment: Segment, session: u64 },
+    Writing {
+        segment: Segment,
+        session: u64,
+    },
     InMemory(Segment),
-    Spilled(PathBuf),
+    /// In the spill target, as a file named by the object's id.
+    Spilled,
 }
 
 struct Entry {
@@ -241,7 +245,7 @@ impl ObjectStore {
             .map_err(StoreError::io(format!("sealing object {id}")))?;
         self.used -= entry.size - size;
         entry.size = size;
-        entry.state = match std::mem::replace(&mut entry.state, State::Spilled(PathBuf::new())) {
+        entry.state = match std::mem::replace(&mut entry.state, State::Spilled) {
             State::Writing { segment, .. } => State::InMemory(segment),
             other => other,
         };
@@ -263,7 +267,7 @@ impl ObjectStore {
     /// object was spilled.
     pub fn get_in_memory(&mut self, session: u64, id: ObjectId) -> Result<Option<Location>> {
         match self.objects.get(&id).map(|entry| &entry.state) {
-            Some(State::Spilled(_)) => Ok(None),
+            Some(State::Spilled) => Ok(None),
             _ => self.get(session, id).map(Some),
         }
     }
@@ -291,7 +295,7 @@ impl ObjectStore {
         let entry = self.objects.get(&id).ok_or(StoreError::NotFound(id))?;
         match &entry.state {
             State::Writing { .. } => return Err(StoreError::NotSealed(id)),
-            State::Spilled(_) => self.restore(id)?,
+            State::Spilled => self.restore(id)?,
             State::InMemory(_) => {}
         }
         self.touch(id);
@@ -355,10 +359,12 @@ impl ObjectStore {
                     self.used -= entry.size;
                     self.forget(entry.writer, &segment);
                 }
-                State::Spilled(path) => {
+                State::Spilled => {
                     self.spilled -= entry.size;
-                    if let Err(error) = std::fs::remove_file(&path) {
-                        tracing::warn!(path = %path.display(), %error, "cannot delete a spill file");
+                    let name = id.to_string();
+                    if let Err(error) = self.config.spill_to.remove(&name) {
+                        let place = self.config.spill_to.location_of(&name);
+                        tracing::warn!(%place, %error, "cannot delete a spilled object");
                     }
                 }
             }
@@ -397,7 +403,7 @@ impl ObjectStore {
                 id: *id,
                 size: entry.size,
                 owner: entry.owner.to_string(),
-                spilled: matches!(entry.state, State::Spilled(_)),
+                spilled: matches!(entry.state, State::Spilled),
                 sealed: !matches!(entry.state, State::Writing { .. }),
                 pins: entry.pins,
             })
@@ -512,17 +518,20 @@ impl ObjectStore {
     }
 
     fn spill(&mut self, id: ObjectId) -> Result<()> {
-        let path = self.config.spill_dir.join(id.to_string());
         let entry = self.objects.get_mut(&id).ok_or(StoreError::NotFound(id))?;
         let State::InMemory(segment) = &entry.state else {
             return Err(StoreError::Invalid(format!("object {id} is not in memory")));
         };
-        std::fs::create_dir_all(&self.config.spill_dir).map_err(StoreError::io("creating the spill directory"))?;
-        segment
-            .spill_to(&path)
-            .map_err(StoreError::io(format!("spilling object {id}")))?;
+        let name = id.to_string();
+        self.config
+            .spill_to
+            .write(&name, segment)
+            .map_err(StoreError::io(format!(
+                "spilling object {id} to {}",
+                self.config.spill_to.location_of(&name)
+            )))?;
         let writer = entry.writer.take();
-        if let State::InMemory(segment) = std::mem::replace(&mut entry.state, State::Spilled(path)) {
+        if let State::InMemory(segment) = std::mem::replace(&mut entry.state, State::Spilled) {
             self.forget(writer, &segment);
         }
         let entry = self.objects.get_mut(&id).ok_or(StoreError::NotFound(id))?;
@@ -538,13 +547,19 @@ impl ObjectStore {
         let size = self.objects.get(&id).ok_or(StoreError::NotFound(id))?.size;
         self.make_room(size, Some(id))?;
         let entry = self.objects.get_mut(&id).ok_or(StoreError::NotFound(id))?;
-        let State::Spilled(path) = &entry.state else {
+        let State::Spilled = &entry.state else {
             return Ok(());
         };
-        let segment = Segment::restore(&format!("raylet-{id}"), path)
-            .map_err(StoreError::io(format!("restoring object {id}")))?;
-        if let Err(error) = std::fs::remove_file(path) {
-            tracing::warn!(path = %path.display(), %error, "cannot delete a restored spill file");
+        let (target, name) = (&self.config.spill_to, id.to_string());
+        let segment = target
+            .restore(&name, &format!("raylet-{id}"))
+            .map_err(StoreError::io(format!(
+                "restoring object {id} from {}",
+                target.location_of(&name)
+            )))?;
+        if let Err(error) = target.remove(&name) {
+            let place = target.location_of(&name);
+            tracing::warn!(%place, %error, "cannot delete a restored spilled object");
         }
         entry.state = State::InMemory(segment);
         self.spilled -= size;
@@ -610,7 +625,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let config = StoreConfig {
             capacity,
-            spill_dir: dir.path().join("spill"),
+            spill_to: Arc::new(crate::spill::SpillDirectory(dir.path().join("spill"))),
             spill_limit,
         };
         (ObjectStore::new(config), dir)

@@ -36,6 +36,11 @@ impl StorageOptions {
         self.0.push((key.to_string(), value.into()));
         self
     }
+
+    /// The settings set, as keys and values.
+    pub fn entries(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.0.iter().map(|(key, value)| (key.as_str(), value.as_str()))
+    }
 }
 
 /// A place files are read from or written to: a local directory or an
@@ -222,6 +227,25 @@ impl Storage {
                 match run(async move { store.head(&path).await }) {
                     Ok(_) => Ok(true),
                     Err(object_store::Error::NotFound { .. }) => Ok(false),
+                    Err(e) => Err(storage_error(&self.location_of(name), e)),
+                }
+            }
+        }
+    }
+
+    /// Deletes file `name`; nothing there is no error.
+    pub fn delete(&self, name: &str) -> Result<(), StorageError> {
+        match self {
+            Storage::Local(dir) => match std::fs::remove_file(dir.join(name)) {
+                Err(e) if e.kind() != std::io::ErrorKind::NotFound => {
+                    Err(StorageError::io(format!("removing {}", dir.join(name).display()), e))
+                }
+                _ => Ok(()),
+            },
+            Storage::Remote { store, prefix, .. } => {
+                let (store, path) = (store.clone(), child(prefix, name));
+                match run(async move { store.delete(&path).await }) {
+                    Ok(()) | Err(object_store::Error::NotFound { .. }) => Ok(()),
                     Err(e) => Err(storage_error(&self.location_of(name), e)),
                 }
             }

@@ -98,6 +98,16 @@ impl S3Server {
             .with("aws_allow_http", "true")
     }
 
+    /// The same settings as environment variables (`AWS_ENDPOINT`, …), for
+    /// a process that reads them, such as `raylet start --spill-to`.
+    pub fn env(&self) -> Vec<(String, String)> {
+        let options = self.options();
+        options
+            .entries()
+            .map(|(key, value)| (key.to_ascii_uppercase(), value.to_string()))
+            .collect()
+    }
+
     /// The objects under `bucket/prefix`, as names relative to it.
     pub fn objects(&self, bucket: &str, prefix: &str) -> Vec<String> {
         let dir = self.root.path().join(bucket).join(prefix);

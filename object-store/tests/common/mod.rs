@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use raylet_common::auth::AuthToken;
-use raylet_object_store::{ObjectStoreServiceImpl, SharedStore, StoreClient, StoreConfig};
+use raylet_object_store::{ObjectStoreServiceImpl, SharedStore, SpillDirectory, StoreClient, StoreConfig};
 use raylet_proto::ObjectId;
 use raylet_proto::server::{MAX_DATA_MESSAGE, authenticated, incoming};
 use raylet_proto::v1::object_store_service_server::ObjectStoreServiceServer;
@@ -46,7 +46,7 @@ impl Node {
         let dir = tempfile::tempdir().unwrap();
         let config = StoreConfig {
             capacity,
-            spill_dir: dir.path().join("spill"),
+            spill_to: std::sync::Arc::new(SpillDirectory(dir.path().join("spill"))),
             spill_limit: 4 << 30,
         };
         let store = SharedStore::new(config, token.clone()).unwrap();
